@@ -1,0 +1,40 @@
+# Two commands do everything on a fresh machine:
+#   make reproduce   set up .venv and run the quickstart study (figures → figures/quickstart/)
+#   make test        set up .venv and run the test suite
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+PARAMS ?= params/quickstart.yaml
+
+.PHONY: setup reproduce test test-fast lab strip clean-runs
+
+$(STAMP): pyproject.toml requirements.lock
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	# torch first, pinned: the CPU build on this machine's disk, not a multi-GB CUDA build
+	$(BIN)/pip install --quiet torch==2.13.0
+	# llama-cpp-python compiles from source the first time (~6 min); pip caches the wheel
+	$(BIN)/pip install --quiet -c requirements.lock -e ".[dev]"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+reproduce: setup
+	$(BIN)/agentuq-nb reproduce $(PARAMS)
+
+test: setup
+	$(BIN)/python -m pytest
+
+test-fast: setup
+	$(BIN)/python -m pytest -m "not slow"
+
+lab: setup
+	$(BIN)/python -m ipykernel install --user --name agentuq-nb --display-name "agentuq_nb (.venv)"
+	$(BIN)/jupyter lab notebooks/
+
+strip:
+	$(BIN)/nbstripout notebooks/*.ipynb
+
+clean-runs:
+	rm -rf runs/

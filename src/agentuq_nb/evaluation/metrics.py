@@ -1,0 +1,371 @@
+"""Failure-prediction metrics: definitions, batched (bootstrap-ready) versions, and curves.
+
+Contract everywhere in this module: **higher uncertainty = more likely failure**. A trajectory
+fails when ``reward < failure_threshold`` (default 1.0, binary tau^2 rewards); failure is the
+positive class. Scores that mean *confidence* (higher = better) must be negated first
+(``invert=True`` in :func:`agentuq_nb.evaluation.failure_metrics`).
+
+Definitions (n trajectories, ``u`` uncertainty, ``f`` failure indicator, ``s = 1 - f`` success):
+
+* **AUROC** - ``sklearn.metrics.roc_auc_score(f, u)``: probability that a random failure has
+  higher uncertainty than a random success, ties counted 1/2.  The batched version uses the
+  equivalent Mann-Whitney form with average ranks, ``(sum of failure ranks - n1(n1+1)/2)/(n1 n0)``.
+* **AUARC** (AgentUQ's accuracy-rejection curve): order trajectories by ``-u`` with a *stable*
+  sort (most uncertain first, ties keep input order); for k = 0..n rejected, ``acc_k`` = success
+  rate of the n-k retained, with ``acc_n = 1.0``; AUARC = trapezoid of ``acc_k`` over rejection
+  rate ``k/n``.  Higher is better.
+* **AURC** (selective-classification risk-coverage curve, Geifman & El-Yaniv): retain the k
+  *lowest*-uncertainty trajectories, ``risk_k`` = failure rate among them, coverage ``k/n``;
+  ``AURC = (1/n) * sum_{k=1..n} risk_k`` (right Riemann sum over coverage).  Ties: tied
+  trajectories enter in random order and ``risk_k`` is its *expectation* over that order (the
+  cumulative failure count is linearly interpolated inside a tie block) - the same "ties count
+  1/2" convention as AUROC, and order-independent.  Lower is better.
+* **PRR** (prediction rejection ratio, LM-Polygraph's ``PredictionRejectionArea`` with
+  quality = success and ``max_rejection = 1``): ``PRA = (1/n) sum_{k=1..n} (success rate of the
+  k lowest-uncertainty trajectories) = 1 - AURC``; random PRA is its exact expectation under a
+  random order, ``1 - n_f/n``; oracle PRA ranks all failures as most uncertain.
+  ``PRR = (PRA_unc - PRA_rnd) / (PRA_oracle - PRA_rnd)`` = ``(AURC_rnd - AURC)/(AURC_rnd -
+  AURC_oracle)``.  1 = oracle, 0 = random, negative = worse than random.  Undefined with one class.
+* **pearson / spearman / kendall** - scipy's ``pearsonr``, ``spearmanr`` and ``kendalltau``
+  (tau-b) of ``u`` against ``-reward`` (positive = uncertainty rises as reward falls).
+
+AUARC, AURC and PRR have no implementation in sklearn/scipy/statsmodels, so they are written
+here (vectorized over bootstrap resamples).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+from sklearn.metrics import roc_auc_score, roc_curve
+
+METRICS: tuple[str, ...] = ("auroc", "auarc", "aurc", "prr", "pearson", "spearman", "kendall")
+CORRELATIONS = ("pearson", "spearman", "kendall")
+HIGHER_IS_BETTER = {"auroc": True, "auarc": True, "aurc": False, "prr": True,
+                    "pearson": True, "spearman": True, "kendall": True}
+
+
+class UndefinedMetricError(ValueError):
+    """A metric is undefined on this input (e.g. one class only); ``str(err)`` is the reason."""
+
+
+# --------------------------------------------------------------------------- labels and input
+def failure_labels(reward, failure_threshold: float = 1.0) -> np.ndarray:
+    """Boolean failure indicator ``reward < failure_threshold`` (failure = positive class)."""
+    return np.asarray(reward, dtype=float) < float(failure_threshold)
+
+
+def clean_inputs(uncertainty, reward, invert: bool = False):
+    """Coerce to float arrays and drop rows whose uncertainty or reward is not finite.
+
+    Returns ``(u, r, n_dropped)``; ``u`` is negated when ``invert`` (confidence scores).
+    Raises ``ValueError`` if the two inputs have different lengths.
+    """
+    u = np.asarray(uncertainty, dtype=float).ravel()
+    r = np.asarray(reward, dtype=float).ravel()
+    if u.shape != r.shape:
+        raise ValueError(f"uncertainty has {u.size} values but reward has {r.size}")
+    keep = np.isfinite(u) & np.isfinite(r)
+    u, r = u[keep], r[keep]
+    if invert:
+        u = -u
+    return u, r, int((~keep).sum())
+
+
+def undefined_reason(name: str, u: np.ndarray, fail: np.ndarray, reward: np.ndarray,
+                     failure_threshold: float = 1.0) -> str | None:
+    """Why metric ``name`` is undefined on this (cleaned) input, or ``None`` if it is defined."""
+    n = len(u)
+    if n < 2:
+        return f"fewer than 2 trajectories with finite uncertainty and reward (n={n})"
+    if name in ("auroc", "prr"):
+        n_f = int(fail.sum())
+        if n_f == 0:
+            return f"only one class: no failures (all {n} rewards >= {failure_threshold})"
+        if n_f == n:
+            return f"only one class: all {n} trajectories are failures (reward < {failure_threshold})"
+    if name in CORRELATIONS:
+        if np.ptp(u) == 0:
+            return "uncertainty is constant, correlation undefined"
+        if np.ptp(reward) == 0:
+            return "reward is constant, correlation undefined"
+    return None
+
+
+# --------------------------------------------------------------------------- batched kernels
+# Every kernel takes U (B, n) uncertainty, F (B, n) bool failures [, R (B, n) rewards] and returns
+# (B,) values with NaN where the metric is undefined for that row.
+
+def _rank_rows(X: np.ndarray) -> np.ndarray:
+    return stats.rankdata(X, axis=1, method="average")
+
+
+def auroc_batch(U: np.ndarray, F: np.ndarray) -> np.ndarray:
+    """Row-wise AUROC via average ranks (Mann-Whitney U / (n1 n0)); NaN for one-class rows."""
+    n = U.shape[1]
+    n1 = F.sum(axis=1).astype(float)
+    n0 = n - n1
+    rank_sum = np.where(F, _rank_rows(U), 0.0).sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = (rank_sum - n1 * (n1 + 1) / 2.0) / (n1 * n0)
+    out[(n1 == 0) | (n0 == 0)] = np.nan
+    return out
+
+
+def accuracy_rejection_batch(U: np.ndarray, F: np.ndarray) -> np.ndarray:
+    """Row-wise AgentUQ accuracy-rejection curve: (B, n+1) accuracies for k = 0..n rejected."""
+    B, n = U.shape
+    order = np.argsort(-U, axis=1, kind="stable")          # most uncertain first, ties stable
+    succ = (~np.take_along_axis(F, order, axis=1)).astype(float)
+    suffix = np.cumsum(succ[:, ::-1], axis=1)[:, ::-1]    # successes among positions k..n-1
+    acc = np.empty((B, n + 1))
+    acc[:, :n] = suffix / (n - np.arange(n))
+    acc[:, n] = 1.0
+    return acc
+
+
+def auarc_batch(U: np.ndarray, F: np.ndarray) -> np.ndarray:
+    """Row-wise AUARC: trapezoid of the accuracy-rejection curve over rejection rate k/n."""
+    n = U.shape[1]
+    acc = accuracy_rejection_batch(U, F)
+    return (acc[:, :-1] + acc[:, 1:]).sum(axis=1) / (2.0 * n)
+
+
+def expected_cumfail_batch(U: np.ndarray, F: np.ndarray) -> np.ndarray:
+    """(B, n): expected failures among the k lowest-uncertainty rows, k = 1..n, ties in random order."""
+    B, n = U.shape
+    order = np.argsort(U, axis=1, kind="stable")
+    Us = np.take_along_axis(U, order, axis=1)
+    C = np.cumsum(np.take_along_axis(F, order, axis=1), axis=1, dtype=float)
+    idx = np.broadcast_to(np.arange(n), (B, n))
+    new_block = np.ones((B, n), dtype=bool)
+    new_block[:, 1:] = Us[:, 1:] != Us[:, :-1]
+    block_end = np.ones((B, n), dtype=bool)
+    block_end[:, :-1] = new_block[:, 1:]
+    start = np.maximum.accumulate(np.where(new_block, idx, 0), axis=1)
+    end = np.minimum.accumulate(np.where(block_end, idx, n)[:, ::-1], axis=1)[:, ::-1]
+    c_before = np.where(start > 0, np.take_along_axis(C, np.maximum(start - 1, 0), axis=1), 0.0)
+    c_end = np.take_along_axis(C, end, axis=1)
+    return c_before + (idx - start + 1) * (c_end - c_before) / (end - start + 1)
+
+
+def risk_coverage_batch(U: np.ndarray, F: np.ndarray) -> np.ndarray:
+    """(B, n): expected risk (failure rate) among the k lowest-uncertainty rows, k = 1..n."""
+    n = U.shape[1]
+    return expected_cumfail_batch(U, F) / np.arange(1, n + 1)
+
+
+def aurc_batch(U: np.ndarray, F: np.ndarray) -> np.ndarray:
+    """Row-wise AURC = mean over k = 1..n of the (tie-averaged) risk of the k most certain."""
+    return risk_coverage_batch(U, F).mean(axis=1)
+
+
+def _oracle_aurc(n_f: np.ndarray, n: int) -> np.ndarray:
+    """AURC when every failure is ranked more uncertain than every success (vectorized in n_f)."""
+    k = np.arange(1, n + 1)
+    n_s = (n - np.asarray(n_f, dtype=float))[..., None]
+    return (np.maximum(k - n_s, 0.0) / k).mean(axis=-1)
+
+
+def prr_batch(U: np.ndarray, F: np.ndarray, aurc: np.ndarray | None = None) -> np.ndarray:
+    """Row-wise prediction rejection ratio; NaN for one-class rows (oracle = random)."""
+    n = U.shape[1]
+    if aurc is None:
+        aurc = aurc_batch(U, F)
+    n_f = F.sum(axis=1).astype(float)
+    rnd = n_f / n
+    oracle = _oracle_aurc(n_f, n)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = (rnd - aurc) / (rnd - oracle)
+    out[(n_f == 0) | (n_f == n)] = np.nan
+    return out
+
+
+def pearson_batch(X: np.ndarray, Y: np.ndarray) -> np.ndarray:
+    """Row-wise Pearson correlation; NaN where a row of X or Y is constant."""
+    Xc = X - X.mean(axis=1, keepdims=True)
+    Yc = Y - Y.mean(axis=1, keepdims=True)
+    num = (Xc * Yc).sum(axis=1)
+    den = np.sqrt((Xc * Xc).sum(axis=1) * (Yc * Yc).sum(axis=1))
+    const = (np.ptp(X, axis=1) == 0) | (np.ptp(Y, axis=1) == 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = np.clip(num / den, -1.0, 1.0)
+    out[const] = np.nan
+    return out
+
+
+def spearman_batch(X: np.ndarray, Y: np.ndarray) -> np.ndarray:
+    """Row-wise Spearman rho (Pearson on average ranks, as scipy.stats.spearmanr)."""
+    out = pearson_batch(_rank_rows(X), _rank_rows(Y))
+    const = (np.ptp(X, axis=1) == 0) | (np.ptp(Y, axis=1) == 0)
+    out[const] = np.nan
+    return out
+
+
+def kendall_batch(X: np.ndarray, Y: np.ndarray) -> np.ndarray:
+    """Row-wise Kendall tau-b via scipy.stats.kendalltau (O(n log n) per row, looped)."""
+    out = np.full(X.shape[0], np.nan)
+    for b in range(X.shape[0]):
+        x, y = X[b], Y[b]
+        if np.ptp(x) == 0 or np.ptp(y) == 0:
+            continue
+        out[b] = stats.kendalltau(x, y).statistic
+    return out
+
+
+def metrics_batch(U: np.ndarray, F: np.ndarray, R: np.ndarray,
+                  names=METRICS) -> dict[str, np.ndarray]:
+    """All requested metrics for each row of (U, F, R); NaN marks an undefined row."""
+    out: dict[str, np.ndarray] = {}
+    aurc = None
+    if "aurc" in names or "prr" in names:
+        aurc = aurc_batch(U, F)
+    for name in names:
+        if name == "auroc":
+            out[name] = auroc_batch(U, F)
+        elif name == "auarc":
+            out[name] = auarc_batch(U, F)
+        elif name == "aurc":
+            out[name] = aurc
+        elif name == "prr":
+            out[name] = prr_batch(U, F, aurc)
+        elif name == "pearson":
+            out[name] = pearson_batch(U, -R)
+        elif name == "spearman":
+            out[name] = spearman_batch(U, -R)
+        elif name == "kendall":
+            out[name] = kendall_batch(U, -R)
+        else:
+            raise ValueError(f"unknown metric {name!r}; known: {', '.join(METRICS)}")
+    return out
+
+
+# --------------------------------------------------------------------------- point metrics
+def _prepare(uncertainty, failure):
+    u = np.asarray(uncertainty, dtype=float).ravel()
+    f = np.asarray(failure).ravel().astype(bool)
+    if u.shape != f.shape:
+        raise ValueError(f"uncertainty has {u.size} values but failure has {f.size}")
+    if not np.all(np.isfinite(u)):
+        raise ValueError("uncertainty contains NaN or infinite values; drop them first")
+    if u.size < 2:
+        raise UndefinedMetricError(f"fewer than 2 trajectories (n={u.size})")
+    return u, f
+
+
+def _require_two_classes(f: np.ndarray) -> None:
+    if f.all() or not f.any():
+        kind = "failures" if f.all() else "successes"
+        raise UndefinedMetricError(f"only one class: all {f.size} trajectories are {kind}")
+
+
+def auroc(uncertainty, failure) -> float:
+    """AUROC of uncertainty for detecting failures (sklearn ``roc_auc_score``; ties count 1/2).
+
+    Higher uncertainty should mean failure; 0.5 = chance.  Raises :class:`UndefinedMetricError`
+    with one class only.
+    """
+    u, f = _prepare(uncertainty, failure)
+    _require_two_classes(f)
+    return float(roc_auc_score(f, u))
+
+
+def auarc(uncertainty, failure) -> float:
+    """AgentUQ's area under the accuracy-rejection curve (see module docstring; higher = better).
+
+    Rejects the most uncertain first (stable sort on ``-uncertainty``).
+    """
+    u, f = _prepare(uncertainty, failure)
+    return float(auarc_batch(u[None], f[None])[0])
+
+
+def aurc(uncertainty, failure) -> float:
+    """Area under the risk-coverage curve, lowest uncertainty retained first (lower = better)."""
+    u, f = _prepare(uncertainty, failure)
+    return float(aurc_batch(u[None], f[None])[0])
+
+
+def prr(uncertainty, failure) -> float:
+    """Prediction rejection ratio (1 = oracle ordering, 0 = random); see module docstring."""
+    u, f = _prepare(uncertainty, failure)
+    _require_two_classes(f)
+    return float(prr_batch(u[None], f[None])[0])
+
+
+def correlation(uncertainty, reward, kind: str = "spearman") -> float:
+    """scipy Pearson / Spearman / Kendall tau-b of uncertainty vs ``-reward``.
+
+    Positive when higher uncertainty goes with lower reward.  Raises
+    :class:`UndefinedMetricError` if either input is constant or n < 2.
+    """
+    u = np.asarray(uncertainty, dtype=float).ravel()
+    r = np.asarray(reward, dtype=float).ravel()
+    if u.size < 2:
+        raise UndefinedMetricError(f"fewer than 2 trajectories (n={u.size})")
+    if np.ptp(u) == 0:
+        raise UndefinedMetricError("uncertainty is constant, correlation undefined")
+    if np.ptp(r) == 0:
+        raise UndefinedMetricError("reward is constant, correlation undefined")
+    fn = {"pearson": stats.pearsonr, "spearman": stats.spearmanr, "kendall": stats.kendalltau}[kind]
+    return float(fn(u, -r).statistic)
+
+
+def point_metrics(u: np.ndarray, r: np.ndarray, failure_threshold: float = 1.0,
+                  names=METRICS) -> tuple[dict[str, float | None], dict[str, str]]:
+    """Point estimates on cleaned arrays: ``({name: value or None}, {name: reason})``."""
+    f = failure_labels(r, failure_threshold)
+    values: dict[str, float | None] = {}
+    undefined: dict[str, str] = {}
+    for name in names:
+        reason = undefined_reason(name, u, f, r, failure_threshold)
+        if reason is not None:
+            values[name], undefined[name] = None, reason
+            continue
+        if name == "auroc":
+            values[name] = auroc(u, f)
+        elif name == "auarc":
+            values[name] = auarc(u, f)
+        elif name == "aurc":
+            values[name] = aurc(u, f)
+        elif name == "prr":
+            values[name] = prr(u, f)
+        elif name in CORRELATIONS:
+            values[name] = correlation(u, r, name)
+        else:
+            raise ValueError(f"unknown metric {name!r}; known: {', '.join(METRICS)}")
+    return values, undefined
+
+
+# --------------------------------------------------------------------------- curves
+def failure_curves(uncertainty, reward, failure_threshold: float = 1.0,
+                   invert: bool = False) -> pd.DataFrame:
+    """Long-format curves for plots and ``eval_curves.csv``: columns ``curve, x, y``.
+
+    Higher uncertainty = more likely failure (``invert=True`` negates a confidence score).
+    Non-finite rows are dropped.
+
+    * ``roc``: x = false-positive rate, y = true-positive rate (sklearn ``roc_curve``, all
+      thresholds kept); only when both classes are present.
+    * ``accuracy_rejection``: x = rejection rate k/n (k = 0..n, most uncertain rejected first,
+      stable), y = success rate of the retained, 1.0 at k = n (AgentUQ's AUARC curve).
+    * ``risk_coverage``: x = coverage k/n (k = 1..n, least uncertain retained first), y = failure
+      rate among the retained (tie-averaged, as in AURC).
+    """
+    u, r, _ = clean_inputs(uncertainty, reward, invert)
+    f = failure_labels(r, failure_threshold)
+    n = len(u)
+    frames = []
+    if n and 0 < f.sum() < n:
+        fpr, tpr, _ = roc_curve(f, u, drop_intermediate=False)
+        frames.append(pd.DataFrame({"curve": "roc", "x": fpr, "y": tpr}))
+    if n:
+        acc = accuracy_rejection_batch(u[None], f[None])[0]
+        frames.append(pd.DataFrame({"curve": "accuracy_rejection",
+                                    "x": np.arange(n + 1) / n, "y": acc}))
+        risk = risk_coverage_batch(u[None], f[None])[0]
+        frames.append(pd.DataFrame({"curve": "risk_coverage",
+                                    "x": np.arange(1, n + 1) / n, "y": risk}))
+    if not frames:
+        return pd.DataFrame({"curve": pd.Series(dtype=str), "x": pd.Series(dtype=float),
+                             "y": pd.Series(dtype=float)})
+    return pd.concat(frames, ignore_index=True)

@@ -1,0 +1,54 @@
+"""One visual style for every figure, and one way to save them (PNG + PDF)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+import matplotlib.pyplot as plt
+
+from agentuq_nb.io.atomic import atomic_write_with
+
+# Okabe–Ito: distinguishable with colour-vision deficiency and in greyscale print.
+PALETTE = {
+    "success": "#0072B2",
+    "failure": "#D55E00",
+    "neutral": "#555555",
+    "accent": "#009E73",
+    "secondary": "#CC79A7",
+    "highlight": "#E69F00",
+}
+SERIES = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
+
+RC = {
+    "figure.dpi": 110,
+    "savefig.dpi": 200,
+    "figure.figsize": (5.0, 3.6),
+    "font.size": 10,
+    "axes.titlesize": 11,
+    "axes.labelsize": 10,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.alpha": 0.25,
+    "legend.frameon": False,
+    "axes.prop_cycle": matplotlib.cycler(color=SERIES),
+    "pdf.fonttype": 42,  # editable text in the PDF
+    "svg.hashsalt": "agentuq_nb",
+}
+
+
+def use_style() -> None:
+    plt.rcParams.update(RC)
+
+
+def save(fig, name: str, figures_dir: str | Path) -> list[Path]:
+    """Write ``figures_dir/name.png`` and ``.pdf`` atomically; returns both paths."""
+    figures_dir = Path(figures_dir)
+    figures_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for ext in ("png", "pdf"):
+        path = figures_dir / f"{name}.{ext}"
+        metadata = {"CreationDate": None} if ext == "pdf" else {"Software": None}  # reproducible bytes
+        atomic_write_with(path, lambda p, ext=ext, md=metadata: fig.savefig(p, format=ext, bbox_inches="tight", metadata=md))
+        paths.append(path)
+    return paths

@@ -1,0 +1,57 @@
+"""Atomic writes: a file is either its old content or its complete new content.
+
+Every writer in the toolkit goes through here so that a run killed at any
+moment never leaves a half-written results file, sidecar or table behind.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; on success it replaces ``path`` atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        with open(tmp_path, "rb") as fh:  # flush to disk before the rename makes it visible
+            os.fsync(fh.fileno())
+        os.replace(tmp_path, path)
+    finally:
+        if tmp_path.exists():
+            tmp_path.unlink()
+
+
+@contextmanager
+def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO[Any]]:
+    if "b" in mode:
+        encoding = None
+    with atomic_path(path) as tmp, open(tmp, mode, encoding=encoding) as fh:
+        yield fh
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    with atomic_open(path, "w") as fh:
+        fh.write(text)
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int | None = 2) -> None:
+    with atomic_open(path, "w") as fh:
+        json.dump(obj, fh, indent=indent, ensure_ascii=False, allow_nan=False)
+        fh.write("\n")
+
+
+def atomic_write_with(path: str | os.PathLike, write: Callable[[Path], None]) -> None:
+    """Let ``write(tmp_path)`` produce the file (e.g. ``df.to_parquet``), then publish it."""
+    with atomic_path(path) as tmp:
+        write(tmp)

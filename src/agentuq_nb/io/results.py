@@ -1,0 +1,162 @@
+"""Read τ²-bench results in every layout seen in the wild.
+
+* ``v0`` – one JSON file ``{timestamp, info, tasks, simulations: [...]}`` (τ²-bench ≤ 0.2,
+  agentuq, and this project's simulator).
+* ``v1`` – one JSON file of the same shape that also names its format (``format_version``),
+  written by newer τ²-bench releases.
+* ``dir`` – a directory (τ²-bench ≥ 1.0.1) holding ``results.json`` (header: timestamp, info,
+  tasks, optionally the simulations) and ``simulations/*.json`` (one simulation per file).
+
+Simulations are streamed with ijson so that a large results file is never held twice
+(as raw JSON and as models) in memory. Unknown keys are kept on every model.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import ijson
+from pydantic import ValidationError
+
+from agentuq_nb.io.errors import InputError
+from agentuq_nb.records import Results, Simulation
+
+HEADER_KEYS = ("timestamp", "info", "tasks")
+
+
+def detect_layout(path: str | Path) -> str:
+    """Return ``"dir"``, ``"v1"`` or ``"v0"``; raise InputError if ``path`` is not τ²-shaped."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(path, "results path does not exist")
+    if path.is_dir():
+        if not (path / "results.json").is_file() and not (path / "simulations").is_dir():
+            raise InputError(path, "directory has neither results.json nor simulations/ (not a τ²-bench results directory)")
+        return "dir"
+    header = read_header(path)
+    return "v1" if any(k in header for k in ("format_version", "schema_version", "version")) else "v0"
+
+
+def _json_error(path: Path, err: Exception) -> InputError:
+    if path.stat().st_size == 0:
+        return InputError(path, "file is empty (expected τ²-bench results JSON)")
+    return InputError(path, f"not valid JSON or truncated: {err}")
+
+
+def _load_nonstandard(path: Path, err: Exception) -> Any:
+    """Python's json writes NaN/Infinity, which the streaming parser rejects: parse whole instead."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise _json_error(path, err) from err
+
+
+def read_header(path: str | Path) -> dict[str, Any]:
+    """Top-level keys of a results file except ``simulations`` (streamed, cheap on big files)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "results.json"
+        if not path.exists():
+            return {}
+    header: dict[str, Any] = {}
+    saw_simulations = False
+    try:
+        with open(path, "rb") as fh:
+            parser = ijson.parse(fh, use_float=True)
+            builder_key, builder = None, None
+            for prefix, event, value in parser:
+                if prefix == "" and event == "start_map":
+                    continue
+                if prefix == "" and event == "map_key":
+                    builder_key, builder = value, None
+                    saw_simulations = saw_simulations or value == "simulations"
+                    continue
+                if prefix == "" and event in ("end_map",):
+                    break
+                if builder_key is None:
+                    raise InputError(path, "top level is not a JSON object (not τ²-bench results)")
+                if builder_key == "simulations":
+                    continue
+                if builder is None:
+                    builder = ijson.ObjectBuilder()
+                builder.event(event, value)
+                if prefix == builder_key and event in ("end_map", "end_array", "string", "number", "boolean", "null"):
+                    header[builder_key] = builder.value
+                    builder = None
+    except ijson.JSONError as err:
+        data = _load_nonstandard(path, err)
+        if not isinstance(data, dict):
+            raise InputError(path, "top level is not a JSON object (not τ²-bench results)") from err
+        saw_simulations = "simulations" in data
+        header = {k: v for k, v in data.items() if k != "simulations"}
+    if not saw_simulations and not any(k in header for k in HEADER_KEYS):
+        raise InputError(path, "JSON has none of the τ²-bench keys timestamp/info/tasks/simulations")
+    if path.name != "results.json" and not saw_simulations:
+        raise InputError(path, "no 'simulations' list: not a τ²-bench results file")
+    return header
+
+
+def _validate_simulation(raw: Any, path: Path, where: str) -> Simulation:
+    if not isinstance(raw, dict):
+        raise InputError(path, f"simulation is a {type(raw).__name__}, not an object", where)
+    try:
+        return Simulation.model_validate(raw)
+    except ValidationError as err:
+        first = err.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"])
+        raise InputError(path, f"simulation does not match τ²-bench's shape: {first['msg']} at '{loc}'", where) from err
+
+
+def _iter_file_simulations(path: Path) -> Iterator[Simulation]:
+    done = 0
+    try:
+        with open(path, "rb") as fh:
+            for raw in ijson.items(fh, "simulations.item", use_float=True):
+                yield _validate_simulation(raw, path, f"simulations[{done}]")
+                done += 1
+    except ijson.JSONError as err:
+        data = _load_nonstandard(path, err)
+        sims = data.get("simulations") if isinstance(data, dict) else None
+        for i, raw in enumerate(sims or []):
+            if i >= done:
+                yield _validate_simulation(raw, path, f"simulations[{i}]")
+
+
+def _simulation_files(directory: Path) -> list[Path]:
+    sim_dir = directory / "simulations"
+    return sorted(sim_dir.glob("*.json")) if sim_dir.is_dir() else []
+
+
+def iter_simulations(path: str | Path) -> Iterator[Simulation]:
+    """Stream the simulations of a results file or directory, in file order."""
+    path = Path(path)
+    layout = detect_layout(path)
+    if layout != "dir":
+        yield from _iter_file_simulations(path)
+        return
+    files = _simulation_files(path)
+    if not files:  # a results.json that still carries its simulations inline
+        yield from _iter_file_simulations(path / "results.json")
+        return
+    for file in files:
+        try:
+            raw = json.loads(file.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise _json_error(file, err) from err
+        if isinstance(raw, dict) and "simulation" in raw and "messages" not in raw:
+            raw = raw["simulation"]
+        yield _validate_simulation(raw, file, "simulation")
+
+
+def load_results(path: str | Path) -> Results:
+    """The whole results (header + simulations) as a ``Results`` model."""
+    path = Path(path)
+    header = read_header(path)
+    try:
+        results = Results.model_validate({k: v for k, v in header.items() if k != "simulations"})
+    except ValidationError as err:
+        raise InputError(path, f"results header does not match τ²-bench's shape: {err.errors()[0]['msg']}") from err
+    results.simulations = list(iter_simulations(path))
+    return results

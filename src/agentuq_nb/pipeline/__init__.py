@@ -1,0 +1,1 @@
+"""Run-level steps (extract → aggregate → evaluate) and papermill studies (``reproduce``)."""

@@ -1,0 +1,78 @@
+"""τ²-bench results as tolerant pydantic models.
+
+Unknown keys are kept (``extra="allow"``): real results carry fields the
+published schema lacks (``reasoning``, ``errors``) and newer τ²-bench versions
+add more. Only what the toolkit relies on is typed.
+"""
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Tolerant(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+class ToolCall(_Tolerant):
+    id: str = ""
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    requestor: Literal["assistant", "user"] = "assistant"
+
+
+class Message(_Tolerant):
+    role: Literal["system", "assistant", "user", "tool"]
+    content: Optional[str] = None
+    tool_calls: Optional[list[ToolCall]] = None
+    turn_idx: Optional[int] = None
+    timestamp: Optional[str] = None
+    cost: Optional[float] = None
+    usage: Optional[dict[str, Any]] = None
+    raw_data: Optional[dict[str, Any]] = None
+    # tool messages
+    id: Optional[str] = None
+    requestor: Optional[str] = None
+    error: Optional[bool] = None
+    # present when a provider returned logprobs at message level (form c)
+    logprobs: Optional[Any] = None
+
+
+class RewardInfo(_Tolerant):
+    reward: float
+    reward_basis: Optional[list[str]] = None
+    reward_breakdown: Optional[dict[str, float]] = None
+
+
+class Simulation(_Tolerant):
+    id: str
+    task_id: str
+    trial: Optional[int] = None
+    seed: Optional[int] = None
+    messages: list[Message] = Field(default_factory=list)
+    reward_info: Optional[RewardInfo] = None
+    termination_reason: Optional[str] = None
+    timestamp: Optional[str] = None
+    start_time: Optional[str] = None
+    end_time: Optional[str] = None
+    duration: Optional[float] = None
+    agent_cost: Optional[float] = None
+    user_cost: Optional[float] = None
+    uq_summary: Optional[dict[str, Any]] = None
+
+    @property
+    def reward(self) -> Optional[float]:
+        return None if self.reward_info is None else self.reward_info.reward
+
+
+class Results(_Tolerant):
+    timestamp: Optional[str] = None
+    info: dict[str, Any] = Field(default_factory=dict)
+    tasks: list[dict[str, Any]] = Field(default_factory=list)
+    simulations: list[Simulation] = Field(default_factory=list)
+
+    @property
+    def domain(self) -> str:
+        env = self.info.get("environment_info") or {}
+        return str(env.get("domain_name") or self.info.get("domain") or "unknown")

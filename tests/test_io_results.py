@@ -1,0 +1,73 @@
+"""Readers: every results layout, real τ²-bench files, and bad input with clear errors."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from agentuq_nb.io.errors import InputError
+from agentuq_nb.io.results import detect_layout, iter_simulations, load_results
+
+
+def test_real_tau2_files_load_with_all_messages_and_rewards(tau2_files):
+    for path in tau2_files:
+        raw = json.loads(path.read_text())
+        results = load_results(path)
+        assert detect_layout(path) == "v0"
+        assert len(results.simulations) == len(raw["simulations"]) == 20
+        for sim, raw_sim in zip(results.simulations, raw["simulations"]):
+            assert len(sim.messages) == len(raw_sim["messages"])
+            assert sim.reward == raw_sim["reward_info"]["reward"]
+            assert [m.role for m in sim.messages] == [m["role"] for m in raw_sim["messages"]]
+        # unknown keys survive (real files carry reasoning/errors the published schema lacks)
+        assert "errors" in results.simulations[0].messages[0].model_extra
+        assert results.domain == "airline"
+        assert "policy" in results.info["environment_info"]
+
+
+def test_v1_single_file_and_directory_layouts(tmp_path, synthetic_results):
+    raw = json.loads(synthetic_results.read_text())
+    v1 = tmp_path / "v1.json"
+    v1.write_text(json.dumps({"format_version": "1.0", **raw}))
+    assert detect_layout(v1) == "v1"
+    directory = tmp_path / "run_dir_layout"
+    (directory / "simulations").mkdir(parents=True)
+    (directory / "results.json").write_text(json.dumps({k: v for k, v in raw.items() if k != "simulations"}))
+    for sim in raw["simulations"]:
+        (directory / "simulations" / f"{sim['id']}.json").write_text(json.dumps(sim))
+    assert detect_layout(directory) == "dir"
+    for layout_path in (v1, directory):
+        sims = list(iter_simulations(layout_path))
+        assert sorted(s.id for s in sims) == sorted(s["id"] for s in raw["simulations"])
+        assert load_results(layout_path).domain == "synthetic"
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("", "empty"),
+        ("{not json", "not valid JSON"),
+        ('{"timestamp": "x", "simulations": [{"id": "a", "task_id": "1", "messages": [', "truncated"),
+        ('[1, 2, 3]', "not a JSON object"),
+        ('{"hello": 1}', "none of the τ²-bench keys"),
+        ('{"timestamp": "x", "simulations": [{"id": "a", "messages": []}]}', "task_id"),
+        ('{"timestamp": "x", "simulations": [{"id": "a", "task_id": "1", "messages": [{"role": "robot"}]}]}', "messages.0.role"),
+    ],
+)
+def test_bad_results_files_raise_clear_errors(tmp_path, content, message):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    with pytest.raises(InputError) as info:
+        load_results(path)
+    text = str(info.value)
+    assert str(path) in text
+    assert message in text or (message == "truncated" and "not valid JSON or truncated" in text)
+
+
+def test_missing_path_and_empty_directory(tmp_path):
+    with pytest.raises(InputError, match="does not exist"):
+        detect_layout(tmp_path / "nope.json")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match="neither results.json"):
+        detect_layout(tmp_path / "empty")
