@@ -89,14 +89,25 @@ def load_study(params_path: str | Path) -> Study:
     return study
 
 
-def run_study(params_path: str | Path, root: Path | None = None, kernel_name: str | None = None, log=print) -> Path:
-    """Execute every notebook of the study; returns ``runs/<name>``. Stops at the first failure."""
+def run_study(
+    params_path: str | Path,
+    root: Path | None = None,
+    output_root: Path | None = None,
+    kernel_name: str | None = None,
+    log=print,
+) -> Path:
+    """Execute every notebook of the study; returns ``runs/<name>``. Stops at the first failure.
+
+    ``root`` holds ``notebooks/`` (default: found above the params file); ``output_root`` gets
+    ``runs/`` and ``figures/`` (default: ``root``).
+    """
     import papermill as pm
 
     study = load_study(params_path)
     root = root or project_root(Path(params_path).resolve().parent)
-    run_dir = root / "runs" / study.name
-    figures_dir = root / "figures" / study.name
+    output_root = Path(output_root or root)
+    run_dir = output_root / "runs" / study.name
+    figures_dir = output_root / "figures" / study.name
     out_dir = run_dir / "notebooks"
     out_dir.mkdir(parents=True, exist_ok=True)
     for nb, params in study.notebooks:

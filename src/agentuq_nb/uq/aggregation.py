@@ -1,10 +1,15 @@
-"""Token rows → turn summaries and trajectory summaries (vectorized pandas group-bys).
+"""Token rows → turn summaries and trajectory summaries.
 
 Turn summary: one row per (domain, task_id, trial, seed, scorer, role, turn_idx).
 Trajectory summary: one row per (domain, task_id, trial, seed, scorer, role), plus a
-``combined`` role over all of a scorer's roles (agentuq's ``combined``). Means skip tokens
-whose log-prob was invalid (null), so one bad token does not poison a trajectory; with clean
-input every mean is exactly the agentuq value (sum / number of tokens).
+``combined`` role over a scorer's generated roles (agentuq's ``combined``) and an
+``observation_combined`` role over its observation roles.
+
+Aggregation is done from *mergeable partials* (sums, counts, minima, maxima) computed per
+batch of the token table, then merged per turn and rolled up per trajectory. So the whole
+token table is never in memory at once: memory is bounded by one batch plus one row per turn.
+Means skip tokens whose log-prob was invalid (null), so one bad token does not poison a
+trajectory; with clean input every mean is exactly agentuq's (sum / number of tokens).
 """
 from __future__ import annotations
 
@@ -12,36 +17,59 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.dataset as ds
 
 from agentuq_nb.io.atomic import atomic_write_with
-from agentuq_nb.io.token_table import read_token_table
-from agentuq_nb.records.tokens import TRAJECTORY_KEYS
+from agentuq_nb.io.token_table import token_table_files
+from agentuq_nb.records.tokens import TOKEN_SCHEMA, TRAJECTORY_KEYS
 from agentuq_nb.uq.extract import TRAJECTORIES_FILE
 
 TURN_KEYS = TRAJECTORY_KEYS + ["scorer", "role", "turn_idx"]
 ROLE_KEYS = TRAJECTORY_KEYS + ["scorer", "role"]
-AGG_COLUMNS = ["chosen_logprob", "chosen_prob", "topk_entropy", "normalized_entropy", "full_entropy"]
+_TURN_GROUP = TURN_KEYS + ["message_idx", "source"]
+TOKEN_COLUMNS_READ = _TURN_GROUP + ["chosen_logprob", "chosen_prob", "topk_entropy", "normalized_entropy", "full_entropy"]
 TRAJECTORY_META = ["simulation_id", "reward", "termination_reason", "num_messages", "num_tool_calls", "agent_chars"]
+
+# value column → name of its mean in the summaries
+_MEANS = {"nll": "avg_token_nll", "topk_entropy": "mean_topk_entropy",
+          "normalized_entropy": "mean_normalized_entropy", "full_entropy": "mean_full_entropy"}
 
 TURN_SUMMARY_FILE = "turn_summary"
 TRAJECTORY_SUMMARY_FILE = "trajectory_summary"
 
 
-def _summarize(tokens: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    t = tokens.assign(nll=-tokens["chosen_logprob"])
-    g = t.groupby(keys, sort=True, dropna=False, observed=True)
-    out = g.agg(
-        num_tokens=("token_idx", "size"),
-        nll_sum=("nll", "sum"),
-        avg_token_nll=("nll", "mean"),
-        mean_topk_entropy=("topk_entropy", "mean"),
-        mean_normalized_entropy=("normalized_entropy", "mean"),
-        mean_full_entropy=("full_entropy", "mean"),
-        min_chosen_prob=("chosen_prob", "min"),
-        max_token_nll=("nll", "max"),
-        num_turns=("turn_idx", "nunique"),
-    )
-    return out.reset_index()
+def observation_role(role: pd.Series, scorer: pd.Series) -> pd.Series:
+    """User/tool rows scored by another model than their author are observations (AgentUQ)."""
+    is_obs = (scorer != "self") & role.isin(["user", "tool"])
+    return role.where(~is_obs, "observation_" + role.astype(str))
+
+
+def _token_partials(tokens: pd.DataFrame) -> pd.DataFrame:
+    """Sums, counts, min and max per turn for one batch of token rows."""
+    t = tokens.assign(nll=-tokens["chosen_logprob"], role=observation_role(tokens["role"], tokens["scorer"]))
+    spec = {"num_tokens": ("nll", "size"), "min_chosen_prob": ("chosen_prob", "min"), "max_token_nll": ("nll", "max")}
+    for col in _MEANS:
+        spec[f"sum_{col}"] = (col, "sum")
+        spec[f"n_{col}"] = (col, "count")
+    return t.groupby(_TURN_GROUP, sort=False, dropna=False, observed=True).agg(**spec).reset_index()
+
+
+def _merge_partials(partials: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    agg = {c: "sum" for c in partials.columns if c.startswith(("sum_", "n_")) or c == "num_tokens"}
+    agg.update(min_chosen_prob="min", max_token_nll="max")
+    if "num_turns" in partials:
+        agg["num_turns"] = "sum"
+    return partials.groupby(keys, sort=True, dropna=False, observed=True).agg(agg).reset_index()
+
+
+def _finalize(merged: pd.DataFrame, nll_name: str) -> pd.DataFrame:
+    out = merged.copy()
+    for col, mean_name in _MEANS.items():
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[mean_name] = out[f"sum_{col}"] / out[f"n_{col}"].where(out[f"n_{col}"] > 0)
+    out[nll_name] = out["sum_nll"].where(out["n_nll"] > 0)
+    out = out.drop(columns=[c for c in out.columns if c.startswith(("sum_", "n_"))])
+    return _key_dtypes(out)
 
 
 def _key_dtypes(df: pd.DataFrame) -> pd.DataFrame:
@@ -52,41 +80,55 @@ def _key_dtypes(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def observation_role(role: pd.Series, scorer: pd.Series) -> pd.Series:
-    """User/tool rows scored by another model than their author are observations (AgentUQ)."""
-    is_obs = (scorer != "self") & role.isin(["user", "tool"])
-    return role.where(~is_obs, "observation_" + role.astype(str))
+def _turn_partials(batches) -> pd.DataFrame:
+    parts = [_token_partials(b) for b in batches if len(b)]
+    if not parts:
+        raise ValueError("the token table is empty (no message carried log-probs); nothing to aggregate")
+    return _merge_partials(pd.concat(parts, ignore_index=True), _TURN_GROUP)
 
 
-def turn_summary(tokens: pd.DataFrame) -> pd.DataFrame:
-    tokens = tokens.assign(role=observation_role(tokens["role"], tokens["scorer"]))
-    out = _summarize(tokens, TURN_KEYS + ["message_idx", "source"]).drop(columns="num_turns")
-    out = out.rename(columns={"nll_sum": "turn_nll"})
-    return _key_dtypes(out)
+def _turn_summary_from(turn_partials: pd.DataFrame) -> pd.DataFrame:
+    out = _finalize(turn_partials, "turn_nll")
+    front = TURN_KEYS + ["message_idx", "source", "num_tokens", "turn_nll", "avg_token_nll", "mean_topk_entropy",
+                         "mean_normalized_entropy", "mean_full_entropy", "min_chosen_prob", "max_token_nll"]
+    return out[front].sort_values(TURN_KEYS, kind="stable", ignore_index=True)
 
 
-def trajectory_summary(tokens: pd.DataFrame, trajectories: pd.DataFrame | None = None) -> pd.DataFrame:
-    tokens = tokens.assign(role=observation_role(tokens["role"], tokens["scorer"]))
-    per_role = _summarize(tokens, ROLE_KEYS)
-    combined_parts = []
-    obs = tokens["role"].str.startswith("observation_")
-    for label, mask in (("combined", ~obs), ("observation_combined", obs)):
-        sub = tokens[mask]
-        if sub.empty:
-            continue
+def _trajectory_summary_from(turn_partials: pd.DataFrame, trajectories: pd.DataFrame | None) -> pd.DataFrame:
+    turns = turn_partials.assign(num_turns=1)
+    parts = [_merge_partials(turns, ROLE_KEYS)]
+    is_obs = turns["role"].str.startswith("observation_")
+    for label, mask in (("combined", ~is_obs), ("observation_combined", is_obs)):
+        sub = turns[mask]
         # a combined row only where the scorer has more than one role to combine, as agentuq does
         n_roles = sub.groupby(TRAJECTORY_KEYS + ["scorer"], dropna=False)["role"].transform("nunique")
         sub = sub[n_roles > 1]
-        if sub.empty:
-            continue
-        combined_parts.append(_summarize(sub.assign(role=label), ROLE_KEYS))
-    out = pd.concat([per_role, *combined_parts], ignore_index=True)
-    out = out.rename(columns={"num_tokens": "total_tokens", "nll_sum": "trajectory_nll"})
-    out = _key_dtypes(out)
+        if len(sub):
+            parts.append(_merge_partials(sub.assign(role=label), ROLE_KEYS))
+    out = _finalize(pd.concat(parts, ignore_index=True), "trajectory_nll").rename(columns={"num_tokens": "total_tokens"})
+    front = ROLE_KEYS + ["total_tokens", "trajectory_nll", "avg_token_nll", "mean_topk_entropy", "mean_normalized_entropy",
+                         "mean_full_entropy", "min_chosen_prob", "max_token_nll", "num_turns"]
+    out = out[front]
     if trajectories is not None:
         meta = _key_dtypes(trajectories[TRAJECTORY_KEYS + [c for c in TRAJECTORY_META if c in trajectories]].copy())
         out = out.merge(meta, on=TRAJECTORY_KEYS, how="left")
     return out.sort_values(ROLE_KEYS, kind="stable", ignore_index=True)
+
+
+def turn_summary(tokens: pd.DataFrame) -> pd.DataFrame:
+    """Turn summary of an in-memory token table."""
+    return _turn_summary_from(_turn_partials([tokens]))
+
+
+def trajectory_summary(tokens: pd.DataFrame, trajectories: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Trajectory summary of an in-memory token table (``trajectories`` adds reward etc.)."""
+    return _trajectory_summary_from(_turn_partials([tokens]), trajectories)
+
+
+def _token_batches(run_dir: Path, batch_rows: int):
+    dataset = ds.dataset([str(f) for f in token_table_files(run_dir)], schema=TOKEN_SCHEMA, format="parquet")
+    for batch in dataset.to_batches(columns=TOKEN_COLUMNS_READ, batch_size=batch_rows):
+        yield batch.to_pandas()
 
 
 def _write_table(df: pd.DataFrame, run_dir: Path, stem: str) -> None:
@@ -94,31 +136,32 @@ def _write_table(df: pd.DataFrame, run_dir: Path, stem: str) -> None:
     atomic_write_with(run_dir / f"{stem}.parquet", lambda p: df.to_parquet(p, index=False))
 
 
-def aggregate(run_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Read a run's token tables, write turn and trajectory summaries (CSV + Parquet)."""
+def aggregate(run_dir: str | Path, batch_rows: int = 1_000_000) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Stream a run's token tables; write turn and trajectory summaries (CSV + Parquet)."""
     run_dir = Path(run_dir)
-    columns = TRAJECTORY_KEYS + ["scorer", "role", "turn_idx", "message_idx", "source", "token_idx"] + AGG_COLUMNS
-    tokens = read_token_table(run_dir, columns=columns)
-    if tokens.empty:
-        raise ValueError(f"{run_dir}: the token table is empty (no message carried log-probs); nothing to aggregate")
+    try:
+        partials = _turn_partials(_token_batches(run_dir, batch_rows))
+    except ValueError as err:
+        raise ValueError(f"{run_dir}: {err}") from err
     trajectories_path = run_dir / TRAJECTORIES_FILE
     trajectories = pd.read_parquet(trajectories_path) if trajectories_path.exists() else None
-    turns = turn_summary(tokens)
-    trajs = trajectory_summary(tokens, trajectories)
+    turns = _turn_summary_from(partials)
+    trajs = _trajectory_summary_from(partials, trajectories)
     _write_table(turns, run_dir, TURN_SUMMARY_FILE)
     _write_table(trajs, run_dir, TRAJECTORY_SUMMARY_FILE)
     return turns, trajs
 
 
-def read_trajectory_summary(run_dir: str | Path) -> pd.DataFrame:
-    path = Path(run_dir) / f"{TRAJECTORY_SUMMARY_FILE}.parquet"
+def _read_summary(run_dir: str | Path, stem: str) -> pd.DataFrame:
+    path = Path(run_dir) / f"{stem}.parquet"
     if not path.exists():
         raise FileNotFoundError(f"{run_dir}: no {path.name}; run 'agentuq-nb aggregate {run_dir}' first")
     return pd.read_parquet(path)
+
+
+def read_trajectory_summary(run_dir: str | Path) -> pd.DataFrame:
+    return _read_summary(run_dir, TRAJECTORY_SUMMARY_FILE)
 
 
 def read_turn_summary(run_dir: str | Path) -> pd.DataFrame:
-    path = Path(run_dir) / f"{TURN_SUMMARY_FILE}.parquet"
-    if not path.exists():
-        raise FileNotFoundError(f"{run_dir}: no {path.name}; run 'agentuq-nb aggregate {run_dir}' first")
-    return pd.read_parquet(path)
+    return _read_summary(run_dir, TURN_SUMMARY_FILE)

@@ -1,0 +1,69 @@
+"""Notebooks: committed without outputs, and a study runs end to end under real papermill."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+
+from agentuq_nb.io.errors import InputError
+from agentuq_nb.pipeline.reproduce import load_study, run_study
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+def test_there_are_numbered_notebooks():
+    names = [nb.name for nb in NOTEBOOKS]
+    assert {"02_extract.ipynb", "03_aggregate.ipynb", "04_evaluate.ipynb"} <= set(names)
+    assert all(name[:2].isdigit() and name[2] == "_" for name in names)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_is_stripped_and_has_one_parameters_cell(path):
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [], f"{path.name}: committed with outputs"
+            assert cell.execution_count is None, f"{path.name}: committed with execution counts"
+    tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1, f"{path.name}: needs exactly one 'parameters' cell"
+    assert nb.cells[0].cell_type == "markdown", f"{path.name}: should open by saying what it computes"
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "params").glob("*.yaml")), ids=lambda p: p.name)
+def test_params_files_name_existing_notebooks(path):
+    study = load_study(path)
+    for nb, _ in study.notebooks:
+        assert (ROOT / "notebooks" / f"{nb}.ipynb").exists(), f"{path.name}: unknown notebook {nb}"
+
+
+def test_params_with_a_secret_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-fake-0123456789abcdef")
+    p = tmp_path / "leaky.yaml"
+    p.write_text(yaml.safe_dump({"notebooks": ["04_evaluate"], "parameters": {"note": "sk-fake-0123456789abcdef"}}))
+    with pytest.raises(InputError, match="API key"):
+        load_study(p)
+    p.write_text(yaml.safe_dump({"notebooks": ["04_evaluate"], "parameters": {"openai_api_key": "x"}}))
+    with pytest.raises(InputError, match="looks like a secret"):
+        load_study(p)
+
+
+def test_analysis_study_runs_under_papermill(tmp_path, synthetic_results):
+    params = tmp_path / "synthetic_study.yaml"
+    params.write_text(yaml.safe_dump({
+        "parameters": {"results": str(synthetic_results), "n_boot": 200},
+        "notebooks": ["02_extract", "03_aggregate", "04_evaluate"],
+    }))
+    run_dir = run_study(params, root=ROOT, output_root=tmp_path, log=lambda *_: None)
+    figures_dir = tmp_path / "figures" / "synthetic_study"
+    for name in ("roc", "accuracy_rejection", "uncertainty_by_outcome", "agent_turn_nll", "token_nll_by_role"):
+        assert (figures_dir / f"{name}.png").stat().st_size > 1000
+        assert (figures_dir / f"{name}.pdf").exists()
+    assert list(figures_dir.glob("token_view_task*.html"))
+    metrics = json.loads((run_dir / "eval_metrics.json").read_text())
+    assert metrics["n"] == 12 and 0.0 <= metrics["metrics"]["auroc"] <= 1.0
+    executed = nbformat.read(run_dir / "notebooks" / "04_evaluate.ipynb", as_version=4)
+    assert any(c.get("outputs") for c in executed.cells if c.cell_type == "code")
