@@ -29,18 +29,23 @@ def test_real_tau2_files_load_with_all_messages_and_rewards(tau2_files):
 def test_v1_single_file_and_directory_layouts(tmp_path, synthetic_results):
     raw = json.loads(synthetic_results.read_text())
     v1 = tmp_path / "v1.json"
-    v1.write_text(json.dumps({"format_version": "1.0", **raw}))
+    v1.write_text(json.dumps({**raw, "simulation_index": None}))  # τ²-bench ≥ 1.0 writes the key, null
     assert detect_layout(v1) == "v1"
     directory = tmp_path / "run_dir_layout"
     (directory / "simulations").mkdir(parents=True)
-    (directory / "results.json").write_text(json.dumps({k: v for k, v in raw.items() if k != "simulations"}))
+    index = [{"id": sim["id"], "task_id": sim["task_id"], "trial": 0} for sim in reversed(raw["simulations"])]
+    (directory / "results.json").write_text(json.dumps({**{k: v for k, v in raw.items() if k != "simulations"}, "simulation_index": index}))
     for sim in raw["simulations"]:
         (directory / "simulations" / f"{sim['id']}.json").write_text(json.dumps(sim))
     assert detect_layout(directory) == "dir"
+    assert [s.id for s in iter_simulations(directory)] == [e["id"] for e in index]  # index order, not file-name order
     for layout_path in (v1, directory):
         sims = list(iter_simulations(layout_path))
         assert sorted(s.id for s in sims) == sorted(s["id"] for s in raw["simulations"])
         assert load_results(layout_path).domain == "synthetic"
+    (directory / "simulations" / f"{index[0]['id']}.json").unlink()
+    with pytest.raises(InputError, match="no file in simulations/"):
+        list(iter_simulations(directory))
 
 
 @pytest.mark.parametrize(

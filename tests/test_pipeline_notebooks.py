@@ -1,10 +1,12 @@
 """Notebooks: committed without outputs, and a study runs end to end under real papermill."""
 from __future__ import annotations
 
+import ast
 import json
 from pathlib import Path
 
 import nbformat
+import papermill as pm
 import pytest
 import yaml
 
@@ -31,6 +33,11 @@ def test_notebook_is_stripped_and_has_one_parameters_cell(path):
     tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
     assert len(tagged) == 1, f"{path.name}: needs exactly one 'parameters' cell"
     assert nb.cells[0].cell_type == "markdown", f"{path.name}: should open by saying what it computes"
+    # every name assigned in the parameters cell must be one papermill can see (it silently
+    # drops lines it cannot parse, and such a parameter would never be injected)
+    assigned = {t.id for node in ast.parse(tagged[0].source).body if isinstance(node, ast.Assign) for t in node.targets}
+    assert assigned == set(pm.inspect_notebook(str(path))), f"{path.name}: papermill cannot parse some parameters"
+    assert {"run_dir", "figures_dir"} <= assigned
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "params").glob("*.yaml")), ids=lambda p: p.name)

@@ -5,8 +5,10 @@ which a metric is undefined (e.g. it drew one class only) must be *skipped and c
 turn the whole interval into NaN, and because all metrics are computed from the same
 resampled indices in one vectorized pass (see :func:`agentuq_nb.evaluation.metrics.metrics_batch`).
 
-Each resample draws n trajectory indices with replacement; the indices are sorted so that the
-resample keeps the input's relative order (AUARC's stable sort breaks ties by input order).
+Each resample draws n trajectory indices with replacement.  The data are first put in the
+metrics' canonical order (uncertainty ascending, ties by descending input position) and the
+drawn indices sorted, so every resample is already sorted and keeps the input's relative order
+within ties (AUARC's stable sort breaks ties by input order).
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import numpy as np
 
 from agentuq_nb.evaluation.metrics import (
     METRICS,
-    clean_inputs,
+    canonical_order,
     failure_labels,
     metrics_batch,
     point_metrics,
@@ -42,12 +44,18 @@ def bootstrap_samples(u: np.ndarray, r: np.ndarray, failure_threshold: float = 1
     ``u`` and ``r`` are cleaned arrays (finite, already inverted if needed); higher ``u`` = more
     likely failure.
     """
-    f = failure_labels(r, failure_threshold)
     parts: dict[str, list[np.ndarray]] = {name: [] for name in names}
     if len(u) == 0 or n_boot <= 0:
         return {name: np.full(max(n_boot, 0), np.nan) for name in names}
+    # Sort once into canonical order; sorted resample indices then give sorted rows.
+    order = canonical_order(u)
+    u, r = np.asarray(u, dtype=float)[order], np.asarray(r, dtype=float)[order]
+    f = failure_labels(r, failure_threshold)
+    values, levels = np.unique(-r, return_inverse=True)
+    levels = levels.ravel()
     for idx in resample_chunks(len(u), n_boot, seed):
-        vals = metrics_batch(u[idx], f[idx], r[idx], names)
+        vals = metrics_batch(u[idx], f[idx], r[idx], names, levels=levels[idx],
+                             n_levels=values.size, presorted=True)
         for name in names:
             parts[name].append(vals[name])
     return {name: np.concatenate(parts[name]) for name in names}

@@ -93,50 +93,26 @@ def undefined_reason(name: str, u: np.ndarray, fail: np.ndarray, reward: np.ndar
 
 
 # --------------------------------------------------------------------------- batched kernels
-# Every kernel takes U (B, n) uncertainty, F (B, n) bool failures [, R (B, n) rewards] and returns
-# (B,) values with NaN where the metric is undefined for that row.
+# Kernels work on a (B, n) batch of rows (bootstrap resamples; B = 1 for a point estimate) and
+# return (B,) values with NaN where the metric is undefined for that row.  Internally every row
+# is put in *canonical order*: uncertainty ascending, ties by descending input position, so that
+# the reversed row is exactly AUARC's ``argsort(-u, kind="stable")`` order.  Tie blocks of the
+# sorted rows then give average ranks, AUROC and the tie-averaged risk curve without more sorts.
 
-def _rank_rows(X: np.ndarray) -> np.ndarray:
-    return stats.rankdata(X, axis=1, method="average")
-
-
-def auroc_batch(U: np.ndarray, F: np.ndarray) -> np.ndarray:
-    """Row-wise AUROC via average ranks (Mann-Whitney U / (n1 n0)); NaN for one-class rows."""
-    n = U.shape[1]
-    n1 = F.sum(axis=1).astype(float)
-    n0 = n - n1
-    rank_sum = np.where(F, _rank_rows(U), 0.0).sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out = (rank_sum - n1 * (n1 + 1) / 2.0) / (n1 * n0)
-    out[(n1 == 0) | (n0 == 0)] = np.nan
-    return out
+#: reward variables with at most this many distinct values use the counting kernels for
+#: Spearman/Kendall; beyond it, scipy's rankdata / kendalltau (looped) are used.
+MAX_LEVELS = 32
 
 
-def accuracy_rejection_batch(U: np.ndarray, F: np.ndarray) -> np.ndarray:
-    """Row-wise AgentUQ accuracy-rejection curve: (B, n+1) accuracies for k = 0..n rejected."""
-    B, n = U.shape
-    order = np.argsort(-U, axis=1, kind="stable")          # most uncertain first, ties stable
-    succ = (~np.take_along_axis(F, order, axis=1)).astype(float)
-    suffix = np.cumsum(succ[:, ::-1], axis=1)[:, ::-1]    # successes among positions k..n-1
-    acc = np.empty((B, n + 1))
-    acc[:, :n] = suffix / (n - np.arange(n))
-    acc[:, n] = 1.0
-    return acc
+def canonical_order(u: np.ndarray) -> np.ndarray:
+    """Indices putting ``u`` (1-D or rows of a 2-D array) in canonical order (see above)."""
+    u = np.asarray(u, dtype=float)
+    return np.argsort(-u, axis=-1, kind="stable")[..., ::-1]
 
 
-def auarc_batch(U: np.ndarray, F: np.ndarray) -> np.ndarray:
-    """Row-wise AUARC: trapezoid of the accuracy-rejection curve over rejection rate k/n."""
-    n = U.shape[1]
-    acc = accuracy_rejection_batch(U, F)
-    return (acc[:, :-1] + acc[:, 1:]).sum(axis=1) / (2.0 * n)
-
-
-def expected_cumfail_batch(U: np.ndarray, F: np.ndarray) -> np.ndarray:
-    """(B, n): expected failures among the k lowest-uncertainty rows, k = 1..n, ties in random order."""
-    B, n = U.shape
-    order = np.argsort(U, axis=1, kind="stable")
-    Us = np.take_along_axis(U, order, axis=1)
-    C = np.cumsum(np.take_along_axis(F, order, axis=1), axis=1, dtype=float)
+def _tie_blocks(Us: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For sorted rows: first and last position of each element's block of equal values."""
+    B, n = Us.shape
     idx = np.broadcast_to(np.arange(n), (B, n))
     new_block = np.ones((B, n), dtype=bool)
     new_block[:, 1:] = Us[:, 1:] != Us[:, :-1]
@@ -144,20 +120,126 @@ def expected_cumfail_batch(U: np.ndarray, F: np.ndarray) -> np.ndarray:
     block_end[:, :-1] = new_block[:, 1:]
     start = np.maximum.accumulate(np.where(new_block, idx, 0), axis=1)
     end = np.minimum.accumulate(np.where(block_end, idx, n)[:, ::-1], axis=1)[:, ::-1]
-    c_before = np.where(start > 0, np.take_along_axis(C, np.maximum(start - 1, 0), axis=1), 0.0)
-    c_end = np.take_along_axis(C, end, axis=1)
-    return c_before + (idx - start + 1) * (c_end - c_before) / (end - start + 1)
+    return start, end
 
 
-def risk_coverage_batch(U: np.ndarray, F: np.ndarray) -> np.ndarray:
-    """(B, n): expected risk (failure rate) among the k lowest-uncertainty rows, k = 1..n."""
-    n = U.shape[1]
-    return expected_cumfail_batch(U, F) / np.arange(1, n + 1)
+class SortedBatch:
+    """A batch of rows in canonical order with its tie blocks (shared by all kernels)."""
 
+    def __init__(self, U, F, R=None, levels=None, n_levels=None, presorted=False):
+        U = np.atleast_2d(np.asarray(U, dtype=float))
+        F = np.atleast_2d(np.asarray(F)).astype(bool)
+        R = None if R is None else np.atleast_2d(np.asarray(R, dtype=float))
+        if not presorted:
+            order = canonical_order(U)
+            U = np.take_along_axis(U, order, axis=1)
+            F = np.take_along_axis(F, order, axis=1)
+            if R is not None:
+                R = np.take_along_axis(R, order, axis=1)
+            if levels is not None:
+                levels = np.take_along_axis(np.atleast_2d(levels), order, axis=1)
+        if R is not None and levels is None:
+            vals, inv = np.unique(-R, return_inverse=True)
+            levels, n_levels = inv.reshape(R.shape), vals.size
+        self.U, self.F, self.R = U, F, R
+        self.levels = None if levels is None else np.atleast_2d(levels)
+        self.n_levels = n_levels
+        self.B, self.n = U.shape
+        self.start, self.end = _tie_blocks(U)
 
-def aurc_batch(U: np.ndarray, F: np.ndarray) -> np.ndarray:
-    """Row-wise AURC = mean over k = 1..n of the (tie-averaged) risk of the k most certain."""
-    return risk_coverage_batch(U, F).mean(axis=1)
+    # ranks --------------------------------------------------------------------------------
+    def u_ranks(self) -> np.ndarray:
+        """Average (1-based) ranks of the uncertainty within each row."""
+        return (self.start + self.end) / 2.0 + 1.0
+
+    def y_ranks(self) -> np.ndarray:
+        """Average ranks of -reward within each row."""
+        if self.n_levels is not None and self.n_levels <= MAX_LEVELS:
+            L = self.levels
+            counts = np.stack([(L == lv).sum(axis=1) for lv in range(self.n_levels)], axis=1)
+            below = np.cumsum(counts, axis=1) - counts
+            return (np.take_along_axis(below, L, axis=1)
+                    + (np.take_along_axis(counts, L, axis=1) + 1) / 2.0)
+        return stats.rankdata(-self.R, axis=1, method="average")
+
+    # metrics ------------------------------------------------------------------------------
+    def auroc(self) -> np.ndarray:
+        n1 = self.F.sum(axis=1).astype(float)
+        n0 = self.n - n1
+        rank_sum = np.where(self.F, self.u_ranks(), 0.0).sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out = (rank_sum - n1 * (n1 + 1) / 2.0) / (n1 * n0)
+        out[(n1 == 0) | (n0 == 0)] = np.nan
+        return out
+
+    def accuracy_rejection(self) -> np.ndarray:
+        """(B, n+1): success rate of the retained after rejecting the k most uncertain, k = 0..n."""
+        succ = (~self.F[:, ::-1]).astype(float)             # most uncertain first (stable)
+        suffix = np.cumsum(succ[:, ::-1], axis=1)[:, ::-1]   # successes at positions k..n-1
+        acc = np.empty((self.B, self.n + 1))
+        acc[:, :self.n] = suffix / (self.n - np.arange(self.n))
+        acc[:, self.n] = 1.0
+        return acc
+
+    def auarc(self) -> np.ndarray:
+        acc = self.accuracy_rejection()
+        return (acc[:, :-1] + acc[:, 1:]).sum(axis=1) / (2.0 * self.n)
+
+    def expected_cumfail(self) -> np.ndarray:
+        """(B, n): expected failures among the k most certain (k = 1..n), ties in random order."""
+        C = np.cumsum(self.F, axis=1, dtype=float)
+        start, end = self.start, self.end
+        c_before = np.where(start > 0, np.take_along_axis(C, np.maximum(start - 1, 0), axis=1), 0.0)
+        c_end = np.take_along_axis(C, end, axis=1)
+        pos = np.arange(self.n)
+        return c_before + (pos - start + 1) * (c_end - c_before) / (end - start + 1)
+
+    def risk_coverage(self) -> np.ndarray:
+        return self.expected_cumfail() / np.arange(1, self.n + 1)
+
+    def aurc(self) -> np.ndarray:
+        return self.risk_coverage().mean(axis=1)
+
+    def prr(self, aurc: np.ndarray | None = None) -> np.ndarray:
+        aurc = self.aurc() if aurc is None else aurc
+        n_f = self.F.sum(axis=1).astype(float)
+        rnd = n_f / self.n
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out = (rnd - aurc) / (rnd - _oracle_aurc(n_f, self.n))
+        out[(n_f == 0) | (n_f == self.n)] = np.nan
+        return out
+
+    def pearson(self) -> np.ndarray:
+        return pearson_batch(self.U, -self.R)
+
+    def spearman(self) -> np.ndarray:
+        out = pearson_batch(self.u_ranks(), self.y_ranks())
+        out[(np.ptp(self.U, axis=1) == 0) | (np.ptp(self.R, axis=1) == 0)] = np.nan
+        return out
+
+    def kendall(self) -> np.ndarray:
+        """Kendall tau-b of u vs -reward: counting over reward levels, else scipy per row."""
+        if self.n_levels is None or self.n_levels > MAX_LEVELS:
+            return kendall_batch(self.U, -self.R)
+        L, start, n = self.levels, self.start, self.n
+        less = np.zeros((self.B, n))
+        greater = np.zeros((self.B, n))
+        level_counts = np.zeros((self.B, self.n_levels))
+        for lv in range(self.n_levels):
+            eq = L == lv
+            level_counts[:, lv] = eq.sum(axis=1)
+            before = np.cumsum(eq, axis=1) - eq               # positions < p with this level
+            earlier = np.take_along_axis(before, start, axis=1)  # ... in strictly lower u
+            less += np.where(lv < L, earlier, 0)
+            greater += np.where(lv > L, earlier, 0)
+        s = (less - greater).sum(axis=1)
+        n0 = n * (n - 1) / 2.0
+        n1 = (np.arange(n) - start).sum(axis=1)              # tied-in-u pairs
+        n2 = (level_counts * (level_counts - 1) / 2.0).sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out = np.clip(s / np.sqrt((n0 - n1) * (n0 - n2)), -1.0, 1.0)
+        out[(n1 == n0) | (n2 == n0)] = np.nan
+        return out
 
 
 def _oracle_aurc(n_f: np.ndarray, n: int) -> np.ndarray:
@@ -165,20 +247,6 @@ def _oracle_aurc(n_f: np.ndarray, n: int) -> np.ndarray:
     k = np.arange(1, n + 1)
     n_s = (n - np.asarray(n_f, dtype=float))[..., None]
     return (np.maximum(k - n_s, 0.0) / k).mean(axis=-1)
-
-
-def prr_batch(U: np.ndarray, F: np.ndarray, aurc: np.ndarray | None = None) -> np.ndarray:
-    """Row-wise prediction rejection ratio; NaN for one-class rows (oracle = random)."""
-    n = U.shape[1]
-    if aurc is None:
-        aurc = aurc_batch(U, F)
-    n_f = F.sum(axis=1).astype(float)
-    rnd = n_f / n
-    oracle = _oracle_aurc(n_f, n)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out = (rnd - aurc) / (rnd - oracle)
-    out[(n_f == 0) | (n_f == n)] = np.nan
-    return out
 
 
 def pearson_batch(X: np.ndarray, Y: np.ndarray) -> np.ndarray:
@@ -194,14 +262,6 @@ def pearson_batch(X: np.ndarray, Y: np.ndarray) -> np.ndarray:
     return out
 
 
-def spearman_batch(X: np.ndarray, Y: np.ndarray) -> np.ndarray:
-    """Row-wise Spearman rho (Pearson on average ranks, as scipy.stats.spearmanr)."""
-    out = pearson_batch(_rank_rows(X), _rank_rows(Y))
-    const = (np.ptp(X, axis=1) == 0) | (np.ptp(Y, axis=1) == 0)
-    out[const] = np.nan
-    return out
-
-
 def kendall_batch(X: np.ndarray, Y: np.ndarray) -> np.ndarray:
     """Row-wise Kendall tau-b via scipy.stats.kendalltau (O(n log n) per row, looped)."""
     out = np.full(X.shape[0], np.nan)
@@ -213,30 +273,57 @@ def kendall_batch(X: np.ndarray, Y: np.ndarray) -> np.ndarray:
     return out
 
 
-def metrics_batch(U: np.ndarray, F: np.ndarray, R: np.ndarray,
-                  names=METRICS) -> dict[str, np.ndarray]:
-    """All requested metrics for each row of (U, F, R); NaN marks an undefined row."""
+# Convenience wrappers on unsorted rows.
+def auroc_batch(U, F):
+    """Row-wise AUROC (Mann-Whitney with average ranks); NaN for one-class rows."""
+    return SortedBatch(U, F).auroc()
+
+
+def auarc_batch(U, F):
+    """Row-wise AgentUQ AUARC."""
+    return SortedBatch(U, F).auarc()
+
+
+def aurc_batch(U, F):
+    """Row-wise AURC (tie-averaged)."""
+    return SortedBatch(U, F).aurc()
+
+
+def prr_batch(U, F):
+    """Row-wise PRR; NaN for one-class rows."""
+    return SortedBatch(U, F).prr()
+
+
+def accuracy_rejection_batch(U, F):
+    """Row-wise AgentUQ accuracy-rejection curve, (B, n+1) for k = 0..n rejected."""
+    return SortedBatch(U, F).accuracy_rejection()
+
+
+def risk_coverage_batch(U, F):
+    """Row-wise tie-averaged risk of the k most certain, (B, n) for k = 1..n."""
+    return SortedBatch(U, F).risk_coverage()
+
+
+def metrics_batch(U, F, R, names=METRICS, levels=None, n_levels=None,
+                  presorted: bool = False) -> dict[str, np.ndarray]:
+    """All requested metrics for each row of (U, F, R); NaN marks an undefined row.
+
+    ``levels`` (integer codes of -reward, ascending) and ``presorted`` (rows already in
+    canonical order) let the bootstrap skip per-resample sorting.
+    """
+    unknown = [m for m in names if m not in METRICS]
+    if unknown:
+        raise ValueError(f"unknown metric(s) {unknown}; known: {', '.join(METRICS)}")
+    sb = SortedBatch(U, F, R, levels, n_levels, presorted)
     out: dict[str, np.ndarray] = {}
-    aurc = None
-    if "aurc" in names or "prr" in names:
-        aurc = aurc_batch(U, F)
+    aurc = sb.aurc() if ("aurc" in names or "prr" in names) else None
     for name in names:
-        if name == "auroc":
-            out[name] = auroc_batch(U, F)
-        elif name == "auarc":
-            out[name] = auarc_batch(U, F)
-        elif name == "aurc":
+        if name == "aurc":
             out[name] = aurc
         elif name == "prr":
-            out[name] = prr_batch(U, F, aurc)
-        elif name == "pearson":
-            out[name] = pearson_batch(U, -R)
-        elif name == "spearman":
-            out[name] = spearman_batch(U, -R)
-        elif name == "kendall":
-            out[name] = kendall_batch(U, -R)
+            out[name] = sb.prr(aurc)
         else:
-            raise ValueError(f"unknown metric {name!r}; known: {', '.join(METRICS)}")
+            out[name] = getattr(sb, name)()
     return out
 
 

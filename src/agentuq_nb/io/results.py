@@ -36,7 +36,9 @@ def detect_layout(path: str | Path) -> str:
             raise InputError(path, "directory has neither results.json nor simulations/ (not a τ²-bench results directory)")
         return "dir"
     header = read_header(path)
-    return "v1" if any(k in header for k in ("format_version", "schema_version", "version")) else "v0"
+    # τ²-bench ≥ 1.0 adds a simulation_index (null in single-file results); some writers name the format
+    v1_keys = ("simulation_index", "format_version", "schema_version", "version")
+    return "v1" if any(k in header for k in v1_keys) else "v0"
 
 
 def _json_error(path: Path, err: Exception) -> InputError:
@@ -125,8 +127,19 @@ def _iter_file_simulations(path: Path) -> Iterator[Simulation]:
 
 
 def _simulation_files(directory: Path) -> list[Path]:
+    """Simulation files in the order of results.json's ``simulation_index`` (else by name)."""
     sim_dir = directory / "simulations"
-    return sorted(sim_dir.glob("*.json")) if sim_dir.is_dir() else []
+    files = sorted(sim_dir.glob("*.json")) if sim_dir.is_dir() else []
+    index = read_header(directory).get("simulation_index") if (directory / "results.json").exists() else None
+    if not index:
+        return files
+    by_stem = {f.stem: f for f in files}
+    ids = [str(entry.get("id")) for entry in index if isinstance(entry, dict)]
+    missing = [i for i in ids if i not in by_stem]
+    if missing:
+        raise InputError(directory / "results.json", f"simulation_index names {len(missing)} simulation(s) with no file in simulations/, e.g. {missing[0]}")
+    extra = sorted(set(by_stem) - set(ids))
+    return [by_stem[i] for i in ids] + [by_stem[e] for e in extra]
 
 
 def iter_simulations(path: str | Path) -> Iterator[Simulation]:

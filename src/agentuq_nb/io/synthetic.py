@@ -41,7 +41,7 @@ def write_synthetic_results(
     forms: tuple[str, ...] = FORMS,
     domain: str = "synthetic",
     seed: int = 0,
-    signal: float = 0.6,
+    signal: float = 0.25,
 ) -> Path:
     """Write ``out_dir/results.json`` (+ ``out_dir/sidecars/``); returns the results path.
 

@@ -172,12 +172,15 @@ def _join_sidecar_rows(
     message_idx[use_recorded] = recorded[use_recorded]
     unmatched = message_idx < 0
     if unmatched.any():
-        # agentuq appends a trajectory's self rows in message order: fall back on num_tokens
-        self_rows = np.flatnonzero(unmatched)
-        counts = [int(_uq_logprobs_ref(sim.messages[i]).get("num_tokens") or 0) for i in messages_with_ref]
-        if sum(counts) == len(self_rows) and counts:
-            message_idx[self_rows] = np.repeat(messages_with_ref, counts)
-            warnings.add("sidecar_rows_joined_by_order", f"{results_path} simulation {sim.id}", len(self_rows))
+        # agentuq's user simulator re-stamps the user message after its rows were written, so
+        # those rows match no timestamp; rows are appended in message order, so the unmatched
+        # rows belong, in order, to the referencing messages that no row matched (num_tokens each).
+        matched = set(message_idx[~unmatched].tolist())
+        orphans = [i for i in messages_with_ref if i not in matched]
+        counts = [int(_uq_logprobs_ref(sim.messages[i]).get("num_tokens") or 0) for i in orphans]
+        if counts and sum(counts) == int(unmatched.sum()):
+            message_idx[unmatched] = np.repeat(orphans, counts)
+            warnings.add("sidecar_rows_joined_by_order", f"{results_path} simulation {sim.id}", int(unmatched.sum()))
         else:
             warnings.add(
                 "sidecar_rows_unmatched_dropped",

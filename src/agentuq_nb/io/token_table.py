@@ -85,4 +85,6 @@ def token_table_files(path: str | os.PathLike) -> list[Path]:
 def read_token_table(path: str | os.PathLike, columns: list[str] | None = None, filters=None) -> pd.DataFrame:
     """Read (some columns of) a run's token tables as one pandas DataFrame."""
     dataset = ds.dataset([str(f) for f in token_table_files(path)], schema=TOKEN_SCHEMA, format="parquet")
+    if isinstance(filters, list):  # DNF tuples as pandas/pyarrow.parquet take them
+        filters = pq.filters_to_expression(filters)
     return dataset.to_table(columns=columns, filter=filters).to_pandas()

@@ -110,11 +110,18 @@ def run_study(
     figures_dir = output_root / "figures" / study.name
     out_dir = run_dir / "notebooks"
     out_dir.mkdir(parents=True, exist_ok=True)
-    for nb, params in study.notebooks:
-        source = root / "notebooks" / (nb if nb.endswith(".ipynb") else f"{nb}.ipynb")
+    sources = [root / "notebooks" / (nb if nb.endswith(".ipynb") else f"{nb}.ipynb") for nb, _ in study.notebooks]
+    for source in sources:
         if not source.exists():
-            raise InputError(study.params_path, f"notebook '{nb}' not found in {root / 'notebooks'}")
-        parameters = {"run_dir": str(run_dir), "figures_dir": str(figures_dir), **params}
+            raise InputError(study.params_path, f"notebook '{source.stem}' not found in {root / 'notebooks'}")
+    declared = [set(pm.inspect_notebook(str(s))) for s in sources]
+    # a parameter no notebook declares is almost always a typo: say so before running anything
+    unused = sorted({k for _, params in study.notebooks for k in params} - set().union(*declared))
+    if unused:
+        raise InputError(study.params_path, f"parameter(s) {unused} are declared by none of the study's notebooks")
+    for (nb, params), source, names in zip(study.notebooks, sources, declared):
+        given = {"run_dir": str(run_dir), "figures_dir": str(figures_dir), **params}
+        parameters = {k: v for k, v in given.items() if k in names}
         started = time.perf_counter()
         log(f"[{study.name}] {source.name} …")
         pm.execute_notebook(

