@@ -34,6 +34,7 @@ from agentuq_nb.evaluation.conformal import (
 )
 from agentuq_nb.evaluation.failure_report import failure_metrics
 from agentuq_nb.evaluation.metrics import (
+    HIGHER_IS_BETTER,
     METRICS,
     UndefinedMetricError,
     auarc,
@@ -46,7 +47,7 @@ from agentuq_nb.evaluation.metrics import (
 )
 
 __all__ = [
-    "METRICS", "Leaderboard", "UndefinedMetricError", "abstention_report", "aci", "aci_stream",
+    "HIGHER_IS_BETTER", "METRICS", "Leaderboard", "UndefinedMetricError", "abstention_report", "aci", "aci_stream",
     "auarc", "auroc", "aurc", "bh", "bh_adjusted", "conformal_quantile", "correlation",
     "coverage_report", "failure_curves", "failure_labels", "failure_metrics", "leaderboard",
     "paired_bootstrap_pvalue", "percentile_ci", "pipeline_bounds", "prr",

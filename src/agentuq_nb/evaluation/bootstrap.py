@@ -15,15 +15,19 @@ from __future__ import annotations
 import numpy as np
 
 from agentuq_nb.evaluation.metrics import (
+    MAX_KENDALL_MATRIX_N,
+    MAX_LEVELS,
     METRICS,
     canonical_order,
     failure_labels,
+    kendall_weighted,
     metrics_batch,
     point_metrics,
 )
 
-#: resampled matrices are processed in chunks of at most this many elements (memory bound)
-CHUNK_ELEMENTS = 1_000_000
+#: resampled matrices are processed in chunks of about this many elements; small chunks stay in
+#: CPU cache (measured ~2x faster than 10^6-element chunks at n = 1000)
+CHUNK_ELEMENTS = 50_000
 
 
 def resample_chunks(n: int, n_boot: int, seed=0):
@@ -53,11 +57,23 @@ def bootstrap_samples(u: np.ndarray, r: np.ndarray, failure_threshold: float = 1
     f = failure_labels(r, failure_threshold)
     values, levels = np.unique(-r, return_inverse=True)
     levels = levels.ravel()
-    for idx in resample_chunks(len(u), n_boot, seed):
-        vals = metrics_batch(u[idx], f[idx], r[idx], names, levels=levels[idx],
+    n = len(u)
+    # Kendall on a many-valued reward: one matrix product per chunk instead of a scipy loop.
+    kendall_by_counts = ("kendall" in names and values.size > MAX_LEVELS
+                         and n <= MAX_KENDALL_MATRIX_N)
+    batch_names = tuple(m for m in names if not (kendall_by_counts and m == "kendall"))
+    counts: list[np.ndarray] = []
+    for idx in resample_chunks(n, n_boot, seed):
+        vals = metrics_batch(u[idx], f[idx], r[idx], batch_names, levels=levels[idx],
                              n_levels=values.size, presorted=True)
-        for name in names:
+        if kendall_by_counts:
+            rows = np.arange(idx.shape[0])[:, None] * n
+            counts.append(np.bincount((idx + rows).ravel(),
+                                      minlength=idx.shape[0] * n).reshape(-1, n))
+        for name in batch_names:
             parts[name].append(vals[name])
+    if kendall_by_counts:
+        parts["kendall"] = [kendall_weighted(u, -r, np.concatenate(counts))]
     return {name: np.concatenate(parts[name]) for name in names}
 
 

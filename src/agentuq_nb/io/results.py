@@ -36,9 +36,19 @@ def detect_layout(path: str | Path) -> str:
             raise InputError(path, "directory has neither results.json nor simulations/ (not a τ²-bench results directory)")
         return "dir"
     header = read_header(path)
-    # τ²-bench ≥ 1.0 adds a simulation_index (null in single-file results); some writers name the format
+    # τ²-bench ≥ 1.0 adds a simulation_index (null in single-file results) and a per-simulation
+    # ``mode``; some writers name the format
     v1_keys = ("simulation_index", "format_version", "schema_version", "version")
-    return "v1" if any(k in header for k in v1_keys) else "v0"
+    if any(k in header for k in v1_keys):
+        return "v1"
+    # the header read stops at the simulations; keys written after them sit in the file's tail
+    with open(path, "rb") as fh:
+        fh.seek(max(0, path.stat().st_size - 65536))
+        tail = fh.read()
+    if any(f'"{k}"'.encode() in tail for k in v1_keys[:2]):
+        return "v1"
+    first = next(_iter_file_simulations(path), None)
+    return "v1" if first is not None and "mode" in (first.model_extra or {}) else "v0"
 
 
 def _json_error(path: Path, err: Exception) -> InputError:
@@ -74,6 +84,8 @@ def read_header(path: str | Path) -> dict[str, Any]:
                 if prefix == "" and event == "map_key":
                     builder_key, builder = value, None
                     saw_simulations = saw_simulations or value == "simulations"
+                    if value == "simulations" and all(k in header for k in HEADER_KEYS):
+                        break  # the header is complete: don't walk the simulations event by event
                     continue
                 if prefix == "" and event in ("end_map",):
                     break

@@ -15,6 +15,7 @@ derived metrics (entropy, normalized entropy, …) are added by ``uq.token_metri
 from __future__ import annotations
 
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,7 +72,16 @@ class SidecarResolver:
     cache_size: int = 2
     _cache: OrderedDict = field(default_factory=OrderedDict)
 
+    _resolved: dict = field(default_factory=dict)
+
     def resolve(self, recorded: str) -> Path | None:
+        if recorded not in self._resolved:
+            self._resolved[recorded] = self._find(recorded)
+            if len(self._resolved) > 10_000:  # bounded: one entry per distinct sidecar path
+                self._resolved.clear()
+        return self._resolved[recorded]
+
+    def _find(self, recorded: str) -> Path | None:
         rec = Path(recorded)
         candidates = [rec] if rec.is_absolute() else [self.results_path.parent / rec, rec]
         if self.sidecar_dir is not None:
@@ -80,14 +90,46 @@ class SidecarResolver:
                 candidates.insert(1, self.sidecar_dir / rec)
         return next((c for c in candidates if c.is_file()), None)
 
+    _pending: dict = field(default_factory=dict)
+    _executor: ThreadPoolExecutor | None = None
+
+    def referenced_paths(self, sim: Simulation) -> list[Path]:
+        paths = (self.resolve(ref["path"]) for m in sim.messages if (ref := _uq_logprobs_ref(m)) is not None)
+        return list(dict.fromkeys(p for p in paths if p is not None))
+
+    def prefetch(self, sim: Simulation) -> None:
+        """Start parsing a coming simulation's sidecars on a worker thread (Arrow releases the GIL)."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sidecar")
+        for path in self.referenced_paths(sim):
+            key = str(path.resolve())
+            if key not in self._cache and key not in self._pending:
+                self._pending[key] = self._executor.submit(self._parse, path)
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._executor = None
+        self._pending.clear()
+
     def read(self, path: Path) -> pa.Table:
         key = str(path.resolve())
         if key in self._cache:
             self._cache.move_to_end(key)
             return self._cache[key]
+        future = self._pending.pop(key, None)
+        table = future.result() if future is not None else self._parse(path)
+        self._cache[key] = table
+        while len(self._cache) > self.cache_size:
+            self._cache.popitem(last=False)
+        return table
+
+    @staticmethod
+    def _parse(path: Path) -> pa.Table:
         try:
             table = pajson.read_json(
                 path,
+                read_options=pajson.ReadOptions(use_threads=False, block_size=1 << 24),
                 parse_options=pajson.ParseOptions(explicit_schema=SIDECAR_SCHEMA, unexpected_field_behavior="ignore"),
             )
         except pa.ArrowInvalid as err:
@@ -95,9 +137,6 @@ class SidecarResolver:
                 table = SIDECAR_SCHEMA.empty_table()
             else:
                 raise InputError(path, f"sidecar is not valid JSONL: {err}") from err
-        self._cache[key] = table
-        while len(self._cache) > self.cache_size:
-            self._cache.popitem(last=False)
         return table
 
 
@@ -159,13 +198,10 @@ def _join_sidecar_rows(
     if mask is not None:
         table = table.filter(pc.fill_null(mask, True))
     n = table.num_rows
-    message_idx = np.full(n, -1, dtype=np.int64)
-    ts_to_idx = {m.timestamp: i for i, m in enumerate(sim.messages) if m.timestamp is not None}
-    stamps = table.column("message_timestamp").to_pylist()
-    for row, stamp in enumerate(stamps):
-        idx = ts_to_idx.get(stamp)
-        if idx is not None:
-            message_idx[row] = idx
+    stamped = [(m.timestamp, i) for i, m in enumerate(sim.messages) if m.timestamp is not None]
+    positions = pc.index_in(table.column("message_timestamp"), value_set=pa.array([t for t, _ in stamped], pa.string()))
+    lookup = np.array([i for _, i in stamped] + [-1], dtype=np.int64)
+    message_idx = lookup[pc.fill_null(positions, len(stamped)).to_numpy(zero_copy_only=False)] if n else np.zeros(0, np.int64)
     recorded = table.column("message_idx").to_numpy(zero_copy_only=False)
     recorded = np.where(np.isnan(recorded.astype(float)), -1, recorded).astype(np.int64) if n else recorded
     use_recorded = (message_idx < 0) & (recorded >= 0) & (recorded < len(sim.messages))
@@ -257,6 +293,17 @@ def simulation_raw_tokens(
             parts.append(table.select(RAW_COLUMNS).cast(RAW_SCHEMA))
     if not parts:
         return RAW_SCHEMA.empty_table()
-    out = pa.concat_tables(parts)
+    out = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+    if len(parts) == 1 and _is_in_message_order(out):
+        return out
     order = pc.sort_indices(out, sort_keys=[("scorer", "ascending"), ("message_idx", "ascending"), ("token_idx", "ascending")])
     return out.take(order)
+
+
+def _is_in_message_order(table: pa.Table) -> bool:
+    """True when rows of one scorer already run message by message, token by token (the usual case)."""
+    if pc.count_distinct(table.column("scorer")).as_py() > 1:
+        return False
+    key = table.column("message_idx").to_numpy(zero_copy_only=False).astype(np.int64) * (1 << 32) + table.column(
+        "token_idx").to_numpy(zero_copy_only=False).astype(np.int64)
+    return bool(np.all(np.diff(key) > 0))

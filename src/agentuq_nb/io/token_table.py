@@ -27,7 +27,7 @@ class TokenTableWriter:
         self.row_group_rows = row_group_rows
         self._ctx = atomic_path(self.path)
         self._tmp = self._ctx.__enter__()
-        self._writer = pq.ParquetWriter(self._tmp, TOKEN_SCHEMA, compression="zstd")
+        self._writer = pq.ParquetWriter(self._tmp, TOKEN_SCHEMA, compression="snappy")
         self._buffer: list[pa.Table] = []
         self._buffered = 0
         self.num_rows = 0

@@ -6,6 +6,8 @@ one Parquet row group, not by the number of simulations or sidecar files.
 from __future__ import annotations
 
 import json
+from collections import deque
+from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -63,7 +65,7 @@ def message_records(sim: Simulation, domain: str) -> list[dict]:
     return rows
 
 
-def trajectory_record(sim: Simulation, domain: str, source_path: Path) -> dict:
+def trajectory_record(sim: Simulation, domain: str) -> dict:
     msgs = sim.messages
     return {
         "domain": domain, "task_id": str(sim.task_id), "trial": sim.trial, "seed": sim.seed,
@@ -74,6 +76,17 @@ def trajectory_record(sim: Simulation, domain: str, source_path: Path) -> dict:
         "num_tool_calls": sum(len(m.tool_calls or []) for m in msgs if m.role == "assistant"),
         "agent_chars": sum(len(m.content or "") for m in msgs if m.role == "assistant"),
     }
+
+
+def _read_ahead(sims, resolver: SidecarResolver, window: int = 4):
+    """Yield simulations in order while the next ``window`` ones' sidecars parse in the background."""
+    queue: deque = deque()
+    for sim in sims:
+        resolver.prefetch(sim)
+        queue.append(sim)
+        if len(queue) > window:
+            yield queue.popleft()
+    yield from queue
 
 
 def extract(results_path: str | Path, run_dir: str | Path, sidecar_dir: str | Path | None = None, progress: bool = False) -> ExtractReport:
@@ -87,18 +100,18 @@ def extract(results_path: str | Path, run_dir: str | Path, sidecar_dir: str | Pa
                                Path(sidecar_dir) if sidecar_dir else None)
     report = ExtractReport(run_dir)
     messages, trajectories = [], []
-    sims = iter_simulations(results_path)
+    sims = _read_ahead(iter_simulations(results_path), resolver)
     if progress:
         from tqdm.auto import tqdm
 
         sims = tqdm(sims, desc="extract", unit="sim")
     run_dir.mkdir(parents=True, exist_ok=True)
-    with TokenTableWriter(run_dir / TOKENS_FILE) as writer:
+    with TokenTableWriter(run_dir / TOKENS_FILE) as writer, closing(resolver):
         for sim in sims:
             raw = simulation_raw_tokens(sim, domain, resolver, report.warnings, models)
             writer.write(with_token_metrics(raw, f"{results_path} simulation {sim.id}", report.warnings))
             messages.extend(message_records(sim, domain))
-            trajectories.append(trajectory_record(sim, domain, results_path))
+            trajectories.append(trajectory_record(sim, domain))
             if sim.reward is None:
                 report.warnings.add("simulations_without_reward", f"{results_path} simulation {sim.id}")
             report.num_simulations += 1

