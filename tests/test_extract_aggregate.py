@@ -160,3 +160,31 @@ def test_sidecar_rows_joined_by_order_when_timestamps_differ(tmp_path, synthetic
     b = ref[ref.task_id == "0"].sort_values(key).reset_index(drop=True)
     pd.testing.assert_series_equal(a["chosen_logprob"], b["chosen_logprob"])
     assert (a["message_idx"] == b["message_idx"]).all()
+
+
+def _rows(task, scorer, role, turn, lps):
+    return [{"domain": "d", "task_id": task, "trial": 0, "seed": 1, "scorer": scorer, "role": role, "turn_idx": turn,
+             "message_idx": turn, "source": "generated" if scorer == "self" else "teacher_forced", "token_idx": i,
+             "chosen_logprob": lp, "chosen_prob": math.exp(lp), "topk_entropy": 0.1, "normalized_entropy": 0.2,
+             "full_entropy": None} for i, lp in enumerate(lps)]
+
+
+def test_observation_roles_and_total_follow_the_chain_rule():
+    from agentuq_nb.uq.aggregation import trajectory_summary
+
+    rows = (
+        _rows("a", "self", "assistant", 0, [-0.1, -0.2]) + _rows("a", "self", "user", 1, [-1.0])
+        + _rows("a", "agent_llm", "user", 1, [-2.0, -3.0]) + _rows("a", "agent_llm", "tool", 3, [-0.5])
+        + _rows("a", "self", "assistant", 2, [-0.3])
+        # trajectory b was rescored: its assistant rows come from the scorer itself
+        + _rows("b", "agent_llm", "assistant", 0, [-0.4]) + _rows("b", "agent_llm", "user", 1, [-1.5])
+    )
+    s = trajectory_summary(pd.DataFrame(rows)).set_index(["task_id", "scorer", "role"])
+    assert s.loc[("a", "agent_llm", "observation_user"), "trajectory_nll"] == pytest.approx(5.0)
+    assert s.loc[("a", "agent_llm", "observation_combined"), "trajectory_nll"] == pytest.approx(5.5)
+    assert s.loc[("a", "self", "combined"), "trajectory_nll"] == pytest.approx(1.6)  # self rows only
+    # total = the agent's own actions (self) + observations under the agent's model
+    assert s.loc[("a", "agent_llm", "total"), "trajectory_nll"] == pytest.approx(0.6 + 5.5)
+    assert s.loc[("a", "agent_llm", "total"), "total_tokens"] == 3 + 3
+    assert s.loc[("b", "agent_llm", "total"), "trajectory_nll"] == pytest.approx(0.4 + 1.5)
+    assert ("b", "agent_llm", "observation_combined") not in s.index  # one observation role only

@@ -105,6 +105,9 @@ def _trajectory_summary_from(turn_partials: pd.DataFrame, trajectories: pd.DataF
         sub = sub[n_roles > 1]
         if len(sub):
             parts.append(_merge_partials(sub.assign(role=label), ROLE_KEYS))
+    total = _total_turns(turns, is_obs)
+    if len(total):
+        parts.append(_merge_partials(total, ROLE_KEYS))
     out = _finalize(pd.concat(parts, ignore_index=True), "trajectory_nll").rename(columns={"num_tokens": "total_tokens"})
     front = ROLE_KEYS + ["total_tokens", "trajectory_nll", "avg_token_nll", "mean_topk_entropy", "mean_normalized_entropy",
                          "mean_full_entropy", "min_chosen_prob", "max_token_nll", "num_turns"]
@@ -113,6 +116,29 @@ def _trajectory_summary_from(turn_partials: pd.DataFrame, trajectories: pd.DataF
         meta = _key_dtypes(trajectories[TRAJECTORY_KEYS + [c for c in TRAJECTORY_META if c in trajectories]].copy())
         out = out.merge(meta, on=TRAJECTORY_KEYS, how="left")
     return out.sort_values(ROLE_KEYS, kind="stable", ignore_index=True)
+
+
+def _total_turns(turns: pd.DataFrame, is_obs: pd.Series) -> pd.DataFrame:
+    """Turns of the ``total`` role: action + observation (the paper's chain-rule decomposition).
+
+    −log p(trajectory) under the agent's model = NLL of its actions + NLL of the observations.
+    For each observation scorer, actions are that scorer's own assistant rows where it scored
+    them (``rescore``), else the agent's generation-time rows (scorer ``self``).
+    """
+    obs = turns[is_obs]
+    if obs.empty:
+        return obs
+    assistant = turns[turns["role"] == "assistant"]
+    parts = []
+    for scorer, obs_s in obs.groupby("scorer", sort=True):
+        observed = obs_s[TRAJECTORY_KEYS].drop_duplicates()
+        in_observed = assistant.merge(observed, on=TRAJECTORY_KEYS, how="inner")
+        own = in_observed[in_observed["scorer"] == scorer]
+        have_own = own[TRAJECTORY_KEYS].drop_duplicates()
+        self_rows = in_observed[in_observed["scorer"] == "self"].merge(have_own, on=TRAJECTORY_KEYS, how="left", indicator=True)
+        self_rows = self_rows[self_rows["_merge"] == "left_only"].drop(columns="_merge")
+        parts.append(pd.concat([obs_s, own, self_rows], ignore_index=True).assign(scorer=scorer, role="total"))
+    return pd.concat(parts, ignore_index=True)
 
 
 def turn_summary(tokens: pd.DataFrame) -> pd.DataFrame:
