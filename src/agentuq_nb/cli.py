@@ -14,7 +14,8 @@ import typer
 
 from agentuq_nb.io.errors import InputError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__.splitlines()[0])
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="agentuq-nb: uncertainty quantification for LLM agents, one command per step of a study.")
 
 
 def _fail(err: Exception) -> None:
@@ -84,6 +85,70 @@ def reproduce(params: list[Path] = typer.Argument(..., help="params YAML file(s)
         except (InputError, FileNotFoundError) as err:
             _fail(err)
         typer.echo(f"done: {run_dir}")
+
+
+@app.command()
+def simulate(
+    domain: str = typer.Option(..., "--domain", help="built-in domain, e.g. bookshop"),
+    out: Path = typer.Option(..., "--out", help="run directory: results.json, sidecars/, checkpoints/"),
+    agent_llm: Optional[str] = typer.Option(None, "--agent-llm", help="litellm model name (default: the embedded model)"),
+    user_llm: Optional[str] = typer.Option(None, "--user-llm", help="litellm model name (default: the embedded model)"),
+    num_tasks: Optional[int] = typer.Option(None, "--num-tasks", help="first N tasks of the domain"),
+    task_ids: Optional[list[str]] = typer.Option(None, "--task-ids", help="run only these task ids (repeat the option)"),
+    num_trials: int = typer.Option(1, "--num-trials"),
+    top_logprobs: int = typer.Option(5, "--top-logprobs"),
+    max_concurrency: int = typer.Option(1, "--max-concurrency", help="simulations in flight (helps remote APIs)"),
+    seed: int = typer.Option(300, "--seed"),
+    max_steps: Optional[int] = typer.Option(None, "--max-steps"),
+):
+    """Simulate agent ↔ user ↔ tools with logprob capture → RUN_DIR/results.json + sidecars/ (resumable)."""
+    from agentuq_nb.sim import run_simulations
+
+    kwargs = {k: v for k, v in dict(agent_llm=agent_llm, user_llm=user_llm, max_steps=max_steps).items() if v is not None}
+    try:
+        path = run_simulations(domain, out, task_ids=task_ids or None, num_tasks=num_tasks, num_trials=num_trials,
+                               top_logprobs=top_logprobs, max_concurrency=max_concurrency, seed=seed, **kwargs)
+    except (InputError, ValueError, KeyError) as err:
+        _fail(err)
+    typer.echo(f"results → {path}")
+
+
+@app.command("score-observations")
+def score_observations(
+    run_dir: Path = typer.Argument(..., help="run directory (its manifest or results.json names the results)"),
+    results: Optional[Path] = typer.Option(None, "--results", help="results file, if not the run's own"),
+    scorer_mode: str = typer.Option("agent_llm", "--scorer-mode", help="agent_llm | auxiliary_llm"),
+    scorer_llm: Optional[str] = typer.Option(None, "--scorer-llm", help="litellm model name (default: the embedded model)"),
+    backend: str = typer.Option("teacher_forced", "--backend", help="teacher_forced | echo | chat_replay"),
+    user_messages: bool = typer.Option(True, "--user-messages/--no-user-messages"),
+    tool_messages: bool = typer.Option(True, "--tool-messages/--no-tool-messages"),
+):
+    """Surprise of every user and tool message under a scorer → RUN_DIR/tokens.observations_<mode>.parquet."""
+    from agentuq_nb.uq.observation import score_observations as run_scoring
+
+    try:
+        report = run_scoring(run_dir, results, scorer_mode, scorer_llm, backend, user_messages, tool_messages)
+    except (InputError, ValueError, FileNotFoundError) as err:
+        _fail(err)
+    typer.echo(json.dumps(report.as_dict(), indent=2))
+
+
+@app.command()
+def rescore(
+    results: Path = typer.Argument(..., help="any τ²-bench results file or directory, with or without logprobs"),
+    out: Path = typer.Option(..., "--out", help="run directory for tokens.parquet and the manifest"),
+    scorer_llm: Optional[str] = typer.Option(None, "--scorer-llm", help="litellm model name (default: the embedded model)"),
+    scorer_mode: str = typer.Option("agent_llm", "--scorer-mode", help="agent_llm | auxiliary_llm"),
+    backend: str = typer.Option("teacher_forced", "--backend", help="teacher_forced | echo | chat_replay"),
+):
+    """Teacher-forced token rows for every message of a results file → OUT/tokens.parquet (then aggregate, evaluate)."""
+    from agentuq_nb.uq.observation import rescore as run_rescore
+
+    try:
+        report = run_rescore(results, out, scorer_llm, scorer_mode, backend)
+    except (InputError, ValueError, FileNotFoundError) as err:
+        _fail(err)
+    typer.echo(json.dumps(report.as_dict(), indent=2))
 
 
 @app.command("serve-local")

@@ -1,4 +1,36 @@
-"""placeholder during development"""
+"""The LLM layer: every model call of the toolkit, with token log-probs.
+
+* ``generate(messages, model=LOCAL_MODEL, tools=..., ...)`` — the next assistant
+  message via ``litellm.completion``, with token rows (``source="generated"``).
+* ``score(context, target, ...)`` / ``score_trajectory(messages, ...)`` — log-probs of
+  observed messages (``teacher_forced``, or ``chat_replay`` for APIs without prompt
+  log-probs).
+* ``LOCAL_MODEL`` — the embedded SmolLM2-135M-Instruct, registered as a litellm
+  provider when this package is imported; ``server.serve_local`` exposes it as an
+  OpenAI-compatible server.
+
+Module map: ``chat_format`` (rendering), ``tool_format`` (tool-call convention),
+``local_model`` (llama.cpp + numpy), ``local_provider`` (litellm provider),
+``local_scoring`` (teacher forcing, sliding window), ``remote`` (echo scoring, chat
+replay), ``client`` (the public calls), ``server``.
+"""
+from agentuq_nb.llm.client import (
+    Generation,
+    MissingLogprobsError,
+    RetryPolicy,
+    ScoredTokens,
+    generate,
+    score,
+    score_trajectory,
+)
+from agentuq_nb.llm.local_model import ContextWindowError, get_local_model
 from agentuq_nb.llm.local_provider import LOCAL_MODEL, register
+from agentuq_nb.llm.remote import JinjaChat, PromptLogprobsUnavailable
 
 register()
+
+__all__ = [
+    "LOCAL_MODEL", "Generation", "ScoredTokens", "RetryPolicy", "MissingLogprobsError",
+    "PromptLogprobsUnavailable", "ContextWindowError", "JinjaChat",
+    "generate", "score", "score_trajectory", "get_local_model",
+]

@@ -1,0 +1,277 @@
+"""The toolkit's three LLM calls: ``generate``, ``score`` and ``score_trajectory``.
+
+``generate`` always goes through ``litellm.completion`` — the embedded model is a
+litellm provider — so a study switches between ``local/smollm2-135m-instruct``,
+``openai/gpt-4.1`` and ``hosted_vllm/<model>`` by name alone. It asks for token
+log-probs, retries rate limits, timeouts and transient server errors with
+exponential backoff, and refuses a text answer that came back without log-probs
+rather than recording a turn with no uncertainty.
+
+``score`` and ``score_trajectory`` measure observed text. ``teacher_forced`` rows
+are the log-probs of the observed tokens: in-process for the local model, through
+a completions endpoint with ``echo`` for remote ones (``remote``). ``chat_replay``
+rows are the log-probs of the scorer's own continuation. Every row says which
+(``source``), and the two are never mixed in one result.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import litellm
+
+from agentuq_nb.llm.chat_format import SMOLLM2_CHAT, normalize_message, normalize_tool_call, to_openai_message
+from agentuq_nb.llm.local_provider import LOCAL_MODEL, PROVIDER, TokenLogprob
+from agentuq_nb.llm.local_scoring import score_segments
+from agentuq_nb.llm.remote import JinjaChat, echo_score, render_for_remote, replay_messages
+from agentuq_nb.records.tokens import make_token_row
+
+BACKENDS = ("teacher_forced", "chat_replay")
+RETRYABLE = (
+    litellm.RateLimitError,
+    litellm.Timeout,
+    litellm.APIConnectionError,
+    litellm.ServiceUnavailableError,
+    litellm.InternalServerError,
+)
+
+
+class MissingLogprobsError(RuntimeError):
+    """A model answered without the token log-probs the toolkit asked for."""
+
+
+@dataclass
+class Generation:
+    """One generated message with its token rows (``source="generated"``)."""
+
+    message: dict  # τ² style: role, content, tool_calls [{id, name, arguments, requestor}] | None
+    tokens: list[dict]
+    usage: dict
+    cost: float | None
+    raw: dict  # the OpenAI choice without logprobs (τ² raw_data)
+    model: str
+    finish_reason: str | None
+
+
+class ScoredTokens(list):
+    """Token rows of a scored conversation; ``truncations`` counts sliding-window cuts."""
+
+    def __init__(self, rows: list[dict] = (), truncations: int = 0):
+        super().__init__(rows)
+        self.truncations = truncations
+
+
+@dataclass
+class RetryPolicy:
+    max_retries: int = 5
+    initial_delay: float = 1.0
+    max_delay: float = 60.0
+    retry_on: tuple = field(default=RETRYABLE)
+
+    def delay(self, attempt: int) -> float:
+        return min(self.max_delay, self.initial_delay * 2 ** attempt)
+
+
+# ----------------------------------------------------------------------------- generate
+
+def generate(
+    messages: list,
+    model: str = LOCAL_MODEL,
+    tools: list[dict] | None = None,
+    tool_choice: Any = None,
+    top_logprobs: int = 5,
+    temperature: float = 0.0,
+    seed: int | None = None,
+    max_tokens: int = 256,
+    retry: RetryPolicy | None = None,
+    **kwargs: Any,
+) -> Generation:
+    """The model's next assistant message, with a token row per generated token.
+
+    ``messages`` are OpenAI- or τ²-shaped dicts (system/user/assistant/tool); extra
+    ``kwargs`` go to ``litellm.completion`` (``api_base``, ``api_key``, ...).
+    """
+    request: dict[str, Any] = dict(
+        model=model, messages=[to_openai_message(m) for m in messages], temperature=temperature,
+        max_tokens=max_tokens, logprobs=True, top_logprobs=top_logprobs, **kwargs)
+    if seed is not None:
+        request["seed"] = seed
+    if tools:
+        request["tools"] = [t if "function" in t else {"type": "function", "function": t} for t in tools]
+        if tool_choice is not None:
+            request["tool_choice"] = tool_choice
+    response = completion_with_retries(request, retry or RetryPolicy())
+    choice = response.choices[0]
+    message = _tau2_message(choice.message)
+    entries = _logprob_entries(choice)
+    if message["content"] and not entries:
+        raise MissingLogprobsError(
+            f"{model} returned no token log-probs although the request set logprobs=True, "
+            f"top_logprobs={top_logprobs}. Use a model/server that serves logprobs (vLLM: start it with "
+            f"--max-logprobs >= {top_logprobs}; OpenAI: a non-reasoning model) or check that the provider "
+            "does not drop the 'logprobs' parameter (litellm.drop_params).")
+    rows = [_row(e, i, role="assistant", model=model, scorer="self", source="generated")
+            for i, e in enumerate(entries)]
+    raw = choice.model_dump()
+    raw.pop("logprobs", None)
+    usage = response.usage.model_dump() if getattr(response, "usage", None) else {}
+    return Generation(message, rows, {k: v for k, v in usage.items() if v is not None}, _cost(response),
+                      raw, model, choice.finish_reason)
+
+
+def completion_with_retries(request: dict, retry: RetryPolicy):
+    for attempt in range(retry.max_retries + 1):
+        try:
+            return litellm.completion(**request)
+        except retry.retry_on:
+            if attempt == retry.max_retries:
+                raise
+            time.sleep(retry.delay(attempt))
+    raise AssertionError("unreachable")
+
+
+def _tau2_message(message: Any) -> dict:
+    calls = getattr(message, "tool_calls", None)
+    return {
+        "role": "assistant",
+        "content": message.content,
+        "tool_calls": [normalize_tool_call(c) for c in calls] if calls else None,
+    }
+
+
+def _logprob_entries(choice: Any) -> list[Any]:
+    logprobs = getattr(choice, "logprobs", None)
+    if logprobs is None:
+        return []
+    content = logprobs.get("content") if isinstance(logprobs, dict) else getattr(logprobs, "content", None)
+    return list(content or [])
+
+
+def _field(entry: Any, name: str, default: Any = None) -> Any:
+    if isinstance(entry, dict):
+        return entry.get(name, default)
+    return getattr(entry, name, default)
+
+
+def _row(entry: Any, token_idx: int, **keys: Any) -> dict:
+    """A token row from an OpenAI logprob entry or a ``TokenLogprob``."""
+    if isinstance(entry, TokenLogprob):
+        tops = [(tok, lp) for tok, _, lp in entry.top]
+        token, logprob, full_entropy = entry.token, entry.logprob, entry.full_entropy
+    else:
+        tops = [(_field(t, "token"), _field(t, "logprob")) for t in (_field(entry, "top_logprobs") or [])]
+        token, logprob, full_entropy = _field(entry, "token"), _field(entry, "logprob"), _field(entry, "full_entropy")
+    return make_token_row(token, logprob, [t for t, _ in tops], [lp for _, lp in tops],
+                          full_entropy=full_entropy, token_idx=token_idx, **keys)
+
+
+def _cost(response: Any) -> float | None:
+    cost = (getattr(response, "_hidden_params", None) or {}).get("response_cost")
+    if cost is not None:
+        return float(cost)
+    try:
+        return float(litellm.completion_cost(completion_response=response))
+    except Exception:  # litellm has no price for this model
+        return None
+
+
+# ----------------------------------------------------------------------------- score
+
+def score(
+    context_messages: list,
+    target_message: Any,
+    model: str = LOCAL_MODEL,
+    system: str | None = None,
+    backend: str = "teacher_forced",
+    tools: list[dict] | None = None,
+    top_logprobs: int = 5,
+    scorer: str | None = None,
+    chat_template: str | JinjaChat | None = None,
+    **request: Any,
+) -> list[dict]:
+    """Token rows of ``target_message`` given the context (``message_idx = len(context)``).
+
+    ``tools`` must be the tools the conversation was generated with, or the prompt
+    differs from generation time. ``chat_template`` (remote models only) is the
+    model's Jinja template if it is not ChatML; ``request`` goes to litellm.
+    """
+    _check_backend(backend)
+    context = list(context_messages)
+    target = normalize_message(target_message)
+    if target["role"] == "system":
+        raise ValueError("system messages are not scored")
+    idx = len(context)
+    keys = dict(model=model, scorer=scorer or model, source=backend)
+    if backend == "chat_replay":
+        return _chat_replay(context, target["role"], idx, system, top_logprobs, keys, request)
+    scored, _ = _teacher_forced(context + [target], model, system, tools, top_logprobs, {idx},
+                                chat_template, request)
+    return _rows(scored, [target], keys, offset=idx)
+
+
+def score_trajectory(
+    messages: list,
+    model: str = LOCAL_MODEL,
+    system: str | None = None,
+    backend: str = "teacher_forced",
+    tools: list[dict] | None = None,
+    top_logprobs: int = 5,
+    scorer: str | None = None,
+    chat_template: str | JinjaChat | None = None,
+    **request: Any,
+) -> ScoredTokens:
+    """Token rows of every non-system message, each conditioned on everything before it.
+
+    Teacher-forced scoring is one left-to-right pass (one request for remote models);
+    beyond the local context window a sliding window keeps the system prompt (see
+    ``local_scoring``) and ``result.truncations`` counts the cuts. ``chat_replay`` has
+    no one-pass form and replays each message separately.
+    """
+    _check_backend(backend)
+    msgs = [normalize_message(m) for m in messages]
+    keys = dict(model=model, scorer=scorer or model, source=backend)
+    if backend == "chat_replay":
+        rows: list[dict] = []
+        for i, msg in enumerate(msgs):
+            if msg["role"] != "system":
+                rows.extend(_chat_replay(msgs[:i], msg["role"], i, system, top_logprobs, keys, request))
+        return ScoredTokens(rows)
+    scored, truncations = _teacher_forced(msgs, model, system, tools, top_logprobs, None, chat_template, request)
+    return ScoredTokens(_rows(scored, msgs, keys, offset=0), truncations)
+
+
+def _check_backend(backend: str) -> None:
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+
+
+def _is_local(model: str) -> bool:
+    return model.split("/", 1)[0] == PROVIDER
+
+
+def _teacher_forced(msgs, model, system, tools, k, score_messages, chat_template, request):
+    if _is_local(model):
+        if chat_template is not None or request:
+            raise ValueError(f"{model} is scored in-process; chat_template/request options do not apply")
+        result = score_segments(SMOLLM2_CHAT.render(msgs, system=system, tools=tools), k,
+                                score_messages=score_messages)
+        return result.tokens, result.truncations
+    segments = render_for_remote(msgs, system, tools, chat_template)
+    return echo_score(segments, model, k, score_messages=score_messages, **request), 0
+
+
+def _rows(scored: dict[int, list[TokenLogprob]], msgs: list[dict], keys: dict, offset: int) -> list[dict]:
+    rows = []
+    for j, msg in enumerate(msgs):
+        idx = j + offset
+        for t, entry in enumerate(scored.get(idx, [])):
+            rows.append(_row(entry, t, role=msg["role"], message_idx=idx, **keys))
+    return rows
+
+
+def _chat_replay(context, role, idx, system, k, keys, request) -> list[dict]:
+    gen = generate(replay_messages(context, role, system), model=keys["model"], top_logprobs=k, **request)
+    for row in gen.tokens:
+        row.update(keys, role=role, message_idx=idx)
+    return gen.tokens

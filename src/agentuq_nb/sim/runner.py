@@ -1,0 +1,331 @@
+"""Run a domain's tasks × trials and write a τ²-bench v0 results file plus agentuq sidecars.
+
+Layout of ``out_dir``::
+
+    results.json                 τ²-bench v0: timestamp, info, tasks, simulations (task order)
+    sidecars/logprobs_{domain}_{task_id}_trial{t}_seed{s}.jsonl   token rows per simulation
+    checkpoints/{task_id}_trial{t}.json                           one finished simulation each
+    run_config.json              the parameters the checkpoints were made with
+
+Resumable: each finished simulation writes its sidecar, then its checkpoint, both
+atomically. A run killed at any moment and started again with the same parameters
+skips every checkpointed simulation and redoes only unfinished ones (a sidecar
+without a checkpoint is simply overwritten), so nothing is lost or duplicated;
+``results.json`` is assembled atomically from the checkpoints at the end.
+
+Seeds per trial follow τ²-bench: ``random.seed(seed)`` then one
+``randint(0, 1_000_000)`` per trial (seed 300 → 626729 for trial 0).
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import random
+import re
+import sys
+import threading
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from agentuq_nb.io.atomic import atomic_write_json
+from agentuq_nb.io.sidecars import sidecar_name, write_sidecar
+from agentuq_nb.records.tokens import SCHEMA_VERSION
+from agentuq_nb.sim.agent import AGENT_INSTRUCTION, LLMAgent
+from agentuq_nb.sim.domain import Domain, list_domains, load_domain
+from agentuq_nb.sim.orchestrator import Orchestrator, SimulationInterrupted
+from agentuq_nb.sim.user_simulator import DEFAULT_DEMO, GLOBAL_USER_SIM_GUIDELINES, UserSimulator
+
+LOCAL_MODEL = "local/smollm2-135m-instruct"  # = agentuq_nb.llm.LOCAL_MODEL (kept here so importing sim is cheap)
+DEFAULT_MAX_STEPS = 16
+DEFAULT_MAX_ERRORS = 5
+DEFAULT_AGENT_MAX_TOKENS = 96
+DEFAULT_USER_MAX_TOKENS = 40
+RESULTS_NAME = "results.json"
+SIDECAR_DIR = "sidecars"
+CHECKPOINT_DIR = "checkpoints"
+RUN_CONFIG_NAME = "run_config.json"
+
+_SENSITIVE = re.compile(r"key|secret|token|password|passwd|auth|credential|header|cookie", re.I)
+
+__all__ = ["run_simulations", "list_domains", "load_domain", "trial_seeds", "RunConfigMismatch"]
+
+
+class RunConfigMismatch(ValueError):
+    """``out_dir`` holds checkpoints made with other parameters."""
+
+
+def trial_seeds(seed: int, num_trials: int) -> list[int]:
+    """τ²-bench's per-trial seeds."""
+    rng = random.Random(seed)
+    return [rng.randint(0, 1_000_000) for _ in range(num_trials)]
+
+
+def _safe_component(value: Any) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(value))
+
+
+def checkpoint_name(task_id: str, trial: int) -> str:
+    return f"{_safe_component(task_id)}_trial{trial}.json"
+
+
+def safe_llm_args(args: dict[str, Any] | None) -> dict[str, Any]:
+    """LLM arguments fit to be recorded: no key/secret/token-like names, no value of a secret env var."""
+    secrets = {v for k, v in os.environ.items() if _SENSITIVE.search(k) and v and len(v) >= 8}
+    out = {}
+    for key, value in (args or {}).items():
+        if _SENSITIVE.search(str(key)):
+            continue
+        text = json.dumps(value, default=str)
+        if any(s in text for s in secrets):
+            continue
+        if isinstance(value, str) and re.search(r"//[^/@\s]+:[^/@\s]+@", value):  # user:password@host
+            value = re.sub(r"//[^/@\s]+:[^/@\s]+@", "//***@", value)
+        out[key] = value
+    return out
+
+
+def _git_commit() -> str:
+    """The commit of the agentuq_nb checkout, if it is one (read from .git, no subprocess)."""
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        head = parent / ".git" / "HEAD"
+        if head.is_file():
+            try:
+                ref = head.read_text().strip()
+                if ref.startswith("ref: "):
+                    ref_file = parent / ".git" / ref[5:]
+                    return ref_file.read_text().strip() if ref_file.is_file() else "unknown"
+                return ref
+            except OSError:
+                return "unknown"
+    return "unknown"
+
+
+def _run_config(domain: Domain, agent: LLMAgent, user: UserSimulator, seed: int, num_trials: int,
+                max_steps: int, max_errors: int) -> dict[str, Any]:
+    """What determines a simulation's content; checkpoints are only reused under the same config."""
+    return {
+        "domain": domain.name,
+        "agent_llm": agent.llm,
+        "user_llm": user.llm,
+        "agent_llm_args": {"temperature": agent.temperature, "max_tokens": agent.max_tokens,
+                           "top_logprobs": agent.top_logprobs, **safe_llm_args(agent.llm_args)},
+        "user_llm_args": {"temperature": user.temperature, "max_tokens": user.max_tokens,
+                          "top_logprobs": user.top_logprobs, **safe_llm_args(user.llm_args)},
+        "seed": seed,
+        "num_trials": num_trials,
+        "max_steps": max_steps,
+        "max_errors": max_errors,
+        "agent_system_prompt": agent.system_prompt,
+        "user_guidelines": user.guidelines,
+        "user_demo": [list(x) for x in user.demo],
+    }
+
+
+def _check_run_config(out_dir: Path, config: dict[str, Any]) -> None:
+    path = out_dir / RUN_CONFIG_NAME
+    if path.is_file():
+        try:
+            old = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError:
+            old = None
+        if old is not None and old != config:
+            diff = sorted(k for k in set(old) | set(config) if old.get(k) != config.get(k))
+            raise RunConfigMismatch(
+                f"{out_dir} holds a run made with other parameters ({', '.join(diff)} differ); "
+                f"its checkpoints would be mixed with new simulations. Use another output directory "
+                f"or delete {out_dir / CHECKPOINT_DIR} and {path}."
+            )
+        if old is not None:
+            return
+    atomic_write_json(path, config)
+
+
+def _info(domain: Domain, agent: LLMAgent, user: UserSimulator, config: dict[str, Any], top_logprobs: int) -> dict:
+    return {
+        "git_commit": _git_commit(),
+        "num_trials": config["num_trials"],
+        "max_steps": config["max_steps"],
+        "max_errors": config["max_errors"],
+        "user_info": {
+            "implementation": "user_simulator",
+            "llm": user.llm,
+            "llm_args": config["user_llm_args"],
+            "global_simulation_guidelines": user.guidelines,
+            "demo": [{"role": r, "content": c} for r, c in user.demo],
+        },
+        "agent_info": {
+            "implementation": "llm_agent",
+            "llm": agent.llm,
+            "llm_args": config["agent_llm_args"],
+            "instructions": agent.instructions,
+        },
+        "environment_info": {
+            "domain_name": domain.name,
+            "policy": domain.policy,
+            "tool_defs": {t["function"]["name"]: t for t in domain.tool_schemas()},
+        },
+        "seed": config["seed"],
+        "uq_logprobs": {
+            "enabled": True,
+            "format": "jsonl",
+            "sidecar_dir": SIDECAR_DIR,
+            "top_logprobs": top_logprobs,
+            "schema_version": SCHEMA_VERSION,
+        },
+    }
+
+
+def _load_checkpoint(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None  # unreadable: treat as not done (writes are atomic, so this means foreign damage)
+    return data if isinstance(data, dict) and "simulation" in data else None
+
+
+def run_simulations(
+    domain: str | Domain,
+    out_dir: str | os.PathLike,
+    agent_llm: str = LOCAL_MODEL,
+    user_llm: str = LOCAL_MODEL,
+    task_ids: list[str] | None = None,
+    num_tasks: int | None = None,
+    num_trials: int = 1,
+    top_logprobs: int = 5,
+    max_concurrency: int = 1,
+    seed: int = 300,
+    max_steps: int = DEFAULT_MAX_STEPS,
+    max_errors: int = DEFAULT_MAX_ERRORS,
+    retries: int = 3,
+    progress: bool = True,
+    agent_max_tokens: int = DEFAULT_AGENT_MAX_TOKENS,
+    user_max_tokens: int = DEFAULT_USER_MAX_TOKENS,
+    temperature: float = 0.0,
+    agent_llm_args: dict[str, Any] | None = None,
+    user_llm_args: dict[str, Any] | None = None,
+    user_demo: tuple[tuple[str, str], ...] | None = None,
+) -> Path:
+    """Simulate ``num_trials`` trials of the selected tasks; return the path of ``results.json``.
+
+    ``task_ids`` (in the given order) or the first ``num_tasks`` tasks of the domain; all
+    tasks when neither is given. ``agent_llm_args`` / ``user_llm_args`` go to
+    ``llm.generate`` (e.g. ``api_base``); key-like entries are never recorded. Rerunning
+    with the same ``out_dir`` and parameters resumes; other parameters raise
+    :class:`RunConfigMismatch`.
+    """
+    domain = load_domain(domain) if not isinstance(domain, Domain) else domain
+    tasks = domain.select_tasks(task_ids, num_tasks)
+    if num_trials < 1:
+        raise ValueError(f"num_trials must be >= 1, got {num_trials}")
+    if max_concurrency < 1:
+        raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
+    out_dir = Path(out_dir)
+    (out_dir / SIDECAR_DIR).mkdir(parents=True, exist_ok=True)
+    (out_dir / CHECKPOINT_DIR).mkdir(parents=True, exist_ok=True)
+
+    from agentuq_nb import llm  # the LLM layer registers the local provider on import
+
+    retry = llm.RetryPolicy(max_retries=retries)
+    agent_proto = LLMAgent(llm=agent_llm, policy=domain.policy, tools=domain.tool_schemas(),
+                           instructions=AGENT_INSTRUCTION, max_tokens=agent_max_tokens, temperature=temperature,
+                           top_logprobs=top_logprobs, llm_args=dict(agent_llm_args or {}))
+    demo = DEFAULT_DEMO if user_demo is None else tuple(tuple(x) for x in user_demo)
+    user_proto = UserSimulator(llm=user_llm, scenario=None, guidelines=GLOBAL_USER_SIM_GUIDELINES, demo=demo,
+                               max_tokens=user_max_tokens, temperature=temperature, top_logprobs=top_logprobs,
+                               llm_args=dict(user_llm_args or {}))
+    config = _run_config(domain, agent_proto, user_proto, seed, num_trials, max_steps, max_errors)
+    _check_run_config(out_dir, config)
+    seeds = trial_seeds(seed, num_trials)
+
+    jobs = [(task, trial) for task in tasks for trial in range(num_trials)]
+    ckpt_path = {(str(t["id"]), k): out_dir / CHECKPOINT_DIR / checkpoint_name(str(t["id"]), k) for t, k in jobs}
+    pending = [(t, k) for t, k in jobs if _load_checkpoint(ckpt_path[(str(t["id"]), k)]) is None]
+    stop_event = threading.Event()
+
+    def run_one(task: dict[str, Any], trial: int) -> None:
+        task_id = str(task["id"])
+        trial_seed = seeds[trial]
+        sidecar = sidecar_name(domain.name, task_id, trial, trial_seed)
+        rel = f"{SIDECAR_DIR}/{sidecar}"
+        user = UserSimulator(llm=user_llm, scenario=task.get("user_scenario"), guidelines=user_proto.guidelines,
+                             demo=user_proto.demo, max_tokens=user_max_tokens, temperature=temperature,
+                             top_logprobs=top_logprobs, llm_args=user_proto.llm_args)
+        orch = Orchestrator(domain, task, agent_proto, user, trial=trial, seed=trial_seed, max_steps=max_steps,
+                            max_errors=max_errors, sidecar_path=rel, retry=retry, stop_event=stop_event)
+        result = orch.run()
+        write_sidecar(out_dir / rel, result.token_rows)  # the sidecar first: a checkpoint implies its rows
+        atomic_write_json(ckpt_path[(task_id, trial)], {"simulation": result.simulation})
+
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(jobs), initial=len(jobs) - len(pending), desc=f"simulate {domain.name}",
+                   unit="sim", file=sys.stderr)
+    try:
+        if max_concurrency == 1:
+            for task, trial in pending:
+                if bar is not None:
+                    bar.set_postfix_str(f"task {task['id']} trial {trial}")
+                run_one(task, trial)
+                if bar is not None:
+                    bar.update(1)
+        else:
+            with ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix="sim") as pool:
+                futures: dict[Future, tuple] = {pool.submit(run_one, t, k): (t, k) for t, k in pending}
+                try:
+                    remaining = set(futures)
+                    while remaining:
+                        done, remaining = wait(remaining, timeout=0.5, return_when=FIRST_COMPLETED)
+                        for fut in done:
+                            fut.result()  # re-raise a simulation's error here
+                            if bar is not None:
+                                bar.update(1)
+                except BaseException:
+                    stop_event.set()
+                    for fut in futures:
+                        fut.cancel()
+                    raise
+    except (KeyboardInterrupt, SimulationInterrupted):
+        stop_event.set()
+        done_now = sum(1 for p in ckpt_path.values() if p.is_file())
+        print(
+            f"\nInterrupted: {done_now} of {len(jobs)} simulations are checkpointed in {out_dir / CHECKPOINT_DIR}. "
+            f"Run the same command again to finish the remaining {len(jobs) - done_now}.",
+            file=sys.stderr,
+        )
+        raise KeyboardInterrupt from None
+    finally:
+        if bar is not None:
+            bar.close()
+
+    return assemble_results(out_dir, domain, tasks, num_trials, agent_proto, user_proto, config, top_logprobs)
+
+
+def assemble_results(out_dir: Path, domain: Domain, tasks: list[dict[str, Any]], num_trials: int,
+                     agent: LLMAgent, user: UserSimulator, config: dict[str, Any], top_logprobs: int) -> Path:
+    """Write ``results.json`` (atomically) from the checkpoints, in task order then trial order."""
+    simulations = []
+    missing = []
+    for task in tasks:
+        for trial in range(num_trials):
+            data = _load_checkpoint(out_dir / CHECKPOINT_DIR / checkpoint_name(str(task["id"]), trial))
+            if data is None:
+                missing.append(f"{task['id']}/trial{trial}")
+            else:
+                simulations.append(data["simulation"])
+    if missing:
+        raise RuntimeError(f"simulations missing from {out_dir / CHECKPOINT_DIR}: {', '.join(missing)}")
+    results = {
+        "timestamp": datetime.now().isoformat(),
+        "info": _info(domain, agent, user, config, top_logprobs),
+        "tasks": [copy.deepcopy(t) for t in tasks],
+        "simulations": simulations,
+    }
+    path = out_dir / RESULTS_NAME
+    atomic_write_json(path, results)
+    return path

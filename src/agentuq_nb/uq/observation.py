@@ -1,0 +1,274 @@
+"""Observation uncertainty and replay scoring: teacher-forced log-probs of *observed* text.
+
+* ``score_observations`` — how surprising each user message and tool result is under a scorer:
+  ``agent_llm`` (the agent's model with the agent's own system prompt: instructions + policy) or
+  ``auxiliary_llm`` (an impartial observer prompted to predict the next observation, with the
+  policy as domain knowledge). Rows get role ``user``/``tool`` and ``scorer`` = the mode, and
+  aggregate into AgentUQ's ``observation_user`` / ``observation_tool`` / ``observation_combined``.
+* ``rescore`` — rows for *every* message (assistant actions, tool calls as their serialized
+  JSON, observations) of any τ²-bench results file, with or without log-probs of its own, so
+  that ``aggregate`` and ``evaluate`` work on any recorded run.
+
+AgentUQ's code scores observations with ``chat_replay``: the log-probs of the scorer's own
+continuation, not of the observed text. Here the default is teacher forcing (one left-to-right
+pass per trajectory through ``llm.score_trajectory``); ``chat_replay`` remains available,
+labelled as such in ``source`` and written to its own table so it is never mixed in silently.
+
+Both are resumable: each scored trajectory is checkpointed atomically and skipped on a rerun.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from agentuq_nb.io.atomic import atomic_write_json, atomic_write_with
+from agentuq_nb.io.errors import InputError, InputWarnings
+from agentuq_nb.io.results import iter_simulations, read_header
+from agentuq_nb.io.sidecars import sidecar_name
+from agentuq_nb.io.token_sources import RAW_COLUMNS, RAW_SCHEMA
+from agentuq_nb.io.token_table import TOKENS_FILE, TokenTableWriter
+from agentuq_nb.records import Results, Simulation
+from agentuq_nb.uq.extract import MANIFEST_FILE, MESSAGES_FILE, TRAJECTORIES_FILE, message_records, trajectory_record
+from agentuq_nb.uq.token_metrics import with_token_metrics
+
+SCORER_MODES = ("agent_llm", "auxiliary_llm")
+BACKENDS = {"teacher_forced": "teacher_forced", "echo": "teacher_forced", "chat_replay": "chat_replay"}
+
+# τ²-bench's agent system prompt (its LLMAgent), used when a results file does not record the
+# prompt its agent actually saw.
+TAU2_AGENT_INSTRUCTIONS = (
+    "You are a customer service agent that helps the user according to the <policy> provided below.\n"
+    "In each turn you can either:\n- Send a message to the user.\n- Make a tool call.\n"
+    "You cannot do both at the same time.\n\n"
+    "Try to be helpful and always follow the policy. Always make sure you generate valid JSON only."
+)
+OBSERVER_INSTRUCTIONS = (
+    "You are an impartial observer of a customer-service conversation between an AI agent, a human "
+    "user, and the tools the agent calls. You do not take part. At each point, predict the next "
+    "observation exactly as it will appear: either the user's next message or the result the tool "
+    "returns for the agent's last call. Use the domain knowledge below to judge what is plausible."
+)
+
+
+def agent_system_prompt(info: dict) -> str:
+    """The agent's system prompt: as recorded by our simulator, else τ²-bench's with the policy."""
+    agent = info.get("agent_info") or {}
+    if agent.get("system_prompt"):
+        return str(agent["system_prompt"])
+    policy = (info.get("environment_info") or {}).get("policy") or ""
+    return f"<instructions>\n{TAU2_AGENT_INSTRUCTIONS}\n</instructions>\n<policy>\n{policy}\n</policy>"
+
+
+def observer_system_prompt(info: dict) -> str:
+    policy = (info.get("environment_info") or {}).get("policy") or ""
+    return f"{OBSERVER_INSTRUCTIONS}\n\n<domain_knowledge>\n{policy}\n</domain_knowledge>"
+
+
+def scorer_system_prompt(mode: str, info: dict) -> str:
+    if mode not in SCORER_MODES:
+        raise ValueError(f"unknown scorer mode '{mode}'; use one of {SCORER_MODES}")
+    return agent_system_prompt(info) if mode == "agent_llm" else observer_system_prompt(info)
+
+
+def conversation(sim: Simulation) -> list[dict]:
+    """The trajectory as τ²-style message dicts, as the LLM layer renders them."""
+    out = []
+    for m in sim.messages:
+        msg = {"role": m.role, "content": m.content}
+        if m.tool_calls:
+            msg["tool_calls"] = [tc.model_dump(include={"id", "name", "arguments", "requestor"}) for tc in m.tool_calls]
+        if m.role == "tool":
+            msg["id"] = m.id
+        out.append(msg)
+    return out
+
+
+def _check_trajectory(sim: Simulation, where: str, warnings: InputWarnings) -> None:
+    answered = {m.id for m in sim.messages if m.role == "tool"}
+    for m in sim.messages:
+        if m.role != "tool" and not (m.content or "").strip() and not m.tool_calls:
+            warnings.add("messages_without_content", f"{where} message {m.turn_idx}")
+        for call in m.tool_calls or []:
+            if call.id not in answered:
+                warnings.add("tool_calls_without_results", f"{where} call {call.name} ({call.id})")
+
+
+@dataclass
+class ScoringReport:
+    run_dir: Path
+    scored: int = 0
+    skipped: int = 0
+    num_tokens: int = 0
+    truncations: int = 0
+    truncated_trajectories: int = 0
+    warnings: InputWarnings = field(default_factory=InputWarnings)
+
+    def as_dict(self) -> dict:
+        return {"scored": self.scored, "skipped_already_scored": self.skipped, "num_tokens": self.num_tokens,
+                "sliding_window_truncations": self.truncations,
+                "truncated_trajectories": self.truncated_trajectories, "warnings": self.warnings.as_dict()}
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)
+
+
+def _rows_table(rows: list[dict], sim: Simulation, domain: str, roles: set[str], mode: str) -> pa.Table:
+    keys = {"domain": domain, "task_id": str(sim.task_id), "trial": sim.trial, "seed": sim.seed}
+    kept = [r for r in rows if r["role"] in roles]
+    cols = {name: [] for name in RAW_COLUMNS}
+    for r in kept:
+        msg = sim.messages[r["message_idx"]]
+        full = {**r, **keys, "scorer": mode, "message_timestamp": msg.timestamp,
+                "turn_idx": msg.turn_idx if msg.turn_idx is not None else r["message_idx"]}
+        for name in RAW_COLUMNS:
+            cols[name].append(full.get(name))
+    return pa.table(cols, schema=RAW_SCHEMA)
+
+
+def _score_results(results_path: Path, checkpoint_dir: Path, mode: str, model: str, backend: str,
+                   roles: set[str], top_logprobs: int, progress: bool, report: ScoringReport) -> None:
+    """Score every simulation into ``checkpoint_dir/<trajectory>.parquet``, skipping done ones."""
+    from agentuq_nb import llm
+
+    header = read_header(results_path)
+    info = header.get("info") or {}
+    domain = Results.model_validate({"info": info}).domain
+    system = scorer_system_prompt(mode, info)
+    source = BACKENDS[backend]
+    sims = iter_simulations(results_path)
+    if progress:
+        from tqdm.auto import tqdm
+
+        sims = tqdm(sims, desc=f"score {mode}", unit="traj")
+    for sim in sims:
+        out = checkpoint_dir / (sidecar_name(domain, sim.task_id, sim.trial, sim.seed)[:-len(".jsonl")] + ".parquet")
+        if out.exists():
+            report.skipped += 1
+            continue
+        where = f"{results_path} simulation {sim.id}"
+        _check_trajectory(sim, where, report.warnings)
+        rows = llm.score_trajectory(conversation(sim), model=model, system=system, backend=source,
+                                    top_logprobs=top_logprobs, scorer=mode)
+        if rows.truncations:
+            report.truncations += rows.truncations
+            report.truncated_trajectories += 1
+        table = with_token_metrics(_rows_table(rows, sim, domain, roles, mode), where, report.warnings)
+        atomic_write_with(out, lambda p, t=table: pq.write_table(t, p))
+        report.scored += 1
+        report.num_tokens += table.num_rows
+
+
+def _consolidate(checkpoint_dir: Path, out_path: Path) -> int:
+    import pyarrow.parquet as pq
+
+    with TokenTableWriter(out_path) as writer:
+        for part in sorted(checkpoint_dir.glob("*.parquet")):
+            writer.write(pq.read_table(part))
+        return writer.num_rows
+
+
+def _check_scorer_state(state_path: Path, state: dict) -> None:
+    """Refuse to resume a scoring run with a different scorer, which would mix two models' rows."""
+    import json
+
+    if state_path.exists():
+        old = json.loads(state_path.read_text())
+        changed = {k: (old.get(k), v) for k, v in state.items() if old.get(k) != v}
+        if changed:
+            raise InputError(state_path, f"this run was scored with other settings {changed}; "
+                             "use a new run directory or delete the checkpoints to rescore")
+    else:
+        atomic_write_json(state_path, state)
+
+
+def score_observations(
+    run_dir: str | Path,
+    results: str | Path | None = None,
+    scorer_mode: str = "agent_llm",
+    scorer_llm: str | None = None,
+    backend: str = "teacher_forced",
+    user_messages: bool = True,
+    tool_messages: bool = True,
+    top_logprobs: int = 5,
+    progress: bool = True,
+) -> ScoringReport:
+    """Token rows of every user and tool message → ``RUN_DIR/tokens.observations_<mode>[_replay].parquet``."""
+    from agentuq_nb import llm
+
+    run_dir = Path(run_dir)
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend '{backend}'; use one of {sorted(BACKENDS)}")
+    roles = {r for r, keep in (("user", user_messages), ("tool", tool_messages)) if keep}
+    if not roles:
+        raise ValueError("nothing to score: both user and tool messages were excluded")
+    results_path = Path(results) if results else _results_of_run(run_dir)
+    model = scorer_llm or llm.LOCAL_MODEL
+    suffix = f"{scorer_mode}_replay" if BACKENDS[backend] == "chat_replay" else scorer_mode
+    checkpoint_dir = run_dir / "checkpoints" / f"observations_{suffix}"
+    checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    _check_scorer_state(checkpoint_dir / "scorer.json", {"model": model, "backend": BACKENDS[backend],
+                                                         "roles": sorted(roles), "results": str(results_path.resolve())})
+    report = ScoringReport(run_dir)
+    _score_results(results_path, checkpoint_dir, scorer_mode, model, backend, roles, top_logprobs, progress, report)
+    report.num_tokens = _consolidate(checkpoint_dir, run_dir / f"tokens.observations_{suffix}.parquet")
+    atomic_write_json(checkpoint_dir / "report.json", report.as_dict())
+    return report
+
+
+def rescore(
+    results: str | Path,
+    out: str | Path,
+    scorer_llm: str | None = None,
+    scorer_mode: str = "agent_llm",
+    backend: str = "teacher_forced",
+    top_logprobs: int = 5,
+    progress: bool = True,
+) -> ScoringReport:
+    """Rows for every message of a results file → ``OUT/tokens.parquet`` (+ messages, trajectories, manifest)."""
+    from agentuq_nb import llm
+    from datetime import datetime, timezone
+
+    results_path, run_dir = Path(results), Path(out)
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend '{backend}'; use one of {sorted(BACKENDS)}")
+    model = scorer_llm or llm.LOCAL_MODEL
+    checkpoint_dir = run_dir / "checkpoints" / f"rescore_{scorer_mode}"
+    checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    _check_scorer_state(checkpoint_dir / "scorer.json", {"model": model, "backend": BACKENDS[backend],
+                                                         "results": str(results_path.resolve())})
+    report = ScoringReport(run_dir)
+    _score_results(results_path, checkpoint_dir, scorer_mode, model, backend, {"assistant", "user", "tool"},
+                   top_logprobs, progress, report)
+    report.num_tokens = _consolidate(checkpoint_dir, run_dir / TOKENS_FILE)
+    header = read_header(results_path)
+    domain = Results.model_validate({"info": header.get("info") or {}}).domain
+    messages, trajectories = [], []
+    for sim in iter_simulations(results_path):
+        messages.extend(message_records(sim, domain))
+        trajectories.append(trajectory_record(sim, domain))
+    atomic_write_with(run_dir / MESSAGES_FILE, pd.DataFrame(messages).to_parquet)
+    atomic_write_with(run_dir / TRAJECTORIES_FILE, pd.DataFrame(trajectories).to_parquet)
+    atomic_write_json(run_dir / MANIFEST_FILE, {
+        "results": str(results_path.resolve()), "domain": domain, "rescored": True,
+        "scorer_llm": model, "scorer_mode": scorer_mode, "backend": BACKENDS[backend],
+        "num_simulations": len(trajectories), "num_tokens": report.num_tokens, **report.as_dict(),
+        "rescored_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    })
+    return report
+
+
+def _results_of_run(run_dir: Path) -> Path:
+    import json
+
+    manifest = run_dir / MANIFEST_FILE
+    if manifest.exists():
+        return Path(json.loads(manifest.read_text())["results"])
+    if (run_dir / "results.json").exists():
+        return run_dir / "results.json"
+    raise FileNotFoundError(f"{run_dir}: no manifest.json or results.json; pass --results")

@@ -1,0 +1,193 @@
+"""The LLM layer on the embedded model: determinism, exact teacher forcing, tool calls."""
+from __future__ import annotations
+
+import math
+
+import litellm
+import numpy as np
+import pytest
+
+from agentuq_nb import llm
+from agentuq_nb.llm.chat_format import SMOLLM2_CHAT
+from agentuq_nb.llm.local_model import LocalModel
+from agentuq_nb.llm.local_scoring import score_segments
+from agentuq_nb.records.tokens import TOKEN_COLUMNS
+
+TOL = 1e-3
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_order_status", "description": "Look up the status of an order by its id.",
+        "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]}}},
+    {"type": "function", "function": {
+        "name": "cancel_order", "description": "Cancel an order.",
+        "parameters": {"type": "object", "properties": {
+            "order_id": {"type": "string"},
+            "reason": {"type": "string", "enum": ["no longer needed", "ordered by mistake"]}},
+            "required": ["order_id", "reason"]}}},
+]
+SYSTEM = "You are a customer service agent for an online shop."
+QUESTION = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Hi, where is my order #W4821?"}]
+
+
+def logprobs(rows):
+    return np.array([r["chosen_logprob"] for r in rows])
+
+
+def assert_rows_match(a, b):
+    assert [r["token"] for r in a] == [r["token"] for r in b]
+    assert np.max(np.abs(logprobs(a) - logprobs(b)), initial=0.0) <= TOL
+    for x, y in zip(a, b):
+        assert x["topk_tokens"] == y["topk_tokens"]
+        assert abs(x["full_entropy"] - y["full_entropy"]) <= TOL
+
+
+@pytest.fixture(scope="module")
+def text_turn():
+    return llm.generate(QUESTION, max_tokens=24)
+
+
+@pytest.fixture(scope="module")
+def tool_turn():
+    return llm.generate(QUESTION, tools=TOOLS, tool_choice="required", max_tokens=60)
+
+
+def test_generate_twice_gives_identical_tokens_and_logprobs(text_turn):
+    again = llm.generate(QUESTION, max_tokens=24)
+    assert again.message == text_turn.message
+    assert again.tokens == text_turn.tokens
+
+
+def test_seeded_sampling_is_reproducible():
+    a = llm.generate(QUESTION, max_tokens=12, temperature=1.0, seed=11)
+    b = llm.generate(QUESTION, max_tokens=12, temperature=1.0, seed=11)
+    assert a.tokens == b.tokens and a.message == b.message
+
+
+def test_generation_rows_follow_the_token_contract(text_turn):
+    rows = text_turn.tokens
+    assert len(rows) == text_turn.usage["completion_tokens"] > 0
+    assert "".join(r["token"] for r in rows) == text_turn.message["content"]
+    for i, row in enumerate(rows):
+        assert set(row) == set(TOKEN_COLUMNS)
+        assert row["token_idx"] == i and row["source"] == "generated" and row["scorer"] == "self"
+        assert row["role"] == "assistant" and row["model"] == llm.LOCAL_MODEL
+        assert len(row["topk_logprobs"]) == 5 and row["topk_logprobs"] == sorted(row["topk_logprobs"], reverse=True)
+        assert row["chosen_logprob"] <= 0 and row["full_entropy"] > 0
+    assert text_turn.cost == 0.0
+    assert "logprobs" not in text_turn.raw and text_turn.raw["message"]["content"] == text_turn.message["content"]
+
+
+def test_score_reproduces_generation_time_logprobs(text_turn):
+    rows = llm.score(QUESTION, text_turn.message)
+    assert_rows_match(rows, text_turn.tokens)
+    assert {r["source"] for r in rows} == {"teacher_forced"}
+    assert {r["message_idx"] for r in rows} == {len(QUESTION)}
+
+
+def test_litellm_completion_with_the_local_name_returns_top_logprobs():
+    response = litellm.completion(model=llm.LOCAL_MODEL, messages=QUESTION[1:], logprobs=True, top_logprobs=5,
+                                  temperature=0, max_tokens=8)
+    content = response.choices[0].logprobs.content
+    assert len(content) == response.usage.completion_tokens > 0
+    for entry in content:
+        assert len(entry.top_logprobs) == 5
+        assert entry.top_logprobs[0].logprob >= entry.logprob
+        assert math.isfinite(entry.logprob) and entry.logprob <= 0
+
+
+def test_tool_call_request_returns_tool_calls_whose_tokens_carry_logprobs(tool_turn):
+    calls = tool_turn.message["tool_calls"]
+    assert tool_turn.finish_reason == "tool_calls" and len(calls) == 1
+    call = calls[0]
+    spec = next(t["function"] for t in TOOLS if t["function"]["name"] == call["name"])
+    assert set(spec["parameters"]["required"]) <= set(call["arguments"])
+    assert call["id"].startswith("call_") and call["requestor"] == "assistant"
+    text = "".join(r["token"] for r in tool_turn.tokens)
+    assert text.startswith("<tool_call>\n") and text.endswith("</tool_call>") and call["name"] in text
+    assert all(math.isfinite(r["chosen_logprob"]) and r["topk_tokens"] for r in tool_turn.tokens)
+    assert_rows_match(llm.score(QUESTION, tool_turn.message, tools=TOOLS), tool_turn.tokens)
+
+
+def test_named_tool_choice_calls_that_tool():
+    forced = {"type": "function", "function": {"name": "cancel_order"}}
+    turn = llm.generate(QUESTION, tools=TOOLS, tool_choice=forced, max_tokens=60)
+    call = turn.message["tool_calls"][0]
+    assert call["name"] == "cancel_order"
+    assert call["arguments"]["reason"] in ("no longer needed", "ordered by mistake")
+
+
+def test_score_trajectory_agrees_with_score_message_by_message(tool_turn):
+    conversation = [
+        *QUESTION,
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function",
+             "function": {"name": "get_order_status", "arguments": '{"order_id": "W4821"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": '{"status": "shipped", "eta": "2 days"}'},
+        {"role": "assistant", "content": "Your order has shipped and should arrive in two days."},
+        {"role": "user", "content": "Great, thanks!"},
+    ]
+    scored = llm.score_trajectory(conversation, tools=TOOLS)
+    assert scored.truncations == 0
+    assert {r["message_idx"] for r in scored} == {1, 2, 3, 4, 5}
+    for i in range(1, len(conversation)):
+        ours = [r for r in scored if r["message_idx"] == i]
+        assert ours and all(r["role"] == conversation[i]["role"] for r in ours)
+        assert [r["token_idx"] for r in ours] == list(range(len(ours)))
+        assert_rows_match(ours, llm.score(conversation[:i], conversation[i], tools=TOOLS))
+
+
+def test_sliding_window_keeps_the_system_prompt_and_scores_every_token():
+    small = LocalModel(n_ctx=256)
+    try:
+        story = " ".join(f"Step {i}: the robot mixes paint number {i}." for i in range(40))
+        conversation = [{"role": "system", "content": "You are a painter."},
+                        {"role": "user", "content": "Tell me how you paint."},
+                        {"role": "assistant", "content": story},
+                        {"role": "user", "content": "And then?"}]
+        segments = SMOLLM2_CHAT.render(conversation)
+        windowed = score_segments(segments, model=small)
+        full = score_segments(segments, model=llm.get_local_model())
+        assert windowed.n_tokens > small.n_ctx and windowed.truncations >= 2 and full.truncations == 0
+        for idx, body in ((1, conversation[1]["content"]), (2, story), (3, "And then?")):
+            assert len(windowed.tokens[idx]) == len(small.tokenize(body))
+        # The first window (~230 tokens) sees the same context as the full pass.
+        head = [t.logprob for t in windowed.tokens[1] + windowed.tokens[2][:100]]
+        ref = [t.logprob for t in full.tokens[1] + full.tokens[2][:100]]
+        assert np.max(np.abs(np.array(head) - np.array(ref))) <= TOL
+        # Later tokens lost context, so their log-probs differ.
+        assert windowed.tokens[3][0].logprob != full.tokens[3][0].logprob
+    finally:
+        small.close()
+
+
+def test_chat_replay_rows_are_labelled_and_never_mixed():
+    rows = llm.score(QUESTION[1:], {"role": "user", "content": "Thanks."}, backend="chat_replay")
+    assert rows and {r["source"] for r in rows} == {"chat_replay"}
+    assert {r["role"] for r in rows} == {"user"} and {r["message_idx"] for r in rows} == {1}
+
+
+def test_missing_logprobs_is_a_clear_error():
+    # litellm's mock_response answers offline, without logprobs, like a provider that drops them.
+    with pytest.raises(llm.MissingLogprobsError, match=r"openai/gpt-4\.1.*logprobs=True"):
+        llm.generate(QUESTION, model="openai/gpt-4.1", mock_response="Hello")
+
+
+def test_teacher_forcing_a_model_without_prompt_logprobs_names_the_fallback():
+    with pytest.raises(llm.PromptLogprobsUnavailable, match="chat_replay"):
+        llm.score(QUESTION, {"role": "assistant", "content": "Hello"}, model="openai/gpt-3.5-turbo-instruct",
+                  mock_response="x")
+
+
+def test_rate_limits_are_retried(monkeypatch):
+    calls = {"n": 0}
+    real = litellm.completion
+
+    def flaky(**request):
+        calls["n"] += 1
+        if calls["n"] < 3:
+            raise litellm.RateLimitError(message="slow down", llm_provider="local", model=request["model"])
+        return real(**request)
+
+    monkeypatch.setattr(litellm, "completion", flaky)
+    turn = llm.generate(QUESTION, max_tokens=4, retry=llm.RetryPolicy(max_retries=3, initial_delay=0.0))
+    assert calls["n"] == 3 and turn.tokens
