@@ -59,13 +59,13 @@ def bench_generation(n_tokens: int, repeats: int) -> None:
     builtin_model.close()
     ours_rate, base_rate = ours_n / ours_s, base_n / base_s
     print(f"generation, top-5 logprobs   ours {ours_rate:7.1f} tok/s ({ours_n} tok)   "
-          f"llama-cpp-python logprobs= {base_rate:7.1f} tok/s ({base_n} tok)   ratio {ours_rate / base_rate:5.2f}x")
+          f"llama-cpp-python logprobs= {base_rate:7.1f} tok/s ({base_n} tok)   ratio {ours_rate / base_rate:5.2f}x", flush=True)
 
 
 def bench_scoring(repeats: int) -> None:
     story = llm.generate(PROMPT, max_tokens=400).message
     elapsed, rows = best_of(repeats, lambda: llm.score(PROMPT, story))
-    print(f"teacher-forced scoring       {len(rows) / elapsed:7.1f} scored tok/s ({len(rows)} tok in {elapsed:.2f} s)")
+    print(f"teacher-forced scoring       {len(rows) / elapsed:7.1f} scored tok/s ({len(rows)} tok in {elapsed:.2f} s)", flush=True)
 
 
 def conversation(n_messages: int) -> list[dict]:
@@ -83,7 +83,7 @@ def bench_trajectory(repeats: int) -> None:
     one_s, rows = best_of(repeats, lambda: llm.score_trajectory(msgs))
     per_s, _ = best_of(repeats, lambda: [llm.score(msgs[:i], msgs[i]) for i in range(1, len(msgs))])
     print(f"score_trajectory, 20 msgs    one pass {one_s:6.2f} s   per message {per_s:6.2f} s   "
-          f"ratio {per_s / one_s:5.2f}x   ({len(rows)} scored tok, {len(rows) / one_s:.1f} tok/s one-pass)")
+          f"ratio {per_s / one_s:5.2f}x   ({len(rows)} scored tok, {len(rows) / one_s:.1f} tok/s one-pass)", flush=True)
 
 
 def main() -> None:
@@ -92,7 +92,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="runs per measurement (fastest is kept)")
     args = parser.parse_args()
     llm.generate(PROMPT, max_tokens=4)  # load the model outside the timings
-    print(f"cpus {os.cpu_count()}   load average {os.getloadavg()[0]:.2f} (before)")
+    print(f"cpus {os.cpu_count()}   load average {os.getloadavg()[0]:.2f} (before)", flush=True)
     bench_generation(args.tokens, args.repeats)
     bench_scoring(args.repeats)
     bench_trajectory(args.repeats)

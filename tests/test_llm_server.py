@@ -1,8 +1,14 @@
 """serve-local answered by the plain openai client, and remote echo scoring against it."""
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
+import time
+import urllib.request
 
 import numpy as np
 import openai
@@ -102,3 +108,26 @@ def test_remote_teacher_forcing_through_echo_matches_local_scoring(base_url):
     jinja = llm.score(CONVERSATION[:2], CONVERSATION[2], model=remote_model, system=SYSTEM,
                       chat_template=template, api_base=base_url)
     assert [r["chosen_logprob"] for r in jinja] == [r["chosen_logprob"] for r in remote if r["message_idx"] == 2]
+
+
+def test_sigint_stops_the_server_cleanly():
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", f"from agentuq_nb.llm.server import serve_local; serve_local(port={port})"],
+        env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and proc.poll() is None
+                time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0 and "server stopped" in stderr

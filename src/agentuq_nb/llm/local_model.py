@@ -27,10 +27,13 @@ This module drives llama.cpp's batch API directly and does the math with numpy:
 * **Threads.** ggml's thread pool synchronizes with spin barriers, so on a busy
   machine (other processes, other notebooks) every barrier can wait a scheduler
   time slice: measured here under load, 2-thread generation fell to 0.4 tok/s
-  while 1 thread kept 27 tok/s. Small batches (generation steps) therefore run
-  on ``n_threads_generate`` threads (default 1), large ones (prompts, scoring) on
-  all cores, where the barriers are amortized. Results do not depend on the
-  thread count (each dot product is computed whole by one thread).
+  while 1 thread kept 27 tok/s, and 2-thread scoring ran at 30 tok/s against 90
+  for 1 thread (on an idle machine 2 threads are the faster). Generation steps
+  therefore run on ``n_threads_generate`` threads (default 1); batches of 64+
+  tokens (prompts, scoring) use whichever of 1 or all cores
+  (``$AGENTUQ_NB_THREADS``) is currently measured faster (``ThreadTuner``), and
+  batches in between the measured best, 1 until measured. Results do not depend
+  on the thread count (each dot product is computed whole by one thread).
 * One model per process (``get_local_model``), one request at a time (a lock).
 """
 from __future__ import annotations
@@ -39,6 +42,7 @@ import ctypes
 import importlib.metadata
 import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -53,6 +57,7 @@ N_BATCH = 512
 STATS_BLOCK = 64  # logit rows reduced at once (bounds numpy temporaries)
 GRAMMAR_CANDIDATES = 64  # candidates offered to the grammar per check
 SMALL_BATCH = 8  # batches up to this size run on the generation thread count
+TUNED_BATCH = 64  # batches from this size on are timed for the thread tuner
 
 
 def locate_model_file() -> Path:
@@ -129,6 +134,40 @@ class TokenChooser:
         return int(np.argmax(self.keys(logits)))
 
 
+class ThreadTuner:
+    """Chooses the thread count for large batches from their measured speed.
+
+    Keeps a moving average of seconds per token for each choice, uses the faster,
+    and re-tries the other on every ``explore_every``-th batch, because the load
+    from other processes changes over time.
+    """
+
+    def __init__(self, choices: tuple[int, ...], explore_every: int = 20, smoothing: float = 0.3):
+        self.choices = choices
+        self.explore_every = explore_every
+        self.smoothing = smoothing
+        self.cost: dict[int, float] = {}
+        self.calls = 0
+
+    def pick(self) -> int:
+        self.calls += 1
+        untried = [c for c in self.choices if c not in self.cost]
+        if untried:
+            return untried[0]
+        ranked = sorted(self.choices, key=self.cost.__getitem__)
+        explore = len(ranked) > 1 and self.calls % self.explore_every == 0
+        return ranked[1] if explore else ranked[0]
+
+    def best(self, default: int) -> int:
+        """The faster choice measured so far (``default`` before any measurement)."""
+        return min(self.cost, key=self.cost.__getitem__) if self.cost else default
+
+    def record(self, threads: int, n_tokens: int, seconds: float) -> None:
+        per_token = seconds / n_tokens
+        old = self.cost.get(threads)
+        self.cost[threads] = per_token if old is None else old + self.smoothing * (per_token - old)
+
+
 # ----------------------------------------------------------------------------- the model
 
 class LocalModel:
@@ -137,13 +176,14 @@ class LocalModel:
     def __init__(self, model_path: str | os.PathLike | None = None, n_ctx: int | None = None,
                  n_threads: int | None = None, n_threads_generate: int = 1):
         path = Path(model_path) if model_path else locate_model_file()
-        self.n_threads = n_threads or os.cpu_count() or 1
+        self.n_threads = n_threads or int(os.environ.get("AGENTUQ_NB_THREADS") or os.cpu_count() or 1)
         self.n_threads_generate = n_threads_generate
         self.llama = llama_cpp.Llama(
             model_path=str(path), n_ctx=n_ctx or 0, n_batch=N_BATCH, n_ubatch=N_BATCH,
             n_threads=self.n_threads, n_threads_batch=self.n_threads, logits_all=False, verbose=False,
         )
         self._threads_now = self.n_threads
+        self._tuner = ThreadTuner(tuple(sorted({self.n_threads, 1}, reverse=True)))
         self.path = path
         self.n_ctx = self.llama.n_ctx()
         self.n_vocab = self.llama.n_vocab()
@@ -211,7 +251,7 @@ class LocalModel:
             flags[wanted - start] = True
             if len(chunk) == 1:
                 chunk, flags = [chunk[0], self.eos_id], np.array([flags[0], False])
-            self._use_threads(self.n_threads_generate if len(chunk) <= SMALL_BATCH else self.n_threads)
+            threads = self._threads_for(len(chunk))
             batch.n_tokens = len(chunk)
             for j, tok in enumerate(chunk):
                 batch.token[j] = tok
@@ -219,7 +259,10 @@ class LocalModel:
                 batch.n_seq_id[j] = 1
                 batch.seq_id[j][0] = 0
                 batch.logits[j] = int(flags[j])
+            began = time.perf_counter()
             code = llama_cpp.llama_decode(self.llama.ctx, batch)
+            if len(chunk) >= TUNED_BATCH:
+                self._tuner.record(threads, len(chunk), time.perf_counter() - began)
             if code != 0:
                 raise RuntimeError(f"llama_decode failed with code {code} (n_past={n_past}, chunk={len(chunk)})")
             if len(wanted):
@@ -227,10 +270,17 @@ class LocalModel:
                 yield wanted, np.ctypeslib.as_array(ptr, shape=(len(wanted), self.n_vocab))
         llama_cpp.llama_memory_seq_rm(self._memory, 0, n_past + len(tokens), -1)
 
-    def _use_threads(self, n: int) -> None:
-        if n != self._threads_now:
-            llama_cpp.llama_set_n_threads(self.llama.ctx, n, n)
-            self._threads_now = n
+    def _threads_for(self, batch_size: int) -> int:
+        if batch_size <= SMALL_BATCH:
+            threads = self.n_threads_generate
+        elif batch_size >= TUNED_BATCH:
+            threads = self._tuner.pick()
+        else:
+            threads = self._tuner.best(default=1)
+        if threads != self._threads_now:
+            llama_cpp.llama_set_n_threads(self.llama.ctx, threads, threads)
+            self._threads_now = threads
+        return threads
 
 
 class Session:

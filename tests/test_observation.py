@@ -1,0 +1,100 @@
+"""Observation scoring and rescore on real τ²-bench trajectories, with the embedded model."""
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from agentuq_nb import llm
+from agentuq_nb.io.token_table import read_token_table
+from agentuq_nb.pipeline.evaluate_run import evaluate
+from agentuq_nb.records import Simulation
+from agentuq_nb.uq.aggregation import aggregate
+from agentuq_nb.uq.observation import agent_system_prompt, conversation, rescore, score_observations
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def small_real_results(tmp_path, tau2_files):
+    """Two real trajectories (one success, one failure), each cut to its first 7 messages."""
+    data = json.loads(tau2_files[0].read_text())
+    by_reward = {}
+    for sim in data["simulations"]:
+        roles = [m["role"] for m in sim["messages"][:7]]
+        if "tool" in roles and "user" in roles:
+            by_reward.setdefault(sim["reward_info"]["reward"], sim)
+    sims = [by_reward[1.0], by_reward[0.0]]
+    for sim in sims:
+        sim["messages"] = sim["messages"][:7]
+    data["simulations"] = sims
+    path = tmp_path / "real_small.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_observation_rows_for_every_user_and_tool_message(tmp_path, small_real_results):
+    run_dir = tmp_path / "run"
+    report = score_observations(run_dir, results=small_real_results, scorer_mode="agent_llm", progress=False)
+    assert report.scored == 2 and report.num_tokens > 0
+    tokens = read_token_table(run_dir)
+    data = json.loads(small_real_results.read_text())
+    for sim in data["simulations"]:
+        mine = tokens[tokens["task_id"] == sim["task_id"]]
+        observed = {i for i, m in enumerate(sim["messages"]) if m["role"] in ("user", "tool") and m["content"]}
+        assert set(mine["message_idx"]) == observed
+        assert set(mine["scorer"]) == {"agent_llm"} and set(mine["source"]) == {"teacher_forced"}
+        assert set(mine["role"]) == {"user", "tool"}
+    # resumable: nothing is scored twice
+    again = score_observations(run_dir, results=small_real_results, scorer_mode="agent_llm", progress=False)
+    assert again.scored == 0 and again.skipped == 2
+    assert len(read_token_table(run_dir)) == len(tokens)
+
+
+def test_teacher_forced_nll_equals_llm_score_of_the_message(tmp_path, small_real_results):
+    run_dir = tmp_path / "run"
+    score_observations(run_dir, results=small_real_results, scorer_mode="agent_llm", progress=False)
+    tokens = read_token_table(run_dir)
+    raw = json.loads(small_real_results.read_text())
+    sim = Simulation.model_validate(raw["simulations"][0])
+    msgs = conversation(sim)
+    system = agent_system_prompt(raw["info"])
+    checked = 0
+    for idx, m in enumerate(msgs):
+        if m["role"] not in ("user", "tool"):
+            continue
+        alone = llm.score(msgs[:idx], m, system=system)
+        mine = tokens[(tokens["task_id"] == sim.task_id) & (tokens["message_idx"] == idx)]
+        assert len(mine) == len(alone)
+        assert mine["chosen_logprob"].sum() == pytest.approx(sum(r["chosen_logprob"] for r in alone), abs=1e-3)
+        checked += 1
+    assert checked >= 2
+
+
+def test_auxiliary_observer_scores_differ_from_the_agents_view(tmp_path, small_real_results):
+    run_dir = tmp_path / "run"
+    score_observations(run_dir, results=small_real_results, scorer_mode="agent_llm", progress=False)
+    score_observations(run_dir, results=small_real_results, scorer_mode="auxiliary_llm", progress=False)
+    tokens = read_token_table(run_dir)
+    nll = tokens.groupby("scorer")["chosen_logprob"].sum()
+    assert set(nll.index) == {"agent_llm", "auxiliary_llm"}
+    assert not math.isclose(nll["agent_llm"], nll["auxiliary_llm"], rel_tol=1e-6)  # different prompts, different surprise
+
+
+def test_rescore_then_aggregate_and_evaluate(tmp_path, small_real_results):
+    run_dir = tmp_path / "rescored"
+    report = rescore(small_real_results, run_dir, progress=False)
+    tokens = read_token_table(run_dir)
+    data = json.loads(small_real_results.read_text())
+    for sim in data["simulations"]:
+        mine = tokens[tokens["task_id"] == sim["task_id"]]
+        nonempty = {i for i, m in enumerate(sim["messages"]) if m["content"] or m["tool_calls"]}
+        assert set(mine["message_idx"]) == nonempty  # every message, tool calls included
+    _, trajs = aggregate(run_dir)
+    roles = set(trajs["role"])
+    assert {"assistant", "observation_user", "observation_tool", "observation_combined", "total"} <= roles
+    result = evaluate(run_dir, role="total", n_boot=100)
+    assert result["n"] == 2 and result["metrics"]["auroc"] in (0.0, 1.0)
+    assert report.as_dict()["scored"] == 2
