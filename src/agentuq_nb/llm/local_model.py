@@ -18,6 +18,14 @@ This module drives llama.cpp's batch API directly and does the math with numpy:
 * **Log-prob math from logits**: log-softmax, top-k (``argpartition``) and the
   full-vocabulary entropy, for one row while generating or for blocks of rows
   while scoring. Logits are only requested for rows whose next token is scored.
+* **Drafts fill the second slot.** Instead of a pad, a generation step sends a
+  guess of the following token (prompt lookup: what followed the last bigram, or
+  token, the previous time it occurred in the conversation) and asks for its
+  logits too. If the sampled token equals the guess, the next step's logits are
+  already computed — the same numbers a separate step would give, since
+  multi-token batches agree exactly — so repetitive text (IDs copied from the
+  context, JSON, a small model's loops) costs fewer decodes. Sampling and its
+  random draws are unchanged, so the output is identical with or without drafts.
 * **Sampling** is greedy for ``temperature=0`` and otherwise the Gumbel-max trick
   with a numpy generator seeded from ``seed`` (deterministic for a given seed).
   The same candidate order serves grammar-constrained decoding: the first
@@ -132,6 +140,30 @@ class TokenChooser:
 
     def choose(self, logits: np.ndarray) -> int:
         return int(np.argmax(self.keys(logits)))
+
+
+class PromptLookup:
+    """Guesses the next token from what followed the same context earlier in the sequence."""
+
+    def __init__(self, tokens: list[int]):
+        self.after_bigram: dict[tuple[int, int], int] = {}
+        self.after_token: dict[int, int] = {}
+        self.tail: list[int] = []
+        for tok in tokens:
+            self.append(tok)
+
+    def append(self, token: int) -> None:
+        if self.tail:
+            self.after_token[self.tail[-1]] = token
+        if len(self.tail) >= 2:
+            self.after_bigram[(self.tail[-2], self.tail[-1])] = token
+        self.tail = [*self.tail[-1:], token]
+
+    def guess(self) -> int | None:
+        """Draft for the token that follows the appended ones."""
+        if len(self.tail) >= 2 and (self.tail[-2], self.tail[-1]) in self.after_bigram:
+            return self.after_bigram[(self.tail[-2], self.tail[-1])]
+        return self.after_token.get(self.tail[-1]) if self.tail else None
 
 
 class ThreadTuner:
@@ -296,16 +328,19 @@ class Session:
 
     def feed(self, tokens: list[int]) -> np.ndarray:
         """Append tokens and return the logits of the last one (a copy)."""
+        return self.feed_rows(tokens, [len(tokens) - 1])[0]
+
+    def feed_rows(self, tokens: list[int], rows: list[int]) -> list[np.ndarray]:
+        """Append tokens and return copies of the logits at ``rows`` (sorted indices into ``tokens``)."""
         if not tokens:
             raise ValueError("feed() needs at least one token")
         n_past = len(self.tokens)
         self._check_room(n_past + len(tokens))
-        last = np.array([len(tokens) - 1])
-        logits = None
-        for _, rows in self.model._decode(tokens, n_past, last):
-            logits = rows[0].copy()
+        out: list[np.ndarray] = []
+        for _, logits in self.model._decode(tokens, n_past, np.asarray(rows, dtype=np.int64)):
+            out.extend(row.copy() for row in logits)
         self.tokens.extend(tokens)
-        return logits
+        return out
 
     def score(self, tokens: list[int], targets: np.ndarray, k: int) -> TokenStats:
         """Append ``tokens``; stats for each position in ``targets`` (indices into ``tokens``).

@@ -44,6 +44,7 @@ from agentuq_nb.llm.local_model import (
     ContextWindowError,
     Grammar,
     LocalModel,
+    PromptLookup,
     Session,
     TokenChooser,
     TokenStats,
@@ -155,23 +156,37 @@ def _free_text(session: Session, logits: np.ndarray, chooser: TokenChooser, budg
     """Sample until a stop token or the budget.
 
     Returns (ids, stats, finish_reason, content before ``<tool_call>`` or None if no call began).
+    Each step also decodes a prompt-lookup draft (see ``local_model``); when the sampled
+    token matches it, the following logits are already known.
     """
     model = session.model
     ids: list[int] = []
     parts: list[TokenStats] = []
     text = b""
     opener = TOOL_CALL_OPEN.encode("utf-8")
+    lookup = PromptLookup(session.tokens)
+    draft, draft_logits = None, None
     for _ in range(budget):
         token = chooser.choose(logits)
+        if draft is not None and token != draft:
+            session.truncate(len(session.tokens) - 1)  # the draft was wrong: drop it
         if model.is_stop(token):
             return ids, TokenStats.concat(parts, k), "stop", None
         parts.append(logit_stats(logits[None, :], np.array([token]), k))
         ids.append(token)
         text += model.piece(token)
+        lookup.append(token)
         if watch_tool_call and opener in text:
             before = text[: text.index(opener)].decode("utf-8", "replace").strip()
             return ids, TokenStats.concat(parts, k), "tool_calls", before
-        logits = session.feed([token])
+        if token == draft:
+            logits, draft = draft_logits, None
+            continue
+        draft = lookup.guess()
+        if draft is None:
+            logits = session.feed([token])
+        else:
+            logits, draft_logits = session.feed_rows([token, draft], [0, 1])
     return ids, TokenStats.concat(parts, k), "length", None
 
 
