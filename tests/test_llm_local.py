@@ -84,6 +84,13 @@ def test_score_reproduces_generation_time_logprobs(text_turn):
     assert {r["message_idx"] for r in rows} == {len(QUESTION)}
 
 
+def test_repetitive_text_reproduces_too():
+    # Repetition makes prompt-lookup drafts hit, so steps reuse logits decoded ahead.
+    ask = [{"role": "user", "content": "Count: Number 1, Number 2, Number 3, Number 4, Number 5, Number 6,"}]
+    turn = llm.generate(ask, max_tokens=30)
+    assert_rows_match(llm.score(ask, turn.message), turn.tokens)
+
+
 def test_litellm_completion_with_the_local_name_returns_top_logprobs():
     response = litellm.completion(model=llm.LOCAL_MODEL, messages=QUESTION[1:], logprobs=True, top_logprobs=5,
                                   temperature=0, max_tokens=8)

@@ -151,6 +151,28 @@ def rescore(
     typer.echo(json.dumps(report.as_dict(), indent=2))
 
 
+@app.command()
+def probe(
+    prompt: str = typer.Argument(..., help="the prompt to probe"),
+    n: int = typer.Option(5, "--n", help="sampled responses"),
+    model: Optional[str] = typer.Option(None, "--model", help="litellm model name (default: the embedded model)"),
+    max_tokens: int = typer.Option(48, "--max-tokens"),
+    temperature: float = typer.Option(1.0, "--temperature"),
+    seed: int = typer.Option(0, "--seed"),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="also save the sparklines figure here (.png/.pdf)"),
+):
+    """Structural and conceptual uncertainty of one prompt, with per-token sparklines."""
+    from agentuq_nb.uq.structural import probe as run_probe
+
+    result = run_probe(prompt, n=n, model=model, temperature=temperature, seed=seed, max_tokens=max_tokens)
+    typer.echo(result.summary())
+    if plot is not None:
+        from agentuq_nb.figures.structural import probe_sparklines_figure
+
+        probe_sparklines_figure(result).savefig(plot, bbox_inches="tight")
+        typer.echo(f"figure → {plot}")
+
+
 @app.command("serve-local")
 def serve_local(
     port: int = typer.Option(8000, help="port on 127.0.0.1"),
