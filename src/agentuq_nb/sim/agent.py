@@ -3,6 +3,12 @@
 As τ²-bench's ``LLMAgent``: it sees the whole trajectory (user messages, its own
 messages and tool calls, tool results) and answers with either a text message or
 tool call(s). ``###STOP###`` in its text ends the simulation (``agent_stop``).
+
+Styles: ``"tau2"`` leaves every turn to the model (``tool_choice`` auto). ``"tiny"``
+(for the embedded 135M model, which practically never starts a tool call on its own)
+makes the agent's *first* turn a tool call (``tool_choice="required"``: the llm layer
+constrains it to a valid call of one of the tools, the model picks which and with what
+arguments); every later turn is the model's free choice.
 """
 from __future__ import annotations
 
@@ -51,6 +57,14 @@ class LLMAgent:
     temperature: float = 0.0
     top_logprobs: int = 5
     llm_args: dict[str, Any] = field(default_factory=dict)
+    style: str = "tau2"
+
+    def __post_init__(self) -> None:
+        if self.style not in ("tiny", "tau2"):
+            raise ValueError(f"agent style must be 'tiny' or 'tau2', got {self.style!r}")
+
+    def tool_choice(self, first_turn: bool) -> str | None:
+        return "required" if (self.style == "tiny" and first_turn and self.tools) else None
 
     @property
     def system_prompt(self) -> str:
@@ -59,13 +73,15 @@ class LLMAgent:
     def build_messages(self, trajectory: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [{"role": "system", "content": self.system_prompt}] + [agent_visible(m) for m in trajectory]
 
-    def generate(self, trajectory: list[dict[str, Any]], seed: int | None, retry: Any = None):
+    def generate(self, trajectory: list[dict[str, Any]], seed: int | None, retry: Any = None,
+                 first_turn: bool = False):
         from agentuq_nb import llm
 
         return llm.generate(
             self.build_messages(trajectory),
             model=self.llm,
             tools=self.tools,
+            tool_choice=self.tool_choice(first_turn),
             top_logprobs=self.top_logprobs,
             temperature=self.temperature,
             seed=seed,

@@ -218,7 +218,8 @@ class Orchestrator:
                 self.done, self.termination_reason = True, TerminationReason.USER_STOP
             self.to_role = "agent"
         elif self.to_role == "agent":
-            gen = self.agent.generate(self.trajectory, seed=self.seed, retry=self.retry)
+            first = not any(m["role"] == "assistant" and m.get("raw_data") is not None for m in self.trajectory)
+            gen = self.agent.generate(self.trajectory, seed=self.seed, retry=self.retry, first_turn=first)
             msg = self._generated_message("assistant", gen, self.agent.llm)
             idx = self._append(msg)
             if self.agent.is_stop(msg):

@@ -36,13 +36,13 @@ from agentuq_nb.records.tokens import SCHEMA_VERSION
 from agentuq_nb.sim.agent import AGENT_INSTRUCTION, LLMAgent
 from agentuq_nb.sim.domain import Domain, list_domains, load_domain
 from agentuq_nb.sim.orchestrator import Orchestrator, SimulationInterrupted
-from agentuq_nb.sim.user_simulator import DEFAULT_DEMO, GLOBAL_USER_SIM_GUIDELINES, UserSimulator
+from agentuq_nb.sim.user_simulator import GLOBAL_USER_SIM_GUIDELINES, UserSimulator
 
 LOCAL_MODEL = "local/smollm2-135m-instruct"  # = agentuq_nb.llm.LOCAL_MODEL (kept here so importing sim is cheap)
-DEFAULT_MAX_STEPS = 16
+DEFAULT_MAX_STEPS = 12
 DEFAULT_MAX_ERRORS = 5
-DEFAULT_AGENT_MAX_TOKENS = 96
-DEFAULT_USER_MAX_TOKENS = 40
+DEFAULT_AGENT_MAX_TOKENS = 64
+DEFAULT_USER_MAX_TOKENS = 32
 RESULTS_NAME = "results.json"
 SIDECAR_DIR = "sidecars"
 CHECKPOINT_DIR = "checkpoints"
@@ -120,12 +120,14 @@ def _run_config(domain: Domain, agent: LLMAgent, user: UserSimulator, seed: int,
         "max_steps": max_steps,
         "max_errors": max_errors,
         "agent_system_prompt": agent.system_prompt,
+        "agent_style": agent.style,
         "user_guidelines": user.guidelines,
-        "user_demo": [list(x) for x in user.demo],
+        "user_prompt": user.describe(),
     }
 
 
 def _check_run_config(out_dir: Path, config: dict[str, Any]) -> None:
+    config = json.loads(json.dumps(config, default=str))  # compare as stored (tuples -> lists)
     path = out_dir / RUN_CONFIG_NAME
     if path.is_file():
         try:
@@ -155,13 +157,15 @@ def _info(domain: Domain, agent: LLMAgent, user: UserSimulator, config: dict[str
             "llm": user.llm,
             "llm_args": config["user_llm_args"],
             "global_simulation_guidelines": user.guidelines,
-            "demo": [{"role": r, "content": c} for r, c in user.demo],
+            **user.describe(),
         },
         "agent_info": {
             "implementation": "llm_agent",
             "llm": agent.llm,
             "llm_args": config["agent_llm_args"],
             "instructions": agent.instructions,
+            "system_prompt": agent.system_prompt,
+            "style": agent.style,
         },
         "environment_info": {
             "domain_name": domain.name,
@@ -207,7 +211,7 @@ def run_simulations(
     temperature: float = 0.0,
     agent_llm_args: dict[str, Any] | None = None,
     user_llm_args: dict[str, Any] | None = None,
-    user_demo: tuple[tuple[str, str], ...] | None = None,
+    scaffold: str = "auto",
 ) -> Path:
     """Simulate ``num_trials`` trials of the selected tasks; return the path of ``results.json``.
 
@@ -216,7 +220,15 @@ def run_simulations(
     ``llm.generate`` (e.g. ``api_base``); key-like entries are never recorded. Rerunning
     with the same ``out_dir`` and parameters resumes; other parameters raise
     :class:`RunConfigMismatch`.
+
+    ``scaffold``: ``"tau2"`` (τ²-bench's prompts), ``"tiny"`` (prompt scaffolding for the
+    embedded 135M model, see :mod:`agentuq_nb.sim.user_simulator` and :mod:`agentuq_nb.sim.agent`)
+    or ``"auto"`` (``tiny`` for a role played by the embedded model, ``tau2`` otherwise).
     """
+    if scaffold not in ("auto", "tiny", "tau2"):
+        raise ValueError(f"scaffold must be 'auto', 'tiny' or 'tau2', got {scaffold!r}")
+    agent_style = scaffold if scaffold != "auto" else ("tiny" if agent_llm == LOCAL_MODEL else "tau2")
+    user_style = scaffold if scaffold != "auto" else ("tiny" if user_llm == LOCAL_MODEL else "tau2")
     domain = load_domain(domain) if not isinstance(domain, Domain) else domain
     tasks = domain.select_tasks(task_ids, num_tasks)
     if num_trials < 1:
@@ -232,9 +244,8 @@ def run_simulations(
     retry = llm.RetryPolicy(max_retries=retries)
     agent_proto = LLMAgent(llm=agent_llm, policy=domain.policy, tools=domain.tool_schemas(),
                            instructions=AGENT_INSTRUCTION, max_tokens=agent_max_tokens, temperature=temperature,
-                           top_logprobs=top_logprobs, llm_args=dict(agent_llm_args or {}))
-    demo = DEFAULT_DEMO if user_demo is None else tuple(tuple(x) for x in user_demo)
-    user_proto = UserSimulator(llm=user_llm, scenario=None, guidelines=GLOBAL_USER_SIM_GUIDELINES, demo=demo,
+                           top_logprobs=top_logprobs, llm_args=dict(agent_llm_args or {}), style=agent_style)
+    user_proto = UserSimulator(llm=user_llm, scenario=None, style=user_style, guidelines=GLOBAL_USER_SIM_GUIDELINES,
                                max_tokens=user_max_tokens, temperature=temperature, top_logprobs=top_logprobs,
                                llm_args=dict(user_llm_args or {}))
     config = _run_config(domain, agent_proto, user_proto, seed, num_trials, max_steps, max_errors)
@@ -251,8 +262,8 @@ def run_simulations(
         trial_seed = seeds[trial]
         sidecar = sidecar_name(domain.name, task_id, trial, trial_seed)
         rel = f"{SIDECAR_DIR}/{sidecar}"
-        user = UserSimulator(llm=user_llm, scenario=task.get("user_scenario"), guidelines=user_proto.guidelines,
-                             demo=user_proto.demo, max_tokens=user_max_tokens, temperature=temperature,
+        user = UserSimulator(llm=user_llm, scenario=task.get("user_scenario"), style=user_style,
+                             guidelines=user_proto.guidelines, demo=user_proto.demo, max_tokens=user_max_tokens, temperature=temperature,
                              top_logprobs=top_logprobs, llm_args=user_proto.llm_args)
         orch = Orchestrator(domain, task, agent_proto, user, trial=trial, seed=trial_seed, max_steps=max_steps,
                             max_errors=max_errors, sidecar_path=rel, retry=retry, stop_event=stop_event)

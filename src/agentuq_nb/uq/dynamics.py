@@ -42,7 +42,8 @@ def _keys(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def _rewards(run_dir: Path) -> pd.DataFrame:
+def _rewards(run_dir: str | Path) -> pd.DataFrame:
+    run_dir = Path(run_dir)
     path = run_dir / TRAJECTORIES_FILE
     src = pd.read_parquet(path) if path.exists() else read_trajectory_summary(run_dir)
     return _keys(src[TRAJECTORY_KEYS + ["reward"]].drop_duplicates(TRAJECTORY_KEYS))

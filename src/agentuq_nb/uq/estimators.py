@@ -123,7 +123,7 @@ def score_table(run_dir: str | Path) -> tuple[pd.DataFrame, list[Estimator]]:
         if path.exists():
             extra = _keys(pd.read_parquet(path))
             score_cols = [c for c in extra.columns if c not in TRAJECTORY_KEYS and c != "reward"
-                          and c.startswith(("saup_", "user_saup_", "early_warning_"))]
+                          and c.startswith(("saup_", "user_saup_", "early_warning_")) and not c.endswith("_fold")]
             table = table.merge(extra[TRAJECTORY_KEYS + score_cols], on=TRAJECTORY_KEYS, how="left")
             estimators += [Estimator(c, c, family) for c in score_cols]
 

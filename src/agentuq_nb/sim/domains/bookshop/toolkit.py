@@ -29,20 +29,12 @@ class BookshopToolkit(Toolkit):
 
     @tool("read")
     def get_customer(self, customer_id: str) -> dict[str, Any]:
-        """Look up a customer: name, membership, store credit and order ids.
-
-        Args:
-            customer_id: The customer id, such as C101.
-        """
+        """Look up a customer: name, membership, store credit and order ids."""
         return copy.deepcopy(self._customer(customer_id))
 
     @tool("read")
     def get_order(self, order_id: str) -> dict[str, Any]:
-        """Look up an order: status, books, total, address and dates.
-
-        Args:
-            order_id: The order id, such as O1001.
-        """
+        """Look up an order: status, books, total, address and dates."""
         return copy.deepcopy(self._order(order_id))
 
     @tool("read")
@@ -62,11 +54,7 @@ class BookshopToolkit(Toolkit):
 
     @tool("write")
     def cancel_order(self, order_id: str) -> dict[str, Any]:
-        """Cancel a pending order.
-
-        Args:
-            order_id: The order id, such as O1001.
-        """
+        """Cancel a pending order."""
         order = self._order(order_id)
         if order["status"] != "pending":
             raise ToolError(f"Order {order['order_id']} is {order['status']}; only pending orders can be cancelled")
@@ -93,11 +81,7 @@ class BookshopToolkit(Toolkit):
 
     @tool("write")
     def return_order(self, order_id: str) -> dict[str, Any]:
-        """Return a delivered order and refund its total as store credit.
-
-        Args:
-            order_id: The order id, such as O1001.
-        """
+        """Return a delivered order and refund its total as store credit."""
         order = self._order(order_id)
         if order["status"] != "delivered":
             raise ToolError(f"Order {order['order_id']} is {order['status']}; only delivered orders can be returned")
