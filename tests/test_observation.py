@@ -98,3 +98,17 @@ def test_rescore_then_aggregate_and_evaluate(tmp_path, small_real_results):
     result = evaluate(run_dir, role="total", n_boot=100)
     assert result["n"] == 2 and result["metrics"]["auroc"] in (0.0, 1.0)
     assert report.as_dict()["scored"] == 2
+
+
+def test_observation_notebook_on_a_rescored_real_file(tmp_path, small_real_results):
+    import papermill as pm
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    run_dir, figures_dir = tmp_path / "run", tmp_path / "figures"
+    pm.execute_notebook(str(root / "notebooks" / "05_observation_uq.ipynb"), str(tmp_path / "05.ipynb"),
+                        parameters={"run_dir": str(run_dir), "figures_dir": str(figures_dir),
+                                    "rescore_results": str(small_real_results), "n_boot": 100},
+                        cwd=str(root), progress_bar=False)
+    for name in ("observation_user_nll_density", "observation_tool_surprise", "observation_auroc_by_part"):
+        assert (figures_dir / f"{name}.png").stat().st_size > 1000, name

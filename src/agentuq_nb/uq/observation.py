@@ -19,6 +19,7 @@ Both are resumable: each scored trajectory is checkpointed atomically and skippe
 from __future__ import annotations
 
 import re
+from itertools import islice
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -132,7 +133,8 @@ def _rows_table(rows: list[dict], sim: Simulation, domain: str, roles: set[str],
 
 
 def _score_results(results_path: Path, checkpoint_dir: Path, mode: str, model: str, backend: str,
-                   roles: set[str], top_logprobs: int, progress: bool, report: ScoringReport) -> None:
+                   roles: set[str], top_logprobs: int, progress: bool, report: ScoringReport,
+                   limit: int | None = None) -> None:
     """Score every simulation into ``checkpoint_dir/<trajectory>.parquet``, skipping done ones."""
     from agentuq_nb import llm
 
@@ -141,11 +143,11 @@ def _score_results(results_path: Path, checkpoint_dir: Path, mode: str, model: s
     domain = Results.model_validate({"info": info}).domain
     system = scorer_system_prompt(mode, info)
     source = BACKENDS[backend]
-    sims = iter_simulations(results_path)
+    sims = islice(iter_simulations(results_path), limit)
     if progress:
         from tqdm.auto import tqdm
 
-        sims = tqdm(sims, desc=f"score {mode}", unit="traj")
+        sims = tqdm(sims, desc=f"score {mode}", unit="traj", total=limit)
     for sim in sims:
         out = checkpoint_dir / (sidecar_name(domain, sim.task_id, sim.trial, sim.seed)[:-len(".jsonl")] + ".parquet")
         if out.exists():
@@ -197,6 +199,7 @@ def score_observations(
     tool_messages: bool = True,
     top_logprobs: int = 5,
     progress: bool = True,
+    limit: int | None = None,
 ) -> ScoringReport:
     """Token rows of every user and tool message → ``RUN_DIR/tokens.observations_<mode>[_replay].parquet``."""
     from agentuq_nb import llm
@@ -215,7 +218,7 @@ def score_observations(
     _check_scorer_state(checkpoint_dir / "scorer.json", {"model": model, "backend": BACKENDS[backend],
                                                          "roles": sorted(roles), "results": str(results_path.resolve())})
     report = ScoringReport(run_dir)
-    _score_results(results_path, checkpoint_dir, scorer_mode, model, backend, roles, top_logprobs, progress, report)
+    _score_results(results_path, checkpoint_dir, scorer_mode, model, backend, roles, top_logprobs, progress, report, limit)
     report.num_tokens = _consolidate(checkpoint_dir, run_dir / f"tokens.observations_{suffix}.parquet")
     atomic_write_json(checkpoint_dir / "report.json", report.as_dict())
     return report
@@ -229,8 +232,11 @@ def rescore(
     backend: str = "teacher_forced",
     top_logprobs: int = 5,
     progress: bool = True,
+    limit: int | None = None,
 ) -> ScoringReport:
-    """Rows for every message of a results file → ``OUT/tokens.parquet`` (+ messages, trajectories, manifest)."""
+    """Rows for every message of a results file → ``OUT/tokens.parquet`` (+ messages, trajectories, manifest).
+
+    ``limit`` scores only the first N simulations (a quick look at a large file)."""
     from agentuq_nb import llm
     from datetime import datetime, timezone
 
@@ -244,12 +250,12 @@ def rescore(
                                                          "results": str(results_path.resolve())})
     report = ScoringReport(run_dir)
     _score_results(results_path, checkpoint_dir, scorer_mode, model, backend, {"assistant", "user", "tool"},
-                   top_logprobs, progress, report)
+                   top_logprobs, progress, report, limit)
     report.num_tokens = _consolidate(checkpoint_dir, run_dir / TOKENS_FILE)
     header = read_header(results_path)
     domain = Results.model_validate({"info": header.get("info") or {}}).domain
     messages, trajectories = [], []
-    for sim in iter_simulations(results_path):
+    for sim in islice(iter_simulations(results_path), limit):
         messages.extend(message_records(sim, domain))
         trajectories.append(trajectory_record(sim, domain))
     atomic_write_with(run_dir / MESSAGES_FILE, pd.DataFrame(messages).to_parquet)
