@@ -12,8 +12,6 @@ from sklearn.metrics import roc_auc_score
 from agentuq_nb.uq import dynamics
 
 ROOT = Path(__file__).resolve().parents[1]
-KEYS = ["domain", "task_id", "trial", "seed"]
-
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
@@ -94,7 +92,7 @@ def test_notebook_07_runs_under_papermill(run_dir, tmp_path):
     out = tmp_path / "07.ipynb"
     figs = tmp_path / "figures"
     pm.execute_notebook(str(ROOT / "notebooks" / "07_dynamics_saup.ipynb"), str(out), kernel_name="python3",
-                        parameters={"run_dir": str(run_dir), "figures_dir": str(figs), "embedder": "hash",
+                        parameters={"run_dir": str(run_dir), "figures_dir": str(figs), "embedder": "minilm",
                                     "n_boot": 50, "k_folds": 3}, progress_bar=False)
     for name in ("dynamics_agent_nll", "early_warning", "estimator_forest"):
         assert (figs / f"{name}.png").stat().st_size > 1000 and (figs / f"{name}.pdf").exists()

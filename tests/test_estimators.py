@@ -100,9 +100,15 @@ def test_extra_score_files_and_verbalized_confidence_are_picked_up(run_dir, tmp_
     traj = pd.read_parquet(run / "trajectories.parquet")
     failed = (traj["reward"] < 1).to_numpy()
     keys = traj[["domain", "task_id", "trial", "seed"]]
-    keys.assign(verbalized_confidence=np.where(failed, 0.2, 0.9)).to_parquet(run / "verbalized_confidence.parquet")
+    keys.assign(verbalized_confidence=np.where(failed, 0.2, 0.9)).to_csv(run / "verbalized_confidence.csv", index=False)
     keys.assign(saup_rms=failed.astype(float), saup_hmm_fold=0).to_parquet(run / "saup_scores.parquet")
+    # an observation scorer's roles (as ``rescore`` writes them) become estimators of their own
+    summary = pd.read_parquet(run / "trajectory_summary.parquet")
+    obs = summary[summary["role"] == "user"].assign(scorer="agent_llm", role="observation_user")
+    pd.concat([summary, obs], ignore_index=True).to_parquet(run / "trajectory_summary.parquet")
     table = compare_estimators(run, n_boot=N_BOOT).set_index("estimator")
+    assert np.isfinite(table.loc["observation_user.avg_token_nll@agent_llm", "auroc"])
+    assert table.loc["observation_user.avg_token_nll@agent_llm", "scorer"] == "agent_llm"
     assert table.loc["verbalized_confidence", "invert"]
     assert table.loc["verbalized_confidence", "auroc"] == pytest.approx(1.0)  # inverted: low confidence = failure
     assert table.loc["saup_rms", "auroc"] == pytest.approx(1.0)

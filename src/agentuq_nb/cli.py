@@ -74,6 +74,24 @@ def evaluate(
     typer.echo(json.dumps({"n": result["n"], "n_failures": result["n_failures"], "metrics": result["metrics"]}, indent=2))
 
 
+@app.command("compare-estimators")
+def compare_estimators(
+    run_dir: Path = typer.Argument(...),
+    failure_threshold: float = typer.Option(1.0, help="failure = reward < threshold"),
+    n_boot: int = typer.Option(1000, help="bootstrap resamples for CIs and paired p-values"),
+    seed: int = typer.Option(0),
+):
+    """Every estimator in the run vs failure (AUROC, AUARC, AURC, PRR, Spearman, CIs, p vs avg NLL) → estimator_table.csv."""
+    from agentuq_nb.uq.estimators import compare_estimators as run_compare
+
+    try:
+        table = run_compare(run_dir, failure_threshold=failure_threshold, n_boot=n_boot, seed=seed)
+    except (ValueError, FileNotFoundError) as err:
+        _fail(err)
+    cols = [c for c in ("estimator", "auroc", "auroc_lo", "auroc_hi", "auarc", "spearman", "p_value_vs_reference") if c in table]
+    typer.echo(table[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+
+
 @app.command()
 def reproduce(params: list[Path] = typer.Argument(..., help="params YAML file(s), e.g. params/quickstart.yaml")):
     """Run every notebook of a study through papermill; figures → figures/<params-name>/."""

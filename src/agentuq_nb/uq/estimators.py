@@ -18,8 +18,9 @@ Estimators found in a run:
 * SAUP variants (``saup_scores.parquet``, written by :func:`agentuq_nb.uq.saup.saup`);
 * early warning at turn fractions (``early_warning_scores.parquet``, written by
   :func:`agentuq_nb.uq.dynamics.early_warning`);
-* ``verbalized_confidence`` (inverted) if a column of that name is in ``trajectories.parquet``, the
-  trajectory summary or ``verbalized_confidence.parquet``;
+* ``verbalized_confidence`` (inverted) from ``verbalized_confidence.csv`` (written by
+  :func:`agentuq_nb.uq.verbalized.verbalized_confidence`), else ``verbalized_confidence.parquet``, else a
+  column of that name in ``trajectories.parquet`` or the trajectory summary;
 * trivial baselines, always: ``num_messages``, ``num_tool_calls``, ``agent_chars``.
 
 The table (``RUN_DIR/estimator_table.csv``) has, per estimator, AUROC, AUARC, AURC, PRR and
@@ -38,11 +39,12 @@ from agentuq_nb.evaluation import failure_metrics, paired_bootstrap_pvalue
 from agentuq_nb.io.atomic import atomic_write_with
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.uq.aggregation import read_trajectory_summary
+from agentuq_nb.uq.dynamics import EARLY_WARNING_SCORES_FILE
 from agentuq_nb.uq.extract import TRAJECTORIES_FILE
+from agentuq_nb.uq.saup import SAUP_SCORES_FILE
 
 ESTIMATOR_TABLE_FILE = "estimator_table.csv"
-SAUP_SCORES_FILE = "saup_scores.parquet"
-EARLY_WARNING_SCORES_FILE = "early_warning_scores.parquet"
+VERBALIZED_CSV = "verbalized_confidence.csv"
 VERBALIZED_FILE = "verbalized_confidence.parquet"
 
 #: token-level statistics of the trajectory summary → invert? (True = confidence score)
@@ -143,7 +145,10 @@ def _role_order(role: str) -> tuple[int, str]:
 
 def _verbalized(run_dir: Path, base: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame | None:
     col = "verbalized_confidence"
-    if (run_dir / VERBALIZED_FILE).exists():
+    csv = run_dir / VERBALIZED_CSV
+    if csv.exists():  # written by agentuq_nb.uq.verbalized.verbalized_confidence
+        src = _keys(pd.read_csv(csv, dtype={"task_id": str}))
+    elif (run_dir / VERBALIZED_FILE).exists():
         src = _keys(pd.read_parquet(run_dir / VERBALIZED_FILE))
     elif col in base:
         src = base

@@ -21,11 +21,13 @@ its actor is ``assistant`` (agent) or ``user`` (simulated user).  Single-step un
 * ``saup_hmm`` - W_i = Σ_s P(state_i = s | D sequence) · w_s: a 3-state Gaussian HMM
   (hmmlearn, diagonal covariances) over each trajectory's (D_a, D_o) sequence of agent steps;
   state weight w_s = failure rate of the training trajectories weighted by the posterior mass of
-  their steps in state s, ``w_s = Σ_steps γ(s)·failed / Σ_steps γ(s)`` (training rate if a state
-  has no mass).  **Cross-fitting**: trajectories are split into K folds (stratified by failure
-  when every class has ≥ K members, else plain; shuffled with ``seed``); fold k is scored by an HMM
-  and weights fitted only on the other folds, so no trajectory is ever scored by a model that
-  saw it (its fold is recorded in ``saup_hmm_fold``).
+  their steps in state s, ``w_s = Σ_steps γ(s)·failed / Σ_steps γ(s)`` (the training failure rate
+  if the state's total posterior mass is below 1e-6).  The HMM is fitted (Baum-Welch) on the
+  training trajectories' sequences; held-out steps get posteriors γ from the same model.
+  **Cross-fitting**: trajectories are split into K folds (stratified by failure when every class
+  has ≥ K members, else plain KFold; shuffled with ``seed``); fold k is scored by an HMM and
+  weights fitted only on the other folds, so no trajectory is ever scored by a model that saw it
+  (its fold is recorded in ``saup_hmm_fold``).  A fold whose fit fails stays NaN.
 
 Agent scores are the estimators (``saup_*``); the user's (``user_saup_rms``, ``user_saup_position``,
 ``user_saup_distance``) give SAUP's Step 2 per-actor breakdown (agent reasoning uncertainty vs user
@@ -50,6 +52,8 @@ from agentuq_nb.uq.extract import read_manifest
 SAUP_SCORES_FILE = "saup_scores.parquet"
 ACTORS = ("assistant", "user")
 N_STATES = 3
+#: a state with less total posterior mass than this on the training steps gets the training failure rate
+MIN_STATE_MASS = 1e-6
 
 
 # --------------------------------------------------------------------------- definitions
@@ -154,6 +158,13 @@ def _keys(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
+def _key(task_id, trial, seed) -> tuple:
+    def _int(v):
+        return None if v is None or pd.isna(v) else int(v)
+
+    return str(task_id), _int(trial), _int(seed)
+
+
 def saup_steps(run_dir: str | Path, embedder=None, scorer: str = "self") -> pd.DataFrame:
     """One row per step (agent and user turns): keys, message_idx, turn_idx, actor, u, d_a, d_o.
 
@@ -166,10 +177,10 @@ def saup_steps(run_dir: str | Path, embedder=None, scorer: str = "self") -> pd.D
     manifest = read_manifest(run_dir)
     domain = manifest.get("domain")
     embedder = get_embedder(embedder)
-    wanted = set(map(tuple, turns[["task_id", "trial", "seed"]].astype(object).itertuples(index=False)))
+    wanted = {_key(t, tr, sd) for t, tr, sd in turns[["task_id", "trial", "seed"]].itertuples(index=False)}
     sims = []
     for sim in iter_simulations(manifest["results"]):
-        if (str(sim.task_id), sim.trial, sim.seed) in wanted:
+        if _key(sim.task_id, sim.trial, sim.seed) in wanted:
             sims.append((sim.task_id, sim.trial, sim.seed, [message_text(m) for m in sim.messages],
                          [m.role for m in sim.messages]))
     all_texts = [t for s in sims for t in s[3]]
@@ -204,7 +215,7 @@ def _fit_hmm(sequences: list[np.ndarray], failed: np.ndarray, seed: int):
     mass = np.stack([g.sum(axis=0) for g in gammas])  # (n_traj, states)
     rate = float(failed.mean())
     num, den = (mass * failed[:, None]).sum(axis=0), mass.sum(axis=0)
-    weights = np.where(den > 1e-12, num / np.where(den > 1e-12, den, 1.0), rate)
+    weights = np.where(den > MIN_STATE_MASS, num / np.where(den > MIN_STATE_MASS, den, 1.0), rate)
     return model, weights
 
 
