@@ -39,7 +39,7 @@ from agentuq_nb.sim.orchestrator import Orchestrator, SimulationInterrupted
 from agentuq_nb.sim.user_simulator import GLOBAL_USER_SIM_GUIDELINES, UserSimulator
 
 LOCAL_MODEL = "local/smollm2-135m-instruct"  # = agentuq_nb.llm.LOCAL_MODEL (kept here so importing sim is cheap)
-DEFAULT_MAX_STEPS = 12
+DEFAULT_MAX_STEPS = 10
 DEFAULT_MAX_ERRORS = 5
 DEFAULT_AGENT_MAX_TOKENS = 64
 DEFAULT_USER_MAX_TOKENS = 32

@@ -17,7 +17,7 @@ Two prompt styles:
   ``FIRST_TURN_TEMPLATE``), and the flipped history starts with a short example chat
   (``DEMO``: another customer, same wrapping) showing the three moves of a customer
   here — give the id when asked, say yes to a confirmation, end with
-  ``Thanks, bye! ###STOP###`` once the agent has answered or refused. The model does
+  ``###STOP### Thanks, bye!`` once the agent has answered or refused. The model does
   continue such patterns: it then stops after refusals and answers and keeps going
   after questions.
 
@@ -46,9 +46,9 @@ SYSTEM_PROMPT = """{global_user_sim_guidelines}
 {instructions}
 </scenario>""".strip()
 
-CLOSING = "Thanks, bye! ###STOP###"
+CLOSING = "###STOP### Thanks, bye!"
 TURN_TEMPLATE = 'Agent: "{content}"\nReply as the customer in one short sentence. When you are done, end with ###STOP###.'
-FIRST_TURN_TEMPLATE = 'Agent: "{content}"\nReply as the customer in one short sentence. Your goal: {goal}'
+FIRST_TURN_TEMPLATE = 'Agent: "{content}"\nStart the chat. Your goal: {goal}\nSay it in one short sentence.'
 
 # The example chat of the "tiny" style: (speaker, text); a chat starts at each "goal".
 DEMO: tuple[dict[str, str], ...] = (

@@ -1,0 +1,217 @@
+"""The harness end to end on the embedded model (no mocks of the LLM): results shape, token rows,
+uq_summary, determinism, resume, kill-and-restart, interrupts, secrets."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agentuq_nb.records import Results
+from agentuq_nb.records.summary import uq_summary
+from agentuq_nb.records.tokens import TOKEN_COLUMNS
+from agentuq_nb.sim import RunConfigMismatch, UnknownDomainError, UnknownTaskError, run_simulations
+from agentuq_nb.sim.runner import CHECKPOINT_DIR, trial_seeds
+
+pytestmark = pytest.mark.slow
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+TASKS = ["2", "10"]  # a refusal and a book lookup: short conversations
+PARAMS = dict(task_ids=TASKS, max_steps=6, max_errors=3, progress=False)
+WALL_CLOCK = {"timestamp", "start_time", "end_time", "duration"}
+
+
+def strip_wall_clock(obj):
+    if isinstance(obj, dict):
+        return {k: strip_wall_clock(v) for k, v in obj.items() if k not in WALL_CLOCK}
+    if isinstance(obj, list):
+        return [strip_wall_clock(v) for v in obj]
+    return obj
+
+
+def read_rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def sidecar_rows(run_dir: Path) -> dict[str, list[dict]]:
+    return {p.name: read_rows(p) for p in sorted((run_dir / "sidecars").glob("*.jsonl"))}
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("sim_a")
+    path = run_simulations("bookshop", out, **PARAMS)
+    assert path == out / "results.json"
+    return out
+
+
+def test_results_load_with_tau2_shape(run_dir):
+    raw = json.loads((run_dir / "results.json").read_text())
+    assert list(raw) == ["timestamp", "info", "tasks", "simulations"]
+    results = Results.model_validate(raw)
+    assert results.domain == "bookshop"
+    info = raw["info"]
+    assert info["environment_info"]["policy"].startswith("# Pageturn Books policy")
+    assert info["agent_info"]["llm"] == info["user_info"]["llm"] == "local/smollm2-135m-instruct"
+    assert info["seed"] == 300 and info["num_trials"] == 1 and info["max_steps"] == 6
+    assert [t["id"] for t in raw["tasks"]] == TASKS
+    assert [s.task_id for s in results.simulations] == TASKS
+    for sim in results.simulations:
+        assert sim.seed == trial_seeds(300, 1)[0] and sim.trial == 0
+        assert sim.termination_reason in {"user_stop", "agent_stop", "max_steps", "too_many_errors"}
+        assert sim.reward_info is not None and sim.reward_info.reward in (0.0, 1.0)
+        first = sim.messages[0]
+        assert first.role == "assistant" and first.content == "Hi! How can I help you today?"
+        assert [m.turn_idx for m in sim.messages] == list(range(len(sim.messages)))
+        for m in sim.messages:
+            assert m.timestamp
+            if m.role == "tool":
+                assert m.error in (True, False) and m.requestor == "assistant"
+        # tool messages answer the call before them
+        for i, m in enumerate(sim.messages):
+            if m.tool_calls:
+                ids = [c.id for c in m.tool_calls]
+                assert [x.id for x in sim.messages[i + 1:i + 1 + len(ids)]] == ids
+
+
+def test_every_generated_message_has_its_token_rows(run_dir):
+    results = json.loads((run_dir / "results.json").read_text())
+    for sim in results["simulations"]:
+        generated = [m for m in sim["messages"] if m["role"] in ("assistant", "user") and m.get("raw_data")]
+        assert any(m["role"] == "user" for m in generated) and any(m["role"] == "assistant" for m in generated)
+        paths = {m["raw_data"]["uq_logprobs"]["path"] for m in generated}
+        assert len(paths) == 1
+        rel = paths.pop()
+        assert rel == f"sidecars/logprobs_bookshop_{sim['task_id']}_trial0_seed{sim['seed']}.jsonl"
+        rows = read_rows(run_dir / rel)
+        for m in generated:
+            uq = m["raw_data"]["uq_logprobs"]
+            assert uq["enabled"] is True and uq["format"] == "jsonl" and uq["schema_version"] == "uq_logprobs_v1"
+            mine = [r for r in rows if r["message_idx"] == m["turn_idx"]]
+            assert len(mine) == uq["num_tokens"] > 0
+            assert [r["token_idx"] for r in mine] == list(range(len(mine)))
+            for r in mine:
+                assert r["role"] == m["role"] and r["turn_idx"] == m["turn_idx"]
+                assert r["message_timestamp"] == m["timestamp"]
+                assert (r["domain"], r["task_id"], r["trial"], r["seed"]) == ("bookshop", sim["task_id"], 0, sim["seed"])
+                assert r["scorer"] == "self" and r["source"] == "generated"
+                assert r["model"] == "local/smollm2-135m-instruct"
+            if m["content"] and not m.get("tool_calls"):
+                assert "".join(r["token"] for r in mine).strip() == m["content"].strip()
+        assert sum(m["raw_data"]["uq_logprobs"]["num_tokens"] for m in generated) == len(rows)
+        assert set(rows[0]) >= set(TOKEN_COLUMNS)
+        # non-generated messages carry no rows
+        assert not [r for r in rows if r["message_idx"] not in {m["turn_idx"] for m in generated}]
+
+
+def test_uq_summary_matches_sidecar_rows(run_dir):
+    results = json.loads((run_dir / "results.json").read_text())
+    for sim in results["simulations"]:
+        rows = read_rows(run_dir / f"sidecars/logprobs_bookshop_{sim['task_id']}_trial0_seed{sim['seed']}.jsonl")
+        expected = uq_summary(rows)
+        assert set(expected) == {"assistant", "user", "combined"}
+        assert sim["uq_summary"] == pytest.approx(expected)
+
+
+def test_same_seed_gives_identical_results_and_token_tables(run_dir, tmp_path):
+    run_simulations("bookshop", tmp_path, **PARAMS)
+    a = json.loads((run_dir / "results.json").read_text())
+    b = json.loads((tmp_path / "results.json").read_text())
+    assert strip_wall_clock(a) == strip_wall_clock(b)
+    rows_a, rows_b = sidecar_rows(run_dir), sidecar_rows(tmp_path)
+    assert list(rows_a) == list(rows_b)
+    for name in rows_a:
+        assert [{k: v for k, v in r.items() if k != "message_timestamp"} for r in rows_a[name]] == \
+               [{k: v for k, v in r.items() if k != "message_timestamp"} for r in rows_b[name]]
+
+
+def test_rerun_resumes_without_calling_the_model(run_dir, monkeypatch):
+    import agentuq_nb.llm as llm
+
+    def no_calls(*args, **kwargs):
+        raise AssertionError("a finished simulation was run again")
+
+    before = {p.name: p.read_bytes() for p in (run_dir / CHECKPOINT_DIR).iterdir()}
+    monkeypatch.setattr(llm, "generate", no_calls)
+    run_simulations("bookshop", run_dir, **PARAMS)
+    assert {p.name: p.read_bytes() for p in (run_dir / CHECKPOINT_DIR).iterdir()} == before
+    assert len(json.loads((run_dir / "results.json").read_text())["simulations"]) == len(TASKS)
+    # a subset of the same run is assembled from the same checkpoints
+    sub = run_simulations("bookshop", run_dir, **{**PARAMS, "task_ids": ["10"]})
+    assert [s["task_id"] for s in json.loads(sub.read_text())["simulations"]] == ["10"]
+
+
+def test_other_parameters_in_the_same_directory_are_refused(run_dir):
+    with pytest.raises(RunConfigMismatch, match="max_steps"):
+        run_simulations("bookshop", run_dir, **{**PARAMS, "max_steps": 7})
+
+
+def test_bad_domain_and_task_ids_fail_clearly(tmp_path):
+    with pytest.raises(UnknownDomainError, match="Valid domains: bookshop"):
+        run_simulations("retail", tmp_path, progress=False)
+    with pytest.raises(UnknownTaskError, match="Valid task ids"):
+        run_simulations("bookshop", tmp_path, task_ids=["2", "x42"], progress=False)
+
+
+def test_keyboard_interrupt_keeps_checkpoints_and_says_how_to_resume(tmp_path, monkeypatch, capsys):
+    from agentuq_nb.sim import orchestrator
+
+    real_run = orchestrator.Orchestrator.run
+    calls = []
+
+    def run_then_interrupt(self):
+        calls.append(self.task["id"])
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real_run(self)
+
+    monkeypatch.setattr(orchestrator.Orchestrator, "run", run_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        run_simulations("bookshop", tmp_path, **PARAMS)
+    err = capsys.readouterr().err
+    assert "Interrupted: 1 of 2 simulations are checkpointed" in err and "Run the same command again" in err
+    assert [p.name for p in (tmp_path / CHECKPOINT_DIR).iterdir()] == ["2_trial0.json"]
+    assert not (tmp_path / "results.json").exists()
+
+
+_CHILD = """
+import sys
+from agentuq_nb.sim import run_simulations
+run_simulations("bookshop", sys.argv[1], task_ids={tasks!r}, max_steps=6, max_errors=3, progress=False)
+"""
+
+
+def test_killed_run_restarts_and_completes_without_duplicates(tmp_path, run_dir):
+    """SIGKILL the runner right after its first checkpoint, start it again: the rest is done once."""
+    env = dict(os.environ, PYTHONPATH=SRC, OPENAI_API_KEY="sk-fake-key-must-never-be-written-0123456789")
+    code = _CHILD.format(tasks=TASKS)
+    child = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    first = tmp_path / CHECKPOINT_DIR / "2_trial0.json"
+    deadline = time.time() + 900
+    while not first.exists() and child.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    assert first.exists(), child.stdout.read().decode()[-2000:]
+    assert not (tmp_path / "results.json").exists()
+    snapshot = first.read_bytes()
+
+    rerun = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, capture_output=True, timeout=900)
+    assert rerun.returncode == 0, rerun.stderr.decode()[-2000:]
+    assert first.read_bytes() == snapshot  # not redone
+    results = json.loads((tmp_path / "results.json").read_text())
+    ids = [s["id"] for s in results["simulations"]]
+    assert [s["task_id"] for s in results["simulations"]] == TASKS and len(set(ids)) == len(ids)
+    assert sorted(p.name for p in (tmp_path / "sidecars").glob("*.jsonl")) == sorted(sidecar_rows(run_dir))
+    assert strip_wall_clock(results["simulations"]) == strip_wall_clock(
+        json.loads((run_dir / "results.json").read_text())["simulations"])
+    # the fake key in the environment reached no file
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert b"sk-fake-key-must-never-be-written" not in path.read_bytes(), path
