@@ -114,12 +114,24 @@ def test_uq_summary_matches_sidecar_rows(run_dir):
     for sim in results["simulations"]:
         rows = read_rows(run_dir / f"sidecars/logprobs_bookshop_{sim['task_id']}_trial0_seed{sim['seed']}.jsonl")
         expected = uq_summary(rows)
-        assert set(expected) == {"assistant", "user", "combined"}
-        assert sim["uq_summary"] == pytest.approx(expected)
+        assert set(expected) == set(sim["uq_summary"]) == {"assistant", "user", "combined"}
+        for role, summary in expected.items():
+            assert sim["uq_summary"][role] == pytest.approx(summary)
+        # and an independent aggregation of the same rows
+        for role in ("assistant", "user", "combined"):
+            mine = [r for r in rows if role == "combined" or r["role"] == role]
+            nll = [-r["chosen_logprob"] for r in mine]
+            got = sim["uq_summary"][role]
+            assert got["total_tokens"] == len(mine)
+            assert got["trajectory_nll"] == pytest.approx(sum(nll))
+            assert got["avg_token_nll"] == pytest.approx(sum(nll) / len(mine))
+            assert got["mean_topk_entropy"] == pytest.approx(sum(r["topk_entropy"] for r in mine) / len(mine))
+            assert got["min_chosen_prob"] == pytest.approx(min(r["chosen_prob"] for r in mine))
 
 
 def test_same_seed_gives_identical_results_and_token_tables(run_dir, tmp_path):
-    run_simulations("bookshop", tmp_path, **PARAMS)
+    # a second run, this time on two worker threads: same content, same order
+    run_simulations("bookshop", tmp_path, **PARAMS, max_concurrency=2)
     a = json.loads((run_dir / "results.json").read_text())
     b = json.loads((tmp_path / "results.json").read_text())
     assert strip_wall_clock(a) == strip_wall_clock(b)
@@ -144,6 +156,7 @@ def test_rerun_resumes_without_calling_the_model(run_dir, monkeypatch):
     # a subset of the same run is assembled from the same checkpoints
     sub = run_simulations("bookshop", run_dir, **{**PARAMS, "task_ids": ["10"]})
     assert [s["task_id"] for s in json.loads(sub.read_text())["simulations"]] == ["10"]
+    run_simulations("bookshop", run_dir, **PARAMS)  # put the full results back for the other tests
 
 
 def test_other_parameters_in_the_same_directory_are_refused(run_dir):
