@@ -37,7 +37,7 @@ class Scripted:
         self.llm, self.replies, self.calls = llm, list(replies), []
 
     def generate(self, trajectory, seed, retry=None, to_user=None, first_turn=False):
-        self.calls.append([dict(m) for m in trajectory])
+        self.calls.append(([dict(m) for m in trajectory], None if to_user is None else set(to_user)))
         return self.replies.pop(0)
 
     @staticmethod
@@ -76,8 +76,8 @@ def test_tool_calls_errors_and_malformed_calls_are_answered_and_the_run_goes_on(
     assert sim["termination_reason"] == "user_stop"
     assert sim["reward_info"]["reward"] == 1.0  # the DB ended as the gold actions leave it
     # the user saw neither tool traffic nor the malformed call
-    last_user_view = user.calls[-1]
-    assert UserView(last_user_view) == [GREETING, "Cancel O1007 please.", "Your order O1007 is cancelled."]
+    trajectory, to_user = user.calls[-1]
+    assert UserView(trajectory, to_user) == [GREETING, "Cancel O1007 please.", "Your order O1007 is cancelled."]
     # token rows: one block per generated message, keyed by its index
     idx = {r["message_idx"] for r in result.token_rows}
     assert idx == {i for i, m in enumerate(msgs) if m.get("raw_data")}
@@ -86,11 +86,10 @@ def test_tool_calls_errors_and_malformed_calls_are_answered_and_the_run_goes_on(
     Results.model_validate({"simulations": [sim]})
 
 
-def UserView(trajectory):
+def UserView(trajectory, to_user):
     from agentuq_nb.sim.user_simulator import UserSimulator
 
-    return [m["content"] for m in UserSimulator.flip_roles(trajectory, to_user=None)
-            if not m["content"].startswith("<tool_call>")]
+    return [m["content"] for m in UserSimulator.flip_roles(trajectory, to_user=to_user)]
 
 
 def test_agent_stop(shop):
@@ -127,3 +126,12 @@ def test_initial_message_history_replaces_the_greeting(shop):
     assert [m["content"] for m in sim["messages"][:2]] == ["Welcome back!", "Cancel O1003 please."]
     assert sim["messages"][2]["content"] == "It has shipped, sorry."  # the agent spoke first
     assert sim["messages"][2]["raw_data"]["uq_logprobs"]["enabled"] is False
+
+
+def test_a_failing_model_stops_the_run_with_a_clear_message(tmp_path):
+    from agentuq_nb.sim import SimulationFailed, run_simulations
+
+    with pytest.raises(SimulationFailed, match=r"(?s)task .2. trial 0 .*run the same command again"):
+        run_simulations("bookshop", tmp_path, task_ids=["2"], user_llm="nosuchprovider/x", retries=0, progress=False)
+    assert list((tmp_path / "checkpoints").iterdir()) == []
+    assert not (tmp_path / "results.json").exists()

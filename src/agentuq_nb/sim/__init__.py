@@ -16,9 +16,9 @@ from agentuq_nb.sim.domain import (
     tool,
 )
 from agentuq_nb.sim.evaluator import evaluate_simulation
-from agentuq_nb.sim.runner import LOCAL_MODEL, RunConfigMismatch, run_simulations, trial_seeds
+from agentuq_nb.sim.runner import LOCAL_MODEL, RunConfigMismatch, SimulationFailed, run_simulations, trial_seeds
 
 __all__ = [
-    "Domain", "Toolkit", "ToolError", "UnknownDomainError", "UnknownTaskError", "RunConfigMismatch",
+    "Domain", "Toolkit", "ToolError", "UnknownDomainError", "UnknownTaskError", "RunConfigMismatch", "SimulationFailed",
     "LOCAL_MODEL", "list_domains", "load_domain", "tool", "evaluate_simulation", "run_simulations", "trial_seeds",
 ]

@@ -50,11 +50,15 @@ RUN_CONFIG_NAME = "run_config.json"
 
 _SENSITIVE = re.compile(r"key|secret|token|password|passwd|auth|credential|header|cookie", re.I)
 
-__all__ = ["run_simulations", "list_domains", "load_domain", "trial_seeds", "RunConfigMismatch"]
+__all__ = ["run_simulations", "list_domains", "load_domain", "trial_seeds", "RunConfigMismatch", "SimulationFailed"]
 
 
 class RunConfigMismatch(ValueError):
     """``out_dir`` holds checkpoints made with other parameters."""
+
+
+class SimulationFailed(RuntimeError):
+    """A simulation raised (e.g. the LLM failed after its retries); the run stops, checkpoints stay."""
 
 
 def trial_seeds(seed: int, num_trials: int) -> list[int]:
@@ -263,17 +267,26 @@ def run_simulations(
         sidecar = sidecar_name(domain.name, task_id, trial, trial_seed)
         rel = f"{SIDECAR_DIR}/{sidecar}"
         user = UserSimulator(llm=user_llm, scenario=task.get("user_scenario"), style=user_style,
-                             guidelines=user_proto.guidelines, demo=user_proto.demo, max_tokens=user_max_tokens, temperature=temperature,
-                             top_logprobs=top_logprobs, llm_args=user_proto.llm_args)
+                             guidelines=user_proto.guidelines, demo=user_proto.demo, max_tokens=user_max_tokens,
+                             temperature=temperature, top_logprobs=top_logprobs, llm_args=user_proto.llm_args)
         orch = Orchestrator(domain, task, agent_proto, user, trial=trial, seed=trial_seed, max_steps=max_steps,
                             max_errors=max_errors, sidecar_path=rel, retry=retry, stop_event=stop_event)
-        result = orch.run()
+        try:
+            result = orch.run()
+        except SimulationInterrupted:
+            raise
+        except Exception as exc:
+            raise SimulationFailed(
+                f"simulation of task {task_id!r} trial {trial} (domain {domain.name}) failed after "
+                f"{len(orch.trajectory)} messages: {type(exc).__name__}: {exc}. Finished simulations are "
+                f"checkpointed in {out_dir / CHECKPOINT_DIR}; fix the cause and run the same command again."
+            ) from exc
         write_sidecar(out_dir / rel, result.token_rows)  # the sidecar first: a checkpoint implies its rows
         atomic_write_json(ckpt_path[(task_id, trial)], {"simulation": result.simulation})
 
     bar = None
     if progress:
-        from tqdm.auto import tqdm
+        from tqdm import tqdm  # text bar: works in terminals and in papermill-executed notebooks
 
         bar = tqdm(total=len(jobs), initial=len(jobs) - len(pending), desc=f"simulate {domain.name}",
                    unit="sim", file=sys.stderr)

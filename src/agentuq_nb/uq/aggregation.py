@@ -69,11 +69,15 @@ def _finalize(merged: pd.DataFrame, nll_name: str) -> pd.DataFrame:
             out[mean_name] = out[f"sum_{col}"] / out[f"n_{col}"].where(out[f"n_{col}"] > 0)
     out[nll_name] = out["sum_nll"].where(out["n_nll"] > 0)
     out = out.drop(columns=[c for c in out.columns if c.startswith(("sum_", "n_"))])
-    return _key_dtypes(out)
+    return key_dtypes(out)
 
 
-def _key_dtypes(df: pd.DataFrame) -> pd.DataFrame:
-    # Keys compare as written: task ids are strings ("10" ≠ 10), trial/seed nullable ints.
+def key_dtypes(df: pd.DataFrame) -> pd.DataFrame:
+    """A copy with the trajectory keys typed alike everywhere, so tables join on them.
+
+    Keys compare as written: task ids are strings ("10" ≠ 10), trial/seed nullable ints.
+    """
+    df = df.copy()
     df["task_id"] = df["task_id"].astype("string")
     for col in ("trial", "seed"):
         df[col] = df[col].astype("Int64")
@@ -113,7 +117,7 @@ def _trajectory_summary_from(turn_partials: pd.DataFrame, trajectories: pd.DataF
                          "mean_full_entropy", "min_chosen_prob", "max_token_nll", "num_turns"]
     out = out[front]
     if trajectories is not None:
-        meta = _key_dtypes(trajectories[TRAJECTORY_KEYS + [c for c in TRAJECTORY_META if c in trajectories]].copy())
+        meta = key_dtypes(trajectories[TRAJECTORY_KEYS + [c for c in TRAJECTORY_META if c in trajectories]].copy())
         out = out.merge(meta, on=TRAJECTORY_KEYS, how="left")
     return out.sort_values(ROLE_KEYS, kind="stable", ignore_index=True)
 

@@ -27,26 +27,20 @@ import pandas as pd
 from agentuq_nb.evaluation import failure_labels, failure_metrics
 from agentuq_nb.io.atomic import atomic_write_with
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
-from agentuq_nb.uq.aggregation import read_trajectory_summary, read_turn_summary
+from agentuq_nb.uq.aggregation import key_dtypes, read_trajectory_summary, read_turn_summary
 from agentuq_nb.uq.extract import TRAJECTORIES_FILE
 
 FRACTIONS = (0.25, 0.5, 0.75, 1.0)
 EARLY_WARNING_SCORES_FILE = "early_warning_scores.parquet"
 
 
-def _keys(df: pd.DataFrame) -> pd.DataFrame:
-    df = df.copy()
-    df["task_id"] = df["task_id"].astype("string")
-    for col in ("trial", "seed"):
-        df[col] = df[col].astype("Int64")
-    return df
 
 
 def _rewards(run_dir: str | Path) -> pd.DataFrame:
     run_dir = Path(run_dir)
     path = run_dir / TRAJECTORIES_FILE
     src = pd.read_parquet(path) if path.exists() else read_trajectory_summary(run_dir)
-    return _keys(src[TRAJECTORY_KEYS + ["reward"]].drop_duplicates(TRAJECTORY_KEYS))
+    return key_dtypes(src[TRAJECTORY_KEYS + ["reward"]].drop_duplicates(TRAJECTORY_KEYS))
 
 
 def normalized_positions(n: int) -> np.ndarray:
@@ -57,7 +51,7 @@ def normalized_positions(n: int) -> np.ndarray:
 def agent_turns(turns: pd.DataFrame, rewards: pd.DataFrame | None = None, role: str = "assistant",
                 scorer: str = "self", value: str = "avg_token_nll", failure_threshold: float = 1.0) -> pd.DataFrame:
     """Per-turn values of one role/scorer with ``position`` in [0, 1] and ``failed`` (if rewards given)."""
-    t = _keys(turns[(turns["role"] == role) & (turns["scorer"] == scorer)])
+    t = key_dtypes(turns[(turns["role"] == role) & (turns["scorer"] == scorer)])
     t = t[np.isfinite(t[value].to_numpy(dtype=float))]
     t = t.sort_values(TRAJECTORY_KEYS + ["turn_idx"], kind="stable")
     rank = t.groupby(TRAJECTORY_KEYS, dropna=False).cumcount()
@@ -67,7 +61,7 @@ def agent_turns(turns: pd.DataFrame, rewards: pd.DataFrame | None = None, role: 
     cols = TRAJECTORY_KEYS + ["turn_idx", "message_idx", "turn_rank", "num_agent_turns", "position", "value"]
     t = t[cols].reset_index(drop=True)
     if rewards is not None:
-        t = t.merge(_keys(rewards)[TRAJECTORY_KEYS + ["reward"]], on=TRAJECTORY_KEYS, how="left")
+        t = t.merge(key_dtypes(rewards)[TRAJECTORY_KEYS + ["reward"]], on=TRAJECTORY_KEYS, how="left")
         t["failed"] = failure_labels(t["reward"], failure_threshold)
     return t
 

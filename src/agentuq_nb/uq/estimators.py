@@ -38,7 +38,7 @@ import pandas as pd
 from agentuq_nb.evaluation import failure_metrics, paired_bootstrap_pvalue
 from agentuq_nb.io.atomic import atomic_write_with
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
-from agentuq_nb.uq.aggregation import read_trajectory_summary
+from agentuq_nb.uq.aggregation import key_dtypes, read_trajectory_summary
 from agentuq_nb.uq.dynamics import EARLY_WARNING_SCORES_FILE
 from agentuq_nb.uq.extract import TRAJECTORIES_FILE
 from agentuq_nb.uq.saup import SAUP_SCORES_FILE
@@ -79,12 +79,6 @@ class Estimator:
         return "inverted: lower = more uncertain" if self.invert else "higher = more uncertain"
 
 
-def _keys(df: pd.DataFrame) -> pd.DataFrame:
-    df = df.copy()
-    df["task_id"] = df["task_id"].astype("string")
-    for col in ("trial", "seed"):
-        df[col] = df[col].astype("Int64")
-    return df
 
 
 def token_estimator_name(role: str, statistic: str, scorer: str = "self") -> str:
@@ -94,10 +88,10 @@ def token_estimator_name(role: str, statistic: str, scorer: str = "self") -> str
 def score_table(run_dir: str | Path) -> tuple[pd.DataFrame, list[Estimator]]:
     """One row per trajectory (keys + ``reward``) and one column per estimator; and the estimators."""
     run_dir = Path(run_dir)
-    summary = _keys(read_trajectory_summary(run_dir))
+    summary = key_dtypes(read_trajectory_summary(run_dir))
     traj_path = run_dir / TRAJECTORIES_FILE
     if traj_path.exists():
-        base = _keys(pd.read_parquet(traj_path))
+        base = key_dtypes(pd.read_parquet(traj_path))
     else:  # older runs: the summary carries reward and the baselines
         base = summary.drop_duplicates(TRAJECTORY_KEYS)
     cols = TRAJECTORY_KEYS + ["reward"] + [c for c in BASELINES if c in base]
@@ -119,11 +113,11 @@ def score_table(run_dir: str | Path) -> tuple[pd.DataFrame, list[Estimator]]:
                 estimators.append(Estimator(name, name, "token", inv, scorer, role, stat))
     if wide:
         wide_df = pd.DataFrame(wide).reset_index()
-        table = table.merge(_keys(wide_df), on=TRAJECTORY_KEYS, how="left")
+        table = table.merge(key_dtypes(wide_df), on=TRAJECTORY_KEYS, how="left")
 
     for path, family in ((run_dir / SAUP_SCORES_FILE, "saup"), (run_dir / EARLY_WARNING_SCORES_FILE, "early_warning")):
         if path.exists():
-            extra = _keys(pd.read_parquet(path))
+            extra = key_dtypes(pd.read_parquet(path))
             score_cols = [c for c in extra.columns if c not in TRAJECTORY_KEYS and c != "reward"
                           and c.startswith(("saup_", "user_saup_", "early_warning_")) and not c.endswith("_fold")]
             table = table.merge(extra[TRAJECTORY_KEYS + score_cols], on=TRAJECTORY_KEYS, how="left")
@@ -147,9 +141,9 @@ def _verbalized(run_dir: Path, base: pd.DataFrame, summary: pd.DataFrame) -> pd.
     col = "verbalized_confidence"
     csv = run_dir / VERBALIZED_CSV
     if csv.exists():  # written by agentuq_nb.uq.verbalized.verbalized_confidence
-        src = _keys(pd.read_csv(csv, dtype={"task_id": str}))
+        src = key_dtypes(pd.read_csv(csv, dtype={"task_id": str}))
     elif (run_dir / VERBALIZED_FILE).exists():
-        src = _keys(pd.read_parquet(run_dir / VERBALIZED_FILE))
+        src = key_dtypes(pd.read_parquet(run_dir / VERBALIZED_FILE))
     elif col in base:
         src = base
     elif col in summary:

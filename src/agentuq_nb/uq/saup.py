@@ -45,7 +45,7 @@ from agentuq_nb.evaluation import failure_labels
 from agentuq_nb.io.atomic import atomic_write_with
 from agentuq_nb.io.results import iter_simulations
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
-from agentuq_nb.uq.aggregation import read_turn_summary
+from agentuq_nb.uq.aggregation import key_dtypes, read_turn_summary
 from agentuq_nb.uq.embeddings import cosine_distance
 from agentuq_nb.uq.extract import read_manifest
 
@@ -150,12 +150,6 @@ def message_distances(texts: list[str], roles: list[str], embedder=None, emb: np
     return pd.DataFrame({"message_idx": np.arange(n), "d_a": np.clip(d_a, 0, None), "d_o": np.clip(d_o, 0, None)})
 
 
-def _keys(df: pd.DataFrame) -> pd.DataFrame:
-    df = df.copy()
-    df["task_id"] = df["task_id"].astype("string")
-    for col in ("trial", "seed"):
-        df[col] = df[col].astype("Int64")
-    return df
 
 
 def _key(task_id, trial, seed) -> tuple:
@@ -171,7 +165,7 @@ def saup_steps(run_dir: str | Path, embedder=None, scorer: str = "self") -> pd.D
     Message texts come from the results named in ``RUN_DIR/manifest.json``.
     """
     run_dir = Path(run_dir)
-    turns = _keys(read_turn_summary(run_dir))
+    turns = key_dtypes(read_turn_summary(run_dir))
     turns = turns[(turns["scorer"] == scorer) & turns["role"].isin(ACTORS)]
     turns = turns[np.isfinite(turns["avg_token_nll"].to_numpy(dtype=float))]
     manifest = read_manifest(run_dir)
@@ -193,7 +187,7 @@ def saup_steps(run_dir: str | Path, embedder=None, scorer: str = "self") -> pd.D
     cols = TRAJECTORY_KEYS + ["message_idx", "turn_idx", "actor", "u"]
     steps = turns.rename(columns={"role": "actor", "avg_token_nll": "u"})[cols]
     if dist:
-        d = _keys(pd.concat(dist, ignore_index=True).assign(domain=domain))
+        d = key_dtypes(pd.concat(dist, ignore_index=True).assign(domain=domain))
         steps = steps.merge(d.drop(columns="domain"), on=["task_id", "trial", "seed", "message_idx"], how="left")
     else:
         steps = steps.assign(d_a=np.nan, d_o=np.nan)
@@ -281,9 +275,9 @@ def saup_from_steps(steps: pd.DataFrame, rewards: pd.DataFrame | None = None, fa
                 agent_seq.append(a[["d_a", "d_o"]].to_numpy(dtype=float))
                 agent_u.append(u)
         rows.append(row)
-    out = _keys(pd.DataFrame(rows))
+    out = key_dtypes(pd.DataFrame(rows))
     if rewards is not None:
-        out = out.merge(_keys(rewards)[TRAJECTORY_KEYS + ["reward"]], on=TRAJECTORY_KEYS, how="left")
+        out = out.merge(key_dtypes(rewards)[TRAJECTORY_KEYS + ["reward"]], on=TRAJECTORY_KEYS, how="left")
     if hmm and rewards is not None and len(out) >= 2:
         failed = failure_labels(out["reward"], failure_threshold)
         scores, folds, _ = saup_hmm_scores(agent_seq, agent_u, failed, k_folds, seed, stratify)
