@@ -120,13 +120,13 @@ def simulate(
     max_steps: Optional[int] = typer.Option(None, "--max-steps"),
 ):
     """Simulate agent ↔ user ↔ tools with logprob capture → RUN_DIR/results.json + sidecars/ (resumable)."""
-    from agentuq_nb.sim import run_simulations
+    from agentuq_nb.sim import SimulationFailed, run_simulations
 
     kwargs = {k: v for k, v in dict(agent_llm=agent_llm, user_llm=user_llm, max_steps=max_steps).items() if v is not None}
     try:
         path = run_simulations(domain, out, task_ids=task_ids or None, num_tasks=num_tasks, num_trials=num_trials,
                                top_logprobs=top_logprobs, max_concurrency=max_concurrency, seed=seed, **kwargs)
-    except (InputError, ValueError, KeyError) as err:
+    except (InputError, ValueError, KeyError, SimulationFailed) as err:
         _fail(err)
     typer.echo(f"results → {path}")
 
