@@ -26,3 +26,15 @@ def synthetic_results(tmp_path) -> Path:
     from agentuq_nb.io.synthetic import write_synthetic_results
 
     return write_synthetic_results(tmp_path / "src", num_simulations=12, messages_per_simulation=14, tokens_per_message=7)
+
+
+def make_aggregated_run(tmp: Path, **synthetic) -> Path:
+    """Synthetic results → extract → aggregate in ``tmp/run`` (shared by the estimator tests)."""
+    from agentuq_nb.io.synthetic import write_synthetic_results
+    from agentuq_nb.uq.aggregation import aggregate
+    from agentuq_nb.uq.extract import extract
+
+    results = write_synthetic_results(tmp / "src", **synthetic)
+    extract(results, tmp / "run")
+    aggregate(tmp / "run")
+    return tmp / "run"

@@ -7,6 +7,8 @@ import nbformat
 import numpy as np
 import pandas as pd
 import pytest
+
+from conftest import make_aggregated_run
 from sklearn.metrics import roc_auc_score
 
 from agentuq_nb.uq import dynamics
@@ -15,15 +17,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-    from agentuq_nb.io.synthetic import write_synthetic_results
-    from agentuq_nb.uq.aggregation import aggregate
-    from agentuq_nb.uq.extract import extract
-
     tmp = tmp_path_factory.mktemp("dyn")
-    results = write_synthetic_results(tmp / "src", num_simulations=16, messages_per_simulation=14,
+    make_aggregated_run(tmp, num_simulations=16, messages_per_simulation=14,
                                       tokens_per_message=6, seed=5, signal=0.4)
-    extract(results, tmp / "run")
-    aggregate(tmp / "run")
     return tmp / "run"
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+
+from conftest import make_aggregated_run
 from sklearn.metrics import roc_auc_score
 
 from agentuq_nb.uq.estimators import (
@@ -15,15 +17,9 @@ N_BOOT = 100
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-    from agentuq_nb.io.synthetic import write_synthetic_results
-    from agentuq_nb.uq.aggregation import aggregate
-    from agentuq_nb.uq.extract import extract
-
     tmp = tmp_path_factory.mktemp("est")
-    results = write_synthetic_results(tmp / "src", num_simulations=24, messages_per_simulation=10,
+    make_aggregated_run(tmp, num_simulations=24, messages_per_simulation=10,
                                       tokens_per_message=8, seed=3, signal=0.4)
-    extract(results, tmp / "run")
-    aggregate(tmp / "run")
     return tmp / "run"
 
 

@@ -5,20 +5,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from conftest import make_aggregated_run
+
 from agentuq_nb.uq import saup
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    from agentuq_nb.io.synthetic import write_synthetic_results
-    from agentuq_nb.uq.aggregation import aggregate
-    from agentuq_nb.uq.extract import extract
-
     tmp = tmp_path_factory.mktemp("saup")
-    results = write_synthetic_results(tmp / "src", num_simulations=15, messages_per_simulation=10,
+    make_aggregated_run(tmp, num_simulations=15, messages_per_simulation=10,
                                       tokens_per_message=6, seed=7, signal=0.4)
-    extract(results, tmp / "run")
-    aggregate(tmp / "run")
     scores, steps = saup.saup(tmp / "run", embedder="minilm", k_folds=3)
     return tmp / "run", scores, steps
 
