@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+import agentuq_nb  # noqa: F401  -- sets the offline defaults before any test module imports litellm
+
 ROOT = Path(__file__).resolve().parents[1]
 TAU2_DIR = ROOT.parent / "shared" / "data" / "tau2"
 TAU2_FILES = sorted(TAU2_DIR.glob("*.json")) if TAU2_DIR.is_dir() else []

@@ -167,6 +167,39 @@ def test_sliding_window_keeps_the_system_prompt_and_scores_every_token():
         small.close()
 
 
+def test_prefix_cache_gives_the_numbers_of_a_fresh_cache_and_skips_the_shared_prefix():
+    """Two conversations alternate as agent and user do; cached and cleared caches must agree bit for bit."""
+    from agentuq_nb.llm.local_provider import chat_completion, text_completion
+
+    cached, fresh = LocalModel(n_ctx=1024, prefix_cache=True), LocalModel(n_ctx=1024, prefix_cache=False)
+    agent_system = {"role": "system", "content": "You are a bookshop agent. Be brief and polite. " * 12}
+    user_system = {"role": "system", "content": "You are a customer who wants the book Dune. " * 12}
+
+    def conversation(model):
+        out, turns = [], [{"role": "user", "content": "Hi, I want to buy Dune."}]
+        for turn in range(3):
+            agent = chat_completion([agent_system, *turns], tools=TOOLS, max_tokens=24, model=model,
+                                    temperature=0.7 if turn % 2 else 0.0, seed=turn)
+            turns.append({"role": "assistant", "content": agent.content or "", "tool_calls": agent.tool_calls})
+            flipped = [{"role": "assistant" if m["role"] == "user" else "user", "content": m["content"] or "…"} for m in turns]
+            user = chat_completion([user_system, *flipped], max_tokens=16, model=model, temperature=0.0)
+            turns.append({"role": "user", "content": user.content or "ok"})
+            echo = text_completion("<|im_start|>user\nhello there<|im_end|>", max_tokens=3, echo=True, logprobs=3, model=model)
+            for completion in (agent, user):
+                out.append((completion.content, str(completion.tool_calls),
+                            [(t.token, t.logprob, [x[2] for x in t.top], t.full_entropy) for t in completion.tokens]))
+            out.append([(t.token, t.logprob) for t in echo.prompt_logprobs + echo.tokens])
+        return out
+
+    try:
+        assert conversation(cached) == conversation(fresh)
+        # the agent's and the user's prompts each kept a slot of their own
+        assert sum(len(slot) > 200 for slot in cached._slots) >= 2
+    finally:
+        cached.close()
+        fresh.close()
+
+
 def test_chat_replay_rows_are_labelled_and_never_mixed():
     rows = llm.score(QUESTION[1:], {"role": "user", "content": "Thanks."}, backend="chat_replay")
     assert rows and {r["source"] for r in rows} == {"chat_replay"}

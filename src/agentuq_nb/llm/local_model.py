@@ -13,8 +13,20 @@ This module drives llama.cpp's batch API directly and does the math with numpy:
   cache before the next step). Multi-token batches agree with each other exactly
   whatever their size, so generation, ``score`` and ``score_trajectory`` see
   identical logits for identical token prefixes.
-* **Fresh state per request.** The KV cache is cleared at the start of every
-  request (``LocalModel.session``), so the same request gives the same numbers.
+* **Prefix reuse across requests.** The KV cache holds ``CACHE_SLOTS`` sequences
+  (one llama.cpp sequence id each, each in its own buffer) and the model
+  remembers their tokens. A request continues the slot sharing the longest
+  prefix with its prompt (else the least recently used one) and decodes from the
+  first difference, or earlier if logits of a cached position are wanted. In a
+  simulation the agent's and the user simulator's prompts alternate, each
+  growing by a turn, so each keeps its own slot and only the new turn is
+  decoded. Since every batch takes the multi-token kernel path, a cached entry
+  equals the one a fresh decode would compute, so the same request gives the
+  same numbers whatever ran before it (tested bit for bit). The buffers must be
+  separate: in a unified buffer the attention also spans (masked) cells of the
+  other sequences, and that changes the sums by up to ~0.03 nats.
+  ``LocalModel(prefix_cache=False)`` or ``$AGENTUQ_NB_PREFIX_CACHE=0`` clears the
+  cache at every request instead.
 * **Log-prob math from logits**: log-softmax, top-k (``argpartition``) and the
   full-vocabulary entropy, for one row while generating or for blocks of rows
   while scoring. Logits are only requested for rows whose next token is scored.
@@ -66,6 +78,7 @@ STATS_BLOCK = 64  # logit rows reduced at once (bounds numpy temporaries)
 GRAMMAR_CANDIDATES = 64  # candidates offered to the grammar per check
 SMALL_BATCH = 8  # batches up to this size run on the generation thread count
 TUNED_BATCH = 64  # batches from this size on are timed for the thread tuner
+CACHE_SLOTS = 3  # cached sequences: agent, user simulator, and one for scoring / other prompts
 
 
 def locate_model_file() -> Path:
@@ -202,34 +215,52 @@ class ThreadTuner:
 # ----------------------------------------------------------------------------- the model
 
 class LocalModel:
-    """SmolLM2 in one llama.cpp context; use ``session()`` for each request."""
+    """SmolLM2 in one llama.cpp context with ``CACHE_SLOTS`` cached sequences; use ``session()`` per request."""
 
     def __init__(self, model_path: str | os.PathLike | None = None, n_ctx: int | None = None,
-                 n_threads: int | None = None, n_threads_generate: int = 1):
+                 n_threads: int | None = None, n_threads_generate: int = 1, prefix_cache: bool | None = None):
         path = Path(model_path) if model_path else locate_model_file()
+        if prefix_cache is None:
+            prefix_cache = os.environ.get("AGENTUQ_NB_PREFIX_CACHE", "1") not in ("0", "false", "no")
+        self.prefix_cache = prefix_cache
         self.n_threads = n_threads or int(os.environ.get("AGENTUQ_NB_THREADS") or os.cpu_count() or 1)
         self.n_threads_generate = n_threads_generate
+        # llama_cpp.Llama loads the weights and tokenizes; its own context stays small and unused
+        # because it cannot hold several sequences: decoding runs in ``self.ctx`` below.
         self.llama = llama_cpp.Llama(
-            model_path=str(path), n_ctx=n_ctx or 0, n_batch=N_BATCH, n_ubatch=N_BATCH,
+            model_path=str(path), n_ctx=N_BATCH, n_batch=N_BATCH, n_ubatch=N_BATCH,
             n_threads=self.n_threads, n_threads_batch=self.n_threads, logits_all=False, verbose=False,
         )
+        params = type(self.llama.context_params).from_buffer_copy(self.llama.context_params)
+        params.n_ctx = (n_ctx or llama_cpp.llama_model_n_ctx_train(self.llama.model)) * CACHE_SLOTS
+        params.n_seq_max = CACHE_SLOTS
+        params.kv_unified = False  # a buffer per sequence, so that other sequences never change the numbers
+        self.ctx = llama_cpp.llama_init_from_model(self.llama.model, params)
+        if not self.ctx:
+            raise RuntimeError(f"llama.cpp could not create a context of {params.n_ctx} tokens for {path}")
         self._threads_now = self.n_threads
         self._tuner = ThreadTuner(tuple(sorted({self.n_threads, 1}, reverse=True)))
         self.path = path
-        self.n_ctx = self.llama.n_ctx()
+        self.n_ctx = llama_cpp.llama_n_ctx_seq(self.ctx)  # the window of one sequence
+        self._slots: list[list[int]] = [[] for _ in range(CACHE_SLOTS)]  # tokens cached per sequence id
+        self._last_used = [0] * CACHE_SLOTS
+        self._requests = 0
         self.n_vocab = self.llama.n_vocab()
         self.vocab = llama_cpp.llama_model_get_vocab(self.llama.model)
         self.eos_id = self.llama.token_eos()
         self.im_start_id = self.tokenize("<|im_start|>", special=True)[0]
         self.lock = threading.RLock()
         self._batch = llama_cpp.llama_batch_init(N_BATCH + 1, 0, 1)
-        self._memory = llama_cpp.llama_get_memory(self.llama.ctx)
+        self._memory = llama_cpp.llama_get_memory(self.ctx)
         self._pieces: dict[int, bytes] = {}
 
     def close(self) -> None:
         if self._batch is not None:
             llama_cpp.llama_batch_free(self._batch)
             self._batch = None
+        if self.ctx:
+            llama_cpp.llama_free(self.ctx)
+            self.ctx = None
         self.llama.close()
 
     # -- tokens
@@ -260,23 +291,54 @@ class LocalModel:
 
     @contextmanager
     def session(self) -> Iterator["Session"]:
-        """Exclusive use of the model with an empty KV cache."""
+        """Exclusive use of the model; the session picks its cache slot at its first decode."""
         with self.lock:
-            llama_cpp.llama_memory_clear(self._memory, True)
+            if not self.prefix_cache:
+                llama_cpp.llama_memory_clear(self._memory, True)
+                self._slots = [[] for _ in range(CACHE_SLOTS)]
+            self._requests += 1
             yield Session(self)
 
-    def _decode(self, tokens: list[int], n_past: int, out_rows: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """Decode ``tokens`` at positions ``n_past...``; yield (row indices, logits) per chunk.
+    def _pick_slot(self, tokens: list[int]) -> int:
+        """The slot whose cached tokens mostly continue into ``tokens``, else the least recently used.
 
-        ``out_rows`` are sorted indices into ``tokens`` whose logits are wanted. A chunk of
-        one token gets an unflagged pad token so that every batch takes the multi-token
-        kernel path (see module docstring). The logits view is only valid until the next
-        chunk is decoded.
+        "Mostly": at least half of the cached tokens are a prefix of ``tokens``. Prompts of
+        different roles share only the chat template's first few tokens, and continuing
+        such a slot would throw away another conversation's cache for nothing.
         """
-        llama_cpp.llama_memory_seq_rm(self._memory, 0, n_past, -1)
+        shared = [self._common_prefix(slot, tokens) for slot in self._slots]
+        best = int(np.argmax(shared))
+        continues = shared[best] > 0 and 2 * shared[best] >= len(self._slots[best])
+        seq = best if continues else int(np.argmin(self._last_used))
+        self._last_used[seq] = self._requests
+        return seq
+
+    @staticmethod
+    def _common_prefix(cached: list[int], tokens: list[int]) -> int:
+        n = min(len(cached), len(tokens))
+        if n == 0:
+            return 0
+        differ = np.flatnonzero(np.asarray(cached[:n]) != np.asarray(tokens[:n]))
+        return int(differ[0]) if len(differ) else n
+
+    def _decode(self, seq: int, tokens: list[int], n_past: int, out_rows: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Decode ``tokens`` at positions ``n_past...`` of slot ``seq``; yield (row indices, logits) per chunk.
+
+        ``out_rows`` are sorted indices into ``tokens`` whose logits are wanted. Leading
+        tokens whose keys/values are already cached at their positions are skipped (up
+        to the first wanted row). A chunk of one token gets an unflagged pad token so
+        that every batch takes the multi-token kernel path (see module docstring). The
+        logits view is only valid until the next chunk is decoded.
+        """
+        cached = self._slots[seq]
+        limit = int(out_rows[0]) if len(out_rows) else len(tokens)
+        skip = self._common_prefix(cached[n_past:n_past + limit], tokens) if self.prefix_cache else 0
+        llama_cpp.llama_memory_seq_rm(self._memory, seq, n_past + skip, -1)
+        del cached[n_past + skip:]
         batch = self._batch
-        for start in range(0, len(tokens), N_BATCH):
+        for start in range(skip, len(tokens), N_BATCH):
             chunk = tokens[start:start + N_BATCH]
+            n_real = len(chunk)
             wanted = out_rows[(out_rows >= start) & (out_rows < start + len(chunk))]
             flags = np.zeros(len(chunk), dtype=bool)
             flags[wanted - start] = True
@@ -288,18 +350,20 @@ class LocalModel:
                 batch.token[j] = tok
                 batch.pos[j] = n_past + start + j
                 batch.n_seq_id[j] = 1
-                batch.seq_id[j][0] = 0
+                batch.seq_id[j][0] = seq
                 batch.logits[j] = int(flags[j])
             began = time.perf_counter()
-            code = llama_cpp.llama_decode(self.llama.ctx, batch)
+            code = llama_cpp.llama_decode(self.ctx, batch)
             if len(chunk) >= TUNED_BATCH:
                 self._tuner.record(threads, len(chunk), time.perf_counter() - began)
             if code != 0:
+                llama_cpp.llama_memory_seq_rm(self._memory, seq, len(cached), -1)
                 raise RuntimeError(f"llama_decode failed with code {code} (n_past={n_past}, chunk={len(chunk)})")
+            cached.extend(chunk[:n_real])
             if len(wanted):
-                ptr = llama_cpp.llama_get_logits(self.llama.ctx)
+                ptr = llama_cpp.llama_get_logits(self.ctx)
                 yield wanted, np.ctypeslib.as_array(ptr, shape=(len(wanted), self.n_vocab))
-        llama_cpp.llama_memory_seq_rm(self._memory, 0, n_past + len(tokens), -1)
+        llama_cpp.llama_memory_seq_rm(self._memory, seq, n_past + len(tokens), -1)
 
     def _threads_for(self, batch_size: int) -> int:
         if batch_size <= SMALL_BATCH:
@@ -309,7 +373,7 @@ class LocalModel:
         else:
             threads = self._tuner.best(default=1)
         if threads != self._threads_now:
-            llama_cpp.llama_set_n_threads(self.llama.ctx, threads, threads)
+            llama_cpp.llama_set_n_threads(self.ctx, threads, threads)
             self._threads_now = threads
         return threads
 
@@ -320,6 +384,12 @@ class Session:
     def __init__(self, model: LocalModel):
         self.model = model
         self.tokens: list[int] = []
+        self.slot: int | None = None
+
+    def _decode(self, tokens: list[int], n_past: int, out_rows: np.ndarray):
+        if self.slot is None:
+            self.slot = self.model._pick_slot(tokens)
+        return self.model._decode(self.slot, tokens, n_past, out_rows)
 
     def truncate(self, n: int) -> None:
         """Forget all but the first ``n`` tokens (the next decode overwrites the rest)."""
@@ -336,7 +406,7 @@ class Session:
         n_past = len(self.tokens)
         self._check_room(n_past + len(tokens))
         out: list[np.ndarray] = []
-        for _, logits in self.model._decode(tokens, n_past, np.asarray(rows, dtype=np.int64)):
+        for _, logits in self._decode(tokens, n_past, np.asarray(rows, dtype=np.int64)):
             out.extend(row.copy() for row in logits)
         self.tokens.extend(tokens)
         return out
@@ -357,7 +427,7 @@ class Session:
         out_rows = targets + replay - 1
         chosen_all = np.asarray(seq, dtype=np.int64)
         parts = []
-        for rows, logits in self.model._decode(seq, n_past, out_rows):
+        for rows, logits in self._decode(seq, n_past, out_rows):
             for b in range(0, len(rows), STATS_BLOCK):
                 block = rows[b:b + STATS_BLOCK]
                 parts.append(logit_stats(logits[b:b + STATS_BLOCK], chosen_all[block + 1], k))
