@@ -231,3 +231,15 @@ def test_rate_limits_are_retried(monkeypatch):
     monkeypatch.setattr(litellm, "completion", flaky)
     turn = llm.generate(QUESTION, max_tokens=4, retry=llm.RetryPolicy(max_retries=3, initial_delay=0.0))
     assert calls["n"] == 3 and turn.tokens
+
+
+def test_a_remote_models_malformed_tool_arguments_are_kept_verbatim_not_raised():
+    from agentuq_nb.llm.chat_format import normalize_tool_call, to_openai_message
+
+    openai_call = {"id": "c1", "type": "function", "function": {"name": "get_order_status", "arguments": '{"order_id": "7'}}
+    call = normalize_tool_call(openai_call)
+    assert call == {"id": "c1", "name": "get_order_status", "arguments": '{"order_id": "7', "requestor": "assistant"}
+    # replayed to an OpenAI-style API, the text goes back exactly as the model wrote it
+    replay = to_openai_message({"role": "assistant", "content": None, "tool_calls": [call]})
+    assert replay["tool_calls"][0]["function"]["arguments"] == '{"order_id": "7'
+    assert normalize_tool_call({"name": "get_order_status", "arguments": ""})["arguments"] == {}

@@ -60,7 +60,12 @@ class Segment:
 
 def normalize_tool_call(call: Any) -> dict:
     """An OpenAI (``function.arguments`` JSON string) or τ² (``arguments`` dict) tool call,
-    as τ²'s ``{"id", "name", "arguments", "requestor"}``."""
+    as τ²'s ``{"id", "name", "arguments", "requestor"}``.
+
+    Arguments that are not valid JSON (a remote model's malformed call) are kept as the raw
+    string, so the trajectory records what the model said; the simulator then answers the
+    call with a tool error instead of the run crashing.
+    """
     call = _as_dict(call)
     if "function" in call:
         function = _as_dict(call["function"])
@@ -70,16 +75,21 @@ def normalize_tool_call(call: Any) -> dict:
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments) if arguments.strip() else {}
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"tool call {name!r} has arguments that are not JSON: {arguments!r}") from exc
+        except json.JSONDecodeError:
+            pass  # kept verbatim (see above)
     if not name:
         raise ValueError(f"tool call without a function name: {call!r}")
     return {
         "id": call.get("id") or "",
         "name": name,
-        "arguments": arguments or {},
+        "arguments": arguments if arguments not in (None, "") else {},
         "requestor": call.get("requestor") or "assistant",
     }
+
+
+def arguments_json(arguments: Any) -> str:
+    """A tool call's arguments as the JSON text an OpenAI message carries (raw text stays as it was)."""
+    return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
 
 
 def normalize_message(message: Any) -> dict:
@@ -109,7 +119,7 @@ def to_openai_message(message: Any) -> dict:
             {
                 "id": call["id"] or f"call_{i}",
                 "type": "function",
-                "function": {"name": call["name"], "arguments": json.dumps(call["arguments"], ensure_ascii=False)},
+                "function": {"name": call["name"], "arguments": arguments_json(call["arguments"])},
             }
             for i, call in enumerate(msg["tool_calls"])
         ]

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,7 +38,7 @@ from litellm.types.utils import (
     Usage,
 )
 
-from agentuq_nb.llm.chat_format import SMOLLM2_CHAT, Segment, message_body
+from agentuq_nb.llm.chat_format import SMOLLM2_CHAT, Segment, arguments_json, message_body
 from agentuq_nb.llm.local_model import (
     ContextWindowError,
     Grammar,
@@ -289,7 +288,7 @@ def to_openai_tool_calls(tool_calls: list[dict] | None) -> list[dict] | None:
         return None
     return [
         {"id": c["id"], "type": "function",
-         "function": {"name": c["name"], "arguments": json.dumps(c["arguments"], ensure_ascii=False)}}
+         "function": {"name": c["name"], "arguments": arguments_json(c["arguments"])}}
         for c in tool_calls
     ]
 
