@@ -7,7 +7,12 @@ Prints, all measured in this run on this machine:
    ``create_completion(logprobs=5)`` on the same rendered prompt;
 2. teacher-forced scoring tokens/s (``score`` of a long assistant message);
 3. ``score_trajectory`` in one pass vs ``score`` message by message on a
-   20-message conversation.
+   20-message conversation (the plain way: every request from an empty cache);
+4. the KV prefix cache on a multi-turn exchange shaped like a simulation (agent
+   and user prompts alternating, each growing by a turn): cache on vs off.
+
+Measurements 1-3 run with the prefix cache off, so that each request pays its
+whole prompt as the built-in path does.
 
 Targets on the 2-core reference machine: >= 50 generated tok/s (>= 4x built-in),
 >= 150 scored tok/s. Timings are wall-clock and sensitive to other processes on
@@ -21,12 +26,14 @@ import argparse
 import os
 import resource
 import time
+from contextlib import contextmanager
 
 import llama_cpp
 
 from agentuq_nb import llm
 from agentuq_nb.llm.chat_format import SMOLLM2_CHAT, segments_text
 from agentuq_nb.llm.local_model import locate_model_file
+from agentuq_nb.llm.local_provider import chat_completion
 
 PROMPT = [{"role": "user", "content": "Write a long, detailed story about a robot who learns to paint, "
                                       "with many characters and places."}]
@@ -78,6 +85,41 @@ def conversation(n_messages: int) -> list[dict]:
     return msgs
 
 
+@contextmanager
+def prefix_cache(enabled: bool):
+    """Run the embedded model with its KV prefix cache on or off (off: every request starts empty)."""
+    model = llm.get_local_model()
+    before = model.prefix_cache
+    model.prefix_cache = enabled
+    model.clear_cache()
+    try:
+        yield
+    finally:
+        model.prefix_cache = before
+
+
+def multi_turn(turns: int = 4) -> None:
+    """Agent and user prompts alternating and growing, as in a simulation (greedy, fixed lengths)."""
+    agent = [{"role": "system", "content": "You are a bookshop agent. Follow the policy. " * 30}]
+    user = [{"role": "system", "content": "You are a customer who wants to buy a book. " * 30}]
+    for turn in range(turns):
+        said = chat_completion(agent + [{"role": "user", "content": f"Message {turn} from the customer."}],
+                               max_tokens=24, temperature=0.0)
+        agent += [{"role": "user", "content": f"Message {turn} from the customer."},
+                  {"role": "assistant", "content": said.content or ""}]
+        reply = chat_completion(user + [{"role": "user", "content": said.content or "…"}], max_tokens=16, temperature=0.0)
+        user += [{"role": "user", "content": said.content or "…"}, {"role": "assistant", "content": reply.content or ""}]
+
+
+def bench_prefix_cache(repeats: int) -> None:
+    with prefix_cache(False):
+        off_s, _ = best_of(repeats, multi_turn)
+    with prefix_cache(True):
+        on_s, _ = best_of(repeats, multi_turn)
+    print(f"multi-turn agent/user, 8 calls   prefix cache off {off_s:6.2f} s   on {on_s:6.2f} s   "
+          f"ratio {off_s / on_s:5.2f}x", flush=True)
+
+
 def bench_trajectory(repeats: int) -> None:
     msgs = conversation(20)
     one_s, rows = best_of(repeats, lambda: llm.score_trajectory(msgs))
@@ -93,9 +135,11 @@ def main() -> None:
     args = parser.parse_args()
     llm.generate(PROMPT, max_tokens=4)  # load the model outside the timings
     print(f"cpus {os.cpu_count()}   load average {os.getloadavg()[0]:.2f} (before)", flush=True)
-    bench_generation(args.tokens, args.repeats)
-    bench_scoring(args.repeats)
-    bench_trajectory(args.repeats)
+    with prefix_cache(False):
+        bench_generation(args.tokens, args.repeats)
+        bench_scoring(args.repeats)
+        bench_trajectory(args.repeats)
+    bench_prefix_cache(args.repeats)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS {peak_mb:.0f} MB   load average {os.getloadavg()[0]:.2f} (after)")
 

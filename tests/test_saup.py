@@ -127,3 +127,23 @@ def test_hmm_weights_are_posterior_failure_rates():
     den = mass.sum(axis=0)
     expected = np.where(den > 1e-6, (mass * failed[:, None]).sum(axis=0) / den, failed.mean())
     np.testing.assert_allclose(w, expected)
+
+
+def test_turn_view_figure_draws_the_turn_table(run):
+    import matplotlib.pyplot as plt
+
+    from agentuq_nb.figures.saup import saup_turn_figure
+
+    _, _, steps = run
+    table = saup.turn_table(steps)
+    fig = saup_turn_figure(table)
+    ax_u, ax_d, ax_w, ax_s = fig.axes
+    np.testing.assert_allclose([p.get_height() for p in ax_u.patches], table["u"])
+    lines = {line.get_label(): line for ax in (ax_d, ax_w, ax_s) for line in ax.get_lines()}
+    np.testing.assert_allclose(lines["D_a inquiry drift"].get_ydata(), table["d_a"])
+    np.testing.assert_allclose(lines["position"].get_ydata(), table["w_position"])
+    agent = table["actor"] == "assistant"
+    np.testing.assert_allclose(lines["agent, distance"].get_ydata(), table.loc[agent, "running_saup_distance"])
+    np.testing.assert_allclose(lines["user, uniform"].get_ydata(), table.loc[~agent, "running_saup_uniform"])
+    assert len(ax_s.get_xticklabels()) == len(table)
+    plt.close(fig)

@@ -36,3 +36,31 @@ def test_per_turn_and_final_modes_on_a_real_trajectory(tmp_path, tau2_files):
     assert (per_turn["num_unparsed"] == turns.groupby("task_id")["confidence"].apply(lambda s: s.isna().sum()).values).all()
     final = verbalized_confidence(tmp_path, results=path, mode="final", progress=False)
     assert (final["num_asked"] == 1).all()
+
+
+def test_cli_command_writes_scores_that_compare_estimators_lists(tmp_path):
+    from typer.testing import CliRunner
+
+    from conftest import make_aggregated_run
+
+    from agentuq_nb.cli import app
+
+    run = make_aggregated_run(tmp_path, num_simulations=4, messages_per_simulation=4, tokens_per_message=3)
+    runner = CliRunner()
+    result = runner.invoke(app, ["verbalized-confidence", str(run), "--mode", "final", "--limit", "2"])
+    assert result.exit_code == 0, result.output
+    per_traj = pd.read_csv(run / "verbalized_confidence.csv", dtype={"task_id": str})
+    assert len(per_traj) == 2 and (per_traj["num_asked"] == 1).all()
+    turns = pd.read_csv(run / "verbalized_confidence_turns.csv")
+    assert turns["answer"].notna().all()  # the embedded model really answered
+    assert per_traj["verbalized_confidence"].dropna().between(0, 1).all()
+
+    result = runner.invoke(app, ["compare-estimators", str(run), "--n-boot", "20"])
+    assert result.exit_code == 0, result.output
+    table = pd.read_csv(run / "estimator_table.csv")
+    row = table[table["estimator"] == "verbalized_confidence"]
+    assert len(row) == 1 and bool(row["invert"].iloc[0])
+    assert row["n"].iloc[0] == per_traj["verbalized_confidence"].notna().sum()
+
+    bad = runner.invoke(app, ["verbalized-confidence", str(run), "--mode", "sometimes"])
+    assert bad.exit_code == 2 and "mode must be one of" in bad.output

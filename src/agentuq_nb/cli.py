@@ -18,6 +18,10 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="agentuq-nb: uncertainty quantification for LLM agents, one command per step of a study.")
 
 
+SCHEDULER_HELP = "run on Dask: a scheduler address (tcp://host:8786) or local:N for N local worker processes"
+API_BASE_HELP = "OpenAI-compatible server for remote models, one per worker with --scheduler (repeat the option)"
+
+
 def _fail(err: Exception) -> None:
     typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
     raise typer.Exit(code=2)
@@ -42,12 +46,15 @@ def extract(
 
 
 @app.command()
-def aggregate(run_dir: Path = typer.Argument(..., help="run directory with tokens.parquet")):
+def aggregate(
+    run_dir: Path = typer.Argument(..., help="run directory with tokens.parquet"),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", help=SCHEDULER_HELP + "; reads the token table partitioned by task"),
+):
     """Turn and trajectory summaries → RUN_DIR/{turn,trajectory}_summary.{csv,parquet}."""
     from agentuq_nb.uq.aggregation import aggregate as run_aggregate
 
     try:
-        turns, trajs = run_aggregate(run_dir)
+        turns, trajs = run_aggregate(run_dir, scheduler=scheduler)
     except (ValueError, FileNotFoundError) as err:
         _fail(err)
     typer.echo(f"{len(turns)} turn rows, {len(trajs)} trajectory rows → {run_dir}")
@@ -63,12 +70,13 @@ def evaluate(
     scorer: Optional[str] = typer.Option(None, help="which scorer's rows (default: self, else the only one)"),
     n_boot: int = typer.Option(1000, help="bootstrap resamples for the 95% CIs"),
     seed: int = typer.Option(0),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", help=SCHEDULER_HELP),
 ):
     """Failure prediction metrics with bootstrap CIs → RUN_DIR/eval_metrics.json, eval_curves.csv."""
     from agentuq_nb.pipeline.evaluate_run import evaluate as run_evaluate
 
     try:
-        result = run_evaluate(run_dir, role, uncertainty, failure_threshold, invert, scorer, n_boot, seed)
+        result = run_evaluate(run_dir, role, uncertainty, failure_threshold, invert, scorer, n_boot, seed, scheduler=scheduler)
     except (ValueError, FileNotFoundError) as err:
         _fail(err)
     typer.echo(json.dumps({"n": result["n"], "n_failures": result["n_failures"], "metrics": result["metrics"]}, indent=2))
@@ -93,15 +101,18 @@ def compare_estimators(
 
 
 @app.command()
-def reproduce(params: list[Path] = typer.Argument(..., help="params YAML file(s), e.g. params/quickstart.yaml")):
-    """Run every notebook of a study through papermill; figures → figures/<params-name>/."""
-    from agentuq_nb.pipeline.reproduce import run_study
+def reproduce(
+    params: list[Path] = typer.Argument(..., help="params YAML file(s), e.g. params/quickstart.yaml"),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", help=SCHEDULER_HELP + "; studies run in parallel"),
+):
+    """Run every notebook of a study (or of each grid point) through papermill; figures → figures/<name>/."""
+    from agentuq_nb.pipeline.reproduce import run_studies
 
-    for path in params:
-        try:
-            run_dir = run_study(path)
-        except (InputError, FileNotFoundError) as err:
-            _fail(err)
+    try:
+        run_dirs = run_studies(params, scheduler=scheduler)
+    except (InputError, FileNotFoundError, ValueError, ConnectionError, RuntimeError) as err:
+        _fail(err)
+    for run_dir in run_dirs:
         typer.echo(f"done: {run_dir}")
 
 
@@ -118,6 +129,8 @@ def simulate(
     max_concurrency: int = typer.Option(1, "--max-concurrency", help="simulations in flight (helps remote APIs)"),
     seed: int = typer.Option(300, "--seed"),
     max_steps: Optional[int] = typer.Option(None, "--max-steps"),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", help=SCHEDULER_HELP),
+    api_base: Optional[list[str]] = typer.Option(None, "--api-base", help=API_BASE_HELP),
 ):
     """Simulate agent ↔ user ↔ tools with logprob capture → RUN_DIR/results.json + sidecars/ (resumable)."""
     from agentuq_nb.sim import SimulationFailed, run_simulations
@@ -125,8 +138,9 @@ def simulate(
     kwargs = {k: v for k, v in dict(agent_llm=agent_llm, user_llm=user_llm, max_steps=max_steps).items() if v is not None}
     try:
         path = run_simulations(domain, out, task_ids=task_ids or None, num_tasks=num_tasks, num_trials=num_trials,
-                               top_logprobs=top_logprobs, max_concurrency=max_concurrency, seed=seed, **kwargs)
-    except (InputError, ValueError, KeyError, SimulationFailed) as err:
+                               top_logprobs=top_logprobs, max_concurrency=max_concurrency, seed=seed,
+                               scheduler=scheduler, api_bases=api_base or None, **kwargs)
+    except (InputError, ValueError, KeyError, SimulationFailed, ConnectionError) as err:
         _fail(err)
     typer.echo(f"results → {path}")
 
@@ -140,13 +154,17 @@ def score_observations(
     backend: str = typer.Option("teacher_forced", "--backend", help="teacher_forced | echo | chat_replay"),
     user_messages: bool = typer.Option(True, "--user-messages/--no-user-messages"),
     tool_messages: bool = typer.Option(True, "--tool-messages/--no-tool-messages"),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", help=SCHEDULER_HELP),
+    api_base: Optional[list[str]] = typer.Option(None, "--api-base", help=API_BASE_HELP),
 ):
     """Surprise of every user and tool message under a scorer → RUN_DIR/tokens.observations_<mode>.parquet."""
+    from agentuq_nb.distributed.fanout import FanOutFailed
     from agentuq_nb.uq.observation import score_observations as run_scoring
 
     try:
-        report = run_scoring(run_dir, results, scorer_mode, scorer_llm, backend, user_messages, tool_messages)
-    except (InputError, ValueError, FileNotFoundError) as err:
+        report = run_scoring(run_dir, results, scorer_mode, scorer_llm, backend, user_messages, tool_messages,
+                             scheduler=scheduler, api_bases=api_base or None)
+    except (InputError, ValueError, FileNotFoundError, ConnectionError, FanOutFailed) as err:
         _fail(err)
     typer.echo(json.dumps(report.as_dict(), indent=2))
 
@@ -158,13 +176,17 @@ def rescore(
     scorer_llm: Optional[str] = typer.Option(None, "--scorer-llm", help="litellm model name (default: the embedded model)"),
     scorer_mode: str = typer.Option("agent_llm", "--scorer-mode", help="agent_llm | auxiliary_llm"),
     backend: str = typer.Option("teacher_forced", "--backend", help="teacher_forced | echo | chat_replay"),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", help=SCHEDULER_HELP),
+    api_base: Optional[list[str]] = typer.Option(None, "--api-base", help=API_BASE_HELP),
 ):
     """Teacher-forced token rows for every message of a results file → OUT/tokens.parquet (then aggregate, evaluate)."""
+    from agentuq_nb.distributed.fanout import FanOutFailed
     from agentuq_nb.uq.observation import rescore as run_rescore
 
     try:
-        report = run_rescore(results, out, scorer_llm, scorer_mode, backend)
-    except (InputError, ValueError, FileNotFoundError) as err:
+        report = run_rescore(results, out, scorer_llm, scorer_mode, backend, scheduler=scheduler,
+                             api_bases=api_base or None)
+    except (InputError, ValueError, FileNotFoundError, ConnectionError, FanOutFailed) as err:
         _fail(err)
     typer.echo(json.dumps(report.as_dict(), indent=2))
 
@@ -201,6 +223,25 @@ def serve_local(
 
     typer.echo(f"serving local/smollm2-135m-instruct on http://{host}:{port}/v1 (Ctrl-C to stop)")
     run_server(host=host, port=port)
+
+
+@app.command("verbalized-confidence")
+def verbalized_confidence(
+    run_dir: Path = typer.Argument(..., help="run directory (its manifest or results.json names the results)"),
+    results: Optional[Path] = typer.Option(None, "--results", help="results file, if not the run's own"),
+    mode: str = typer.Option("per_turn", "--mode", help="per_turn (after each agent turn) | final (once at the end)"),
+    model: Optional[str] = typer.Option(None, "--model", help="litellm model name (default: the embedded model)"),
+    limit: Optional[int] = typer.Option(None, "--limit", help="ask about the first N simulations only"),
+):
+    """Ask the agent's model how likely its actions were correct → RUN_DIR/verbalized_confidence.csv."""
+    from agentuq_nb.uq.verbalized import missing_rate, verbalized_confidence as run_verbalized
+
+    try:
+        per_traj = run_verbalized(run_dir, results=results, model=model, mode=mode, limit=limit)
+    except (InputError, ValueError, FileNotFoundError) as err:
+        _fail(err)
+    typer.echo(f"{len(per_traj)} trajectories, {int(per_traj['num_asked'].sum())} questions, "
+               f"{missing_rate(per_traj):.0%} unparsed → {run_dir / 'verbalized_confidence.csv'}")
 
 
 def main() -> None:  # pragma: no cover - console entry

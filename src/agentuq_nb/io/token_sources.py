@@ -14,6 +14,7 @@ derived metrics (entropy, normalized entropy, …) are added by ``uq.token_metri
 """
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -102,7 +103,7 @@ class SidecarResolver:
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sidecar")
         for path in self.referenced_paths(sim):
-            key = str(path.resolve())
+            key = os.path.abspath(path)  # a cache key: no filesystem calls (resolve() stats every component)
             if key not in self._cache and key not in self._pending:
                 self._pending[key] = self._executor.submit(self._parse, path)
 
@@ -113,7 +114,7 @@ class SidecarResolver:
         self._pending.clear()
 
     def read(self, path: Path) -> pa.Table:
-        key = str(path.resolve())
+        key = os.path.abspath(path)  # a cache key: no filesystem calls (resolve() stats every component)
         if key in self._cache:
             self._cache.move_to_end(key)
             return self._cache[key]

@@ -1,7 +1,11 @@
-"""The Parquet token table: written in row groups as trajectories stream in, read by column."""
+"""The Parquet token table: written in row groups as trajectories stream in, read by column;
+and the same rows as a dataset partitioned by domain and task, for Dask and selective reads."""
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pandas as pd
@@ -88,3 +92,101 @@ def read_token_table(path: str | os.PathLike, columns: list[str] | None = None, 
     if isinstance(filters, list):  # DNF tuples as pandas/pyarrow.parquet take them
         filters = pq.filters_to_expression(filters)
     return dataset.to_table(columns=columns, filter=filters).to_pandas()
+
+
+# ----------------------------------------------------------------------------- partitioned dataset
+# The run's token tables again, as one Parquet dataset partitioned by domain and task
+# (hive layout ``tokens_by_task/domain=<d>/task_id=<t>/<n>-<i>.parquet``), so that a reader
+# that wants some tasks opens only their folders and a Dask job gets one partition per task.
+# It is derived from the single files (which stay the run's primary tables) and rebuilt when
+# they change; ``_sources.json`` records which files, sizes and mtimes it was built from.
+
+PARTITIONED_DIR = "tokens_by_task"
+PARTITION_KEYS = ["domain", "task_id"]
+HIVE_PARTITIONING = ds.partitioning(pa.schema([TOKEN_SCHEMA.field(k) for k in PARTITION_KEYS]), flavor="hive")
+_SOURCES_FILE = "_sources.json"
+
+
+def _sources_stamp(files: list[Path]) -> list[dict]:
+    return [{"name": f.name, "size": f.stat().st_size, "mtime_ns": f.stat().st_mtime_ns} for f in files]
+
+
+def partition_token_tables(run_dir: str | os.PathLike) -> Path:
+    """Write (or refresh) ``run_dir/tokens_by_task/`` from the run's token tables; return its path.
+
+    Streams with pyarrow (bounded memory), keeps row order within a task (file ``<n>-<i>``:
+    source table ``n`` in :func:`token_table_files` order, then write order ``i``), and
+    publishes the folder atomically: a reader sees the old dataset or the complete new one.
+    """
+    run_dir = Path(run_dir)
+    files = token_table_files(run_dir)
+    root = run_dir / PARTITIONED_DIR
+    stamp = _sources_stamp(files)
+    if (root / _SOURCES_FILE).is_file() and json.loads((root / _SOURCES_FILE).read_text()) == stamp:
+        return root
+    tmp = Path(tempfile.mkdtemp(prefix=f".{PARTITIONED_DIR}.", dir=run_dir))
+    try:
+        for n, f in enumerate(files):
+            ds.write_dataset(ds.dataset(str(f), schema=TOKEN_SCHEMA, format="parquet"), tmp, format="parquet",
+                             partitioning=HIVE_PARTITIONING, basename_template=f"{n:04d}-{{i}}.parquet",
+                             existing_data_behavior="overwrite_or_ignore", preserve_order=True)
+        (tmp / _SOURCES_FILE).write_text(json.dumps(stamp))
+        old = None
+        if root.exists():  # swap: rename the old folder away, the new one in, then delete the old
+            old = Path(tempfile.mkdtemp(prefix=f".{PARTITIONED_DIR}.old.", dir=run_dir))
+            os.replace(root, old / PARTITIONED_DIR)
+        os.replace(tmp, root)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return root
+
+
+def _file_order(path: Path) -> tuple[int, int]:
+    source, part = path.stem.split("-")
+    return int(source), int(part)
+
+
+def token_partitions(run_dir: str | os.PathLike, filters=None) -> list[list[Path]]:
+    """The partitioned dataset's files, one list per (domain, task) folder in row order,
+    keeping only the folders ``filters`` (DNF tuples or an expression on domain/task_id) can match."""
+    root = partition_token_tables(run_dir)
+    dataset = ds.dataset(str(root), schema=TOKEN_SCHEMA, format="parquet", partitioning=HIVE_PARTITIONING)
+    if isinstance(filters, list):
+        filters = pq.filters_to_expression(filters)
+    folders: dict[Path, list[Path]] = {}
+    for fragment in dataset.get_fragments(filter=filters):
+        path = Path(fragment.path)
+        folders.setdefault(path.parent, []).append(path)
+    return [sorted(folders[k], key=_file_order) for k in sorted(folders)]
+
+
+def read_token_partition(files: list[Path], columns: list[str] | None = None, filters=None) -> pd.DataFrame:
+    """One (domain, task) folder of the partitioned dataset, typed as :func:`read_token_table` reads it."""
+    root = files[0].parent.parent.parent
+    dataset = ds.dataset([str(f) for f in files], schema=TOKEN_SCHEMA, format="parquet",
+                         partitioning=HIVE_PARTITIONING, partition_base_dir=str(root))
+    if isinstance(filters, list):
+        filters = pq.filters_to_expression(filters)
+    return dataset.to_table(columns=columns, filter=filters).to_pandas()
+
+
+def read_token_dataset(run_dir: str | os.PathLike, columns: list[str] | None = None, filters=None):
+    """A run's token rows as a ``dask.dataframe``, one partition per (domain, task) folder.
+
+    Only the folders ``filters`` can match are read, and only ``columns``. Strings keep
+    pandas' default dtype (dask would convert them to ``string[pyarrow]``), so that results
+    computed from it equal those computed from :func:`read_token_table`; build further
+    expressions on it under the same ``dask.config.set({"dataframe.convert-string": False})``.
+    """
+    import dask
+    import dask.dataframe as dd
+
+    parts = token_partitions(run_dir, filters)
+    if not parts:
+        raise ValueError(f"{Path(run_dir) / PARTITIONED_DIR}: no token rows" + (f" match {filters!r}" if filters else ""))
+    meta = TOKEN_SCHEMA.empty_table().select(columns or TOKEN_SCHEMA.names).to_pandas()
+    with dask.config.set({"dataframe.convert-string": False}):
+        return dd.from_map(read_token_partition, parts, columns=columns, filters=filters, meta=meta,
+                           label="read-tokens", enforce_metadata=False)

@@ -294,10 +294,15 @@ class LocalModel:
         """Exclusive use of the model; the session picks its cache slot at its first decode."""
         with self.lock:
             if not self.prefix_cache:
-                llama_cpp.llama_memory_clear(self._memory, True)
-                self._slots = [[] for _ in range(CACHE_SLOTS)]
+                self.clear_cache()
             self._requests += 1
             yield Session(self)
+
+    def clear_cache(self) -> None:
+        """Forget every cached prefix (the next request decodes its whole prompt)."""
+        with self.lock:
+            llama_cpp.llama_memory_clear(self._memory, True)
+            self._slots = [[] for _ in range(CACHE_SLOTS)]
 
     def _pick_slot(self, tokens: list[int]) -> int:
         """The slot whose cached tokens mostly continue into ``tokens``, else the least recently used.

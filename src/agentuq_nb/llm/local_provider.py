@@ -254,8 +254,7 @@ def text_completion(
     with model.session() as session:
         prompt_lps: list[TokenLogprob] = []
         if echo and logprobs is not None:
-            session.feed(ids[:1])
-            stats = session.score(ids[1:], np.arange(len(ids) - 1), k)
+            stats = session.score(ids, np.arange(1, len(ids)), k)  # the first token has no context
             first = TokenLogprob(model.token_text(ids[0]), list(model.piece(ids[0])), None, [], None)
             prompt_lps = [first, *stats_to_logprobs(model, ids[1:], stats)]
             session.truncate(len(ids) - 1)

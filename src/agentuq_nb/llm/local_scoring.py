@@ -64,8 +64,8 @@ def _score_windows(session: Session, ids: list[int], targets: np.ndarray, n_pinn
                    k: int) -> tuple[TokenStats, int]:
     n_ctx = session.model.n_ctx
     if len(ids) <= n_ctx:
-        session.feed(ids[:1])
-        return session.score(ids[1:], targets - 1, k), 0
+        # one call with the whole sequence, so that the model can pick the cache slot it continues
+        return session.score(ids, targets, k), 0
     width = n_ctx - n_pinned
     if n_pinned > n_ctx // 2:
         raise ValueError(f"the system prompt ({n_pinned} tokens) takes more than half of the "

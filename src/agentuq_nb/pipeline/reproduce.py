@@ -14,9 +14,26 @@ Each notebook gets ``run_dir = runs/<name>`` and ``figures_dir = figures/<name>`
 to the project root) on top of those parameters; executed copies go to
 ``runs/<name>/notebooks/``. Relative paths in parameters are relative to the project root,
 where the notebooks run.
+
+Sweeps. A ``grid`` maps parameter names to lists of values; every combination (in the
+order written, last key fastest) is its own study, named ``<name>__<key>=<value>__…`` with
+its own ``runs/<that name>/`` and ``figures/<that name>/``::
+
+    name: seeds
+    parameters: {domain: bookshop, task_ids: ["1", "2"]}
+    grid:
+      seed: [300, 301]
+      num_trials: [1, 2]      # → seeds__seed=300__num_trials=1, …, seeds__seed=301__num_trials=2
+
+A grid value overrides ``parameters``; a grid key may not also be set in a notebook's own
+parameters (that notebook would silently not be swept). :func:`run_studies` runs several
+params files and grids: one after the other in-process, or with ``scheduler`` as parallel
+papermill jobs on a Dask cluster (each job writes its own folders, so workers need the
+checkout at the same path, e.g. on a shared filesystem).
 """
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import time
@@ -63,7 +80,27 @@ def _check_no_secrets(params: dict[str, Any], path: Path) -> None:
     walk(params, "parameters")
 
 
-def load_study(params_path: str | Path) -> Study:
+def _grid_points(grid: Any, params_path: Path) -> list[dict[str, Any]]:
+    if grid is None:
+        return [{}]
+    if not isinstance(grid, dict) or not grid:
+        raise InputError(params_path, "'grid' must map parameter names to lists of values", "grid")
+    for key, values in grid.items():
+        if not isinstance(values, list) or not values:
+            raise InputError(params_path, f"grid values of '{key}' must be a non-empty list", f"grid.{key}")
+    return [dict(zip(grid, combo)) for combo in itertools.product(*grid.values())]
+
+
+def _point_name(name: str, point: dict[str, Any]) -> str:
+    def text(value: Any) -> str:
+        value = ",".join(map(str, value)) if isinstance(value, list) else str(value)
+        return re.sub(r"[^A-Za-z0-9_.,+-]+", "_", value)
+
+    return "__".join([name] + [f"{k}={text(v)}" for k, v in point.items()])
+
+
+def load_studies(params_path: str | Path) -> list[Study]:
+    """The study of a params file, or one study per point of its ``grid``."""
     params_path = Path(params_path)
     if not params_path.is_file():
         raise InputError(params_path, "params file does not exist")
@@ -75,22 +112,39 @@ def load_study(params_path: str | Path) -> Study:
         raise InputError(params_path, "expected a mapping with a non-empty 'notebooks' list")
     name = str(spec.get("name") or params_path.stem)
     common = spec.get("parameters") or {}
-    study = Study(name=name, params_path=params_path)
-    for i, entry in enumerate(spec["notebooks"]):
-        if isinstance(entry, str):
-            nb, extra = entry, {}
-        elif isinstance(entry, dict) and "name" in entry:
-            nb, extra = str(entry["name"]), entry.get("parameters") or {}
-        else:
-            raise InputError(params_path, "each notebook is a name or {name, parameters}", f"notebooks[{i}]")
-        merged = {**common, **extra}
-        _check_no_secrets(merged, params_path)
-        study.notebooks.append((nb, merged))
-    return study
+    points = _grid_points(spec.get("grid"), params_path)
+    studies = []
+    for point in points:
+        study = Study(name=_point_name(name, point) if spec.get("grid") else name, params_path=params_path)
+        for i, entry in enumerate(spec["notebooks"]):
+            if isinstance(entry, str):
+                nb, extra = entry, {}
+            elif isinstance(entry, dict) and "name" in entry:
+                nb, extra = str(entry["name"]), entry.get("parameters") or {}
+            else:
+                raise InputError(params_path, "each notebook is a name or {name, parameters}", f"notebooks[{i}]")
+            swept = sorted(set(point) & set(extra))
+            if swept:
+                raise InputError(params_path, f"{swept} are swept by 'grid' and also set for notebook '{nb}'",
+                                 f"notebooks[{i}]")
+            merged = {**common, **point, **extra}
+            _check_no_secrets(merged, params_path)
+            study.notebooks.append((nb, merged))
+        studies.append(study)
+    return studies
+
+
+def load_study(params_path: str | Path) -> Study:
+    """The one study of a params file without a ``grid`` (use :func:`load_studies` for grids)."""
+    studies = load_studies(params_path)
+    if len(studies) > 1:
+        raise InputError(params_path, f"has a grid of {len(studies)} studies; run them with run_studies / "
+                                      "'agentuq-nb reproduce'", "grid")
+    return studies[0]
 
 
 def run_study(
-    params_path: str | Path,
+    params_path: str | Path | Study,
     root: Path | None = None,
     output_root: Path | None = None,
     kernel_name: str | None = None,
@@ -103,8 +157,8 @@ def run_study(
     """
     import papermill as pm
 
-    study = load_study(params_path)
-    root = root or project_root(Path(params_path).resolve().parent)
+    study = params_path if isinstance(params_path, Study) else load_study(params_path)
+    root = root or project_root(study.params_path.resolve().parent)
     output_root = Path(output_root or root)
     run_dir = output_root / "runs" / study.name
     figures_dir = output_root / "figures" / study.name
@@ -130,3 +184,54 @@ def run_study(
         )
         log(f"[{study.name}] {source.name} done in {time.perf_counter() - started:.1f}s")
     return run_dir
+
+
+def _run_study_job(job: tuple[Study, Path, Path | None, str | None]) -> Path:
+    study, root, output_root, kernel_name = job
+    return run_study(study, root=root, output_root=output_root, kernel_name=kernel_name)
+
+
+def run_studies(
+    params_paths: list[str | Path],
+    scheduler: Any = None,
+    root: Path | None = None,
+    output_root: Path | None = None,
+    kernel_name: str | None = None,
+    log=print,
+) -> list[Path]:
+    """Every study of every params file (grids expanded); returns their ``runs/<name>`` folders.
+
+    Without ``scheduler`` they run one after the other and the first failure stops the rest;
+    with it, each study is one papermill job on the cluster, all run, and a failure is raised
+    at the end naming every study that failed.
+    """
+    studies = [study for path in params_paths for study in load_studies(path)]
+    seen: dict[str, Path] = {}
+    for study in studies:
+        if study.name in seen:
+            raise InputError(study.params_path, f"study name '{study.name}' is also used by {seen[study.name]}; "
+                                                f"both would write runs/{study.name}/")
+        seen[study.name] = study.params_path
+    jobs = [(study.name, (study, root or project_root(study.params_path.resolve().parent), output_root, kernel_name))
+            for study in studies]
+    if scheduler is None:
+        return [_run_study_job(job) for _, job in jobs]
+
+    from agentuq_nb.distributed import FanOutFailed, connect, fan_out
+
+    done: dict[str, Path] = {}
+
+    def finished(name: str, run_dir: Path) -> None:
+        done[name] = run_dir
+        log(f"[{name}] done: {run_dir}")
+
+    with connect(scheduler) as client:
+        try:
+            fan_out(client, _run_study_job, jobs, finished, retries=0, label="reproduce")
+        except FanOutFailed as err:
+            # a papermill error is the whole cell traceback: its last line says what went wrong
+            reasons = "; ".join(f"{name}: {type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[-1]}"
+                                for name, exc in err.failures)
+            raise RuntimeError(f"{len(err.failures)} of {len(jobs)} studies failed ({reasons}); "
+                               f"executed notebooks are in runs/<name>/notebooks/") from None
+    return [done[study.name] for study in studies]

@@ -13,12 +13,18 @@ skips every checkpointed simulation and redoes only unfinished ones (a sidecar
 without a checkpoint is simply overwritten), so nothing is lost or duplicated;
 ``results.json`` is assembled atomically from the checkpoints at the end.
 
+With ``scheduler`` (a Dask address, ``local:N`` or a ``distributed.Client``) each pending
+(task, trial) is one job on the cluster (:func:`simulate_one` on a worker); the client writes
+each returned simulation's sidecar and checkpoint exactly as the in-process run does, once
+per key. Which worker ran what does not change any byte but the wall-clock fields.
+
 Seeds per trial follow τ²-bench: ``random.seed(seed)`` then one
 ``randint(0, 1_000_000)`` per trial (seed 300 → 626729 for trial 0).
 """
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import random
@@ -35,7 +41,7 @@ from agentuq_nb.io.sidecars import sidecar_name, write_sidecar
 from agentuq_nb.records.tokens import SCHEMA_VERSION
 from agentuq_nb.sim.agent import AGENT_INSTRUCTION, LLMAgent
 from agentuq_nb.sim.domain import Domain, list_domains, load_domain
-from agentuq_nb.sim.orchestrator import Orchestrator, SimulationInterrupted
+from agentuq_nb.sim.orchestrator import Orchestrator, SimulationInterrupted, SimulationResult
 from agentuq_nb.sim.user_simulator import GLOBAL_USER_SIM_GUIDELINES, UserSimulator
 
 LOCAL_MODEL = "local/smollm2-135m-instruct"  # = agentuq_nb.llm.LOCAL_MODEL (kept here so importing sim is cheap)
@@ -48,9 +54,13 @@ SIDECAR_DIR = "sidecars"
 CHECKPOINT_DIR = "checkpoints"
 RUN_CONFIG_NAME = "run_config.json"
 
+# the only fields in which two runs with the same parameters and seeds differ (the wall clock)
+WALL_CLOCK_FIELDS = frozenset({"timestamp", "start_time", "end_time", "duration", "message_timestamp"})
+
 _SENSITIVE = re.compile(r"key|secret|token|password|passwd|auth|credential|header|cookie", re.I)
 
-__all__ = ["run_simulations", "list_domains", "load_domain", "trial_seeds", "RunConfigMismatch", "SimulationFailed"]
+__all__ = ["run_simulations", "list_domains", "load_domain", "trial_seeds", "RunConfigMismatch", "SimulationFailed",
+           "SimulationJob", "simulate_one", "without_wall_clock", "WALL_CLOCK_FIELDS"]
 
 
 class RunConfigMismatch(ValueError):
@@ -65,6 +75,15 @@ def trial_seeds(seed: int, num_trials: int) -> list[int]:
     """τ²-bench's per-trial seeds."""
     rng = random.Random(seed)
     return [rng.randint(0, 1_000_000) for _ in range(num_trials)]
+
+
+def without_wall_clock(obj: Any) -> Any:
+    """``obj`` (results JSON, a token row, lists of them) without :data:`WALL_CLOCK_FIELDS`, for comparing runs."""
+    if isinstance(obj, dict):
+        return {k: without_wall_clock(v) for k, v in obj.items() if k not in WALL_CLOCK_FIELDS}
+    if isinstance(obj, list):
+        return [without_wall_clock(v) for v in obj]
+    return obj
 
 
 def _safe_component(value: Any) -> str:
@@ -195,6 +214,68 @@ def _load_checkpoint(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) and "simulation" in data else None
 
 
+@dataclasses.dataclass(frozen=True)
+class SimulationJob:
+    """Everything one simulation needs, picklable so that a Dask worker can run it."""
+
+    domain: str | Domain  # a built-in domain's name (loaded once per process) or the Domain itself
+    task: dict[str, Any]
+    trial: int
+    seed: int
+    agent: LLMAgent
+    user: UserSimulator  # the prototype: the task's scenario is filled in per job
+    max_steps: int
+    max_errors: int
+    sidecar_path: str  # relative to the run directory, as recorded in the messages
+    retry: Any
+    checkpoint_dir: str  # named in the error message only
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return str(self.task["id"]), self.trial
+
+
+def simulate_one(job: SimulationJob, stop_event: threading.Event | None = None) -> SimulationResult:
+    """Run one simulation; a failure becomes :class:`SimulationFailed` naming the task and trial."""
+    domain = load_domain(job.domain)
+    user = dataclasses.replace(job.user, scenario=job.task.get("user_scenario"))
+    orch = Orchestrator(domain, job.task, job.agent, user, trial=job.trial, seed=job.seed, max_steps=job.max_steps,
+                        max_errors=job.max_errors, sidecar_path=job.sidecar_path, retry=job.retry,
+                        stop_event=stop_event)
+    try:
+        return orch.run()
+    except SimulationInterrupted:
+        raise
+    except Exception as exc:
+        task_id, trial = job.key
+        raise SimulationFailed(
+            f"simulation of task {task_id!r} trial {trial} (domain {domain.name}) failed after "
+            f"{len(orch.trajectory)} messages: {type(exc).__name__}: {exc}. Finished simulations are "
+            f"checkpointed in {job.checkpoint_dir}; fix the cause and run the same command again."
+        ) from exc
+
+
+def simulate_on_worker(job: SimulationJob) -> SimulationResult:
+    """:func:`simulate_one` on a Dask worker: remote models use the worker's ``api_base``, if it has one."""
+    from agentuq_nb.distributed import with_worker_api_base
+
+    agent, user = job.agent, job.user
+    if agent.llm != LOCAL_MODEL:
+        agent = dataclasses.replace(agent, llm_args=with_worker_api_base(agent.llm_args))
+    if user.llm != LOCAL_MODEL:
+        user = dataclasses.replace(user, llm_args=with_worker_api_base(user.llm_args))
+    try:
+        return simulate_one(dataclasses.replace(job, agent=agent, user=user))
+    except SimulationFailed as exc:
+        raise SimulationFailed(str(exc)) from None  # the cause (an LLM client error) may not pickle
+
+
+def _save_simulation(out_dir: Path, job: SimulationJob, result: SimulationResult) -> None:
+    """The sidecar first, then the checkpoint: a checkpoint implies its token rows."""
+    write_sidecar(out_dir / job.sidecar_path, result.token_rows)
+    atomic_write_json(out_dir / CHECKPOINT_DIR / checkpoint_name(*job.key), {"simulation": result.simulation})
+
+
 def run_simulations(
     domain: str | Domain,
     out_dir: str | os.PathLike,
@@ -216,6 +297,9 @@ def run_simulations(
     agent_llm_args: dict[str, Any] | None = None,
     user_llm_args: dict[str, Any] | None = None,
     scaffold: str = "auto",
+    scheduler: Any = None,
+    api_bases: list[str] | None = None,
+    task_retries: int = 2,
 ) -> Path:
     """Simulate ``num_trials`` trials of the selected tasks; return the path of ``results.json``.
 
@@ -228,6 +312,12 @@ def run_simulations(
     ``scaffold``: ``"tau2"`` (τ²-bench's prompts), ``"tiny"`` (prompt scaffolding for the
     embedded 135M model, see :mod:`agentuq_nb.sim.user_simulator` and :mod:`agentuq_nb.sim.agent`)
     or ``"auto"`` (``tiny`` for a role played by the embedded model, ``tau2`` otherwise).
+
+    ``scheduler``: run the simulations as jobs on a Dask cluster (an address, ``"local:N"`` or
+    a ``distributed.Client``; ``max_concurrency`` is then the cluster's business); a job that
+    raises is retried ``task_retries`` times, one whose worker dies runs again elsewhere.
+    ``api_bases``: servers for remote models, one per worker (see
+    :mod:`agentuq_nb.distributed.worker`).
     """
     if scaffold not in ("auto", "tiny", "tau2"):
         raise ValueError(f"scaffold must be 'auto', 'tiny' or 'tau2', got {scaffold!r}")
@@ -261,28 +351,17 @@ def run_simulations(
     pending = [(t, k) for t, k in jobs if _load_checkpoint(ckpt_path[(str(t["id"]), k)]) is None]
     stop_event = threading.Event()
 
+    def job_of(task: dict[str, Any], trial: int) -> SimulationJob:
+        sidecar = sidecar_name(domain.name, str(task["id"]), trial, seeds[trial])
+        builtin = domain.name in list_domains() and load_domain(domain.name) is domain
+        return SimulationJob(domain=domain.name if builtin else domain, task=task, trial=trial, seed=seeds[trial],
+                             agent=agent_proto, user=user_proto, max_steps=max_steps, max_errors=max_errors,
+                             sidecar_path=f"{SIDECAR_DIR}/{sidecar}", retry=retry,
+                             checkpoint_dir=str(out_dir / CHECKPOINT_DIR))
+
     def run_one(task: dict[str, Any], trial: int) -> None:
-        task_id = str(task["id"])
-        trial_seed = seeds[trial]
-        sidecar = sidecar_name(domain.name, task_id, trial, trial_seed)
-        rel = f"{SIDECAR_DIR}/{sidecar}"
-        user = UserSimulator(llm=user_llm, scenario=task.get("user_scenario"), style=user_style,
-                             guidelines=user_proto.guidelines, demo=user_proto.demo, max_tokens=user_max_tokens,
-                             temperature=temperature, top_logprobs=top_logprobs, llm_args=user_proto.llm_args)
-        orch = Orchestrator(domain, task, agent_proto, user, trial=trial, seed=trial_seed, max_steps=max_steps,
-                            max_errors=max_errors, sidecar_path=rel, retry=retry, stop_event=stop_event)
-        try:
-            result = orch.run()
-        except SimulationInterrupted:
-            raise
-        except Exception as exc:
-            raise SimulationFailed(
-                f"simulation of task {task_id!r} trial {trial} (domain {domain.name}) failed after "
-                f"{len(orch.trajectory)} messages: {type(exc).__name__}: {exc}. Finished simulations are "
-                f"checkpointed in {out_dir / CHECKPOINT_DIR}; fix the cause and run the same command again."
-            ) from exc
-        write_sidecar(out_dir / rel, result.token_rows)  # the sidecar first: a checkpoint implies its rows
-        atomic_write_json(ckpt_path[(task_id, trial)], {"simulation": result.simulation})
+        job = job_of(task, trial)
+        _save_simulation(out_dir, job, simulate_one(job, stop_event))
 
     bar = None
     if progress:
@@ -291,7 +370,9 @@ def run_simulations(
         bar = tqdm(total=len(jobs), initial=len(jobs) - len(pending), desc=f"simulate {domain.name}",
                    unit="sim", file=sys.stderr)
     try:
-        if max_concurrency == 1:
+        if scheduler is not None:
+            _run_on_cluster(scheduler, api_bases, task_retries, out_dir, [job_of(t, k) for t, k in pending], bar)
+        elif max_concurrency == 1:
             for task, trial in pending:
                 if bar is not None:
                     bar.set_postfix_str(f"task {task['id']} trial {trial}")
@@ -328,6 +409,30 @@ def run_simulations(
             bar.close()
 
     return assemble_results(out_dir, domain, tasks, num_trials, agent_proto, user_proto, config, top_logprobs)
+
+
+def _run_on_cluster(scheduler: Any, api_bases: list[str] | None, retries: int, out_dir: Path,
+                    jobs: list[SimulationJob], bar) -> None:
+    """Each job on a worker; each result saved here, once per (task, trial)."""
+    from agentuq_nb.distributed import FanOutFailed, connect, fan_out
+
+    def save(key: tuple[str, int], result: SimulationResult) -> None:
+        if _load_checkpoint(out_dir / CHECKPOINT_DIR / checkpoint_name(*key)) is None:  # dedupe by key
+            _save_simulation(out_dir, jobs_by_key[key], result)
+        if bar is not None:
+            bar.update(1)
+
+    jobs_by_key = {job.key: job for job in jobs}
+    with connect(scheduler, api_bases) as client:
+        try:
+            fan_out(client, simulate_on_worker, ((job.key, job) for job in jobs), save, retries=retries,
+                    label="simulate")
+        except FanOutFailed as err:
+            (task_id, trial), first = err.failures[0]
+            raise SimulationFailed(
+                f"{len(err.failures)} simulation(s) failed on the cluster; first, task {task_id!r} trial {trial}: "
+                f"{first}"
+            ) from None
 
 
 def assemble_results(out_dir: Path, domain: Domain, tasks: list[dict[str, Any]], num_trials: int,

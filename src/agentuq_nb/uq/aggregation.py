@@ -10,17 +10,26 @@ batch of the token table, then merged per turn and rolled up per trajectory. So 
 token table is never in memory at once: memory is bounded by one batch plus one row per turn.
 Means skip tokens whose log-prob was invalid (null), so one bad token does not poison a
 trajectory; with clean input every mean is exactly agentuq's (sum / number of tokens).
+
+With ``scheduler`` the per-turn partials are computed by ``dask.dataframe`` on the cluster,
+one partition per (domain, task) of the partitioned token dataset
+(:func:`agentuq_nb.io.token_table.read_token_dataset`); a turn never spans two tasks, so each
+partial sums the same rows in the same order as the pandas path and the summaries are equal.
+``filters`` (DNF tuples on any token column, e.g. ``[("task_id", "in", ["1", "2"])]``) reads
+only the matching rows; on the dataset, filters on domain/task_id skip whole folders.
 """
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 
 from agentuq_nb.io.atomic import atomic_write_with
-from agentuq_nb.io.token_table import token_table_files
+from agentuq_nb.io.token_table import read_token_dataset, token_table_files
 from agentuq_nb.records.tokens import TOKEN_SCHEMA, TRAJECTORY_KEYS
 from agentuq_nb.uq.extract import TRAJECTORIES_FILE
 
@@ -155,10 +164,27 @@ def trajectory_summary(tokens: pd.DataFrame, trajectories: pd.DataFrame | None =
     return _trajectory_summary_from(_turn_partials([tokens]), trajectories)
 
 
-def _token_batches(run_dir: Path, batch_rows: int):
+def _token_batches(run_dir: Path, batch_rows: int, filters=None):
     dataset = ds.dataset([str(f) for f in token_table_files(run_dir)], schema=TOKEN_SCHEMA, format="parquet")
-    for batch in dataset.to_batches(columns=TOKEN_COLUMNS_READ, batch_size=batch_rows):
+    if isinstance(filters, list):
+        filters = pq.filters_to_expression(filters)
+    for batch in dataset.to_batches(columns=TOKEN_COLUMNS_READ, filter=filters, batch_size=batch_rows):
         yield batch.to_pandas()
+
+
+def _turn_partials_on_cluster(run_dir: Path, scheduler: Any, filters=None) -> pd.DataFrame:
+    """:func:`_turn_partials` with the per-task partials computed by dask.dataframe on the cluster."""
+    import dask
+
+    from agentuq_nb.distributed import connect
+
+    with connect(scheduler) as client, dask.config.set({"dataframe.convert-string": False}):
+        tokens = read_token_dataset(run_dir, columns=TOKEN_COLUMNS_READ, filters=filters)
+        partials = tokens.map_partitions(_token_partials, meta=_token_partials(tokens._meta))
+        parts = client.compute(partials).result()
+    if parts.empty:
+        raise ValueError("the token table is empty (no message carried log-probs); nothing to aggregate")
+    return _merge_partials(parts, _TURN_GROUP)
 
 
 def _write_table(df: pd.DataFrame, run_dir: Path, stem: str) -> None:
@@ -166,13 +192,20 @@ def _write_table(df: pd.DataFrame, run_dir: Path, stem: str) -> None:
     atomic_write_with(run_dir / f"{stem}.parquet", lambda p: df.to_parquet(p, index=False))
 
 
-def aggregate(run_dir: str | Path, batch_rows: int = 1_000_000) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Stream a run's token tables; write turn and trajectory summaries (CSV + Parquet)."""
+def aggregate(run_dir: str | Path, batch_rows: int = 1_000_000, scheduler: Any = None,
+              filters=None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Stream a run's token tables; write turn and trajectory summaries (CSV + Parquet).
+
+    ``scheduler`` (a Dask address, ``local:N`` or a ``distributed.Client``): compute on the
+    cluster over the partitioned dataset; ``filters``: only the matching token rows."""
     run_dir = Path(run_dir)
     try:
-        partials = _turn_partials(_token_batches(run_dir, batch_rows))
+        if scheduler is None:
+            partials = _turn_partials(_token_batches(run_dir, batch_rows, filters))
+        else:
+            partials = _turn_partials_on_cluster(run_dir, scheduler, filters)
     except ValueError as err:
-        raise ValueError(f"{run_dir}: {err}") from err
+        raise ValueError(err if str(run_dir) in str(err) else f"{run_dir}: {err}") from err
     trajectories_path = run_dir / TRAJECTORIES_FILE
     trajectories = pd.read_parquet(trajectories_path) if trajectories_path.exists() else None
     turns = _turn_summary_from(partials)

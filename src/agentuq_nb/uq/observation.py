@@ -15,13 +15,17 @@ pass per trajectory through ``llm.score_trajectory``); ``chat_replay`` remains a
 labelled as such in ``source`` and written to its own table so it is never mixed in silently.
 
 Both are resumable: each scored trajectory is checkpointed atomically and skipped on a rerun.
+With ``scheduler`` (a Dask address, ``local:N`` or a ``distributed.Client``) each trajectory is
+one job on the cluster (:func:`score_one`); the client writes the checkpoints, so the tables are
+the same as an in-process run's.
 """
 from __future__ import annotations
 
 import re
 from itertools import islice
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pyarrow as pa
@@ -132,38 +136,110 @@ def _rows_table(rows: list[dict], sim: Simulation, domain: str, roles: set[str],
     return pa.table(cols, schema=RAW_SCHEMA)
 
 
-def _score_results(results_path: Path, checkpoint_dir: Path, mode: str, model: str, backend: str,
-                   roles: set[str], top_logprobs: int, progress: bool, report: ScoringReport,
-                   limit: int | None = None) -> None:
-    """Score every simulation into ``checkpoint_dir/<trajectory>.parquet``, skipping done ones."""
+@dataclass(frozen=True)
+class ScoringJob:
+    """One trajectory to score, picklable so that a Dask worker can run it."""
+
+    sim: Simulation
+    domain: str
+    where: str  # "<results file> simulation <id>", for warnings
+    mode: str
+    model: str
+    system: str
+    source: str
+    roles: frozenset[str]
+    top_logprobs: int
+    request: dict[str, Any] = field(default_factory=dict)  # extra litellm arguments (api_base)
+
+
+@dataclass
+class ScoredTrajectory:
+    table: pa.Table
+    truncations: int
+    warnings: InputWarnings
+
+
+def score_one(job: ScoringJob) -> ScoredTrajectory:
+    """Teacher-forced (or replayed) token rows of one trajectory, with token metrics."""
     from agentuq_nb import llm
 
+    rows = llm.score_trajectory(conversation(job.sim), model=job.model, system=job.system, backend=job.source,
+                                top_logprobs=job.top_logprobs, scorer=job.mode, **job.request)
+    warnings = InputWarnings()
+    table = with_token_metrics(_rows_table(rows, job.sim, job.domain, set(job.roles), job.mode), job.where, warnings)
+    return ScoredTrajectory(table, rows.truncations, warnings)
+
+
+def score_on_worker(job: ScoringJob) -> ScoredTrajectory:
+    """:func:`score_one` on a Dask worker: a remote scorer uses the worker's ``api_base``, if it has one."""
+    from agentuq_nb import llm
+    from agentuq_nb.distributed import with_worker_api_base
+
+    if job.model != llm.LOCAL_MODEL:
+        job = replace(job, request=with_worker_api_base(job.request))
+    return score_one(job)
+
+
+def _scoring_jobs(results_path: Path, checkpoint_dir: Path, mode: str, model: str, backend: str, roles: set[str],
+                  top_logprobs: int, report: ScoringReport, limit: int | None):
+    """``(checkpoint path, job)`` for every simulation not scored yet, in file order."""
     header = read_header(results_path)
     info = header.get("info") or {}
     domain = Results.model_validate({"info": info}).domain
     system = scorer_system_prompt(mode, info)
-    source = BACKENDS[backend]
-    sims = islice(iter_simulations(results_path), limit)
-    if progress:
-        from tqdm.auto import tqdm
-
-        sims = tqdm(sims, desc=f"score {mode}", unit="traj", total=limit)
-    for sim in sims:
+    for sim in islice(iter_simulations(results_path), limit):
         out = checkpoint_dir / (sidecar_name(domain, sim.task_id, sim.trial, sim.seed)[:-len(".jsonl")] + ".parquet")
         if out.exists():
             report.skipped += 1
             continue
         where = f"{results_path} simulation {sim.id}"
         _check_trajectory(sim, where, report.warnings)
-        rows = llm.score_trajectory(conversation(sim), model=model, system=system, backend=source,
-                                    top_logprobs=top_logprobs, scorer=mode)
-        if rows.truncations:
-            report.truncations += rows.truncations
-            report.truncated_trajectories += 1
-        table = with_token_metrics(_rows_table(rows, sim, domain, roles, mode), where, report.warnings)
-        atomic_write_with(out, lambda p, t=table: pq.write_table(t, p))
-        report.scored += 1
-        report.num_tokens += table.num_rows
+        yield out, ScoringJob(sim=sim, domain=domain, where=where, mode=mode, model=model, system=system,
+                              source=BACKENDS[backend], roles=frozenset(roles), top_logprobs=top_logprobs)
+
+
+def _save_scored(out: Path, scored: ScoredTrajectory, report: ScoringReport) -> None:
+    if out.exists():  # dedupe by trajectory: the first result written wins
+        return
+    atomic_write_with(out, lambda p: pq.write_table(scored.table, p))
+    report.warnings.merge(scored.warnings)
+    if scored.truncations:
+        report.truncations += scored.truncations
+        report.truncated_trajectories += 1
+    report.scored += 1
+    report.num_tokens += scored.table.num_rows
+
+
+def _score_results(results_path: Path, checkpoint_dir: Path, mode: str, model: str, backend: str,
+                   roles: set[str], top_logprobs: int, progress: bool, report: ScoringReport,
+                   limit: int | None = None, scheduler: Any = None, api_bases: list[str] | None = None,
+                   task_retries: int = 2) -> None:
+    """Score every simulation into ``checkpoint_dir/<trajectory>.parquet``, skipping done ones."""
+    jobs = _scoring_jobs(results_path, checkpoint_dir, mode, model, backend, roles, top_logprobs, report, limit)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(desc=f"score {mode}", unit="traj", total=limit)
+    try:
+        if scheduler is None:
+            for out, job in jobs:
+                _save_scored(out, score_one(job), report)
+                if bar is not None:
+                    bar.update(1)
+        else:
+            from agentuq_nb.distributed import connect, fan_out
+
+            def save(out: Path, scored: ScoredTrajectory) -> None:
+                _save_scored(out, scored, report)
+                if bar is not None:
+                    bar.update(1)
+
+            with connect(scheduler, api_bases) as client:
+                fan_out(client, score_on_worker, jobs, save, retries=task_retries, label=f"score_{mode}")
+    finally:
+        if bar is not None:
+            bar.close()
 
 
 def _consolidate(checkpoint_dir: Path, out_path: Path) -> int:
@@ -200,8 +276,14 @@ def score_observations(
     top_logprobs: int = 5,
     progress: bool = True,
     limit: int | None = None,
+    scheduler: Any = None,
+    api_bases: list[str] | None = None,
+    task_retries: int = 2,
 ) -> ScoringReport:
-    """Token rows of every user and tool message → ``RUN_DIR/tokens.observations_<mode>[_replay].parquet``."""
+    """Token rows of every user and tool message → ``RUN_DIR/tokens.observations_<mode>[_replay].parquet``.
+
+    ``scheduler``: one job per trajectory on a Dask cluster (``api_bases``: one scorer server per
+    worker); the tables are the same as without it."""
     from agentuq_nb import llm
 
     run_dir = Path(run_dir)
@@ -218,7 +300,8 @@ def score_observations(
     _check_scorer_state(checkpoint_dir / "scorer.json", {"model": model, "backend": BACKENDS[backend],
                                                          "roles": sorted(roles), "results": str(results_path.resolve())})
     report = ScoringReport(run_dir)
-    _score_results(results_path, checkpoint_dir, scorer_mode, model, backend, roles, top_logprobs, progress, report, limit)
+    _score_results(results_path, checkpoint_dir, scorer_mode, model, backend, roles, top_logprobs, progress, report,
+                   limit, scheduler, api_bases, task_retries)
     report.num_tokens = _consolidate(checkpoint_dir, run_dir / f"tokens.observations_{suffix}.parquet")
     atomic_write_json(checkpoint_dir / "report.json", report.as_dict())
     return report
@@ -233,10 +316,14 @@ def rescore(
     top_logprobs: int = 5,
     progress: bool = True,
     limit: int | None = None,
+    scheduler: Any = None,
+    api_bases: list[str] | None = None,
+    task_retries: int = 2,
 ) -> ScoringReport:
     """Rows for every message of a results file → ``OUT/tokens.parquet`` (+ messages, trajectories, manifest).
 
-    ``limit`` scores only the first N simulations (a quick look at a large file)."""
+    ``limit`` scores only the first N simulations (a quick look at a large file); ``scheduler``
+    and ``api_bases`` as in :func:`score_observations`."""
     from agentuq_nb import llm
     from datetime import datetime, timezone
 
@@ -250,7 +337,7 @@ def rescore(
                                                          "results": str(results_path.resolve())})
     report = ScoringReport(run_dir)
     _score_results(results_path, checkpoint_dir, scorer_mode, model, backend, {"assistant", "user", "tool"},
-                   top_logprobs, progress, report, limit)
+                   top_logprobs, progress, report, limit, scheduler, api_bases, task_retries)
     report.num_tokens = _consolidate(checkpoint_dir, run_dir / TOKENS_FILE)
     header = read_header(results_path)
     domain = Results.model_validate({"info": header.get("info") or {}}).domain

@@ -11,6 +11,7 @@ is a *confidence* (higher = more likely success), so failure prediction inverts 
 from __future__ import annotations
 
 import re
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -51,9 +52,12 @@ def _ask(history: list[dict], system: str, mode: str, model: str, max_tokens: in
 
 
 def verbalized_confidence(run_dir: str | Path, results: str | Path | None = None, model: str | None = None,
-                          mode: str = "per_turn", max_tokens: int = 12, progress: bool = True) -> pd.DataFrame:
+                          mode: str = "per_turn", max_tokens: int = 12, progress: bool = True,
+                          limit: int | None = None) -> pd.DataFrame:
     """Per-turn answers → ``RUN_DIR/verbalized_confidence_turns.csv``; per trajectory →
-    ``RUN_DIR/verbalized_confidence.csv`` (mean over turns, counts of missing answers)."""
+    ``RUN_DIR/verbalized_confidence.csv`` (mean over turns, counts of missing answers).
+
+    ``limit`` asks about the first N simulations only (a quick look at a large run)."""
     from agentuq_nb import llm
 
     if mode not in QUESTION:
@@ -65,7 +69,7 @@ def verbalized_confidence(run_dir: str | Path, results: str | Path | None = None
     domain = Results.model_validate({"info": info}).domain
     model = model or llm.LOCAL_MODEL
     system = agent_system_prompt(info)
-    sims = iter_simulations(results_path)
+    sims = islice(iter_simulations(results_path), limit)
     if progress:
         from tqdm.auto import tqdm
 
@@ -78,6 +82,8 @@ def verbalized_confidence(run_dir: str | Path, results: str | Path | None = None
             answer, value = _ask(msgs[: i + 1], system, mode, model, max_tokens)
             turns.append({"domain": domain, "task_id": str(sim.task_id), "trial": sim.trial, "seed": sim.seed,
                           "message_idx": i, "answer": answer, "confidence": value, "reward": sim.reward})
+    if not turns:
+        raise ValueError(f"{results_path}: no agent turn to ask about (mode {mode!r}, limit {limit})")
     turn_table = pd.DataFrame(turns)
     keys = ["domain", "task_id", "trial", "seed"]
     per_traj = turn_table.groupby(keys, dropna=False, sort=False).agg(
