@@ -74,3 +74,12 @@ def test_analysis_study_runs_under_papermill(tmp_path, synthetic_results):
     assert metrics["n"] == 12 and 0.0 <= metrics["metrics"]["auroc"] <= 1.0
     executed = nbformat.read(run_dir / "notebooks" / "04_evaluate.ipynb", as_version=4)
     assert any(c.get("outputs") for c in executed.cells if c.cell_type == "code")
+
+
+def test_a_failing_notebook_is_reported_by_study_notebook_and_cell_error(tmp_path):
+    params = tmp_path / "no_data.yaml"
+    params.write_text(yaml.safe_dump({"parameters": {"results": str(tmp_path / "missing.json")},
+                                      "notebooks": ["02_extract"]}))
+    with pytest.raises(RuntimeError, match=r"\[no_data\] 02_extract.ipynb failed in cell \d+: InputError: .*missing.json") as err:
+        run_study(params, root=ROOT, output_root=tmp_path, log=lambda *_: None)
+    assert str(tmp_path / "runs" / "no_data" / "notebooks" / "02_extract.ipynb") in str(err.value)

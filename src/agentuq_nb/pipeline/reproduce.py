@@ -178,10 +178,15 @@ def run_study(
         parameters = {k: v for k, v in given.items() if k in names}
         started = time.perf_counter()
         log(f"[{study.name}] {source.name} …")
-        pm.execute_notebook(
-            str(source), str(out_dir / source.name), parameters=parameters, cwd=str(root),
-            kernel_name=kernel_name, progress_bar=False, log_output=False,
-        )
+        try:
+            pm.execute_notebook(
+                str(source), str(out_dir / source.name), parameters=parameters, cwd=str(root),
+                kernel_name=kernel_name, progress_bar=False, log_output=False,
+            )
+        except pm.PapermillExecutionError as err:
+            # the cell's own error, not papermill's traceback; the executed notebook keeps the rest
+            raise RuntimeError(f"[{study.name}] {source.name} failed in cell {err.exec_count}: {err.ename}: "
+                               f"{err.evalue} (executed notebook: {out_dir / source.name})") from err
         log(f"[{study.name}] {source.name} done in {time.perf_counter() - started:.1f}s")
     return run_dir
 
