@@ -168,7 +168,11 @@ def _token_batches(run_dir: Path, batch_rows: int, filters=None):
     dataset = ds.dataset([str(f) for f in token_table_files(run_dir)], schema=TOKEN_SCHEMA, format="parquet")
     if isinstance(filters, list):
         filters = pq.filters_to_expression(filters)
-    for batch in dataset.to_batches(columns=TOKEN_COLUMNS_READ, filter=filters, batch_size=batch_rows):
+    # no pre-buffering, no read-ahead: otherwise the scanner buffers row groups far ahead of the
+    # consumer and peak memory grows with the table (2.1 GB at 10^7 rows, against ~0.3 GB like this)
+    for batch in dataset.to_batches(columns=TOKEN_COLUMNS_READ, filter=filters, batch_size=batch_rows,
+                                    batch_readahead=1, fragment_readahead=1, use_threads=False,
+                                    fragment_scan_options=ds.ParquetFragmentScanOptions(pre_buffer=False)):
         yield batch.to_pandas()
 
 
@@ -192,7 +196,7 @@ def _write_table(df: pd.DataFrame, run_dir: Path, stem: str) -> None:
     atomic_write_with(run_dir / f"{stem}.parquet", lambda p: df.to_parquet(p, index=False))
 
 
-def aggregate(run_dir: str | Path, batch_rows: int = 1_000_000, scheduler: Any = None,
+def aggregate(run_dir: str | Path, batch_rows: int = 262_144, scheduler: Any = None,
               filters=None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Stream a run's token tables; write turn and trajectory summaries (CSV + Parquet).
 
