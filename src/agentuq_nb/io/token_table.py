@@ -20,18 +20,18 @@ TOKENS_FILE = "tokens.parquet"
 
 
 class TokenTableWriter:
-    """Append token tables to one Parquet file, published atomically on ``close()``.
+    """Append token tables (or any tables of ``schema``) to one Parquet file, published atomically on ``close()``.
 
     Small per-trajectory tables are buffered into row groups of ~``row_group_rows`` rows, so
     memory stays bounded by one row group however many trajectories or sidecars there are.
     """
 
-    def __init__(self, path: str | os.PathLike, row_group_rows: int = 262_144):
+    def __init__(self, path: str | os.PathLike, row_group_rows: int = 262_144, schema: pa.Schema = TOKEN_SCHEMA):
         self.path = Path(path)
         self.row_group_rows = row_group_rows
         self._ctx = atomic_path(self.path)
         self._tmp = self._ctx.__enter__()
-        self._writer = pq.ParquetWriter(self._tmp, TOKEN_SCHEMA, compression="snappy")
+        self._writer = pq.ParquetWriter(self._tmp, schema, compression="snappy")
         self._buffer: list[pa.Table] = []
         self._buffered = 0
         self.num_rows = 0

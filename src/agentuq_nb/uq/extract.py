@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
 
 from agentuq_nb.io.atomic import atomic_write_json, atomic_write_with
 from agentuq_nb.io.errors import InputError, InputWarnings
@@ -23,6 +24,12 @@ from agentuq_nb.records import Results, Simulation
 from agentuq_nb.uq.token_metrics import with_token_metrics
 
 MANIFEST_FILE = "manifest.json"
+# one row per message of every simulation: what later estimators need without re-reading the results
+MESSAGE_SCHEMA = pa.schema([
+    ("domain", pa.string()), ("task_id", pa.string()), ("trial", pa.int64()), ("seed", pa.int64()),
+    ("message_idx", pa.int64()), ("turn_idx", pa.int64()), ("role", pa.string()), ("content_chars", pa.int64()),
+    ("num_tool_calls", pa.int64()), ("is_error", pa.bool_()), ("timestamp", pa.string()),
+])
 MESSAGES_FILE = "messages.parquet"
 TRAJECTORIES_FILE = "trajectories.parquet"
 
@@ -99,18 +106,20 @@ def extract(results_path: str | Path, run_dir: str | Path, sidecar_dir: str | Pa
     resolver = SidecarResolver(results_path if results_path.is_file() else results_path / "results.json",
                                Path(sidecar_dir) if sidecar_dir else None)
     report = ExtractReport(run_dir)
-    messages, trajectories = [], []
+    trajectories = []
     sims = _read_ahead(iter_simulations(results_path), resolver)
     if progress:
         from tqdm.auto import tqdm
 
         sims = tqdm(sims, desc="extract", unit="sim")
     run_dir.mkdir(parents=True, exist_ok=True)
-    with TokenTableWriter(run_dir / TOKENS_FILE) as writer, closing(resolver):
+    # messages stream to disk like tokens (a list of dicts would grow with the number of simulations)
+    with TokenTableWriter(run_dir / TOKENS_FILE) as writer, closing(resolver), \
+            TokenTableWriter(run_dir / MESSAGES_FILE, row_group_rows=65_536, schema=MESSAGE_SCHEMA) as message_writer:
         for sim in sims:
             raw = simulation_raw_tokens(sim, domain, resolver, report.warnings, models)
             writer.write(with_token_metrics(raw, f"{results_path} simulation {sim.id}", report.warnings))
-            messages.extend(message_records(sim, domain))
+            message_writer.write(pa.Table.from_pylist(message_records(sim, domain), schema=MESSAGE_SCHEMA))
             trajectories.append(trajectory_record(sim, domain))
             if sim.reward is None:
                 report.warnings.add("simulations_without_reward", f"{results_path} simulation {sim.id}")
@@ -118,7 +127,6 @@ def extract(results_path: str | Path, run_dir: str | Path, sidecar_dir: str | Pa
         report.num_tokens = writer.num_rows
     if report.num_simulations == 0:
         raise InputError(results_path, "results contain no simulations")
-    atomic_write_with(run_dir / MESSAGES_FILE, pd.DataFrame(messages).to_parquet)
     atomic_write_with(run_dir / TRAJECTORIES_FILE, pd.DataFrame(trajectories).to_parquet)
     keys = pd.DataFrame(trajectories)[["task_id", "trial", "seed"]]
     dupes = int(keys.duplicated().sum())
