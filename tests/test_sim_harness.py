@@ -16,24 +16,13 @@ from agentuq_nb.records import Results
 from agentuq_nb.records.summary import uq_summary
 from agentuq_nb.records.tokens import TOKEN_COLUMNS
 from agentuq_nb.sim import RunConfigMismatch, UnknownDomainError, UnknownTaskError, run_simulations
-from agentuq_nb.sim.runner import CHECKPOINT_DIR, trial_seeds
+from agentuq_nb.sim.runner import CHECKPOINT_DIR, trial_seeds, without_wall_clock
 
 pytestmark = pytest.mark.slow
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 TASKS = ["2", "10"]  # a refusal and a book lookup: short conversations
 PARAMS = dict(task_ids=TASKS, max_steps=6, max_errors=3, progress=False)
-WALL_CLOCK = {"timestamp", "start_time", "end_time", "duration"}
-
-
-def strip_wall_clock(obj):
-    if isinstance(obj, dict):
-        return {k: strip_wall_clock(v) for k, v in obj.items() if k not in WALL_CLOCK}
-    if isinstance(obj, list):
-        return [strip_wall_clock(v) for v in obj]
-    return obj
-
-
 def read_rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
@@ -134,12 +123,10 @@ def test_same_seed_gives_identical_results_and_token_tables(run_dir, tmp_path):
     run_simulations("bookshop", tmp_path, **PARAMS, max_concurrency=2)
     a = json.loads((run_dir / "results.json").read_text())
     b = json.loads((tmp_path / "results.json").read_text())
-    assert strip_wall_clock(a) == strip_wall_clock(b)
+    assert without_wall_clock(a) == without_wall_clock(b)
     rows_a, rows_b = sidecar_rows(run_dir), sidecar_rows(tmp_path)
     assert list(rows_a) == list(rows_b)
-    for name in rows_a:
-        assert [{k: v for k, v in r.items() if k != "message_timestamp"} for r in rows_a[name]] == \
-               [{k: v for k, v in r.items() if k != "message_timestamp"} for r in rows_b[name]]
+    assert without_wall_clock(rows_a) == without_wall_clock(rows_b)
 
 
 def test_rerun_resumes_without_calling_the_model(run_dir, monkeypatch):
@@ -222,7 +209,7 @@ def test_killed_run_restarts_and_completes_without_duplicates(tmp_path, run_dir)
     ids = [s["id"] for s in results["simulations"]]
     assert [s["task_id"] for s in results["simulations"]] == TASKS and len(set(ids)) == len(ids)
     assert sorted(p.name for p in (tmp_path / "sidecars").glob("*.jsonl")) == sorted(sidecar_rows(run_dir))
-    assert strip_wall_clock(results["simulations"]) == strip_wall_clock(
+    assert without_wall_clock(results["simulations"]) == without_wall_clock(
         json.loads((run_dir / "results.json").read_text())["simulations"])
     # the fake key in the environment reached no file
     for path in tmp_path.rglob("*"):
