@@ -14,42 +14,31 @@ Modules (one job each):
 * :mod:`.agent_comparison` - the same tools applied to agents: leaderboard with FDR marks,
   success-rate intervals, abstention report, ACI on a stream of runs.
 """
-from agentuq_nb.evaluation.agent_comparison import (
-    Leaderboard,
-    abstention_report,
-    aci_stream,
-    leaderboard,
-    success_rate_intervals,
-)
-from agentuq_nb.evaluation.bootstrap import paired_bootstrap_pvalue, percentile_ci
-from agentuq_nb.evaluation.conformal import (
-    aci,
-    bh,
-    bh_adjusted,
-    conformal_quantile,
-    coverage_report,
-    pipeline_bounds,
-    risk_control_threshold,
-    split_interval,
-)
-from agentuq_nb.evaluation.failure_report import failure_metrics
-from agentuq_nb.evaluation.metrics import (
-    HIGHER_IS_BETTER,
-    METRICS,
-    UndefinedMetricError,
-    auarc,
-    auroc,
-    aurc,
-    correlation,
-    failure_curves,
-    failure_labels,
-    prr,
-)
+import importlib
 
-__all__ = [
-    "HIGHER_IS_BETTER", "METRICS", "Leaderboard", "UndefinedMetricError", "abstention_report", "aci", "aci_stream",
-    "auarc", "auroc", "aurc", "bh", "bh_adjusted", "conformal_quantile", "correlation",
-    "coverage_report", "failure_curves", "failure_labels", "failure_metrics", "leaderboard",
-    "paired_bootstrap_pvalue", "percentile_ci", "pipeline_bounds", "prr",
-    "risk_control_threshold", "split_interval", "success_rate_intervals",
-]
+# Names are imported on first use (PEP 562): ``evaluate`` needs the metrics, not statsmodels and
+# the conformal stack, and a command line run should not pay for what it does not use.
+_EXPORTS = {
+    "agent_comparison": ["Leaderboard", "abstention_report", "aci_stream", "leaderboard", "success_rate_intervals"],
+    "bootstrap": ["paired_bootstrap_pvalue", "percentile_ci"],
+    "conformal": ["aci", "bh", "bh_adjusted", "conformal_quantile", "coverage_report", "pipeline_bounds",
+                  "risk_control_threshold", "split_interval"],
+    "failure_report": ["failure_metrics"],
+    "metrics": ["HIGHER_IS_BETTER", "METRICS", "UndefinedMetricError", "auarc", "auroc", "aurc", "correlation",
+                "failure_curves", "failure_labels", "prr"],
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str):
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

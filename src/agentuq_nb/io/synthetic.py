@@ -73,13 +73,19 @@ def write_synthetic_results(
             tokens = vocab[top[:, 0]]
             msg["content"] = " ".join(tokens)
             if form == "sidecar":
+                # every key agentuq's build_token_logprob_rows writes, in its order
+                p = np.exp(top_lp)
+                mass = p.sum(1)
+                entropy = -(p / mass[:, None] * np.log(p / mass[:, None])).sum(1)
                 for t in range(tokens_per_message):
                     sidecar_lines.append(json.dumps({
                         "recorded_at": ts, "message_timestamp": ts, "model": "synthetic-llm", "role": role,
                         "turn_idx": None, "token_idx": t, "token": str(tokens[t]),
                         "chosen_logprob": float(chosen[t]), "chosen_prob": float(np.exp(chosen[t])),
                         "topk_tokens": vocab[top[t]].tolist(), "topk_logprobs": top_lp[t].tolist(),
+                        "topk_entropy": float(entropy[t]), "topk_mass": float(mass[t]),
                         "domain": domain, "task_id": task_id, "trial": trial, "seed": sim_seed,
+                        "request_params": {"temperature": 0.0, "logprobs": True, "top_logprobs": top_k},
                     }))
                 msg["raw_data"] = {"uq_logprobs": {"enabled": True, "format": "jsonl", "path": sidecar_rel,
                                                    "num_tokens": tokens_per_message, "schema_version": "uq_logprobs_v1"}}

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,34 +24,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.json as pajson
 
 from agentuq_nb.io.errors import InputError, InputWarnings
+from agentuq_nb.io.sidecars import SIDECAR_SCHEMA, SidecarReader
 from agentuq_nb.records import Simulation
 from agentuq_nb.records.tokens import TOKEN_SCHEMA
 
-# Columns read from a sidecar; anything else on a sidecar row (recorded_at, request_params…) is ignored.
-SIDECAR_SCHEMA = pa.schema(
-    [
-        ("message_timestamp", pa.string()),
-        ("model", pa.string()),
-        ("role", pa.string()),
-        ("turn_idx", pa.int64()),
-        ("message_idx", pa.int64()),
-        ("token_idx", pa.int64()),
-        ("token", pa.string()),
-        ("chosen_logprob", pa.float64()),
-        ("topk_tokens", pa.list_(pa.string())),
-        ("topk_logprobs", pa.list_(pa.float64())),
-        ("full_entropy", pa.float64()),
-        ("domain", pa.string()),
-        ("task_id", pa.string()),
-        ("trial", pa.int64()),
-        ("seed", pa.int64()),
-        ("scorer", pa.string()),
-        ("source", pa.string()),
-    ]
-)
 RAW_COLUMNS = [
     "domain", "task_id", "trial", "seed", "role", "turn_idx", "message_idx", "token_idx", "token",
     "chosen_logprob", "topk_tokens", "topk_logprobs", "full_entropy", "model", "scorer", "source",
@@ -62,7 +40,8 @@ RAW_SCHEMA = pa.schema([TOKEN_SCHEMA.field(name) for name in RAW_COLUMNS])
 
 @dataclass
 class SidecarResolver:
-    """Finds sidecar files: as written, relative to the results file, or by name in ``sidecar_dir``.
+    """Finds sidecar files (as written, relative to the results file, or by name in ``sidecar_dir``)
+    and parses them, many files per query.
 
     Keeps the last few parsed files so that a sidecar shared by many simulations (agentuq's
     ``single`` partition mode) is parsed once, while memory stays bounded.
@@ -72,8 +51,8 @@ class SidecarResolver:
     sidecar_dir: Path | None = None
     cache_size: int = 2
     _cache: OrderedDict = field(default_factory=OrderedDict)
-
     _resolved: dict = field(default_factory=dict)
+    _reader: SidecarReader | None = None
 
     def resolve(self, recorded: str) -> Path | None:
         if recorded not in self._resolved:
@@ -91,54 +70,39 @@ class SidecarResolver:
                 candidates.insert(1, self.sidecar_dir / rec)
         return next((c for c in candidates if c.is_file()), None)
 
-    _pending: dict = field(default_factory=dict)
-    _executor: ThreadPoolExecutor | None = None
-
     def referenced_paths(self, sim: Simulation) -> list[Path]:
+        """The sidecar files a simulation's messages point to (resolved; missing ones left out)."""
         paths = (self.resolve(ref["path"]) for m in sim.messages if (ref := _uq_logprobs_ref(m)) is not None)
         return list(dict.fromkeys(p for p in paths if p is not None))
 
-    def prefetch(self, sim: Simulation) -> None:
-        """Start parsing a coming simulation's sidecars on a worker thread (Arrow releases the GIL)."""
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sidecar")
-        for path in self.referenced_paths(sim):
+    def read_many(self, paths: Sequence[Path]) -> dict[Path, pa.Table]:
+        """Parsed sidecars (``SIDECAR_SCHEMA``) by path; the ones not cached are parsed in one query."""
+        paths = list(dict.fromkeys(paths))
+        out = {}
+        for path in paths:
             key = os.path.abspath(path)  # a cache key: no filesystem calls (resolve() stats every component)
-            if key not in self._cache and key not in self._pending:
-                self._pending[key] = self._executor.submit(self._parse, path)
-
-    def close(self) -> None:
-        if self._executor is not None:
-            self._executor.shutdown(wait=True, cancel_futures=True)
-            self._executor = None
-        self._pending.clear()
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                out[path] = self._cache[key]
+        todo = [p for p in paths if p not in out]
+        if todo:
+            if self._reader is None:
+                self._reader = SidecarReader()
+            for path, table in zip(todo, self._reader.read(todo)):
+                out[path] = table
+                self._cache[os.path.abspath(path)] = table
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+        return out
 
     def read(self, path: Path) -> pa.Table:
-        key = os.path.abspath(path)  # a cache key: no filesystem calls (resolve() stats every component)
-        if key in self._cache:
-            self._cache.move_to_end(key)
-            return self._cache[key]
-        future = self._pending.pop(key, None)
-        table = future.result() if future is not None else self._parse(path)
-        self._cache[key] = table
-        while len(self._cache) > self.cache_size:
-            self._cache.popitem(last=False)
-        return table
+        return self.read_many([path])[path]
 
-    @staticmethod
-    def _parse(path: Path) -> pa.Table:
-        try:
-            table = pajson.read_json(
-                path,
-                read_options=pajson.ReadOptions(use_threads=False, block_size=1 << 24),
-                parse_options=pajson.ParseOptions(explicit_schema=SIDECAR_SCHEMA, unexpected_field_behavior="ignore"),
-            )
-        except pa.ArrowInvalid as err:
-            if path.stat().st_size == 0:
-                table = SIDECAR_SCHEMA.empty_table()
-            else:
-                raise InputError(path, f"sidecar is not valid JSONL: {err}") from err
-        return table
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+        self._cache.clear()
 
 
 def _content_items(obj: Any) -> list[dict] | None:
@@ -184,53 +148,84 @@ def _uq_logprobs_ref(message) -> dict | None:
     return ref if isinstance(ref, dict) and ref.get("path") else None
 
 
-def _join_sidecar_rows(
-    table: pa.Table, sim: Simulation, messages_with_ref: list[int], results_path: Path, warnings: InputWarnings
-) -> pa.Table:
-    """Give sidecar rows their message_idx/turn_idx: by timestamp, else by order and num_tokens."""
-    # keep only this trajectory's rows when the file holds several (single-file partition mode)
-    mask = None
-    for col, value in (("task_id", sim.task_id), ("trial", sim.trial), ("seed", sim.seed)):
-        if value is None:
-            continue
-        column = table.column(col)
-        cond = pc.or_kleene(pc.is_null(column), pc.equal(column, pa.scalar(value, column.type)))
-        mask = cond if mask is None else pc.and_kleene(mask, cond)
-    if mask is not None:
-        table = table.filter(pc.fill_null(mask, True))
-    n = table.num_rows
-    stamped = [(m.timestamp, i) for i, m in enumerate(sim.messages) if m.timestamp is not None]
-    positions = pc.index_in(table.column("message_timestamp"), value_set=pa.array([t for t, _ in stamped], pa.string()))
-    lookup = np.array([i for _, i in stamped] + [-1], dtype=np.int64)
-    message_idx = lookup[pc.fill_null(positions, len(stamped)).to_numpy(zero_copy_only=False)] if n else np.zeros(0, np.int64)
-    recorded = table.column("message_idx").to_numpy(zero_copy_only=False)
-    recorded = np.where(np.isnan(recorded.astype(float)), -1, recorded).astype(np.int64) if n else recorded
-    use_recorded = (message_idx < 0) & (recorded >= 0) & (recorded < len(sim.messages))
-    message_idx[use_recorded] = recorded[use_recorded]
-    unmatched = message_idx < 0
-    if unmatched.any():
-        # agentuq's user simulator re-stamps the user message after its rows were written, so
-        # those rows match no timestamp; rows are appended in message order, so the unmatched
-        # rows belong, in order, to the referencing messages that no row matched (num_tokens each).
-        matched = set(message_idx[~unmatched].tolist())
-        orphans = [i for i in messages_with_ref if i not in matched]
-        counts = [int(_uq_logprobs_ref(sim.messages[i]).get("num_tokens") or 0) for i in orphans]
-        if counts and sum(counts) == int(unmatched.sum()):
-            message_idx[unmatched] = np.repeat(orphans, counts)
-            warnings.add("sidecar_rows_joined_by_order", f"{results_path} simulation {sim.id}", int(unmatched.sum()))
-        else:
-            warnings.add(
-                "sidecar_rows_unmatched_dropped",
-                f"{results_path} simulation {sim.id}: {int(unmatched.sum())} rows match no message timestamp",
-                int(unmatched.sum()),
-            )
-            keep = ~unmatched
-            table, message_idx = table.filter(pa.array(keep)), message_idx[keep]
-    turn_of_message = np.array(
-        [m.turn_idx if m.turn_idx is not None else i for i, m in enumerate(sim.messages)], dtype=np.int64
-    )
-    table = table.set_column(table.schema.get_field_index("message_idx"), "message_idx", pa.array(message_idx))
-    return table.set_column(table.schema.get_field_index("turn_idx"), "turn_idx", pa.array(turn_of_message[message_idx]))
+def batch_raw_tokens(
+    sims: Sequence[Simulation],
+    domain: str,
+    resolver: SidecarResolver,
+    warnings: InputWarnings,
+    model_by_role: dict[str, str] | None = None,
+    sidecars: dict[Path, pa.Table] | None = None,
+) -> tuple[pa.Table, np.ndarray]:
+    """All token rows of a batch of simulations (raw columns, not yet validated or derived).
+
+    Returns the rows in simulation order and, for each row, the position in ``sims`` of its
+    simulation. Within a simulation rows run by (scorer, message_idx, token_idx); on ties
+    inline rows come before sidecar rows. ``sidecars`` holds files already parsed (by path);
+    the others are parsed here, all in one query. Everything is vectorized over the batch, so
+    the cost per simulation is a few Python steps, whatever the number of tokens.
+    """
+    model_by_role = model_by_role or {}
+    inline: dict[str, list] = {name: [] for name in RAW_COLUMNS}
+    inline_pos: list[int] = []
+    pieces: list[tuple[int, Path, list[int]]] = []  # (simulation position, sidecar, messages that reference it)
+    for pos, sim in enumerate(sims):
+        keys = {"domain": domain, "task_id": str(sim.task_id), "trial": sim.trial, "seed": sim.seed}
+        by_sidecar: dict[Path, list[int]] = {}
+        for idx, message in enumerate(sim.messages):
+            ref = _uq_logprobs_ref(message)
+            if ref is not None and ref.get("enabled", True) is not False:
+                path = resolver.resolve(ref["path"])
+                if path is None:
+                    raise InputError(
+                        resolver.results_path,
+                        f"sidecar file '{ref['path']}' does not exist (looked beside the results file"
+                        + (f" and in {resolver.sidecar_dir}" if resolver.sidecar_dir else "; pass --sidecar-dir")
+                        + ")",
+                        f"simulation {sim.id} message {idx}",
+                    )
+                by_sidecar.setdefault(path, []).append(idx)
+                continue
+            items = inline_logprob_items(message)
+            if items is not None:
+                base = dict(
+                    keys,
+                    role=message.role,
+                    turn_idx=message.turn_idx if message.turn_idx is not None else idx,
+                    message_idx=idx,
+                    model=model_by_role.get(message.role),
+                    scorer="self",
+                    source="generated",
+                    message_timestamp=message.timestamp,
+                )
+                for name, values in _rows_from_items(items, base).items():
+                    inline[name].extend(values)
+                inline_pos.extend([pos] * len(items))
+            elif message.role in ("assistant", "user") and idx > 0:  # message 0 is the fixed greeting
+                warnings.add(f"{message.role}_messages_without_logprobs", f"{resolver.results_path} simulation {sim.id} message {idx}")
+        pieces.extend((pos, path, indices) for path, indices in by_sidecar.items())
+    parts, positions, part_rank = [], [], []
+    if inline_pos:
+        parts.append(pa.table(inline, schema=RAW_SCHEMA))
+        positions.append(np.asarray(inline_pos, dtype=np.int64))
+        part_rank.append(np.zeros(len(inline_pos), dtype=np.int8))
+    if pieces:
+        tables = dict(sidecars or {})
+        missing = [path for _, path, _ in pieces if path not in tables]
+        if missing:
+            tables.update(resolver.read_many(missing))
+        table, pos = _sidecar_rows(pieces, tables, sims, domain, resolver.results_path, warnings)
+        if table.num_rows:
+            parts.append(table)
+            positions.append(pos)
+            part_rank.append(np.ones(len(pos), dtype=np.int8))
+    if not parts:
+        return RAW_SCHEMA.empty_table(), np.zeros(0, dtype=np.int64)
+    out = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+    pos, rank = np.concatenate(positions), np.concatenate(part_rank)
+    order = _row_order(out, pos, rank)
+    if order is None:
+        return out, pos
+    return out.take(order), pos[order]
 
 
 def simulation_raw_tokens(
@@ -240,71 +235,125 @@ def simulation_raw_tokens(
     warnings: InputWarnings,
     model_by_role: dict[str, str] | None = None,
 ) -> pa.Table:
-    """All token rows of one simulation (raw columns, not yet validated or derived)."""
-    model_by_role = model_by_role or {}
-    keys = {"domain": domain, "task_id": str(sim.task_id), "trial": sim.trial, "seed": sim.seed}
-    parts: list[pa.Table] = []
-    by_sidecar: dict[Path, list[int]] = {}
-    inline: dict[str, list] = {name: [] for name in RAW_COLUMNS}
-    for idx, message in enumerate(sim.messages):
-        ref = _uq_logprobs_ref(message)
-        if ref is not None and ref.get("enabled", True) is not False:
-            path = resolver.resolve(ref["path"])
-            if path is None:
-                raise InputError(
-                    resolver.results_path,
-                    f"sidecar file '{ref['path']}' does not exist (looked beside the results file"
-                    + (f" and in {resolver.sidecar_dir}" if resolver.sidecar_dir else "; pass --sidecar-dir")
-                    + ")",
-                    f"simulation {sim.id} message {idx}",
+    """All token rows of one simulation: :func:`batch_raw_tokens` of a batch of one."""
+    return batch_raw_tokens([sim], domain, resolver, warnings, model_by_role)[0]
+
+
+def _sidecar_rows(
+    pieces: list[tuple[int, Path, list[int]]],
+    tables: dict[Path, pa.Table],
+    sims: Sequence[Simulation],
+    domain: str,
+    results_path: Path,
+    warnings: InputWarnings,
+) -> tuple[pa.Table, np.ndarray]:
+    """The sidecar rows of every (simulation, file) piece, joined to their messages.
+
+    A row belongs to the message whose timestamp it carries; else to the ``message_idx`` it
+    recorded; else (agentuq's user simulator re-stamps a user message after its rows were
+    written) rows left over in a piece go, in order, to the referencing messages no row
+    matched, ``num_tokens`` each. Rows of other trajectories in a shared file (agentuq's
+    ``single`` partition mode) are dropped.
+    """
+    table = pa.concat_tables([tables[path] for _, path, _ in pieces])
+    lengths = np.array([tables[path].num_rows for _, path, _ in pieces], dtype=np.int64)
+    piece_of_row = np.repeat(np.arange(len(pieces)), lengths)
+    row_pos = np.array([pos for pos, _, _ in pieces], dtype=np.int64)[piece_of_row]
+
+    # the keys of each simulation (null where it has none), and of each row's own simulation
+    sim_keys = {
+        "domain": pa.array([domain] * len(sims), pa.string()),
+        "task_id": pa.array([str(s.task_id) for s in sims], pa.string()),
+        "trial": pa.array([s.trial for s in sims], pa.int64()),
+        "seed": pa.array([s.seed for s in sims], pa.int64()),
+    }
+    keep = np.ones(table.num_rows, dtype=bool)
+    for col in ("task_id", "trial", "seed"):
+        keep &= pc.fill_null(pc.equal(table.column(col), sim_keys[col].take(row_pos)), True).to_numpy(zero_copy_only=False)
+    if not keep.all():
+        table, piece_of_row, row_pos = table.filter(pa.array(keep)), piece_of_row[keep], row_pos[keep]
+
+    # by timestamp: the first message of the row's simulation with the row's message_timestamp
+    n_messages = np.array([len(s.messages) for s in sims], dtype=np.int64)
+    first_message = np.concatenate([[0], np.cumsum(n_messages)[:-1]])
+    stamped = [(pos, i, m.timestamp) for pos, s in enumerate(sims) for i, m in enumerate(s.messages) if m.timestamp is not None]
+    message_idx = np.full(table.num_rows, -1, dtype=np.int64)
+    if stamped:
+        stamps = pa.array([t for _, _, t in stamped], pa.string())
+        values = pc.unique(stamps)
+        width = len(values) + 1
+        message_key = np.array([pos for pos, _, _ in stamped], dtype=np.int64) * width + pc.index_in(stamps, value_set=values).to_numpy()
+        keys, first = np.unique(message_key, return_index=True)  # (simulation, stamp) → its first message
+        key_message = np.array([i for _, i, _ in stamped], dtype=np.int64)[first]
+        code = pc.fill_null(pc.index_in(table.column("message_timestamp"), value_set=values), -1).to_numpy(zero_copy_only=False)
+        row_key = row_pos * width + code
+        at = np.minimum(np.searchsorted(keys, row_key), len(keys) - 1)
+        found = (code >= 0) & (keys[at] == row_key)
+        message_idx[found] = key_message[at[found]]
+    recorded = table.column("message_idx").to_numpy(zero_copy_only=False).astype(np.float64)
+    use_recorded = (message_idx < 0) & (recorded >= 0) & (recorded < n_messages[row_pos])  # NaN compares False
+    message_idx[use_recorded] = recorded[use_recorded]
+
+    unmatched = message_idx < 0
+    if unmatched.any():
+        starts = np.searchsorted(piece_of_row, np.arange(len(pieces) + 1))
+        for p in np.unique(piece_of_row[unmatched]):
+            pos, _, referencing = pieces[p]
+            sim = sims[pos]
+            rows = message_idx[starts[p]:starts[p + 1]]  # a view: assignments land in message_idx
+            left = rows < 0
+            matched = set(rows[~left].tolist())
+            orphans = [i for i in referencing if i not in matched]
+            counts = [int(_uq_logprobs_ref(sim.messages[i]).get("num_tokens") or 0) for i in orphans]
+            if counts and sum(counts) == int(left.sum()):
+                rows[left] = np.repeat(orphans, counts)
+                warnings.add("sidecar_rows_joined_by_order", f"{results_path} simulation {sim.id}", int(left.sum()))
+            else:
+                warnings.add(
+                    "sidecar_rows_unmatched_dropped",
+                    f"{results_path} simulation {sim.id}: {int(left.sum())} rows match no message timestamp",
+                    int(left.sum()),
                 )
-            by_sidecar.setdefault(path, []).append(idx)
-            continue
-        items = inline_logprob_items(message)
-        if items is not None:
-            base = dict(
-                keys,
-                role=message.role,
-                turn_idx=message.turn_idx if message.turn_idx is not None else idx,
-                message_idx=idx,
-                model=model_by_role.get(message.role),
-                scorer="self",
-                source="generated",
-                message_timestamp=message.timestamp,
-            )
-            for name, values in _rows_from_items(items, base).items():
-                inline[name].extend(values)
-        elif message.role in ("assistant", "user") and idx > 0:  # message 0 is the fixed greeting
-            warnings.add(f"{message.role}_messages_without_logprobs", f"{resolver.results_path} simulation {sim.id} message {idx}")
-    if inline["token_idx"]:
-        parts.append(pa.table(inline, schema=RAW_SCHEMA))
-    for path, message_indices in by_sidecar.items():
-        table = resolver.read(path)
-        table = _join_sidecar_rows(table, sim, message_indices, resolver.results_path, warnings)
-        n = table.num_rows
-        fill = {"domain": domain, "task_id": str(sim.task_id), "trial": sim.trial, "seed": sim.seed, "scorer": "self"}
-        for col, value in fill.items():
-            column = table.column(col)
-            table = table.set_column(table.schema.get_field_index(col), col, pc.fill_null(column, pa.scalar(value, column.type)) if value is not None else column)
+        keep = message_idx >= 0
+        if not keep.all():
+            table, row_pos, message_idx = table.filter(pa.array(keep)), row_pos[keep], message_idx[keep]
+
+    turn_of_message = np.array(
+        [m.turn_idx if m.turn_idx is not None else i for s in sims for i, m in enumerate(s.messages)], dtype=np.int64
+    )
+    columns = {name: table.column(name) for name in table.column_names}
+    columns["message_idx"] = pa.array(message_idx)
+    columns["turn_idx"] = pa.array(turn_of_message[first_message[row_pos] + message_idx])
+    for col, values in sim_keys.items():
+        if columns[col].null_count:  # agentuq writes the keys on every row: usually nothing to fill
+            columns[col] = pc.fill_null(columns[col], values.take(row_pos))
+    if columns["scorer"].null_count:
+        columns["scorer"] = pc.fill_null(columns["scorer"], "self")
+    if columns["source"].null_count:
         # a sidecar row without 'source' was generated by its own model, or replayed by an observer scorer
-        scorer = table.column("scorer")
-        default_source = pc.if_else(pc.equal(scorer, "self"), pa.scalar("generated"), pa.scalar("chat_replay"))
-        table = table.set_column(table.schema.get_field_index("source"), "source", pc.coalesce(table.column("source"), default_source))
-        if n:
-            parts.append(table.select(RAW_COLUMNS).cast(RAW_SCHEMA))
-    if not parts:
-        return RAW_SCHEMA.empty_table()
-    out = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
-    if len(parts) == 1 and _is_in_message_order(out):
-        return out
-    order = pc.sort_indices(out, sort_keys=[("scorer", "ascending"), ("message_idx", "ascending"), ("token_idx", "ascending")])
-    return out.take(order)
+        if pc.all(pc.equal(columns["scorer"], "self")).as_py():  # agentuq's own rows: one value to fill in
+            columns["source"] = pc.fill_null(columns["source"], "generated")
+        else:
+            default_source = pc.if_else(pc.equal(columns["scorer"], "self"), pa.scalar("generated"), pa.scalar("chat_replay"))
+            columns["source"] = pc.coalesce(columns["source"], default_source)
+    return pa.table([columns[name] for name in RAW_COLUMNS], schema=RAW_SCHEMA), row_pos
 
 
-def _is_in_message_order(table: pa.Table) -> bool:
-    """True when rows of one scorer already run message by message, token by token (the usual case)."""
-    if pc.count_distinct(table.column("scorer")).as_py() > 1:
-        return False
-    key = table.column("message_idx").to_numpy(zero_copy_only=False).astype(np.int64) * (1 << 32) + table.column(
-        "token_idx").to_numpy(zero_copy_only=False).astype(np.int64)
-    return bool(np.all(np.diff(key) > 0))
+def _row_order(table: pa.Table, pos: np.ndarray, part_rank: np.ndarray) -> np.ndarray | None:
+    """The stable order by (simulation, scorer, message_idx, token_idx, inline before sidecar);
+    None when the rows already run in it (the usual case: one sidecar per trajectory)."""
+    scorer = table.column("scorer")
+    names = pa.array(sorted(pc.unique(scorer).drop_null().to_pylist()), pa.string())
+    scorer_rank = pc.fill_null(pc.index_in(scorer, value_set=names), len(names)).to_numpy(zero_copy_only=False)
+    message = table.column("message_idx").to_numpy(zero_copy_only=False).astype(np.int64)
+    token = pc.fill_null(table.column("token_idx"), np.iinfo(np.int64).max).to_numpy(zero_copy_only=False)
+    keys = (pos, scorer_rank, message, token, part_rank)
+    ordered = np.zeros(len(pos) - 1, dtype=bool) if len(pos) > 1 else np.zeros(0, dtype=bool)
+    tied = np.ones_like(ordered)
+    for key in keys:  # lexicographic: each pair of neighbours is ordered by its first differing key
+        step = np.diff(key.astype(np.int64))
+        ordered |= tied & (step > 0)
+        tied &= step == 0
+    if np.all(ordered | tied):
+        return None
+    return np.lexsort(keys[::-1])

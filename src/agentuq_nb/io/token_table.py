@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import tempfile
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
@@ -24,17 +25,28 @@ class TokenTableWriter:
 
     Small per-trajectory tables are buffered into row groups of ~``row_group_rows`` rows, so
     memory stays bounded by one row group however many trajectories or sidecars there are.
+    With ``background=True`` row groups are encoded on a thread of their own (pyarrow releases
+    the GIL) while the caller prepares the next; one row group is in flight at a time.
     """
 
-    def __init__(self, path: str | os.PathLike, row_group_rows: int = 262_144, schema: pa.Schema = TOKEN_SCHEMA):
+    def __init__(self, path: str | os.PathLike, row_group_rows: int = 262_144, schema: pa.Schema = TOKEN_SCHEMA,
+                 background: bool = False):
         self.path = Path(path)
         self.row_group_rows = row_group_rows
         self._ctx = atomic_path(self.path)
         self._tmp = self._ctx.__enter__()
-        self._writer = pq.ParquetWriter(self._tmp, schema, compression="snappy")
+        # dictionary pages only for strings (token text, keys; log-probs are nearly all distinct) and
+        # min/max statistics only for scalar columns (filters use them; lists have no use for them):
+        # a quarter faster to write than pyarrow's defaults, for a file 8% larger
+        strings = [f.name for f in schema if _is_string(f.type) or (pa.types.is_list(f.type) and _is_string(f.type.value_type))]
+        scalars = [f.name for f in schema if not pa.types.is_nested(f.type)]
+        self._writer = pq.ParquetWriter(self._tmp, schema, compression="snappy", use_dictionary=strings,
+                                        write_statistics=scalars)
         self._buffer: list[pa.Table] = []
         self._buffered = 0
         self.num_rows = 0
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parquet") if background else None
+        self._in_flight: Future | None = None
 
     def write(self, table: pa.Table) -> None:
         if table.num_rows == 0:
@@ -47,17 +59,39 @@ class TokenTableWriter:
 
     def _flush(self) -> None:
         if self._buffer:
-            self._writer.write_table(pa.concat_tables(self._buffer), row_group_size=self.row_group_rows)
+            table = pa.concat_tables(self._buffer)
             self._buffer, self._buffered = [], 0
+            if self._executor is None:
+                self._writer.write_table(table, row_group_size=self.row_group_rows)
+            else:
+                self._wait()
+                self._in_flight = self._executor.submit(self._writer.write_table, table, row_group_size=self.row_group_rows)
+
+    def _wait(self) -> None:
+        if self._in_flight is not None:
+            in_flight, self._in_flight = self._in_flight, None
+            in_flight.result()  # a failed write raises here
 
     def close(self) -> None:
-        self._flush()
+        try:
+            self._flush()
+            self._wait()
+        except BaseException:
+            self.abort()
+            raise
+        self._shutdown()
         self._writer.close()
         self._ctx.__exit__(None, None, None)
 
     def abort(self) -> None:
+        self._shutdown()
         self._writer.close()
         self._ctx.__exit__(RuntimeError, RuntimeError("aborted"), None)
+
+    def _shutdown(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._executor = None
 
     def __enter__(self) -> "TokenTableWriter":
         return self
@@ -67,6 +101,10 @@ class TokenTableWriter:
             self.close()
         else:
             self.abort()
+
+
+def _is_string(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
 
 
 def write_token_table(path: str | os.PathLike, table: pa.Table) -> None:

@@ -1,12 +1,16 @@
 """``extract``: results (+ sidecars) → the run's token table, message table and trajectory table.
 
-Streams one simulation at a time (ijson + Arrow), so memory is bounded by one trajectory and
-one Parquet row group, not by the number of simulations or sidecar files.
+Simulations stream from the results (ijson) in batches of about ``batch_bytes`` of sidecar
+JSON; a batch's sidecars are parsed in one DuckDB query on all cores while the previous batch
+is joined, measured and written, and every step works on the whole batch at once (Arrow and
+numpy). Memory is bounded by two batches and one Parquet row group, not by the number of
+simulations or sidecar files.
 """
 from __future__ import annotations
 
 import json
-from collections import deque
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -18,10 +22,11 @@ import pyarrow as pa
 from agentuq_nb.io.atomic import atomic_write_json, atomic_write_with
 from agentuq_nb.io.errors import InputError, InputWarnings
 from agentuq_nb.io.results import detect_layout, iter_simulations, read_header
-from agentuq_nb.io.token_sources import SidecarResolver, simulation_raw_tokens
+from agentuq_nb.io.token_sources import SidecarResolver, batch_raw_tokens
 from agentuq_nb.io.token_table import TOKENS_FILE, TokenTableWriter
 from agentuq_nb.records import Results, Simulation
 from agentuq_nb.uq.token_metrics import with_token_metrics
+from agentuq_nb.uq.turn_partials import PARTIALS_FILE, TURN_GROUP, merge_partials, token_partials, write_stored_partials
 
 MANIFEST_FILE = "manifest.json"
 # one row per message of every simulation: what later estimators need without re-reading the results
@@ -32,6 +37,8 @@ MESSAGE_SCHEMA = pa.schema([
 ])
 MESSAGES_FILE = "messages.parquet"
 TRAJECTORIES_FILE = "trajectories.parquet"
+BATCH_BYTES = 32 << 20  # sidecar JSON per batch: big enough to keep both cores busy, small enough to hold twice
+BATCH_SIMULATIONS = 512  # and at most this many simulations (log-probs inline in the results have no sidecar bytes)
 
 
 @dataclass
@@ -56,20 +63,31 @@ def _models_by_role(header: dict) -> dict[str, str]:
     return out
 
 
+def message_columns(sims: Iterable[Simulation], domain: str) -> dict[str, list]:
+    """One row per message of each simulation, as columns (``MESSAGE_SCHEMA``): what later
+    estimators need without re-reading the results."""
+    cols: dict[str, list] = {name: [] for name in MESSAGE_SCHEMA.names}
+    for sim in sims:
+        n = len(sim.messages)
+        cols["domain"] += [domain] * n
+        cols["task_id"] += [str(sim.task_id)] * n
+        cols["trial"] += [sim.trial] * n
+        cols["seed"] += [sim.seed] * n
+        cols["message_idx"] += range(n)
+        for idx, m in enumerate(sim.messages):
+            cols["turn_idx"].append(m.turn_idx if m.turn_idx is not None else idx)
+            cols["role"].append(m.role)
+            cols["content_chars"].append(len(m.content or ""))
+            cols["num_tool_calls"].append(len(m.tool_calls or []))
+            cols["is_error"].append(bool(m.error))
+            cols["timestamp"].append(m.timestamp)
+    return cols
+
+
 def message_records(sim: Simulation, domain: str) -> list[dict]:
-    """One row per message: what later estimators need without re-reading the results."""
-    rows = []
-    for idx, m in enumerate(sim.messages):
-        rows.append(
-            {
-                "domain": domain, "task_id": str(sim.task_id), "trial": sim.trial, "seed": sim.seed,
-                "message_idx": idx, "turn_idx": m.turn_idx if m.turn_idx is not None else idx,
-                "role": m.role, "content_chars": len(m.content or ""),
-                "num_tool_calls": len(m.tool_calls or []), "is_error": bool(m.error),
-                "timestamp": m.timestamp,
-            }
-        )
-    return rows
+    """:func:`message_columns` of one simulation, as one dict per message."""
+    cols = message_columns([sim], domain)
+    return [dict(zip(cols, row)) for row in zip(*cols.values())]
 
 
 def trajectory_record(sim: Simulation, domain: str) -> dict:
@@ -85,18 +103,58 @@ def trajectory_record(sim: Simulation, domain: str) -> dict:
     }
 
 
-def _read_ahead(sims, resolver: SidecarResolver, window: int = 4):
-    """Yield simulations in order while the next ``window`` ones' sidecars parse in the background."""
-    queue: deque = deque()
-    for sim in sims:
-        resolver.prefetch(sim)
-        queue.append(sim)
-        if len(queue) > window:
-            yield queue.popleft()
-    yield from queue
+def _batches(sims: Iterable[Simulation], resolver: SidecarResolver, batch_bytes: int) -> Iterator[tuple[list[Simulation], Future]]:
+    """Simulations in batches, each with the parse of its sidecars under way in the background.
+
+    The next batch's sidecars parse (DuckDB, off the GIL) while the caller works on the current
+    batch; a batch's parse starts only after the previous one finished, so a sidecar shared by
+    many simulations is parsed once and then found in the resolver's cache.
+    """
+    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sidecars")
+    pending: tuple[list[Simulation], Future] | None = None
+
+    def submit(batch: list[Simulation], paths: dict[Path, None]) -> tuple[list[Simulation], Future]:
+        return batch, executor.submit(resolver.read_many, list(paths))
+
+    def advance(batch: list[Simulation], paths: dict[Path, None]):
+        """Start the parse of ``batch`` once the pending one is done; hand out the pending one."""
+        nonlocal pending
+        if pending is not None:
+            pending[1].exception()  # wait for it (its errors surface where the batch is used)
+        previous, pending = pending, submit(batch, paths)
+        return previous
+
+    try:
+        batch: list[Simulation] = []
+        paths: dict[Path, None] = {}  # the batch's sidecars, in order, each once
+        size = 0
+        for sim in sims:
+            batch.append(sim)
+            for path in resolver.referenced_paths(sim):
+                if path not in paths:
+                    paths[path] = None
+                    size += _file_size(path)
+            if size >= batch_bytes or len(batch) >= BATCH_SIMULATIONS:
+                if (ready := advance(batch, paths)) is not None:
+                    yield ready
+                batch, paths, size = [], {}, 0
+        if batch and (ready := advance(batch, paths)) is not None:
+            yield ready
+        if pending is not None:
+            yield pending
+    finally:
+        executor.shutdown(wait=True, cancel_futures=True)
 
 
-def extract(results_path: str | Path, run_dir: str | Path, sidecar_dir: str | Path | None = None, progress: bool = False) -> ExtractReport:
+def _file_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def extract(results_path: str | Path, run_dir: str | Path, sidecar_dir: str | Path | None = None, progress: bool = False,
+            batch_bytes: int = BATCH_BYTES) -> ExtractReport:
     """Write ``tokens.parquet``, ``messages.parquet``, ``trajectories.parquet`` and a manifest to ``run_dir``."""
     results_path, run_dir = Path(results_path), Path(run_dir)
     layout = detect_layout(results_path)
@@ -106,27 +164,41 @@ def extract(results_path: str | Path, run_dir: str | Path, sidecar_dir: str | Pa
     resolver = SidecarResolver(results_path if results_path.is_file() else results_path / "results.json",
                                Path(sidecar_dir) if sidecar_dir else None)
     report = ExtractReport(run_dir)
-    trajectories = []
-    sims = _read_ahead(iter_simulations(results_path), resolver)
+    trajectories, partials = [], []
+    sims = iter_simulations(results_path)
+    bar = None
     if progress:
         from tqdm.auto import tqdm
 
-        sims = tqdm(sims, desc="extract", unit="sim")
+        bar = tqdm(desc="extract", unit="sim")
     run_dir.mkdir(parents=True, exist_ok=True)
     # messages stream to disk like tokens (a list of dicts would grow with the number of simulations)
-    with TokenTableWriter(run_dir / TOKENS_FILE) as writer, closing(resolver), \
+    with TokenTableWriter(run_dir / TOKENS_FILE, background=True) as writer, closing(resolver), \
             TokenTableWriter(run_dir / MESSAGES_FILE, row_group_rows=65_536, schema=MESSAGE_SCHEMA) as message_writer:
-        for sim in sims:
-            raw = simulation_raw_tokens(sim, domain, resolver, report.warnings, models)
-            writer.write(with_token_metrics(raw, f"{results_path} simulation {sim.id}", report.warnings))
-            message_writer.write(pa.Table.from_pylist(message_records(sim, domain), schema=MESSAGE_SCHEMA))
-            trajectories.append(trajectory_record(sim, domain))
-            if sim.reward is None:
-                report.warnings.add("simulations_without_reward", f"{results_path} simulation {sim.id}")
-            report.num_simulations += 1
+        for batch, parsed in _batches(sims, resolver, batch_bytes):
+            raw, sim_pos = batch_raw_tokens(batch, domain, resolver, report.warnings, models, parsed.result())
+            where = lambda row, batch=batch, sim_pos=sim_pos: f"{results_path} simulation {batch[sim_pos[row]].id}"  # noqa: E731
+            tokens = with_token_metrics(raw, where, report.warnings)
+            writer.write(tokens)
+            if tokens.num_rows:
+                partials.append(token_partials(tokens))  # summaries need no second pass over the table
+            message_writer.write(pa.table(message_columns(batch, domain), schema=MESSAGE_SCHEMA))
+            for sim in batch:
+                trajectories.append(trajectory_record(sim, domain))
+                if sim.reward is None:
+                    report.warnings.add("simulations_without_reward", f"{results_path} simulation {sim.id}")
+            report.num_simulations += len(batch)
+            if bar is not None:
+                bar.update(len(batch))
         report.num_tokens = writer.num_rows
+    if bar is not None:
+        bar.close()
     if report.num_simulations == 0:
         raise InputError(results_path, "results contain no simulations")
+    if partials:
+        write_stored_partials(merge_partials(pd.concat(partials, ignore_index=True), TURN_GROUP), run_dir / TOKENS_FILE)
+    else:
+        (run_dir / PARTIALS_FILE).unlink(missing_ok=True)
     atomic_write_with(run_dir / TRAJECTORIES_FILE, pd.DataFrame(trajectories).to_parquet)
     keys = pd.DataFrame(trajectories)[["task_id", "trial", "seed"]]
     dupes = int(keys.duplicated().sum())

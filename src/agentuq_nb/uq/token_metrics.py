@@ -15,6 +15,8 @@ formulas is ``records.tokens.topk_statistics``.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -23,56 +25,79 @@ from agentuq_nb.io.errors import InputWarnings
 from agentuq_nb.records.tokens import TOKEN_COLUMNS, TOKEN_SCHEMA
 
 POSITIVE_TOLERANCE = 1e-6
+# where a problem is: a fixed description, or a function of the first offending row's index
+Where = str | Callable[[int], str]
 
 
-def _clean_chosen(chosen: np.ndarray, where: str, warnings: InputWarnings) -> np.ndarray:
+def _count(warnings: InputWarnings, kind: str, where: Where, bad: np.ndarray, row_of: np.ndarray | None = None) -> None:
+    """Count the rows marked in ``bad`` under ``kind``, naming the place of the first one."""
+    n = int(bad.sum())
+    if n:
+        first = int(np.argmax(bad))
+        warnings.add(kind, where if isinstance(where, str) else where(int(row_of[first]) if row_of is not None else first), n)
+
+
+def _clean_chosen(chosen: np.ndarray, where: Where, warnings: InputWarnings) -> np.ndarray:
     chosen = chosen.astype(np.float64, copy=True)
     nonfinite = ~np.isfinite(chosen) & ~np.isnan(chosen)
-    nan = np.isnan(chosen)
     positive = np.isfinite(chosen) & (chosen > POSITIVE_TOLERANCE)
-    warnings.add("chosen_logprob_infinite_set_null", where, int(nonfinite.sum()))
-    warnings.add("chosen_logprob_positive_set_null", where, int(positive.sum()))
+    _count(warnings, "chosen_logprob_infinite_set_null", where, nonfinite)
+    _count(warnings, "chosen_logprob_positive_set_null", where, positive)
     # null (missing) and NaN arrive alike as NaN; a NaN that was written is not distinguishable from null here
     chosen[nonfinite | positive] = np.nan
     return np.minimum(chosen, 0.0, where=~np.isnan(chosen), out=chosen)
 
 
-def _topk_stats(topk: pa.ChunkedArray | pa.Array, where: str, warnings: InputWarnings):
-    """Vectorized top-k entropy, mass and normalized entropy for a list<double> column."""
+def _topk_stats(topk: pa.ChunkedArray | pa.Array, where: Where, warnings: InputWarnings):
+    """Vectorized top-k entropy, mass and normalized entropy for a list<double> column.
+
+    With p = exp(lp) and m = Σ p, the sums need one exp per entry and no log:
+    Σ p log p = Σ p·lp, and the renormalized entropy −Σ (p/m) log(p/m) = log m − Σ p·lp / m.
+    """
     if isinstance(topk, pa.ChunkedArray):
         topk = topk.combine_chunks() if topk.num_chunks else pa.array([], pa.list_(pa.float64()))
     n = len(topk)
-    lengths = pc.fill_null(pc.list_value_length(topk), 0).to_numpy(zero_copy_only=False)
+    lengths = pc.fill_null(pc.list_value_length(topk), 0).to_numpy(zero_copy_only=False).astype(np.int64)
     flat = pc.list_flatten(topk).to_numpy(zero_copy_only=False).astype(np.float64)
-    row_of = np.repeat(np.arange(n), lengths)
     bad = ~np.isfinite(flat)
-    warnings.add("topk_logprob_nonfinite_dropped", where, int(bad.sum()))
-    p = np.where(bad, 0.0, np.exp(np.minimum(np.where(bad, 0.0, flat), 0.0)))
-    k = np.bincount(row_of, weights=(~bad).astype(np.float64), minlength=n)
-    mass = np.bincount(row_of, weights=p, minlength=n)
-    plogp = np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0)
-    sum_plogp = np.bincount(row_of, weights=plogp, minlength=n)
+    row_of = None
+    if bad.any():
+        row_of = np.repeat(np.arange(n), lengths)
+        _count(warnings, "topk_logprob_nonfinite_dropped", where, bad, row_of)
+        flat = np.where(bad, -np.inf, flat)  # exp(−inf) = 0: a dropped entry adds nothing
+    lp = np.minimum(flat, 0.0)
+    p = np.exp(lp)
+    with np.errstate(invalid="ignore"):
+        p_lp = np.where(p > 0, p * lp, 0.0)  # 0·log 0 = 0 (also for entries that underflow)
+    if lengths.all():  # every row has a top-k: sum the contiguous runs
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]) if n else lengths
+        per_row = lambda x: np.add.reduceat(x, starts) if n else x[:0]  # noqa: E731
+    else:
+        row_of = np.repeat(np.arange(n), lengths) if row_of is None else row_of
+        per_row = lambda x: np.bincount(row_of, weights=x, minlength=n)  # noqa: E731
+    k = lengths - (per_row(bad.astype(np.float64)) if bad.any() else 0.0)  # entries that count
+    mass = per_row(p)
+    sum_p_lp = per_row(p_lp)
     with np.errstate(divide="ignore", invalid="ignore"):
-        # renormalized entropy: −Σ (p/m) log(p/m) = log m − Σ p log p / m
-        q = np.where(p > 0, p / np.maximum(mass[row_of], 1e-300), 0.0)
-        qlogq = np.where(q > 0, q * np.log(np.maximum(q, 1e-12)), 0.0)
-        entropy = -np.bincount(row_of, weights=qlogq, minlength=n)
-        normalized = -sum_plogp / np.log(k)
-    valid = k > 0
-    entropy = np.where(valid & (mass > 0), entropy, np.nan)
+        entropy = np.log(mass) - sum_p_lp / mass
+        normalized = -sum_p_lp / np.log(k)
+    valid = (k > 0) & (mass > 0)  # as records.tokens.topk_statistics: no usable entry, no statistic
+    entropy = np.where(valid, np.maximum(entropy, 0.0), np.nan)
     mass = np.where(valid, mass, np.nan)
-    normalized = np.where(k >= 2, normalized, np.nan)
+    normalized = np.where(valid & (k >= 2), normalized, np.nan)
     return entropy, mass, normalized
 
 
-def with_token_metrics(raw: pa.Table, where: str = "", warnings: InputWarnings | None = None) -> pa.Table:
-    """The full token-row table (TOKEN_SCHEMA column order) with derived metrics added."""
+def with_token_metrics(raw: pa.Table, where: Where = "", warnings: InputWarnings | None = None) -> pa.Table:
+    """The full token-row table (TOKEN_SCHEMA column order) with derived metrics added.
+
+    ``where`` names the input in warnings: a string, or a function from a row index to the
+    place of that row (for a table of many trajectories)."""
     warnings = warnings if warnings is not None else InputWarnings()
     n = raw.num_rows
     chosen = raw.column("chosen_logprob").to_numpy(zero_copy_only=False) if n else np.zeros(0)
     chosen = _clean_chosen(np.asarray(chosen, dtype=np.float64), where, warnings)
-    missing = int(np.isnan(chosen).sum())
-    warnings.add("tokens_without_chosen_logprob", where, missing)
+    _count(warnings, "tokens_without_chosen_logprob", where, np.isnan(chosen))
     entropy, mass, normalized = _topk_stats(raw.column("topk_logprobs"), where, warnings) if n else (np.zeros(0),) * 3
     columns = {name: raw.column(name) for name in raw.column_names if name in TOKEN_COLUMNS}
     nan_to_null = lambda a: pa.array(a, type=pa.float64(), from_pandas=True)  # noqa: E731

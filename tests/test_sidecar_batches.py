@@ -1,0 +1,165 @@
+"""Extraction in batches: the same token rows whatever the batching, every sidecar layout agentuq
+writes, paths DuckDB would glob, malformed sidecars; the vectorized token metrics against the
+scalar reference; aggregation of rows that are not in turn order."""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentuq_nb.io.errors import InputError, InputWarnings
+from agentuq_nb.io.sidecars import SidecarReader
+from agentuq_nb.io.synthetic import write_synthetic_results
+from agentuq_nb.io.token_table import read_token_table
+from agentuq_nb.records.tokens import topk_statistics
+from agentuq_nb.uq.aggregation import aggregate, trajectory_summary, turn_summary
+from agentuq_nb.uq.extract import extract
+from agentuq_nb.uq.token_metrics import _topk_stats
+
+
+def _tokens(run: Path) -> pd.DataFrame:
+    return read_token_table(run)
+
+
+def _restamp_users(results: Path) -> None:
+    """agentuq's user simulator re-stamps a user message after its rows were written."""
+    data = json.loads(results.read_text())
+    for sim in data["simulations"]:
+        for m in sim["messages"]:
+            if m["role"] == "user" and m.get("raw_data", {}) and "uq_logprobs" in (m["raw_data"] or {}):
+                m["timestamp"] += "Z"
+    results.write_text(json.dumps(data))
+
+
+def test_batching_does_not_change_the_rows(tmp_path):
+    """One simulation per batch and everything in one batch give the same table and warnings."""
+    results = write_synthetic_results(tmp_path / "src", num_simulations=9, messages_per_simulation=15, tokens_per_message=6)
+    _restamp_users(results)  # the join-by-order fallback runs inside batches too
+    one = extract(results, tmp_path / "one", batch_bytes=1)
+    many = extract(results, tmp_path / "many", batch_bytes=1 << 30)
+    pd.testing.assert_frame_equal(_tokens(tmp_path / "one"), _tokens(tmp_path / "many"))
+    assert one.warnings.as_dict() == many.warnings.as_dict()
+    assert many.warnings.counts["sidecar_rows_joined_by_order"] > 0
+    tokens = _tokens(tmp_path / "many")
+    # simulation order, then message and token order, within every trajectory
+    order = tokens.assign(sim=tokens["task_id"].astype(int)).sort_values(["sim", "message_idx", "token_idx"], kind="stable")
+    assert (order.index == tokens.index).all()
+
+
+def test_single_partition_sidecar_is_split_by_trajectory(tmp_path):
+    """agentuq's ``single`` partition mode: every trajectory's rows in one file."""
+    results = write_synthetic_results(tmp_path / "src", num_simulations=6, messages_per_simulation=10,
+                                      tokens_per_message=5, forms=("sidecar",))
+    per_task = _tokens(extract(results, tmp_path / "per_task").run_dir)
+    data = json.loads(results.read_text())
+    single = tmp_path / "single"
+    (single / "sidecars").mkdir(parents=True)
+    with open(single / "sidecars" / "logprobs_20250101_000000_1.jsonl", "w") as out:
+        for sim in data["simulations"]:
+            paths = {m["raw_data"]["uq_logprobs"]["path"] for m in sim["messages"] if m.get("raw_data")}
+            for rel in sorted(paths):
+                out.write((results.parent / rel).read_text())
+            for m in sim["messages"]:
+                if m.get("raw_data"):
+                    m["raw_data"]["uq_logprobs"]["path"] = "sidecars/logprobs_20250101_000000_1.jsonl"
+    (single / "results.json").write_text(json.dumps(data))
+    for batch_bytes in (1, 1 << 30):
+        got = _tokens(extract(single / "results.json", tmp_path / f"run_{batch_bytes}", batch_bytes=batch_bytes).run_dir)
+        pd.testing.assert_frame_equal(got, per_task)
+
+
+def test_paths_with_glob_characters(tmp_path):
+    """DuckDB expands ``*?[`` in file names; a results folder named like ``run[1]`` still reads."""
+    results = write_synthetic_results(tmp_path / "src", num_simulations=3, forms=("sidecar",))
+    odd = tmp_path / "run[1] *?"
+    shutil.copytree(results.parent, odd)
+    got = _tokens(extract(odd / "results.json", tmp_path / "odd").run_dir)
+    ref = _tokens(extract(results, tmp_path / "ref").run_dir)
+    pd.testing.assert_frame_equal(got, ref)
+
+
+def test_truncated_sidecar_names_file_and_line(tmp_path):
+    results = write_synthetic_results(tmp_path / "src", num_simulations=4, forms=("sidecar",))
+    sidecar = sorted((results.parent / "sidecars").glob("*.jsonl"))[2]
+    text = sidecar.read_text()
+    sidecar.write_text(text[: len(text) // 2])  # cut inside a row
+    with pytest.raises(InputError, match=rf"{sidecar.name}: sidecar is not valid JSONL: .*line \d+"):
+        extract(results, tmp_path / "run")
+    assert not (tmp_path / "run" / "tokens.parquet").exists()  # nothing half-written
+
+
+def test_reader_keeps_file_and_line_order_and_reads_python_json(tmp_path):
+    """NaN/Infinity literals (Python's json), blank lines, unknown keys, missing keys, empty files."""
+    a, b, empty = tmp_path / "a.jsonl", tmp_path / "b.jsonl", tmp_path / "empty.jsonl"
+    a.write_text('{"token_idx": 0, "chosen_logprob": NaN, "topk_logprobs": [-Infinity, -1.0], "extra": {"x": 1}}\n\n'
+                 '{"token_idx": 1}\n')
+    b.write_text('{"token_idx": 7, "chosen_logprob": -0.5}\n')
+    empty.write_text("")
+    reader = SidecarReader(threads=2)
+    tables = reader.read([b, empty, a])
+    reader.close()
+    assert [t.num_rows for t in tables] == [1, 0, 2]
+    assert tables[0].column("token_idx").to_pylist() == [7]
+    assert tables[2].column("token_idx").to_pylist() == [0, 1]
+    assert math.isnan(tables[2].column("chosen_logprob")[0].as_py())
+    assert tables[2].column("topk_logprobs")[0].as_py() == [-math.inf, -1.0]
+    assert tables[2].column("message_timestamp").null_count == 2
+
+
+topk_lists = st.one_of(
+    st.none(),
+    st.lists(st.one_of(st.floats(min_value=-50, max_value=0.0), st.floats(min_value=-1e4, max_value=1e-7),
+                       st.sampled_from([math.nan, math.inf, -math.inf])), max_size=8),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(topk_lists, min_size=1, max_size=20))
+def test_vectorized_topk_statistics_equal_the_scalar_reference(rows):
+    entropy, mass, normalized = _topk_stats(pa.array(rows, pa.list_(pa.float64())), "test", InputWarnings())
+    for i, row in enumerate(rows):
+        for got, want in zip((entropy[i], mass[i], normalized[i]), topk_statistics(row)):
+            if want is None:
+                assert np.isnan(got)
+            else:
+                assert got == pytest.approx(want, rel=1e-9, abs=1e-9)
+
+
+def test_aggregation_does_not_need_rows_in_turn_order(tmp_path):
+    results = write_synthetic_results(tmp_path / "src", num_simulations=5, messages_per_simulation=12, tokens_per_message=4)
+    extract(results, tmp_path / "run")
+    turns, trajs = aggregate(tmp_path / "run")
+    tokens = _tokens(tmp_path / "run")
+    shuffled = tokens.sample(frac=1.0, random_state=0).reset_index(drop=True)
+    pd.testing.assert_frame_equal(turn_summary(shuffled), turns, check_exact=False, rtol=1e-12)
+    got = trajectory_summary(shuffled)
+    pd.testing.assert_frame_equal(got, trajs[got.columns], check_exact=False, rtol=1e-12)
+
+
+def test_stored_partials_equal_a_scan_and_go_stale_with_the_table(tmp_path):
+    from agentuq_nb.io.token_table import write_token_table
+    from agentuq_nb.uq.turn_partials import PARTIALS_FILE, read_stored_partials
+
+    results = write_synthetic_results(tmp_path / "src", num_simulations=6, messages_per_simulation=12, tokens_per_message=5)
+    run = extract(results, tmp_path / "run").run_dir
+    assert read_stored_partials(run / "tokens.parquet") is not None
+    turns, trajs = aggregate(run)
+    (run / PARTIALS_FILE).rename(tmp_path / "kept.parquet")  # aggregate now reads the rows
+    scan_turns, scan_trajs = aggregate(run)
+    pd.testing.assert_frame_equal(turns, scan_turns, check_exact=False, rtol=1e-12)
+    pd.testing.assert_frame_equal(trajs, scan_trajs, check_exact=False, rtol=1e-12)
+    (tmp_path / "kept.parquet").rename(run / PARTIALS_FILE)
+    # another table in its place: the stored partials no longer describe it and are not used
+    tokens = pa.Table.from_pandas(read_token_table(run), preserve_index=False)
+    write_token_table(run / "tokens.parquet", tokens.filter(pa.compute.equal(tokens.column("task_id"), "0")))
+    assert read_stored_partials(run / "tokens.parquet") is None
+    _, fewer = aggregate(run)
+    assert set(fewer["task_id"]) == {"0"}
