@@ -47,6 +47,16 @@ PLAIN_RUN = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv
 REPORT_PEAK = "\nimport resource, sys\nprint(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
 
 
+def warm_page_cache(folder: Path) -> None:
+    """Read every input file once, so that each timed run starts with its input in the page cache
+    (otherwise whichever runs first pays the disk reads for the others)."""
+    for path in folder.rglob("*"):
+        if path.is_file():
+            with open(path, "rb") as fh:
+                while fh.read(1 << 24):
+                    pass
+
+
 def run_measured(code: str, *args: str) -> tuple[float, float]:
     """Wall seconds and peak RSS (MiB) of ``python -c code args`` in a fresh process."""
     start = time.perf_counter()
@@ -77,10 +87,12 @@ def main() -> None:
         rows = n_sims * rows_per_sim
         run_dir, plain_dir = workdir / f"run_{size}", workdir / f"plain_{size}"
         shutil.rmtree(run_dir, ignore_errors=True)
+        warm_page_cache(src)
         t_ours, m_ours = run_measured(OURS, str(src / "results.json"), str(run_dir))
         line = f"{rows:>10,} {n_sims:>6} | {rows / t_ours:>11,.0f} {m_ours:>5,.0f} |"
         if args.skip_plain_above is None or size <= args.skip_plain_above:
             for mode, width in (("full", 12), ("summaries", 21)):
+                warm_page_cache(src)
                 t_plain, m_plain = run_measured(PLAIN_RUN, str(PLAIN), mode, str(src / "results.json"), str(plain_dir))
                 shutil.rmtree(plain_dir, ignore_errors=True)
                 line += f" {rows / t_plain:>{width},.0f} {m_plain:>5,.0f} {t_plain / t_ours:>5.1f}x |"

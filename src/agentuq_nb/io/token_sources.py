@@ -344,7 +344,10 @@ def _row_order(table: pa.Table, pos: np.ndarray, part_rank: np.ndarray) -> np.nd
     None when the rows already run in it (the usual case: one sidecar per trajectory)."""
     scorer = table.column("scorer")
     names = pa.array(sorted(pc.unique(scorer).drop_null().to_pylist()), pa.string())
-    scorer_rank = pc.fill_null(pc.index_in(scorer, value_set=names), len(names)).to_numpy(zero_copy_only=False)
+    if len(names) == 1 and not scorer.null_count:  # one scorer (the usual case): every rank is 0
+        scorer_rank = np.zeros(len(pos), dtype=np.int64)
+    else:
+        scorer_rank = pc.fill_null(pc.index_in(scorer, value_set=names), len(names)).to_numpy(zero_copy_only=False)
     message = table.column("message_idx").to_numpy(zero_copy_only=False).astype(np.int64)
     token = pc.fill_null(table.column("token_idx"), np.iinfo(np.int64).max).to_numpy(zero_copy_only=False)
     keys = (pos, scorer_rank, message, token, part_rank)

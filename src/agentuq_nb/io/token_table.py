@@ -36,17 +36,18 @@ class TokenTableWriter:
         self._ctx = atomic_path(self.path)
         self._tmp = self._ctx.__enter__()
         # dictionary pages only for strings (token text, keys; log-probs are nearly all distinct) and
-        # min/max statistics only for scalar columns (filters use them; lists have no use for them):
-        # a quarter faster to write than pyarrow's defaults, for a file 8% larger
+        # min/max statistics only for string and integer columns (what filters select on: task, role,
+        # turn…): a third faster to write than pyarrow's defaults, for a file 8% larger
         strings = [f.name for f in schema if _is_string(f.type) or (pa.types.is_list(f.type) and _is_string(f.type.value_type))]
-        scalars = [f.name for f in schema if not pa.types.is_nested(f.type)]
+        keys = [f.name for f in schema if _is_string(f.type) or pa.types.is_integer(f.type) or pa.types.is_boolean(f.type)]
         self._writer = pq.ParquetWriter(self._tmp, schema, compression="snappy", use_dictionary=strings,
-                                        write_statistics=scalars)
+                                        write_statistics=keys)
         self._buffer: list[pa.Table] = []
         self._buffered = 0
         self.num_rows = 0
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parquet") if background else None
         self._in_flight: Future | None = None
+        self._closed = False
 
     def write(self, table: pa.Table) -> None:
         if table.num_rows == 0:
@@ -72,7 +73,14 @@ class TokenTableWriter:
             in_flight, self._in_flight = self._in_flight, None
             in_flight.result()  # a failed write raises here
 
+    def add_metadata(self, metadata: dict[str, str]) -> None:
+        """Key-value metadata for the file's footer (read back with ``pq.read_metadata(path).metadata``)."""
+        self._writer.add_key_value_metadata(metadata)
+
     def close(self) -> None:
+        """Write what is buffered and publish the file; a second call does nothing."""
+        if self._closed:
+            return
         try:
             self._flush()
             self._wait()
@@ -81,9 +89,13 @@ class TokenTableWriter:
             raise
         self._shutdown()
         self._writer.close()
+        self._closed = True
         self._ctx.__exit__(None, None, None)
 
     def abort(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
         self._shutdown()
         self._writer.close()
         self._ctx.__exit__(RuntimeError, RuntimeError("aborted"), None)

@@ -26,7 +26,7 @@ from agentuq_nb.io.token_sources import SidecarResolver, batch_raw_tokens
 from agentuq_nb.io.token_table import TOKENS_FILE, TokenTableWriter
 from agentuq_nb.records import Results, Simulation
 from agentuq_nb.uq.token_metrics import with_token_metrics
-from agentuq_nb.uq.turn_partials import PARTIALS_FILE, TURN_GROUP, merge_partials, token_partials, write_stored_partials
+from agentuq_nb.uq.turn_partials import PARTIALS_FILE, PARTIALS_SCHEMA, table_stamp, token_partials_table
 
 MANIFEST_FILE = "manifest.json"
 # one row per message of every simulation: what later estimators need without re-reading the results
@@ -37,7 +37,7 @@ MESSAGE_SCHEMA = pa.schema([
 ])
 MESSAGES_FILE = "messages.parquet"
 TRAJECTORIES_FILE = "trajectories.parquet"
-BATCH_BYTES = 32 << 20  # sidecar JSON per batch: big enough to keep both cores busy, small enough to hold twice
+BATCH_BYTES = 96 << 20  # sidecar JSON per batch: few batches (each costs a query), small enough to hold two
 BATCH_SIMULATIONS = 512  # and at most this many simulations (log-probs inline in the results have no sidecar bytes)
 
 
@@ -164,7 +164,7 @@ def extract(results_path: str | Path, run_dir: str | Path, sidecar_dir: str | Pa
     resolver = SidecarResolver(results_path if results_path.is_file() else results_path / "results.json",
                                Path(sidecar_dir) if sidecar_dir else None)
     report = ExtractReport(run_dir)
-    trajectories, partials = [], []
+    trajectories = []
     sims = iter_simulations(results_path)
     bar = None
     if progress:
@@ -172,16 +172,17 @@ def extract(results_path: str | Path, run_dir: str | Path, sidecar_dir: str | Pa
 
         bar = tqdm(desc="extract", unit="sim")
     run_dir.mkdir(parents=True, exist_ok=True)
-    # messages stream to disk like tokens (a list of dicts would grow with the number of simulations)
+    # messages and turn partials stream to disk like tokens (lists would grow with the number of simulations)
     with TokenTableWriter(run_dir / TOKENS_FILE, background=True) as writer, closing(resolver), \
-            TokenTableWriter(run_dir / MESSAGES_FILE, row_group_rows=65_536, schema=MESSAGE_SCHEMA) as message_writer:
+            TokenTableWriter(run_dir / MESSAGES_FILE, row_group_rows=65_536, schema=MESSAGE_SCHEMA) as message_writer, \
+            TokenTableWriter(run_dir / PARTIALS_FILE, row_group_rows=65_536, schema=PARTIALS_SCHEMA) as partials_writer:
         for batch, parsed in _batches(sims, resolver, batch_bytes):
             raw, sim_pos = batch_raw_tokens(batch, domain, resolver, report.warnings, models, parsed.result())
             where = lambda row, batch=batch, sim_pos=sim_pos: f"{results_path} simulation {batch[sim_pos[row]].id}"  # noqa: E731
             tokens = with_token_metrics(raw, where, report.warnings)
             writer.write(tokens)
-            if tokens.num_rows:
-                partials.append(token_partials(tokens))  # summaries need no second pass over the table
+            # per-turn sums, stored for aggregate: the summaries need no second pass over the table
+            partials_writer.write(token_partials_table(tokens))
             message_writer.write(pa.table(message_columns(batch, domain), schema=MESSAGE_SCHEMA))
             for sim in batch:
                 trajectories.append(trajectory_record(sim, domain))
@@ -191,14 +192,12 @@ def extract(results_path: str | Path, run_dir: str | Path, sidecar_dir: str | Pa
             if bar is not None:
                 bar.update(len(batch))
         report.num_tokens = writer.num_rows
+        writer.close()  # publish the token table, then say in the partials which table they describe
+        partials_writer.add_metadata(table_stamp(run_dir / TOKENS_FILE))
     if bar is not None:
         bar.close()
     if report.num_simulations == 0:
         raise InputError(results_path, "results contain no simulations")
-    if partials:
-        write_stored_partials(merge_partials(pd.concat(partials, ignore_index=True), TURN_GROUP), run_dir / TOKENS_FILE)
-    else:
-        (run_dir / PARTIALS_FILE).unlink(missing_ok=True)
     atomic_write_with(run_dir / TRAJECTORIES_FILE, pd.DataFrame(trajectories).to_parquet)
     keys = pd.DataFrame(trajectories)[["task_id", "trial", "seed"]]
     dupes = int(keys.duplicated().sum())

@@ -3,9 +3,9 @@
 The summaries (``uq.aggregation``) are built from these, so they can be computed piecewise —
 per batch of a token table, per task on a Dask cluster, or while ``extract`` writes the table
 (heavy statistics computed once and shared) — and merged by key: the merge of partials equals
-the partials of the whole. ``extract`` stores those of ``tokens.parquet`` in
-``turn_partials.parquet`` with the size and modification time of the table they describe, and
-``aggregate`` uses them only while the table is unchanged.
+the partials of the whole. ``extract`` streams those of ``tokens.parquet`` batch by batch into
+``turn_partials.parquet``, whose footer names the size and modification time of the table they
+describe; ``aggregate`` merges them instead of reading the table, while the table is unchanged.
 """
 from __future__ import annotations
 
@@ -19,8 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from agentuq_nb.io.atomic import atomic_write_with
-from agentuq_nb.records.tokens import TRAJECTORY_KEYS
+from agentuq_nb.records.tokens import TOKEN_SCHEMA, TRAJECTORY_KEYS
 
 TURN_KEYS = TRAJECTORY_KEYS + ["scorer", "role", "turn_idx"]
 ROLE_KEYS = TRAJECTORY_KEYS + ["scorer", "role"]
@@ -30,7 +29,7 @@ TOKEN_COLUMNS_READ = TURN_GROUP + ["chosen_logprob", "chosen_prob", "topk_entrop
 MEANS = {"nll": "avg_token_nll", "topk_entropy": "mean_topk_entropy",
          "normalized_entropy": "mean_normalized_entropy", "full_entropy": "mean_full_entropy"}
 PARTIALS_FILE = "turn_partials.parquet"
-_STAMP_KEY = b"agentuq_nb.source"
+_STAMP_KEY = "agentuq_nb.token_table"
 
 
 def observation_role(role: pd.Series, scorer: pd.Series) -> pd.Series:
@@ -40,7 +39,12 @@ def observation_role(role: pd.Series, scorer: pd.Series) -> pd.Series:
 
 
 def token_partials(tokens: pa.Table | pa.RecordBatch | pd.DataFrame) -> pd.DataFrame:
-    """Sums, counts, min and max per turn for one batch of token rows.
+    """Sums, counts, min and max per turn for one batch of token rows (see :func:`token_partials_table`)."""
+    return token_partials_table(tokens).to_pandas()
+
+
+def token_partials_table(tokens: pa.Table | pa.RecordBatch | pd.DataFrame) -> pa.Table:
+    """Sums, counts, min and max per turn for one batch of token rows, as an Arrow table.
 
     Token rows of a turn lie next to each other (tables are written trajectory by trajectory,
     message by message), so the batch is cut into runs of equal keys and each value column
@@ -83,7 +87,7 @@ def token_partials(tokens: pa.Table | pa.RecordBatch | pd.DataFrame) -> pd.DataF
         present = ~np.isnan(x)
         columns[f"sum_{col}"] = per_run(np.add, np.where(present, x, 0.0))
         columns[f"n_{col}"] = per_run(np.add, present.astype(np.int64))
-    return pa.table(columns).to_pandas()
+    return pa.table(columns)
 
 
 def comparable_keys(column: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -110,30 +114,23 @@ def merge_partials(partials: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     return partials.groupby(keys, sort=True, dropna=False, observed=True).agg(agg).reset_index()
 
 
-def _stamp(table_path: Path) -> dict:
-    stat = table_path.stat()
-    return {"name": table_path.name, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+PARTIALS_SCHEMA = token_partials_table(TOKEN_SCHEMA.empty_table()).schema
 
 
-def write_stored_partials(partials: pd.DataFrame, table_path: str | os.PathLike) -> Path:
-    """Store the merged partials of the token table at ``table_path`` beside it."""
-    table_path = Path(table_path)
-    table = pa.Table.from_pandas(partials, preserve_index=False)
-    table = table.replace_schema_metadata({**(table.schema.metadata or {}), _STAMP_KEY: json.dumps(_stamp(table_path)).encode()})
-    out = table_path.parent / PARTIALS_FILE
-    atomic_write_with(out, lambda p: pq.write_table(table, p))
-    return out
+def table_stamp(table_path: str | os.PathLike) -> dict[str, str]:
+    """Footer metadata saying which token table (name, size, modification time) partials describe."""
+    stat = Path(table_path).stat()
+    return {_STAMP_KEY: json.dumps({"name": Path(table_path).name, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns})}
 
 
 def read_stored_partials(table_path: str | os.PathLike) -> pd.DataFrame | None:
-    """The stored partials of the token table at ``table_path``, or None when there are none or
-    the table changed since they were computed (then they are recomputed from the rows)."""
+    """The partials ``extract`` stored for the token table at ``table_path``, or None when there are
+    none or the table changed since (then the summaries are computed from its rows)."""
     table_path = Path(table_path)
     stored = table_path.parent / PARTIALS_FILE
     if not stored.is_file():
         return None
-    table = pq.read_table(stored)
-    stamp = (table.schema.metadata or {}).get(_STAMP_KEY)
-    if stamp is None or json.loads(stamp) != _stamp(table_path):
+    stamp = (pq.read_metadata(stored).metadata or {}).get(_STAMP_KEY.encode())
+    if stamp is None or stamp.decode() != table_stamp(table_path)[_STAMP_KEY]:
         return None
-    return table.replace_schema_metadata(None).to_pandas()
+    return pq.read_table(stored).to_pandas()
