@@ -76,3 +76,17 @@ def test_missing_path_and_empty_directory(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(InputError, match="neither results.json"):
         detect_layout(tmp_path / "empty")
+
+
+def test_atomic_writes_publish_files_with_the_usual_permissions(tmp_path):
+    import os
+    import stat
+
+    from agentuq_nb.io.atomic import atomic_write_text
+
+    umask = os.umask(0o022)
+    os.umask(umask)
+    atomic_write_text(tmp_path / "out.txt", "x")
+    with open(tmp_path / "plain.txt", "w") as fh:
+        fh.write("x")
+    assert stat.S_IMODE((tmp_path / "out.txt").stat().st_mode) == stat.S_IMODE((tmp_path / "plain.txt").stat().st_mode)

@@ -113,9 +113,11 @@ def test_remote_teacher_forcing_through_echo_matches_local_scoring(base_url):
 def test_sigint_stops_the_server_cleanly():
     port = free_port()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    proc = subprocess.Popen(
-        [sys.executable, "-c", f"from agentuq_nb.llm.server import serve_local; serve_local(port={port})"],
-        env=env, stderr=subprocess.PIPE, text=True)
+    # the server as started from a terminal: a test run in the background (``make test &``) inherits
+    # SIGINT ignored, and Python then leaves it ignored in the child, so Ctrl-C's handler is set here
+    code = ("import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+            f"from agentuq_nb.llm.server import serve_local; serve_local(port={port})")
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
         while True:

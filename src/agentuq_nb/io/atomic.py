@@ -14,12 +14,19 @@ from pathlib import Path
 from typing import IO, Any
 
 
+# mkstemp creates files readable by their owner only; a published file gets the permissions
+# open() would give it (read once at import: os.umask can only be read by setting it)
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success it replaces ``path`` atomically."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.fchmod(fd, 0o666 & ~_UMASK)
     os.close(fd)
     tmp_path = Path(tmp)
     try:
