@@ -16,8 +16,8 @@ import re
 import tempfile
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -39,7 +39,7 @@ _GLOB = re.compile(r"[*?\[{]")
 
 
 class SidecarReader:
-    """Parses sidecar files with DuckDB; one reader per thread that uses it.
+    """Parses sidecar files with DuckDB, one query at a time (a lock guards the connection).
 
     ``threads`` defaults to every core: DuckDB splits the files between them.
     """

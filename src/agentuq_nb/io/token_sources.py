@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from agentuq_nb.io.errors import InputError, InputWarnings
-from agentuq_nb.io.sidecars import SIDECAR_SCHEMA, SidecarReader
+from agentuq_nb.io.sidecars import SidecarReader
 from agentuq_nb.records import Simulation
 from agentuq_nb.records.tokens import TOKEN_SCHEMA
 
@@ -72,7 +72,7 @@ class SidecarResolver:
 
     def referenced_paths(self, sim: Simulation) -> list[Path]:
         """The sidecar files a simulation's messages point to (resolved; missing ones left out)."""
-        paths = (self.resolve(ref["path"]) for m in sim.messages if (ref := _uq_logprobs_ref(m)) is not None)
+        paths = (self.resolve(ref["path"]) for m in sim.messages if (ref := _sidecar_ref(m)) is not None)
         return list(dict.fromkeys(p for p in paths if p is not None))
 
     def read_many(self, paths: Sequence[Path]) -> dict[Path, pa.Table]:
@@ -94,9 +94,6 @@ class SidecarResolver:
             while len(self._cache) > self.cache_size:
                 self._cache.popitem(last=False)
         return out
-
-    def read(self, path: Path) -> pa.Table:
-        return self.read_many([path])[path]
 
     def close(self) -> None:
         if self._reader is not None:
@@ -148,6 +145,12 @@ def _uq_logprobs_ref(message) -> dict | None:
     return ref if isinstance(ref, dict) and ref.get("path") else None
 
 
+def _sidecar_ref(message) -> dict | None:
+    """The message's sidecar reference, unless agentuq recorded it as disabled (a failed save)."""
+    ref = _uq_logprobs_ref(message)
+    return ref if ref is not None and ref.get("enabled", True) is not False else None
+
+
 def batch_raw_tokens(
     sims: Sequence[Simulation],
     domain: str,
@@ -172,8 +175,8 @@ def batch_raw_tokens(
         keys = {"domain": domain, "task_id": str(sim.task_id), "trial": sim.trial, "seed": sim.seed}
         by_sidecar: dict[Path, list[int]] = {}
         for idx, message in enumerate(sim.messages):
-            ref = _uq_logprobs_ref(message)
-            if ref is not None and ref.get("enabled", True) is not False:
+            ref = _sidecar_ref(message)
+            if ref is not None:
                 path = resolver.resolve(ref["path"])
                 if path is None:
                     raise InputError(
@@ -226,17 +229,6 @@ def batch_raw_tokens(
     if order is None:
         return out, pos
     return out.take(order), pos[order]
-
-
-def simulation_raw_tokens(
-    sim: Simulation,
-    domain: str,
-    resolver: SidecarResolver,
-    warnings: InputWarnings,
-    model_by_role: dict[str, str] | None = None,
-) -> pa.Table:
-    """All token rows of one simulation: :func:`batch_raw_tokens` of a batch of one."""
-    return batch_raw_tokens([sim], domain, resolver, warnings, model_by_role)[0]
 
 
 def _sidecar_rows(

@@ -26,7 +26,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
@@ -42,7 +41,6 @@ from agentuq_nb.uq.turn_partials import (
     TURN_GROUP as _TURN_GROUP,
     TURN_KEYS,
     merge_partials as _merge_partials,
-    observation_role,
     read_stored_partials,
     token_partials as _token_partials,
 )
@@ -75,11 +73,16 @@ def key_dtypes(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def _turn_partials(batches) -> pd.DataFrame:
-    parts = [_token_partials(b) for b in batches if len(b)]
+def _merged(parts) -> pd.DataFrame:
+    """Partials (per batch, per file…) merged per turn."""
+    parts = [p for p in parts if len(p)]
     if not parts:
         raise ValueError("the token table is empty (no message carried log-probs); nothing to aggregate")
     return _merge_partials(pd.concat(parts, ignore_index=True), _TURN_GROUP)
+
+
+def _turn_partials(batches) -> pd.DataFrame:
+    return _merged(_token_partials(b) for b in batches if len(b))
 
 
 def _run_partials(run_dir: Path, batch_rows: int, filters=None) -> pd.DataFrame:
@@ -90,10 +93,7 @@ def _run_partials(run_dir: Path, batch_rows: int, filters=None) -> pd.DataFrame:
         stored = read_stored_partials(path) if filters is None else None
         parts.extend([stored] if stored is not None else
                      (_token_partials(b) for b in _token_batches([path], batch_rows, filters) if len(b)))
-    parts = [p for p in parts if len(p)]
-    if not parts:
-        raise ValueError("the token table is empty (no message carried log-probs); nothing to aggregate")
-    return _merge_partials(pd.concat(parts, ignore_index=True), _TURN_GROUP)
+    return _merged(parts)
 
 
 def _turn_summary_from(turn_partials: pd.DataFrame) -> pd.DataFrame:

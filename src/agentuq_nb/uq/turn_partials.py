@@ -32,10 +32,11 @@ PARTIALS_FILE = "turn_partials.parquet"
 _STAMP_KEY = "agentuq_nb.token_table"
 
 
-def observation_role(role: pd.Series, scorer: pd.Series) -> pd.Series:
+def observation_role(role: pa.Array, scorer: pa.Array) -> pa.Array:
     """User/tool rows scored by another model than their author are observations (AgentUQ)."""
-    is_obs = (scorer != "self") & role.isin(["user", "tool"])
-    return role.where(~is_obs, "observation_" + role.astype(str))
+    role = role.cast(pa.string())
+    is_obs = pc.and_(pc.not_equal(scorer, "self"), pc.is_in(role, pa.array(["user", "tool"])))
+    return pc.if_else(pc.fill_null(is_obs, False), pc.binary_join_element_wise("observation_", role, ""), role)
 
 
 def token_partials(tokens: pa.Table | pa.RecordBatch | pd.DataFrame) -> pd.DataFrame:
@@ -48,7 +49,7 @@ def token_partials_table(tokens: pa.Table | pa.RecordBatch | pd.DataFrame) -> pa
 
     Token rows of a turn lie next to each other (tables are written trajectory by trajectory,
     message by message), so the batch is cut into runs of equal keys and each value column
-    is reduced per run with numpy; only the first row of each run reaches pandas. A turn
+    is reduced per run with numpy; of the keys, only each run's first row is kept. A turn
     split over several runs (or batches) gets several partials, which ``merge_partials`` adds up.
     """
     if isinstance(tokens, pd.DataFrame):
@@ -70,10 +71,7 @@ def token_partials_table(tokens: pa.Table | pa.RecordBatch | pd.DataFrame) -> pa
     nll = -values.pop("chosen_logprob")
     first_rows = pa.array(starts, pa.int64())
     columns = {key: decoded(tokens.column(key).take(first_rows)) for key in TURN_GROUP}
-    role = columns["role"].cast(pa.string())
-    is_obs = pc.and_(pc.not_equal(columns["scorer"], "self"), pc.is_in(role, pa.array(["user", "tool"])))
-    columns["role"] = pc.if_else(pc.fill_null(is_obs, False), pc.binary_join_element_wise("observation_", role, ""),
-                                 role)  # as observation_role
+    columns["role"] = observation_role(columns["role"], columns["scorer"])
     columns["num_tokens"] = np.diff(np.append(starts, n))
 
     def per_run(ufunc: np.ufunc, x: np.ndarray) -> np.ndarray:
