@@ -184,7 +184,9 @@ def test_prefix_cache_gives_the_numbers_of_a_fresh_cache_and_skips_the_shared_pr
             flipped = [{"role": "assistant" if m["role"] == "user" else "user", "content": m["content"] or "…"} for m in turns]
             user = chat_completion([user_system, *flipped], max_tokens=16, model=model, temperature=0.0)
             turns.append({"role": "user", "content": user.content or "ok"})
-            echo = text_completion("<|im_start|>user\nhello there<|im_end|>", max_tokens=3, echo=True, logprobs=3, model=model)
+            # Seeded: OpenAI's default temperature is 1, and an unseeded draw differs between the two runs.
+            echo = text_completion("<|im_start|>user\nhello there<|im_end|>", max_tokens=3, echo=True, logprobs=3,
+                                   seed=turn, model=model)
             for completion in (agent, user):
                 out.append((completion.content, str(completion.tool_calls),
                             [(t.token, t.logprob, [x[2] for x in t.top], t.full_entropy) for t in completion.tokens]))
