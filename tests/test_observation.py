@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import math
 
-import pandas as pd
 import pytest
 
 from agentuq_nb import llm

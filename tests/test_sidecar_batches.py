@@ -54,12 +54,23 @@ def test_batching_does_not_change_the_rows(tmp_path):
     assert (order.index == tokens.index).all()
 
 
-def test_single_partition_sidecar_is_split_by_trajectory(tmp_path):
-    """agentuq's ``single`` partition mode: every trajectory's rows in one file."""
+@pytest.mark.parametrize("missing_keys", [False, True])
+def test_single_partition_sidecar_is_split_by_trajectory(tmp_path, missing_keys):
+    """agentuq's ``single`` partition mode: every trajectory's rows in one file. With
+    ``missing_keys``, some rows lack a key and one simulation has no seed: a missing key
+    matches any trajectory, and the timestamp decides."""
     results = write_synthetic_results(tmp_path / "src", num_simulations=6, messages_per_simulation=10,
                                       tokens_per_message=5, forms=("sidecar",))
-    per_task = _tokens(extract(results, tmp_path / "per_task").run_dir)
     data = json.loads(results.read_text())
+    if missing_keys:
+        data["simulations"][2]["seed"] = None
+        results.write_text(json.dumps(data))
+        for sidecar in (results.parent / "sidecars").iterdir():
+            rows = [json.loads(line) for line in sidecar.read_text().splitlines()]
+            for n, row in enumerate(rows):
+                row.pop(("seed", "task_id", "trial", None)[n % 4], None)
+            sidecar.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    per_task = _tokens(extract(results, tmp_path / "per_task").run_dir)
     single = tmp_path / "single"
     (single / "sidecars").mkdir(parents=True)
     with open(single / "sidecars" / "logprobs_20250101_000000_1.jsonl", "w") as out:
@@ -72,8 +83,13 @@ def test_single_partition_sidecar_is_split_by_trajectory(tmp_path):
                     m["raw_data"]["uq_logprobs"]["path"] = "sidecars/logprobs_20250101_000000_1.jsonl"
     (single / "results.json").write_text(json.dumps(data))
     for batch_bytes in (1, 1 << 30):
-        got = _tokens(extract(single / "results.json", tmp_path / f"run_{batch_bytes}", batch_bytes=batch_bytes).run_dir)
-        pd.testing.assert_frame_equal(got, per_task)
+        run = extract(single / "results.json", tmp_path / f"run_{batch_bytes}", batch_bytes=batch_bytes)
+        # sim-2 has no seed, so other trajectories' rows without a task_id are its candidates too;
+        # they match none of its timestamps and are counted, not joined
+        dropped = run.warnings.as_dict().pop("sidecar_rows_unmatched_dropped", None)
+        assert set(run.warnings.as_dict()) <= {"sidecar_rows_unmatched_dropped"}
+        assert dropped is None if not missing_keys else "simulation sim-2:" in dropped["example"]
+        pd.testing.assert_frame_equal(_tokens(run.run_dir), per_task)
 
 
 def test_paths_with_glob_characters(tmp_path):

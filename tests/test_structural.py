@@ -1,7 +1,6 @@
 """Structural and conceptual uncertainty: definitions against direct computation, and the probe offline."""
 from __future__ import annotations
 
-import math
 import subprocess
 import sys
 from pathlib import Path

@@ -46,7 +46,7 @@ def _tooltip(row) -> str:
 def token_view(tokens: pd.DataFrame, title: str = "", nll_scale: float = 4.0, max_tokens: int = 4000) -> TokenView:
     """HTML of a trajectory's tokens (rows of one trajectory and one scorer), message by message."""
     tokens = tokens.sort_values(["message_idx", "token_idx"], kind="stable").head(max_tokens)
-    parts = [f"<div style='font-family:monospace;font-size:12px;line-height:1.7'>"]
+    parts = ["<div style='font-family:monospace;font-size:12px;line-height:1.7'>"]
     if title:
         parts.append(f"<h4 style='font-family:sans-serif'>{html.escape(title)}</h4>")
     parts.append(

@@ -36,6 +36,7 @@ RAW_COLUMNS = [
     "message_timestamp",
 ]
 RAW_SCHEMA = pa.schema([TOKEN_SCHEMA.field(name) for name in RAW_COLUMNS])
+SIMULATION_KEYS = ("task_id", "trial", "seed")  # a sidecar row's own trajectory (agentuq writes them on every row)
 
 
 @dataclass
@@ -247,23 +248,16 @@ def _sidecar_rows(
     matched, ``num_tokens`` each. Rows of other trajectories in a shared file (agentuq's
     ``single`` partition mode) are dropped.
     """
-    table = pa.concat_tables([tables[path] for _, path, _ in pieces])
-    lengths = np.array([tables[path].num_rows for _, path, _ in pieces], dtype=np.int64)
-    piece_of_row = np.repeat(np.arange(len(pieces)), lengths)
-    row_pos = np.array([pos for pos, _, _ in pieces], dtype=np.int64)[piece_of_row]
-
-    # the keys of each simulation (null where it has none), and of each row's own simulation
+    # the keys of each simulation (null where it has none)
     sim_keys = {
         "domain": pa.array([domain] * len(sims), pa.string()),
         "task_id": pa.array([str(s.task_id) for s in sims], pa.string()),
         "trial": pa.array([s.trial for s in sims], pa.int64()),
         "seed": pa.array([s.seed for s in sims], pa.int64()),
     }
-    keep = np.ones(table.num_rows, dtype=bool)
-    for col in ("task_id", "trial", "seed"):
-        keep &= pc.fill_null(pc.equal(table.column(col), sim_keys[col].take(row_pos)), True).to_numpy(zero_copy_only=False)
-    if not keep.all():
-        table, piece_of_row, row_pos = table.filter(pa.array(keep)), piece_of_row[keep], row_pos[keep]
+    piece_pos = np.array([pos for pos, _, _ in pieces], dtype=np.int64)
+    table, piece_of_row = _rows_of_pieces(pieces, tables, sim_keys, piece_pos)
+    row_pos = piece_pos[piece_of_row]
 
     # by timestamp: the first message of the row's simulation with the row's message_timestamp
     n_messages = np.array([len(s.messages) for s in sims], dtype=np.int64)
@@ -329,6 +323,89 @@ def _sidecar_rows(
             default_source = pc.if_else(pc.equal(columns["scorer"], "self"), pa.scalar("generated"), pa.scalar("chat_replay"))
             columns["source"] = pc.coalesce(columns["source"], default_source)
     return pa.table([columns[name] for name in RAW_COLUMNS], schema=RAW_SCHEMA), row_pos
+
+
+def _rows_of_pieces(
+    pieces: list[tuple[int, Path, list[int]]],
+    tables: dict[Path, pa.Table],
+    sim_keys: dict[str, pa.Array],
+    piece_pos: np.ndarray,
+) -> tuple[pa.Table, np.ndarray]:
+    """The rows each piece may own, in piece order (file order within a piece), and each row's piece.
+
+    A piece may own the rows of its file whose keys equal its simulation's, a null key
+    matching any. A file referenced by one piece is filtered by comparison. A file shared by
+    several simulations (agentuq's ``single`` partition mode) is split among them by one hash
+    join, so its rows are looked at once per batch, not once per simulation.
+    """
+    by_path: dict[Path, list[int]] = {}
+    for p, (_, path, _) in enumerate(pieces):
+        by_path.setdefault(path, []).append(p)
+    alone = [owning[0] for owning in by_path.values() if len(owning) == 1]  # the usual case: a file per trajectory
+    parts, owners = [], []
+    if alone:
+        table = pa.concat_tables([tables[pieces[p][1]] for p in alone])
+        piece = np.repeat(np.asarray(alone, dtype=np.int64), [tables[pieces[p][1]].num_rows for p in alone])
+        own_keys = {col: sim_keys[col].take(piece_pos[piece]) for col in SIMULATION_KEYS}
+        keep = _keys_match(table, own_keys)
+        if not keep.all():
+            table, piece = table.filter(pa.array(keep)), piece[keep]
+        parts.append(table)
+        owners.append(piece)
+    for path, owning in by_path.items():
+        if len(owning) > 1:
+            rows, piece = _split_shared(tables[path], np.asarray(owning, dtype=np.int64), sim_keys, piece_pos)
+            parts.append(tables[path].take(rows))
+            owners.append(piece)
+    table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+    piece_of_row = np.concatenate(owners)
+    if len(piece_of_row) > 1 and (np.diff(piece_of_row) < 0).any():
+        order = np.argsort(piece_of_row, kind="stable")
+        table, piece_of_row = table.take(order), piece_of_row[order]
+    return table, piece_of_row
+
+
+def _keys_match(table: pa.Table, keys: dict[str, pa.Array | pa.Scalar]) -> np.ndarray:
+    """Rows whose simulation keys equal ``keys`` (one value, or one per row); a null on either side matches."""
+    keep = np.ones(table.num_rows, dtype=bool)
+    for col, value in keys.items():
+        if isinstance(value, pa.Scalar) and not value.is_valid:
+            continue
+        keep &= pc.fill_null(pc.equal(table.column(col), value), True).to_numpy(zero_copy_only=False)
+    return keep
+
+
+def _split_shared(table: pa.Table, owning: np.ndarray, sim_keys: dict[str, pa.Array],
+                  piece_pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(row, piece) pairs of a file shared by the pieces ``owning``, sorted by piece then row."""
+    piece_keys = {col: sim_keys[col].take(piece_pos[owning]) for col in SIMULATION_KEYS}
+    complete = np.ones(table.num_rows, dtype=bool)
+    for col in SIMULATION_KEYS:
+        complete &= table.column(col).is_valid().to_numpy(zero_copy_only=False)
+    complete_pieces = np.ones(len(owning), dtype=bool)
+    for values in piece_keys.values():
+        complete_pieces &= values.is_valid().to_numpy(zero_copy_only=False)
+    rows, piece = [], []
+    # rows and simulations with every key: one inner join (a null key never joins)
+    left = pa.table({**{col: table.column(col) for col in SIMULATION_KEYS}, "_row": np.arange(table.num_rows)})
+    right = pa.table({**{col: piece_keys[col].cast(table.schema.field(col).type) for col in SIMULATION_KEYS},
+                      "_piece": owning})
+    joined = left.join(right, keys=list(SIMULATION_KEYS), join_type="inner", use_threads=False)
+    rows.append(joined.column("_row").to_numpy())
+    piece.append(joined.column("_piece").to_numpy())
+    # a missing key on either side matches any value: compared piece by piece (rare)
+    partial_rows = np.flatnonzero(~complete)
+    key_columns = table.select(list(SIMULATION_KEYS))
+    for p, complete_piece in zip(owning, complete_pieces):
+        candidates = partial_rows if complete_piece else np.arange(table.num_rows)  # a null piece key joined nothing
+        if len(candidates):
+            keys = {col: sim_keys[col][int(piece_pos[p])] for col in SIMULATION_KEYS}
+            found = candidates[_keys_match(key_columns.take(candidates), keys)]
+            rows.append(found)
+            piece.append(np.full(len(found), p, dtype=np.int64))
+    rows_all, piece_all = np.concatenate(rows).astype(np.int64), np.concatenate(piece).astype(np.int64)
+    order = np.lexsort((rows_all, piece_all))
+    return rows_all[order], piece_all[order]
 
 
 def _row_order(table: pa.Table, pos: np.ndarray, part_rank: np.ndarray) -> np.ndarray | None:

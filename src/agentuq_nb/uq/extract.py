@@ -127,17 +127,20 @@ def _batches(sims: Iterable[Simulation], resolver: SidecarResolver, batch_bytes:
     try:
         batch: list[Simulation] = []
         paths: dict[Path, None] = {}  # the batch's sidecars, in order, each once
+        previous: dict[Path, None] = {}
         size = 0
         for sim in sims:
             batch.append(sim)
             for path in resolver.referenced_paths(sim):
                 if path not in paths:
                     paths[path] = None
-                    size += _file_size(path)
+                    # a file the previous batch read too (shared by all trajectories: agentuq's ``single``
+                    # partition mode) is in the resolver's cache; counting it again would make every batch one simulation
+                    size += 0 if path in previous else _file_size(path)
             if size >= batch_bytes or len(batch) >= BATCH_SIMULATIONS:
                 if (ready := advance(batch, paths)) is not None:
                     yield ready
-                batch, paths, size = [], {}, 0
+                batch, previous, paths, size = [], paths, {}, 0
         if batch and (ready := advance(batch, paths)) is not None:
             yield ready
         if pending is not None:

@@ -14,7 +14,6 @@ import re
 from itertools import islice
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from agentuq_nb.io.atomic import atomic_write_with
