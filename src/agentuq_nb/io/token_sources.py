@@ -344,8 +344,9 @@ def _rows_of_pieces(
     alone = [owning[0] for owning in by_path.values() if len(owning) == 1]  # the usual case: a file per trajectory
     parts, owners = [], []
     if alone:
-        table = pa.concat_tables([tables[pieces[p][1]] for p in alone])
-        piece = np.repeat(np.asarray(alone, dtype=np.int64), [tables[pieces[p][1]].num_rows for p in alone])
+        alone_tables = [tables[pieces[p][1]] for p in alone]
+        table = pa.concat_tables(alone_tables)
+        piece = np.repeat(np.asarray(alone, dtype=np.int64), [t.num_rows for t in alone_tables])
         own_keys = {col: sim_keys[col].take(piece_pos[piece]) for col in SIMULATION_KEYS}
         keep = _keys_match(table, own_keys)
         if not keep.all():
@@ -388,21 +389,22 @@ def _split_shared(table: pa.Table, owning: np.ndarray, sim_keys: dict[str, pa.Ar
     rows, piece = [], []
     # rows and simulations with every key: one inner join (a null key never joins)
     left = pa.table({**{col: table.column(col) for col in SIMULATION_KEYS}, "_row": np.arange(table.num_rows)})
-    right = pa.table({**{col: piece_keys[col].cast(table.schema.field(col).type) for col in SIMULATION_KEYS},
-                      "_piece": owning})
+    right = pa.table({**piece_keys, "_piece": owning})
     joined = left.join(right, keys=list(SIMULATION_KEYS), join_type="inner", use_threads=False)
     rows.append(joined.column("_row").to_numpy())
     piece.append(joined.column("_piece").to_numpy())
     # a missing key on either side matches any value: compared piece by piece (rare)
     partial_rows = np.flatnonzero(~complete)
     key_columns = table.select(list(SIMULATION_KEYS))
+    partial_keys = key_columns.take(partial_rows)
     for p, complete_piece in zip(owning, complete_pieces):
-        candidates = partial_rows if complete_piece else np.arange(table.num_rows)  # a null piece key joined nothing
-        if len(candidates):
-            keys = {col: sim_keys[col][int(piece_pos[p])] for col in SIMULATION_KEYS}
-            found = candidates[_keys_match(key_columns.take(candidates), keys)]
-            rows.append(found)
-            piece.append(np.full(len(found), p, dtype=np.int64))
+        keys = {col: sim_keys[col][int(piece_pos[p])] for col in SIMULATION_KEYS}
+        if complete_piece:
+            found = partial_rows[_keys_match(partial_keys, keys)]
+        else:  # a piece with a null key joined nothing: every row is a candidate
+            found = np.flatnonzero(_keys_match(key_columns, keys))
+        rows.append(found)
+        piece.append(np.full(len(found), p, dtype=np.int64))
     rows_all, piece_all = np.concatenate(rows).astype(np.int64), np.concatenate(piece).astype(np.int64)
     order = np.lexsort((rows_all, piece_all))
     return rows_all[order], piece_all[order]

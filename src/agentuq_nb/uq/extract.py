@@ -134,8 +134,9 @@ def _batches(sims: Iterable[Simulation], resolver: SidecarResolver, batch_bytes:
             for path in resolver.referenced_paths(sim):
                 if path not in paths:
                     paths[path] = None
-                    # a file the previous batch read too (shared by all trajectories: agentuq's ``single``
-                    # partition mode) is in the resolver's cache; counting it again would make every batch one simulation
+                    # a file the previous batch read too (one shared by all trajectories: agentuq's ``single``
+                    # partition mode) is usually still in the resolver's cache; counting it in every batch
+                    # would make each batch one simulation
                     size += 0 if path in previous else _file_size(path)
             if size >= batch_bytes or len(batch) >= BATCH_SIMULATIONS:
                 if (ready := advance(batch, paths)) is not None:
