@@ -4,7 +4,7 @@ For each size (token rows) it writes synthetic agentuq-style results with one si
 trajectory (rows with every key agentuq writes), then runs, each in a fresh subprocess so that
 peak memory (max RSS) and imports are its own:
 
-* ours:  ``uq.extract.extract`` + ``uq.aggregation.aggregate`` + ``pipeline.evaluate_run.evaluate``
+* ours:  ``uq.extract`` + ``uq.aggregate`` + ``evaluation.evaluate``
   (all seven metrics with 200 bootstrap resamples for the CIs)
 * plain: ``plain_pipeline.py full`` — the same outputs (token table with per-token metrics, turn
   and trajectory summaries, AUROC) the way the reference scripts compute them: ``json.loads``
@@ -33,9 +33,9 @@ PLAIN = Path(__file__).with_name("plain_pipeline.py")
 
 OURS = """
 import sys
-from agentuq_nb.uq.extract import extract
+from agentuq_nb.uq.extraction import extract
 from agentuq_nb.uq.aggregation import aggregate
-from agentuq_nb.pipeline.evaluate_run import evaluate
+from agentuq_nb.evaluation import evaluate
 results, run_dir = sys.argv[1], sys.argv[2]
 extract(results, run_dir)
 aggregate(run_dir)

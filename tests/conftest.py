@@ -34,7 +34,7 @@ def make_aggregated_run(tmp: Path, **synthetic) -> Path:
     """Synthetic results → extract → aggregate in ``tmp/run`` (shared by the estimator tests)."""
     from agentuq_nb.io.synthetic import write_synthetic_results
     from agentuq_nb.uq.aggregation import aggregate
-    from agentuq_nb.uq.extract import extract
+    from agentuq_nb.uq.extraction import extract
 
     results = write_synthetic_results(tmp / "src", **synthetic)
     extract(results, tmp / "run")

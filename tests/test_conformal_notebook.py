@@ -14,7 +14,7 @@ import pytest
 from agentuq_nb.evaluation import run_conformal as rc
 from agentuq_nb.io.synthetic import write_synthetic_results
 from agentuq_nb.uq.aggregation import aggregate
-from agentuq_nb.uq.extract import extract
+from agentuq_nb.uq.extraction import extract
 
 matplotlib.use("Agg")
 
@@ -75,7 +75,7 @@ def test_leaderboard_runs_with_real_tau2_files_excludes_the_synthetic_run(small_
 
 
 def test_run_uncertainty_and_abstention_on_a_tiny_run(small_run):
-    runs = rc.run_uncertainty(small_run, "assistant", "avg_token_nll")
+    runs = rc.run_uncertainty(small_run, "assistant.avg_token_nll")
     assert list(runs.columns) == ["task_id", "trial", "reward", "uncertainty"] and len(runs) == 12
     report = rc.abstention(runs, alpha=0.1, delta=0.1)
     assert report["feasible"] is False and report["threshold"] is None   # 6 cal runs < 22 needed
@@ -139,7 +139,7 @@ def test_notebook_is_stripped_and_thin():
     assert 'run_dir = "runs/example"' in tagged[0].source
     assert 'figures_dir = "figures/example"' in tagged[0].source
     params = pm.inspect_notebook(str(NOTEBOOK))
-    assert {"leaderboard_results", "role", "uncertainty", "alpha", "delta", "q"} <= set(params)
+    assert {"leaderboard_results", "estimator", "alpha", "delta", "q"} <= set(params)  # estimators by registry name
     for cell in nb.cells:
         if cell.cell_type == "code":
             assert cell.outputs == [] and cell.execution_count is None

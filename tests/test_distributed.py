@@ -21,7 +21,7 @@ import yaml
 from agentuq_nb.distributed import connect, parse_scheduler
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.token_table import PARTITIONED_DIR, read_token_table, token_partitions
-from agentuq_nb.pipeline.evaluate_run import evaluate
+from agentuq_nb.evaluation import evaluate
 from agentuq_nb.pipeline.reproduce import load_studies, load_study
 from agentuq_nb.sim import run_simulations
 from agentuq_nb.sim.runner import CHECKPOINT_DIR, checkpoint_name, without_wall_clock
@@ -113,7 +113,7 @@ def test_grid_expands_to_one_study_per_point(tmp_path):
 
 
 def test_partitioned_dataset_prunes_folders_and_follows_its_sources(tmp_path, synthetic_results):
-    from agentuq_nb.uq.extract import extract
+    from agentuq_nb.uq.extraction import extract
 
     run = tmp_path / "run"
     extract(synthetic_results, run)
@@ -142,7 +142,7 @@ def test_each_worker_gets_one_of_the_api_bases(client):
 # ----------------------------------------------------------------------------- dask.dataframe == pandas
 
 def test_dask_aggregate_and_evaluate_equal_pandas(tmp_path, synthetic_results, client):
-    from agentuq_nb.uq.extract import extract
+    from agentuq_nb.uq.extraction import extract
 
     pandas_run, dask_run = tmp_path / "pandas", tmp_path / "dask"
     extract(synthetic_results, pandas_run)

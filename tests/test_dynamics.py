@@ -11,6 +11,8 @@ import pytest
 from conftest import make_aggregated_run
 from sklearn.metrics import roc_auc_score
 
+from agentuq_nb import evaluation
+from agentuq_nb.io.rundir import RunDir
 from agentuq_nb.uq import dynamics
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,19 +60,19 @@ def test_early_warning_scores_are_prefix_means():
 
 def test_dynamics_curve_mean_and_se_band():
     t = _turns({"a": [1.0, 3.0], "b": [2.0, 5.0], "c": [4.0, 4.0]}, {"a": 1.0, "b": 1.0, "c": 0.0})
-    c = dynamics.dynamics_curve(t, n_bins=2).set_index(["outcome", "bin"])
+    c = evaluation.dynamics_curve(t, n_bins=2).set_index(["outcome", "bin"])
     assert c.loc[("success", 0), "mean"] == pytest.approx(1.5)
     se = np.std([1.0, 2.0], ddof=1) / np.sqrt(2)
     assert c.loc[("success", 0), "lo"] == pytest.approx(1.5 - 1.96 * se)
     assert c.loc[("success", 1), "mean"] == pytest.approx(4.0)  # position 1 lands in the last bin
     assert c.loc[("failure", 1), "n_trajectories"] == 1
-    b = dynamics.dynamics_curve(t, n_bins=2, band="bootstrap", n_boot=200)
+    b = evaluation.dynamics_curve(t, n_bins=2, band="bootstrap", n_boot=200)
     assert (b["lo"] <= b["mean"] + 1e-12).all() and (b["mean"] <= b["hi"] + 1e-12).all()
 
 
 def test_early_warning_on_a_run_matches_sklearn(run_dir):
-    table, scores = dynamics.early_warning(run_dir, n_boot=100)
-    assert (run_dir / dynamics.EARLY_WARNING_SCORES_FILE).exists()
+    table, scores = evaluation.early_warning_table(run_dir, n_boot=100)
+    assert RunDir(run_dir).file("early_warning_scores").exists()
     assert list(table["fraction"]) == [0.25, 0.5, 0.75, 1.0]
     turns = pd.read_parquet(run_dir / "turn_summary.parquet")
     a = turns[(turns["role"] == "assistant") & (turns["scorer"] == "self")]

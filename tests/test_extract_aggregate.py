@@ -14,7 +14,8 @@ from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.token_table import read_token_table
 from agentuq_nb.records.summary import uq_summary
 from agentuq_nb.uq.aggregation import aggregate
-from agentuq_nb.uq.extract import extract, read_manifest
+from agentuq_nb.io.rundir import RunDir
+from agentuq_nb.uq.extraction import extract
 
 
 def independent_token_rows(results_path: Path) -> list[dict]:
@@ -87,7 +88,7 @@ def test_summaries_match_independent_computation(tmp_path, synthetic_results):
         for role, values in ref.items():
             assert trajs.loc[(task_id, role), "trajectory_nll"] == pytest.approx(values["trajectory_nll"], abs=1e-9)
             assert trajs.loc[(task_id, role), "mean_topk_entropy"] == pytest.approx(values["mean_topk_entropy"], abs=1e-9)
-    assert read_manifest(run)["results"] == str(synthetic_results.resolve())
+    assert RunDir(run).manifest().results == str(synthetic_results.resolve())
 
 
 def test_turn_idx_is_numeric_and_trajectory_has_rewards(tmp_path, synthetic_results):

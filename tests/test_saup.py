@@ -7,6 +7,7 @@ import pytest
 
 from conftest import make_aggregated_run
 
+from agentuq_nb.io.rundir import RunDir
 from agentuq_nb.uq import saup
 
 
@@ -52,7 +53,7 @@ def test_message_distances_match_a_direct_computation():
 
 def test_run_scores_match_the_step_table(run):
     run_dir, scores, steps = run
-    assert (run_dir / saup.SAUP_SCORES_FILE).exists()
+    assert RunDir(run_dir).file("saup_scores").exists()
     turns = pd.read_parquet(run_dir / "turn_summary.parquet")
     for _, row in scores.iterrows():
         key = (turns["task_id"] == row["task_id"]) & (turns["scorer"] == "self")

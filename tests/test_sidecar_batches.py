@@ -21,7 +21,7 @@ from agentuq_nb.io.synthetic import write_synthetic_results
 from agentuq_nb.io.token_table import read_token_table
 from agentuq_nb.records.tokens import topk_statistics
 from agentuq_nb.uq.aggregation import aggregate, trajectory_summary, turn_summary
-from agentuq_nb.uq.extract import extract
+from agentuq_nb.uq.extraction import extract
 from agentuq_nb.uq.token_metrics import _topk_stats
 
 
@@ -163,7 +163,13 @@ def test_aggregation_does_not_need_rows_in_turn_order(tmp_path):
 
 def test_stored_partials_equal_a_scan_and_go_stale_with_the_table(tmp_path):
     from agentuq_nb.io.token_table import write_token_table
-    from agentuq_nb.uq.turn_partials import PARTIALS_FILE, read_stored_partials
+    from agentuq_nb.io.rundir import RunDir
+    from agentuq_nb.uq.turn_partials import stored_partials
+
+    PARTIALS_FILE = RunDir.relative("turn_partials")
+
+    def read_stored_partials(table):
+        return stored_partials(RunDir(table.parent), table)
 
     results = write_synthetic_results(tmp_path / "src", num_simulations=6, messages_per_simulation=12, tokens_per_message=5)
     run = extract(results, tmp_path / "run").run_dir

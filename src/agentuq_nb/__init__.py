@@ -3,7 +3,7 @@
 Layers, bottom to top (a layer imports only layers below it):
 records -> io -> llm -> sim -> uq -> evaluation -> figures -> pipeline/cli.
 """
-from agentuq_nb._offline import ensure_offline_env
+from agentuq_nb.common.offline import ensure_offline_env
 
 ensure_offline_env()
 

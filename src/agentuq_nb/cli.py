@@ -12,7 +12,8 @@ from typing import Optional
 
 import typer
 
-from agentuq_nb.io.errors import InputError
+from agentuq_nb.io.errors import InputError, MixedRunError, StaleArtifactError
+from agentuq_nb.io.run_lock import RunBusyError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="agentuq-nb: uncertainty quantification for LLM agents, one command per step of a study.")
@@ -20,11 +21,26 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 
 SCHEDULER_HELP = "run on Dask: a scheduler address (tcp://host:8786) or local:N for N local worker processes"
 API_BASE_HELP = "OpenAI-compatible server for remote models, one per worker with --scheduler (repeat the option)"
+PLUGIN_HELP = "a module or .py file whose estimators register themselves (repeat the option)"
+#: errors that are the user's to fix: said in one line, exit code 2, no traceback
+USER_ERRORS = (InputError, FileNotFoundError, ValueError, KeyError, ConnectionError, RunBusyError, MixedRunError,
+               StaleArtifactError)
 
 
 def _fail(err: Exception) -> None:
-    typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
+    message = err.args[0] if isinstance(err, KeyError) and err.args else err
+    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
     raise typer.Exit(code=2)
+
+
+def _load_plugins(plugins: Optional[list[str]]) -> None:
+    from agentuq_nb.estimators import load_plugin
+
+    for spec in plugins or []:
+        try:
+            load_plugin(spec)
+        except (ImportError, FileNotFoundError, SyntaxError) as err:
+            _fail(ValueError(f"--plugin {spec}: {type(err).__name__}: {err}"))
 
 
 @app.command()
@@ -34,11 +50,11 @@ def extract(
     sidecar_dir: Optional[Path] = typer.Option(None, "--sidecar-dir", help="where agentuq sidecar JSONL files are, if not beside the results"),
 ):
     """Token rows from results + sidecars → RUN_DIR/tokens.parquet."""
-    from agentuq_nb.uq.extract import extract as run_extract
+    from agentuq_nb.uq import extract as run_extract
 
     try:
         report = run_extract(results, out, sidecar_dir, progress=True)
-    except (InputError, FileNotFoundError) as err:
+    except USER_ERRORS as err:
         _fail(err)
     typer.echo(f"{report.num_simulations} simulations, {report.num_tokens} token rows → {out / 'tokens.parquet'}")
     for kind, info in report.warnings.as_dict().items():
@@ -51,11 +67,11 @@ def aggregate(
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help=SCHEDULER_HELP + "; reads the token table partitioned by task"),
 ):
     """Turn and trajectory summaries → RUN_DIR/{turn,trajectory}_summary.{csv,parquet}."""
-    from agentuq_nb.uq.aggregation import aggregate as run_aggregate
+    from agentuq_nb.uq import aggregate as run_aggregate
 
     try:
         turns, trajs = run_aggregate(run_dir, scheduler=scheduler)
-    except (ValueError, FileNotFoundError) as err:
+    except USER_ERRORS as err:
         _fail(err)
     typer.echo(f"{len(turns)} turn rows, {len(trajs)} trajectory rows → {run_dir}")
 
@@ -63,21 +79,25 @@ def aggregate(
 @app.command()
 def evaluate(
     run_dir: Path = typer.Argument(...),
-    role: str = typer.Option("assistant", help="role whose uncertainty is evaluated (assistant, user, combined, observation_*, total)"),
-    uncertainty: str = typer.Option("avg_token_nll", help="trajectory-summary column used as the uncertainty score"),
+    uncertainty: str = typer.Option("avg_token_nll", help="a registered estimator's name (see 'agentuq-nb estimators "
+                                    "RUN_DIR'), a token statistic of --role, or a raw trajectory-summary column"),
+    role: str = typer.Option("assistant", help="role of a token statistic (assistant, user, combined, observation_*, total)"),
+    scorer: Optional[str] = typer.Option(None, help="scorer of a token statistic (default: self, else the only one)"),
+    invert: bool = typer.Option(False, "--invert", help="only for a raw column: it is a confidence (higher = success); "
+                                "registered estimators carry their own orientation"),
     failure_threshold: float = typer.Option(1.0, help="failure = reward < threshold"),
-    invert: bool = typer.Option(False, "--invert", help="the score is a confidence (higher = more likely success)"),
-    scorer: Optional[str] = typer.Option(None, help="which scorer's rows (default: self, else the only one)"),
     n_boot: int = typer.Option(1000, help="bootstrap resamples for the 95% CIs"),
     seed: int = typer.Option(0),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help=SCHEDULER_HELP),
+    plugin: Optional[list[str]] = typer.Option(None, "--plugin", help=PLUGIN_HELP),
 ):
-    """Failure prediction metrics with bootstrap CIs → RUN_DIR/eval_metrics.json, eval_curves.csv."""
-    from agentuq_nb.pipeline.evaluate_run import evaluate as run_evaluate
+    """Failure prediction metrics of one estimator with bootstrap CIs → RUN_DIR/eval_metrics.json, eval_curves.csv."""
+    from agentuq_nb.evaluation import evaluate as run_evaluate
 
+    _load_plugins(plugin)
     try:
         result = run_evaluate(run_dir, role, uncertainty, failure_threshold, invert, scorer, n_boot, seed, scheduler=scheduler)
-    except (ValueError, FileNotFoundError) as err:
+    except USER_ERRORS as err:
         _fail(err)
     typer.echo(json.dumps({"n": result["n"], "n_failures": result["n_failures"], "metrics": result["metrics"]}, indent=2))
 
@@ -88,16 +108,38 @@ def compare_estimators(
     failure_threshold: float = typer.Option(1.0, help="failure = reward < threshold"),
     n_boot: int = typer.Option(1000, help="bootstrap resamples for CIs and paired p-values"),
     seed: int = typer.Option(0),
+    estimator: Optional[list[str]] = typer.Option(None, "--estimator", help="only these estimators (repeat the option)"),
+    plugin: Optional[list[str]] = typer.Option(None, "--plugin", help=PLUGIN_HELP),
 ):
     """Every estimator in the run vs failure (AUROC, AUARC, AURC, PRR, Spearman, CIs, p vs avg NLL) → estimator_table.csv."""
-    from agentuq_nb.uq.estimators import compare_estimators as run_compare
+    from agentuq_nb.evaluation import compare_estimators as run_compare
 
+    _load_plugins(plugin)
     try:
-        table = run_compare(run_dir, failure_threshold=failure_threshold, n_boot=n_boot, seed=seed)
-    except (ValueError, FileNotFoundError) as err:
+        table = run_compare(run_dir, failure_threshold=failure_threshold, n_boot=n_boot, seed=seed,
+                            names=estimator or None)
+    except USER_ERRORS as err:
         _fail(err)
-    cols = [c for c in ("estimator", "auroc", "auroc_lo", "auroc_hi", "auarc", "spearman", "p_value_vs_reference") if c in table]
+    cols = [c for c in ("estimator", "orientation", "auroc", "auroc_lo", "auroc_hi", "auarc", "spearman",
+                        "p_value_vs_reference") if c in table]
     typer.echo(table[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+
+
+@app.command("estimators")
+def list_estimators(
+    run_dir: Path = typer.Argument(..., help="run directory"),
+    plugin: Optional[list[str]] = typer.Option(None, "--plugin", help=PLUGIN_HELP),
+):
+    """The registered estimators this run holds data for: name, family, orientation, what it reads."""
+    from agentuq_nb.estimators import estimators
+
+    _load_plugins(plugin)
+    try:
+        found = estimators(run_dir)
+    except USER_ERRORS as err:
+        _fail(err)
+    for e in found:
+        typer.echo(f"{e.name:45s} {e.family:14s} {e.orientation:32s} {', '.join(e.requires)}")
 
 
 @app.command()
@@ -110,7 +152,7 @@ def reproduce(
 
     try:
         run_dirs = run_studies(params, scheduler=scheduler)
-    except (InputError, FileNotFoundError, ValueError, ConnectionError, RuntimeError) as err:
+    except (*USER_ERRORS, RuntimeError) as err:
         _fail(err)
     for run_dir in run_dirs:
         typer.echo(f"done: {run_dir}")
@@ -140,7 +182,7 @@ def simulate(
         path = run_simulations(domain, out, task_ids=task_ids or None, num_tasks=num_tasks, num_trials=num_trials,
                                top_logprobs=top_logprobs, max_concurrency=max_concurrency, seed=seed,
                                scheduler=scheduler, api_bases=api_base or None, **kwargs)
-    except (InputError, ValueError, KeyError, SimulationFailed, ConnectionError) as err:
+    except (*USER_ERRORS, SimulationFailed) as err:
         _fail(err)
     typer.echo(f"results → {path}")
 
@@ -158,13 +200,14 @@ def score_observations(
     api_base: Optional[list[str]] = typer.Option(None, "--api-base", help=API_BASE_HELP),
 ):
     """Surprise of every user and tool message under a scorer → RUN_DIR/tokens.observations_<mode>.parquet."""
-    from agentuq_nb.distributed.fanout import FanOutFailed
-    from agentuq_nb.uq.observation import score_observations as run_scoring
+    from agentuq_nb.distributed import FanOutFailed
+    from agentuq_nb.uq import score_observations as run_scoring
 
     try:
-        report = run_scoring(run_dir, results, scorer_mode, scorer_llm, backend, user_messages, tool_messages,
-                             scheduler=scheduler, api_bases=api_base or None)
-    except (InputError, ValueError, FileNotFoundError, ConnectionError, FanOutFailed) as err:
+        report = run_scoring(run_dir, results, scorer_mode=scorer_mode, scorer_llm=scorer_llm, backend=backend,
+                             user_messages=user_messages, tool_messages=tool_messages, scheduler=scheduler,
+                             api_bases=api_base or None)
+    except (*USER_ERRORS, FanOutFailed) as err:
         _fail(err)
     typer.echo(json.dumps(report.as_dict(), indent=2))
 
@@ -180,13 +223,13 @@ def rescore(
     api_base: Optional[list[str]] = typer.Option(None, "--api-base", help=API_BASE_HELP),
 ):
     """Teacher-forced token rows for every message of a results file → OUT/tokens.parquet (then aggregate, evaluate)."""
-    from agentuq_nb.distributed.fanout import FanOutFailed
-    from agentuq_nb.uq.observation import rescore as run_rescore
+    from agentuq_nb.distributed import FanOutFailed
+    from agentuq_nb.uq import rescore as run_rescore
 
     try:
-        report = run_rescore(results, out, scorer_llm, scorer_mode, backend, scheduler=scheduler,
-                             api_bases=api_base or None)
-    except (InputError, ValueError, FileNotFoundError, ConnectionError, FanOutFailed) as err:
+        report = run_rescore(results, out, scorer_llm=scorer_llm, scorer_mode=scorer_mode, backend=backend,
+                             scheduler=scheduler, api_bases=api_base or None)
+    except (*USER_ERRORS, FanOutFailed) as err:
         _fail(err)
     typer.echo(json.dumps(report.as_dict(), indent=2))
 
@@ -234,11 +277,11 @@ def verbalized_confidence(
     limit: Optional[int] = typer.Option(None, "--limit", help="ask about the first N simulations only"),
 ):
     """Ask the agent's model how likely its actions were correct → RUN_DIR/verbalized_confidence.csv."""
-    from agentuq_nb.uq.verbalized import missing_rate, verbalized_confidence as run_verbalized
+    from agentuq_nb.uq import missing_rate, verbalized_confidence as run_verbalized
 
     try:
         per_traj = run_verbalized(run_dir, results=results, model=model, mode=mode, limit=limit)
-    except (InputError, ValueError, FileNotFoundError) as err:
+    except USER_ERRORS as err:
         _fail(err)
     typer.echo(f"{len(per_traj)} trajectories, {int(per_traj['num_asked'].sum())} questions, "
                f"{missing_rate(per_traj):.0%} unparsed → {run_dir / 'verbalized_confidence.csv'}")

@@ -12,10 +12,11 @@ fails does not stop the others: every result that arrives is handled, then
 """
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
+
+from agentuq_nb.common.naming import slug
 
 
 class FanOutFailed(RuntimeError):
@@ -27,9 +28,10 @@ class FanOutFailed(RuntimeError):
         super().__init__(f"{len(failures)} job(s) failed on the cluster; first {key!r}: {type(exc).__name__}: {exc}")
 
 
-def _key_text(key: Hashable) -> str:
+def key_text(key: Hashable) -> str:
+    """A job key as a Dask key part (hyphens separate the parts, so none inside)."""
     text = "_".join(map(str, key)) if isinstance(key, tuple) else str(key)
-    return re.sub(r"[^A-Za-z0-9_.]+", "_", text)
+    return slug(text).replace("-", "_")
 
 
 def fan_out(client: Any, fn: Callable[[Any], Any], jobs: Iterable[tuple[Hashable, Any]],
@@ -62,7 +64,7 @@ def fan_out(client: Any, fn: Callable[[Any], Any], jobs: Iterable[tuple[Hashable
             if key in submitted:
                 continue
             submitted.add(key)
-            future = client.submit(fn, job, key=f"{label}-{_key_text(key)}-{run_id}", retries=retries, pure=False)
+            future = client.submit(fn, job, key=f"{label}-{key_text(key)}-{run_id}", retries=retries, pure=False)
             in_flight[future.key] = (key, future)
             results.add(future)
 

@@ -20,7 +20,7 @@ import zlib
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from agentuq_nb._offline import ensure_offline_env
+from agentuq_nb.common.offline import ensure_offline_env
 from agentuq_nb.distributed import worker as worker_settings
 
 

@@ -14,31 +14,20 @@ Modules (one job each):
 * :mod:`.agent_comparison` - the same tools applied to agents: leaderboard with FDR marks,
   success-rate intervals, abstention report, ACI on a stream of runs.
 """
-import importlib
+from agentuq_nb.common.lazy import lazy_exports
 
-# Names are imported on first use (PEP 562): ``evaluate`` needs the metrics, not statsmodels and
-# the conformal stack, and a command line run should not pay for what it does not use.
-_EXPORTS = {
+# Names are imported on first use: ``evaluate`` needs the metrics, not statsmodels and the
+# conformal stack, and a command line run should not pay for what it does not use.
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "agent_comparison": ["Leaderboard", "abstention_report", "aci_stream", "leaderboard", "success_rate_intervals"],
-    "bootstrap": ["paired_bootstrap_pvalue", "percentile_ci"],
+    "bootstrap": ["paired_bootstrap_pvalue", "percentile_ci", "mean_ci"],
     "conformal": ["aci", "bh", "bh_adjusted", "conformal_quantile", "coverage_report", "pipeline_bounds",
                   "risk_control_threshold", "split_interval"],
     "failure_report": ["failure_metrics"],
     "metrics": ["HIGHER_IS_BETTER", "METRICS", "UndefinedMetricError", "auarc", "auroc", "aurc", "correlation",
                 "failure_curves", "failure_labels", "prr"],
-}
-_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
-__all__ = sorted(_MODULE_OF)
-
-
-def __getattr__(name: str):
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    "run_metrics": ["evaluate", "estimator_rows", "estimator_metrics"],
+    "estimator_table": ["compare_estimators", "evaluate_estimators", "score_table", "read_estimator_table",
+                        "REPORTED_METRICS"],
+    "dynamics": ["dynamics_curve", "early_warning_table"],
+})

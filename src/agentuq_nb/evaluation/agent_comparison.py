@@ -29,6 +29,7 @@ from scipy import stats
 from sklearn.model_selection import GroupShuffleSplit, ShuffleSplit
 from statsmodels.stats.proportion import proportion_confint
 
+from agentuq_nb.evaluation.bootstrap import mean_ci, mean_difference, mean_difference_ci
 from agentuq_nb.evaluation.conformal import aci, bh, bh_adjusted, risk_control_threshold
 from agentuq_nb.evaluation.metrics import risk_coverage_batch
 
@@ -43,20 +44,6 @@ def _require(df: pd.DataFrame, cols) -> None:
     missing = [c for c in cols if c not in df.columns]
     if missing:
         raise ValueError(f"missing column(s) {missing}; have {list(df.columns)}")
-
-
-def _mean_ci(x: np.ndarray, n_boot: int, ci: float, rng) -> tuple[float, float]:
-    if x.size < 2:
-        return np.nan, np.nan
-    if np.ptp(x) == 0:
-        return float(x[0]), float(x[0])
-    res = stats.bootstrap((x,), np.mean, n_resamples=n_boot, confidence_level=ci,
-                          method="percentile", rng=rng)
-    return float(res.confidence_interval.low), float(res.confidence_interval.high)
-
-
-def _mean_diff(x, y, axis=-1):
-    return np.mean(x, axis=axis) - np.mean(y, axis=axis)
 
 
 def leaderboard(per_task_rewards: pd.DataFrame, q: float = 0.1, n_boot: int = 2000,
@@ -92,7 +79,7 @@ def leaderboard(per_task_rewards: pd.DataFrame, q: float = 0.1, n_boot: int = 20
     rows = []
     for a in agents:
         x = task_rewards[a].to_numpy(dtype=float)
-        lo, hi = _mean_ci(x, n_boot, ci, rng)
+        lo, hi = mean_ci(x, n_boot, ci, rng)
         rows.append({"agent": a, "n_tasks": int(x.size), "n_runs": int(n_runs[a]),
                      "mean_reward": float(x.mean()), "ci_lo": lo, "ci_hi": hi})
     table = pd.DataFrame(rows)
@@ -111,12 +98,12 @@ def leaderboard(per_task_rewards: pd.DataFrame, q: float = 0.1, n_boot: int = 20
             d = x - y
             row["paired"] = True
             row["diff"] = float(d.mean())
-            row["ci_lo"], row["ci_hi"] = _mean_ci(d, n_boot, ci, rng)
+            row["ci_lo"], row["ci_hi"] = mean_ci(d, n_boot, ci, rng)
             if np.all(d == 0):
                 row["p_value"] = 1.0
             else:
                 row["p_value"] = float(stats.permutation_test(
-                    (x, y), _mean_diff, permutation_type="samples", vectorized=True,
+                    (x, y), mean_difference, permutation_type="samples", vectorized=True,
                     n_resamples=n_perm, rng=rng).pvalue)
         else:
             x = ra.to_numpy(dtype=float)
@@ -126,12 +113,9 @@ def leaderboard(per_task_rewards: pd.DataFrame, q: float = 0.1, n_boot: int = 20
             if x.size >= 2 and y.size >= 2:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", stats.DegenerateDataWarning)
-                    res = stats.bootstrap((x, y), _mean_diff, n_resamples=n_boot,
-                                          confidence_level=ci, method="percentile", rng=rng)
-                row["ci_lo"] = float(res.confidence_interval.low)
-                row["ci_hi"] = float(res.confidence_interval.high)
+                    row["ci_lo"], row["ci_hi"] = mean_difference_ci(x, y, n_boot, ci, rng)
                 row["p_value"] = (1.0 if np.ptp(np.r_[x, y]) == 0 else float(stats.permutation_test(
-                    (x, y), _mean_diff, permutation_type="independent", vectorized=True,
+                    (x, y), mean_difference, permutation_type="independent", vectorized=True,
                     n_resamples=n_perm, rng=rng).pvalue))
             else:
                 row["ci_lo"] = row["ci_hi"] = row["p_value"] = np.nan

@@ -1,4 +1,5 @@
-"""Nonparametric bootstrap over trajectories: percentile CIs and paired p-values.
+"""The bootstrap, in one place: resampled indices over trajectories, percentile CIs, paired p-values,
+and the mean intervals of the dynamics curve and the agent leaderboard.
 
 Resampling is written here rather than with ``scipy.stats.bootstrap`` because a resample on
 which a metric is undefined (e.g. it drew one class only) must be *skipped and counted*, not
@@ -13,6 +14,7 @@ within ties (AUARC's stable sort breaks ties by input order).
 from __future__ import annotations
 
 import numpy as np
+from scipy import stats
 
 from agentuq_nb.evaluation.metrics import (
     MAX_KENDALL_MATRIX_N,
@@ -75,6 +77,35 @@ def bootstrap_samples(u: np.ndarray, r: np.ndarray, failure_threshold: float = 1
     if kendall_by_counts:
         parts["kendall"] = [kendall_weighted(u, -r, np.concatenate(counts))]
     return {name: np.concatenate(parts[name]) for name in names}
+
+
+def mean_bootstrap(values: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """``n_boot`` bootstrap means of ``values`` (resampled with replacement, drawn from ``rng``)."""
+    values = np.asarray(values, dtype=float)
+    return values[rng.integers(0, len(values), size=(n_boot, len(values)))].mean(axis=1)
+
+
+def mean_ci(x: np.ndarray, n_boot: int, ci: float, rng) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean of ``x`` (scipy's ``stats.bootstrap``); NaN for fewer
+    than 2 values, the value itself when all are equal."""
+    if x.size < 2:
+        return np.nan, np.nan
+    if np.ptp(x) == 0:
+        return float(x[0]), float(x[0])
+    res = stats.bootstrap((x,), np.mean, n_resamples=n_boot, confidence_level=ci, method="percentile", rng=rng)
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def mean_difference_ci(x: np.ndarray, y: np.ndarray, n_boot: int, ci: float, rng) -> tuple[float, float]:
+    """Percentile bootstrap interval of ``mean(x) - mean(y)`` for independent samples (scipy)."""
+    res = stats.bootstrap((x, y), mean_difference, n_resamples=n_boot, confidence_level=ci, method="percentile",
+                          rng=rng)
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def mean_difference(x, y, axis=-1):
+    """``mean(x) - mean(y)`` along ``axis`` (vectorized: scipy's resampling calls it on stacks)."""
+    return np.mean(x, axis=axis) - np.mean(y, axis=axis)
 
 
 def percentile_ci(samples: np.ndarray, ci: float = 0.95) -> list[float] | None:

@@ -39,6 +39,8 @@ import pandas as pd
 from scipy import stats
 from sklearn.metrics import roc_auc_score, roc_curve
 
+from agentuq_nb.records.outcomes import failure_labels  # the failure definition lives with the data contracts
+
 METRICS: tuple[str, ...] = ("auroc", "auarc", "aurc", "prr", "pearson", "spearman", "kendall")
 CORRELATIONS = ("pearson", "spearman", "kendall")
 HIGHER_IS_BETTER = {"auroc": True, "auarc": True, "aurc": False, "prr": True,
@@ -50,11 +52,6 @@ class UndefinedMetricError(ValueError):
 
 
 # --------------------------------------------------------------------------- labels and input
-def failure_labels(reward, failure_threshold: float = 1.0) -> np.ndarray:
-    """Boolean failure indicator ``reward < failure_threshold`` (failure = positive class)."""
-    return np.asarray(reward, dtype=float) < float(failure_threshold)
-
-
 def clean_inputs(uncertainty, reward, invert: bool = False):
     """Coerce to float arrays and drop rows whose uncertainty or reward is not finite.
 

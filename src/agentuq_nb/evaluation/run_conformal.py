@@ -5,7 +5,7 @@ DataFrames that :mod:`agentuq_nb.evaluation.agent_comparison` and
 * :func:`per_task_rewards` - one row per simulation of each results file (an "agent").
 * :func:`leaderboard_runs` - the files to compare, plus the run's own ``results.json`` when it
   shares tasks (same domain and task id) with them.
-* :func:`run_uncertainty` - a run's trajectories with reward and one uncertainty estimator.
+* :func:`run_uncertainty` - a run's trajectories with reward and one registered estimator's scores.
 * :func:`abstention` - :func:`~agentuq_nb.evaluation.agent_comparison.abstention_report` that
   reports "too few runs" instead of raising on tiny runs.
 * :func:`drift_stream` - the run's trajectories ordered by task as a stream, or a seeded
@@ -24,7 +24,9 @@ import pandas as pd
 
 from agentuq_nb.evaluation.agent_comparison import abstention_report, aci_stream
 from agentuq_nb.evaluation.conformal import coverage_report, split_interval
+from agentuq_nb.evaluation.run_metrics import estimator_rows
 from agentuq_nb.io.results import iter_simulations, read_header
+from agentuq_nb.io.rundir import RunDir
 
 REWARD_COLUMNS = ["agent", "domain", "task_id", "task", "trial", "reward"]
 
@@ -82,7 +84,7 @@ def leaderboard_runs(leaderboard_results, run_dir=None, labels=None,
     notes = []
     if missing:
         notes.append(f"skipped missing file(s): {', '.join(missing)}")
-    own = Path(run_dir) / "results.json" if run_dir is not None else None
+    own = RunDir.of(run_dir).results_json if run_dir is not None else None
     if own is not None and own.exists():
         label = run_label or f"this run ({Path(run_dir).name})"
         mine = per_task_rewards([own], [label])
@@ -98,13 +100,10 @@ def leaderboard_runs(leaderboard_results, run_dir=None, labels=None,
     return df, "; ".join(notes)
 
 
-def run_uncertainty(run_dir, role: str = "assistant", uncertainty: str = "avg_token_nll",
-                    scorer: str | None = None) -> pd.DataFrame:
-    """A run's trajectories: task_id, trial, reward, uncertainty (one estimator of one role)."""
-    from agentuq_nb.pipeline.evaluate_run import select_estimator
-    from agentuq_nb.uq.aggregation import read_trajectory_summary
-
-    rows = select_estimator(read_trajectory_summary(run_dir), role, uncertainty, scorer)
+def run_uncertainty(run_dir, estimator: str = "assistant.avg_token_nll") -> pd.DataFrame:
+    """A run's trajectories: task_id, trial, reward, uncertainty (one registered estimator's scores, as
+    it gives them; ``get(estimator).invert`` says whether it is a confidence)."""
+    rows = estimator_rows(run_dir, estimator)
     out = rows[["task_id", "trial", "reward", "uncertainty"]].copy()
     out["task_id"] = out["task_id"].astype(str)
     out["reward"] = out["reward"].astype(float)

@@ -9,7 +9,7 @@ from agentuq_nb.figures.style import PALETTE, use_style
 
 
 def dynamics_figure(curve: pd.DataFrame, ylabel: str = "agent turn NLL (mean token NLL)"):
-    """Mean and band per bin for successes vs failures (output of ``uq.dynamics.dynamics_curve``)."""
+    """Mean and band per bin for successes vs failures (output of ``evaluation.dynamics_curve``)."""
     use_style()
     fig, ax = plt.subplots(figsize=(5.2, 3.6))
     _draw_dynamics(ax, curve)
@@ -54,7 +54,7 @@ def dynamics_grid_figure(curves: dict, ylabel: str = "agent turn NLL"):
 
 
 def early_warning_figure(table: pd.DataFrame):
-    """AUROC with CI of the uncertainty observed up to turn fraction f (``uq.dynamics.early_warning``)."""
+    """AUROC with CI of the uncertainty observed up to turn fraction f (``evaluation.early_warning_table``)."""
     use_style()
     fig, ax = plt.subplots(figsize=(4.4, 3.4))
     t = table[np.isfinite(table["auroc"].to_numpy(dtype=float))]

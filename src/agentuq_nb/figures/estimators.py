@@ -12,7 +12,7 @@ FAMILY_COLORS = {"token": PALETTE["success"], "saup": PALETTE["accent"], "early_
 
 
 def estimator_forest_figure(table: pd.DataFrame, metric: str = "auroc", max_rows: int | None = None):
-    """One row per estimator (``uq.estimators.compare_estimators`` output), sorted by ``metric``.
+    """One row per estimator (``evaluation.compare_estimators`` output), sorted by ``metric``.
 
     Baselines (message count, tool calls, agent characters) are grey squares; inverted estimators
     are marked with "(inv.)"; undefined metrics are left out.

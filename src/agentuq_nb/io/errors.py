@@ -14,6 +14,14 @@ class InputError(ValueError):
         super().__init__(f"{self.path}: {what}{loc}")
 
 
+class MixedRunError(RuntimeError):
+    """A run folder holds files that do not belong together (two runs' files side by side)."""
+
+
+class StaleArtifactError(RuntimeError):
+    """A derived table was computed from an input that has since been replaced."""
+
+
 @dataclass
 class InputWarnings:
     """Problems that do not stop a run; counted and reported in the manifest/output."""

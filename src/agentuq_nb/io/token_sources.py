@@ -141,14 +141,14 @@ def _rows_from_items(items: list[dict], base: dict) -> dict[str, list]:
     return cols
 
 
-def _uq_logprobs_ref(message) -> dict | None:
+def uq_logprobs_ref(message) -> dict | None:
     ref = (message.raw_data or {}).get("uq_logprobs")
     return ref if isinstance(ref, dict) and ref.get("path") else None
 
 
 def _sidecar_ref(message) -> dict | None:
     """The message's sidecar reference, unless agentuq recorded it as disabled (a failed save)."""
-    ref = _uq_logprobs_ref(message)
+    ref = uq_logprobs_ref(message)
     return ref if ref is not None and ref.get("enabled", True) is not False else None
 
 
@@ -290,7 +290,7 @@ def _sidecar_rows(
             left = rows < 0
             matched = set(rows[~left].tolist())
             orphans = [i for i in referencing if i not in matched]
-            counts = [int(_uq_logprobs_ref(sim.messages[i]).get("num_tokens") or 0) for i in orphans]
+            counts = [int(uq_logprobs_ref(sim.messages[i]).get("num_tokens") or 0) for i in orphans]
             if counts and sum(counts) == int(left.sum()):
                 rows[left] = np.repeat(orphans, counts)
                 warnings.add("sidecar_rows_joined_by_order", f"{results_path} simulation {sim.id}", int(left.sum()))

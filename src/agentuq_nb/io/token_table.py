@@ -15,9 +15,8 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from agentuq_nb.io.atomic import atomic_path
+from agentuq_nb.io.rundir import RunDir
 from agentuq_nb.records.tokens import TOKEN_SCHEMA
-
-TOKENS_FILE = "tokens.parquet"
 
 
 class TokenTableWriter:
@@ -30,7 +29,7 @@ class TokenTableWriter:
     """
 
     def __init__(self, path: str | os.PathLike, row_group_rows: int = 262_144, schema: pa.Schema = TOKEN_SCHEMA,
-                 background: bool = False):
+                 background: bool = False, metadata: dict | None = None):
         self.path = Path(path)
         self.row_group_rows = row_group_rows
         self._ctx = atomic_path(self.path)
@@ -40,6 +39,8 @@ class TokenTableWriter:
         # turn…): a third faster to write than pyarrow's defaults, for a file 8% larger
         strings = [f.name for f in schema if _is_string(f.type) or (pa.types.is_list(f.type) and _is_string(f.type.value_type))]
         keys = [f.name for f in schema if _is_string(f.type) or pa.types.is_integer(f.type) or pa.types.is_boolean(f.type)]
+        if metadata:  # footer key-value metadata (a commit stamp)
+            schema = schema.with_metadata({**(schema.metadata or {}), **metadata})
         self._writer = pq.ParquetWriter(self._tmp, schema, compression="snappy", use_dictionary=strings,
                                         write_statistics=keys)
         self._buffer: list[pa.Table] = []
@@ -125,14 +126,13 @@ def write_token_table(path: str | os.PathLike, table: pa.Table) -> None:
 
 
 def token_table_files(path: str | os.PathLike) -> list[Path]:
-    """A run's token tables: ``tokens.parquet`` (extracted or generated rows) and any
-    ``tokens.<name>.parquet`` added later (e.g. observation scoring), in a stable order."""
+    """A token table file as given, or a run folder's token tables (:meth:`RunDir.token_tables`), checked."""
     path = Path(path)
     if path.is_file():
         return [path]
-    files = ([path / TOKENS_FILE] if (path / TOKENS_FILE).exists() else []) + sorted(path.glob("tokens.*.parquet"))
-    if not files:
-        raise FileNotFoundError(f"{path}: no token table (tokens.parquet); run 'agentuq-nb extract' first")
+    run = RunDir(path)
+    files = run.token_tables()
+    run.verify(*files)
     return files
 
 
@@ -151,7 +151,7 @@ def read_token_table(path: str | os.PathLike, columns: list[str] | None = None, 
 # It is derived from the single files (which stay the run's primary tables) and rebuilt when
 # they change; ``_sources.json`` records which files, sizes and mtimes it was built from.
 
-PARTITIONED_DIR = "tokens_by_task"
+PARTITIONED_DIR = RunDir.relative("tokens_by_task")
 PARTITION_KEYS = ["domain", "task_id"]
 HIVE_PARTITIONING = ds.partitioning(pa.schema([TOKEN_SCHEMA.field(k) for k in PARTITION_KEYS]), flavor="hive")
 _SOURCES_FILE = "_sources.json"

@@ -39,6 +39,7 @@ from litellm.types.utils import (
 )
 
 from agentuq_nb.llm.chat_format import SMOLLM2_CHAT, Segment, arguments_json, message_body
+from agentuq_nb.records.config import EMBEDDED_MODEL
 from agentuq_nb.llm.local_model import (
     ContextWindowError,
     Grammar,
@@ -58,9 +59,8 @@ from agentuq_nb.llm.tool_format import (
     tool_call_prefix,
 )
 
-PROVIDER = "local"
-MODEL_NAME = "smollm2-135m-instruct"
-LOCAL_MODEL = f"{PROVIDER}/{MODEL_NAME}"
+LOCAL_MODEL = EMBEDDED_MODEL  # "local/smollm2-135m-instruct", named once in records.config
+PROVIDER, MODEL_NAME = LOCAL_MODEL.split("/", 1)
 CONTEXT_WINDOW = 8192
 SUPPORTED_PARAMS = {"temperature", "seed", "max_tokens", "max_completion_tokens", "logprobs",
                     "top_logprobs", "tools", "tool_choice", "n", "stream", "user"}

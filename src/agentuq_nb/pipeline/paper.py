@@ -26,10 +26,17 @@ from pathlib import Path
 
 import pandas as pd
 
+from agentuq_nb.common.naming import slug
+from agentuq_nb.evaluation import compare_estimators, dynamics_curve
+from agentuq_nb.io.atomic import atomic_write_with
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.results import iter_simulations, read_header
-from agentuq_nb.io.token_sources import SidecarResolver, _uq_logprobs_ref
+from agentuq_nb.io.rundir import RunDir
+from agentuq_nb.io.token_sources import SidecarResolver, uq_logprobs_ref
 from agentuq_nb.records import Results
+from agentuq_nb.records.outcomes import failure_labels
+from agentuq_nb.uq import aggregate, extract, read_turn_summary, score_observations
+from agentuq_nb.uq.dynamics import read_agent_turns
 
 DATASET = "changdae/tau2-uq-artifacts"
 DOWNLOAD_COMMAND = f"huggingface-cli download {DATASET} --repo-type dataset --local-dir data/tau2-uq-artifacts"
@@ -60,7 +67,7 @@ class ResultSet:
 
 def model_slug(model: str) -> str:
     """A model name as a file-name part: ``openai/gpt-4.1`` → ``gpt-4.1``."""
-    return re.sub(r"[^A-Za-z0-9.-]+", "_", str(model).split("/")[-1])
+    return slug(str(model).split("/")[-1])
 
 
 def _model_key(name: str) -> str:
@@ -124,7 +131,7 @@ def locate_sidecars(result_set: ResultSet, artifacts_dir: str | Path, index: dic
     """
     refs = []
     for i, sim in enumerate(iter_simulations(result_set.results)):
-        refs += [ref["path"] for m in sim.messages if (ref := _uq_logprobs_ref(m)) is not None]
+        refs += [ref["path"] for m in sim.messages if (ref := uq_logprobs_ref(m)) is not None]
         if i + 1 >= REFERENCE_SAMPLE:
             break
     if not refs:
@@ -166,14 +173,8 @@ def prepare(result_set: ResultSet, run_dir: str | Path, sidecar_dir: Path | None
     With ``observation_scorer_llm``, user messages are first scored teacher-forced under that model
     (scorer ``agent_llm``) so the observation figure has the agent-side density.
     """
-    from agentuq_nb.uq.aggregation import TRAJECTORY_SUMMARY_FILE, aggregate
-    from agentuq_nb.uq.extract import MANIFEST_FILE, extract
-    from agentuq_nb.uq.observation import score_observations
-
-    run_dir = Path(run_dir)
-    manifest = run_dir / MANIFEST_FILE
-    done = (manifest.exists() and (run_dir / f"{TRAJECTORY_SUMMARY_FILE}.parquet").exists()
-            and json.loads(manifest.read_text()).get("results") == str(result_set.results.resolve()))
+    run = RunDir(run_dir)
+    done = (run.has("trajectory_summary") and run.manifest().results == str(result_set.results.resolve()))
     if not done:
         extract(result_set.results, run_dir, sidecar_dir, progress=progress)
     if observation_scorer_llm:
@@ -181,7 +182,7 @@ def prepare(result_set: ResultSet, run_dir: str | Path, sidecar_dir: Path | None
                            tool_messages=False, progress=progress, limit=observation_limit)
     if not done or observation_scorer_llm:
         aggregate(run_dir)
-    return run_dir
+    return run.path
 
 
 def prepare_all(artifacts_dir: str | Path, run_dir: str | Path, observation_scorer_llm: str | None = None,
@@ -198,32 +199,24 @@ def prepare_all(artifacts_dir: str | Path, run_dir: str | Path, observation_scor
 
 def inventory(runs: dict[ResultSet, Path], failure_threshold: float = 1.0) -> pd.DataFrame:
     """One row per result set: model, user model, domain, trajectories, failures, token rows."""
-    from agentuq_nb.evaluation import failure_labels
-    from agentuq_nb.uq.dynamics import _rewards
-    from agentuq_nb.uq.extract import read_manifest
-
     rows = []
     for s, run in runs.items():
-        rewards = _rewards(run)["reward"]
-        manifest = read_manifest(run)
+        rewards = RunDir(run).rewards()["reward"]
+        manifest = RunDir(run).require_manifest()
         rows.append({"model": s.model, "user_model": s.user_model, "domain": s.domain,
                      "trajectories": len(rewards), "failures": int(failure_labels(rewards, failure_threshold).sum()),
-                     "token_rows": manifest.get("num_tokens"), "results": str(s.results), "run": str(run)})
+                     "token_rows": manifest.num_tokens, "results": str(s.results), "run": str(run)})
     return pd.DataFrame(rows)
 
 
 def turns_of_model(runs: dict[ResultSet, Path], model: str) -> pd.DataFrame:
     """The turn summaries of every domain of one model, stacked (for the per-domain observation panels)."""
-    from agentuq_nb.uq.aggregation import read_turn_summary
-
     return pd.concat([read_turn_summary(run) for s, run in runs.items() if s.model == model], ignore_index=True)
 
 
 def dynamics_curves(runs: dict[ResultSet, Path], failure_threshold: float = 1.0, n_bins: int = 10,
                     n_boot: int = 1000, seed: int = 0) -> dict[tuple[str, str], pd.DataFrame]:
     """(model, domain) → the binned per-turn agent-NLL curve of successes vs failures."""
-    from agentuq_nb.uq.dynamics import dynamics_curve, read_agent_turns
-
     return {(s.model, s.domain): dynamics_curve(read_agent_turns(run, failure_threshold=failure_threshold),
                                                 n_bins=n_bins, n_boot=n_boot, seed=seed)
             for s, run in runs.items()}
@@ -233,9 +226,6 @@ def auroc_table(runs: dict[ResultSet, Path], estimators: list[str] | None = None
                 n_boot: int = 1000, seed: int = 0, out_dir: str | Path | None = None) -> pd.DataFrame:
     """AUROC with 95% CI per model × domain × estimator (``compare_estimators`` of each run), and the
     published agent-NLL AUROC beside ``assistant.avg_token_nll``; written to ``out_dir/paper_auroc_table.csv``."""
-    from agentuq_nb.io.atomic import atomic_write_with
-    from agentuq_nb.uq.estimators import compare_estimators
-
     parts = []
     for s, run in runs.items():
         table = compare_estimators(run, failure_threshold=failure_threshold, n_boot=n_boot, seed=seed)

@@ -34,18 +34,19 @@ checkout at the same path, e.g. on a shared filesystem).
 from __future__ import annotations
 
 import itertools
-import os
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
+from agentuq_nb.common.naming import slug
+from agentuq_nb.common.redaction import find_secret
 from agentuq_nb.io.errors import InputError
-
-SECRET_ENV = re.compile(r"(API_KEY|_TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
+from agentuq_nb.io.rundir import RunDir
+from agentuq_nb.records.config import StudySpec, validation_message
 
 
 @dataclass
@@ -65,71 +66,54 @@ def project_root(start: Path | None = None) -> Path:
 
 
 def _check_no_secrets(params: dict[str, Any], path: Path) -> None:
-    secrets = {v for k, v in os.environ.items() if SECRET_ENV.search(k) and len(v) >= 8}
-    def walk(obj, where):
-        if isinstance(obj, dict):
-            for k, v in obj.items():
-                if SECRET_ENV.search(str(k)):
-                    raise InputError(path, f"parameter '{k}' looks like a secret; keep keys in the environment or .env, never in params", where)
-                walk(v, f"{where}.{k}")
-        elif isinstance(obj, list):
-            for i, v in enumerate(obj):
-                walk(v, f"{where}[{i}]")
-        elif isinstance(obj, str) and obj in secrets:
-            raise InputError(path, "a parameter value equals an API key from the environment; it would be written into executed notebooks", where)
-    walk(params, "parameters")
-
-
-def _grid_points(grid: Any, params_path: Path) -> list[dict[str, Any]]:
-    if grid is None:
-        return [{}]
-    if not isinstance(grid, dict) or not grid:
-        raise InputError(params_path, "'grid' must map parameter names to lists of values", "grid")
-    for key, values in grid.items():
-        if not isinstance(values, list) or not values:
-            raise InputError(params_path, f"grid values of '{key}' must be a non-empty list", f"grid.{key}")
-    return [dict(zip(grid, combo)) for combo in itertools.product(*grid.values())]
+    found = find_secret(params, "parameters")
+    if found is not None:
+        where, reason = found
+        raise InputError(path, f"a parameter looks like a secret ({reason}); keep API keys in the environment or "
+                               ".env, never in params: they would be written into executed notebooks", where)
 
 
 def _point_name(name: str, point: dict[str, Any]) -> str:
     def text(value: Any) -> str:
-        value = ",".join(map(str, value)) if isinstance(value, list) else str(value)
-        return re.sub(r"[^A-Za-z0-9_.,+-]+", "_", value)
+        return slug(",".join(map(str, value)) if isinstance(value, list) else value, keep=",+")
 
     return "__".join([name] + [f"{k}={text(v)}" for k, v in point.items()])
+
+
+def read_spec(params_path: Path) -> StudySpec:
+    """A params file as a :class:`~agentuq_nb.records.config.StudySpec`; errors name the file and the field."""
+    if not params_path.is_file():
+        raise InputError(params_path, "params file does not exist")
+    try:
+        raw = yaml.safe_load(params_path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise InputError(params_path, f"not valid YAML: {err}") from err
+    if not isinstance(raw, dict):
+        raise InputError(params_path, "expected a mapping with a non-empty 'notebooks' list")
+    try:
+        return StudySpec.model_validate(raw)
+    except ValidationError as err:
+        what, where = validation_message(err)
+        raise InputError(params_path, what, where) from None
 
 
 def load_studies(params_path: str | Path) -> list[Study]:
     """The study of a params file, or one study per point of its ``grid``."""
     params_path = Path(params_path)
-    if not params_path.is_file():
-        raise InputError(params_path, "params file does not exist")
-    try:
-        spec = yaml.safe_load(params_path.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise InputError(params_path, f"not valid YAML: {err}") from err
-    if not isinstance(spec, dict) or not spec.get("notebooks"):
-        raise InputError(params_path, "expected a mapping with a non-empty 'notebooks' list")
-    name = str(spec.get("name") or params_path.stem)
-    common = spec.get("parameters") or {}
-    points = _grid_points(spec.get("grid"), params_path)
+    spec = read_spec(params_path)
+    name = spec.name or params_path.stem
+    points = [dict(zip(spec.grid, combo)) for combo in itertools.product(*spec.grid.values())] if spec.grid else [{}]
     studies = []
     for point in points:
-        study = Study(name=_point_name(name, point) if spec.get("grid") else name, params_path=params_path)
-        for i, entry in enumerate(spec["notebooks"]):
-            if isinstance(entry, str):
-                nb, extra = entry, {}
-            elif isinstance(entry, dict) and "name" in entry:
-                nb, extra = str(entry["name"]), entry.get("parameters") or {}
-            else:
-                raise InputError(params_path, "each notebook is a name or {name, parameters}", f"notebooks[{i}]")
-            swept = sorted(set(point) & set(extra))
+        study = Study(name=_point_name(name, point) if spec.grid else name, params_path=params_path)
+        for i, entry in enumerate(spec.notebooks):
+            swept = sorted(set(point) & set(entry.parameters))
             if swept:
-                raise InputError(params_path, f"{swept} are swept by 'grid' and also set for notebook '{nb}'",
+                raise InputError(params_path, f"{swept} are swept by 'grid' and also set for notebook '{entry.name}'",
                                  f"notebooks[{i}]")
-            merged = {**common, **point, **extra}
+            merged = {**spec.parameters, **point, **entry.parameters}
             _check_no_secrets(merged, params_path)
-            study.notebooks.append((nb, merged))
+            study.notebooks.append((entry.name, merged))
         studies.append(study)
     return studies
 
@@ -162,7 +146,7 @@ def run_study(
     output_root = Path(output_root or root)
     run_dir = output_root / "runs" / study.name
     figures_dir = output_root / "figures" / study.name
-    out_dir = run_dir / "notebooks"
+    out_dir = RunDir(run_dir).file("notebooks")
     out_dir.mkdir(parents=True, exist_ok=True)
     sources = [root / "notebooks" / (nb if nb.endswith(".ipynb") else f"{nb}.ipynb") for nb, _ in study.notebooks]
     for source in sources:

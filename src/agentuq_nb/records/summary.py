@@ -1,29 +1,44 @@
 """agentuq's ``uq_summary`` shape, computed from token rows.
 
-Per role (``assistant``, ``user``, …) and ``combined`` when more than one role is
-present: ``total_tokens, trajectory_nll, avg_token_nll, mean_topk_entropy,
-min_chosen_prob``. It lives here, beside the row contract, because the
-simulator (below ``uq``) writes it into every simulation; ``uq.aggregation``
-computes the same numbers vectorized over whole tables (tests hold them equal).
+Per role (``assistant``, ``user``, …) and ``combined`` when more than one role is present:
+``total_tokens, trajectory_nll, avg_token_nll, mean_topk_entropy, min_chosen_prob`` - the
+statistics of :data:`AGENTUQ_SUMMARY`, each made as :mod:`agentuq_nb.records.token_statistics`
+defines it. It lives here, beside the row contract, because the simulator (below ``uq``) writes it
+into every simulation; ``uq.aggregation`` computes the same numbers vectorized over whole tables
+(tests hold them equal).
 """
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from agentuq_nb.records.token_statistics import TOKEN_VALUES, TRAJECTORY_COUNT, get_statistic
+
+#: the statistics of agentuq's uq_summary, in its key order (after ``total_tokens``)
+AGENTUQ_SUMMARY = ("trajectory_nll", "avg_token_nll", "mean_topk_entropy", "min_chosen_prob")
+
+
+def _value(row: Mapping[str, Any], value: str) -> float | None:
+    raw = row.get(TOKEN_VALUES[value])
+    if raw is None:
+        return None
+    return -float(raw) if value == "nll" else float(raw)
+
 
 def _role_summary(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
-    n = len(rows)
-    nll = sum(-float(r["chosen_logprob"]) for r in rows if r.get("chosen_logprob") is not None)
-    ent = sum(float(r["topk_entropy"]) for r in rows if r.get("topk_entropy") is not None)
-    probs = [float(r["chosen_prob"]) for r in rows if r.get("chosen_prob") is not None]
-    return {
-        "total_tokens": n,
-        "trajectory_nll": nll,
-        "avg_token_nll": nll / n if n else None,
-        "mean_topk_entropy": ent / n if n else None,
-        "min_chosen_prob": min(probs) if probs else None,
-    }
+    out: dict[str, Any] = {TRAJECTORY_COUNT: len(rows)}
+    for name in AGENTUQ_SUMMARY:
+        stat = get_statistic(name)
+        values = [v for r in rows if (v := _value(r, stat.value)) is not None]
+        if not values:
+            out[name] = None
+        elif stat.reduce == "sum":
+            out[name] = sum(values)
+        elif stat.reduce == "mean":
+            out[name] = sum(values) / len(values)
+        else:
+            out[name] = (min if stat.reduce == "min" else max)(values)
+    return out
 
 
 def uq_summary(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Callable
 
+from agentuq_nb.distributed.executor import Interrupted
 from agentuq_nb.records.summary import uq_summary
 from agentuq_nb.records.tokens import SCHEMA_VERSION
 from agentuq_nb.sim.agent import LLMAgent
@@ -50,7 +51,7 @@ class TerminationReason:
     USER_ERROR = "user_error"
 
 
-class SimulationInterrupted(Exception):
+class SimulationInterrupted(Interrupted):
     """Raised inside a simulation when the runner asks it to stop (Ctrl-C); nothing is saved."""
 
 

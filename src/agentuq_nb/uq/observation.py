@@ -21,28 +21,32 @@ the same as an in-process run's.
 """
 from __future__ import annotations
 
-import re
-from itertools import islice
+import json
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pydantic import ValidationError
 
+from agentuq_nb.distributed import JobRunner, with_worker_api_base
 from agentuq_nb.io.atomic import atomic_write_json, atomic_write_with
 from agentuq_nb.io.errors import InputError, InputWarnings
 from agentuq_nb.io.results import iter_simulations, read_header
+from agentuq_nb.io.rundir import RunDir
 from agentuq_nb.io.sidecars import sidecar_name
 from agentuq_nb.io.token_sources import RAW_COLUMNS, RAW_SCHEMA
-from agentuq_nb.io.token_table import TOKENS_FILE, TokenTableWriter
+from agentuq_nb.io.token_table import TokenTableWriter
 from agentuq_nb.records import Results, Simulation
-from agentuq_nb.uq.extract import MANIFEST_FILE, MESSAGES_FILE, TRAJECTORIES_FILE, message_records, trajectory_record
+from agentuq_nb.records.config import EMBEDDED_MODEL, ExecutionConfig, ScoringConfig, validation_message
+from agentuq_nb.uq.base_tables import BaseTables
+from agentuq_nb.uq.extraction import results_input
 from agentuq_nb.uq.token_metrics import with_token_metrics
 
 SCORER_MODES = ("agent_llm", "auxiliary_llm")
-BACKENDS = {"teacher_forced": "teacher_forced", "echo": "teacher_forced", "chat_replay": "chat_replay"}
 
 # τ²-bench's agent system prompt (its LLMAgent), used when a results file does not record the
 # prompt its agent actually saw.
@@ -119,10 +123,6 @@ class ScoringReport:
                 "truncated_trajectories": self.truncated_trajectories, "warnings": self.warnings.as_dict()}
 
 
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)
-
-
 def _rows_table(rows: list[dict], sim: Simulation, domain: str, roles: set[str], mode: str) -> pa.Table:
     keys = {"domain": domain, "task_id": str(sim.task_id), "trial": sim.trial, "seed": sim.seed}
     kept = [r for r in rows if r["role"] in roles]
@@ -172,30 +172,28 @@ def score_one(job: ScoringJob) -> ScoredTrajectory:
 
 def score_on_worker(job: ScoringJob) -> ScoredTrajectory:
     """:func:`score_one` on a Dask worker: a remote scorer uses the worker's ``api_base``, if it has one."""
-    from agentuq_nb import llm
-    from agentuq_nb.distributed import with_worker_api_base
-
-    if job.model != llm.LOCAL_MODEL:
+    if job.model != EMBEDDED_MODEL:
         job = replace(job, request=with_worker_api_base(job.request))
     return score_one(job)
 
 
-def _scoring_jobs(results_path: Path, checkpoint_dir: Path, mode: str, model: str, backend: str, roles: set[str],
-                  top_logprobs: int, report: ScoringReport, limit: int | None):
+def _scoring_jobs(results_path: Path, checkpoint_dir: Path, config: ScoringConfig, roles: set[str],
+                  report: ScoringReport):
     """``(checkpoint path, job)`` for every simulation not scored yet, in file order."""
     header = read_header(results_path)
     info = header.get("info") or {}
     domain = Results.model_validate({"info": info}).domain
-    system = scorer_system_prompt(mode, info)
-    for sim in islice(iter_simulations(results_path), limit):
+    system = scorer_system_prompt(config.scorer_mode, info)
+    for sim in islice(iter_simulations(results_path), config.limit):
         out = checkpoint_dir / (sidecar_name(domain, sim.task_id, sim.trial, sim.seed)[:-len(".jsonl")] + ".parquet")
         if out.exists():
             report.skipped += 1
             continue
         where = f"{results_path} simulation {sim.id}"
         _check_trajectory(sim, where, report.warnings)
-        yield out, ScoringJob(sim=sim, domain=domain, where=where, mode=mode, model=model, system=system,
-                              source=BACKENDS[backend], roles=frozenset(roles), top_logprobs=top_logprobs)
+        yield out, ScoringJob(sim=sim, domain=domain, where=where, mode=config.scorer_mode, model=config.scorer_llm,
+                              system=system, source=config.source, roles=frozenset(roles),
+                              top_logprobs=config.top_logprobs)
 
 
 def _save_scored(out: Path, scored: ScoredTrajectory, report: ScoringReport) -> None:
@@ -210,42 +208,20 @@ def _save_scored(out: Path, scored: ScoredTrajectory, report: ScoringReport) -> 
     report.num_tokens += scored.table.num_rows
 
 
-def _score_results(results_path: Path, checkpoint_dir: Path, mode: str, model: str, backend: str,
-                   roles: set[str], top_logprobs: int, progress: bool, report: ScoringReport,
-                   limit: int | None = None, scheduler: Any = None, api_bases: list[str] | None = None,
-                   task_retries: int = 2) -> None:
+def _score_results(results_path: Path, checkpoint_dir: Path, config: ScoringConfig, roles: set[str],
+                   report: ScoringReport, execution: ExecutionConfig) -> None:
     """Score every simulation into ``checkpoint_dir/<trajectory>.parquet``, skipping done ones."""
-    jobs = _scoring_jobs(results_path, checkpoint_dir, mode, model, backend, roles, top_logprobs, report, limit)
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(desc=f"score {mode}", unit="traj", total=limit)
-    try:
-        if scheduler is None:
-            for out, job in jobs:
-                _save_scored(out, score_one(job), report)
-                if bar is not None:
-                    bar.update(1)
-        else:
-            from agentuq_nb.distributed import connect, fan_out
-
-            def save(out: Path, scored: ScoredTrajectory) -> None:
-                _save_scored(out, scored, report)
-                if bar is not None:
-                    bar.update(1)
-
-            with connect(scheduler, api_bases) as client:
-                fan_out(client, score_on_worker, jobs, save, retries=task_retries, label=f"score_{mode}")
-    finally:
-        if bar is not None:
-            bar.close()
+    jobs = _scoring_jobs(results_path, checkpoint_dir, config, roles, report)
+    runner = JobRunner(label=f"score_{config.scorer_mode}", desc=f"score {config.scorer_mode}", unit="traj",
+                       noun="trajectories", threads=execution.max_concurrency, scheduler=execution.scheduler,
+                       api_bases=execution.api_bases, retries=execution.task_retries, progress=execution.progress,
+                       kept_as=f"checkpointed in {checkpoint_dir}")
+    runner.run(score_one, ((out, job) for out, job in jobs), lambda out, scored: _save_scored(out, scored, report),
+               total=config.limit, worker_fn=score_on_worker)
 
 
-def _consolidate(checkpoint_dir: Path, out_path: Path) -> int:
-    import pyarrow.parquet as pq
-
-    with TokenTableWriter(out_path) as writer:
+def _consolidate(checkpoint_dir: Path, out_path: Path, metadata: dict) -> int:
+    with TokenTableWriter(out_path, metadata=metadata) as writer:
         for part in sorted(checkpoint_dir.glob("*.parquet")):
             writer.write(pq.read_table(part))
         return writer.num_rows
@@ -253,8 +229,6 @@ def _consolidate(checkpoint_dir: Path, out_path: Path) -> int:
 
 def _check_scorer_state(state_path: Path, state: dict) -> None:
     """Refuse to resume a scoring run with a different scorer, which would mix two models' rows."""
-    import json
-
     if state_path.exists():
         old = json.loads(state_path.read_text())
         changed = {k: (old.get(k), v) for k, v in state.items() if old.get(k) != v}
@@ -265,103 +239,77 @@ def _check_scorer_state(state_path: Path, state: dict) -> None:
         atomic_write_json(state_path, state)
 
 
-def score_observations(
-    run_dir: str | Path,
-    results: str | Path | None = None,
-    scorer_mode: str = "agent_llm",
-    scorer_llm: str | None = None,
-    backend: str = "teacher_forced",
-    user_messages: bool = True,
-    tool_messages: bool = True,
-    top_logprobs: int = 5,
-    progress: bool = True,
-    limit: int | None = None,
-    scheduler: Any = None,
-    api_bases: list[str] | None = None,
-    task_retries: int = 2,
-) -> ScoringReport:
+def _configs(options: dict[str, Any]) -> tuple[ScoringConfig, ExecutionConfig]:
+    scoring = {k: v for k, v in options.items() if k in ScoringConfig.model_fields}
+    execution = {k: v for k, v in options.items() if k in ExecutionConfig.model_fields}
+    unknown = sorted(set(options) - set(scoring) - set(execution))
+    if unknown:
+        raise TypeError(f"unknown scoring option(s) {unknown}")
+    try:
+        return ScoringConfig(**scoring), ExecutionConfig(**execution)
+    except ValidationError as err:
+        what, where = validation_message(err)
+        raise ValueError(f"scoring option '{where}': {what}") from None
+
+
+def score_observations(run_dir: str | Path | RunDir, results: str | Path | None = None, **options: Any) -> ScoringReport:
     """Token rows of every user and tool message → ``RUN_DIR/tokens.observations_<mode>[_replay].parquet``.
 
-    ``scheduler``: one job per trajectory on a Dask cluster (``api_bases``: one scorer server per
-    worker); the tables are the same as without it."""
-    from agentuq_nb import llm
-
-    run_dir = Path(run_dir)
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown backend '{backend}'; use one of {sorted(BACKENDS)}")
-    roles = {r for r, keep in (("user", user_messages), ("tool", tool_messages)) if keep}
-    if not roles:
-        raise ValueError("nothing to score: both user and tool messages were excluded")
-    results_path = Path(results) if results else _results_of_run(run_dir)
-    model = scorer_llm or llm.LOCAL_MODEL
-    suffix = f"{scorer_mode}_replay" if BACKENDS[backend] == "chat_replay" else scorer_mode
-    checkpoint_dir = run_dir / "checkpoints" / f"observations_{suffix}"
-    checkpoint_dir.mkdir(parents=True, exist_ok=True)
-    _check_scorer_state(checkpoint_dir / "scorer.json", {"model": model, "backend": BACKENDS[backend],
-                                                         "roles": sorted(roles), "results": str(results_path.resolve())})
-    report = ScoringReport(run_dir)
-    _score_results(results_path, checkpoint_dir, scorer_mode, model, backend, roles, top_logprobs, progress, report,
-                   limit, scheduler, api_bases, task_retries)
-    report.num_tokens = _consolidate(checkpoint_dir, run_dir / f"tokens.observations_{suffix}.parquet")
-    atomic_write_json(checkpoint_dir / "report.json", report.as_dict())
+    ``options``: fields of :class:`~agentuq_nb.records.config.ScoringConfig` (``scorer_mode``,
+    ``scorer_llm``, ``backend``, ``user_messages``, ``tool_messages``, ``top_logprobs``, ``limit``) and
+    of :class:`~agentuq_nb.records.config.ExecutionConfig` (``scheduler``: one job per trajectory on a
+    Dask cluster, ``api_bases``: one scorer server per worker, ``progress`` …); the tables are the
+    same however the jobs run. Resumable per trajectory; the run folder is locked meanwhile."""
+    config, execution = _configs(options)
+    roles = config.observation_roles()
+    run = RunDir.of(run_dir)
+    with run.lock("score-observations"):
+        results_path = Path(results) if results else run.results_path()
+        suffix = config.observation_table_suffix()
+        checkpoint_dir = run.checkpoint_dir(f"observations_{suffix}")
+        checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        _check_scorer_state(checkpoint_dir / "scorer.json", {"model": config.scorer_llm, "backend": config.source,
+                                                             "roles": sorted(roles),
+                                                             "results": str(results_path.resolve())})
+        report = ScoringReport(run.path)
+        _score_results(results_path, checkpoint_dir, config, roles, report, execution)
+        with run.commit("score-observations") as commit:
+            table = run.observation_tokens(suffix).name
+            report.num_tokens = _consolidate(checkpoint_dir, commit.stage(table, run.based_on("tokens")),
+                                             commit.metadata)
+        atomic_write_json(checkpoint_dir / "report.json", report.as_dict())
     return report
 
 
-def rescore(
-    results: str | Path,
-    out: str | Path,
-    scorer_llm: str | None = None,
-    scorer_mode: str = "agent_llm",
-    backend: str = "teacher_forced",
-    top_logprobs: int = 5,
-    progress: bool = True,
-    limit: int | None = None,
-    scheduler: Any = None,
-    api_bases: list[str] | None = None,
-    task_retries: int = 2,
-) -> ScoringReport:
-    """Rows for every message of a results file → ``OUT/tokens.parquet`` (+ messages, trajectories, manifest).
+def rescore(results: str | Path, out: str | Path | RunDir, **options: Any) -> ScoringReport:
+    """Rows for every message of a results file → ``OUT``'s base tables (tokens, partials, messages,
+    trajectories) and manifest, published as one commit, so that ``aggregate`` and ``evaluate`` work on
+    any recorded run.
 
-    ``limit`` scores only the first N simulations (a quick look at a large file); ``scheduler``
-    and ``api_bases`` as in :func:`score_observations`."""
-    from agentuq_nb import llm
-    from datetime import datetime, timezone
-
-    results_path, run_dir = Path(results), Path(out)
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown backend '{backend}'; use one of {sorted(BACKENDS)}")
-    model = scorer_llm or llm.LOCAL_MODEL
-    checkpoint_dir = run_dir / "checkpoints" / f"rescore_{scorer_mode}"
-    checkpoint_dir.mkdir(parents=True, exist_ok=True)
-    _check_scorer_state(checkpoint_dir / "scorer.json", {"model": model, "backend": BACKENDS[backend],
-                                                         "results": str(results_path.resolve())})
-    report = ScoringReport(run_dir)
-    _score_results(results_path, checkpoint_dir, scorer_mode, model, backend, {"assistant", "user", "tool"},
-                   top_logprobs, progress, report, limit, scheduler, api_bases, task_retries)
-    report.num_tokens = _consolidate(checkpoint_dir, run_dir / TOKENS_FILE)
-    header = read_header(results_path)
-    domain = Results.model_validate({"info": header.get("info") or {}}).domain
-    messages, trajectories = [], []
-    for sim in islice(iter_simulations(results_path), limit):
-        messages.extend(message_records(sim, domain))
-        trajectories.append(trajectory_record(sim, domain))
-    atomic_write_with(run_dir / MESSAGES_FILE, pd.DataFrame(messages).to_parquet)
-    atomic_write_with(run_dir / TRAJECTORIES_FILE, pd.DataFrame(trajectories).to_parquet)
-    atomic_write_json(run_dir / MANIFEST_FILE, {
-        "results": str(results_path.resolve()), "domain": domain, "rescored": True,
-        "scorer_llm": model, "scorer_mode": scorer_mode, "backend": BACKENDS[backend],
-        "num_simulations": len(trajectories), "num_tokens": report.num_tokens, **report.as_dict(),
-        "rescored_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    })
+    ``options`` as in :func:`score_observations`; ``limit`` scores only the first N simulations (a quick
+    look at a large file)."""
+    config, execution = _configs(options)
+    results_path, run = Path(results), RunDir.of(out)
+    with run.lock("rescore"):
+        checkpoint_dir = run.checkpoint_dir(f"rescore_{config.scorer_mode}")
+        checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        _check_scorer_state(checkpoint_dir / "scorer.json", {"model": config.scorer_llm, "backend": config.source,
+                                                             "results": str(results_path.resolve())})
+        report = ScoringReport(run.path)
+        _score_results(results_path, checkpoint_dir, config, {"assistant", "user", "tool"}, report, execution)
+        domain = Results.model_validate({"info": read_header(results_path).get("info") or {}}).domain
+        with run.commit("rescore") as commit, BaseTables(commit, results_input(run, results_path)) as tables:
+            for part in sorted(checkpoint_dir.glob("*.parquet")):
+                tables.add_tokens(pq.read_table(part))
+            tables.add_simulations(islice(iter_simulations(results_path), config.limit), domain, str(results_path),
+                                   report.warnings)
+            tables.close(str(results_path), report.warnings)
+            report.num_tokens = tables.num_tokens
+            commit.update_manifest(
+                step="rescore", results=str(results_path.resolve()), layout=None, sidecar_dir=None, domain=domain,
+                models={}, num_simulations=len(tables.trajectories), num_tokens=report.num_tokens,
+                warnings=report.warnings.as_dict(),
+                scoring={"scorer_llm": config.scorer_llm, "scorer_mode": config.scorer_mode, "backend": config.source,
+                         **report.as_dict()},
+                created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     return report
-
-
-def _results_of_run(run_dir: Path) -> Path:
-    import json
-
-    manifest = run_dir / MANIFEST_FILE
-    if manifest.exists():
-        return Path(json.loads(manifest.read_text())["results"])
-    if (run_dir / "results.json").exists():
-        return run_dir / "results.json"
-    raise FileNotFoundError(f"{run_dir}: no manifest.json or results.json; pass --results")

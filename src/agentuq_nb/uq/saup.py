@@ -41,15 +41,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from agentuq_nb.evaluation import failure_labels
-from agentuq_nb.io.atomic import atomic_write_with
 from agentuq_nb.io.results import iter_simulations
+from agentuq_nb.io.rundir import RunDir
+from agentuq_nb.records.keys import key_dtypes
+from agentuq_nb.records.outcomes import failure_labels
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
-from agentuq_nb.uq.aggregation import key_dtypes, read_turn_summary
+from agentuq_nb.uq.aggregation import read_turn_summary
 from agentuq_nb.uq.embeddings import cosine_distance
-from agentuq_nb.uq.extract import read_manifest
 
-SAUP_SCORES_FILE = "saup_scores.parquet"
+#: the per-trajectory score columns (the ``saup_*`` estimators; ``user_saup_*`` is SAUP's per-actor view)
+AGENT_COLUMNS = ("saup_rms", "saup_position", "saup_distance")
+USER_COLUMNS = ("user_saup_rms", "user_saup_position", "user_saup_distance")
 ACTORS = ("assistant", "user")
 N_STATES = 3
 #: a state with less total posterior mass than this on the training steps gets the training failure rate
@@ -159,21 +161,21 @@ def _key(task_id, trial, seed) -> tuple:
     return str(task_id), _int(trial), _int(seed)
 
 
-def saup_steps(run_dir: str | Path, embedder=None, scorer: str = "self") -> pd.DataFrame:
+def saup_steps(run_dir: str | Path | RunDir, embedder=None, scorer: str = "self") -> pd.DataFrame:
     """One row per step (agent and user turns): keys, message_idx, turn_idx, actor, u, d_a, d_o.
 
     Message texts come from the results named in ``RUN_DIR/manifest.json``.
     """
-    run_dir = Path(run_dir)
-    turns = key_dtypes(read_turn_summary(run_dir))
+    run = RunDir.of(run_dir)
+    turns = key_dtypes(read_turn_summary(run))
     turns = turns[(turns["scorer"] == scorer) & turns["role"].isin(ACTORS)]
     turns = turns[np.isfinite(turns["avg_token_nll"].to_numpy(dtype=float))]
-    manifest = read_manifest(run_dir)
-    domain = manifest.get("domain")
+    manifest = run.require_manifest()
+    domain = manifest.domain
     embedder = get_embedder(embedder)
     wanted = {_key(t, tr, sd) for t, tr, sd in turns[["task_id", "trial", "seed"]].itertuples(index=False)}
     sims = []
-    for sim in iter_simulations(manifest["results"]):
+    for sim in iter_simulations(manifest.results):
         if _key(sim.task_id, sim.trial, sim.seed) in wanted:
             sims.append((sim.task_id, sim.trial, sim.seed, [message_text(m) for m in sim.messages],
                          [m.role for m in sim.messages]))
@@ -264,7 +266,7 @@ def saup_from_steps(steps: pd.DataFrame, rewards: pd.DataFrame | None = None, fa
     agent_seq, agent_u = [], []
     for key, g in steps.groupby(TRAJECTORY_KEYS, sort=True, dropna=False):
         row = dict(zip(TRAJECTORY_KEYS, key))
-        for actor, prefix in (("assistant", "saup_"), ("user", "user_saup_")):
+        for actor, prefix in (("assistant", "saup_"), ("user", "user_saup_")):  # AGENT_COLUMNS, USER_COLUMNS
             a = g[g["actor"] == actor]
             u = a["u"].to_numpy(dtype=float)
             row[f"{prefix}rms"] = saup_score(u)
@@ -285,16 +287,15 @@ def saup_from_steps(steps: pd.DataFrame, rewards: pd.DataFrame | None = None, fa
     return out
 
 
-def saup(run_dir: str | Path, embedder=None, failure_threshold: float = 1.0, k_folds: int = 5, seed: int = 0,
-         hmm: bool = True, write: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(per-trajectory scores, step table) for a run; writes ``saup_scores.parquet`` when ``write``."""
-    from agentuq_nb.uq.dynamics import _rewards
-
-    run_dir = Path(run_dir)
-    steps = saup_steps(run_dir, embedder)
-    scores = saup_from_steps(steps, _rewards(run_dir), failure_threshold, k_folds, seed, hmm=hmm)
+def saup(run_dir: str | Path | RunDir, embedder=None, failure_threshold: float = 1.0, k_folds: int = 5,
+         seed: int = 0, hmm: bool = True, write: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(per-trajectory scores, step table) for a run; publishes ``saup_scores.parquet`` when ``write``."""
+    run = RunDir.of(run_dir)
+    steps = saup_steps(run, embedder)
+    scores = saup_from_steps(steps, run.rewards(), failure_threshold, k_folds, seed, hmm=hmm)
     if write:
-        atomic_write_with(run_dir / SAUP_SCORES_FILE, lambda p: scores.to_parquet(p, index=False))
+        with run.commit("saup") as commit:
+            commit.write_parquet("saup_scores", scores, based_on=run.based_on("turn_summary", "trajectories"))
     return scores, steps
 
 

@@ -1,35 +1,36 @@
 """Mergeable per-turn partials of token rows: sums, counts, minima and maxima.
 
-The summaries (``uq.aggregation``) are built from these, so they can be computed piecewise —
-per batch of a token table, per task on a Dask cluster, or while ``extract`` writes the table
-(heavy statistics computed once and shared) — and merged by key: the merge of partials equals
-the partials of the whole. ``extract`` streams those of ``tokens.parquet`` batch by batch into
-``turn_partials.parquet``, whose footer names the size and modification time of the table they
-describe; ``aggregate`` merges them instead of reading the table, while the table is unchanged.
+Which partials exist is read from the one table of token statistics
+(:mod:`agentuq_nb.records.token_statistics`): ``sum_<value>``/``n_<value>`` for every token value a
+mean or a sum reads, and one column per extreme statistic. The summaries (``uq.aggregation``) are
+built from these, so they can be computed piecewise - per batch of a token table, per task on a
+Dask cluster, or while ``extract`` writes the table - and merged by key: the merge of partials
+equals the partials of the whole. ``extract`` streams those of ``tokens.parquet`` into
+``turn_partials.parquet`` in the same commit as the table; ``aggregate`` merges them instead of
+reading the table while both carry the same commit.
 """
 from __future__ import annotations
-
-import json
-import os
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
+from agentuq_nb.io.rundir import RunDir, parquet_commit
+from agentuq_nb.records.token_statistics import (
+    TOKEN_STATISTICS,
+    TOKEN_VALUES,
+    TURN_COUNT,
+    additive_values,
+    extreme_statistics,
+    token_values,
+)
 from agentuq_nb.records.tokens import TOKEN_SCHEMA, TRAJECTORY_KEYS
 
 TURN_KEYS = TRAJECTORY_KEYS + ["scorer", "role", "turn_idx"]
 ROLE_KEYS = TRAJECTORY_KEYS + ["scorer", "role"]
 TURN_GROUP = TURN_KEYS + ["message_idx", "source"]
-TOKEN_COLUMNS_READ = TURN_GROUP + ["chosen_logprob", "chosen_prob", "topk_entropy", "normalized_entropy", "full_entropy"]
-# value column → name of its mean in the summaries
-MEANS = {"nll": "avg_token_nll", "topk_entropy": "mean_topk_entropy",
-         "normalized_entropy": "mean_normalized_entropy", "full_entropy": "mean_full_entropy"}
-PARTIALS_FILE = "turn_partials.parquet"
-_STAMP_KEY = "agentuq_nb.token_table"
+TOKEN_COLUMNS_READ = TURN_GROUP + list(dict.fromkeys(TOKEN_VALUES[v] for v in token_values()))
 
 
 def observation_role(role: pa.Array, scorer: pa.Array) -> pa.Array:
@@ -42,6 +43,11 @@ def observation_role(role: pa.Array, scorer: pa.Array) -> pa.Array:
 def token_partials(tokens: pa.Table | pa.RecordBatch | pd.DataFrame) -> pd.DataFrame:
     """Sums, counts, min and max per turn for one batch of token rows (see :func:`token_partials_table`)."""
     return token_partials_table(tokens).to_pandas()
+
+
+def _token_value(tokens: pa.Table | pa.RecordBatch, value: str) -> np.ndarray:
+    x = tokens.column(TOKEN_VALUES[value]).to_numpy(zero_copy_only=False).astype(np.float64)
+    return -x if value == "nll" else x
 
 
 def token_partials_table(tokens: pa.Table | pa.RecordBatch | pd.DataFrame) -> pa.Table:
@@ -66,25 +72,23 @@ def token_partials_table(tokens: pa.Table | pa.RecordBatch | pd.DataFrame) -> pa
             differs &= ~pc.and_(pc.is_null(after), pc.is_null(before)).to_numpy(zero_copy_only=False)
         change[1:] |= differs
     starts = np.flatnonzero(change)
-    values = {name: tokens.column(name).to_numpy(zero_copy_only=False).astype(np.float64)
-              for name in ("chosen_logprob", "chosen_prob", "topk_entropy", "normalized_entropy", "full_entropy")}
-    nll = -values.pop("chosen_logprob")
+    values = {value: _token_value(tokens, value) for value in token_values()}
     first_rows = pa.array(starts, pa.int64())
     columns = {key: decoded(tokens.column(key).take(first_rows)) for key in TURN_GROUP}
     columns["role"] = observation_role(columns["role"], columns["scorer"])
-    columns["num_tokens"] = np.diff(np.append(starts, n))
+    columns[TURN_COUNT] = np.diff(np.append(starts, n))
 
     def per_run(ufunc: np.ufunc, x: np.ndarray) -> np.ndarray:
         return ufunc.reduceat(x, starts) if n else x[:0]
 
     with np.errstate(invalid="ignore"):
-        columns["min_chosen_prob"] = per_run(np.fmin, values["chosen_prob"])  # fmin/fmax skip NaN (null)
-        columns["max_token_nll"] = per_run(np.fmax, nll)
-    for col, x in (("nll", nll), ("topk_entropy", values["topk_entropy"]),
-                   ("normalized_entropy", values["normalized_entropy"]), ("full_entropy", values["full_entropy"])):
+        for stat in extreme_statistics():  # fmin/fmax skip NaN (null)
+            columns[stat.name] = per_run(np.fmin if stat.reduce == "min" else np.fmax, values[stat.value])
+    for value in additive_values():
+        x = values[value]
         present = ~np.isnan(x)
-        columns[f"sum_{col}"] = per_run(np.add, np.where(present, x, 0.0))
-        columns[f"n_{col}"] = per_run(np.add, present.astype(np.int64))
+        columns[f"sum_{value}"] = per_run(np.add, np.where(present, x, 0.0))
+        columns[f"n_{value}"] = per_run(np.add, present.astype(np.int64))
     return pa.table(columns)
 
 
@@ -104,31 +108,41 @@ def decoded(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
     return column.cast(column.type.value_type) if pa.types.is_dictionary(column.type) else column
 
 
+#: how each partial column merges
+MERGE_RULES = {TURN_COUNT: "sum", "num_turns": "sum",
+               **{f"{prefix}_{value}": "sum" for value in additive_values() for prefix in ("sum", "n")},
+               **{stat.name: stat.reduce for stat in extreme_statistics()}}
+
+
 def merge_partials(partials: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    agg = {c: "sum" for c in partials.columns if c.startswith(("sum_", "n_")) or c == "num_tokens"}
-    agg.update(min_chosen_prob="min", max_token_nll="max")
-    if "num_turns" in partials:
-        agg["num_turns"] = "sum"
+    agg = {column: rule for column, rule in MERGE_RULES.items() if column in partials}
     return partials.groupby(keys, sort=True, dropna=False, observed=True).agg(agg).reset_index()
+
+
+def finalize_partials(merged: pd.DataFrame, level: str) -> pd.DataFrame:
+    """Statistics from merged partials (``level``: ``turn`` or ``trajectory`` names the sums)."""
+    out = merged.copy()
+    for stat in TOKEN_STATISTICS:
+        if stat.reduce not in ("mean", "sum"):
+            continue
+        total, count = out[f"sum_{stat.value}"], out[f"n_{stat.value}"]
+        name = stat.turn_column if level == "turn" else stat.name
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[name] = total / count.where(count > 0) if stat.reduce == "mean" else total.where(count > 0)
+    return out.drop(columns=[c for c in out.columns if c.startswith(("sum_", "n_"))])
 
 
 PARTIALS_SCHEMA = token_partials_table(TOKEN_SCHEMA.empty_table()).schema
 
 
-def table_stamp(table_path: str | os.PathLike) -> dict[str, str]:
-    """Footer metadata saying which token table (name, size, modification time) partials describe."""
-    stat = Path(table_path).stat()
-    return {_STAMP_KEY: json.dumps({"name": Path(table_path).name, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns})}
-
-
-def read_stored_partials(table_path: str | os.PathLike) -> pd.DataFrame | None:
-    """The partials ``extract`` stored for the token table at ``table_path``, or None when there are
-    none or the table changed since (then the summaries are computed from its rows)."""
-    table_path = Path(table_path)
-    stored = table_path.parent / PARTIALS_FILE
-    if not stored.is_file():
+def stored_partials(run: RunDir, table_path) -> pd.DataFrame | None:
+    """The partials ``extract`` stored with the token table at ``table_path``, or None when there are
+    none or they are not of the same commit (then the summaries are computed from its rows)."""
+    stored = run.file("turn_partials")
+    if table_path != run.file("tokens") or not stored.is_file():
         return None
-    stamp = (pq.read_metadata(stored).metadata or {}).get(_STAMP_KEY.encode())
-    if stamp is None or stamp.decode() != table_stamp(table_path)[_STAMP_KEY]:
+    commit = parquet_commit(stored)
+    if commit is None or commit != parquet_commit(table_path):
         return None
-    return pq.read_table(stored).to_pandas()
+    run.verify("turn_partials")
+    return pd.read_parquet(stored)

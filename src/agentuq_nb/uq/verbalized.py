@@ -16,10 +16,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from agentuq_nb.io.atomic import atomic_write_with
 from agentuq_nb.io.results import iter_simulations, read_header
+from agentuq_nb.io.rundir import RunDir
 from agentuq_nb.records import Results
-from agentuq_nb.uq.observation import _results_of_run, agent_system_prompt, conversation
+from agentuq_nb.records.config import EMBEDDED_MODEL
+from agentuq_nb.records.tokens import TRAJECTORY_KEYS
+from agentuq_nb.uq.observation import agent_system_prompt, conversation
 
 QUESTION = {
     "per_turn": "Stop the conversation for a moment. How likely is it that your last response or action above "
@@ -27,7 +29,6 @@ QUESTION = {
     "final": "The conversation is over. How likely is it that you handled the customer's request correctly "
              "and followed the policy? Answer with a probability between 0 and 1 only.",
 }
-VERBALIZED_FILE = "verbalized_confidence"
 _NUMBER = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?|\.\d+)\s*(%|percent)?", re.IGNORECASE)
 
 
@@ -50,23 +51,21 @@ def _ask(history: list[dict], system: str, mode: str, model: str, max_tokens: in
     return answer, parse_confidence(answer)
 
 
-def verbalized_confidence(run_dir: str | Path, results: str | Path | None = None, model: str | None = None,
+def verbalized_confidence(run_dir: str | Path | RunDir, results: str | Path | None = None, model: str | None = None,
                           mode: str = "per_turn", max_tokens: int = 12, progress: bool = True,
                           limit: int | None = None) -> pd.DataFrame:
     """Per-turn answers → ``RUN_DIR/verbalized_confidence_turns.csv``; per trajectory →
-    ``RUN_DIR/verbalized_confidence.csv`` (mean over turns, counts of missing answers).
+    ``RUN_DIR/verbalized_confidence.csv`` (mean over turns, counts of missing answers), one commit.
 
     ``limit`` asks about the first N simulations only (a quick look at a large run)."""
-    from agentuq_nb import llm
-
     if mode not in QUESTION:
         raise ValueError(f"mode must be one of {sorted(QUESTION)}")
-    run_dir = Path(run_dir)
-    results_path = Path(results) if results else _results_of_run(run_dir)
+    run = RunDir.of(run_dir)
+    results_path = Path(results) if results else run.results_path()
     header = read_header(results_path)
     info = header.get("info") or {}
     domain = Results.model_validate({"info": info}).domain
-    model = model or llm.LOCAL_MODEL
+    model = model or EMBEDDED_MODEL
     system = agent_system_prompt(info)
     sims = islice(iter_simulations(results_path), limit)
     if progress:
@@ -84,13 +83,14 @@ def verbalized_confidence(run_dir: str | Path, results: str | Path | None = None
     if not turns:
         raise ValueError(f"{results_path}: no agent turn to ask about (mode {mode!r}, limit {limit})")
     turn_table = pd.DataFrame(turns)
-    keys = ["domain", "task_id", "trial", "seed"]
-    per_traj = turn_table.groupby(keys, dropna=False, sort=False).agg(
+    per_traj = turn_table.groupby(TRAJECTORY_KEYS, dropna=False, sort=False).agg(
         verbalized_confidence=("confidence", "mean"), num_asked=("confidence", "size"),
         num_unparsed=("confidence", lambda s: int(s.isna().sum())), reward=("reward", "first"),
     ).reset_index()
-    atomic_write_with(run_dir / f"{VERBALIZED_FILE}_turns.csv", lambda p: turn_table.to_csv(p, index=False))
-    atomic_write_with(run_dir / f"{VERBALIZED_FILE}.csv", lambda p: per_traj.to_csv(p, index=False))
+    with run.lock("verbalized-confidence"), run.commit("verbalized-confidence") as commit:
+        based_on = run.based_on("tokens")  # the run (its base tables) the answers belong to
+        commit.write_with("verbalized_confidence_turns", lambda p: turn_table.to_csv(p, index=False), based_on)
+        commit.write_with("verbalized_confidence", lambda p: per_traj.to_csv(p, index=False), based_on)
     return per_traj
 
 

@@ -1,0 +1,6 @@
+"""Utilities beside (below) the layers: every layer and ``distributed`` may import them, they import none.
+
+* :mod:`.offline` - environment defaults that keep a run offline (litellm price list, HF hub);
+* :mod:`.naming` - :func:`slug`, the one way a value becomes part of a file or key name;
+* :mod:`.redaction` - :func:`redact` / :func:`find_secret`, the one policy for API keys.
+"""

@@ -1,0 +1,27 @@
+"""Package facades that import a submodule only when one of its names is first used (PEP 562).
+
+A notebook imports ``from agentuq_nb import uq`` and calls ``uq.extract(...)`` without paying for the
+embedding model or the LLM layer it does not use; a command line run starts fast.
+"""
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+
+def lazy_exports(package: str, exports: dict[str, list[str]]) -> tuple[Callable[[str], object], Callable[[], list[str]], list[str]]:
+    """``(__getattr__, __dir__, __all__)`` for ``package`` whose names ``exports`` maps by submodule."""
+    module_of = {name: module for module, names in exports.items() for name in names}
+
+    def __getattr__(name: str):
+        module = module_of.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{package}.{module}"), name)
+        setattr(importlib.import_module(package), name, value)
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted(module_of)
+
+    return __getattr__, __dir__, sorted(module_of)

@@ -1,0 +1,27 @@
+"""Trajectory-level uncertainty estimators behind one interface, found by name.
+
+``Estimator`` (``name``, ``family``, ``higher_is_uncertain``, ``requires``, ``scores(run)``),
+``register`` (a class decorator), ``get(name)``, ``available(run)`` and ``estimators(run)``. The
+package's own: token statistics per role and scorer (:mod:`.token`), SAUP and early warning
+(:mod:`.propagation`), verbalized confidence (:mod:`.verbalized`), length baselines
+(:mod:`.baselines`). Evaluation (``agentuq_nb.evaluation``) scores any of them by name.
+"""
+from agentuq_nb.estimators import baselines, propagation, token, verbalized  # noqa: F401  (they register)
+from agentuq_nb.estimators.base import (
+    ENTRY_POINT_GROUP,
+    Estimator,
+    EstimatorFamily,
+    available,
+    by_trajectory,
+    estimators,
+    get,
+    load_plugin,
+    load_plugins,
+    register,
+)
+from agentuq_nb.estimators.baselines import BASELINES
+from agentuq_nb.estimators.token import TokenEstimator, default_scorer, token_estimator_name
+
+__all__ = ["Estimator", "EstimatorFamily", "register", "get", "available", "estimators", "by_trajectory",
+           "load_plugin", "load_plugins", "ENTRY_POINT_GROUP", "BASELINES", "TokenEstimator", "default_scorer",
+           "token_estimator_name"]

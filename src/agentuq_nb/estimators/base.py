@@ -1,0 +1,219 @@
+"""The estimator interface and its registry (LM-Polygraph's split: statistics are computed once by
+the calculators in ``agentuq_nb.uq``; an estimator is a small named class that reads them).
+
+An estimator has a ``name``, a ``family``, an orientation (``higher_is_uncertain``: False for a
+confidence such as the lowest token probability or a verbalized confidence), what the run must hold
+(``requires``: artefact names of :class:`~agentuq_nb.io.rundir.RunDir`) and
+``scores(run) -> pandas.Series`` indexed by the trajectory keys (``domain, task_id, trial, seed``).
+
+Two ways to add one:
+
+* a class with a fixed name, decorated with :func:`register`::
+
+      @register
+      class LongestTurn(Estimator):
+          name = "assistant.max_turn_nll"
+          family = "custom"
+          higher_is_uncertain = True
+          requires = ("turn_summary",)
+
+          def scores(self, run):
+              t = read_turn_summary(run)
+              t = t[(t["role"] == "assistant") & (t["scorer"] == "self")]
+              return by_trajectory(t.groupby(TRAJECTORY_KEYS, dropna=False)["turn_nll"].max())
+
+* a family of parametrized estimators (one per role and scorer found in a run, one per early-warning
+  fraction…): an :class:`EstimatorFamily` subclass, also registered with :func:`register`.
+
+Packages publish estimators through the entry-point group ``agentuq_nb.estimators`` (loaded on first
+use of the registry); a script's module or file is loaded with :func:`load_plugin` (the command
+line's ``--plugin``).
+"""
+from __future__ import annotations
+
+import difflib
+import importlib
+import importlib.metadata
+import importlib.util
+import os
+import sys
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import ClassVar
+
+import pandas as pd
+
+from agentuq_nb.io.rundir import RunDir
+from agentuq_nb.records.keys import key_dtypes
+from agentuq_nb.records.tokens import TRAJECTORY_KEYS
+
+ENTRY_POINT_GROUP = "agentuq_nb.estimators"
+#: where families come in a listing (and in the estimator table): registered order within a rank
+FAMILY_RANK = {"token": 10, "saup": 20, "early_warning": 30, "verbalized": 40, "baseline": 90}
+CUSTOM_RANK = 50
+
+
+class Estimator(ABC):
+    """One trajectory-level uncertainty estimator (see the module docstring)."""
+
+    name: ClassVar[str] = ""
+    family: ClassVar[str] = "custom"
+    higher_is_uncertain: ClassVar[bool] = True
+    requires: ClassVar[tuple[str, ...]] = ()
+    description: ClassVar[str] = ""
+    # what a token estimator is made of (None for the others); columns of the estimator table
+    scorer: str | None = None
+    role: str | None = None
+    statistic: str | None = None
+
+    @abstractmethod
+    def scores(self, run: RunDir) -> pd.Series:
+        """One score per trajectory, indexed by the trajectory keys (see :func:`by_trajectory`)."""
+
+    def is_available(self, run: RunDir) -> bool:
+        """Whether ``run`` holds what :meth:`scores` needs (default: every artefact of ``requires``)."""
+        return all(run.has(name) for name in self.requires)
+
+    @property
+    def invert(self) -> bool:
+        """Whether the metrics negate the score (a confidence) to rank failures first."""
+        return not self.higher_is_uncertain
+
+    @property
+    def label(self) -> str:
+        """How figures name it."""
+        return self.name
+
+    @property
+    def orientation(self) -> str:
+        return "inverted: lower = more uncertain" if self.invert else "higher = more uncertain"
+
+    def missing(self, run: RunDir) -> str:
+        """Why the estimator is not available in ``run`` (for an error message)."""
+        absent = [name for name in self.requires if not run.has(name)]
+        if absent:
+            return "; ".join(f"needs {run.file(n).name}, made by '{run.producer(n)}'" for n in absent)
+        return f"{run.path} holds no data for it"
+
+    def __repr__(self) -> str:
+        return f"<estimator {self.name} ({self.family}, {self.orientation})>"
+
+
+class EstimatorFamily(ABC):
+    """Parametrized estimators whose names follow a pattern (``{role}.{statistic}[@{scorer}]`` …)."""
+
+    family: ClassVar[str] = "custom"
+
+    @abstractmethod
+    def discover(self, run: RunDir) -> list[Estimator]:
+        """The family's estimators that ``run`` holds data for, in listing order."""
+
+    @abstractmethod
+    def parse(self, name: str) -> Estimator | None:
+        """The estimator called ``name``, if the name is of this family."""
+
+    def pattern(self) -> str:
+        return self.family
+
+
+def by_trajectory(values: pd.Series | pd.DataFrame, column: str | None = None) -> pd.Series:
+    """Scores indexed by the trajectory keys, keys typed alike (a column of a frame that has the keys,
+    or a Series whose index holds them)."""
+    frame = values.reset_index() if isinstance(values, pd.Series) else values
+    column = column or (values.name if isinstance(values, pd.Series) else None)
+    frame = key_dtypes(frame)
+    return frame.set_index(TRAJECTORY_KEYS)[column].astype(float)
+
+
+# --------------------------------------------------------------------------- registry
+_FIXED: dict[str, Estimator] = {}
+_FAMILIES: list[EstimatorFamily] = []
+_plugins_loaded = False
+
+
+def register(obj):
+    """Register an :class:`Estimator` or :class:`EstimatorFamily` (a class or an instance); returns it,
+    so it works as a class decorator. A name registered again replaces the earlier estimator."""
+    instance = obj() if isinstance(obj, type) else obj
+    if isinstance(instance, Estimator):
+        if not instance.name:
+            raise ValueError(f"{type(instance).__name__}: an estimator needs a name")
+        _FIXED[instance.name] = instance
+    elif isinstance(instance, EstimatorFamily):
+        _FAMILIES[:] = [f for f in _FAMILIES if type(f) is not type(instance)] + [instance]
+    else:
+        raise TypeError(f"register() takes an Estimator or EstimatorFamily, not {type(obj).__name__}")
+    return obj
+
+
+def _rank(family: str) -> int:
+    return FAMILY_RANK.get(family, CUSTOM_RANK)
+
+
+def load_plugins() -> None:
+    """Import the estimators published under the entry-point group ``agentuq_nb.estimators`` (once)."""
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        loaded = entry_point.load()
+        if isinstance(loaded, (type, Estimator, EstimatorFamily)) and (
+                isinstance(loaded, (Estimator, EstimatorFamily)) or issubclass(loaded, (Estimator, EstimatorFamily))):
+            register(loaded)  # an entry point may name a class; a module registers its own on import
+
+
+def load_plugin(spec: str | os.PathLike) -> None:
+    """Import a module (``my_pkg.estimators``) or a Python file whose estimators register themselves."""
+    path = Path(spec)
+    if path.suffix == ".py" or path.exists():
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: estimator plugin file does not exist")
+        name = f"agentuq_nb_plugin_{abs(hash(str(path.resolve())))}"
+        module_spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[name] = module
+        module_spec.loader.exec_module(module)
+    else:
+        importlib.import_module(str(spec))
+
+
+def get(name: str) -> Estimator:
+    """The estimator called ``name``; KeyError with the close names otherwise."""
+    load_plugins()
+    if name in _FIXED:
+        return _FIXED[name]
+    for family in _FAMILIES:
+        estimator = family.parse(name)
+        if estimator is not None:
+            return estimator
+    known = list(_FIXED)
+    close = difflib.get_close_matches(name, known, n=3)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    patterns = ", ".join(f.pattern() for f in _FAMILIES)
+    raise KeyError(f"no estimator named {name!r}{hint} (fixed names: {', '.join(known)}; patterns: {patterns})")
+
+
+def estimators(run: RunDir | str | os.PathLike) -> list[Estimator]:
+    """Every estimator ``run`` holds data for, in listing order (family rank, then registration)."""
+    load_plugins()
+    run = RunDir.of(run)
+    found: list[tuple[int, int, Estimator]] = []  # (family rank, order of registration/discovery, estimator)
+    for estimator in _FIXED.values():
+        if estimator.is_available(run):
+            found.append((_rank(estimator.family), len(found), estimator))
+    for family in _FAMILIES:
+        for estimator in family.discover(run):
+            found.append((_rank(estimator.family), len(found), estimator))
+    found.sort(key=lambda t: (t[0], t[1]))
+    seen, out = set(), []
+    for _, _, estimator in found:
+        if estimator.name not in seen:
+            seen.add(estimator.name)
+            out.append(estimator)
+    return out
+
+
+def available(run: RunDir | str | os.PathLike) -> list[str]:
+    """The names of the estimators ``run`` holds data for."""
+    return [e.name for e in estimators(run)]

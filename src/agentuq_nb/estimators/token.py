@@ -1,0 +1,110 @@
+"""Token-level estimators: one per (scorer, role, statistic) of the trajectory summary.
+
+Named ``{role}.{statistic}`` for the generating model's own rows (scorer ``self``), else
+``{role}.{statistic}@{scorer}`` - e.g. ``assistant.avg_token_nll``, ``user.mean_topk_entropy``,
+``observation_user.avg_token_nll@agent_llm``, ``total.trajectory_nll@agent_llm``. The statistics and
+their orientation come from :data:`agentuq_nb.records.token_statistics.TOKEN_STATISTICS`
+(``min_chosen_prob`` is a confidence). A statistic is listed for a run where some trajectory has a
+finite value of it.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from agentuq_nb.estimators.base import Estimator, EstimatorFamily, by_trajectory, register
+from agentuq_nb.io.rundir import RunDir
+from agentuq_nb.records.keys import key_dtypes
+from agentuq_nb.records.token_statistics import STATISTICS_BY_NAME, TOKEN_STATISTICS, TokenStatistic
+from agentuq_nb.uq.aggregation import read_trajectory_summary
+
+SELF = "self"
+#: the order roles are listed in (others after, by name)
+ROLE_ORDER = ("assistant", "user", "combined", "observation_user", "observation_tool", "observation_combined", "total")
+_NAME = re.compile(r"^(?P<role>[^.@]+)\.(?P<statistic>[^.@]+)(?:@(?P<scorer>.+))?$")
+
+
+def token_estimator_name(role: str, statistic: str, scorer: str = SELF) -> str:
+    return f"{role}.{statistic}" if scorer == SELF else f"{role}.{statistic}@{scorer}"
+
+
+def role_order(role: str) -> tuple[int, str]:
+    return (ROLE_ORDER.index(role) if role in ROLE_ORDER else len(ROLE_ORDER), role)
+
+
+class TokenEstimator(Estimator):
+    """One statistic of one role under one scorer, read from the trajectory summary."""
+
+    family = "token"
+    requires = ("trajectory_summary",)
+
+    def __init__(self, role: str, statistic: TokenStatistic, scorer: str = SELF):
+        self.role, self.scorer, self.stat = role, scorer, statistic
+        self.statistic = statistic.name
+        self.name = token_estimator_name(role, statistic.name, scorer)
+        self.higher_is_uncertain = statistic.higher_is_uncertain
+        self.description = f"{statistic.description} of the {role} rows scored by {scorer}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.role} {self.statistic}" + ("" if self.scorer == SELF else f" ({self.scorer})")
+
+    def rows(self, summary: pd.DataFrame) -> pd.DataFrame:
+        return summary[(summary["scorer"] == self.scorer) & (summary["role"] == self.role)]
+
+    def scores_from_summary(self, summary: pd.DataFrame) -> pd.Series:
+        """The scores from (some rows of) a trajectory summary, in its row order."""
+        return by_trajectory(key_dtypes(self.rows(summary)), self.statistic).rename(self.name)
+
+    def scores(self, run: RunDir) -> pd.Series:
+        return self.scores_from_summary(read_trajectory_summary(run))
+
+    def is_available(self, run: RunDir) -> bool:
+        if not run.has("trajectory_summary"):
+            return False
+        rows = self.rows(read_trajectory_summary(run))
+        return self.statistic in rows and bool(np.isfinite(rows[self.statistic].to_numpy(dtype=float)).any())
+
+
+@register
+class TokenEstimators(EstimatorFamily):
+    family = "token"
+
+    def pattern(self) -> str:
+        return "{role}.{statistic}[@{scorer}] with statistic one of " + ", ".join(STATISTICS_BY_NAME)
+
+    def parse(self, name: str) -> TokenEstimator | None:
+        match = _NAME.match(name)
+        if match is None or match["statistic"] not in STATISTICS_BY_NAME:
+            return None
+        return TokenEstimator(match["role"], STATISTICS_BY_NAME[match["statistic"]], match["scorer"] or SELF)
+
+    def discover(self, run: RunDir) -> list[Estimator]:
+        if not run.has("trajectory_summary"):
+            return []
+        summary = read_trajectory_summary(run)
+        out: list[Estimator] = []
+        scorers = sorted(summary["scorer"].astype(str).unique(), key=lambda s: (s != SELF, s))
+        for scorer in scorers:
+            roles = summary.loc[summary["scorer"] == scorer, "role"].astype(str).unique()
+            for role in sorted(roles, key=role_order):
+                rows = summary[(summary["scorer"] == scorer) & (summary["role"] == role)]
+                for stat in TOKEN_STATISTICS:
+                    if stat.name in rows and np.isfinite(rows[stat.name].to_numpy(dtype=float)).any():
+                        out.append(TokenEstimator(role, stat, scorer))
+        return out
+
+
+def default_scorer(summary: pd.DataFrame, role: str) -> str:
+    """The generating model's own rows (``self``) when present, else the only scorer there is."""
+    scorers = sorted(summary.loc[summary["role"] == role, "scorer"].dropna().unique())
+    if SELF in scorers:
+        return SELF
+    if len(scorers) == 1:
+        return scorers[0]
+    if not scorers:
+        raise ValueError(f"no trajectory has role '{role}'; roles present: {sorted(summary['role'].unique())}")
+    raise ValueError(f"role '{role}' is scored by several scorers {scorers}; choose one with --scorer")
+

@@ -1,0 +1,155 @@
+"""``evaluate``: how well one estimator of a run predicts failure → ``eval_metrics.json`` + ``eval_curves.csv``.
+
+The estimator is chosen by registry name (``assistant.avg_token_nll``, ``saup_hmm``, a plugin's
+name…) and oriented by itself: a confidence such as ``min_chosen_prob`` is inverted without being
+asked. The command line's ``--role/--uncertainty/--scorer`` name a token estimator the old way
+(``--uncertainty min_chosen_prob`` → ``assistant.min_chosen_prob``); ``--invert`` is only for a raw
+trajectory-summary column that is not a registered estimator (``total_tokens``, ``num_turns`` …).
+
+The rows are the trajectories the estimator scores, in its order, with their rewards.
+
+With ``scheduler`` a token estimator's summary rows are read by ``dask.dataframe`` on the cluster
+with the role filter pushed into the Parquet read, so only that role's rows reach the client; the
+metrics are the same as without it.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pandas as pd
+
+from agentuq_nb.estimators import Estimator, TokenEstimator, by_trajectory, default_scorer, get, token_estimator_name
+from agentuq_nb.evaluation.failure_report import failure_metrics
+from agentuq_nb.evaluation.metrics import failure_curves
+from agentuq_nb.io.rundir import RunDir
+from agentuq_nb.records.keys import key_dtypes
+from agentuq_nb.records.token_statistics import STATISTICS_BY_NAME
+from agentuq_nb.records.tokens import TRAJECTORY_KEYS
+from agentuq_nb.uq.aggregation import read_trajectory_summary
+
+
+class RawColumn(Estimator):
+    """A trajectory-summary column that is not a registered estimator; oriented by the caller (``--invert``)."""
+
+    family = "raw"
+    requires = ("trajectory_summary",)
+
+    def __init__(self, column: str, role: str, scorer: str | None, higher_is_uncertain: bool):
+        self.name = self.statistic = column
+        self.role, self.scorer = role, scorer
+        self.higher_is_uncertain = higher_is_uncertain
+
+    def scores_from_summary(self, summary: pd.DataFrame) -> pd.Series:
+        scorer = self.scorer or default_scorer(summary, self.role)
+        rows = summary[(summary["role"] == self.role) & (summary["scorer"] == scorer)]
+        if rows.empty:
+            raise ValueError(f"no rows for role '{self.role}' and scorer '{scorer}'")
+        self.scorer = scorer
+        return by_trajectory(key_dtypes(rows), self.name).rename(self.name)
+
+    def scores(self, run: RunDir) -> pd.Series:
+        return self.scores_from_summary(read_trajectory_summary(run))
+
+
+def resolve_estimator(uncertainty: str, role: str = "assistant", scorer: str | None = None, invert: bool = False,
+                      summary: pd.DataFrame | None = None) -> Estimator:
+    """The estimator ``evaluate`` scores: a registry name, else ``{role}.{uncertainty}[@{scorer}]`` for a
+    token statistic, else a raw summary column (the only case ``invert`` applies to)."""
+    if uncertainty in STATISTICS_BY_NAME:
+        if scorer is None:
+            scorer = default_scorer(summary, role) if summary is not None else "self"
+        uncertainty = token_estimator_name(role, uncertainty, scorer)
+    try:
+        estimator = get(uncertainty)
+    except KeyError as unknown:
+        if summary is None or uncertainty not in summary.columns:
+            numeric = [] if summary is None else [c for c in summary.columns if pd.api.types.is_numeric_dtype(summary[c])]
+            raise ValueError(f"unknown uncertainty '{uncertainty}': not a registered estimator ({unknown.args[0]}) "
+                             f"and not a trajectory-summary column{f' (columns: {numeric})' if numeric else ''}") from None
+        return RawColumn(uncertainty, role, scorer, higher_is_uncertain=not invert)
+    if invert:
+        raise ValueError(f"'{estimator.name}' is a registered estimator with its own orientation "
+                         f"({estimator.orientation}); --invert is only for a raw summary column")
+    return estimator
+
+
+def _role_rows_on_cluster(run: RunDir, role: str, scheduler: Any) -> pd.DataFrame:
+    """The trajectory-summary rows of ``role`` (all rows if there are none, for the error message)."""
+    import dask
+    import dask.dataframe as dd
+
+    from agentuq_nb.distributed import connect
+
+    path = run.require("trajectory_summary")
+    run.verify("trajectory_summary")
+    with connect(scheduler) as client, dask.config.set({"dataframe.convert-string": False}):
+        rows = client.compute(dd.read_parquet(path, filters=[("role", "==", role)])).result()
+        if rows.empty:
+            rows = client.compute(dd.read_parquet(path)).result()
+    return rows.reset_index(drop=True)
+
+
+def estimator_rows(run_dir: str | os.PathLike | RunDir, estimator: Estimator | str,
+                   summary: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The trajectories ``estimator`` scores, in its order: keys, ``uncertainty`` (as the estimator
+    gives it, not oriented) and ``reward``. ``summary``: trajectory-summary rows to read it from."""
+    run = RunDir.of(run_dir)
+    estimator = get(estimator) if isinstance(estimator, str) else estimator
+    if summary is not None and hasattr(estimator, "scores_from_summary"):
+        scores = estimator.scores_from_summary(summary)
+    else:
+        scores = estimator.scores(run)
+    rows = scores.rename("uncertainty").reset_index()
+    rewards = run.rewards()
+    return rows.merge(rewards, on=TRAJECTORY_KEYS, how="inner")
+
+
+def evaluate(run_dir: str | os.PathLike | RunDir, role: str = "assistant", uncertainty: str = "avg_token_nll",
+             failure_threshold: float = 1.0, invert: bool = False, scorer: str | None = None, n_boot: int = 1000,
+             seed: int = 0, scheduler: Any = None, estimator: str | None = None) -> dict:
+    """Failure-prediction metrics of one estimator with bootstrap CIs; publishes ``eval_metrics.json``
+    and ``eval_curves.csv``. ``estimator`` (a registry name) or ``role``/``uncertainty``/``scorer``
+    (see :func:`resolve_estimator`) choose it."""
+    run = RunDir.of(run_dir)
+    if scheduler is not None and estimator is None:
+        summary = _role_rows_on_cluster(run, role, scheduler)
+    else:
+        summary = read_trajectory_summary(run) if run.has("trajectory_summary") or estimator is None else None
+    chosen = get(estimator) if estimator is not None else resolve_estimator(uncertainty, role, scorer, invert, summary)
+    from_summary = summary if isinstance(chosen, (TokenEstimator, RawColumn)) else None
+    rows = estimator_rows(run, chosen, from_summary)
+    if rows.empty:
+        raise ValueError(f"{run.path}: estimator '{chosen.name}' scores no trajectory with a reward")
+    u, r = rows["uncertainty"].to_numpy(dtype=float), rows["reward"].to_numpy(dtype=float)
+    result = failure_metrics(u, r, failure_threshold=failure_threshold, invert=chosen.invert, n_boot=n_boot, seed=seed)
+    result.update(role=chosen.role, scorer=chosen.scorer, uncertainty=chosen.statistic or chosen.name,
+                  invert=chosen.invert, failure_threshold=failure_threshold, n_boot=n_boot, seed=seed)
+    curves = failure_curves(u, r, failure_threshold=failure_threshold, invert=chosen.invert)
+    inputs = [name for name in ("trajectory_summary", "trajectories", *chosen.requires) if run.has(name)]
+    with run.commit("evaluate") as commit:
+        based_on = run.based_on(*inputs)
+        commit.write_json("eval_metrics", result, based_on)
+        commit.write_with("eval_curves", lambda p: curves.to_csv(p, index=False), based_on)
+    return result
+
+
+def estimator_metrics(run_dir: str | os.PathLike | RunDir, parts: dict[str, str], failure_threshold: float = 1.0,
+                      n_boot: int = 1000, seed: int = 0, min_rows: int = 2) -> pd.DataFrame:
+    """AUROC (with CI) and AUARC of several estimators, one row per ``{label: estimator name}``;
+    an estimator the run has no data for, or fewer than ``min_rows`` trajectories, is left out."""
+    run = RunDir.of(run_dir)
+    out = []
+    for label, name in parts.items():
+        estimator = get(name)
+        if not estimator.is_available(run):
+            continue
+        rows = estimator_rows(run, estimator)
+        if len(rows) < min_rows:
+            continue
+        m = failure_metrics(rows["uncertainty"].to_numpy(dtype=float), rows["reward"].to_numpy(float),
+                            failure_threshold, invert=estimator.invert, n_boot=n_boot, seed=seed)
+        ci = m["ci"].get("auroc") or [None, None]
+        out.append({"part": label, "estimator": name, "n": m["n"], "auroc": m["metrics"]["auroc"], "auroc_lo": ci[0],
+                    "auroc_hi": ci[1], "auarc": m["metrics"]["auarc"], "undefined": m["undefined"].get("auroc")})
+    return pd.DataFrame(out, columns=["part", "estimator", "n", "auroc", "auroc_lo", "auroc_hi", "auarc", "undefined"])

@@ -1,0 +1,473 @@
+"""``RunDir``: the one owner of a run folder's contract.
+
+Every artefact of a run has its path here (:data:`ARTIFACTS`), and every step writes through it:
+
+* **Commits.** A step stages its files in ``.staging/<commit>/`` and :meth:`RunDir.commit` publishes
+  them as a set: a journal (``PUBLISH.json``) is written first - the commit point - then the files
+  are renamed into place and ``manifest.json`` last. A process killed before the journal leaves the
+  folder as it was (its staging is removed later); one killed after it is rolled forward by the next
+  process that takes the lock or finds the set half-published. Nothing is published when the step
+  raises, so a bad input never replaces a good run's files.
+* **Stamps.** ``manifest.json`` (:class:`Manifest`) records every artefact a commit wrote - its commit
+  id, step, size and the commits of the artefacts it was computed from (``based_on``) - and every
+  Parquet file carries its commit id in its footer. Readers (:meth:`RunDir.verify`,
+  :meth:`RunDir.read_frame`) refuse a file that does not belong with the manifest (files of two runs
+  side by side) and a derived table computed from an input that has since been replaced (stale).
+  Files the manifest does not list - older runs, tables put there by hand - are taken as they are.
+* **A lock.** :meth:`RunDir.lock` lets one process write the folder; a second one is refused with a
+  message naming the holder (:mod:`agentuq_nb.io.run_lock`).
+
+Readers get typed access to what later steps need: :meth:`RunDir.manifest`,
+:meth:`RunDir.results_path`, :meth:`RunDir.rewards`, :meth:`RunDir.read_frame`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agentuq_nb.io.atomic import atomic_write_json
+from agentuq_nb.io.errors import InputError, MixedRunError, StaleArtifactError
+from agentuq_nb.io.run_lock import RunBusyError, holder, is_locked, run_lock
+from agentuq_nb.records.keys import key_dtypes
+from agentuq_nb.records.tokens import TRAJECTORY_KEYS
+
+#: footer key of a Parquet file's commit id
+STAMP_KEY = b"agentuq_nb.commit"
+STAGING = ".staging"
+JOURNAL = "PUBLISH.json"
+MANIFEST = "manifest.json"
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """One kind of file of a run folder: its name there and the command that makes it."""
+
+    filename: str
+    producer: str
+
+
+ARTIFACTS: dict[str, Artifact] = {
+    "results": Artifact("results.json", "agentuq-nb simulate --out RUN_DIR"),
+    "run_config": Artifact("run_config.json", "agentuq-nb simulate --out RUN_DIR"),
+    "sidecars": Artifact("sidecars", "agentuq-nb simulate --out RUN_DIR"),
+    "checkpoints": Artifact("checkpoints", "agentuq-nb simulate | rescore | score-observations"),
+    "manifest": Artifact(MANIFEST, "agentuq-nb extract RESULTS --out RUN_DIR"),
+    "tokens": Artifact("tokens.parquet", "agentuq-nb extract RESULTS --out RUN_DIR (or rescore)"),
+    "messages": Artifact("messages.parquet", "agentuq-nb extract RESULTS --out RUN_DIR (or rescore)"),
+    "trajectories": Artifact("trajectories.parquet", "agentuq-nb extract RESULTS --out RUN_DIR (or rescore)"),
+    "turn_partials": Artifact("turn_partials.parquet", "agentuq-nb extract RESULTS --out RUN_DIR"),
+    "turn_summary": Artifact("turn_summary.parquet", "agentuq-nb aggregate RUN_DIR"),
+    "trajectory_summary": Artifact("trajectory_summary.parquet", "agentuq-nb aggregate RUN_DIR"),
+    "turn_summary_csv": Artifact("turn_summary.csv", "agentuq-nb aggregate RUN_DIR"),
+    "trajectory_summary_csv": Artifact("trajectory_summary.csv", "agentuq-nb aggregate RUN_DIR"),
+    "eval_metrics": Artifact("eval_metrics.json", "agentuq-nb evaluate RUN_DIR"),
+    "eval_curves": Artifact("eval_curves.csv", "agentuq-nb evaluate RUN_DIR"),
+    "estimator_table": Artifact("estimator_table.csv", "agentuq-nb compare-estimators RUN_DIR"),
+    "saup_scores": Artifact("saup_scores.parquet", "agentuq_nb.uq.saup.saup(RUN_DIR) (notebook 07_dynamics_saup)"),
+    "early_warning_scores": Artifact("early_warning_scores.parquet",
+                                     "agentuq_nb.uq.dynamics.compute_early_warning(RUN_DIR) (notebook 07_dynamics_saup)"),
+    "verbalized_confidence": Artifact("verbalized_confidence.csv", "agentuq-nb verbalized-confidence RUN_DIR"),
+    "verbalized_confidence_turns": Artifact("verbalized_confidence_turns.csv", "agentuq-nb verbalized-confidence RUN_DIR"),
+    "verbalized_confidence_parquet": Artifact("verbalized_confidence.parquet", "a table of your own (keys + verbalized_confidence)"),
+    "tokens_by_task": Artifact("tokens_by_task", "agentuq-nb aggregate RUN_DIR --scheduler S"),
+    "notebooks": Artifact("notebooks", "agentuq-nb reproduce PARAMS"),
+    "paper_auroc_table": Artifact("paper_auroc_table.csv", "notebook 09_paper_figures"),
+}
+OBSERVATION_TOKENS_PREFIX = "tokens.observations_"
+
+
+class ArtifactRecord(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    commit: str
+    step: str
+    written_at: str
+    size: int
+    based_on: dict[str, str] = Field(default_factory=dict)
+
+
+class Manifest(BaseModel):
+    """``manifest.json``: what the run's token tables were made from, and every artefact's stamp.
+
+    Unknown keys are kept (manifests of older versions carry ``extracted_at``, ``rescored`` …).
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    step: Optional[str] = Field(None, description="the step that made the token tables: extract | rescore")
+    results: Optional[str] = None
+    layout: Optional[str] = None
+    sidecar_dir: Optional[str] = None
+    domain: Optional[str] = None
+    models: dict[str, str] = Field(default_factory=dict)
+    num_simulations: Optional[int] = None
+    num_tokens: Optional[int] = None
+    warnings: dict[str, Any] = Field(default_factory=dict)
+    scoring: Optional[dict[str, Any]] = Field(None, description="rescore: the scorer and its report")
+    created_at: Optional[str] = None
+    artifacts: dict[str, ArtifactRecord] = Field(default_factory=dict)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def parquet_commit(path: Path) -> str | None:
+    """The commit id in a Parquet file's footer (None for a file written elsewhere)."""
+    metadata = pq.read_metadata(path).metadata or {}
+    value = metadata.get(STAMP_KEY)
+    return None if value is None else value.decode()
+
+
+def with_stamp(table: pa.Table, commit: str) -> pa.Table:
+    return table.replace_schema_metadata({**(table.schema.metadata or {}), STAMP_KEY: commit.encode()})
+
+
+class Commit:
+    """The files one step writes, staged and then published together (see the module docstring)."""
+
+    def __init__(self, run: "RunDir", step: str):
+        self.run, self.step = run, step
+        self.id = uuid.uuid4().hex
+        self.dir = run.path / STAGING / self.id
+        self.dir.mkdir(parents=True)
+        self._based_on: dict[str, dict[str, str]] = {}
+        self._manifest_fields: dict[str, Any] = {}
+        self._order: list[str] = []
+
+    # ---------------------------------------------------------------- staging
+    def stage(self, name: str, based_on: dict[str, str] | None = None) -> Path:
+        """The staging path to write artefact ``name`` (an :data:`ARTIFACTS` name or a file name) to."""
+        rel = self.run.relative(name)
+        if rel == MANIFEST:
+            raise ValueError("the manifest is written by the commit itself; use update_manifest()")
+        if rel not in self._order:
+            self._order.append(rel)
+        self._based_on[rel] = dict(based_on or {})
+        path = self.dir / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path
+
+    @property
+    def metadata(self) -> dict[bytes, bytes]:
+        """Footer metadata that stamps a Parquet file with this commit."""
+        return {STAMP_KEY: self.id.encode()}
+
+    def write_parquet(self, name: str, data: pd.DataFrame | pa.Table, based_on: dict[str, str] | None = None,
+                      schema: pa.Schema | None = None) -> Path:
+        table = data if isinstance(data, pa.Table) else pa.Table.from_pandas(data, schema=schema, preserve_index=False)
+        path = self.stage(name, based_on)
+        pq.write_table(with_stamp(table, self.id), path)
+        return path
+
+    def write_json(self, name: str, obj: Any, based_on: dict[str, str] | None = None) -> Path:
+        path = self.stage(name, based_on)
+        atomic_write_json(path, obj)
+        return path
+
+    def write_with(self, name: str, write: Callable[[Path], Any], based_on: dict[str, str] | None = None) -> Path:
+        """Let ``write(path)`` produce the file (``df.to_csv`` …)."""
+        path = self.stage(name, based_on)
+        write(path)
+        return path
+
+    def update_manifest(self, **fields: Any) -> None:
+        """Fields of :class:`Manifest` this commit sets (extract and rescore describe the token tables)."""
+        Manifest.model_validate({**fields, "artifacts": {}})  # a wrong field fails here, before publishing
+        self._manifest_fields.update(fields)
+
+    # ---------------------------------------------------------------- publishing
+    def publish(self) -> None:
+        missing = [rel for rel in self._order if not (self.dir / rel).exists()]
+        if missing:
+            raise RuntimeError(f"{self.run.path}: step '{self.step}' staged {missing} but wrote nothing there")
+        manifest = self.run.manifest(check=False)
+        data = manifest.model_dump(mode="json")
+        data.update(self._manifest_fields)
+        for rel in self._order:
+            record = ArtifactRecord(commit=self.id, step=self.step, written_at=_now(),
+                                    size=(self.dir / rel).stat().st_size, based_on=self._based_on[rel])
+            data["artifacts"][rel] = record.model_dump(mode="json")
+        atomic_write_json(self.dir / MANIFEST, Manifest.model_validate(data).model_dump(mode="json", exclude_none=True))
+        files = self._order + [MANIFEST]
+        atomic_write_json(self.dir / JOURNAL, {"commit": self.id, "step": self.step, "files": files,
+                                               "pid": os.getpid(), "at": _now()})  # the commit point
+        roll_forward(self.run.path, self.dir)
+        self.run.forget_cache()
+
+    def discard(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def roll_forward(folder: Path, staging: Path) -> None:
+    """Finish publishing a journaled commit: rename what is still staged into place, then drop the staging."""
+    journal = json.loads((staging / JOURNAL).read_text())
+    for rel in journal["files"]:
+        source = staging / rel
+        if source.exists():
+            target = folder / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(source, target)
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        staging.parent.rmdir()  # the staging root, when no other commit is staged
+    except OSError:
+        pass
+
+
+class RunDir:
+    """A run folder: paths, manifest, lock, commits and checked reads (see the module docstring)."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self._cache: dict[tuple, Any] = {}
+
+    @classmethod
+    def of(cls, run: "RunDir | str | os.PathLike") -> "RunDir":
+        return run if isinstance(run, RunDir) else cls(run)
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+    # ---------------------------------------------------------------- paths
+    @staticmethod
+    def relative(name: str) -> str:
+        """The file name (relative to the run folder) of artefact ``name`` (or ``name`` itself)."""
+        return ARTIFACTS[name].filename if name in ARTIFACTS else name
+
+    def file(self, name: str) -> Path:
+        return self.path / self.relative(name)
+
+    def has(self, name: str) -> bool:
+        return self.file(name).exists()
+
+    def producer(self, name: str) -> str:
+        rel = self.relative(name)
+        for artifact in ARTIFACTS.values():
+            if artifact.filename == rel:
+                return artifact.producer.replace("RUN_DIR", str(self.path))
+        if rel.startswith(OBSERVATION_TOKENS_PREFIX):
+            return f"agentuq-nb score-observations {self.path}"
+        return "the step that wrote it"
+
+    def require(self, name: str) -> Path:
+        """The path of artefact ``name``; a clear FileNotFoundError naming the command that makes it."""
+        path = self.file(name)
+        if not path.exists():
+            raise FileNotFoundError(f"{self.path}: no {path.name}; run '{self.producer(name)}' first")
+        return path
+
+    @property
+    def results_json(self) -> Path:
+        return self.file("results")
+
+    @property
+    def sidecars(self) -> Path:
+        return self.file("sidecars")
+
+    def checkpoint_dir(self, step: str) -> Path:
+        """``checkpoints/<step>/``: the per-trajectory checkpoints of a resumable step."""
+        return self.file("checkpoints") / step
+
+    def observation_tokens(self, suffix: str) -> Path:
+        return self.path / f"{OBSERVATION_TOKENS_PREFIX}{suffix}.parquet"
+
+    def token_tables(self) -> list[Path]:
+        """``tokens.parquet`` (extracted or rescored rows) and every ``tokens.<name>.parquet`` added later
+        (observation scoring), in a stable order."""
+        main = self.file("tokens")
+        files = ([main] if main.exists() else []) + sorted(self.path.glob("tokens.*.parquet"))
+        if not files:
+            raise FileNotFoundError(f"{self.path}: no token table (tokens.parquet); run 'agentuq-nb extract' first")
+        return files
+
+    # ---------------------------------------------------------------- lock and commits
+    def lock(self, command: str):
+        """Hold the folder's write lock for a block (re-entrant in this process); see :mod:`run_lock`."""
+        return run_lock(self.path, command, on_acquire=self.recover)
+
+    @contextmanager
+    def commit(self, step: str) -> Iterator[Commit]:
+        """Stage a step's files and publish them as a set when the block ends without an error."""
+        with self.lock(step):
+            commit = Commit(self, step)
+            try:
+                yield commit
+            except BaseException:
+                commit.discard()
+                raise
+            commit.publish()
+
+    def pending(self) -> list[Path]:
+        """Staging folders of commits that reached their commit point but were not fully published."""
+        root = self.path / STAGING
+        return sorted(p for p in root.iterdir() if (p / JOURNAL).is_file()) if root.is_dir() else []
+
+    def recover(self) -> None:
+        """Roll journaled commits forward; drop unjournaled staging and temp files of killed writers.
+
+        Called with the lock held (when it is taken)."""
+        root = self.path / STAGING
+        if root.is_dir():
+            for staging in sorted(root.iterdir()):
+                if (staging / JOURNAL).is_file():
+                    roll_forward(self.path, staging)
+                else:
+                    shutil.rmtree(staging, ignore_errors=True)
+            if root.is_dir() and not any(root.iterdir()):
+                root.rmdir()
+        for pattern in (".*.tmp", "sidecars/.*.tmp", "checkpoints/**/.*.tmp", ".tokens_by_task.*"):
+            for leftover in self.path.glob(pattern):
+                if leftover.is_dir():
+                    shutil.rmtree(leftover, ignore_errors=True)
+                else:
+                    leftover.unlink(missing_ok=True)
+        self.forget_cache()
+
+    def forget_cache(self) -> None:
+        self._cache.clear()
+
+    # ---------------------------------------------------------------- manifest and checks
+    def manifest(self, check: bool = True) -> Manifest:
+        """``manifest.json`` (an empty one for a folder without it)."""
+        path = self.path / MANIFEST
+        if not path.exists():
+            return Manifest()
+        key = ("manifest", *self._stat(path))
+        if key not in self._cache:
+            try:
+                self._cache[key] = Manifest.model_validate(json.loads(path.read_text()))
+            except (ValueError, ValidationError) as err:
+                raise InputError(path, f"not a run manifest: {err}") from err
+        if check and self.pending():
+            self._settle()
+            return self.manifest(check=False)
+        return self._cache[key]
+
+    def require_manifest(self) -> Manifest:
+        if not (self.path / MANIFEST).exists():
+            raise FileNotFoundError(f"{self.path}: no {MANIFEST}; run 'agentuq-nb extract RESULTS --out {self.path}' first")
+        return self.manifest()
+
+    def commit_of(self, name: str) -> str | None:
+        record = self.manifest().artifacts.get(self.relative(name))
+        return None if record is None else record.commit
+
+    def based_on(self, *names: str) -> dict[str, str]:
+        """``{file: commit}`` of the given artefacts that a commit recorded (for a derived table's stamp)."""
+        out = {}
+        for name in names:
+            rel = self.relative(str(name)) if not isinstance(name, Path) else name.name
+            record = self.manifest().artifacts.get(rel)
+            if record is not None:
+                out[rel] = record.commit
+        return out
+
+    def verify(self, *names: str | Path, fresh: bool = True) -> None:
+        """Refuse artefacts that do not belong with the manifest, or (``fresh``) that are stale.
+
+        A Parquet file belongs when its footer carries the commit the manifest records for it (or no
+        commit: a table written by hand is taken as it is); another file when its size is the
+        recorded one. Stale: an artefact its ``based_on`` names has been replaced since.
+        """
+        manifest = self.manifest()
+        seen: set[str] = set()
+        todo = [n.name if isinstance(n, Path) else self.relative(n) for n in names]
+        while todo:
+            rel = todo.pop()
+            if rel in seen:
+                continue
+            seen.add(rel)
+            record = manifest.artifacts.get(rel)
+            if record is None:
+                continue
+            self._check_belongs(rel, record)
+            if not fresh:
+                continue
+            for dependency, commit in record.based_on.items():
+                current = manifest.artifacts.get(dependency)
+                if current is not None and current.commit != commit:
+                    raise StaleArtifactError(
+                        f"{self.path / rel} was computed from an earlier {dependency} (replaced since by "
+                        f"'{current.step}' at {current.written_at}); run '{self.producer(rel)}' again")
+                todo.append(dependency)
+
+    def _check_belongs(self, rel: str, record: ArtifactRecord) -> None:
+        path = self.path / rel
+        if not path.exists():
+            raise MixedRunError(f"{path}: the manifest lists it (written by '{record.step}' at "
+                                f"{record.written_at}) but it is missing; run '{self.producer(rel)}' again")
+        if rel.endswith(".parquet"):
+            found = parquet_commit(path)
+            if found is None or found == record.commit:
+                return
+            what = f"it carries commit {found[:12]}, the manifest records {record.commit[:12]}"
+        else:
+            size = path.stat().st_size
+            if size == record.size:
+                return
+            what = f"it has {size} bytes, the manifest records {record.size}"
+        if self.pending():
+            self._settle()
+            return self._check_belongs(rel, self.manifest(check=False).artifacts[rel])
+        raise MixedRunError(f"{path} does not belong with the rest of the run folder ({what}): a write was "
+                            f"interrupted or the file was replaced. Run '{self.producer(rel)}' again.")
+
+    def _settle(self) -> None:
+        """A commit is half-published: finish it if its writer is gone, else say the folder is busy."""
+        if is_locked(self.path):
+            info = holder(self.path)
+            raise RunBusyError(f"{self.path}: process {info.get('pid')} ('{info.get('command')}') is publishing "
+                               "new files in this run folder; read it again when it has finished")
+        with self.lock("recover"):
+            pass  # taking the lock rolls journaled commits forward
+
+    # ---------------------------------------------------------------- reading
+    @staticmethod
+    def _stat(path: Path) -> tuple[int, int]:
+        st = path.stat()
+        return st.st_size, st.st_mtime_ns
+
+    def read_frame(self, name: str, columns: list[str] | None = None, fresh: bool = True) -> pd.DataFrame:
+        """A Parquet artefact as a DataFrame, checked (:meth:`verify`) and cached while unchanged.
+
+        The cached frame is shared: copy it before changing it in place."""
+        path = self.require(name)
+        self.verify(name, fresh=fresh)
+        key = ("frame", path.name, tuple(columns or ()), *self._stat(path))
+        if key not in self._cache:
+            self._cache[key] = pd.read_parquet(path, columns=columns)
+        return self._cache[key]
+
+    def results_path(self) -> Path:
+        """The τ²-bench results this run was extracted (or rescored) from, else its own ``results.json``."""
+        manifest = self.manifest()
+        if manifest.results:
+            return Path(manifest.results)
+        if self.results_json.exists():
+            return self.results_json
+        raise FileNotFoundError(f"{self.path}: no manifest.json or results.json; pass --results")
+
+    def rewards(self) -> pd.DataFrame:
+        """One row per trajectory: the keys and ``reward`` (from ``trajectories.parquet``, else the summary)."""
+        if self.has("trajectories"):
+            src = self.read_frame("trajectories")
+        else:
+            src = self.read_frame("trajectory_summary")
+        return key_dtypes(src[TRAJECTORY_KEYS + ["reward"]].drop_duplicates(TRAJECTORY_KEYS))

@@ -1,0 +1,151 @@
+"""Typed configurations (pydantic): a simulation, how jobs run, a scoring pass, a study (params file).
+
+Each validates on construction and names the field that is wrong; a run folder records the
+*fingerprint* of the configuration that made it (the model's dump, minus what only selects or
+schedules work), and a rerun with another fingerprint is refused rather than mixed in.
+"""
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from agentuq_nb.common.redaction import redact
+
+#: the embedded SmolLM2-135M-Instruct, a litellm provider registered by ``agentuq_nb.llm``
+EMBEDDED_MODEL = "local/smollm2-135m-instruct"
+
+
+class _Config(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, arbitrary_types_allowed=True)
+
+
+class SimulationConfig(_Config):
+    """What a simulation run is: the domain, the two LLMs and everything that shapes their messages."""
+
+    domain: str = Field(min_length=1, description="a built-in domain's name (or a custom Domain's)")
+    agent_llm: str = EMBEDDED_MODEL
+    user_llm: str = EMBEDDED_MODEL
+    task_ids: Optional[list[str]] = Field(None, description="these tasks, in this order")
+    num_tasks: Optional[int] = Field(None, ge=1, description="else the first N tasks; neither: all")
+    num_trials: int = Field(1, ge=1)
+    top_logprobs: int = Field(5, ge=0, le=20)
+    seed: int = 300
+    max_steps: int = Field(10, ge=1)
+    max_errors: int = Field(5, ge=1)
+    retries: int = Field(3, ge=0, description="LLM call retries on rate limits and transient errors")
+    agent_max_tokens: int = Field(64, ge=1)
+    user_max_tokens: int = Field(32, ge=1)
+    temperature: float = Field(0.0, ge=0.0)
+    agent_llm_args: dict[str, Any] = Field(default_factory=dict, description="extra litellm arguments (api_base…)")
+    user_llm_args: dict[str, Any] = Field(default_factory=dict)
+    scaffold: Literal["auto", "tiny", "tau2"] = "auto"
+
+    #: fields that select or schedule work without changing any simulation's content
+    SELECTION: ClassVar[frozenset[str]] = frozenset({"task_ids", "num_tasks", "retries"})
+
+    @field_validator("task_ids", mode="before")
+    @classmethod
+    def _ids_as_text(cls, value):
+        return None if value is None else [str(v) for v in value]
+
+    def style(self, llm: str) -> str:
+        """The prompt scaffold of a role played by ``llm``: ``tiny`` for the embedded model under ``auto``."""
+        if self.scaffold != "auto":
+            return self.scaffold
+        return "tiny" if llm == EMBEDDED_MODEL else "tau2"
+
+    def fingerprint(self) -> dict[str, Any]:
+        """The content-determining fields as recorded (LLM arguments with secrets removed)."""
+        dump = self.model_dump(mode="json", exclude=set(self.SELECTION))
+        dump["agent_llm_args"] = redact(dump["agent_llm_args"])
+        dump["user_llm_args"] = redact(dump["user_llm_args"])
+        return dump
+
+
+class ExecutionConfig(_Config):
+    """How jobs run: in this process (``max_concurrency`` threads) or on a Dask cluster; never what they compute."""
+
+    max_concurrency: int = Field(1, ge=1, description="jobs in flight in this process (threads)")
+    scheduler: Any = Field(None, description="a Dask scheduler address, 'local:N' or a distributed.Client")
+    api_bases: Optional[list[str]] = Field(None, description="OpenAI-compatible servers, one per Dask worker")
+    task_retries: int = Field(2, ge=0, description="reruns of a failed job on the cluster")
+    progress: bool = True
+
+
+BACKEND_SOURCES = {"teacher_forced": "teacher_forced", "echo": "teacher_forced", "chat_replay": "chat_replay"}
+
+
+class ScoringConfig(_Config):
+    """A teacher-forced (or replayed) scoring pass over recorded trajectories."""
+
+    scorer_mode: Literal["agent_llm", "auxiliary_llm"] = "agent_llm"
+    scorer_llm: str = EMBEDDED_MODEL
+    backend: Literal["teacher_forced", "echo", "chat_replay"] = "teacher_forced"
+    user_messages: bool = True
+    tool_messages: bool = True
+    top_logprobs: int = Field(5, ge=0, le=20)
+    limit: Optional[int] = Field(None, ge=1, description="score only the first N simulations")
+
+    @field_validator("scorer_llm", mode="before")
+    @classmethod
+    def _default_model(cls, value):
+        return EMBEDDED_MODEL if value is None else value
+
+    @property
+    def source(self) -> str:
+        """The ``source`` of the rows it writes: ``teacher_forced`` (also for ``echo``) or ``chat_replay``."""
+        return BACKEND_SOURCES[self.backend]
+
+    def observation_roles(self) -> set[str]:
+        roles = {r for r, keep in (("user", self.user_messages), ("tool", self.tool_messages)) if keep}
+        if not roles:
+            raise ValueError("nothing to score: both user and tool messages were excluded")
+        return roles
+
+    def observation_table_suffix(self) -> str:
+        return f"{self.scorer_mode}_replay" if self.source == "chat_replay" else self.scorer_mode
+
+
+class NotebookEntry(_Config):
+    name: str = Field(min_length=1)
+    parameters: dict[str, Any] = Field(default_factory=dict)
+
+
+class StudySpec(_Config):
+    """A params file: ``name``, ``parameters`` for every notebook, the ``notebooks`` in order, an optional ``grid``."""
+
+    name: Optional[str] = None
+    parameters: dict[str, Any] = Field(default_factory=dict)
+    notebooks: list[NotebookEntry] = Field(min_length=1)
+    grid: Optional[dict[str, list[Any]]] = None
+
+    @field_validator("parameters", mode="before")
+    @classmethod
+    def _no_parameters(cls, value):
+        return {} if value is None else value
+
+    @field_validator("notebooks", mode="before")
+    @classmethod
+    def _names_as_entries(cls, value):
+        if not isinstance(value, list):
+            return value
+        return [{"name": v} if isinstance(v, str) else
+                ({**v, "parameters": v.get("parameters") or {}} if isinstance(v, dict) else v) for v in value]
+
+    @model_validator(mode="after")
+    def _grid_lists_not_empty(self):
+        if self.grid is not None:
+            if not self.grid:
+                raise ValueError("'grid' must map parameter names to non-empty lists of values")
+            for key, values in self.grid.items():
+                if not values:
+                    raise ValueError(f"grid values of '{key}' must be a non-empty list")
+        return self
+
+
+def validation_message(err: ValidationError) -> tuple[str, str]:
+    """``(what, where)`` of a pydantic error's first problem, for an error naming the field."""
+    first = err.errors()[0]
+    where = "".join(f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p)) for i, p in enumerate(first["loc"]))
+    return first["msg"], where or "(top level)"

@@ -1,0 +1,73 @@
+"""The run's base tables - tokens, per-turn partials, messages, trajectories - staged in one commit.
+
+``extract`` and ``rescore`` both make them, through this one writer, so each has one schema
+(``TOKEN_SCHEMA``, ``PARTIALS_SCHEMA``, ``MESSAGE_SCHEMA``, ``TRAJECTORY_SCHEMA``) and every file
+carries the commit's stamp. Token rows and simulations stream in; memory holds one row group per
+table and one small record per trajectory.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pandas as pd
+import pyarrow as pa
+
+from agentuq_nb.io.errors import InputWarnings
+from agentuq_nb.io.rundir import Commit
+from agentuq_nb.io.token_table import TokenTableWriter
+from agentuq_nb.records import Simulation
+from agentuq_nb.records.run_tables import MESSAGE_SCHEMA, message_table, trajectory_record, trajectory_table
+from agentuq_nb.uq.turn_partials import PARTIALS_SCHEMA, token_partials_table
+
+
+class BaseTables:
+    """Writers of the four base tables into ``commit``; :meth:`close` finishes them (``with`` does)."""
+
+    def __init__(self, commit: Commit, based_on: dict[str, str] | None = None, background: bool = True):
+        self.commit = commit
+        self.based_on = dict(based_on or {})
+        self.tokens = TokenTableWriter(commit.stage("tokens", self.based_on), background=background,
+                                       metadata=commit.metadata)
+        # messages and turn partials stream to disk like tokens (lists would grow with the number of simulations)
+        self.partials = TokenTableWriter(commit.stage("turn_partials", self.based_on), row_group_rows=65_536,
+                                         schema=PARTIALS_SCHEMA, metadata=commit.metadata)
+        self.messages = TokenTableWriter(commit.stage("messages", self.based_on), row_group_rows=65_536,
+                                         schema=MESSAGE_SCHEMA, metadata=commit.metadata)
+        self.trajectories: list[dict] = []
+
+    @property
+    def num_tokens(self) -> int:
+        return self.tokens.num_rows
+
+    def add_tokens(self, tokens: pa.Table) -> None:
+        """Token rows (``TOKEN_SCHEMA``) and their per-turn sums: the summaries need no second pass."""
+        self.tokens.write(tokens)
+        self.partials.write(token_partials_table(tokens))
+
+    def add_simulations(self, sims: Iterable[Simulation], domain: str, where: str,
+                        warnings: InputWarnings) -> int:
+        sims = list(sims)
+        self.messages.write(message_table(sims, domain))
+        for sim in sims:
+            self.trajectories.append(trajectory_record(sim, domain))
+            if sim.reward is None:
+                warnings.add("simulations_without_reward", f"{where} simulation {sim.id}")
+        return len(sims)
+
+    def close(self, where: str, warnings: InputWarnings) -> None:
+        for writer in (self.tokens, self.partials, self.messages):
+            writer.close()
+        self.commit.write_parquet("trajectories", trajectory_table(self.trajectories), self.based_on)
+        keys = pd.DataFrame(self.trajectories, columns=["task_id", "trial", "seed"])
+        warnings.add("duplicate_trajectory_keys", f"{where}: (task_id, trial, seed) repeats", int(keys.duplicated().sum()))
+
+    def abort(self) -> None:
+        for writer in (self.tokens, self.partials, self.messages):
+            writer.abort()
+
+    def __enter__(self) -> "BaseTables":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.abort()

@@ -1,0 +1,158 @@
+"""``extract``: results (+ sidecars) → the run's base tables: tokens, turn partials, messages, trajectories.
+
+Simulations stream from the results (ijson) in batches of about ``batch_bytes`` of sidecar
+JSON; a batch's sidecars are parsed in one DuckDB query on all cores while the previous batch
+is joined, measured and written, and every step works on the whole batch at once (Arrow and
+numpy). Memory is bounded by two batches and one Parquet row group, not by the number of
+simulations or sidecar files.
+
+The tables and the manifest are published as one commit of the run folder
+(:class:`~agentuq_nb.io.rundir.RunDir`): an input that turns out to be bad, a kill or a Ctrl-C at
+any moment leaves the folder's previous run as it was, never half replaced.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import closing
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from agentuq_nb.io.errors import InputError, InputWarnings
+from agentuq_nb.io.results import detect_layout, iter_simulations, read_header
+from agentuq_nb.io.rundir import RunDir
+from agentuq_nb.io.token_sources import SidecarResolver, batch_raw_tokens
+from agentuq_nb.records import Results, Simulation
+from agentuq_nb.uq.base_tables import BaseTables
+from agentuq_nb.uq.token_metrics import with_token_metrics
+
+BATCH_BYTES = 96 << 20  # sidecar JSON per batch: few batches (each costs a query), small enough to hold two
+BATCH_SIMULATIONS = 512  # and at most this many simulations (log-probs inline in the results have no sidecar bytes)
+
+
+@dataclass
+class ExtractReport:
+    run_dir: Path
+    num_simulations: int = 0
+    num_tokens: int = 0
+    warnings: InputWarnings = field(default_factory=InputWarnings)
+
+
+def results_domain(header: dict) -> str:
+    return Results.model_validate({k: v for k, v in header.items() if k in ("info",)}).domain
+
+
+def models_by_role(header: dict) -> dict[str, str]:
+    """The generating model of each role, as the results' ``info`` records them."""
+    info = header.get("info") or {}
+    out = {}
+    for role, key in (("assistant", "agent_info"), ("user", "user_info")):
+        llm = (info.get(key) or {}).get("llm")
+        if llm:
+            out[role] = str(llm)
+    return out
+
+
+def results_input(run: RunDir, results_path: Path) -> dict[str, str]:
+    """``based_on`` of tables made from ``results_path``: its commit when it is the run's own results."""
+    if results_path.resolve() == run.results_json.resolve():
+        return run.based_on("results")
+    return {}
+
+
+def _batches(sims: Iterable[Simulation], resolver: SidecarResolver, batch_bytes: int) -> Iterator[tuple[list[Simulation], Future]]:
+    """Simulations in batches, each with the parse of its sidecars under way in the background.
+
+    The next batch's sidecars parse (DuckDB, off the GIL) while the caller works on the current
+    batch; a batch's parse starts only after the previous one finished, so a sidecar shared by
+    many simulations is parsed once and then found in the resolver's cache.
+    """
+    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sidecars")
+    pending: tuple[list[Simulation], Future] | None = None
+
+    def submit(batch: list[Simulation], paths: dict[Path, None]) -> tuple[list[Simulation], Future]:
+        return batch, executor.submit(resolver.read_many, list(paths))
+
+    def advance(batch: list[Simulation], paths: dict[Path, None]):
+        """Start the parse of ``batch`` once the pending one is done; hand out the pending one."""
+        nonlocal pending
+        if pending is not None:
+            pending[1].exception()  # wait for it (its errors surface where the batch is used)
+        previous, pending = pending, submit(batch, paths)
+        return previous
+
+    try:
+        batch: list[Simulation] = []
+        paths: dict[Path, None] = {}  # the batch's sidecars, in order, each once
+        previous: dict[Path, None] = {}
+        size = 0
+        for sim in sims:
+            batch.append(sim)
+            for path in resolver.referenced_paths(sim):
+                if path not in paths:
+                    paths[path] = None
+                    # a file the previous batch read too (one shared by all trajectories: agentuq's ``single``
+                    # partition mode) is usually still in the resolver's cache; counting it in every batch
+                    # would make each batch one simulation
+                    size += 0 if path in previous else _file_size(path)
+            if size >= batch_bytes or len(batch) >= BATCH_SIMULATIONS:
+                if (ready := advance(batch, paths)) is not None:
+                    yield ready
+                batch, previous, paths, size = [], paths, {}, 0
+        if batch and (ready := advance(batch, paths)) is not None:
+            yield ready
+        if pending is not None:
+            yield pending
+    finally:
+        executor.shutdown(wait=True, cancel_futures=True)
+
+
+def _file_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def extract(results_path: str | Path, run_dir: str | Path | RunDir, sidecar_dir: str | Path | None = None,
+            progress: bool = False, batch_bytes: int = BATCH_BYTES) -> ExtractReport:
+    """Publish ``tokens.parquet``, ``turn_partials.parquet``, ``messages.parquet``, ``trajectories.parquet``
+    and the manifest in ``run_dir``, as one commit."""
+    results_path, run = Path(results_path), RunDir.of(run_dir)
+    layout = detect_layout(results_path)
+    header = read_header(results_path)
+    domain = results_domain(header)
+    models = models_by_role(header)
+    resolver = SidecarResolver(results_path if results_path.is_file() else results_path / "results.json",
+                               Path(sidecar_dir) if sidecar_dir else None)
+    report = ExtractReport(run.path)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(desc="extract", unit="sim")
+    try:
+        with run.commit("extract") as commit, closing(resolver), \
+                BaseTables(commit, results_input(run, results_path)) as tables:
+            for batch, parsed in _batches(iter_simulations(results_path), resolver, batch_bytes):
+                raw, sim_pos = batch_raw_tokens(batch, domain, resolver, report.warnings, models, parsed.result())
+                where = lambda row, batch=batch, sim_pos=sim_pos: f"{results_path} simulation {batch[sim_pos[row]].id}"  # noqa: E731
+                tables.add_tokens(with_token_metrics(raw, where, report.warnings))
+                report.num_simulations += tables.add_simulations(batch, domain, str(results_path), report.warnings)
+                if bar is not None:
+                    bar.update(len(batch))
+            if report.num_simulations == 0:
+                raise InputError(results_path, "results contain no simulations")
+            tables.close(str(results_path), report.warnings)
+            report.num_tokens = tables.num_tokens
+            commit.update_manifest(
+                step="extract", results=str(results_path.resolve()), layout=layout,
+                sidecar_dir=str(Path(sidecar_dir).resolve()) if sidecar_dir else None, domain=domain, models=models,
+                num_simulations=report.num_simulations, num_tokens=report.num_tokens,
+                warnings=report.warnings.as_dict(), scoring=None,
+                created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    finally:
+        if bar is not None:
+            bar.close()
+    return report
