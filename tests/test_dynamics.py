@@ -7,13 +7,13 @@ import nbformat
 import numpy as np
 import pandas as pd
 import pytest
-
-from conftest import make_aggregated_run
 from sklearn.metrics import roc_auc_score
 
 from agentuq_nb import evaluation
 from agentuq_nb.io.rundir import RunDir
 from agentuq_nb.uq import dynamics
+
+from conftest import make_aggregated_run
 
 ROOT = Path(__file__).resolve().parents[1]
 

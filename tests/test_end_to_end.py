@@ -24,7 +24,10 @@ def test_smoke_study_writes_figures_and_never_leaks_keys(tmp_path, monkeypatch):
     results = json.loads((run_dir / "results.json").read_text())
     assert [s["task_id"] for s in results["simulations"]] == ["1", "2", "3"]
     metrics = json.loads((run_dir / "eval_metrics.json").read_text())
-    assert metrics["n"] == 3
+    # every trajectory with an agent turn after the greeting is evaluated (which ones have one depends on the
+    # CPU: llama.cpp's kernels differ between AVX2 and AVX-512 machines, and so do greedy conversations)
+    with_agent_turn = [s for s in results["simulations"] if any(m["role"] == "assistant" for m in s["messages"][1:])]
+    assert metrics["n"] == len(with_agent_turn) >= 2
     # the key never reaches anything the run wrote
     for path in run_dir.rglob("*"):
         if path.is_file() and path.suffix in (".json", ".jsonl", ".ipynb", ".csv", ".log", ".txt"):

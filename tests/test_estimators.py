@@ -4,14 +4,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-
-from conftest import make_aggregated_run
 from sklearn.metrics import roc_auc_score
 
 from agentuq_nb.estimators import BASELINES
 from agentuq_nb.evaluation import compare_estimators, score_table
 from agentuq_nb.io.rundir import RunDir
 from agentuq_nb.records import token_statistics
+
+from conftest import make_aggregated_run
 
 ESTIMATOR_TABLE_FILE = RunDir.relative("estimator_table")
 TOKEN_STATISTICS = [s.name for s in token_statistics.TOKEN_STATISTICS]

@@ -13,8 +13,8 @@ from agentuq_nb.evaluation import (
     METRICS,
     UndefinedMetricError,
     auarc,
-    auroc,
     aurc,
+    auroc,
     failure_curves,
     failure_metrics,
     prr,
@@ -25,7 +25,6 @@ from agentuq_nb.evaluation.metrics import (
     kendall_weighted,
     metrics_batch,
 )
-
 
 # --------------------------------------------------------------------------- references
 # Plain-Python definitions, written from the definitions (not from the package's code).

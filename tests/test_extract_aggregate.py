@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 
 from agentuq_nb.io.errors import InputError
+from agentuq_nb.io.rundir import RunDir
 from agentuq_nb.io.token_table import read_token_table
 from agentuq_nb.records.summary import uq_summary
 from agentuq_nb.uq.aggregation import aggregate
-from agentuq_nb.io.rundir import RunDir
 from agentuq_nb.uq.extraction import extract
 
 

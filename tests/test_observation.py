@@ -7,8 +7,8 @@ import math
 import pytest
 
 from agentuq_nb import llm
-from agentuq_nb.io.token_table import read_token_table
 from agentuq_nb.evaluation import evaluate
+from agentuq_nb.io.token_table import read_token_table
 from agentuq_nb.records import Simulation
 from agentuq_nb.uq.aggregation import aggregate
 from agentuq_nb.uq.observation import agent_system_prompt, conversation, rescore, score_observations
@@ -100,8 +100,9 @@ def test_rescore_then_aggregate_and_evaluate(tmp_path, small_real_results):
 
 
 def test_observation_notebook_on_a_rescored_real_file(tmp_path, small_real_results):
-    import papermill as pm
     from pathlib import Path
+
+    import papermill as pm
 
     root = Path(__file__).resolve().parents[1]
     run_dir, figures_dir = tmp_path / "run", tmp_path / "figures"

@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from agentuq_nb.io.errors import InputError
+from agentuq_nb.io.rundir import RunDir
 from agentuq_nb.pipeline import paper
 from agentuq_nb.pipeline.reproduce import load_study, run_study
 
@@ -149,7 +150,7 @@ def test_paper_params_on_a_stand_in_with_the_release_layout(tmp_path):
     for name in ("observation_user_nll_density_gpt-4.1", "observation_user_nll_density_Kimi-K2.5", "dynamics_agent_nll"):
         assert (figures_dir / f"{name}.png").stat().st_size > 1000, name
         assert (figures_dir / f"{name}.pdf").exists()
-    table = pd.read_csv(run_dir / paper.AUROC_TABLE_FILE)
+    table = pd.read_csv(RunDir(run_dir).file("paper_auroc_table"))
     nll = table[table["estimator"] == paper.PUBLISHED_ESTIMATOR].set_index(["model", "domain"])
     assert sorted(nll.index) == [("Kimi-K2.5", d) for d in STAND_IN_DOMAINS] + [("gpt-4.1", d) for d in STAND_IN_DOMAINS]
     for (model, domain), row in nll.iterrows():

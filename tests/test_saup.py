@@ -5,10 +5,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import make_aggregated_run
-
 from agentuq_nb.io.rundir import RunDir
 from agentuq_nb.uq import saup
+
+from conftest import make_aggregated_run
 
 
 @pytest.fixture(scope="module")

@@ -162,8 +162,8 @@ def test_aggregation_does_not_need_rows_in_turn_order(tmp_path):
 
 
 def test_stored_partials_equal_a_scan_and_go_stale_with_the_table(tmp_path):
-    from agentuq_nb.io.token_table import write_token_table
     from agentuq_nb.io.rundir import RunDir
+    from agentuq_nb.io.token_table import write_token_table
     from agentuq_nb.uq.turn_partials import stored_partials
 
     PARTIALS_FILE = RunDir.relative("turn_partials")

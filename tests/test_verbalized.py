@@ -41,9 +41,9 @@ def test_per_turn_and_final_modes_on_a_real_trajectory(tmp_path, tau2_files):
 def test_cli_command_writes_scores_that_compare_estimators_lists(tmp_path):
     from typer.testing import CliRunner
 
-    from conftest import make_aggregated_run
-
     from agentuq_nb.cli import app
+
+    from conftest import make_aggregated_run
 
     run = make_aggregated_run(tmp_path, num_simulations=4, messages_per_simulation=4, tokens_per_message=3)
     runner = CliRunner()

@@ -277,7 +277,8 @@ def verbalized_confidence(
     limit: Optional[int] = typer.Option(None, "--limit", help="ask about the first N simulations only"),
 ):
     """Ask the agent's model how likely its actions were correct → RUN_DIR/verbalized_confidence.csv."""
-    from agentuq_nb.uq import missing_rate, verbalized_confidence as run_verbalized
+    from agentuq_nb.uq import missing_rate
+    from agentuq_nb.uq import verbalized_confidence as run_verbalized
 
     try:
         per_traj = run_verbalized(run_dir, results=results, model=model, mode=mode, limit=limit)

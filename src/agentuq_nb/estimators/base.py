@@ -115,6 +115,10 @@ class EstimatorFamily(ABC):
     def pattern(self) -> str:
         return self.family
 
+    def near(self, name: str) -> list[str]:
+        """Names of this family close to ``name`` (for "did you mean")."""
+        return []
+
 
 def by_trajectory(values: pd.Series | pd.DataFrame, column: str | None = None) -> pd.Series:
     """Scores indexed by the trajectory keys, keys typed alike (a column of a frame that has the keys,
@@ -188,7 +192,7 @@ def get(name: str) -> Estimator:
         if estimator is not None:
             return estimator
     known = list(_FIXED)
-    close = difflib.get_close_matches(name, known, n=3)
+    close = difflib.get_close_matches(name, known + [n for f in _FAMILIES for n in f.near(name)], n=3)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     patterns = ", ".join(f.pattern() for f in _FAMILIES)
     raise KeyError(f"no estimator named {name!r}{hint} (fixed names: {', '.join(known)}; patterns: {patterns})")

@@ -75,6 +75,11 @@ class TokenEstimators(EstimatorFamily):
     def pattern(self) -> str:
         return "{role}.{statistic}[@{scorer}] with statistic one of " + ", ".join(STATISTICS_BY_NAME)
 
+    def near(self, name: str) -> list[str]:
+        role, _, rest = name.partition(".")
+        scorer = rest.partition("@")[2] or SELF
+        return [token_estimator_name(role, stat, scorer) for stat in STATISTICS_BY_NAME] if rest else []
+
     def parse(self, name: str) -> TokenEstimator | None:
         match = _NAME.match(name)
         if match is None or match["statistic"] not in STATISTICS_BY_NAME:

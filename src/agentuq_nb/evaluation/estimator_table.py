@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from agentuq_nb.estimators import Estimator, estimators as run_estimators, get
+from agentuq_nb.estimators import Estimator, get
+from agentuq_nb.estimators import estimators as run_estimators
 from agentuq_nb.evaluation.bootstrap import paired_bootstrap_pvalue
 from agentuq_nb.evaluation.failure_report import failure_metrics
 from agentuq_nb.io.rundir import RunDir

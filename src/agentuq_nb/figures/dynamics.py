@@ -1,9 +1,9 @@
 """Figures of uncertainty dynamics: per-turn agent NLL over the normalized turn index, early warning."""
 from __future__ import annotations
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-import matplotlib.pyplot as plt
 
 from agentuq_nb.figures.style import PALETTE, use_style
 

@@ -1,9 +1,9 @@
 """Figures of how well uncertainty predicts failure: ROC, accuracy–rejection, distributions."""
 from __future__ import annotations
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-import matplotlib.pyplot as plt
 
 from agentuq_nb.figures.style import PALETTE, use_style
 

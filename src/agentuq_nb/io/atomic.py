@@ -13,7 +13,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-
 # mkstemp creates files readable by their owner only; a published file gets the permissions
 # open() would give it (read once at import: os.umask can only be read by setting it)
 _UMASK = os.umask(0o022)

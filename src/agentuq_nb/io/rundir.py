@@ -210,6 +210,7 @@ class Commit:
 
     def discard(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
+        _remove_if_empty(self.dir.parent)
 
 
 def roll_forward(folder: Path, staging: Path) -> None:
@@ -222,8 +223,13 @@ def roll_forward(folder: Path, staging: Path) -> None:
             target.parent.mkdir(parents=True, exist_ok=True)
             os.replace(source, target)
     shutil.rmtree(staging, ignore_errors=True)
+    _remove_if_empty(staging.parent)
+
+
+def _remove_if_empty(folder: Path) -> None:
+    """Drop the staging root once no commit is staged in it."""
     try:
-        staging.parent.rmdir()  # the staging root, when no other commit is staged
+        folder.rmdir()
     except OSError:
         pass
 
@@ -330,8 +336,7 @@ class RunDir:
                     roll_forward(self.path, staging)
                 else:
                     shutil.rmtree(staging, ignore_errors=True)
-            if root.is_dir() and not any(root.iterdir()):
-                root.rmdir()
+            _remove_if_empty(root)
         for pattern in (".*.tmp", "sidecars/.*.tmp", "checkpoints/**/.*.tmp", ".tokens_by_task.*"):
             for leftover in self.path.glob(pattern):
                 if leftover.is_dir():

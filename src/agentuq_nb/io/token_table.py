@@ -154,7 +154,7 @@ def read_token_table(path: str | os.PathLike, columns: list[str] | None = None, 
 PARTITIONED_DIR = RunDir.relative("tokens_by_task")
 PARTITION_KEYS = ["domain", "task_id"]
 HIVE_PARTITIONING = ds.partitioning(pa.schema([TOKEN_SCHEMA.field(k) for k in PARTITION_KEYS]), flavor="hive")
-_SOURCES_FILE = "_sources.json"
+_SOURCES_STAMP = "_sources.json"  # inside tokens_by_task/: which tables (sizes, mtimes) it was built from
 
 
 def _sources_stamp(files: list[Path]) -> list[dict]:
@@ -172,7 +172,7 @@ def partition_token_tables(run_dir: str | os.PathLike) -> Path:
     files = token_table_files(run_dir)
     root = run_dir / PARTITIONED_DIR
     stamp = _sources_stamp(files)
-    if (root / _SOURCES_FILE).is_file() and json.loads((root / _SOURCES_FILE).read_text()) == stamp:
+    if (root / _SOURCES_STAMP).is_file() and json.loads((root / _SOURCES_STAMP).read_text()) == stamp:
         return root
     tmp = Path(tempfile.mkdtemp(prefix=f".{PARTITIONED_DIR}.", dir=run_dir))
     try:
@@ -180,7 +180,7 @@ def partition_token_tables(run_dir: str | os.PathLike) -> Path:
             ds.write_dataset(ds.dataset(str(f), schema=TOKEN_SCHEMA, format="parquet"), tmp, format="parquet",
                              partitioning=HIVE_PARTITIONING, basename_template=f"{n:04d}-{{i}}.parquet",
                              existing_data_behavior="overwrite_or_ignore", preserve_order=True)
-        (tmp / _SOURCES_FILE).write_text(json.dumps(stamp))
+        (tmp / _SOURCES_STAMP).write_text(json.dumps(stamp))
         old = None
         if root.exists():  # swap: rename the old folder away, the new one in, then delete the old
             old = Path(tempfile.mkdtemp(prefix=f".{PARTITIONED_DIR}.old.", dir=run_dir))

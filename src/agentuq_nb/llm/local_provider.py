@@ -39,7 +39,6 @@ from litellm.types.utils import (
 )
 
 from agentuq_nb.llm.chat_format import SMOLLM2_CHAT, Segment, arguments_json, message_body
-from agentuq_nb.records.config import EMBEDDED_MODEL
 from agentuq_nb.llm.local_model import (
     ContextWindowError,
     Grammar,
@@ -58,6 +57,7 @@ from agentuq_nb.llm.tool_format import (
     tool_call_grammar,
     tool_call_prefix,
 )
+from agentuq_nb.records.config import EMBEDDED_MODEL
 
 LOCAL_MODEL = EMBEDDED_MODEL  # "local/smollm2-135m-instruct", named once in records.config
 PROVIDER, MODEL_NAME = LOCAL_MODEL.split("/", 1)

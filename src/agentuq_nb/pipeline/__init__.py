@@ -1,1 +1,1 @@
-"""Run-level steps (extract → aggregate → evaluate) and papermill studies (``reproduce``)."""
+"""Studies: papermill runs of numbered notebooks per params file (``reproduce``), and the AgentUQ paper's figures (``paper``)."""

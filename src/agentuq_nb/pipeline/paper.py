@@ -28,7 +28,6 @@ import pandas as pd
 
 from agentuq_nb.common.naming import slug
 from agentuq_nb.evaluation import compare_estimators, dynamics_curve
-from agentuq_nb.io.atomic import atomic_write_with
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.results import iter_simulations, read_header
 from agentuq_nb.io.rundir import RunDir
@@ -46,7 +45,6 @@ PUBLISHED_AGENT_NLL_AUROC = {
     ("Kimi-K2.5", "retail"): 0.469, ("Kimi-K2.5", "telecom"): 0.645,
 }
 PUBLISHED_ESTIMATOR = "assistant.avg_token_nll"
-AUROC_TABLE_FILE = "paper_auroc_table.csv"
 #: sims whose sidecar references are read to locate the sidecar folder
 REFERENCE_SAMPLE = 5
 
@@ -240,7 +238,8 @@ def auroc_table(runs: dict[ResultSet, Path], estimators: list[str] | None = None
     out = out[["model", "domain", "estimator", "family", "n", "n_failures", "auroc", "auroc_lo", "auroc_hi",
                "published_auroc"]]
     if out_dir is not None:
-        atomic_write_with(Path(out_dir) / AUROC_TABLE_FILE, lambda p: out.to_csv(p, index=False))
+        with RunDir(out_dir).commit("paper") as commit:
+            commit.write_with("paper_auroc_table", lambda p: out.to_csv(p, index=False))
     return out
 
 

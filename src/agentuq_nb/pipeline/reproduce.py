@@ -44,6 +44,7 @@ from pydantic import ValidationError
 
 from agentuq_nb.common.naming import slug
 from agentuq_nb.common.redaction import find_secret
+from agentuq_nb.distributed import FanOutFailed, JobRunner
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.rundir import RunDir
 from agentuq_nb.records.config import StudySpec, validation_message
@@ -203,24 +204,22 @@ def run_studies(
         seen[study.name] = study.params_path
     jobs = [(study.name, (study, root or project_root(study.params_path.resolve().parent), output_root, kernel_name))
             for study in studies]
-    if scheduler is None:
-        return [_run_study_job(job) for _, job in jobs]
-
-    from agentuq_nb.distributed import FanOutFailed, connect, fan_out
-
     done: dict[str, Path] = {}
 
     def finished(name: str, run_dir: Path) -> None:
         done[name] = run_dir
-        log(f"[{name}] done: {run_dir}")
+        if scheduler is not None:
+            log(f"[{name}] done: {run_dir}")
 
-    with connect(scheduler) as client:
-        try:
-            fan_out(client, _run_study_job, jobs, finished, retries=0, label="reproduce")
-        except FanOutFailed as err:
-            # a papermill error is the whole cell traceback: its last line says what went wrong
-            reasons = "; ".join(f"{name}: {type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[-1]}"
-                                for name, exc in err.failures)
-            raise RuntimeError(f"{len(err.failures)} of {len(jobs)} studies failed ({reasons}); "
-                               f"executed notebooks are in runs/<name>/notebooks/") from None
+    # serial: the first failure stops the rest; on Dask every study runs and the failures are listed at the end
+    runner = JobRunner(label="reproduce", unit="study", noun="studies", scheduler=scheduler, retries=0,
+                       progress=False, kept_as="done")
+    try:
+        runner.run(_run_study_job, jobs, finished, total=len(jobs))
+    except FanOutFailed as err:
+        # a papermill error is the whole cell traceback: its last line says what went wrong
+        reasons = "; ".join(f"{name}: {type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[-1]}"
+                            for name, exc in err.failures)
+        raise RuntimeError(f"{len(err.failures)} of {len(jobs)} studies failed ({reasons}); "
+                           f"executed notebooks are in runs/<name>/notebooks/") from None
     return [done[study.name] for study in studies]

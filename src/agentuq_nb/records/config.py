@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agentuq_nb.common.redaction import redact
 
@@ -133,19 +133,20 @@ class StudySpec(_Config):
         return [{"name": v} if isinstance(v, str) else
                 ({**v, "parameters": v.get("parameters") or {}} if isinstance(v, dict) else v) for v in value]
 
-    @model_validator(mode="after")
-    def _grid_lists_not_empty(self):
-        if self.grid is not None:
-            if not self.grid:
+    @field_validator("grid")
+    @classmethod
+    def _grid_lists_not_empty(cls, grid):
+        if grid is not None:
+            if not grid:
                 raise ValueError("'grid' must map parameter names to non-empty lists of values")
-            for key, values in self.grid.items():
+            for key, values in grid.items():
                 if not values:
                     raise ValueError(f"grid values of '{key}' must be a non-empty list")
-        return self
+        return grid
 
 
 def validation_message(err: ValidationError) -> tuple[str, str]:
     """``(what, where)`` of a pydantic error's first problem, for an error naming the field."""
     first = err.errors()[0]
     where = "".join(f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p)) for i, p in enumerate(first["loc"]))
-    return first["msg"], where or "(top level)"
+    return first["msg"].removeprefix("Value error, "), where or "(top level)"

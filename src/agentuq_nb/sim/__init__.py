@@ -7,8 +7,8 @@
 """
 from agentuq_nb.sim.domain import (
     Domain,
-    Toolkit,
     ToolError,
+    Toolkit,
     UnknownDomainError,
     UnknownTaskError,
     list_domains,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from agentuq_nb.sim.domain import Toolkit, ToolError, tool
+from agentuq_nb.sim.domain import ToolError, Toolkit, tool
 
 
 class BookshopToolkit(Toolkit):

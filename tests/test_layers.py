@@ -1,0 +1,58 @@
+"""The architecture holds: the layers contract (import-linter), no private helper or file-name constant
+crossing modules, package facades that load lazily."""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "src" / "agentuq_nb"
+SOURCES = sorted(PACKAGE.rglob("*.py"))
+
+
+def test_the_layers_contract_is_kept():
+    lint = Path(sys.executable).with_name("lint-imports")
+    done = subprocess.run([str(lint), "--config", str(ROOT / "pyproject.toml")], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "Contracts: 2 kept, 0 broken." in done.stdout
+
+
+def _imports(path: Path):
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("agentuq_nb"):
+            for alias in node.names:
+                yield node.module, alias.name
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_private_helper_or_file_constant_is_imported_from_another_module(path):
+    for module, name in _imports(path):
+        assert not name.startswith("_"), f"{path.name} imports the private {name} from {module}"
+        assert not name.endswith("_FILE"), f"{path.name} imports the file-name constant {name}: ask RunDir"
+
+
+def test_file_names_of_a_run_folder_live_in_rundir_only():
+    for path in SOURCES:
+        if path.name == "rundir.py":
+            continue
+        for node in ast.parse(path.read_text()).body:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+            for target in targets:
+                if isinstance(target, ast.Name):
+                    assert not target.id.endswith("_FILE"), f"{path.relative_to(PACKAGE)} defines {target.id}"
+
+
+def test_facades_load_their_modules_on_first_use():
+    code = ("import sys, agentuq_nb.uq, agentuq_nb.evaluation\n"
+            "heavy = [m for m in ('sentence_transformers', 'torch', 'llama_cpp', 'litellm', 'statsmodels') if m in sys.modules]\n"
+            "assert not heavy, heavy\n"
+            "from agentuq_nb import uq, evaluation\n"
+            "assert callable(uq.extract) and callable(uq.aggregate) and callable(evaluation.compare_estimators)\n"
+            "assert 'agentuq_nb.uq.observation' not in sys.modules\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr

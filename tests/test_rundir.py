@@ -1,0 +1,183 @@
+"""RunDir: commits published as a set (killed at every step), stamps that refuse mixed or stale files,
+one writer per folder, and the leftovers of killed writers cleaned up."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from agentuq_nb.io.errors import InputError, MixedRunError, StaleArtifactError
+from agentuq_nb.io.run_lock import RunBusyError
+from agentuq_nb.io.rundir import RunDir, parquet_commit
+from agentuq_nb.io.synthetic import write_synthetic_results
+from agentuq_nb.uq import aggregate, extract, read_trajectory_summary
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE_TABLES = ("tokens", "turn_partials", "messages", "trajectories")
+
+# a child that runs extract and SIGKILLs itself at its n-th file rename (os.replace), or counts them (n = -1)
+KILL_AT_RENAME = """
+import os, signal, sys
+real_replace, count = os.replace, [0]
+
+def replace(src, dst):
+    if count[0] == int(sys.argv[3]):
+        os.kill(os.getpid(), signal.SIGKILL)
+    count[0] += 1
+    real_replace(src, dst)
+
+os.replace = replace
+from agentuq_nb.uq import extract
+extract(sys.argv[1], sys.argv[2])
+print(count[0])
+"""
+
+
+@pytest.fixture(scope="module")
+def two_results(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("two")
+    a = write_synthetic_results(tmp / "a", num_simulations=6, messages_per_simulation=8, tokens_per_message=5, seed=1)
+    b = write_synthetic_results(tmp / "b", num_simulations=9, messages_per_simulation=8, tokens_per_message=5, seed=2)
+    return a, b
+
+
+@pytest.fixture
+def run_a(tmp_path, two_results):
+    run = tmp_path / "run"
+    extract(two_results[0], run)
+    aggregate(run)
+    return run
+
+
+def _files(run: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(run.iterdir()) if p.is_file() and not p.name.startswith(".")}
+
+
+def _base_state(run: Path) -> int:
+    """The number of simulations of the run whose base tables the folder holds - checked to be one set."""
+    rd = RunDir(run)
+    manifest = rd.manifest()
+    rd.verify(*(rd.file(name) for name in BASE_TABLES))
+    commits = {parquet_commit(rd.file(name)) for name in BASE_TABLES}
+    assert len(commits) == 1 and commits == {manifest.artifacts["tokens.parquet"].commit}, commits
+    n = len(rd.read_frame("trajectories"))
+    assert manifest.num_simulations == n
+    assert pd.read_parquet(rd.file("tokens"), columns=["task_id"])["task_id"].nunique() == n
+    assert not rd.pending()  # no half-published commit left (an unjournaled staging is removed by the next writer)
+    return n
+
+
+def _child(args, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    script = tmp_path / "kill_at_rename.py"
+    script.write_text(KILL_AT_RENAME)
+    return subprocess.run([sys.executable, str(script), *map(str, args)], env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_extract_killed_at_every_rename_leaves_one_run_never_a_mix(run_a, two_results, tmp_path):
+    results_b = two_results[1]
+    counted = _child([results_b, tmp_path / "count_run", -1], tmp_path)
+    assert counted.returncode == 0, counted.stderr
+    renames = int(counted.stdout.strip().splitlines()[-1])
+    assert renames >= 6  # staged tables, journal, the published files
+    outcomes = []
+    for n in range(renames):
+        run = tmp_path / f"killed_{n}"
+        shutil.copytree(run_a, run)
+        done = _child([results_b, run, n], tmp_path)
+        assert done.returncode == -9, (n, done.stderr[-2000:])
+        state = _base_state(run)  # the first reader rolls a journaled commit forward
+        assert state in (6, 9), state
+        outcomes.append(state)
+        if state == 6:  # the old run, whole: its summary still belongs to it
+            assert len(read_trajectory_summary(run)) > 0
+        else:  # the new run, whole: the old summary is refused as stale, not mixed in
+            with pytest.raises(StaleArtifactError, match="aggregate"):
+                read_trajectory_summary(run)
+            assert len(aggregate(run)[1]) > 0
+    # killed before the journal: the old run; after it: the new one (rolled forward)
+    assert outcomes[0] == 6 and outcomes[-1] == 9 and outcomes == sorted(outcomes)
+
+
+def test_bad_input_publishes_nothing(run_a, tmp_path):
+    before = _files(run_a)
+    empty = tmp_path / "empty.json"
+    empty.write_text(json.dumps({"timestamp": "t", "info": {}, "tasks": [], "simulations": []}))
+    with pytest.raises(InputError, match="no simulations"):
+        extract(empty, run_a)
+    assert _files(run_a) == before and not (run_a / ".staging").exists()
+
+
+def test_files_of_another_run_are_refused(run_a, two_results, tmp_path):
+    other = tmp_path / "other"
+    extract(two_results[1], other)
+    shutil.copy(other / "trajectories.parquet", run_a / "trajectories.parquet")
+    with pytest.raises(MixedRunError, match="trajectories.parquet does not belong"):
+        aggregate(run_a)
+
+
+def test_a_summary_of_replaced_tokens_is_stale(run_a, two_results):
+    from agentuq_nb.evaluation import compare_estimators, evaluate
+
+    extract(two_results[1], run_a)
+    for step in (lambda: evaluate(run_a, n_boot=10), lambda: compare_estimators(run_a, n_boot=10)):
+        with pytest.raises(StaleArtifactError, match=r"earlier tokens.parquet .*aggregate"):
+            step()
+    aggregate(run_a)
+    assert evaluate(run_a, n_boot=10)["n"] == 9
+
+
+def test_a_token_table_added_after_aggregate_makes_the_summary_stale(run_a):
+    rd = RunDir(run_a)
+    with rd.commit("test") as commit:
+        shutil.copy(rd.file("tokens"), commit.stage("tokens.observations_extra.parquet", rd.based_on("tokens")))
+    with pytest.raises(StaleArtifactError, match="does not include tokens.observations_extra.parquet"):
+        read_trajectory_summary(run_a)
+
+
+def test_tables_written_by_hand_are_taken_as_they_are(run_a):
+    summary = pd.read_parquet(run_a / "trajectory_summary.parquet")
+    summary.assign(extra=1.0).to_parquet(run_a / "trajectory_summary.parquet")  # no commit in its footer
+    assert "extra" in read_trajectory_summary(run_a)
+
+
+def test_a_second_writer_is_refused_with_the_holder_named(run_a, two_results, tmp_path):
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from agentuq_nb.io.rundir import RunDir\n"
+         "with RunDir(sys.argv[1]).lock('simulate'):\n    print('locked', flush=True); sys.stdin.read()", str(run_a)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(RunBusyError, match=rf"process {holder.pid} \('simulate'"):
+            extract(two_results[1], run_a)
+        cli = Path(sys.executable).with_name("agentuq-nb")
+        refused = subprocess.run([str(cli), "aggregate", str(run_a)], capture_output=True, text=True, timeout=120)
+        assert refused.returncode == 2 and "is writing this run folder" in refused.stderr
+        assert "Traceback" not in refused.stderr
+    finally:
+        holder.communicate("", timeout=60)
+    extract(two_results[1], run_a)  # the lock went with its holder
+    assert _base_state(run_a) == 9
+
+
+def test_a_killed_holder_leaves_no_lock_and_its_leftovers_are_removed(run_a, two_results):
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from agentuq_nb.io.rundir import RunDir\n"
+         "with RunDir(sys.argv[1]).lock('extract'):\n    print('locked', flush=True); time.sleep(600)", str(run_a)],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    assert holder.stdout.readline().strip() == "locked"
+    (run_a / ".tokens.parquet.x1y2.tmp").write_bytes(b"\0" * 1024)   # what a killed atomic write leaves
+    (run_a / ".staging" / "abandoned").mkdir(parents=True)          # a commit killed before its journal
+    (run_a / ".staging" / "abandoned" / "tokens.parquet").write_bytes(b"partial")
+    holder.kill()
+    holder.wait(timeout=60)
+    extract(two_results[1], run_a)
+    assert not list(run_a.glob(".*.tmp")) and not (run_a / ".staging").exists()
+    assert _base_state(run_a) == 9
