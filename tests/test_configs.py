@@ -1,6 +1,8 @@
 """Typed configurations, the one redaction policy, the one slug: errors name the field, secrets never pass."""
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 
@@ -88,3 +90,34 @@ def test_one_slug():
     assert slug("openai/gpt-4.1") == "openai_gpt-4.1"
     assert slug("a  b//c") == "a_b_c"
     assert slug("1,2 +x", keep=",+") == "1,2_+x"
+
+
+def test_paths_in_the_environment_are_not_secrets_and_run_together_names_are(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PWD", str(tmp_path))
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump({"notebooks": ["04_evaluate"], "parameters": {"results": f"{tmp_path}/r.json"}}))
+    assert load_studies(path)[0].notebooks[0][1]["results"].startswith(str(tmp_path))
+    for name in ("PGPASSWORD", "SECRETKEY", "accesstoken", "authtoken", "privatekey"):
+        assert names_secret(name), name
+
+
+def test_a_run_of_an_older_version_resumes_and_another_is_refused(tmp_path):
+    from agentuq_nb.io.rundir import RunDir
+    from agentuq_nb.sim.agent import LLMAgent
+    from agentuq_nb.sim.runner import RunConfigMismatch, _check_run_config, legacy_fingerprint, run_fingerprint
+    from agentuq_nb.sim.user_simulator import UserSimulator
+
+    config = SimulationConfig(domain="bookshop", seed=7)
+    agent = LLMAgent(llm=EMBEDDED_MODEL, policy="p", tools=[], style="tiny")
+    user = UserSimulator(llm=EMBEDDED_MODEL, scenario=None)
+    run = RunDir(tmp_path / "old")
+    run.path.mkdir()
+    run.file("run_config").write_text(json.dumps(legacy_fingerprint(config, agent, user)))
+    _check_run_config(run, run_fingerprint(config, agent, user), legacy_fingerprint(config, agent, user))
+    assert "simulation" in json.loads(run.file("run_config").read_text())  # now recorded in today's form
+    other = RunDir(tmp_path / "other")
+    other.path.mkdir()
+    other.file("run_config").write_text(json.dumps({**legacy_fingerprint(config, agent, user), "seed": 8}))
+    with pytest.raises(RunConfigMismatch, match=r"\(seed differ\)"):
+        _check_run_config(other, run_fingerprint(config, agent, user), legacy_fingerprint(config, agent, user))

@@ -44,6 +44,12 @@ def test_analysis_commands_need_neither_llama_cpp_nor_torch(tmp_path):
     assert json.loads(out.stdout)["n"] == 10
     cli("compare-estimators", run, "--n-boot", 50)
     assert (run / "estimator_table.csv").stat().st_size > 0
+    # the LLM layer and the simulator still import (API models need neither), and the embedded model says
+    # what to install instead of failing deep in a retry loop
+    done = subprocess.run([sys.executable, str(script), "simulate", "--domain", "bookshop", "--out", tmp_path / "sim",
+                           "--num-tasks", "1"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "pip install 'agentuq_nb[local]'" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "sim").exists()
     # and the block is real: the embedding model cannot load
     check = subprocess.run([sys.executable, "-c", BLOCKED_MAIN.split("from agentuq_nb.cli")[0] +
                             "import sentence_transformers"], capture_output=True, text=True, timeout=60)

@@ -168,6 +168,9 @@ def test_dask_aggregate_and_evaluate_equal_pandas(tmp_path, synthetic_results, c
         assert (dask_run / "eval_curves.csv").read_bytes() == (pandas_run / "eval_curves.csv").read_bytes()
     with pytest.raises(ValueError, match="no trajectory has role 'nobody'"):
         evaluate(dask_run, role="nobody", scheduler=client)
+    # a full estimator name reads its own role's rows on the cluster (not --role's)
+    assert evaluate(dask_run, uncertainty="user.avg_token_nll", n_boot=50, scheduler=client) == \
+        evaluate(pandas_run, uncertainty="user.avg_token_nll", n_boot=50)
 
 
 def test_aggregate_and_evaluate_commands_take_the_scheduler_address(tmp_path, synthetic_results, client):

@@ -125,11 +125,17 @@ def test_a_plugin_package_registers_through_its_entry_point(run_dir, tmp_path):
     dist = site / "steady_plugin-0.1.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: steady-plugin\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[agentuq_nb.estimators]\nsteadiest = steady_plugin:SteadiestTurn\n")
+    (dist / "entry_points.txt").write_text("[agentuq_nb.estimators]\nbroken = no_such_module:Nothing\n"
+                                           "steadiest = steady_plugin:SteadiestTurn\n")
     done = _cli("estimators", run_dir, env={"PYTHONPATH": str(site)})
     assert done.returncode == 0, done.stderr
     line = next(line for line in done.stdout.splitlines() if line.startswith("assistant.steadiest_turn"))
     assert "plugin" in line and "inverted" in line
+    assert "'broken' (no_such_module:Nothing) failed to load" in done.stderr  # named, and the others still load
+    # a module name works where a folder of that name is in the current directory (a plugin's own checkout)
+    done = subprocess.run([CLI, "estimators", str(run_dir), "--plugin", "steady_plugin"], cwd=site,
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(site)})
+    assert done.returncode == 0 and "assistant.steadiest_turn" in done.stdout, done.stderr
 
 
 def test_a_registered_class_in_this_process(run_dir):
@@ -149,6 +155,33 @@ def test_a_registered_class_in_this_process(run_dir):
         from agentuq_nb.estimators import base
 
         base._FIXED.pop("test.longest_conversation")
+
+
+def test_a_registered_name_overrides_a_family_member_everywhere(run_dir):
+    from agentuq_nb.estimators import base
+
+    @register
+    class Override(Estimator):
+        name = "assistant.avg_token_nll"
+        family = "token"
+
+        def scores(self, run):
+            return estimators.get("num_messages").scores(run)
+
+    try:
+        assert estimators.get("assistant.avg_token_nll") is base._FIXED["assistant.avg_token_nll"]
+        listed = [e for e in estimators.estimators(run_dir) if e.name == "assistant.avg_token_nll"]
+        assert len(listed) == 1 and type(listed[0]).__name__ == "Override"
+    finally:
+        base._FIXED.pop("assistant.avg_token_nll")
+    assert type(estimators.get("assistant.avg_token_nll")).__name__ == "TokenEstimator"
+
+
+def test_a_misspelled_role_or_scorer_says_what_exists(run_dir):
+    with pytest.raises(ValueError, match=r"no rows for role 'asistant'.*assistant.avg_token_nll"):
+        evaluation.evaluate(run_dir, uncertainty="asistant.avg_token_nll", n_boot=10)
+    with pytest.raises(ValueError, match="no rows for role 'assistant' and scorer 'agnet_llm'"):
+        evaluation.evaluate(run_dir, uncertainty="avg_token_nll", scorer="agnet_llm", n_boot=10)
 
 
 def test_the_estimator_table_of_a_held_out_run_equals_the_pre_registry_one(tmp_path):

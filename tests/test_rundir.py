@@ -142,10 +142,16 @@ def test_a_token_table_added_after_aggregate_makes_the_summary_stale(run_a):
         read_trajectory_summary(run_a)
 
 
-def test_tables_written_by_hand_are_taken_as_they_are(run_a):
+def test_a_listed_table_replaced_by_hand_is_refused_until_forgotten(run_a):
     summary = pd.read_parquet(run_a / "trajectory_summary.parquet")
     summary.assign(extra=1.0).to_parquet(run_a / "trajectory_summary.parquet")  # no commit in its footer
+    with pytest.raises(MixedRunError, match=r"carries no commit stamp.*forget\('trajectory_summary.parquet'\)"):
+        read_trajectory_summary(run_a)
+    RunDir(run_a).forget("trajectory_summary")
     assert "extra" in read_trajectory_summary(run_a)
+    # a table the manifest never listed is taken as it is
+    summary.to_parquet(run_a / "saup_scores.parquet")
+    assert RunDir(run_a).read_frame("saup_scores").shape == summary.shape
 
 
 def test_a_second_writer_is_refused_with_the_holder_named(run_a, two_results, tmp_path):
@@ -181,3 +187,28 @@ def test_a_killed_holder_leaves_no_lock_and_its_leftovers_are_removed(run_a, two
     extract(two_results[1], run_a)
     assert not list(run_a.glob(".*.tmp")) and not (run_a / ".staging").exists()
     assert _base_state(run_a) == 9
+
+
+def test_the_lock_is_held_until_the_last_thread_inside_it_leaves(run_a):
+    import threading
+
+    rd = RunDir(run_a)
+    inside, leave_b = threading.Event(), threading.Event()
+
+    def thread_b():
+        with rd.lock("b"):
+            inside.set()
+            leave_b.wait(60)
+
+    probe = [sys.executable, "-c", "import sys; from agentuq_nb.io.rundir import RunDir\n"
+             "with RunDir(sys.argv[1]).lock('probe'): pass", str(run_a)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    with rd.lock("a"):
+        b = threading.Thread(target=thread_b)
+        b.start()
+        assert inside.wait(60)
+    refused = subprocess.run(probe, capture_output=True, text=True, env=env, timeout=120)  # A left, B is inside
+    assert refused.returncode != 0 and "is writing this run folder" in refused.stderr
+    leave_b.set()
+    b.join(60)
+    assert subprocess.run(probe, capture_output=True, text=True, env=env, timeout=120).returncode == 0

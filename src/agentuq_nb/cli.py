@@ -24,7 +24,7 @@ API_BASE_HELP = "OpenAI-compatible server for remote models, one per worker with
 PLUGIN_HELP = "a module or .py file whose estimators register themselves (repeat the option)"
 #: errors that are the user's to fix: said in one line, exit code 2, no traceback
 USER_ERRORS = (InputError, FileNotFoundError, ValueError, KeyError, ConnectionError, RunBusyError, MixedRunError,
-               StaleArtifactError)
+               StaleArtifactError, ModuleNotFoundError)
 
 
 def _fail(err: Exception) -> None:
@@ -247,7 +247,10 @@ def probe(
     """Structural and conceptual uncertainty of one prompt, with per-token sparklines."""
     from agentuq_nb.uq.structural import probe as run_probe
 
-    result = run_probe(prompt, n=n, model=model, temperature=temperature, seed=seed, max_tokens=max_tokens)
+    try:
+        result = run_probe(prompt, n=n, model=model, temperature=temperature, seed=seed, max_tokens=max_tokens)
+    except USER_ERRORS as err:
+        _fail(err)
     typer.echo(result.summary())
     if plot is not None:
         from agentuq_nb.figures.structural import probe_sparklines_figure

@@ -16,7 +16,10 @@ def lazy_exports(package: str, exports: dict[str, list[str]]) -> tuple[Callable[
     def __getattr__(name: str):
         module = module_of.get(name)
         if module is None:
-            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+            try:  # a submodule (``uq.saup``) is an attribute of its package once imported
+                return importlib.import_module(f"{package}.{name}")
+            except ModuleNotFoundError:
+                raise AttributeError(f"module {package!r} has no attribute {name!r}") from None
         value = getattr(importlib.import_module(f"{package}.{module}"), name)
         setattr(importlib.import_module(package), name, value)
         return value

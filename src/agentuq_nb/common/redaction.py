@@ -18,8 +18,12 @@ from typing import Any
 
 #: words that make a name (an environment variable's or a mapping key's) name a secret:
 #: ``OPENAI_API_KEY``, ``HF_TOKEN``, ``api_key``, ``Authorization``, ``extra_headers``; not ``max_tokens``
-SECRET_WORDS = frozenset({"key", "apikey", "secret", "token", "password", "passwd", "pwd", "auth", "authorization",
+SECRET_WORDS = frozenset({"key", "apikey", "secret", "token", "password", "passwd", "auth", "authorization",
                           "credential", "credentials", "cookie", "cookies", "header", "headers", "bearer"})
+#: run-together names that still say it (``PGPASSWORD``, ``SECRETKEY``, ``accesstoken``, ``privatekey``)
+SECRET_PARTS = ("password", "passwd", "secret", "apikey", "accesstoken", "authtoken", "privatekey", "credential")
+#: environment variables whose names match but which hold paths, not secrets (``$PWD`` is not a password)
+NOT_SECRETS = frozenset({"PWD", "OLDPWD", "SSH_AUTH_SOCK", "XAUTHORITY", "KRB5CCNAME", "TOKENIZERS_PARALLELISM"})
 _WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
 #: the shapes of common API keys
 KEY_SHAPES = re.compile(
@@ -36,13 +40,17 @@ MASK = "***"
 
 def names_secret(name: str) -> bool:
     """Whether a variable or key name says it holds a secret (by its words, any case)."""
-    return any(word.lower() in SECRET_WORDS for word in _WORD.findall(str(name)))
+    name = str(name)
+    lowered = name.lower()
+    return (any(word.lower() in SECRET_WORDS for word in _WORD.findall(name))
+            or any(part in lowered for part in SECRET_PARTS))
 
 
 def environment_secrets(environ: Mapping[str, str] | None = None) -> set[str]:
     """Values of the environment variables whose names say they hold a secret."""
     environ = os.environ if environ is None else environ
-    return {v for k, v in environ.items() if names_secret(k) and v and len(v) >= MIN_SECRET_LENGTH}
+    return {v for k, v in environ.items()
+            if k not in NOT_SECRETS and names_secret(k) and v and len(v) >= MIN_SECRET_LENGTH}
 
 
 def secret_in_text(text: str, secrets: set[str] | None = None) -> str | None:

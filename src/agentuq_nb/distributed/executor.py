@@ -46,16 +46,18 @@ class JobRunner:
     stop_event: threading.Event = field(default_factory=threading.Event)
 
     def run(self, fn: Callable[[Any], Any], jobs: Iterable[tuple[Hashable, Any]],
-            on_result: Callable[[Hashable, Any], None], total: int | None = None, done: int = 0,
+            on_result: Callable[[Hashable, Any], None], total: int | None = None, done: int | Callable[[], int] = 0,
             worker_fn: Callable[[Any], Any] | None = None, describe: Callable[[Hashable], str] | None = None) -> int:
-        """Run every job; returns the number of results handled. ``total`` includes the ``done`` ones."""
+        """Run every job; returns the number of results handled. ``total`` includes the ``done`` ones
+        (a number, or a function that counts them when the jobs are generated lazily)."""
         if self.threads < 1:
             raise ValueError(f"threads must be >= 1, got {self.threads}")
         bar = None
         if self.progress:
             from tqdm import tqdm  # a text bar: terminals and papermill-executed notebooks alike
 
-            bar = tqdm(total=total, initial=done, desc=self.desc or self.label, unit=self.unit, file=sys.stderr)
+            bar = tqdm(total=total, initial=done if isinstance(done, int) else 0, desc=self.desc or self.label,
+                       unit=self.unit, file=sys.stderr)
         handled = 0
 
         def handle(key: Hashable, result: Any) -> None:
@@ -77,7 +79,7 @@ class JobRunner:
                 self._on_threads(fn, jobs, handle)
         except (KeyboardInterrupt, Interrupted):
             self.stop_event.set()
-            kept = done + handled
+            kept = (done if isinstance(done, int) else done()) + handled
             remaining = f"the remaining {total - kept}" if total is not None else "the rest"
             print(f"\nInterrupted: {kept}{f' of {total}' if total is not None else ''} {self.noun} are "
                   f"{self.kept_as}. Run the same command again to finish {remaining}.", file=sys.stderr)

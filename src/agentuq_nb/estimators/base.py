@@ -37,6 +37,7 @@ import importlib.metadata
 import importlib.util
 import os
 import sys
+import warnings
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import ClassVar
@@ -159,18 +160,23 @@ def load_plugins() -> None:
     global _plugins_loaded
     if _plugins_loaded:
         return
-    _plugins_loaded = True
+    _plugins_loaded = True  # set first: a plugin that uses the registry while it loads does not load them again
     for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        loaded = entry_point.load()
-        if isinstance(loaded, (type, Estimator, EstimatorFamily)) and (
-                isinstance(loaded, (Estimator, EstimatorFamily)) or issubclass(loaded, (Estimator, EstimatorFamily))):
+        try:
+            loaded = entry_point.load()
+        except Exception as err:  # one broken plugin must not take the others (or the registry) down
+            warnings.warn(f"estimator plugin {entry_point.name!r} ({entry_point.value}) failed to load: "
+                          f"{type(err).__name__}: {err}", stacklevel=2)
+            continue
+        if isinstance(loaded, (Estimator, EstimatorFamily)) or (
+                isinstance(loaded, type) and issubclass(loaded, (Estimator, EstimatorFamily))):
             register(loaded)  # an entry point may name a class; a module registers its own on import
 
 
 def load_plugin(spec: str | os.PathLike) -> None:
     """Import a module (``my_pkg.estimators``) or a Python file whose estimators register themselves."""
     path = Path(spec)
-    if path.suffix == ".py" or path.exists():
+    if path.suffix == ".py" or path.is_file():
         if not path.is_file():
             raise FileNotFoundError(f"{path}: estimator plugin file does not exist")
         name = f"agentuq_nb_plugin_{abs(hash(str(path.resolve())))}"
@@ -208,6 +214,8 @@ def estimators(run: RunDir | str | os.PathLike) -> list[Estimator]:
             found.append((_rank(estimator.family), len(found), estimator))
     for family in _FAMILIES:
         for estimator in family.discover(run):
+            if estimator.name in _FIXED:  # registered under this name: the registered one, as get() says
+                continue
             found.append((_rank(estimator.family), len(found), estimator))
     found.sort(key=lambda t: (t[0], t[1]))
     seen, out = set(), []

@@ -56,7 +56,13 @@ class TokenEstimator(Estimator):
 
     def scores_from_summary(self, summary: pd.DataFrame) -> pd.Series:
         """The scores from (some rows of) a trajectory summary, in its row order."""
-        return by_trajectory(key_dtypes(self.rows(summary)), self.statistic).rename(self.name)
+        rows = self.rows(summary)
+        if rows.empty:
+            present = sorted({token_estimator_name(r, self.statistic, s)
+                              for s, r in summary[["scorer", "role"]].drop_duplicates().itertuples(index=False)})
+            raise ValueError(f"no rows for role '{self.role}' and scorer '{self.scorer}' in the trajectory summary; "
+                             f"this statistic exists as: {', '.join(present)}")
+        return by_trajectory(key_dtypes(rows), self.statistic).rename(self.name)
 
     def scores(self, run: RunDir) -> pd.Series:
         return self.scores_from_summary(read_trajectory_summary(run))

@@ -86,12 +86,13 @@ def compare_estimators(run_dir: str | os.PathLike | RunDir, failure_threshold: f
                        seed=0, names: list[str] | None = None) -> pd.DataFrame:
     """Evaluate every estimator available in the run (or ``names``); publish ``RUN_DIR/estimator_table.csv``."""
     run = RunDir.of(run_dir)
-    table, estimators = score_table(run, names)
-    out = evaluate_estimators(table, estimators, failure_threshold, n_boot, seed)
-    inputs = [name for name in ("trajectory_summary", "trajectories", "saup_scores", "early_warning_scores",
-                                "verbalized_confidence") if run.has(name)]
-    with run.commit("compare-estimators") as commit:
-        commit.write_with("estimator_table", lambda p: out.to_csv(p, index=False), run.based_on(*inputs))
+    with run.lock("compare-estimators"):  # from the first read to the commit: based_on is what was read
+        table, estimators = score_table(run, names)
+        out = evaluate_estimators(table, estimators, failure_threshold, n_boot, seed)
+        inputs = [name for name in ("trajectory_summary", "trajectories", "saup_scores", "early_warning_scores",
+                                    "verbalized_confidence") if run.has(name)]
+        with run.commit("compare-estimators") as commit:
+            commit.write_with("estimator_table", lambda p: out.to_csv(p, index=False), run.based_on(*inputs))
     return out
 
 

@@ -112,26 +112,38 @@ def evaluate(run_dir: str | os.PathLike | RunDir, role: str = "assistant", uncer
     and ``eval_curves.csv``. ``estimator`` (a registry name) or ``role``/``uncertainty``/``scorer``
     (see :func:`resolve_estimator`) choose it."""
     run = RunDir.of(run_dir)
-    if scheduler is not None and estimator is None:
-        summary = _role_rows_on_cluster(run, role, scheduler)
-    else:
-        summary = read_trajectory_summary(run) if run.has("trajectory_summary") or estimator is None else None
-    chosen = get(estimator) if estimator is not None else resolve_estimator(uncertainty, role, scorer, invert, summary)
-    from_summary = summary if isinstance(chosen, (TokenEstimator, RawColumn)) else None
-    rows = estimator_rows(run, chosen, from_summary)
-    if rows.empty:
-        raise ValueError(f"{run.path}: estimator '{chosen.name}' scores no trajectory with a reward")
-    u, r = rows["uncertainty"].to_numpy(dtype=float), rows["reward"].to_numpy(dtype=float)
-    result = failure_metrics(u, r, failure_threshold=failure_threshold, invert=chosen.invert, n_boot=n_boot, seed=seed)
-    result.update(role=chosen.role, scorer=chosen.scorer, uncertainty=chosen.statistic or chosen.name,
-                  invert=chosen.invert, failure_threshold=failure_threshold, n_boot=n_boot, seed=seed)
-    curves = failure_curves(u, r, failure_threshold=failure_threshold, invert=chosen.invert)
-    inputs = [name for name in ("trajectory_summary", "trajectories", *chosen.requires) if run.has(name)]
-    with run.commit("evaluate") as commit:
-        based_on = run.based_on(*inputs)
-        commit.write_json("eval_metrics", result, based_on)
-        commit.write_with("eval_curves", lambda p: curves.to_csv(p, index=False), based_on)
+    with run.lock("evaluate"):  # from the first read to the commit: based_on is what was read
+        if scheduler is not None and estimator is None:
+            summary = _role_rows_on_cluster(run, _summary_role(uncertainty, role), scheduler)
+        else:
+            summary = read_trajectory_summary(run) if run.has("trajectory_summary") or estimator is None else None
+        chosen = get(estimator) if estimator is not None else resolve_estimator(uncertainty, role, scorer, invert, summary)
+        from_summary = summary if isinstance(chosen, (TokenEstimator, RawColumn)) else None
+        rows = estimator_rows(run, chosen, from_summary)
+        if rows.empty:
+            raise ValueError(f"{run.path}: estimator '{chosen.name}' scores no trajectory with a reward")
+        u, r = rows["uncertainty"].to_numpy(dtype=float), rows["reward"].to_numpy(dtype=float)
+        result = failure_metrics(u, r, failure_threshold=failure_threshold, invert=chosen.invert, n_boot=n_boot,
+                                 seed=seed)
+        result.update(role=chosen.role, scorer=chosen.scorer, uncertainty=chosen.statistic or chosen.name,
+                      invert=chosen.invert, failure_threshold=failure_threshold, n_boot=n_boot, seed=seed)
+        curves = failure_curves(u, r, failure_threshold=failure_threshold, invert=chosen.invert)
+        inputs = [name for name in ("trajectory_summary", "trajectories", *chosen.requires) if run.has(name)]
+        with run.commit("evaluate") as commit:
+            based_on = run.based_on(*inputs)
+            commit.write_json("eval_metrics", result, based_on)
+            commit.write_with("eval_curves", lambda p: curves.to_csv(p, index=False), based_on)
     return result
+
+
+def _summary_role(uncertainty: str, role: str) -> str:
+    """The summary role an estimator named ``uncertainty`` reads (``--role`` for a bare statistic)."""
+    if uncertainty in STATISTICS_BY_NAME:
+        return role
+    try:
+        return get(uncertainty).role or role
+    except KeyError:
+        return role
 
 
 def estimator_metrics(run_dir: str | os.PathLike | RunDir, parts: dict[str, str], failure_threshold: float = 1.0,

@@ -13,6 +13,7 @@ import json
 import os
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -64,12 +65,27 @@ def is_locked(folder: Path) -> bool:
     return False
 
 
+def _take(fd: int, wait: float) -> bool:
+    """Try for ``wait`` seconds (a reader may probe the lock for a moment, see :func:`is_locked`)."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+
+
 @contextmanager
-def run_lock(folder: str | os.PathLike, command: str, on_acquire=None) -> Iterator[bool]:
+def run_lock(folder: str | os.PathLike, command: str, on_acquire=None, wait: float = 1.0) -> Iterator[bool]:
     """Hold ``folder``'s lock for the block; yields True where this call took it (False: re-entered).
 
-    A second process gets :class:`RunBusyError` at once, naming the holder. ``on_acquire`` runs
-    right after the lock is taken (not on re-entry): the place to clean up after a killed writer.
+    Re-entrant within the process (threads included): the lock is released when the last block that
+    holds it ends. A second process gets :class:`RunBusyError` after ``wait`` seconds, naming the
+    holder. ``on_acquire`` runs right after the lock is taken (not on re-entry): the place to clean
+    up after a killed writer.
     """
     folder = Path(folder)
     key = os.path.realpath(folder)
@@ -77,35 +93,42 @@ def run_lock(folder: str | os.PathLike, command: str, on_acquire=None) -> Iterat
         held = _HELD.get(key)
         if held is not None:
             held.count += 1
-    if held is not None:
-        try:
-            yield False
-        finally:
-            with _GUARD:
-                held.count -= 1
-        return
-    folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        info = holder(folder)
-        who = (f"process {info.get('pid')} ('{info.get('command')}' on {info.get('host')}, since {info.get('since')})"
-               if info else "another process")
-        raise RunBusyError(f"{folder}: {who} is writing this run folder; wait for it to finish, "
-                           f"or write to another folder") from None
-    info = {"pid": os.getpid(), "command": command, "host": socket.gethostname(),
-            "since": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-    (folder / HOLDER_NAME).write_text(json.dumps(info))
-    with _GUARD:
-        _HELD[key] = _Held(fd, 1, command)
-    try:
-        if on_acquire is not None:
-            on_acquire()
-        yield True
-    finally:
+    if held is None:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+        if not _take(fd, wait):
+            os.close(fd)
+            info = holder(folder)
+            who = (f"process {info.get('pid')} ('{info.get('command')}' on {info.get('host')}, since {info.get('since')})"
+                   if info else "another process")
+            raise RunBusyError(f"{folder}: {who} is writing this run folder; wait for it to finish, "
+                               f"or write to another folder")
+        info = {"pid": os.getpid(), "command": command, "host": socket.gethostname(),
+                "since": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        (folder / HOLDER_NAME).write_text(json.dumps(info))
+        held = _Held(fd, 1, command)
         with _GUARD:
-            _HELD.pop(key, None)
+            _HELD[key] = held
+        try:
+            if on_acquire is not None:
+                on_acquire()
+        except BaseException:
+            _release(folder, key, held)
+            raise
+        took = True
+    else:
+        took = False
+    try:
+        yield took
+    finally:
+        _release(folder, key, held)
+
+
+def _release(folder: Path, key: str, held: _Held) -> None:
+    with _GUARD:
+        held.count -= 1
+        if held.count > 0:
+            return
+        _HELD.pop(key, None)
         (folder / HOLDER_NAME).unlink(missing_ok=True)  # before the release: a next holder's note is its own
-        os.close(fd)  # releases the lock; the lock file stays (deleting it would race a waiting process)
+        os.close(held.fd)  # releases the lock; the lock file stays (deleting it would race a waiting process)

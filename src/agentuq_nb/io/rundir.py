@@ -12,8 +12,11 @@ Every artefact of a run has its path here (:data:`ARTIFACTS`), and every step wr
   id, step, size and the commits of the artefacts it was computed from (``based_on``) - and every
   Parquet file carries its commit id in its footer. Readers (:meth:`RunDir.verify`,
   :meth:`RunDir.read_frame`) refuse a file that does not belong with the manifest (files of two runs
-  side by side) and a derived table computed from an input that has since been replaced (stale).
-  Files the manifest does not list - older runs, tables put there by hand - are taken as they are.
+  side by side, or a listed table replaced by one without the stamp) and a derived table computed
+  from an input that has since been replaced (stale). Files the manifest does not list - older runs,
+  tables put there by hand - are taken as they are; :meth:`RunDir.forget` un-lists one replaced on purpose.
+  Steps that derive a table from others hold the lock from their first read to their commit, so what
+  they record as ``based_on`` is what they read.
 * **A lock.** :meth:`RunDir.lock` lets one process write the folder; a second one is refused with a
   message naming the holder (:mod:`agentuq_nb.io.run_lock`).
 
@@ -25,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -203,6 +207,8 @@ class Commit:
             data["artifacts"][rel] = record.model_dump(mode="json")
         atomic_write_json(self.dir / MANIFEST, Manifest.model_validate(data).model_dump(mode="json", exclude_none=True))
         files = self._order + [MANIFEST]
+        for rel in files:  # on disk before the journal makes them the run's (a power cut, not only a kill)
+            _fsync(self.dir / rel)
         atomic_write_json(self.dir / JOURNAL, {"commit": self.id, "step": self.step, "files": files,
                                                "pid": os.getpid(), "at": _now()})  # the commit point
         roll_forward(self.run.path, self.dir)
@@ -222,8 +228,17 @@ def roll_forward(folder: Path, staging: Path) -> None:
             target = folder / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             os.replace(source, target)
+    _fsync(folder, directory=True)  # the renames themselves
     shutil.rmtree(staging, ignore_errors=True)
     _remove_if_empty(staging.parent)
+
+
+def _fsync(path: Path, directory: bool = False) -> None:
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _remove_if_empty(folder: Path) -> None:
@@ -322,8 +337,10 @@ class RunDir:
 
     def pending(self) -> list[Path]:
         """Staging folders of commits that reached their commit point but were not fully published."""
-        root = self.path / STAGING
-        return sorted(p for p in root.iterdir() if (p / JOURNAL).is_file()) if root.is_dir() else []
+        try:
+            return sorted(p for p in (self.path / STAGING).iterdir() if (p / JOURNAL).is_file())
+        except FileNotFoundError:  # no staging (or a publisher just removed it)
+            return []
 
     def recover(self) -> None:
         """Roll journaled commits forward; drop unjournaled staging and temp files of killed writers.
@@ -413,35 +430,66 @@ class RunDir:
                         f"'{current.step}' at {current.written_at}); run '{self.producer(rel)}' again")
                 todo.append(dependency)
 
-    def _check_belongs(self, rel: str, record: ArtifactRecord) -> None:
+    def _check_belongs(self, rel: str, record: ArtifactRecord, retried: bool = False) -> None:
         path = self.path / rel
-        if not path.exists():
+        problem = self._mismatch(rel, record)
+        if problem is None:
+            return
+        if not retried:  # a publication may have finished (or be under way) since the manifest was read
+            if self.pending():
+                self._settle()
+            self.forget_cache()
+            current = self.manifest(check=False).artifacts.get(rel)
+            if current is None:
+                return
+            return self._check_belongs(rel, current, retried=True)
+        if problem == "missing":
             raise MixedRunError(f"{path}: the manifest lists it (written by '{record.step}' at "
                                 f"{record.written_at}) but it is missing; run '{self.producer(rel)}' again")
+        raise MixedRunError(f"{path} does not belong with the rest of the run folder ({problem}): a write was "
+                            f"interrupted or the file was replaced. Run '{self.producer(rel)}' again; if you "
+                            f"replaced it on purpose, RunDir({str(self.path)!r}).forget({rel!r}) takes it as it is.")
+
+    def _mismatch(self, rel: str, record: ArtifactRecord) -> str | None:
+        """What makes the file at ``rel`` not the one ``record`` describes (None: it is)."""
+        path = self.path / rel
+        if not path.exists():
+            return "missing"
         if rel.endswith(".parquet"):
             found = parquet_commit(path)
-            if found is None or found == record.commit:
-                return
-            what = f"it carries commit {found[:12]}, the manifest records {record.commit[:12]}"
-        else:
-            size = path.stat().st_size
-            if size == record.size:
-                return
-            what = f"it has {size} bytes, the manifest records {record.size}"
-        if self.pending():
-            self._settle()
-            return self._check_belongs(rel, self.manifest(check=False).artifacts[rel])
-        raise MixedRunError(f"{path} does not belong with the rest of the run folder ({what}): a write was "
-                            f"interrupted or the file was replaced. Run '{self.producer(rel)}' again.")
+            if found == record.commit:
+                return None
+            if found is None:
+                return f"it carries no commit stamp, the manifest records {record.commit[:12]} by '{record.step}'"
+            return f"it carries commit {found[:12]}, the manifest records {record.commit[:12]}"
+        size = path.stat().st_size
+        return None if size == record.size else f"it has {size} bytes, the manifest records {record.size}"
 
-    def _settle(self) -> None:
-        """A commit is half-published: finish it if its writer is gone, else say the folder is busy."""
-        if is_locked(self.path):
-            info = holder(self.path)
-            raise RunBusyError(f"{self.path}: process {info.get('pid')} ('{info.get('command')}') is publishing "
-                               "new files in this run folder; read it again when it has finished")
-        with self.lock("recover"):
-            pass  # taking the lock rolls journaled commits forward
+    def forget(self, name: str) -> None:
+        """Drop artefact ``name``'s record from the manifest: the file there is then taken as it is (a table
+        you replaced on purpose), unchecked."""
+        rel = self.relative(name)
+        with self.lock("forget"):
+            manifest = self.manifest(check=False).model_dump(mode="json", exclude_none=True)
+            if manifest.get("artifacts", {}).pop(rel, None) is not None:
+                atomic_write_json(self.path / MANIFEST, manifest)
+            self.forget_cache()
+
+    def _settle(self, wait: float = 10.0) -> None:
+        """A commit is half-published: wait for its writer to finish it (renames take milliseconds), or
+        finish it when its writer is gone; a publication that does not end is reported as busy."""
+        deadline = time.monotonic() + wait
+        while self.pending():
+            if not is_locked(self.path):
+                with self.lock("recover"):
+                    pass  # taking the lock rolls journaled commits forward
+                return
+            if time.monotonic() >= deadline:
+                info = holder(self.path)
+                raise RunBusyError(f"{self.path}: process {info.get('pid')} ('{info.get('command')}') is publishing "
+                                   "new files in this run folder; read it again when it has finished")
+            time.sleep(0.02)
+        self.forget_cache()
 
     # ---------------------------------------------------------------- reading
     @staticmethod
@@ -454,11 +502,15 @@ class RunDir:
 
         The cached frame is shared: copy it before changing it in place."""
         path = self.require(name)
-        self.verify(name, fresh=fresh)
-        key = ("frame", path.name, tuple(columns or ()), *self._stat(path))
-        if key not in self._cache:
-            self._cache[key] = pd.read_parquet(path, columns=columns)
-        return self._cache[key]
+        for _ in range(3):  # a publication between the check and the read: check again
+            self.verify(name, fresh=fresh)
+            key = ("frame", path.name, tuple(columns or ()), *self._stat(path))
+            if key not in self._cache:
+                self._cache[key] = pd.read_parquet(path, columns=columns)
+            if key == ("frame", path.name, tuple(columns or ()), *self._stat(path)):
+                return self._cache[key]
+            self.forget_cache()
+        raise RunBusyError(f"{path} keeps being replaced while it is read; read it again when the writer is done")
 
     def results_path(self) -> Path:
         """The τ²-bench results this run was extracted (or rescored) from, else its own ``results.json``."""

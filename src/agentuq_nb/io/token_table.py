@@ -174,6 +174,12 @@ def partition_token_tables(run_dir: str | os.PathLike) -> Path:
     stamp = _sources_stamp(files)
     if (root / _SOURCES_STAMP).is_file() and json.loads((root / _SOURCES_STAMP).read_text()) == stamp:
         return root
+    with RunDir(run_dir).lock("partition token tables"):
+        _write_partitions(run_dir, files, root, stamp)
+    return root
+
+
+def _write_partitions(run_dir: Path, files: list[Path], root: Path, stamp: list[dict]) -> None:
     tmp = Path(tempfile.mkdtemp(prefix=f".{PARTITIONED_DIR}.", dir=run_dir))
     try:
         for n, f in enumerate(files):
@@ -190,7 +196,6 @@ def partition_token_tables(run_dir: str | os.PathLike) -> Path:
             shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return root
 
 
 def _file_order(path: Path) -> tuple[int, int]:

@@ -23,14 +23,21 @@ from agentuq_nb.llm.client import (
     score,
     score_trajectory,
 )
-from agentuq_nb.llm.local_model import ContextWindowError, get_local_model
+from agentuq_nb.llm.local_model import ContextWindowError, get_local_model, require_local_model
 from agentuq_nb.llm.local_provider import LOCAL_MODEL, register
 from agentuq_nb.llm.remote import JinjaChat, PromptLogprobsUnavailable
 
 register()
 
+
+def check_model(model: str) -> None:
+    """Raise now (not after the first retries) when ``model`` is the embedded one and it cannot run here."""
+    if model == LOCAL_MODEL:
+        require_local_model()
+
+
 __all__ = [
     "LOCAL_MODEL", "Generation", "ScoredTokens", "RetryPolicy", "MissingLogprobsError",
     "PromptLogprobsUnavailable", "ContextWindowError", "JinjaChat",
-    "generate", "score", "score_trajectory", "get_local_model",
+    "generate", "score", "score_trajectory", "get_local_model", "require_local_model", "check_model",
 ]

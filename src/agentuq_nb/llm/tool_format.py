@@ -30,8 +30,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from llama_cpp.llama_grammar import json_schema_to_gbnf
-
 TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
 
@@ -104,6 +102,8 @@ def select_tools(tools: list[dict], tool_choice: Any) -> tuple[list[dict], bool]
 
 def tool_call_grammar(tools: list[dict]) -> str:
     """GBNF for one ``{"name": ..., "arguments": {...}}`` object over ``tools``."""
+    from llama_cpp.llama_grammar import json_schema_to_gbnf  # the embedded model's grammar: the [local] extra
+
     alternatives = []
     for function in map(tool_function, tools):
         params = function.get("parameters") or {"type": "object"}

@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import pandas as pd
 
-from agentuq_nb.records.tokens import TRAJECTORY_KEYS
-
 
 def key_dtypes(df: pd.DataFrame) -> pd.DataFrame:
     """A copy with the trajectory keys typed alike everywhere.
@@ -16,8 +14,3 @@ def key_dtypes(df: pd.DataFrame) -> pd.DataFrame:
     for col in ("trial", "seed"):
         df[col] = df[col].astype("Int64")
     return df
-
-
-def key_index(df: pd.DataFrame) -> pd.MultiIndex:
-    """The trajectory keys of ``df`` as a MultiIndex (typed by :func:`key_dtypes`)."""
-    return pd.MultiIndex.from_frame(key_dtypes(df[TRAJECTORY_KEYS]))

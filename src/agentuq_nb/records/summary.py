@@ -26,18 +26,20 @@ def _value(row: Mapping[str, Any], value: str) -> float | None:
 
 
 def _role_summary(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {TRAJECTORY_COUNT: len(rows)}
+    """agentuq's definitions: sums over the tokens that have a value, means divided by *every* token
+    (a token without top-k adds 0 entropy), extremes over the tokens that have a value. On rows
+    without nulls - what the simulator writes - they equal the summaries' (which skip nulls)."""
+    n = len(rows)
+    out: dict[str, Any] = {TRAJECTORY_COUNT: n}
     for name in AGENTUQ_SUMMARY:
         stat = get_statistic(name)
         values = [v for r in rows if (v := _value(r, stat.value)) is not None]
-        if not values:
-            out[name] = None
-        elif stat.reduce == "sum":
+        if stat.reduce == "sum":
             out[name] = sum(values)
         elif stat.reduce == "mean":
-            out[name] = sum(values) / len(values)
+            out[name] = sum(values) / n if n else None
         else:
-            out[name] = (min if stat.reduce == "min" else max)(values)
+            out[name] = (min if stat.reduce == "min" else max)(values) if values else None
     return out
 
 

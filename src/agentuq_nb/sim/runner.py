@@ -124,6 +124,18 @@ def run_fingerprint(config: SimulationConfig, agent: LLMAgent, user: UserSimulat
     }
 
 
+def legacy_fingerprint(config: SimulationConfig, agent: LLMAgent, user: UserSimulator) -> dict[str, Any]:
+    """The flat ``run_config.json`` of the versions before typed configs (so their runs still resume)."""
+    return {
+        "domain": config.domain, "agent_llm": agent.llm, "user_llm": user.llm,
+        "agent_llm_args": _recorded_llm_args(agent.temperature, agent.max_tokens, agent.top_logprobs, agent.llm_args),
+        "user_llm_args": _recorded_llm_args(user.temperature, user.max_tokens, user.top_logprobs, user.llm_args),
+        "seed": config.seed, "num_trials": config.num_trials, "max_steps": config.max_steps,
+        "max_errors": config.max_errors, "agent_system_prompt": agent.system_prompt, "agent_style": agent.style,
+        "user_guidelines": user.guidelines, "user_prompt": user.describe(),
+    }
+
+
 def _differences(old: Any, new: Any, where: str = "") -> list[str]:
     if isinstance(old, dict) and isinstance(new, dict):
         return [d for k in sorted(set(old) | set(new), key=str)
@@ -131,14 +143,20 @@ def _differences(old: Any, new: Any, where: str = "") -> list[str]:
     return [] if old == new else [where]
 
 
-def _check_run_config(run: RunDir, fingerprint: dict[str, Any]) -> None:
-    fingerprint = json.loads(json.dumps(fingerprint, default=str))  # compare as stored (tuples -> lists)
+def _check_run_config(run: RunDir, fingerprint: dict[str, Any], legacy: dict[str, Any] | None = None) -> None:
+    as_stored = lambda obj: json.loads(json.dumps(obj, default=str))  # noqa: E731  (tuples -> lists)
+    fingerprint = as_stored(fingerprint)
     path = run.file("run_config")
     if path.is_file():
         try:
             old = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError:
             old = None
+        if old is not None and legacy is not None and "simulation" not in old:  # written by an older version
+            if old == as_stored(legacy):
+                atomic_write_json(path, fingerprint)  # the same run: resume, recorded in today's form
+                return
+            fingerprint = as_stored(legacy)
         if old is not None and old != fingerprint:
             raise RunConfigMismatch(
                 f"{run.path} holds a run made with other parameters ({', '.join(_differences(old, fingerprint))} "
@@ -294,6 +312,9 @@ def simulate(config: SimulationConfig, out_dir: str | os.PathLike | RunDir, exec
 
     from agentuq_nb import llm  # the LLM layer registers the local provider on import
 
+    if execution.scheduler is None:  # on a cluster the workers' environment is what counts
+        for model in {config.agent_llm, config.user_llm}:
+            llm.check_model(model)
     retry = llm.RetryPolicy(max_retries=config.retries)
     agent_proto = LLMAgent(llm=config.agent_llm, policy=domain.policy, tools=domain.tool_schemas(),
                            instructions=AGENT_INSTRUCTION, max_tokens=config.agent_max_tokens,
@@ -317,7 +338,8 @@ def simulate(config: SimulationConfig, out_dir: str | os.PathLike | RunDir, exec
     with run.lock("simulate"):
         run.sidecars.mkdir(parents=True, exist_ok=True)
         checkpoints.mkdir(parents=True, exist_ok=True)
-        _check_run_config(run, run_fingerprint(config, agent_proto, user_proto))
+        _check_run_config(run, run_fingerprint(config, agent_proto, user_proto),
+                          legacy_fingerprint(config, agent_proto, user_proto))
         all_jobs = [job_of(task, trial) for task in tasks for trial in range(config.num_trials)]
         pending = [job for job in all_jobs if _load_checkpoint(checkpoints / checkpoint_name(*job.key)) is None]
         runner = JobRunner(label="simulate", desc=f"simulate {domain.name}", unit="sim", noun="simulations", threads=execution.max_concurrency,

@@ -16,6 +16,7 @@ evaluation (:mod:`agentuq_nb.evaluation.dynamics`).
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -77,10 +78,12 @@ def compute_early_warning(run_dir: str | Path | RunDir, fractions=FRACTIONS, rol
     """Per trajectory of the run (keys, reward, ``early_warning_f{f}`` per fraction); publishes
     ``early_warning_scores.parquet`` when ``write``. A trajectory without any agent turn has NaN scores."""
     run = RunDir.of(run_dir)
-    turns = read_agent_turns(run, role, scorer, value)
-    scores = run.rewards().merge(early_warning_scores(turns.drop(columns=["reward", "failed"]), fractions),
-                                 on=TRAJECTORY_KEYS, how="left")
-    if write:
-        with run.commit("early-warning") as commit:
-            commit.write_parquet("early_warning_scores", scores, based_on=run.based_on("turn_summary", "trajectories"))
+    with run.lock("early-warning") if write else nullcontext():  # the inputs cannot change before the commit
+        turns = read_agent_turns(run, role, scorer, value)
+        scores = run.rewards().merge(early_warning_scores(turns.drop(columns=["reward", "failed"]), fractions),
+                                     on=TRAJECTORY_KEYS, how="left")
+        if write:
+            with run.commit("early-warning") as commit:
+                commit.write_parquet("early_warning_scores", scores,
+                                     based_on=run.based_on("turn_summary", "trajectories"))
     return scores

@@ -211,13 +211,17 @@ def _save_scored(out: Path, scored: ScoredTrajectory, report: ScoringReport) -> 
 def _score_results(results_path: Path, checkpoint_dir: Path, config: ScoringConfig, roles: set[str],
                    report: ScoringReport, execution: ExecutionConfig) -> None:
     """Score every simulation into ``checkpoint_dir/<trajectory>.parquet``, skipping done ones."""
+    from agentuq_nb import llm
+
+    if execution.scheduler is None:  # on a cluster the workers' environment is what counts
+        llm.check_model(config.scorer_llm)
     jobs = _scoring_jobs(results_path, checkpoint_dir, config, roles, report)
     runner = JobRunner(label=f"score_{config.scorer_mode}", desc=f"score {config.scorer_mode}", unit="traj",
                        noun="trajectories", threads=execution.max_concurrency, scheduler=execution.scheduler,
                        api_bases=execution.api_bases, retries=execution.task_retries, progress=execution.progress,
                        kept_as=f"checkpointed in {checkpoint_dir}")
     runner.run(score_one, ((out, job) for out, job in jobs), lambda out, scored: _save_scored(out, scored, report),
-               total=config.limit, worker_fn=score_on_worker)
+               total=config.limit, done=lambda: report.skipped, worker_fn=score_on_worker)
 
 
 def _consolidate(checkpoint_dir: Path, out_path: Path, metadata: dict) -> int:

@@ -36,6 +36,7 @@ confusion).  ``saup`` writes ``RUN_DIR/saup_scores.parquet`` for ``compare-estim
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -291,11 +292,12 @@ def saup(run_dir: str | Path | RunDir, embedder=None, failure_threshold: float =
          seed: int = 0, hmm: bool = True, write: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(per-trajectory scores, step table) for a run; publishes ``saup_scores.parquet`` when ``write``."""
     run = RunDir.of(run_dir)
-    steps = saup_steps(run, embedder)
-    scores = saup_from_steps(steps, run.rewards(), failure_threshold, k_folds, seed, hmm=hmm)
-    if write:
-        with run.commit("saup") as commit:
-            commit.write_parquet("saup_scores", scores, based_on=run.based_on("turn_summary", "trajectories"))
+    with run.lock("saup") if write else nullcontext():  # the inputs cannot change before the commit
+        steps = saup_steps(run, embedder)
+        scores = saup_from_steps(steps, run.rewards(), failure_threshold, k_folds, seed, hmm=hmm)
+        if write:
+            with run.commit("saup") as commit:
+                commit.write_parquet("saup_scores", scores, based_on=run.based_on("turn_summary", "trajectories"))
     return scores, steps
 
 

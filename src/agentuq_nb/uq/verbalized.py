@@ -21,6 +21,7 @@ from agentuq_nb.io.rundir import RunDir
 from agentuq_nb.records import Results
 from agentuq_nb.records.config import EMBEDDED_MODEL
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
+from agentuq_nb.uq.extraction import results_input
 from agentuq_nb.uq.observation import agent_system_prompt, conversation
 
 QUESTION = {
@@ -61,11 +62,29 @@ def verbalized_confidence(run_dir: str | Path | RunDir, results: str | Path | No
     if mode not in QUESTION:
         raise ValueError(f"mode must be one of {sorted(QUESTION)}")
     run = RunDir.of(run_dir)
-    results_path = Path(results) if results else run.results_path()
-    header = read_header(results_path)
-    info = header.get("info") or {}
-    domain = Results.model_validate({"info": info}).domain
     model = model or EMBEDDED_MODEL
+    from agentuq_nb import llm
+
+    llm.check_model(model)
+    with run.lock("verbalized-confidence"):  # the results it reads cannot be republished meanwhile
+        results_path = Path(results) if results else run.results_path()
+        turn_table = _ask_all(results_path, model, mode, max_tokens, progress, limit)
+        per_traj = turn_table.groupby(TRAJECTORY_KEYS, dropna=False, sort=False).agg(
+            verbalized_confidence=("confidence", "mean"), num_asked=("confidence", "size"),
+            num_unparsed=("confidence", lambda s: int(s.isna().sum())), reward=("reward", "first"),
+        ).reset_index()
+        with run.commit("verbalized-confidence") as commit:
+            based_on = results_input(run, results_path)  # the answers depend on the results, not on the token tables
+            commit.write_with("verbalized_confidence_turns", lambda p: turn_table.to_csv(p, index=False), based_on)
+            commit.write_with("verbalized_confidence", lambda p: per_traj.to_csv(p, index=False), based_on)
+    return per_traj
+
+
+def _ask_all(results_path: Path, model: str, mode: str, max_tokens: int, progress: bool,
+             limit: int | None) -> pd.DataFrame:
+    """One row per question asked: keys, message index, the answer and the confidence parsed from it."""
+    info = read_header(results_path).get("info") or {}
+    domain = Results.model_validate({"info": info}).domain
     system = agent_system_prompt(info)
     sims = islice(iter_simulations(results_path), limit)
     if progress:
@@ -82,16 +101,7 @@ def verbalized_confidence(run_dir: str | Path | RunDir, results: str | Path | No
                           "message_idx": i, "answer": answer, "confidence": value, "reward": sim.reward})
     if not turns:
         raise ValueError(f"{results_path}: no agent turn to ask about (mode {mode!r}, limit {limit})")
-    turn_table = pd.DataFrame(turns)
-    per_traj = turn_table.groupby(TRAJECTORY_KEYS, dropna=False, sort=False).agg(
-        verbalized_confidence=("confidence", "mean"), num_asked=("confidence", "size"),
-        num_unparsed=("confidence", lambda s: int(s.isna().sum())), reward=("reward", "first"),
-    ).reset_index()
-    with run.lock("verbalized-confidence"), run.commit("verbalized-confidence") as commit:
-        based_on = run.based_on("tokens")  # the run (its base tables) the answers belong to
-        commit.write_with("verbalized_confidence_turns", lambda p: turn_table.to_csv(p, index=False), based_on)
-        commit.write_with("verbalized_confidence", lambda p: per_traj.to_csv(p, index=False), based_on)
-    return per_traj
+    return pd.DataFrame(turns)
 
 
 def missing_rate(per_traj: pd.DataFrame) -> float:
