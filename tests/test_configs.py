@@ -105,7 +105,7 @@ def test_paths_in_the_environment_are_not_secrets_and_run_together_names_are(tmp
 def test_a_run_of_an_older_version_resumes_and_another_is_refused(tmp_path):
     from agentuq_nb.io.rundir import RunDir
     from agentuq_nb.sim.agent import LLMAgent
-    from agentuq_nb.sim.runner import RunConfigMismatch, _check_run_config, legacy_fingerprint, run_fingerprint
+    from agentuq_nb.sim.runner import RunConfigMismatch, check_run_config, legacy_fingerprint, run_fingerprint
     from agentuq_nb.sim.user_simulator import UserSimulator
 
     config = SimulationConfig(domain="bookshop", seed=7)
@@ -114,10 +114,10 @@ def test_a_run_of_an_older_version_resumes_and_another_is_refused(tmp_path):
     run = RunDir(tmp_path / "old")
     run.path.mkdir()
     run.file("run_config").write_text(json.dumps(legacy_fingerprint(config, agent, user)))
-    _check_run_config(run, run_fingerprint(config, agent, user), legacy_fingerprint(config, agent, user))
+    check_run_config(run, run_fingerprint(config, agent, user), legacy_fingerprint(config, agent, user))
     assert "simulation" in json.loads(run.file("run_config").read_text())  # now recorded in today's form
     other = RunDir(tmp_path / "other")
     other.path.mkdir()
     other.file("run_config").write_text(json.dumps({**legacy_fingerprint(config, agent, user), "seed": 8}))
     with pytest.raises(RunConfigMismatch, match=r"\(seed differ\)"):
-        _check_run_config(other, run_fingerprint(config, agent, user), legacy_fingerprint(config, agent, user))
+        check_run_config(other, run_fingerprint(config, agent, user), legacy_fingerprint(config, agent, user))

@@ -18,10 +18,11 @@ from agentuq_nb.estimators.base import (
     load_plugin,
     load_plugins,
     register,
+    unregister,
 )
 from agentuq_nb.estimators.baselines import BASELINES
 from agentuq_nb.estimators.token import TokenEstimator, default_scorer, token_estimator_name
 
-__all__ = ["Estimator", "EstimatorFamily", "register", "get", "available", "estimators", "by_trajectory",
+__all__ = ["Estimator", "EstimatorFamily", "register", "unregister", "get", "available", "estimators", "by_trajectory",
            "load_plugin", "load_plugins", "ENTRY_POINT_GROUP", "BASELINES", "TokenEstimator", "default_scorer",
            "token_estimator_name"]

@@ -89,13 +89,6 @@ class Estimator(ABC):
     def orientation(self) -> str:
         return "inverted: lower = more uncertain" if self.invert else "higher = more uncertain"
 
-    def missing(self, run: RunDir) -> str:
-        """Why the estimator is not available in ``run`` (for an error message)."""
-        absent = [name for name in self.requires if not run.has(name)]
-        if absent:
-            return "; ".join(f"needs {run.file(n).name}, made by '{run.producer(n)}'" for n in absent)
-        return f"{run.path} holds no data for it"
-
     def __repr__(self) -> str:
         return f"<estimator {self.name} ({self.family}, {self.orientation})>"
 
@@ -149,6 +142,14 @@ def register(obj):
     else:
         raise TypeError(f"register() takes an Estimator or EstimatorFamily, not {type(obj).__name__}")
     return obj
+
+
+def unregister(name: str) -> Estimator:
+    """Remove the estimator registered under ``name`` (a family member it overrode is listed again)."""
+    try:
+        return _FIXED.pop(name)
+    except KeyError:
+        raise KeyError(f"no estimator registered under {name!r}") from None
 
 
 def _rank(family: str) -> int:
@@ -217,13 +218,7 @@ def estimators(run: RunDir | str | os.PathLike) -> list[Estimator]:
             if estimator.name in _FIXED:  # registered under this name: the registered one, as get() says
                 continue
             found.append((_rank(estimator.family), len(found), estimator))
-    found.sort(key=lambda t: (t[0], t[1]))
-    seen, out = set(), []
-    for _, _, estimator in found:
-        if estimator.name not in seen:
-            seen.add(estimator.name)
-            out.append(estimator)
-    return out
+    return [estimator for _, _, estimator in sorted(found, key=lambda t: (t[0], t[1]))]
 
 
 def available(run: RunDir | str | os.PathLike) -> list[str]:

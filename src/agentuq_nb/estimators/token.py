@@ -16,7 +16,6 @@ import pandas as pd
 
 from agentuq_nb.estimators.base import Estimator, EstimatorFamily, by_trajectory, register
 from agentuq_nb.io.rundir import RunDir
-from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.token_statistics import STATISTICS_BY_NAME, TOKEN_STATISTICS, TokenStatistic
 from agentuq_nb.uq.aggregation import read_trajectory_summary
 
@@ -28,6 +27,22 @@ _NAME = re.compile(r"^(?P<role>[^.@]+)\.(?P<statistic>[^.@]+)(?:@(?P<scorer>.+))
 
 def token_estimator_name(role: str, statistic: str, scorer: str = SELF) -> str:
     return f"{role}.{statistic}" if scorer == SELF else f"{role}.{statistic}@{scorer}"
+
+
+def summary_rows(summary: pd.DataFrame, role: str, scorer: str) -> pd.DataFrame:
+    return summary[(summary["scorer"] == scorer) & (summary["role"] == role)]
+
+
+def summary_column(summary: pd.DataFrame, role: str, scorer: str, column: str) -> pd.Series:
+    """One column of the trajectory-summary rows of ``role`` under ``scorer``, by trajectory, in row order;
+    a clear error naming what the summary holds when it has no such rows."""
+    rows = summary_rows(summary, role, scorer)
+    if rows.empty:
+        present = sorted({token_estimator_name(r, column, s)
+                          for s, r in summary[["scorer", "role"]].drop_duplicates().itertuples(index=False)})
+        raise ValueError(f"no rows for role '{role}' and scorer '{scorer}' in the trajectory summary; "
+                         f"'{column}' exists as: {', '.join(present)}")
+    return by_trajectory(rows, column)
 
 
 def role_order(role: str) -> tuple[int, str]:
@@ -52,17 +67,11 @@ class TokenEstimator(Estimator):
         return f"{self.role} {self.statistic}" + ("" if self.scorer == SELF else f" ({self.scorer})")
 
     def rows(self, summary: pd.DataFrame) -> pd.DataFrame:
-        return summary[(summary["scorer"] == self.scorer) & (summary["role"] == self.role)]
+        return summary_rows(summary, self.role, self.scorer)
 
     def scores_from_summary(self, summary: pd.DataFrame) -> pd.Series:
         """The scores from (some rows of) a trajectory summary, in its row order."""
-        rows = self.rows(summary)
-        if rows.empty:
-            present = sorted({token_estimator_name(r, self.statistic, s)
-                              for s, r in summary[["scorer", "role"]].drop_duplicates().itertuples(index=False)})
-            raise ValueError(f"no rows for role '{self.role}' and scorer '{self.scorer}' in the trajectory summary; "
-                             f"this statistic exists as: {', '.join(present)}")
-        return by_trajectory(key_dtypes(rows), self.statistic).rename(self.name)
+        return summary_column(summary, self.role, self.scorer, self.statistic).rename(self.name)
 
     def scores(self, run: RunDir) -> pd.Series:
         return self.scores_from_summary(read_trajectory_summary(run))

@@ -49,6 +49,3 @@ class VerbalizedConfidence(Estimator):
     def is_available(self, run: RunDir) -> bool:
         src = _source(run)
         return src is not None and COLUMN in src
-
-    def missing(self, run: RunDir) -> str:
-        return f"needs verbalized_confidence.csv, made by 'agentuq-nb verbalized-confidence {run.path}'"

@@ -19,11 +19,11 @@ from typing import Any
 
 import pandas as pd
 
-from agentuq_nb.estimators import Estimator, TokenEstimator, by_trajectory, default_scorer, get, token_estimator_name
+from agentuq_nb.estimators import Estimator, TokenEstimator, default_scorer, get, token_estimator_name
+from agentuq_nb.estimators.token import summary_column
 from agentuq_nb.evaluation.failure_report import failure_metrics
 from agentuq_nb.evaluation.metrics import failure_curves
 from agentuq_nb.io.rundir import RunDir
-from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.token_statistics import STATISTICS_BY_NAME
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.uq.aggregation import read_trajectory_summary
@@ -35,18 +35,13 @@ class RawColumn(Estimator):
     family = "raw"
     requires = ("trajectory_summary",)
 
-    def __init__(self, column: str, role: str, scorer: str | None, higher_is_uncertain: bool):
+    def __init__(self, column: str, role: str, scorer: str, higher_is_uncertain: bool):
         self.name = self.statistic = column
         self.role, self.scorer = role, scorer
         self.higher_is_uncertain = higher_is_uncertain
 
     def scores_from_summary(self, summary: pd.DataFrame) -> pd.Series:
-        scorer = self.scorer or default_scorer(summary, self.role)
-        rows = summary[(summary["role"] == self.role) & (summary["scorer"] == scorer)]
-        if rows.empty:
-            raise ValueError(f"no rows for role '{self.role}' and scorer '{scorer}'")
-        self.scorer = scorer
-        return by_trajectory(key_dtypes(rows), self.name).rename(self.name)
+        return summary_column(summary, self.role, self.scorer, self.name)
 
     def scores(self, run: RunDir) -> pd.Series:
         return self.scores_from_summary(read_trajectory_summary(run))
@@ -67,7 +62,7 @@ def resolve_estimator(uncertainty: str, role: str = "assistant", scorer: str | N
             numeric = [] if summary is None else [c for c in summary.columns if pd.api.types.is_numeric_dtype(summary[c])]
             raise ValueError(f"unknown uncertainty '{uncertainty}': not a registered estimator ({unknown.args[0]}) "
                              f"and not a trajectory-summary column{f' (columns: {numeric})' if numeric else ''}") from None
-        return RawColumn(uncertainty, role, scorer, higher_is_uncertain=not invert)
+        return RawColumn(uncertainty, role, scorer or default_scorer(summary, role), higher_is_uncertain=not invert)
     if invert:
         raise ValueError(f"'{estimator.name}' is a registered estimator with its own orientation "
                          f"({estimator.orientation}); --invert is only for a raw summary column")

@@ -170,9 +170,8 @@ class Commit:
         """Footer metadata that stamps a Parquet file with this commit."""
         return {STAMP_KEY: self.id.encode()}
 
-    def write_parquet(self, name: str, data: pd.DataFrame | pa.Table, based_on: dict[str, str] | None = None,
-                      schema: pa.Schema | None = None) -> Path:
-        table = data if isinstance(data, pa.Table) else pa.Table.from_pandas(data, schema=schema, preserve_index=False)
+    def write_parquet(self, name: str, data: pd.DataFrame | pa.Table, based_on: dict[str, str] | None = None) -> Path:
+        table = data if isinstance(data, pa.Table) else pa.Table.from_pandas(data, preserve_index=False)
         path = self.stage(name, based_on)
         pq.write_table(with_stamp(table, self.id), path)
         return path
@@ -189,7 +188,9 @@ class Commit:
         return path
 
     def update_manifest(self, **fields: Any) -> None:
-        """Fields of :class:`Manifest` this commit sets (extract and rescore describe the token tables)."""
+        """Fields of :class:`Manifest` this commit sets (extract and rescore describe the token tables);
+        ``created_at`` is the commit's time unless given."""
+        fields.setdefault("created_at", _now())  # when the token tables were made
         Manifest.model_validate({**fields, "artifacts": {}})  # a wrong field fails here, before publishing
         self._manifest_fields.update(fields)
 
@@ -255,6 +256,7 @@ class RunDir:
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
         self._cache: dict[tuple, Any] = {}
+        self._manifest_key: tuple | None = None
 
     @classmethod
     def of(cls, run: "RunDir | str | os.PathLike") -> "RunDir":
@@ -370,8 +372,9 @@ class RunDir:
         """``manifest.json`` (an empty one for a folder without it)."""
         path = self.path / MANIFEST
         if not path.exists():
+            self._manifest_key = None
             return Manifest()
-        key = ("manifest", *self._stat(path))
+        key = self._manifest_key = ("manifest", *self._stat(path))
         if key not in self._cache:
             try:
                 self._cache[key] = Manifest.model_validate(json.loads(path.read_text()))
@@ -404,11 +407,14 @@ class RunDir:
     def verify(self, *names: str | Path, fresh: bool = True) -> None:
         """Refuse artefacts that do not belong with the manifest, or (``fresh``) that are stale.
 
-        A Parquet file belongs when its footer carries the commit the manifest records for it (or no
-        commit: a table written by hand is taken as it is); another file when its size is the
-        recorded one. Stale: an artefact its ``based_on`` names has been replaced since.
+        A Parquet file belongs when its footer carries the commit the manifest records for it; another
+        file when its size is the recorded one; a file the manifest does not list is taken as it is.
+        Stale: an artefact its ``based_on`` names has been replaced since. A file found to belong is
+        not checked again while neither it nor the manifest changes (estimators read the same few
+        tables dozens of times).
         """
         manifest = self.manifest()
+        manifest_key = self._manifest_key
         seen: set[str] = set()
         todo = [n.name if isinstance(n, Path) else self.relative(n) for n in names]
         while todo:
@@ -418,6 +424,10 @@ class RunDir:
             seen.add(rel)
             record = manifest.artifacts.get(rel)
             if record is None:
+                continue
+            path = self.path / rel
+            checked = ("verified", rel, fresh, manifest_key, *(self._stat(path) if path.exists() else ()))
+            if checked in self._cache:
                 continue
             self._check_belongs(rel, record)
             if not fresh:
@@ -429,6 +439,7 @@ class RunDir:
                         f"{self.path / rel} was computed from an earlier {dependency} (replaced since by "
                         f"'{current.step}' at {current.written_at}); run '{self.producer(rel)}' again")
                 todo.append(dependency)
+            self._cache[checked] = True
 
     def _check_belongs(self, rel: str, record: ArtifactRecord, retried: bool = False) -> None:
         path = self.path / rel

@@ -74,10 +74,6 @@ class TokenTableWriter:
             in_flight, self._in_flight = self._in_flight, None
             in_flight.result()  # a failed write raises here
 
-    def add_metadata(self, metadata: dict[str, str]) -> None:
-        """Key-value metadata for the file's footer (read back with ``pq.read_metadata(path).metadata``)."""
-        self._writer.add_key_value_metadata(metadata)
-
     def close(self) -> None:
         """Write what is buffered and publish the file; a second call does nothing."""
         if self._closed:

@@ -101,7 +101,7 @@ def discover(artifacts_dir: str | Path) -> list[ResultSet]:
             continue  # dataset card metadata and other JSON: not results
         info = header.get("info") or {}
         model = str((info.get("agent_info") or {}).get("llm") or path.stem)
-        domain = Results.model_validate({"info": info}).domain
+        domain = Results.domain_of(info)
         key = (model, domain)
         if key in sets:
             raise InputError(path, f"a second results file for agent {model!r} in domain {domain!r} "

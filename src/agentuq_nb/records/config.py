@@ -72,6 +72,11 @@ class ExecutionConfig(_Config):
     task_retries: int = Field(2, ge=0, description="reruns of a failed job on the cluster")
     progress: bool = True
 
+    def runner_options(self) -> dict[str, Any]:
+        """The job executor's settings (``distributed.JobRunner``)."""
+        return {"threads": self.max_concurrency, "scheduler": self.scheduler, "api_bases": self.api_bases,
+                "retries": self.task_retries, "progress": self.progress}
+
 
 BACKEND_SOURCES = {"teacher_forced": "teacher_forced", "echo": "teacher_forced", "chat_replay": "chat_replay"}
 
@@ -143,6 +148,22 @@ class StudySpec(_Config):
                 if not values:
                     raise ValueError(f"grid values of '{key}' must be a non-empty list")
         return grid
+
+
+def configs_from_options(options: dict[str, Any], config_type: type[BaseModel], label: str,
+                         **fixed: Any) -> tuple[Any, ExecutionConfig]:
+    """Keyword options of a call → (``config_type``, :class:`ExecutionConfig`): an unknown name is a
+    TypeError, a wrong value a ValueError naming the ``label`` option."""
+    fields, execution_fields = set(config_type.model_fields), set(ExecutionConfig.model_fields)
+    unknown = sorted(set(options) - fields - execution_fields)
+    if unknown:
+        raise TypeError(f"unknown {label} option(s) {unknown}; known: {sorted(fields - set(fixed) | execution_fields)}")
+    try:
+        return (config_type(**fixed, **{k: v for k, v in options.items() if k in fields}),
+                ExecutionConfig(**{k: v for k, v in options.items() if k in execution_fields}))
+    except ValidationError as err:
+        what, where = validation_message(err)
+        raise ValueError(f"{label} option '{where}': {what}") from None
 
 
 def validation_message(err: ValidationError) -> tuple[str, str]:

@@ -74,5 +74,11 @@ class Results(_Tolerant):
 
     @property
     def domain(self) -> str:
-        env = self.info.get("environment_info") or {}
-        return str(env.get("domain_name") or self.info.get("domain") or "unknown")
+        return self.domain_of(self.info)
+
+    @staticmethod
+    def domain_of(info: dict[str, Any] | None) -> str:
+        """The domain a results ``info`` names (``environment_info.domain_name``, else ``domain``)."""
+        info = info or {}
+        env = info.get("environment_info") or {}
+        return str(env.get("domain_name") or info.get("domain") or "unknown")

@@ -36,15 +36,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from agentuq_nb.common.naming import slug
 from agentuq_nb.common.redaction import redact
 from agentuq_nb.distributed import FanOutFailed, JobRunner, with_worker_api_base
 from agentuq_nb.io.atomic import atomic_write_json
 from agentuq_nb.io.rundir import RunDir
 from agentuq_nb.io.sidecars import sidecar_name, write_sidecar
-from agentuq_nb.records.config import EMBEDDED_MODEL, ExecutionConfig, SimulationConfig, validation_message
+from agentuq_nb.records.config import EMBEDDED_MODEL, ExecutionConfig, SimulationConfig, configs_from_options
 from agentuq_nb.records.tokens import SCHEMA_VERSION
 from agentuq_nb.sim.agent import AGENT_INSTRUCTION, LLMAgent
 from agentuq_nb.sim.domain import Domain, list_domains, load_domain
@@ -143,7 +141,7 @@ def _differences(old: Any, new: Any, where: str = "") -> list[str]:
     return [] if old == new else [where]
 
 
-def _check_run_config(run: RunDir, fingerprint: dict[str, Any], legacy: dict[str, Any] | None = None) -> None:
+def check_run_config(run: RunDir, fingerprint: dict[str, Any], legacy: dict[str, Any] | None = None) -> None:
     as_stored = lambda obj: json.loads(json.dumps(obj, default=str))  # noqa: E731  (tuples -> lists)
     fingerprint = as_stored(fingerprint)
     path = run.file("run_config")
@@ -273,16 +271,6 @@ def _save_simulation(run: RunDir, job: SimulationJob, result: SimulationResult) 
     atomic_write_json(run.file("checkpoints") / checkpoint_name(*job.key), {"simulation": result.simulation})
 
 
-def split_options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Keyword options → (SimulationConfig fields, ExecutionConfig fields); an unknown name is an error."""
-    sim_fields, exec_fields = set(SimulationConfig.model_fields), set(ExecutionConfig.model_fields)
-    unknown = sorted(set(options) - sim_fields - exec_fields)
-    if unknown:
-        raise TypeError(f"unknown simulation option(s) {unknown}; known: {sorted(sim_fields | exec_fields)}")
-    return ({k: v for k, v in options.items() if k in sim_fields},
-            {k: v for k, v in options.items() if k in exec_fields})
-
-
 def run_simulations(domain: str | Domain, out_dir: str | os.PathLike | RunDir, **options: Any) -> Path:
     """Simulate ``domain`` into ``out_dir``; ``options`` are fields of
     :class:`~agentuq_nb.records.config.SimulationConfig` (what runs) and
@@ -291,14 +279,8 @@ def run_simulations(domain: str | Domain, out_dir: str | os.PathLike | RunDir, *
     A field with a wrong value raises ``ValueError`` naming it. Rerunning with the same ``out_dir``
     and configuration resumes; another configuration raises :class:`RunConfigMismatch`.
     """
-    sim_options, exec_options = split_options(options)
     name = domain.name if isinstance(domain, Domain) else domain
-    try:
-        config = SimulationConfig(domain=name, **sim_options)
-        execution = ExecutionConfig(**exec_options)
-    except ValidationError as err:
-        what, where = validation_message(err)
-        raise ValueError(f"simulation option '{where}': {what}") from None
+    config, execution = configs_from_options(options, SimulationConfig, "simulation", domain=name)
     return simulate(config, out_dir, execution, domain if isinstance(domain, Domain) else None)
 
 
@@ -338,14 +320,12 @@ def simulate(config: SimulationConfig, out_dir: str | os.PathLike | RunDir, exec
     with run.lock("simulate"):
         run.sidecars.mkdir(parents=True, exist_ok=True)
         checkpoints.mkdir(parents=True, exist_ok=True)
-        _check_run_config(run, run_fingerprint(config, agent_proto, user_proto),
+        check_run_config(run, run_fingerprint(config, agent_proto, user_proto),
                           legacy_fingerprint(config, agent_proto, user_proto))
         all_jobs = [job_of(task, trial) for task in tasks for trial in range(config.num_trials)]
         pending = [job for job in all_jobs if _load_checkpoint(checkpoints / checkpoint_name(*job.key)) is None]
-        runner = JobRunner(label="simulate", desc=f"simulate {domain.name}", unit="sim", noun="simulations", threads=execution.max_concurrency,
-                           scheduler=execution.scheduler, api_bases=execution.api_bases,
-                           retries=execution.task_retries, progress=execution.progress,
-                           kept_as=f"checkpointed in {checkpoints}")
+        runner = JobRunner(label="simulate", desc=f"simulate {domain.name}", unit="sim", noun="simulations",
+                           kept_as=f"checkpointed in {checkpoints}", **execution.runner_options())
 
         def save(key: tuple[str, int], result: SimulationResult) -> None:
             if _load_checkpoint(checkpoints / checkpoint_name(*key)) is None:  # once per key

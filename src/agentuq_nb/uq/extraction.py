@@ -16,7 +16,6 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 
 from agentuq_nb.io.errors import InputError, InputWarnings
@@ -37,10 +36,6 @@ class ExtractReport:
     num_simulations: int = 0
     num_tokens: int = 0
     warnings: InputWarnings = field(default_factory=InputWarnings)
-
-
-def results_domain(header: dict) -> str:
-    return Results.model_validate({k: v for k, v in header.items() if k in ("info",)}).domain
 
 
 def models_by_role(header: dict) -> dict[str, str]:
@@ -122,7 +117,7 @@ def extract(results_path: str | Path, run_dir: str | Path | RunDir, sidecar_dir:
     results_path, run = Path(results_path), RunDir.of(run_dir)
     layout = detect_layout(results_path)
     header = read_header(results_path)
-    domain = results_domain(header)
+    domain = Results.domain_of(header.get("info"))
     models = models_by_role(header)
     resolver = SidecarResolver(results_path if results_path.is_file() else results_path / "results.json",
                                Path(sidecar_dir) if sidecar_dir else None)
@@ -150,8 +145,7 @@ def extract(results_path: str | Path, run_dir: str | Path | RunDir, sidecar_dir:
                 step="extract", results=str(results_path.resolve()), layout=layout,
                 sidecar_dir=str(Path(sidecar_dir).resolve()) if sidecar_dir else None, domain=domain, models=models,
                 num_simulations=report.num_simulations, num_tokens=report.num_tokens,
-                warnings=report.warnings.as_dict(), scoring=None,
-                created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+                warnings=report.warnings.as_dict(), scoring=None)
     finally:
         if bar is not None:
             bar.close()

@@ -23,14 +23,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
 from itertools import islice
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pydantic import ValidationError
 
 from agentuq_nb.distributed import JobRunner, with_worker_api_base
 from agentuq_nb.io.atomic import atomic_write_json, atomic_write_with
@@ -41,7 +39,7 @@ from agentuq_nb.io.sidecars import sidecar_name
 from agentuq_nb.io.token_sources import RAW_COLUMNS, RAW_SCHEMA
 from agentuq_nb.io.token_table import TokenTableWriter
 from agentuq_nb.records import Results, Simulation
-from agentuq_nb.records.config import EMBEDDED_MODEL, ExecutionConfig, ScoringConfig, validation_message
+from agentuq_nb.records.config import EMBEDDED_MODEL, ExecutionConfig, ScoringConfig, configs_from_options
 from agentuq_nb.uq.base_tables import BaseTables
 from agentuq_nb.uq.extraction import results_input
 from agentuq_nb.uq.token_metrics import with_token_metrics
@@ -180,9 +178,8 @@ def score_on_worker(job: ScoringJob) -> ScoredTrajectory:
 def _scoring_jobs(results_path: Path, checkpoint_dir: Path, config: ScoringConfig, roles: set[str],
                   report: ScoringReport):
     """``(checkpoint path, job)`` for every simulation not scored yet, in file order."""
-    header = read_header(results_path)
-    info = header.get("info") or {}
-    domain = Results.model_validate({"info": info}).domain
+    info = read_header(results_path).get("info") or {}
+    domain = Results.domain_of(info)
     system = scorer_system_prompt(config.scorer_mode, info)
     for sim in islice(iter_simulations(results_path), config.limit):
         out = checkpoint_dir / (sidecar_name(domain, sim.task_id, sim.trial, sim.seed)[:-len(".jsonl")] + ".parquet")
@@ -217,10 +214,8 @@ def _score_results(results_path: Path, checkpoint_dir: Path, config: ScoringConf
         llm.check_model(config.scorer_llm)
     jobs = _scoring_jobs(results_path, checkpoint_dir, config, roles, report)
     runner = JobRunner(label=f"score_{config.scorer_mode}", desc=f"score {config.scorer_mode}", unit="traj",
-                       noun="trajectories", threads=execution.max_concurrency, scheduler=execution.scheduler,
-                       api_bases=execution.api_bases, retries=execution.task_retries, progress=execution.progress,
-                       kept_as=f"checkpointed in {checkpoint_dir}")
-    runner.run(score_one, ((out, job) for out, job in jobs), lambda out, scored: _save_scored(out, scored, report),
+                       noun="trajectories", kept_as=f"checkpointed in {checkpoint_dir}", **execution.runner_options())
+    runner.run(score_one, jobs, lambda out, scored: _save_scored(out, scored, report),
                total=config.limit, done=lambda: report.skipped, worker_fn=score_on_worker)
 
 
@@ -243,19 +238,6 @@ def _check_scorer_state(state_path: Path, state: dict) -> None:
         atomic_write_json(state_path, state)
 
 
-def _configs(options: dict[str, Any]) -> tuple[ScoringConfig, ExecutionConfig]:
-    scoring = {k: v for k, v in options.items() if k in ScoringConfig.model_fields}
-    execution = {k: v for k, v in options.items() if k in ExecutionConfig.model_fields}
-    unknown = sorted(set(options) - set(scoring) - set(execution))
-    if unknown:
-        raise TypeError(f"unknown scoring option(s) {unknown}")
-    try:
-        return ScoringConfig(**scoring), ExecutionConfig(**execution)
-    except ValidationError as err:
-        what, where = validation_message(err)
-        raise ValueError(f"scoring option '{where}': {what}") from None
-
-
 def score_observations(run_dir: str | Path | RunDir, results: str | Path | None = None, **options: Any) -> ScoringReport:
     """Token rows of every user and tool message → ``RUN_DIR/tokens.observations_<mode>[_replay].parquet``.
 
@@ -264,7 +246,7 @@ def score_observations(run_dir: str | Path | RunDir, results: str | Path | None 
     of :class:`~agentuq_nb.records.config.ExecutionConfig` (``scheduler``: one job per trajectory on a
     Dask cluster, ``api_bases``: one scorer server per worker, ``progress`` …); the tables are the
     same however the jobs run. Resumable per trajectory; the run folder is locked meanwhile."""
-    config, execution = _configs(options)
+    config, execution = configs_from_options(options, ScoringConfig, "scoring")
     roles = config.observation_roles()
     run = RunDir.of(run_dir)
     with run.lock("score-observations"):
@@ -292,7 +274,7 @@ def rescore(results: str | Path, out: str | Path | RunDir, **options: Any) -> Sc
 
     ``options`` as in :func:`score_observations`; ``limit`` scores only the first N simulations (a quick
     look at a large file)."""
-    config, execution = _configs(options)
+    config, execution = configs_from_options(options, ScoringConfig, "scoring")
     results_path, run = Path(results), RunDir.of(out)
     with run.lock("rescore"):
         checkpoint_dir = run.checkpoint_dir(f"rescore_{config.scorer_mode}")
@@ -301,7 +283,7 @@ def rescore(results: str | Path, out: str | Path | RunDir, **options: Any) -> Sc
                                                              "results": str(results_path.resolve())})
         report = ScoringReport(run.path)
         _score_results(results_path, checkpoint_dir, config, {"assistant", "user", "tool"}, report, execution)
-        domain = Results.model_validate({"info": read_header(results_path).get("info") or {}}).domain
+        domain = Results.domain_of(read_header(results_path).get("info"))
         with run.commit("rescore") as commit, BaseTables(commit, results_input(run, results_path)) as tables:
             for part in sorted(checkpoint_dir.glob("*.parquet")):
                 tables.add_tokens(pq.read_table(part))
@@ -314,6 +296,5 @@ def rescore(results: str | Path, out: str | Path | RunDir, **options: Any) -> Sc
                 models={}, num_simulations=len(tables.trajectories), num_tokens=report.num_tokens,
                 warnings=report.warnings.as_dict(),
                 scoring={"scorer_llm": config.scorer_llm, "scorer_mode": config.scorer_mode, "backend": config.source,
-                         **report.as_dict()},
-                created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+                         **report.as_dict()})
     return report

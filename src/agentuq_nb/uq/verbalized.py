@@ -84,7 +84,7 @@ def _ask_all(results_path: Path, model: str, mode: str, max_tokens: int, progres
              limit: int | None) -> pd.DataFrame:
     """One row per question asked: keys, message index, the answer and the confidence parsed from it."""
     info = read_header(results_path).get("info") or {}
-    domain = Results.model_validate({"info": info}).domain
+    domain = Results.domain_of(info)
     system = agent_system_prompt(info)
     sims = islice(iter_simulations(results_path), limit)
     if progress:
