@@ -24,7 +24,7 @@ from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.token_table import PARTITIONED_DIR, read_token_table, token_partitions
 from agentuq_nb.pipeline.reproduce import load_studies, load_study
 from agentuq_nb.sim import run_simulations
-from agentuq_nb.sim.runner import CHECKPOINT_DIR, checkpoint_name, without_wall_clock
+from agentuq_nb.sim.runner import CHECKPOINT_DIR, checkpoint_name, trial_seeds, without_wall_clock
 from agentuq_nb.uq.aggregation import aggregate
 from agentuq_nb.uq.observation import rescore, score_observations
 
@@ -237,7 +237,8 @@ def test_killed_worker_is_retried_elsewhere_with_nothing_missing_or_duplicated(r
         time.sleep(3)  # let it get into the conversation
         # key "simulate-<task>_<trial>-<run>": that simulation is not checkpointed when its worker dies
         task_id, trial = victim_keys[0].split("-")[1].rsplit("_", 1)
-        killed_checkpoint = out / CHECKPOINT_DIR / checkpoint_name(task_id, int(trial))
+        killed_checkpoint = out / CHECKPOINT_DIR / checkpoint_name("bookshop", task_id, int(trial),
+                                                                    trial_seeds(300, 1)[int(trial)])
         assert not killed_checkpoint.exists()
         os.kill(pids[victim], signal.SIGKILL)
         runner.join(timeout=600)

@@ -16,13 +16,20 @@ from agentuq_nb.records import Results
 from agentuq_nb.records.summary import uq_summary
 from agentuq_nb.records.tokens import TOKEN_COLUMNS
 from agentuq_nb.sim import RunConfigMismatch, UnknownDomainError, UnknownTaskError, run_simulations
-from agentuq_nb.sim.runner import CHECKPOINT_DIR, trial_seeds, without_wall_clock
+from agentuq_nb.sim.runner import (
+    CHECKPOINT_DIR,
+    checkpoint_name,
+    legacy_checkpoint_name,
+    trial_seeds,
+    without_wall_clock,
+)
 
 pytestmark = pytest.mark.slow
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 TASKS = ["2", "10"]  # a refusal and a book lookup: short conversations
 PARAMS = dict(task_ids=TASKS, max_steps=6, max_errors=3, progress=False)
+SEED0 = trial_seeds(300, 1)[0]  # trial 0's seed under the default seed
 def read_rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
@@ -175,7 +182,7 @@ def test_keyboard_interrupt_keeps_checkpoints_and_says_how_to_resume(tmp_path, m
         run_simulations("bookshop", tmp_path, **PARAMS)
     err = capsys.readouterr().err
     assert "Interrupted: 1 of 2 simulations are checkpointed" in err and "Run the same command again" in err
-    assert [p.name for p in (tmp_path / CHECKPOINT_DIR).iterdir()] == ["2_trial0.json"]
+    assert [p.name for p in (tmp_path / CHECKPOINT_DIR).iterdir()] == [f"bookshop_2_trial0_seed{SEED0}.json"]
     assert not (tmp_path / "results.json").exists()
 
 
@@ -192,7 +199,7 @@ def test_killed_run_restarts_and_completes_without_duplicates(tmp_path, run_dir)
     code = _CHILD.format(tasks=TASKS)
     child = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    first = tmp_path / CHECKPOINT_DIR / "2_trial0.json"
+    first = tmp_path / CHECKPOINT_DIR / checkpoint_name("bookshop", "2", 0, SEED0)
     deadline = time.time() + 900
     while not first.exists() and child.poll() is None and time.time() < deadline:
         time.sleep(0.2)
@@ -215,3 +222,64 @@ def test_killed_run_restarts_and_completes_without_duplicates(tmp_path, run_dir)
     for path in tmp_path.rglob("*"):
         if path.is_file():
             assert b"sk-fake-key-must-never-be-written" not in path.read_bytes(), path
+
+
+def test_a_checkpoint_of_an_older_version_resumes_without_redoing(tmp_path, run_dir):
+    """Checkpoints named without the seed (before it was in the name) still count for the same run."""
+    import shutil
+
+    out = tmp_path / "old"
+    shutil.copytree(run_dir, out)
+    (out / "results.json").unlink()
+    (out / "manifest.json").unlink(missing_ok=True)
+    for task in TASKS:
+        new = out / CHECKPOINT_DIR / checkpoint_name("bookshop", task, 0, SEED0)
+        new.rename(out / CHECKPOINT_DIR / legacy_checkpoint_name(task, 0))
+    sidecars = sidecar_rows(out)
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("a checkpointed simulation was simulated again")
+
+    from agentuq_nb.sim import orchestrator
+    real = orchestrator.Orchestrator.run
+    orchestrator.Orchestrator.run = refuse
+    try:
+        run_simulations("bookshop", out, **PARAMS)
+    finally:
+        orchestrator.Orchestrator.run = real
+    assert sidecar_rows(out) == sidecars
+    assert without_wall_clock(json.loads((out / "results.json").read_text())["simulations"]) == without_wall_clock(
+        json.loads((run_dir / "results.json").read_text())["simulations"])
+
+
+_SEEDED_CHILD = """
+import sys
+from agentuq_nb.sim import run_simulations
+run_simulations("bookshop", sys.argv[1], task_ids=["2"], max_steps=4, agent_max_tokens=16, user_max_tokens=12,
+                seed=int(sys.argv[2]), progress=False)
+"""
+
+
+def test_two_runs_with_different_seeds_on_one_new_folder_never_both_succeed(tmp_path):
+    """Started together on one new folder, one run finishes and the other is refused with a reason
+    (the folder is busy, or it holds a run with another seed); the winner's results are complete."""
+    env = dict(os.environ, PYTHONPATH=SRC)
+    out = tmp_path / "shared"
+    children = {seed: subprocess.Popen([sys.executable, "-c", _SEEDED_CHILD, str(out), str(seed)], env=env,
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for seed in (300, 301)}
+    finished = {seed: (child.wait(timeout=900), child.stderr.read()) for seed, child in children.items()}
+    winners = [seed for seed, (code, _) in finished.items() if code == 0]
+    assert len(winners) == 1, finished
+    (loser_code, loser_err), = [v for seed, v in finished.items() if seed not in winners]
+    assert loser_code != 0 and ("RunBusyError" in loser_err or "RunConfigMismatch" in loser_err), loser_err[-1500:]
+    results = json.loads((out / "results.json").read_text())
+    seed = trial_seeds(winners[0], 1)[0]
+    assert [(s["task_id"], s["seed"]) for s in results["simulations"]] == [("2", seed)]
+    assert [p.name for p in (out / CHECKPOINT_DIR).iterdir()] == [checkpoint_name("bookshop", "2", 0, seed)]
+    # a later run with the other seed is refused too, and the winner's run is untouched
+    before = (out / "results.json").read_bytes()
+    with pytest.raises(RunConfigMismatch, match="seed"):
+        run_simulations("bookshop", out, task_ids=["2"], max_steps=4, agent_max_tokens=16, user_max_tokens=12,
+                        seed=[s for s in (300, 301) if s not in winners][0], progress=False)
+    assert (out / "results.json").read_bytes() == before

@@ -1,4 +1,5 @@
-"""The one way a value becomes part of a file name, a study name or a task key: :func:`slug`."""
+"""The one way a value becomes part of a file name, a study name or a task key: :func:`slug`;
+and :func:`plain_name`, which refuses a name that would leave its folder."""
 from __future__ import annotations
 
 import re
@@ -18,3 +19,16 @@ def slug(value: Any, keep: str = "") -> str:
     """``value`` as text with every run of characters outside ``[A-Za-z0-9_.-]`` (plus ``keep``)
     replaced by one ``_``: ``slug("openai/gpt-4.1")`` → ``"openai_gpt-4.1"``."""
     return _unsafe(keep).sub("_", str(value))
+
+
+#: a name that is one file name in its folder: no separator, no ``..``, not hidden, not absolute
+PLAIN_NAME = re.compile(rf"[A-Za-z0-9_][{SAFE}]*")
+
+
+def plain_name(value: str, what: str) -> str:
+    """``value`` when it is a plain file name (letters, digits, ``_ . -``; not ``..``), else ``ValueError``
+    saying ``what`` it names - so that a study or notebook name cannot point outside its folder."""
+    if not PLAIN_NAME.fullmatch(value) or ".." in value:
+        raise ValueError(f"{what} {value!r} must be a plain name (letters, digits, '_', '.', '-'; no path "
+                         "separators or '..'): it names a file inside the project's folder, not a path")
+    return value

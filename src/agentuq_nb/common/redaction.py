@@ -7,7 +7,9 @@ of a common key: OpenAI ``sk-…`` / ``sk-proj-…``, Anthropic ``sk-ant-…``, 
 ``token``, ``authorization``…) is one whatever its value.
 
 :func:`find_secret` says where the first one is (for a clear refusal), :func:`redact` returns a
-copy with every secret dropped or masked (for recording LLM arguments).
+copy with every secret dropped or masked (for recording LLM arguments), :func:`mask_secrets` a copy
+of any JSON-like document with the secrets inside its strings masked and its structure untouched
+(for files such as executed notebooks).
 """
 from __future__ import annotations
 
@@ -101,3 +103,23 @@ def redact(obj: Any, secrets: set[str] | None = None) -> Any:
             text = text.replace(s, MASK)
         return KEY_SHAPES.sub(MASK, text)
     return obj
+
+
+def mask_secrets(obj: Any, secrets: set[str] | None = None) -> tuple[Any, int]:
+    """``(copy, count)``: ``obj`` with every string holding a secret masked as :func:`redact` masks
+    text; keys and structure are kept (a notebook stays a notebook). ``count``: strings changed."""
+    secrets = environment_secrets() if secrets is None else secrets
+    count = 0
+
+    def walk(value: Any) -> Any:
+        nonlocal count
+        if isinstance(value, Mapping):
+            return {k: walk(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [walk(v) for v in value]
+        if isinstance(value, str) and (secret_in_text(value, secrets) or URL_CREDENTIALS.search(value)):
+            count += 1
+            return redact(value, secrets)
+        return value
+
+    return walk(obj), count

@@ -15,6 +15,13 @@ to the project root) on top of those parameters; executed copies go to
 ``runs/<name>/notebooks/``. Relative paths in parameters are relative to the project root,
 where the notebooks run.
 
+A study stays inside the project: notebooks are named by file name and come from the project's
+``notebooks/`` folder only, and the study ``name`` is a plain name, so nothing is run from or
+written outside ``notebooks/``, ``runs/`` and ``figures/`` (a path or ``..`` is refused). A
+parameter that looks like an API key is refused before anything runs, and every executed copy
+is checked once more and has any secret its outputs picked up masked. While a notebook runs, its
+progress bars (the simulation's, extract's) are relayed to the terminal.
+
 Sweeps. A ``grid`` maps parameter names to lists of values; every combination (in the
 order written, last key fastest) is its own study, named ``<name>__<key>=<value>__…`` with
 its own ``runs/<that name>/`` and ``figures/<that name>/``::
@@ -42,11 +49,12 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from agentuq_nb.common.naming import slug
+from agentuq_nb.common.naming import plain_name, slug
 from agentuq_nb.common.redaction import find_secret
 from agentuq_nb.distributed import FanOutFailed, JobRunner
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.rundir import RunDir
+from agentuq_nb.pipeline.notebook_run import ProgressRelay, mask_notebook_secrets
 from agentuq_nb.records.config import StudySpec, validation_message
 
 
@@ -102,7 +110,10 @@ def load_studies(params_path: str | Path) -> list[Study]:
     """The study of a params file, or one study per point of its ``grid``."""
     params_path = Path(params_path)
     spec = read_spec(params_path)
-    name = spec.name or params_path.stem
+    try:
+        name = spec.name or plain_name(params_path.stem, "study name (the params file's name)")
+    except ValueError as err:
+        raise InputError(params_path, str(err), "name") from None
     points = [dict(zip(spec.grid, combo)) for combo in itertools.product(*spec.grid.values())] if spec.grid else [{}]
     studies = []
     for point in points:
@@ -147,13 +158,16 @@ def run_study(
     output_root = Path(output_root or root)
     run_dir = output_root / "runs" / study.name
     figures_dir = output_root / "figures" / study.name
-    out_dir = RunDir(run_dir).file("notebooks")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    inside(run_dir, output_root / "runs", study)
+    inside(figures_dir, output_root / "figures", study)
     sources = [root / "notebooks" / (nb if nb.endswith(".ipynb") else f"{nb}.ipynb") for nb, _ in study.notebooks]
     for source in sources:
-        if not source.exists():
+        inside(source, root / "notebooks", study)
+        if not source.is_file():
             raise InputError(study.params_path, f"notebook '{source.stem}' not found in {root / 'notebooks'}")
     declared = [set(pm.inspect_notebook(str(s))) for s in sources]
+    out_dir = RunDir(run_dir).file("notebooks")
+    out_dir.mkdir(parents=True, exist_ok=True)
     # a parameter no notebook declares is almost always a typo: say so before running anything
     unused = sorted({k for _, params in study.notebooks for k in params} - set().union(*declared))
     if unused:
@@ -163,17 +177,32 @@ def run_study(
         parameters = {k: v for k, v in given.items() if k in names}
         started = time.perf_counter()
         log(f"[{study.name}] {source.name} …")
+        relay = ProgressRelay(f"[{study.name}] {source.stem}:", log)
+        executed = out_dir / source.name
         try:
             pm.execute_notebook(
-                str(source), str(out_dir / source.name), parameters=parameters, cwd=str(root),
-                kernel_name=kernel_name, progress_bar=False, log_output=False,
+                str(source), str(executed), parameters=parameters, cwd=str(root),
+                kernel_name=kernel_name, progress_bar=False, log_output=False, stderr_file=relay,
             )
         except pm.PapermillExecutionError as err:
             # the cell's own error, not papermill's traceback; the executed notebook keeps the rest
             raise RuntimeError(f"[{study.name}] {source.name} failed in cell {err.exec_count}: {err.ename}: "
-                               f"{err.evalue} (executed notebook: {out_dir / source.name})") from err
+                               f"{err.evalue} (executed notebook: {executed})") from err
+        finally:
+            relay.close()
+            masked = mask_notebook_secrets(executed)
+            if masked:
+                log(f"[{study.name}] {source.name}: masked {masked} output(s) holding an API key in {executed}")
         log(f"[{study.name}] {source.name} done in {time.perf_counter() - started:.1f}s")
     return run_dir
+
+
+def inside(path: Path, folder: Path, study: Study) -> Path:
+    """``path`` when it resolves inside ``folder``, else an error naming the params file."""
+    if not path.resolve().is_relative_to(folder.resolve()):
+        raise InputError(study.params_path, f"{path} is outside {folder}: a study reads notebooks from notebooks/ "
+                                            "and writes only under runs/ and figures/")
+    return path
 
 
 def _run_study_job(job: tuple[Study, Path, Path | None, str | None]) -> Path:

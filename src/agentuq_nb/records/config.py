@@ -10,6 +10,7 @@ from typing import Any, ClassVar, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from agentuq_nb.common.naming import plain_name
 from agentuq_nb.common.redaction import redact
 
 #: the embedded SmolLM2-135M-Instruct, a litellm provider registered by ``agentuq_nb.llm``
@@ -113,8 +114,13 @@ class ScoringConfig(_Config):
 
 
 class NotebookEntry(_Config):
-    name: str = Field(min_length=1)
+    name: str = Field(min_length=1, description="a notebook of the project's notebooks/ folder, by file name")
     parameters: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _in_notebooks_folder(cls, value):
+        return plain_name(value, "notebook")
 
 
 class StudySpec(_Config):
@@ -124,6 +130,11 @@ class StudySpec(_Config):
     parameters: dict[str, Any] = Field(default_factory=dict)
     notebooks: list[NotebookEntry] = Field(min_length=1)
     grid: Optional[dict[str, list[Any]]] = None
+
+    @field_validator("name")
+    @classmethod
+    def _inside_runs_and_figures(cls, value):
+        return value if value is None else plain_name(value, "study name")
 
     @field_validator("parameters", mode="before")
     @classmethod

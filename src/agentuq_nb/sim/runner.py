@@ -4,7 +4,7 @@ Layout of the run folder (:class:`~agentuq_nb.io.rundir.RunDir`)::
 
     results.json                 τ²-bench v0: timestamp, info, tasks, simulations (task order)
     sidecars/logprobs_{domain}_{task_id}_trial{t}_seed{s}.jsonl   token rows per simulation
-    checkpoints/{task_id}_trial{t}.json                           one finished simulation each
+    checkpoints/{domain}_{task_id}_trial{t}_seed{s}.json          one finished simulation each
     run_config.json              the fingerprint the checkpoints were made with
 
 What a run is comes from :class:`~agentuq_nb.records.config.SimulationConfig`; how its jobs run
@@ -84,7 +84,13 @@ def without_wall_clock(obj: Any) -> Any:
     return obj
 
 
-def checkpoint_name(task_id: str, trial: int) -> str:
+def checkpoint_name(domain: str, task_id: str, trial: int, seed: int) -> str:
+    """A simulation's checkpoint file: every key of the simulation in the name, like its sidecar's."""
+    return f"{slug(domain)}_{slug(task_id)}_trial{trial}_seed{seed}.json"
+
+
+def legacy_checkpoint_name(task_id: str, trial: int) -> str:
+    """The checkpoint name of versions before the seed was in it (read so that their runs resume)."""
     return f"{slug(task_id)}_trial{trial}.json"
 
 
@@ -203,7 +209,20 @@ def _info(domain: Domain, agent: LLMAgent, user: UserSimulator, config: Simulati
     }
 
 
-def _load_checkpoint(path: Path) -> dict[str, Any] | None:
+def load_checkpoint(run: RunDir, job: "SimulationJob") -> dict[str, Any] | None:
+    """The finished simulation of ``job``, or None. A checkpoint of an older version (no seed in its
+    name) counts when it holds this very simulation (the run's fingerprint, seed included, matched)."""
+    checkpoints = run.file("checkpoints")
+    data = _read_checkpoint(checkpoints / job.checkpoint_name)
+    if data is None:
+        legacy = _read_checkpoint(checkpoints / legacy_checkpoint_name(*job.key))
+        sim = (legacy or {}).get("simulation") or {}
+        if sim.get("seed") == job.seed and str(sim.get("task_id")) == job.key[0] and sim.get("trial") == job.trial:
+            data = legacy
+    return data
+
+
+def _read_checkpoint(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
@@ -230,6 +249,11 @@ class SimulationJob:
     @property
     def key(self) -> tuple[str, int]:
         return str(self.task["id"]), self.trial
+
+    @property
+    def checkpoint_name(self) -> str:
+        domain = self.domain if isinstance(self.domain, str) else self.domain.name
+        return checkpoint_name(domain, str(self.task["id"]), self.trial, self.seed)
 
 
 def simulate_one(job: SimulationJob, stop_event=None) -> SimulationResult:
@@ -268,7 +292,7 @@ def simulate_on_worker(job: SimulationJob) -> SimulationResult:
 def _save_simulation(run: RunDir, job: SimulationJob, result: SimulationResult) -> None:
     """The sidecar first, then the checkpoint: a checkpoint implies its token rows."""
     write_sidecar(run.path / job.sidecar_path, result.token_rows)
-    atomic_write_json(run.file("checkpoints") / checkpoint_name(*job.key), {"simulation": result.simulation})
+    atomic_write_json(run.file("checkpoints") / job.checkpoint_name, {"simulation": result.simulation})
 
 
 def run_simulations(domain: str | Domain, out_dir: str | os.PathLike | RunDir, **options: Any) -> Path:
@@ -323,12 +347,12 @@ def simulate(config: SimulationConfig, out_dir: str | os.PathLike | RunDir, exec
         check_run_config(run, run_fingerprint(config, agent_proto, user_proto),
                           legacy_fingerprint(config, agent_proto, user_proto))
         all_jobs = [job_of(task, trial) for task in tasks for trial in range(config.num_trials)]
-        pending = [job for job in all_jobs if _load_checkpoint(checkpoints / checkpoint_name(*job.key)) is None]
+        pending = [job for job in all_jobs if load_checkpoint(run, job) is None]
         runner = JobRunner(label="simulate", desc=f"simulate {domain.name}", unit="sim", noun="simulations",
                            kept_as=f"checkpointed in {checkpoints}", **execution.runner_options())
 
         def save(key: tuple[str, int], result: SimulationResult) -> None:
-            if _load_checkpoint(checkpoints / checkpoint_name(*key)) is None:  # once per key
+            if load_checkpoint(run, jobs_by_key[key]) is None:  # once per key
                 _save_simulation(run, jobs_by_key[key], result)
 
         jobs_by_key = {job.key: job for job in pending}
@@ -342,24 +366,22 @@ def simulate(config: SimulationConfig, out_dir: str | os.PathLike | RunDir, exec
                 f"{len(err.failures)} simulation(s) failed on the cluster; first, task {task_id!r} trial {trial}: "
                 f"{first}"
             ) from None
-        return assemble_results(run, domain, tasks, agent_proto, user_proto, config)
+        return assemble_results(run, domain, tasks, all_jobs, agent_proto, user_proto, config)
 
 
-def assemble_results(run: RunDir, domain: Domain, tasks: list[dict[str, Any]], agent: LLMAgent,
-                     user: UserSimulator, config: SimulationConfig) -> Path:
-    """Publish ``results.json`` from the checkpoints, in task order then trial order."""
+def assemble_results(run: RunDir, domain: Domain, tasks: list[dict[str, Any]], jobs: list[SimulationJob],
+                     agent: LLMAgent, user: UserSimulator, config: SimulationConfig) -> Path:
+    """Publish ``results.json`` from the checkpoints of ``jobs`` (task order, then trial order)."""
     simulations = []
     missing = []
-    checkpoints = run.file("checkpoints")
-    for task in tasks:
-        for trial in range(config.num_trials):
-            data = _load_checkpoint(checkpoints / checkpoint_name(str(task["id"]), trial))
-            if data is None:
-                missing.append(f"{task['id']}/trial{trial}")
-            else:
-                simulations.append(data["simulation"])
+    for job in jobs:
+        data = load_checkpoint(run, job)
+        if data is None:
+            missing.append(f"{job.key[0]}/trial{job.trial}")
+        else:
+            simulations.append(data["simulation"])
     if missing:
-        raise RuntimeError(f"simulations missing from {checkpoints}: {', '.join(missing)}")
+        raise RuntimeError(f"simulations missing from {run.file('checkpoints')}: {', '.join(missing)}")
     results = {
         "timestamp": datetime.now().isoformat(),
         "info": _info(domain, agent, user, config),
