@@ -311,12 +311,12 @@ class RunDir:
     def observation_tokens(self, suffix: str) -> Path:
         return self.path / f"{OBSERVATION_TOKENS_PREFIX}{suffix}.parquet"
 
-    def token_tables(self) -> list[Path]:
+    def token_tables(self, required: bool = True) -> list[Path]:
         """``tokens.parquet`` (extracted or rescored rows) and every ``tokens.<name>.parquet`` added later
-        (observation scoring), in a stable order."""
+        (observation scoring), in a stable order; none is an error unless not ``required``."""
         main = self.file("tokens")
         files = ([main] if main.exists() else []) + sorted(self.path.glob("tokens.*.parquet"))
-        if not files:
+        if not files and required:
             raise FileNotFoundError(f"{self.path}: no token table (tokens.parquet); run 'agentuq-nb extract' first")
         return files
 

@@ -16,6 +16,15 @@ authors' machine - so the sidecars are found here by file name under the local c
   already done for the same results file), optionally scoring user messages teacher-forced under a
   model you can run (``observation_scorer_llm``) for the observation figure.
 * :func:`auroc_table` is the estimator AUROC table per model × domain, with the published values beside.
+
+Without the sidecars. Many users download only the release's results JSONs (~52 MB of the 1.7 GB).
+Every simulation there records agentuq's ``uq_summary`` (per role ``total_tokens``, ``trajectory_nll``,
+``avg_token_nll``, ``mean_topk_entropy``, ``min_chosen_prob``), so a result set whose sidecars are not
+in the download is prepared from those numbers instead (:func:`agentuq_nb.uq.summarize_recorded`): the
+**AUROC table** (trajectory-level token estimators and the length baselines, the published agent-NLL
+comparison included) reproduces from the JSONs alone. The **observation** and **dynamics** figures
+need per-turn rows, i.e. the sidecars: :func:`with_token_rows` keeps the result sets that have them,
+and :func:`sidecar_needs` says which figures were left out and why.
 """
 from __future__ import annotations
 
@@ -36,6 +45,8 @@ from agentuq_nb.records import Results
 from agentuq_nb.records.outcomes import failure_labels
 from agentuq_nb.uq import aggregate, extract, read_turn_summary, score_observations
 from agentuq_nb.uq.dynamics import read_agent_turns
+from agentuq_nb.uq.recorded_summary import STEP as RECORDED_SUMMARY_STEP
+from agentuq_nb.uq.recorded_summary import has_recorded_summary, summarize_recorded
 
 DATASET = "changdae/tau2-uq-artifacts"
 DOWNLOAD_COMMAND = f"huggingface-cli download {DATASET} --repo-type dataset --local-dir data/tau2-uq-artifacts"
@@ -47,6 +58,12 @@ PUBLISHED_AGENT_NLL_AUROC = {
 PUBLISHED_ESTIMATOR = "assistant.avg_token_nll"
 #: sims whose sidecar references are read to locate the sidecar folder
 REFERENCE_SAMPLE = 5
+#: the figures of notebook 09 that need per-turn token rows (the sidecars)
+FIGURES_NEEDING_SIDECARS = ("observation_user_nll_density_<model>", "dynamics_agent_nll")
+
+
+class SidecarsNotFound(InputError):
+    """A result set's token sidecars are neither where its messages say nor under the artifacts folder."""
 
 
 @dataclass(frozen=True)
@@ -141,8 +158,8 @@ def locate_sidecars(result_set: ResultSet, artifacts_dir: str | Path, index: dic
     index = sidecar_index(artifacts_dir) if index is None else index
     folders = [d for d, files in sorted(index.items()) if names <= files]
     if not folders:
-        raise InputError(result_set.results, f"its token sidecars (e.g. {sorted(names)[0]}) are not under {artifacts_dir}; "
-                                             f"download the whole dataset: {DOWNLOAD_COMMAND}")
+        raise SidecarsNotFound(result_set.results, f"its token sidecars (e.g. {sorted(names)[0]}) are not under "
+                                                   f"{artifacts_dir}; download the whole dataset: {DOWNLOAD_COMMAND}")
     if len(folders) > 1:  # same domain/task/trial/seed for two models: decide by who generated the rows
         sample = sorted(names)[0]
         want = _model_key(result_set.model)
@@ -165,14 +182,22 @@ def sidecar_index(artifacts_dir: str | Path) -> dict[Path, set[str]]:
 
 def prepare(result_set: ResultSet, run_dir: str | Path, sidecar_dir: Path | None = None,
             observation_scorer_llm: str | None = None, observation_limit: int | None = None,
-            progress: bool = True) -> Path:
+            progress: bool = True, recorded_summary: bool = False) -> Path:
     """Extract + aggregate one result set into ``run_dir`` (skipped when already done for these results).
 
     With ``observation_scorer_llm``, user messages are first scored teacher-forced under that model
-    (scorer ``agent_llm``) so the observation figure has the agent-side density.
+    (scorer ``agent_llm``) so the observation figure has the agent-side density. With
+    ``recorded_summary`` (no sidecars at hand) the trajectory summary comes from the results'
+    recorded ``uq_summary`` instead (:func:`agentuq_nb.uq.summarize_recorded`); nothing is scored.
     """
     run = RunDir(run_dir)
-    done = (run.has("trajectory_summary") and run.manifest().results == str(result_set.results.resolve()))
+    manifest = run.manifest() if run.has("manifest") else None
+    same_results = manifest is not None and manifest.results == str(result_set.results.resolve())
+    if recorded_summary:
+        if not (same_results and run.has("trajectory_summary")):
+            summarize_recorded(result_set.results, run)
+        return run.path
+    done = same_results and run.has("trajectory_summary") and manifest.step != RECORDED_SUMMARY_STEP
     if not done:
         extract(result_set.results, run_dir, sidecar_dir, progress=progress)
     if observation_scorer_llm:
@@ -184,32 +209,68 @@ def prepare(result_set: ResultSet, run_dir: str | Path, sidecar_dir: Path | None
 
 
 def prepare_all(artifacts_dir: str | Path, run_dir: str | Path, observation_scorer_llm: str | None = None,
-                observation_limit: int | None = None, progress: bool = True) -> dict[ResultSet, Path]:
-    """:func:`prepare` every result set of the artifacts; returns result set → its run folder."""
+                observation_limit: int | None = None, progress: bool = True, log=print) -> dict[ResultSet, Path]:
+    """:func:`prepare` every result set of the artifacts; returns result set → its run folder.
+
+    A result set whose sidecars are not in the download is prepared from its recorded ``uq_summary``
+    (said in one line through ``log``); without either, the error says to download the sidecars."""
     sets = discover(artifacts_dir)
     index = sidecar_index(artifacts_dir)
     runs = {}
     for s in sets:
-        sidecars = locate_sidecars(s, artifacts_dir, index)
-        runs[s] = prepare(s, Path(run_dir) / s.slug, sidecars, observation_scorer_llm, observation_limit, progress)
+        try:
+            sidecars, recorded = locate_sidecars(s, artifacts_dir, index), False
+        except SidecarsNotFound:
+            if not has_recorded_summary(s.results):
+                raise
+            sidecars, recorded = None, True
+            log(f"{s.model} × {s.domain}: no token sidecars in the download; using the uq_summary recorded in "
+                f"{s.results.name} (trajectory-level table only; {', '.join(FIGURES_NEEDING_SIDECARS)} need the sidecars)")
+        runs[s] = prepare(s, Path(run_dir) / s.slug, sidecars, None if recorded else observation_scorer_llm,
+                          observation_limit, progress, recorded_summary=recorded)
     return runs
 
 
+def has_token_rows(run: str | Path) -> bool:
+    """Whether a prepared run holds token rows (extracted with its sidecars), not only a recorded summary."""
+    return RunDir(run).has("tokens")
+
+
+def with_token_rows(runs: dict[ResultSet, Path]) -> dict[ResultSet, Path]:
+    """The result sets prepared from their sidecars: the ones the per-turn figures can use."""
+    return {s: run for s, run in runs.items() if has_token_rows(run)}
+
+
+def sidecar_needs(runs: dict[ResultSet, Path]) -> str | None:
+    """A sentence naming the result sets prepared without sidecars and the figures that leave out, or None."""
+    missing = [f"{s.model} × {s.domain}" for s, run in runs.items() if not has_token_rows(run)]
+    if not missing:
+        return None
+    return (f"{len(missing)} of {len(runs)} result sets have no token sidecars ({', '.join(missing)}): their AUROC "
+            f"rows come from the recorded uq_summary; {' and '.join(FIGURES_NEEDING_SIDECARS)} leave them out. "
+            f"For those figures download the sidecars too: {DOWNLOAD_COMMAND}")
+
+
 def inventory(runs: dict[ResultSet, Path], failure_threshold: float = 1.0) -> pd.DataFrame:
-    """One row per result set: model, user model, domain, trajectories, failures, token rows."""
+    """One row per result set: model, user model, domain, trajectories, failures, token rows, and the
+    source of its uncertainty (``token sidecars`` or ``recorded uq_summary``)."""
     rows = []
     for s, run in runs.items():
         rewards = RunDir(run).rewards()["reward"]
         manifest = RunDir(run).require_manifest()
         rows.append({"model": s.model, "user_model": s.user_model, "domain": s.domain,
                      "trajectories": len(rewards), "failures": int(failure_labels(rewards, failure_threshold).sum()),
-                     "token_rows": manifest.num_tokens, "results": str(s.results), "run": str(run)})
+                     "token_rows": manifest.num_tokens,
+                     "source": "token sidecars" if has_token_rows(run) else "recorded uq_summary",
+                     "results": str(s.results), "run": str(run)})
     return pd.DataFrame(rows)
 
 
 def turns_of_model(runs: dict[ResultSet, Path], model: str) -> pd.DataFrame:
-    """The turn summaries of every domain of one model, stacked (for the per-domain observation panels)."""
-    return pd.concat([read_turn_summary(run) for s, run in runs.items() if s.model == model], ignore_index=True)
+    """The turn summaries of every domain of one model with token rows, stacked (for the per-domain
+    observation panels)."""
+    return pd.concat([read_turn_summary(run) for s, run in with_token_rows(runs).items() if s.model == model],
+                     ignore_index=True)
 
 
 def dynamics_curves(runs: dict[ResultSet, Path], failure_threshold: float = 1.0, n_bins: int = 10,
@@ -217,7 +278,7 @@ def dynamics_curves(runs: dict[ResultSet, Path], failure_threshold: float = 1.0,
     """(model, domain) → the binned per-turn agent-NLL curve of successes vs failures."""
     return {(s.model, s.domain): dynamics_curve(read_agent_turns(run, failure_threshold=failure_threshold),
                                                 n_bins=n_bins, n_boot=n_boot, seed=seed)
-            for s, run in runs.items()}
+            for s, run in with_token_rows(runs).items()}
 
 
 def auroc_table(runs: dict[ResultSet, Path], estimators: list[str] | None = None, failure_threshold: float = 1.0,

@@ -207,7 +207,8 @@ def read_summary(run_dir: str | Path | RunDir, name: str) -> pd.DataFrame:
     frame = run.read_frame(name)
     record = run.manifest().artifacts.get(run.relative(name))
     if record is not None:
-        missing = [p.name for p in run.token_tables() if run.commit_of(p.name) and p.name not in record.based_on]
+        missing = [p.name for p in run.token_tables(required=False)
+                   if run.commit_of(p.name) and p.name not in record.based_on]
         if missing:
             raise StaleArtifactError(f"{run.file(name)} does not include {', '.join(missing)} (written after it); "
                                      f"run 'agentuq-nb aggregate {run.path}' again")
