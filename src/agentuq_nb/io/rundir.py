@@ -323,6 +323,9 @@ class RunDir:
     # ---------------------------------------------------------------- lock and commits
     def lock(self, command: str):
         """Hold the folder's write lock for a block (re-entrant in this process); see :mod:`run_lock`."""
+        if self.path.exists() and not self.path.is_dir():
+            raise InputError(self.path, f"is a file, not a run folder ('{command}' works on a folder made by "
+                             "'agentuq-nb extract RESULTS --out RUN_DIR')")
         return run_lock(self.path, command, on_acquire=self.recover)
 
     @contextmanager
@@ -534,8 +537,14 @@ class RunDir:
 
     def rewards(self) -> pd.DataFrame:
         """One row per trajectory: the keys and ``reward`` (from ``trajectories.parquet``, else the summary)."""
-        if self.has("trajectories"):
-            src = self.read_frame("trajectories")
-        else:
-            src = self.read_frame("trajectory_summary")
-        return key_dtypes(src[TRAJECTORY_KEYS + ["reward"]].drop_duplicates(TRAJECTORY_KEYS))
+        name = "trajectories" if self.has("trajectories") else "trajectory_summary"
+        src = self.read_frame(name)[TRAJECTORY_KEYS + ["reward"]]
+        if name == "trajectory_summary":  # one row per role: the same reward repeated
+            src = src.drop_duplicates()
+        repeated = src.duplicated(TRAJECTORY_KEYS, keep=False)
+        if repeated.any():  # two trajectories under one key: both would be counted (or their rewards mixed)
+            by_key = src[repeated].groupby(TRAJECTORY_KEYS, dropna=False, sort=False)["reward"].agg(list)
+            raise InputError(self.file(name), f"(domain, task_id, trial, seed) = {by_key.index[0]} repeats (rewards "
+                             f"{by_key.iloc[0]}; {len(by_key)} repeated key(s) in all): remove the repeats from the "
+                             "results and extract them again")
+        return key_dtypes(src.reset_index(drop=True))
