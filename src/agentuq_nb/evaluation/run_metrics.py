@@ -18,6 +18,7 @@ import math
 import os
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from agentuq_nb.estimators import Estimator, TokenEstimator, default_scorer, get, token_estimator_name
@@ -99,7 +100,7 @@ def estimator_rows(run_dir: str | os.PathLike | RunDir, estimator: Estimator | s
     rows = scores.rename("uncertainty").reset_index()
     repeated = rows.duplicated(TRAJECTORY_KEYS, keep=False)
     if repeated.any():  # two scores for one trajectory: both would be counted
-        key = tuple(rows.loc[repeated, TRAJECTORY_KEYS].iloc[0])
+        key = tuple(v.item() if isinstance(v, np.generic) else v for v in rows.loc[repeated, TRAJECTORY_KEYS].iloc[0])
         raise ValueError(f"{run.path}: estimator '{estimator.name}' gives {int(repeated.sum())} scores to trajectories "
                          f"that repeat a (domain, task_id, trial, seed), e.g. {key}: its table holds a trajectory "
                          "twice; make it again from results without repeats")

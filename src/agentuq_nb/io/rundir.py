@@ -37,6 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -544,7 +545,8 @@ class RunDir:
         repeated = src.duplicated(TRAJECTORY_KEYS, keep=False)
         if repeated.any():  # two trajectories under one key: both would be counted (or their rewards mixed)
             by_key = src[repeated].groupby(TRAJECTORY_KEYS, dropna=False, sort=False)["reward"].agg(list)
-            raise InputError(self.file(name), f"(domain, task_id, trial, seed) = {by_key.index[0]} repeats (rewards "
+            key = tuple(v.item() if isinstance(v, np.generic) else v for v in by_key.index[0])
+            raise InputError(self.file(name), f"(domain, task_id, trial, seed) = {key} repeats (rewards "
                              f"{by_key.iloc[0]}; {len(by_key)} repeated key(s) in all): remove the repeats from the "
                              "results and extract them again")
         return key_dtypes(src.reset_index(drop=True))
