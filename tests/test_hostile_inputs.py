@@ -94,6 +94,30 @@ def test_rows_without_role_or_token_are_counted_and_never_make_a_nan_role(sideca
     assert set(trajs["role"]) == {"assistant", "user", "combined"}
 
 
+@pytest.mark.parametrize("role, kind", [("", "sidecar_rows_without_role"), ("  ", "sidecar_rows_without_role"),
+                                        ("banana", "sidecar_rows_role_differs"), ("tool", "sidecar_rows_role_differs")])
+def test_a_rows_role_is_its_messages(sidecar_run, tmp_path, role, kind):
+    results, sidecars = sidecar_run
+    rows = [json.loads(line) for line in sidecars[0].read_text().splitlines()]
+    rows[5]["role"] = role
+    _rewrite(sidecars[0], [json.dumps(r) for r in rows])
+    _, issued = _extract_warned(results, tmp_path / "run")
+    assert issued[kind].count == 1
+    _, trajs = aggregate(tmp_path / "run")
+    assert set(trajs["role"]) == {"assistant", "user", "combined"}
+
+
+@pytest.mark.parametrize("path", [5, ["a.jsonl"], {"p": 1}])
+def test_a_sidecar_reference_that_is_not_a_path(sidecar_run, tmp_path, path):
+    results, _ = sidecar_run
+    data = json.loads(results.read_text())
+    data["simulations"][2]["messages"][4]["raw_data"]["uq_logprobs"]["path"] = path
+    bad = results.parent / "bad.json"  # beside the sidecars
+    bad.write_text(json.dumps(data))
+    with pytest.raises(InputError, match=r"uq_logprobs.path is .*, not a file path.*simulation sim-2 message 4"):
+        extract(bad, tmp_path / "run")
+
+
 @pytest.mark.parametrize("change", ["drop_last", "drop_middle", "repeat_one"])
 def test_a_message_whose_rows_differ_from_num_tokens_is_counted(sidecar_run, tmp_path, change):
     results, sidecars = sidecar_run
@@ -296,3 +320,18 @@ def test_ctrl_c_exits_130_saying_what_the_run_folder_holds(sidecar_run, tmp_path
         assert "committed" in message and "complete" in message
         assert RunDir(run).manifest().num_simulations == 3
         assert len(RunDir(run).read_frame("trajectories")) == 3
+
+
+@pytest.mark.parametrize("step", ["aggregate", "evaluate"])
+def test_a_run_folder_that_is_a_file_or_missing_is_named_and_not_created(tmp_path, step):
+    from agentuq_nb import evaluation, uq
+
+    call = getattr(uq if step == "aggregate" else evaluation, step)
+    missing = tmp_path / "nowhere" / "run"
+    with pytest.raises(InputError, match="no such run folder.*agentuq-nb extract RESULTS"):
+        call(missing)
+    assert not missing.parent.exists()
+    a_file = tmp_path / "results.json"
+    a_file.write_text("{}")
+    with pytest.raises(InputError, match=f"is a file, not a run folder.*agentuq-nb extract {a_file}"):
+        call(a_file)

@@ -28,7 +28,7 @@ API_BASE_HELP = "OpenAI-compatible server for remote models, one per worker with
 PLUGIN_HELP = "a module or .py file whose estimators register themselves (repeat the option)"
 #: errors that are the user's to fix: said in one line, exit code 2, no traceback
 USER_ERRORS = (InputError, FileNotFoundError, ValueError, KeyError, ConnectionError, RunBusyError, MixedRunError,
-               StaleArtifactError, ModuleNotFoundError)
+               StaleArtifactError, ModuleNotFoundError, PermissionError, NotADirectoryError, IsADirectoryError)
 
 
 def _fail(err: Exception) -> None:

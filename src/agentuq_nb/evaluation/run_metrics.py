@@ -116,6 +116,7 @@ def evaluate(run_dir: str | os.PathLike | RunDir, role: str = "assistant", uncer
     (see :func:`resolve_estimator`) choose it."""
     check_failure_threshold(failure_threshold)
     run = RunDir.of(run_dir)
+    run.require_folder("evaluate")
     with run.lock("evaluate"):  # from the first read to the commit: based_on is what was read
         if scheduler is not None and estimator is None:
             summary = _role_rows_on_cluster(run, _summary_role(uncertainty, role), scheduler)

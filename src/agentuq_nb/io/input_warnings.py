@@ -16,6 +16,7 @@ KIND_PHRASES = {
     "sidecar_files_empty": "sidecar file(s) are empty (0 bytes): their messages have no token rows",
     "sidecar_blank_lines": "blank line(s) in sidecar files (skipped)",
     "sidecar_rows_without_role": "sidecar row(s) have no role (taken from the message they belong to)",
+    "sidecar_rows_role_differs": "sidecar row(s) name another role than their message's (the message's is used)",
     "sidecar_rows_without_token": "sidecar row(s) have no token text (kept; the text is null)",
     "sidecar_row_count_differs": "message(s) whose sidecar rows differ in number from uq_logprobs.num_tokens",
     "sidecar_rows_joined_by_order": "sidecar row(s) matched no message timestamp and were joined by order",

@@ -324,10 +324,18 @@ class RunDir:
     # ---------------------------------------------------------------- lock and commits
     def lock(self, command: str):
         """Hold the folder's write lock for a block (re-entrant in this process); see :mod:`run_lock`."""
-        if self.path.exists() and not self.path.is_dir():
-            raise InputError(self.path, f"is a file, not a run folder ('{command}' works on a folder made by "
-                             "'agentuq-nb extract RESULTS --out RUN_DIR')")
+        self.require_folder(command, new=True)
         return run_lock(self.path, command, on_acquire=self.recover)
+
+    def require_folder(self, command: str, new: bool = False) -> None:
+        """Refuse a path that is a file (and, unless ``new``, one that does not exist) with a clear message."""
+        if self.path.is_dir() or (new and not self.path.exists()):
+            return
+        if self.path.exists():
+            raise InputError(self.path, f"is a file, not a run folder: '{command}' works on a run folder (if the file "
+                             f"is τ²-bench results, make one with 'agentuq-nb extract {self.path} --out RUN_DIR')")
+        raise InputError(self.path, f"no such run folder: '{command}' works on a run folder; make one with "
+                         f"'agentuq-nb extract RESULTS --out {self.path}' (then 'agentuq-nb aggregate {self.path}')")
 
     @contextmanager
     def commit(self, step: str) -> Iterator[Commit]:

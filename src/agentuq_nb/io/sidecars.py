@@ -123,7 +123,10 @@ def _sidecar_error(paths: Sequence[Path], names: Sequence[str], err: Exception) 
     by_name = dict(zip(names, paths))
     named = by_name.get(match.group(1), Path(match.group(1))) if match else None
     for path in [named] if named is not None else paths:
-        found = first_bad_line(path)
+        try:
+            found = first_bad_line(path)
+        except OSError as cannot:
+            return InputError(path, f"sidecar cannot be read: {cannot.strerror or cannot}")
         if found is not None:
             line, what = found
             return InputError(path, f"sidecar is not valid JSONL: {what}", f"line {line}")
@@ -243,11 +246,12 @@ def check_sidecar(path: Path, table: pa.Table, warnings: InputWarnings) -> None:
         row = int(pc.index(empty, True).as_py())
         raise InputError(path, "sidecar row has no token data (no token, chosen_logprob or topk_logprobs): "
                          "a null or empty line cannot be placed", f"line {line_of_row(path, row)}")
-    for column, kind in (("role", "sidecar_rows_without_role"), ("token", "sidecar_rows_without_token")):
-        missing = table.column(column).null_count
-        if missing:
-            row = int(pc.index(table.column(column).is_null(), True).as_py())
-            warnings.add(kind, f"{path} line {line_of_row(path, row)}", missing)
+    no_role = pc.fill_null(pc.equal(pc.utf8_trim_whitespace(table.column("role")), ""), True)  # null or blank
+    for kind, missing in (("sidecar_rows_without_role", no_role), ("sidecar_rows_without_token", table.column("token").is_null())):
+        count = int(pc.sum(missing).as_py() or 0)
+        if count:
+            row = int(pc.index(missing, True).as_py())
+            warnings.add(kind, f"{path} line {line_of_row(path, row)}", count)
 
 
 def sidecar_name(domain: str, task_id: str, trial: int | None, seed: int | None) -> str:

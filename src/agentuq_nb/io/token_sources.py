@@ -60,6 +60,8 @@ class SidecarResolver:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def resolve(self, recorded: str) -> Path | None:
+        if not isinstance(recorded, str):  # not a path at all: reported by not_found()
+            return None
         if recorded not in self._resolved:
             self._resolved[recorded] = self._find(recorded)
             if len(self._resolved) > 10_000:  # bounded: one entry per distinct sidecar path
@@ -80,6 +82,8 @@ class SidecarResolver:
 
     def not_found(self, recorded: str, where: str) -> InputError:
         """The error for a sidecar reference :meth:`resolve` found no file for: a directory is said to be one."""
+        if not isinstance(recorded, str):
+            return InputError(self.results_path, f"uq_logprobs.path is {recorded!r}, not a file path", where)
         directory = next((c for c in self._candidates(recorded) if c.is_dir()), None)
         if directory is not None:
             return InputError(directory, f"sidecar path '{recorded}' (referenced by {self.results_path}) is a "
@@ -326,9 +330,8 @@ def _sidecar_rows(
     columns["message_idx"] = pa.array(message_idx)
     message_of_row = first_message[row_pos] + message_idx
     columns["turn_idx"] = pa.array(turn_of_message[message_of_row])
-    if columns["role"].null_count:  # counted where the file was read; a placed row's role is its message's
-        roles = pa.array([str(m.role) for s in sims for m in s.messages], pa.string())
-        columns["role"] = pc.coalesce(columns["role"], roles.take(pa.array(message_of_row)))
+    columns["role"] = _message_roles(columns["role"], sims, message_of_row, row_pos, message_idx, results_path,
+                                     warnings)
     for col, values in sim_keys.items():
         if columns[col].null_count:  # agentuq writes the keys on every row: usually nothing to fill
             columns[col] = pc.fill_null(columns[col], values.take(row_pos))
@@ -343,6 +346,21 @@ def _sidecar_rows(
             columns["source"] = pc.coalesce(columns["source"], default_source)
     _count_differing(pieces, sims, row_pos, message_idx, columns["scorer"], results_path, warnings)
     return pa.table([columns[name] for name in RAW_COLUMNS], schema=RAW_SCHEMA), row_pos
+
+
+def _message_roles(role: pa.ChunkedArray, sims: Sequence[Simulation], message_of_row: np.ndarray, row_pos: np.ndarray,
+                   message_idx: np.ndarray, results_path: Path, warnings: InputWarnings) -> pa.Array:
+    """A placed row's role is its message's: a missing or empty role (counted where the file was read) is
+    filled in, one that names another role is counted and replaced (a row never makes a group of its own)."""
+    roles = pa.array([str(m.role) for s in sims for m in s.messages], pa.string()).take(pa.array(message_of_row))
+    given = pc.if_else(pc.equal(pc.utf8_trim_whitespace(role), ""), pa.scalar(None, pa.string()), role)
+    differs = pc.fill_null(pc.not_equal(given, roles), False)
+    if pc.any(differs).as_py():
+        first = int(pc.index(differs, True).as_py())
+        warnings.add("sidecar_rows_role_differs", f"{results_path} simulation {sims[row_pos[first]].id} message "
+                     f"{message_idx[first]}: a row says '{given[first].as_py()}', the message is "
+                     f"'{roles[first].as_py()}'", int(pc.sum(differs).as_py()))
+    return roles
 
 
 def num_tokens(message) -> int | None:

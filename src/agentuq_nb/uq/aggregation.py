@@ -187,6 +187,7 @@ def aggregate(run_dir: str | Path | RunDir, batch_rows: int = 262_144, scheduler
     ``scheduler`` (a Dask address, ``local:N`` or a ``distributed.Client``): compute on the
     cluster over the partitioned dataset; ``filters``: only the matching token rows."""
     run = RunDir.of(run_dir)
+    run.require_folder("aggregate")
     with run.lock("aggregate"):
         try:
             if scheduler is None:
