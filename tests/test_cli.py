@@ -72,7 +72,61 @@ def test_one_class_rewards_give_null_metrics_with_reasons(tmp_path, synthetic_re
     run_dir = tmp_path / "run"
     run("extract", synthetic_results, "--out", run_dir)
     run("aggregate", run_dir)
-    run("evaluate", run_dir)
+    done = run("evaluate", run_dir)
     metrics = json.loads((run_dir / "eval_metrics.json").read_text())
     assert metrics["metrics"]["auroc"] is None and "class" in metrics["undefined"]["auroc"]
     assert metrics["n_failures"] == 0
+    # the terminal says why each null metric is null
+    for metric, reason in metrics["undefined"].items():
+        assert f"note: {metric} is null: {reason}" in done.stderr
+
+
+def _no_traceback(done, *expected):
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr and done.stderr.startswith("error: "), done.stderr
+    for text in expected:
+        assert text in done.stderr, (text, done.stderr)
+
+
+def test_user_mistakes_get_messages_not_tracebacks(tmp_path, synthetic_results):
+    a_file = synthetic_results
+    _no_traceback(run("extract", synthetic_results, "--out", a_file, check=False), str(a_file), "is a file, not a run folder")
+    _no_traceback(run("rescore", synthetic_results, "--out", a_file, check=False), "is a file, not a run folder")
+    _no_traceback(run("aggregate", a_file, check=False), str(a_file), "is a file, not a run folder")
+    run_dir = tmp_path / "run"
+    run("extract", synthetic_results, "--out", run_dir)
+    run("aggregate", run_dir)
+    for threshold in ("nan", "inf", "-inf"):
+        _no_traceback(run("evaluate", run_dir, "--failure-threshold", threshold, check=False),
+                      f"failure threshold {float(threshold)} is not a finite number")
+
+
+def test_aggregate_of_a_run_without_logprobs_points_to_rescore(tmp_path, synthetic_results):
+    data = json.loads(synthetic_results.read_text())
+    for sim in data["simulations"]:
+        for message in sim["messages"]:
+            message["raw_data"], message["logprobs"] = None, None
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps(data))
+    done = run("extract", bare, "--out", tmp_path / "run")
+    assert "rescore" in done.stderr
+    _no_traceback(run("aggregate", tmp_path / "run", check=False), "no message carried log-probs",
+                  f"agentuq-nb rescore {bare.resolve()} --out")
+
+
+def test_input_warnings_are_said_once_per_kind_with_their_count(tmp_path):
+    from agentuq_nb.io.synthetic import write_synthetic_results
+
+    results = write_synthetic_results(tmp_path / "src", num_simulations=6, messages_per_simulation=6,
+                                      tokens_per_message=3, forms=("sidecar",))
+    sidecars = sorted((results.parent / "sidecars").glob("*.jsonl"))
+    for sidecar in sidecars[:4]:  # a blank line and a row without role in four files: parsed in one batch or more
+        rows = [json.loads(line) for line in sidecar.read_text().splitlines()]
+        rows[0].pop("role")
+        sidecar.write_text("\n".join(json.dumps(r) for r in rows[:2]) + "\n\n" + "\n".join(json.dumps(r) for r in rows[2:]) + "\n")
+    done = run("extract", results, "--out", tmp_path / "run")
+    said = [line for line in done.stderr.splitlines() if line.startswith("warning: ")]
+    assert len(said) == 2, said
+    assert any(line.startswith("warning: 4 blank line(s)") and f"{sidecars[0]} line 3" in line for line in said), said
+    assert any(line.startswith("warning: 4 sidecar row(s) have no role") and f"{sidecars[0]} line 1" in line
+               for line in said), said

@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import json
 import sys
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from agentuq_nb.io.errors import InputError, MixedRunError, StaleArtifactError
+from agentuq_nb.io.input_warnings import InputDataWarning
 from agentuq_nb.io.run_lock import RunBusyError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -24,13 +28,74 @@ API_BASE_HELP = "OpenAI-compatible server for remote models, one per worker with
 PLUGIN_HELP = "a module or .py file whose estimators register themselves (repeat the option)"
 #: errors that are the user's to fix: said in one line, exit code 2, no traceback
 USER_ERRORS = (InputError, FileNotFoundError, ValueError, KeyError, ConnectionError, RunBusyError, MixedRunError,
-               StaleArtifactError, ModuleNotFoundError)
+               StaleArtifactError, ModuleNotFoundError, PermissionError, NotADirectoryError, IsADirectoryError)
 
 
 def _fail(err: Exception) -> None:
     message = err.args[0] if isinstance(err, KeyError) and err.args else err
     typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
     raise typer.Exit(code=2)
+
+
+def _manifest_bytes(run_dir: Path) -> bytes | None:
+    try:
+        return (run_dir / "manifest.json").read_bytes()
+    except OSError:
+        return None
+
+
+def _after_interrupt(step: str, run_dir: Path, manifest_before: bytes | None) -> str:
+    """What a Ctrl-C during ``step`` left in ``run_dir``, after finishing or discarding its publication."""
+    from agentuq_nb.io.rundir import RunDir
+
+    if not run_dir.is_dir():
+        return f"interrupted: '{step}' stopped before it wrote anything"
+    try:  # taking the lock rolls a committed publication forward and removes staged and temporary files
+        with RunDir(run_dir).lock(f"{step}: clean up after Ctrl-C"):
+            pass
+    except Exception as err:  # noqa: BLE001 - said, not raised: the interrupt is what the user must hear about
+        return (f"interrupted: '{step}' stopped; {run_dir} could not be checked ({err}); the next agentuq-nb "
+                "command on it finishes or discards what was being published")
+    if _manifest_bytes(run_dir) != manifest_before:
+        return f"interrupted after '{step}' committed: {run_dir} holds its new files, complete"
+    held = "its previous files, unchanged" if manifest_before is not None else "no run"
+    return f"interrupted: '{step}' published nothing; {run_dir} holds {held} (temporary files removed)"
+
+
+def _say_warnings(caught: list[warnings.WarningMessage]) -> None:
+    """Counted input warnings once per kind (the first report of a kind); any other warning as Python shows it."""
+    said: set[str] = set()
+    for record in caught:
+        message = record.message
+        if isinstance(message, InputDataWarning):
+            if message.kind not in said:
+                said.add(message.kind)
+                typer.secho(f"warning: {message}", fg=typer.colors.YELLOW, err=True)
+        else:
+            warnings.showwarning(message, record.category, record.filename, record.lineno)
+
+
+@contextmanager
+def _step(step: str, run_dir: Path) -> Iterator[None]:
+    """Run a step that writes ``run_dir``: its input warnings said once per kind, its bad-input errors in one
+    line (exit 2), and a Ctrl-C answered with the state it left the folder in (exit 130)."""
+    manifest_before = _manifest_bytes(run_dir)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", InputDataWarning)
+        try:
+            yield
+        except USER_ERRORS as err:
+            _say_warnings(caught)
+            _fail(err)
+        except KeyboardInterrupt:
+            typer.secho(_after_interrupt(step, run_dir, manifest_before), fg=typer.colors.RED, err=True)
+            raise typer.Exit(code=130) from None
+    _say_warnings(caught)
+
+
+def _out_folder(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        _fail(InputError(out, "is a file, not a run folder: --out takes a folder (new, or holding a run)"))
 
 
 def _load_plugins(plugins: Optional[list[str]]) -> None:
@@ -52,13 +117,13 @@ def extract(
     """Token rows from results + sidecars → RUN_DIR/tokens.parquet."""
     from agentuq_nb.uq import extract as run_extract
 
-    try:
+    _out_folder(out)
+    with _step("extract", out):
         report = run_extract(results, out, sidecar_dir, progress=True)
-    except USER_ERRORS as err:
-        _fail(err)
     typer.echo(f"{report.num_simulations} simulations, {report.num_tokens} token rows → {out / 'tokens.parquet'}")
-    for kind, info in report.warnings.as_dict().items():
-        typer.secho(f"warning: {kind}: {info['count']} (e.g. {info['example']})", fg=typer.colors.YELLOW, err=True)
+    if report.num_tokens == 0:
+        typer.secho(f"note: no message carried log-probs, so there is nothing to aggregate; 'agentuq-nb rescore "
+                    f"{results} --out RUN_DIR' scores the messages with a model instead", fg=typer.colors.YELLOW, err=True)
 
 
 @app.command()
@@ -69,10 +134,8 @@ def aggregate(
     """Turn and trajectory summaries → RUN_DIR/{turn,trajectory}_summary.{csv,parquet}."""
     from agentuq_nb.uq import aggregate as run_aggregate
 
-    try:
+    with _step("aggregate", run_dir):
         turns, trajs = run_aggregate(run_dir, scheduler=scheduler)
-    except USER_ERRORS as err:
-        _fail(err)
     typer.echo(f"{len(turns)} turn rows, {len(trajs)} trajectory rows → {run_dir}")
 
 
@@ -95,11 +158,11 @@ def evaluate(
     from agentuq_nb.evaluation import evaluate as run_evaluate
 
     _load_plugins(plugin)
-    try:
+    with _step("evaluate", run_dir):
         result = run_evaluate(run_dir, role, uncertainty, failure_threshold, invert, scorer, n_boot, seed, scheduler=scheduler)
-    except USER_ERRORS as err:
-        _fail(err)
     typer.echo(json.dumps({"n": result["n"], "n_failures": result["n_failures"], "metrics": result["metrics"]}, indent=2))
+    for metric, reason in result["undefined"].items():
+        typer.secho(f"note: {metric} is null: {reason}", fg=typer.colors.YELLOW, err=True)
 
 
 @app.command("compare-estimators")
@@ -226,10 +289,12 @@ def rescore(
     from agentuq_nb.distributed import FanOutFailed
     from agentuq_nb.uq import rescore as run_rescore
 
+    _out_folder(out)
     try:
-        report = run_rescore(results, out, scorer_llm=scorer_llm, scorer_mode=scorer_mode, backend=backend,
-                             scheduler=scheduler, api_bases=api_base or None)
-    except (*USER_ERRORS, FanOutFailed) as err:
+        with _step("rescore", out):
+            report = run_rescore(results, out, scorer_llm=scorer_llm, scorer_mode=scorer_mode, backend=backend,
+                                 scheduler=scheduler, api_bases=api_base or None)
+    except FanOutFailed as err:
         _fail(err)
     typer.echo(json.dumps(report.as_dict(), indent=2))
 

@@ -14,9 +14,11 @@ metrics are the same as without it.
 """
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from agentuq_nb.estimators import Estimator, TokenEstimator, default_scorer, get, token_estimator_name
@@ -96,7 +98,13 @@ def estimator_rows(run_dir: str | os.PathLike | RunDir, estimator: Estimator | s
     else:
         scores = estimator.scores(run)
     rows = scores.rename("uncertainty").reset_index()
-    rewards = run.rewards()
+    repeated = rows.duplicated(TRAJECTORY_KEYS, keep=False)
+    if repeated.any():  # two scores for one trajectory: both would be counted
+        key = tuple(v.item() if isinstance(v, np.generic) else v for v in rows.loc[repeated, TRAJECTORY_KEYS].iloc[0])
+        raise ValueError(f"{run.path}: estimator '{estimator.name}' gives {int(repeated.sum())} scores to trajectories "
+                         f"that repeat a (domain, task_id, trial, seed), e.g. {key}: its table holds a trajectory "
+                         "twice; make it again from results without repeats")
+    rewards = run.rewards()  # refuses repeated keys too
     return rows.merge(rewards, on=TRAJECTORY_KEYS, how="inner")
 
 
@@ -106,7 +114,9 @@ def evaluate(run_dir: str | os.PathLike | RunDir, role: str = "assistant", uncer
     """Failure-prediction metrics of one estimator with bootstrap CIs; publishes ``eval_metrics.json``
     and ``eval_curves.csv``. ``estimator`` (a registry name) or ``role``/``uncertainty``/``scorer``
     (see :func:`resolve_estimator`) choose it."""
+    check_failure_threshold(failure_threshold)
     run = RunDir.of(run_dir)
+    run.require_folder("evaluate")
     with run.lock("evaluate"):  # from the first read to the commit: based_on is what was read
         if scheduler is not None and estimator is None:
             summary = _role_rows_on_cluster(run, _summary_role(uncertainty, role), scheduler)
@@ -131,6 +141,17 @@ def evaluate(run_dir: str | os.PathLike | RunDir, role: str = "assistant", uncer
     return result
 
 
+def check_failure_threshold(failure_threshold: float) -> None:
+    """A failure is ``reward < failure_threshold``: only a finite number makes that a split."""
+    try:
+        finite = math.isfinite(float(failure_threshold))
+    except (TypeError, ValueError):
+        finite = False
+    if not finite:
+        raise ValueError(f"failure threshold {failure_threshold!r} is not a finite number: failure is "
+                         "reward < threshold, e.g. --failure-threshold 1.0 (a reward below 1 is a failure)")
+
+
 def _summary_role(uncertainty: str, role: str) -> str:
     """The summary role an estimator named ``uncertainty`` reads (``--role`` for a bare statistic)."""
     if uncertainty in STATISTICS_BY_NAME:
@@ -145,6 +166,7 @@ def estimator_metrics(run_dir: str | os.PathLike | RunDir, parts: dict[str, str]
                       n_boot: int = 1000, seed: int = 0, min_rows: int = 2) -> pd.DataFrame:
     """AUROC (with CI) and AUARC of several estimators, one row per ``{label: estimator name}``;
     an estimator the run has no data for, or fewer than ``min_rows`` trajectories, is left out."""
+    check_failure_threshold(failure_threshold)
     run = RunDir.of(run_dir)
     out = []
     for label, name in parts.items():

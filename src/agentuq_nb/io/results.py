@@ -83,9 +83,13 @@ def read_header(path: str | Path) -> dict[str, Any]:
                     continue
                 if prefix == "" and event == "map_key":
                     builder_key, builder = value, None
-                    saw_simulations = saw_simulations or value == "simulations"
-                    if value == "simulations" and all(k in header for k in HEADER_KEYS):
-                        break  # the header is complete: don't walk the simulations event by event
+                    if value == "simulations":
+                        saw_simulations = True
+                        _, first_event, _ = next(parser, (None, None, None))
+                        if first_event != "start_array":
+                            raise _not_a_list(path, _JSON_KINDS.get(first_event, first_event))
+                        if all(k in header for k in HEADER_KEYS):
+                            break  # the header is complete: don't walk the simulations event by event
                     continue
                 if prefix == "" and event in ("end_map",):
                     break
@@ -104,12 +108,28 @@ def read_header(path: str | Path) -> dict[str, Any]:
         if not isinstance(data, dict):
             raise InputError(path, "top level is not a JSON object (not τ²-bench results)") from err
         saw_simulations = "simulations" in data
+        if saw_simulations and not isinstance(data["simulations"], list):
+            raise _not_a_list(path, _python_kind(data["simulations"])) from err
         header = {k: v for k, v in data.items() if k != "simulations"}
     if not saw_simulations and not any(k in header for k in HEADER_KEYS):
         raise InputError(path, "JSON has none of the τ²-bench keys timestamp/info/tasks/simulations")
     if path.name != "results.json" and not saw_simulations:
         raise InputError(path, "no 'simulations' list: not a τ²-bench results file")
     return header
+
+
+_JSON_KINDS = {"start_map": "an object", "string": "a string", "number": "a number", "boolean": "a boolean",
+               "null": "null"}
+
+
+def _python_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {dict: "an object", str: "a string", bool: "a boolean"}.get(type(value), "a number")
+
+
+def _not_a_list(path: Path, kind: str) -> InputError:
+    return InputError(path, f"'simulations' has the wrong type: it is {kind}, expected a list of simulations")
 
 
 def _validate_simulation(raw: Any, path: Path, where: str) -> Simulation:

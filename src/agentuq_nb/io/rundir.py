@@ -37,6 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -323,7 +324,18 @@ class RunDir:
     # ---------------------------------------------------------------- lock and commits
     def lock(self, command: str):
         """Hold the folder's write lock for a block (re-entrant in this process); see :mod:`run_lock`."""
+        self.require_folder(command, new=True)
         return run_lock(self.path, command, on_acquire=self.recover)
+
+    def require_folder(self, command: str, new: bool = False) -> None:
+        """Refuse a path that is a file (and, unless ``new``, one that does not exist) with a clear message."""
+        if self.path.is_dir() or (new and not self.path.exists()):
+            return
+        if self.path.exists():
+            raise InputError(self.path, f"is a file, not a run folder: '{command}' works on a run folder (if the file "
+                             f"is τ²-bench results, make one with 'agentuq-nb extract {self.path} --out RUN_DIR')")
+        raise InputError(self.path, f"no such run folder: '{command}' works on a run folder; make one with "
+                         f"'agentuq-nb extract RESULTS --out {self.path}' (then 'agentuq-nb aggregate {self.path}')")
 
     @contextmanager
     def commit(self, step: str) -> Iterator[Commit]:
@@ -534,8 +546,15 @@ class RunDir:
 
     def rewards(self) -> pd.DataFrame:
         """One row per trajectory: the keys and ``reward`` (from ``trajectories.parquet``, else the summary)."""
-        if self.has("trajectories"):
-            src = self.read_frame("trajectories")
-        else:
-            src = self.read_frame("trajectory_summary")
-        return key_dtypes(src[TRAJECTORY_KEYS + ["reward"]].drop_duplicates(TRAJECTORY_KEYS))
+        name = "trajectories" if self.has("trajectories") else "trajectory_summary"
+        src = self.read_frame(name)[TRAJECTORY_KEYS + ["reward"]]
+        if name == "trajectory_summary":  # one row per role: the same reward repeated
+            src = src.drop_duplicates()
+        repeated = src.duplicated(TRAJECTORY_KEYS, keep=False)
+        if repeated.any():  # two trajectories under one key: both would be counted (or their rewards mixed)
+            by_key = src[repeated].groupby(TRAJECTORY_KEYS, dropna=False, sort=False)["reward"].agg(list)
+            key = tuple(v.item() if isinstance(v, np.generic) else v for v in by_key.index[0])
+            raise InputError(self.file(name), f"(domain, task_id, trial, seed) = {key} repeats (rewards "
+                             f"{by_key.iloc[0]}; {len(by_key)} repeated key(s) in all): remove the repeats from the "
+                             "results and extract them again")
+        return key_dtypes(src.reset_index(drop=True))

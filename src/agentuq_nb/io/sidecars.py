@@ -15,7 +15,7 @@ import os
 import re
 import tempfile
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from agentuq_nb.common.naming import slug
 from agentuq_nb.io.atomic import atomic_open
-from agentuq_nb.io.errors import InputError
+from agentuq_nb.io.errors import InputError, InputWarnings
 from agentuq_nb.records.tokens import TOKEN_SCHEMA
 
 # Columns read from a sidecar (typed as in the token-row contract); anything else on a row is ignored.
@@ -55,8 +55,11 @@ class SidecarReader:
         self._lock = threading.Lock()
         self._error = duckdb.Error
 
-    def read(self, paths: Sequence[Path]) -> list[pa.Table]:
-        """One table per path (``SIDECAR_SCHEMA``, rows in file order), parsed in one query."""
+    def read(self, paths: Sequence[Path], warnings: InputWarnings | None = None) -> list[pa.Table]:
+        """One table per path (``SIDECAR_SCHEMA``, rows in file order), parsed in one query.
+
+        With ``warnings``, each file is also checked (:func:`check_sidecar`): empty files, blank lines,
+        rows without role or token are counted there; a row with no token data at all is an error."""
         paths = [Path(p) for p in paths]
         if len(set(paths)) != len(paths):
             raise ValueError("SidecarReader.read: each path once")
@@ -71,15 +74,19 @@ class SidecarReader:
         files = table.column("filename")
         table = table.drop_columns(["filename"]).cast(SIDECAR_SCHEMA)
         if len(paths) == 1:
-            return [table]
-        # rows come file by file in the order given: cut the table at the file boundaries (zero-copy slices)
-        counts = pc.value_counts(files)
-        per_file = dict(zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist()))
-        out, start = [], 0
-        for name in names:
-            n = per_file.get(name, 0)
-            out.append(table.slice(start, n))
-            start += n
+            out = [table]
+        else:
+            # rows come file by file in the order given: cut the table at the file boundaries (zero-copy slices)
+            counts = pc.value_counts(files)
+            per_file = dict(zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist()))
+            out, start = [], 0
+            for name in names:
+                n = per_file.get(name, 0)
+                out.append(table.slice(start, n))
+                start += n
+        if warnings is not None:
+            for path, part in zip(paths, out):
+                check_sidecar(path, part, warnings)
         return out
 
     def close(self) -> None:
@@ -106,17 +113,145 @@ def _glob_safe_names(paths: Sequence[Path]):
 
 
 def _sidecar_error(paths: Sequence[Path], names: Sequence[str], err: Exception) -> InputError:
-    """DuckDB names the file and line of a parse error; say it as our errors do."""
+    """Say a parse error as our errors do: the file, and the line found by reading it again.
+
+    DuckDB names the file, but its line numbers skip blank lines and are off by one for syntax
+    errors, so the line is located here (1-based, blank lines counted): the first line that is not
+    JSON, not an object, or has a value of the wrong type for a sidecar column."""
     message = str(err)
     match = re.search(r'in file "([^"]+)"', message)
     by_name = dict(zip(names, paths))
-    if match:
-        path = by_name.get(match.group(1), Path(match.group(1)))
-    else:
-        path = paths[0] if len(paths) == 1 else Path(os.path.commonpath([str(p) for p in paths]))
+    named = by_name.get(match.group(1), Path(match.group(1))) if match else None
+    for path in [named] if named is not None else paths:
+        try:
+            found = first_bad_line(path)
+        except OSError as cannot:
+            return InputError(path, f"sidecar cannot be read: {cannot.strerror or cannot}")
+        if found is not None:
+            line, what = found
+            return InputError(path, f"sidecar is not valid JSONL: {what}", f"line {line}")
+    path = named if named is not None else (paths[0] if len(paths) == 1 else Path(os.path.commonpath([str(p) for p in paths])))
     what = message.split("\n")[0].replace("Invalid Input Error: ", "")
     what = re.sub(r'\s*in file "[^"]+",?', "", what)
+    what = re.sub(r"\s*(at byte \d+ )?in line \d+", "", what)  # DuckDB's line count is not the file's
     return InputError(path, f"sidecar is not valid JSONL: {what}")
+
+
+def _is_number(value: Any, integer: bool = False) -> bool:
+    """A JSON number (or a string DuckDB casts to one), integral if ``integer``."""
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            return False
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    return not integer or float(value).is_integer()
+
+
+def _wrong_type(key: str, value: Any) -> str | None:
+    """Why ``value`` cannot be read into sidecar column ``key`` (None: it can)."""
+    kind = SIDECAR_SCHEMA.field(key).type
+    if value is None:
+        return None
+    if pa.types.is_list(kind):
+        if not isinstance(value, list):
+            return f"'{key}' is {type(value).__name__}, expected a list"
+        if pa.types.is_floating(kind.value_type) and not all(v is None or _is_number(v) for v in value):
+            return f"'{key}' holds a value that is not a number"
+        return None
+    if pa.types.is_integer(kind) and not _is_number(value, integer=True):
+        return f"'{key}' is {value!r}, expected an integer"
+    if pa.types.is_floating(kind) and not _is_number(value):
+        return f"'{key}' is {value!r}, expected a number"
+    if pa.types.is_string(kind) and isinstance(value, (list, dict)):
+        return f"'{key}' is a {type(value).__name__}, expected a string"
+    return None
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict:
+    seen = {}
+    for key, value in pairs:
+        if key in seen:
+            raise ValueError(f"duplicate key '{key}'")
+        seen[key] = value
+    return seen
+
+
+def _numbered_lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """(1-based line number, line) of every line of a file."""
+    with open(path, "rb") as fh:
+        yield from enumerate(fh, start=1)
+
+
+def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """The non-blank lines (what DuckDB makes rows of), numbered as in the file."""
+    return ((number, line) for number, line in _numbered_lines(path) if line.strip())
+
+
+def first_bad_line(path: Path) -> tuple[int, str] | None:
+    """The first line of a sidecar that cannot be a token row, and why (None when every line can)."""
+    for number, line in _lines(path):
+        try:
+            row = json.loads(line, object_pairs_hook=_no_duplicate_keys)
+        except UnicodeDecodeError as err:
+            return number, f"not UTF-8 text ({err.reason})"
+        except json.JSONDecodeError as err:
+            return number, f"not valid JSON ({err.msg} at column {err.colno})"
+        except ValueError as err:  # a duplicate key
+            return number, f"not valid JSON ({err})"
+        if not isinstance(row, dict):
+            return number, f"a JSON {type(row).__name__}, not an object"
+        for key in SIDECAR_SCHEMA.names:
+            problem = _wrong_type(key, row.get(key))
+            if problem is not None:
+                return number, problem
+    return None
+
+
+def line_of_row(path: Path, row: int) -> int:
+    """The 1-based line number of the ``row``-th (0-based) row of a sidecar, blank lines counted."""
+    for i, (number, _) in enumerate(_lines(path)):
+        if i == row:
+            return number
+    raise IndexError(f"{path} has no row {row}")
+
+
+def line_count(path: Path) -> int:
+    """Lines in a file (a last line without a newline counts); read in blocks, cheap next to parsing."""
+    count, last = 0, b"\n"
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 24):
+            count += block.count(b"\n")
+            last = block[-1:]
+    return count + (last != b"\n")
+
+
+def check_sidecar(path: Path, table: pa.Table, warnings: InputWarnings) -> None:
+    """Count what a parsed sidecar (``table``, its rows in file order) lost or lacks, naming the first case.
+
+    An empty file, blank lines (DuckDB skips them), rows without ``role`` (their message's role is
+    used) or ``token`` are counted; a row with no token data at all (a ``null`` or ``{}`` line) cannot
+    be placed or measured and is an error."""
+    if table.num_rows == 0 and path.stat().st_size == 0:
+        warnings.add("sidecar_files_empty", str(path))
+        return
+    blank = line_count(path) - table.num_rows
+    if blank > 0:
+        first = next((number for number, line in _numbered_lines(path) if not line.strip()), None)
+        warnings.add("sidecar_blank_lines", f"{path} line {first}" if first else str(path), blank)
+    empty = pc.and_kleene(pc.and_kleene(table.column("token").is_null(), table.column("chosen_logprob").is_null()),
+                          table.column("topk_logprobs").is_null())
+    if pc.any(empty).as_py():
+        row = int(pc.index(empty, True).as_py())
+        raise InputError(path, "sidecar row has no token data (no token, chosen_logprob or topk_logprobs): "
+                         "a null or empty line cannot be placed", f"line {line_of_row(path, row)}")
+    no_role = pc.fill_null(pc.equal(pc.utf8_trim_whitespace(table.column("role")), ""), True)  # null or blank
+    for kind, missing in (("sidecar_rows_without_role", no_role), ("sidecar_rows_without_token", table.column("token").is_null())):
+        count = int(pc.sum(missing).as_py() or 0)
+        if count:
+            row = int(pc.index(missing, True).as_py())
+            warnings.add(kind, f"{path} line {line_of_row(path, row)}", count)
 
 
 def sidecar_name(domain: str, task_id: str, trial: int | None, seed: int | None) -> str:

@@ -15,6 +15,7 @@ derived metrics (entropy, normalized entropy, …) are added by ``uq.token_metri
 from __future__ import annotations
 
 import os
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -51,25 +52,45 @@ class SidecarResolver:
     results_path: Path
     sidecar_dir: Path | None = None
     cache_size: int = 2
+    #: what the files parsed so far lack (empty files, blank lines, rows without role or token)
+    warnings: InputWarnings = field(default_factory=InputWarnings)
     _cache: OrderedDict = field(default_factory=OrderedDict)
     _resolved: dict = field(default_factory=dict)
     _reader: SidecarReader | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def resolve(self, recorded: str) -> Path | None:
+        if not isinstance(recorded, str):  # not a path at all: reported by not_found()
+            return None
         if recorded not in self._resolved:
             self._resolved[recorded] = self._find(recorded)
             if len(self._resolved) > 10_000:  # bounded: one entry per distinct sidecar path
                 self._resolved.clear()
         return self._resolved[recorded]
 
-    def _find(self, recorded: str) -> Path | None:
+    def _candidates(self, recorded: str) -> list[Path]:
         rec = Path(recorded)
         candidates = [rec] if rec.is_absolute() else [self.results_path.parent / rec, rec]
         if self.sidecar_dir is not None:
             candidates.insert(0, self.sidecar_dir / rec.name)
             if not rec.is_absolute():
                 candidates.insert(1, self.sidecar_dir / rec)
-        return next((c for c in candidates if c.is_file()), None)
+        return candidates
+
+    def _find(self, recorded: str) -> Path | None:
+        return next((c for c in self._candidates(recorded) if c.is_file()), None)
+
+    def not_found(self, recorded: str, where: str) -> InputError:
+        """The error for a sidecar reference :meth:`resolve` found no file for: a directory is said to be one."""
+        if not isinstance(recorded, str):
+            return InputError(self.results_path, f"uq_logprobs.path is {recorded!r}, not a file path", where)
+        directory = next((c for c in self._candidates(recorded) if c.is_dir()), None)
+        if directory is not None:
+            return InputError(directory, f"sidecar path '{recorded}' (referenced by {self.results_path}) is a "
+                              "directory, not a JSONL file", where)
+        looked = " and in " + str(self.sidecar_dir) if self.sidecar_dir else "; pass --sidecar-dir"
+        return InputError(self.results_path, f"sidecar file '{recorded}' does not exist (looked beside the "
+                          f"results file{looked})", where)
 
     def referenced_paths(self, sim: Simulation) -> list[Path]:
         """The sidecar files a simulation's messages point to (resolved; missing ones left out)."""
@@ -89,7 +110,11 @@ class SidecarResolver:
         if todo:
             if self._reader is None:
                 self._reader = SidecarReader()
-            for path, table in zip(todo, self._reader.read(todo)):
+            found = InputWarnings()
+            parsed = self._reader.read(todo, found)
+            with self._lock:  # parses run on a background thread as well as the caller's
+                self.warnings.merge(found)
+            for path, table in zip(todo, parsed):
                 out[path] = table
                 self._cache[os.path.abspath(path)] = table
             while len(self._cache) > self.cache_size:
@@ -180,13 +205,7 @@ def batch_raw_tokens(
             if ref is not None:
                 path = resolver.resolve(ref["path"])
                 if path is None:
-                    raise InputError(
-                        resolver.results_path,
-                        f"sidecar file '{ref['path']}' does not exist (looked beside the results file"
-                        + (f" and in {resolver.sidecar_dir}" if resolver.sidecar_dir else "; pass --sidecar-dir")
-                        + ")",
-                        f"simulation {sim.id} message {idx}",
-                    )
+                    raise resolver.not_found(ref["path"], f"simulation {sim.id} message {idx}")
                 by_sidecar.setdefault(path, []).append(idx)
                 continue
             items = inline_logprob_items(message)
@@ -290,7 +309,7 @@ def _sidecar_rows(
             left = rows < 0
             matched = set(rows[~left].tolist())
             orphans = [i for i in referencing if i not in matched]
-            counts = [int(uq_logprobs_ref(sim.messages[i]).get("num_tokens") or 0) for i in orphans]
+            counts = [num_tokens(sim.messages[i]) or 0 for i in orphans]
             if counts and sum(counts) == int(left.sum()):
                 rows[left] = np.repeat(orphans, counts)
                 warnings.add("sidecar_rows_joined_by_order", f"{results_path} simulation {sim.id}", int(left.sum()))
@@ -309,7 +328,10 @@ def _sidecar_rows(
     )
     columns = {name: table.column(name) for name in table.column_names}
     columns["message_idx"] = pa.array(message_idx)
-    columns["turn_idx"] = pa.array(turn_of_message[first_message[row_pos] + message_idx])
+    message_of_row = first_message[row_pos] + message_idx
+    columns["turn_idx"] = pa.array(turn_of_message[message_of_row])
+    columns["role"] = _message_roles(columns["role"], sims, message_of_row, row_pos, message_idx, results_path,
+                                     warnings)
     for col, values in sim_keys.items():
         if columns[col].null_count:  # agentuq writes the keys on every row: usually nothing to fill
             columns[col] = pc.fill_null(columns[col], values.take(row_pos))
@@ -322,7 +344,56 @@ def _sidecar_rows(
         else:
             default_source = pc.if_else(pc.equal(columns["scorer"], "self"), pa.scalar("generated"), pa.scalar("chat_replay"))
             columns["source"] = pc.coalesce(columns["source"], default_source)
+    _count_differing(pieces, sims, row_pos, message_idx, columns["scorer"], results_path, warnings)
     return pa.table([columns[name] for name in RAW_COLUMNS], schema=RAW_SCHEMA), row_pos
+
+
+def _message_roles(role: pa.ChunkedArray, sims: Sequence[Simulation], message_of_row: np.ndarray, row_pos: np.ndarray,
+                   message_idx: np.ndarray, results_path: Path, warnings: InputWarnings) -> pa.Array:
+    """A placed row's role is its message's: a missing or empty role (counted where the file was read) is
+    filled in, one that names another role is counted and replaced (a row never makes a group of its own)."""
+    roles = pa.array([str(m.role) for s in sims for m in s.messages], pa.string()).take(pa.array(message_of_row))
+    given = pc.if_else(pc.equal(pc.utf8_trim_whitespace(role), ""), pa.scalar(None, pa.string()), role)
+    differs = pc.fill_null(pc.not_equal(given, roles), False)
+    if pc.any(differs).as_py():
+        first = int(pc.index(differs, True).as_py())
+        warnings.add("sidecar_rows_role_differs", f"{results_path} simulation {sims[row_pos[first]].id} message "
+                     f"{message_idx[first]}: a row says '{given[first].as_py()}', the message is "
+                     f"'{roles[first].as_py()}'", int(pc.sum(differs).as_py()))
+    return roles
+
+
+def num_tokens(message) -> int | None:
+    """The ``uq_logprobs.num_tokens`` a message records for its sidecar rows (None: not recorded)."""
+    value = (uq_logprobs_ref(message) or {}).get("num_tokens")
+    try:
+        return None if value is None or isinstance(value, bool) else int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _count_differing(pieces: list[tuple[int, Path, list[int]]], sims: Sequence[Simulation], row_pos: np.ndarray,
+                     message_idx: np.ndarray, scorer: pa.ChunkedArray | pa.Array, results_path: Path,
+                     warnings: InputWarnings) -> None:
+    """Count the messages whose own (scorer ``self``) sidecar rows are not the ``num_tokens`` they record."""
+    expected = [(pos, i, n, path) for pos, path, referencing in pieces for i in referencing
+                if (n := num_tokens(sims[pos].messages[i])) is not None]
+    if not expected:
+        return
+    width = max(len(s.messages) for s in sims) + 1
+    own = pc.equal(scorer, "self").to_numpy(zero_copy_only=False)
+    placed, counts = np.unique(row_pos[own] * width + message_idx[own], return_counts=True)
+    wanted = np.array([pos * width + i for pos, i, _, _ in expected], dtype=np.int64)
+    got = np.zeros(len(wanted), dtype=np.int64)
+    if len(placed):
+        at = np.minimum(np.searchsorted(placed, wanted), len(placed) - 1)
+        hit = placed[at] == wanted
+        got[hit] = counts[at[hit]]
+    differs = np.flatnonzero(got != np.array([n for _, _, n, _ in expected], dtype=np.int64))
+    if differs.size:
+        pos, i, n, path = expected[differs[0]]
+        warnings.add("sidecar_row_count_differs", f"{results_path} simulation {sims[pos].id} message {i}: "
+                     f"{int(got[differs[0]])} rows in {path}, num_tokens {n}", int(differs.size))
 
 
 def _rows_of_pieces(

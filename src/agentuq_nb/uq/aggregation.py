@@ -52,12 +52,18 @@ from agentuq_nb.uq.turn_partials import (
 TURN_COLUMNS = TURN_KEYS + ["message_idx", "source", TURN_COUNT] + [s.turn_column for s in summary_statistics()]
 TRAJECTORY_COLUMNS = ROLE_KEYS + [TRAJECTORY_COUNT] + [s.name for s in summary_statistics()] + ["num_turns"]
 
+class NoTokenRowsError(ValueError):
+    """The run's token tables hold no row: its results carried no log-probs."""
+
+
+NO_TOKENS = "the token table is empty (no message carried log-probs); nothing to aggregate"
+
 
 def _merged(parts) -> pd.DataFrame:
     """Partials (per batch, per file…) merged per turn."""
     parts = [p for p in parts if len(p)]
     if not parts:
-        raise ValueError("the token table is empty (no message carried log-probs); nothing to aggregate")
+        raise NoTokenRowsError(NO_TOKENS)
     return merge_partials(pd.concat(parts, ignore_index=True), TURN_GROUP)
 
 
@@ -164,7 +170,7 @@ def _turn_partials_on_cluster(run: RunDir, scheduler: Any, filters=None) -> pd.D
         partials = tokens.map_partitions(token_partials, meta=token_partials(tokens._meta))
         parts = client.compute(partials).result()
     if parts.empty:
-        raise ValueError("the token table is empty (no message carried log-probs); nothing to aggregate")
+        raise NoTokenRowsError(NO_TOKENS)
     return merge_partials(parts, TURN_GROUP)
 
 
@@ -181,15 +187,23 @@ def aggregate(run_dir: str | Path | RunDir, batch_rows: int = 262_144, scheduler
     ``scheduler`` (a Dask address, ``local:N`` or a ``distributed.Client``): compute on the
     cluster over the partitioned dataset; ``filters``: only the matching token rows."""
     run = RunDir.of(run_dir)
+    run.require_folder("aggregate")
     with run.lock("aggregate"):
         try:
             if scheduler is None:
                 partials = _run_partials(run, batch_rows, filters)
             else:
                 partials = _turn_partials_on_cluster(run, scheduler, filters)
+        except NoTokenRowsError as err:
+            results = run.manifest().results or "RESULTS"
+            raise NoTokenRowsError(f"{run.path}: {err}. Score the messages with a model instead - 'agentuq-nb "
+                                   f"rescore {results} --out RUN_DIR' computes teacher-forced log-probs - then "
+                                   "aggregate that run") from err
         except ValueError as err:
             raise ValueError(err if str(run.path) in str(err) else f"{run.path}: {err}") from err
         trajectories = run.read_frame("trajectories") if run.has("trajectories") else None
+        if trajectories is not None:
+            run.rewards()  # refuses a table that holds two trajectories under one key (their tokens would merge)
         turns = _turn_summary_from(partials)
         trajs = _trajectory_summary_from(partials, trajectories)
         inputs = run.based_on(*run.token_tables(), "trajectories")

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import pandas as pd
 import pyarrow as pa
 
-from agentuq_nb.io.errors import InputWarnings
+from agentuq_nb.io.errors import InputError, InputWarnings
 from agentuq_nb.io.rundir import Commit
 from agentuq_nb.io.token_table import TokenTableWriter
 from agentuq_nb.records import Simulation
@@ -34,6 +33,7 @@ class BaseTables:
         self.messages = TokenTableWriter(commit.stage("messages", self.based_on), row_group_rows=65_536,
                                          schema=MESSAGE_SCHEMA, metadata=commit.metadata)
         self.trajectories: list[dict] = []
+        self._first_of_key: dict[tuple, str] = {}  # (task_id, trial, seed) → the simulation that had it first
 
     @property
     def num_tokens(self) -> int:
@@ -47,9 +47,14 @@ class BaseTables:
     def add_simulations(self, sims: Iterable[Simulation], domain: str, where: str,
                         warnings: InputWarnings) -> int:
         sims = list(sims)
+        for sim in sims:
+            key, known = (str(sim.task_id), sim.trial, sim.seed), len(self._first_of_key)
+            first = self._first_of_key.setdefault(key, str(sim.id))
+            if len(self._first_of_key) == known:  # the key was there already
+                raise duplicate_key_error(where, key, first, str(sim.id))
+            self.trajectories.append(trajectory_record(sim, domain))
         self.messages.write(message_table(sims, domain))
         for sim in sims:
-            self.trajectories.append(trajectory_record(sim, domain))
             if sim.reward is None:
                 warnings.add("simulations_without_reward", f"{where} simulation {sim.id}")
         return len(sims)
@@ -58,8 +63,6 @@ class BaseTables:
         for writer in (self.tokens, self.partials, self.messages):
             writer.close()
         self.commit.write_parquet("trajectories", trajectory_table(self.trajectories), self.based_on)
-        keys = pd.DataFrame(self.trajectories, columns=["task_id", "trial", "seed"])
-        warnings.add("duplicate_trajectory_keys", f"{where}: (task_id, trial, seed) repeats", int(keys.duplicated().sum()))
 
     def abort(self) -> None:
         for writer in (self.tokens, self.partials, self.messages):
@@ -71,3 +74,14 @@ class BaseTables:
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:
             self.abort()
+
+
+def duplicate_key_error(where: str, key: tuple, first: str, second: str) -> InputError:
+    """Two trajectories with one (task_id, trial, seed): their tokens would merge and both rewards count.
+
+    Refused rather than de-duplicated: which copy is right (they may disagree on the reward) is not
+    ours to guess; the fix is in the input (drop one, or give the trials distinct trial/seed)."""
+    task_id, trial, seed = key
+    return InputError(where, f"(task_id, trial, seed) = ({task_id!r}, {trial}, {seed}) repeats: simulations "
+                      f"{first} and {second} share it, and the run's tables key trajectories by it. Remove one "
+                      "of them from the results, or give them distinct trial/seed values")

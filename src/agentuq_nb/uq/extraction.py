@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentuq_nb.io.errors import InputError, InputWarnings
+from agentuq_nb.io.input_warnings import emit_input_warnings
 from agentuq_nb.io.results import detect_layout, iter_simulations, read_header
 from agentuq_nb.io.rundir import RunDir
 from agentuq_nb.io.token_sources import SidecarResolver, batch_raw_tokens
@@ -115,6 +116,10 @@ def extract(results_path: str | Path, run_dir: str | Path | RunDir, sidecar_dir:
     """Publish ``tokens.parquet``, ``turn_partials.parquet``, ``messages.parquet``, ``trajectories.parquet``
     and the manifest in ``run_dir``, as one commit."""
     results_path, run = Path(results_path), RunDir.of(run_dir)
+    if run.path.exists() and not run.path.is_dir():
+        raise InputError(run.path, "is a file, not a run folder: give --out a folder (new or holding a run)")
+    if sidecar_dir is not None and not Path(sidecar_dir).is_dir():
+        raise InputError(sidecar_dir, "--sidecar-dir " + ("is not a directory" if Path(sidecar_dir).exists() else "does not exist"))
     layout = detect_layout(results_path)
     header = read_header(results_path)
     domain = Results.domain_of(header.get("info"))
@@ -138,7 +143,9 @@ def extract(results_path: str | Path, run_dir: str | Path | RunDir, sidecar_dir:
                 if bar is not None:
                     bar.update(len(batch))
             if report.num_simulations == 0:
-                raise InputError(results_path, "results contain no simulations")
+                raise InputError(results_path, "the results hold no simulations ('simulations' is empty: an aborted "
+                                 "τ²-bench run leaves this); nothing was extracted")
+            report.warnings.merge(resolver.warnings)
             tables.close(str(results_path), report.warnings)
             report.num_tokens = tables.num_tokens
             commit.update_manifest(
@@ -149,4 +156,5 @@ def extract(results_path: str | Path, run_dir: str | Path | RunDir, sidecar_dir:
     finally:
         if bar is not None:
             bar.close()
+    emit_input_warnings(report.warnings)
     return report

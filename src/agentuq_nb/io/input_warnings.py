@@ -1,0 +1,46 @@
+"""Counted input warnings as Python warnings: one ``InputDataWarning`` per kind, with its count and
+the place of the first case ("3 sidecar rows have no role (first: FILE line 7)").
+
+``InputWarnings`` (:mod:`agentuq_nb.io.errors`) collects the counts while a step runs (they also go
+into the manifest); :func:`emit_input_warnings` says them once at the end, so a notebook sees them
+like any warning and the command line prints each kind once.
+"""
+from __future__ import annotations
+
+import warnings
+
+from agentuq_nb.io.errors import InputWarnings
+
+#: what a count of each kind means, said after the number
+KIND_PHRASES = {
+    "sidecar_files_empty": "sidecar file(s) are empty (0 bytes): their messages have no token rows",
+    "sidecar_blank_lines": "blank line(s) in sidecar files (skipped)",
+    "sidecar_rows_without_role": "sidecar row(s) have no role (taken from the message they belong to)",
+    "sidecar_rows_role_differs": "sidecar row(s) name another role than their message's (the message's is used)",
+    "sidecar_rows_without_token": "sidecar row(s) have no token text (kept; the text is null)",
+    "sidecar_row_count_differs": "message(s) whose sidecar rows differ in number from uq_logprobs.num_tokens",
+    "sidecar_rows_joined_by_order": "sidecar row(s) matched no message timestamp and were joined by order",
+    "sidecar_rows_unmatched_dropped": "sidecar row(s) matched no message and were dropped",
+    "assistant_messages_without_logprobs": "assistant message(s) carry no log-probs",
+    "user_messages_without_logprobs": "user message(s) carry no log-probs",
+    "simulations_without_reward": "simulation(s) have no reward",
+    "tokens_without_chosen_logprob": "token(s) have no chosen log-prob (null)",
+    "chosen_logprob_infinite_set_null": "token(s) with an infinite chosen log-prob (set to null)",
+    "chosen_logprob_positive_set_null": "token(s) with a positive chosen log-prob (set to null)",
+    "topk_logprob_nonfinite_dropped": "token(s) with non-finite top-k log-probs (those entries dropped)",
+}
+
+
+class InputDataWarning(UserWarning):
+    """Input that was used but is not as it should be: ``kind``, ``count`` and the first ``example``."""
+
+    def __init__(self, kind: str, count: int, example: str):
+        self.kind, self.count, self.example = kind, int(count), example
+        phrase = KIND_PHRASES.get(kind, kind.replace("_", " "))
+        super().__init__(f"{self.count} {phrase} (first: {example})" if example else f"{self.count} {phrase}")
+
+
+def emit_input_warnings(counted: InputWarnings, stacklevel: int = 2) -> None:
+    """One :class:`InputDataWarning` per kind counted in ``counted``."""
+    for kind, info in counted.as_dict().items():
+        warnings.warn(InputDataWarning(kind, info["count"], info["example"]), stacklevel=stacklevel + 1)
