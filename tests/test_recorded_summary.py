@@ -87,7 +87,7 @@ def test_what_the_recorded_summary_refuses(tmp_path, sidecar_results):
         data["simulations"][0]["seed"]
     twice = tmp_path / "twice.json"
     twice.write_text(json.dumps(data))
-    with pytest.raises(InputError, match=r"\(task_id, trial, seed\) \('0', 0, 1000\) names 2 simulations"):
+    with pytest.raises(InputError, match=r"\(task_id, trial, seed\) = \('0', 0, 1000\) repeats"):
         summarize_recorded(twice, tmp_path / "b")
     extract(sidecar_results, tmp_path / "extracted")
     with pytest.raises(InputError, match="holds token tables"):

@@ -14,7 +14,6 @@ metrics are the same as without it.
 """
 from __future__ import annotations
 
-import math
 import os
 from typing import Any
 
@@ -26,6 +25,7 @@ from agentuq_nb.estimators.token import summary_column
 from agentuq_nb.evaluation.failure_report import failure_metrics
 from agentuq_nb.evaluation.metrics import failure_curves
 from agentuq_nb.io.rundir import RunDir
+from agentuq_nb.records.outcomes import check_failure_threshold
 from agentuq_nb.records.token_statistics import STATISTICS_BY_NAME
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.uq.aggregation import read_trajectory_summary
@@ -139,17 +139,6 @@ def evaluate(run_dir: str | os.PathLike | RunDir, role: str = "assistant", uncer
             commit.write_json("eval_metrics", result, based_on)
             commit.write_with("eval_curves", lambda p: curves.to_csv(p, index=False), based_on)
     return result
-
-
-def check_failure_threshold(failure_threshold: float) -> None:
-    """A failure is ``reward < failure_threshold``: only a finite number makes that a split."""
-    try:
-        finite = math.isfinite(float(failure_threshold))
-    except (TypeError, ValueError):
-        finite = False
-    if not finite:
-        raise ValueError(f"failure threshold {failure_threshold!r} is not a finite number: failure is "
-                         "reward < threshold, e.g. --failure-threshold 1.0 (a reward below 1 is a failure)")
 
 
 def _summary_role(uncertainty: str, role: str) -> str:

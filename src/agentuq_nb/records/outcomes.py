@@ -5,11 +5,26 @@ every failure-prediction metric, and the SAUP-HMM weights are failure rates.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 DEFAULT_FAILURE_THRESHOLD = 1.0
 
 
 def failure_labels(reward, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD) -> np.ndarray:
-    """Boolean array: ``reward < failure_threshold`` (NaN rewards are not failures)."""
+    """Boolean array: ``reward < failure_threshold`` (NaN rewards are not failures); a threshold that
+    is not a finite number is refused (NaN would label nothing a failure, silently)."""
+    check_failure_threshold(failure_threshold)
     return np.asarray(reward, dtype=float) < float(failure_threshold)
+
+
+def check_failure_threshold(failure_threshold: float) -> None:
+    """A failure is ``reward < failure_threshold``: only a finite number makes that a split."""
+    try:
+        finite = math.isfinite(float(failure_threshold))
+    except (TypeError, ValueError):
+        finite = False
+    if not finite:
+        raise ValueError(f"failure threshold {failure_threshold!r} is not a finite number: failure is "
+                         "reward < threshold, e.g. --failure-threshold 1.0 (a reward below 1 is a failure)")

@@ -36,6 +36,7 @@ from agentuq_nb.records.summary import AGENTUQ_SUMMARY
 from agentuq_nb.records.token_statistics import TRAJECTORY_COUNT
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.uq.aggregation import TRAJECTORY_COLUMNS
+from agentuq_nb.uq.base_tables import duplicate_key_error
 from agentuq_nb.uq.extraction import models_by_role, results_input
 from agentuq_nb.uq.turn_partials import ROLE_KEYS
 
@@ -82,7 +83,12 @@ def summarize_recorded(results_path: str | Path, run_dir: str | Path | RunDir) -
     rows: list[dict] = []
     trajectories: list[dict] = []
     missing: list[str] = []
+    first_of_key: dict[tuple, str] = {}
     for sim in iter_simulations(results_path):
+        key = (str(sim.task_id), sim.trial, sim.seed)
+        first = first_of_key.setdefault(key, str(sim.id))
+        if first != str(sim.id):
+            raise duplicate_key_error(str(results_path), key, first, str(sim.id))
         trajectories.append(trajectory_record(sim, domain))
         recorded = recorded_rows(sim, domain)
         if not recorded:
@@ -93,13 +99,6 @@ def summarize_recorded(results_path: str | Path, run_dir: str | Path | RunDir) -
     if missing:
         raise InputError(results_path, f"{len(missing)} of {len(trajectories)} simulations have no uq_summary "
                                        f"(first: {missing[0]}); the trajectory summary needs their token sidecars")
-    keys = pd.DataFrame(trajectories, columns=["task_id", "trial", "seed"])
-    repeated = keys[keys.duplicated(keep=False)]
-    if len(repeated):
-        task_id, trial, seed = repeated.iloc[0].tolist()
-        count = int((keys == repeated.iloc[0]).all(axis=1).sum())
-        raise InputError(results_path, f"(task_id, trial, seed) ({task_id!r}, {trial}, {seed}) names {count} "
-                                       "simulations; a trajectory key must be unique")
     summary = pd.DataFrame(rows).reindex(columns=TRAJECTORY_COLUMNS)
     numeric = [c for c in TRAJECTORY_COLUMNS if c not in ROLE_KEYS]
     summary[numeric] = summary[numeric].apply(pd.to_numeric, errors="coerce").astype(float)
