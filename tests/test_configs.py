@@ -121,3 +121,15 @@ def test_a_run_of_an_older_version_resumes_and_another_is_refused(tmp_path):
     other.file("run_config").write_text(json.dumps({**legacy_fingerprint(config, agent, user), "seed": 8}))
     with pytest.raises(RunConfigMismatch, match=r"\(seed differ\)"):
         check_run_config(other, run_fingerprint(config, agent, user), legacy_fingerprint(config, agent, user))
+
+
+def test_file_keys_keep_distinct_ids_distinct_and_plain_ids_as_they_are():
+    from agentuq_nb.common.naming import file_key
+    from agentuq_nb.io.sidecars import sidecar_name
+    from agentuq_nb.sim.runner import checkpoint_name
+
+    ids = ["a|b", "a:b", "a_b", "task 1", "task/1", "[svc]x|y", "[svc]x:y"]
+    assert len({file_key(i) for i in ids}) == len(ids)
+    assert len({checkpoint_name("telecom", i, 0, 1) for i in ids}) == len(ids)
+    assert len({sidecar_name("telecom", i, 0, 1) for i in ids}) == len(ids)
+    assert file_key("10") == "10" and sidecar_name("bookshop", "10", 0, 5) == "logprobs_bookshop_10_trial0_seed5.jsonl"

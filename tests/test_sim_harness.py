@@ -283,3 +283,27 @@ def test_two_runs_with_different_seeds_on_one_new_folder_never_both_succeed(tmp_
         run_simulations("bookshop", out, task_ids=["2"], max_steps=4, agent_max_tokens=16, user_max_tokens=12,
                         seed=[s for s in (300, 301) if s not in winners][0], progress=False)
     assert (out / "results.json").read_bytes() == before
+
+
+def test_task_ids_that_slug_alike_keep_their_own_checkpoints_and_sidecars(tmp_path):
+    """``a|b`` and ``a:b`` (telecom-style ids have such characters) both slug to ``a_b``: their files
+    must still be two, and each simulation must come back as itself."""
+    import copy
+    import dataclasses
+
+    from agentuq_nb.sim import load_domain
+
+    bookshop = load_domain("bookshop")
+    twins = [dict(copy.deepcopy(bookshop.get_task("2")), id=task_id) for task_id in ("a|b", "a:b")]
+    domain = dataclasses.replace(bookshop, tasks=twins)
+    run_simulations(domain, tmp_path, max_steps=2, agent_max_tokens=8, user_max_tokens=8, progress=False)
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert [s["task_id"] for s in results["simulations"]] == ["a|b", "a:b"]
+    assert len(list((tmp_path / CHECKPOINT_DIR).iterdir())) == 2
+    sidecars = {m["raw_data"]["uq_logprobs"]["path"] for s in results["simulations"] for m in s["messages"]
+                if (m.get("raw_data") or {}).get("uq_logprobs")}
+    assert len(sidecars) == 2 and len(list((tmp_path / "sidecars").glob("*.jsonl"))) == 2
+    for sim in results["simulations"]:
+        path = next(m["raw_data"]["uq_logprobs"]["path"] for m in sim["messages"]
+                    if (m.get("raw_data") or {}).get("uq_logprobs"))
+        assert {row["task_id"] for row in read_rows(tmp_path / path)} == {sim["task_id"]}

@@ -124,3 +124,40 @@ def test_progress_relay_shows_bar_lines_throttled_and_always_the_last():
     relay.close()
     assert shown == ["[s] nb: simulate x:   0%|          | 0/3 [00:00<?, ?sim/s]",
                      "[s] nb: simulate x: 100%|##########| 3/3 [00:03<00:00, 1.0sim/s]"]
+
+
+@pytest.mark.parametrize("spec", [
+    {"notebooks": ["04_evaluate"], "parameters": {SHAPED_KEY: 1}},
+    {"notebooks": ["04_evaluate"], "parameters": {"extra": [{"deep": {SHAPED_KEY: "x"}}]}},
+    {"notebooks": ["04_evaluate"], "grid": {SHAPED_KEY: [1]}},
+    {"name": SHAPED_KEY, "notebooks": ["04_evaluate"]},
+    {"notebooks": ["04_evaluate"], "parameters": {"note": "bearer abcdefgh12345678"}},
+    {"notebooks": ["04_evaluate"], "parameters": {"note": "BEARER abcdefgh12345678"}},
+])
+def test_keys_hidden_in_names_and_mapping_keys_are_refused_too(tmp_path, spec):
+    with pytest.raises(InputError, match="looks like a secret"):
+        load_studies(write_params(tmp_path / "leaky.yaml", spec))
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_failing_cell_quoting_a_key_is_reported_without_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("MY_SERVICE_API_KEY", ENV_KEY)
+    root = project(tmp_path, ["import os\nraise RuntimeError('auth failed for ' + os.environ['MY_SERVICE_API_KEY'])"])
+    study = Study(name="fails", params_path=root / "params" / "fails.yaml", notebooks=[("probe", {})])
+    with pytest.raises(RuntimeError, match=r"failed in cell \d+: RuntimeError: auth failed for \*\*\*") as err:
+        run_study(study, root=root, log=lambda *_: None)
+    assert ENV_KEY not in str(err.value) and err.value.__cause__ is None
+    assert ENV_KEY not in (root / "runs" / "fails" / "notebooks" / "probe.ipynb").read_text()
+
+
+def test_the_progress_relay_masks_keys_and_a_refused_study_leaves_no_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("MY_SERVICE_API_KEY", ENV_KEY)
+    shown: list[str] = []
+    relay = ProgressRelay("[s] nb:", shown.append, interval=0)
+    relay.write(f"\rcall {ENV_KEY}:  50%|#####     | 1/2 [00:01<00:01, 1.0it/s]")
+    assert shown and ENV_KEY not in shown[0] and "***" in shown[0]
+    root = project(tmp_path, ["print('ran')"])
+    typo = Study(name="typo", params_path=root / "params" / "typo.yaml", notebooks=[("probe", {"nte": 1})])
+    with pytest.raises(InputError, match="declared by none"):
+        run_study(typo, root=root, log=lambda *_: None)
+    assert not (root / "runs" / "typo").exists()

@@ -1,7 +1,9 @@
 """The one way a value becomes part of a file name, a study name or a task key: :func:`slug`;
-and :func:`plain_name`, which refuses a name that would leave its folder."""
+:func:`file_key`, a slug that keeps distinct keys distinct (checkpoint and sidecar names); and
+:func:`plain_name`, which refuses a name that would leave its folder."""
 from __future__ import annotations
 
+import hashlib
 import re
 from functools import lru_cache
 from typing import Any
@@ -19,6 +21,16 @@ def slug(value: Any, keep: str = "") -> str:
     """``value`` as text with every run of characters outside ``[A-Za-z0-9_.-]`` (plus ``keep``)
     replaced by one ``_``: ``slug("openai/gpt-4.1")`` → ``"openai_gpt-4.1"``."""
     return _unsafe(keep).sub("_", str(value))
+
+
+def file_key(value: Any) -> str:
+    """``value`` as a file-name part that keeps distinct values distinct: :func:`slug` when that leaves
+    it as it is, else the slug plus 8 hex digits of the value's SHA-1 (``a|b`` and ``a:b`` both slug
+    to ``a_b``; as keys they are ``a_b-<hash>``, two names). Plain ids - every built-in task's - are
+    unchanged, so the names of existing runs stay what they were."""
+    text = str(value)
+    safe = slug(text)
+    return safe if safe == text else f"{safe}-{hashlib.sha1(text.encode('utf-8')).hexdigest()[:8]}"
 
 
 #: a name that is one file name in its folder: no separator, no ``..``, not hidden, not absolute

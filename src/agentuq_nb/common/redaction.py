@@ -32,7 +32,7 @@ KEY_SHAPES = re.compile(
     r"\b(?:sk-(?:ant-|proj-)?[A-Za-z0-9_\-]{16,}"   # OpenAI / Anthropic
     r"|hf_[A-Za-z0-9]{20,}"                          # Hugging Face
     r"|AKIA[0-9A-Z]{16})\b"                          # AWS access key id
-    r"|\bBearer\s+[A-Za-z0-9._~+/\-]{8,}=*",         # an Authorization header value
+    r"|\b(?i:bearer)\s+[A-Za-z0-9._~+/\-]{8,}=*",     # an Authorization header value (any case)
 )
 #: ``scheme://user:password@host`` in a URL
 URL_CREDENTIALS = re.compile(r"//[^/@\s]+:[^/@\s]+@")
@@ -73,6 +73,9 @@ def find_secret(obj: Any, where: str = "", secrets: set[str] | None = None) -> t
             place = f"{where}.{k}" if where else str(k)
             if names_secret(k) and v not in (None, "", False):
                 return place, f"'{k}' names a secret"
+            reason = secret_in_text(str(k), secrets)  # a key can hold one too ({"sk-proj-…": 1})
+            if reason:
+                return where or "(top level)", f"a key: {reason}"
             found = find_secret(v, place, secrets)
             if found:
                 return found

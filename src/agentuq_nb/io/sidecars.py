@@ -23,7 +23,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from agentuq_nb.common.naming import slug
+from agentuq_nb.common.naming import file_key
 from agentuq_nb.io.atomic import atomic_open
 from agentuq_nb.io.errors import InputError, InputWarnings
 from agentuq_nb.records.tokens import TOKEN_SCHEMA
@@ -258,7 +258,7 @@ def sidecar_name(domain: str, task_id: str, trial: int | None, seed: int | None)
     """agentuq's file name: ``logprobs_{domain}_{task_id}_trial{t}_seed{s}.jsonl``."""
     trial_s = f"trial{trial}" if trial is not None else "trialNA"
     seed_s = f"seed{seed}" if seed is not None else "seedNA"
-    return f"logprobs_{slug(domain)}_{slug(task_id)}_{trial_s}_{seed_s}.jsonl"
+    return f"logprobs_{file_key(domain)}_{file_key(task_id)}_{trial_s}_{seed_s}.jsonl"
 
 
 def _jsonable(value: Any) -> Any:

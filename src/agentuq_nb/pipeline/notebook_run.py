@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from agentuq_nb.common.redaction import mask_secrets
+from agentuq_nb.common.redaction import mask_secrets, redact
 from agentuq_nb.io.atomic import atomic_write_text
 
 #: a tqdm line: "desc:  44%|████      | 12/27 [00:31<00:39, ...]"
@@ -55,7 +55,7 @@ class ProgressRelay:
 
     def _show(self) -> None:
         if self.pending != self.last_shown:
-            self.log(f"{self.prefix} {self.pending}")
+            self.log(redact(f"{self.prefix} {self.pending}"))
             self.last_shown = self.pending
         self.pending, self.shown_at = None, time.monotonic()
 

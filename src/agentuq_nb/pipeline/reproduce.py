@@ -50,7 +50,7 @@ import yaml
 from pydantic import ValidationError
 
 from agentuq_nb.common.naming import plain_name, slug
-from agentuq_nb.common.redaction import find_secret
+from agentuq_nb.common.redaction import find_secret, redact
 from agentuq_nb.distributed import FanOutFailed, JobRunner
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.rundir import RunDir
@@ -74,8 +74,8 @@ def project_root(start: Path | None = None) -> Path:
     raise FileNotFoundError(f"no project root (a folder with notebooks/ and params/) above {here}")
 
 
-def _check_no_secrets(params: dict[str, Any], path: Path) -> None:
-    found = find_secret(params, "parameters")
+def _check_no_secrets(params: dict[str, Any], path: Path, where: str = "parameters") -> None:
+    found = find_secret(params, where)
     if found is not None:
         where, reason = found
         raise InputError(path, f"a parameter looks like a secret ({reason}); keep API keys in the environment or "
@@ -110,6 +110,7 @@ def load_studies(params_path: str | Path) -> list[Study]:
     """The study of a params file, or one study per point of its ``grid``."""
     params_path = Path(params_path)
     spec = read_spec(params_path)
+    _check_no_secrets(spec.model_dump(), params_path, "")  # names, grid keys and values, nested keys too
     try:
         name = spec.name or plain_name(params_path.stem, "study name (the params file's name)")
     except ValueError as err:
@@ -166,12 +167,12 @@ def run_study(
         if not source.is_file():
             raise InputError(study.params_path, f"notebook '{source.stem}' not found in {root / 'notebooks'}")
     declared = [set(pm.inspect_notebook(str(s))) for s in sources]
-    out_dir = RunDir(run_dir).file("notebooks")
-    out_dir.mkdir(parents=True, exist_ok=True)
     # a parameter no notebook declares is almost always a typo: say so before running anything
     unused = sorted({k for _, params in study.notebooks for k in params} - set().union(*declared))
     if unused:
         raise InputError(study.params_path, f"parameter(s) {unused} are declared by none of the study's notebooks")
+    out_dir = RunDir(run_dir).file("notebooks")
+    out_dir.mkdir(parents=True, exist_ok=True)
     for (nb, params), source, names in zip(study.notebooks, sources, declared):
         given = {"run_dir": str(run_dir), "figures_dir": str(figures_dir), **params}
         parameters = {k: v for k, v in given.items() if k in names}
@@ -185,9 +186,9 @@ def run_study(
                 kernel_name=kernel_name, progress_bar=False, log_output=False, stderr_file=relay,
             )
         except pm.PapermillExecutionError as err:
-            # the cell's own error, not papermill's traceback; the executed notebook keeps the rest
-            raise RuntimeError(f"[{study.name}] {source.name} failed in cell {err.exec_count}: {err.ename}: "
-                               f"{err.evalue} (executed notebook: {executed})") from err
+            # the cell's own error, not papermill's traceback (and no key it may quote); the notebook keeps the rest
+            raise RuntimeError(redact(f"[{study.name}] {source.name} failed in cell {err.exec_count}: {err.ename}: "
+                                      f"{err.evalue} (executed notebook: {executed})")) from None
         finally:
             relay.close()
             masked = mask_notebook_secrets(executed)

@@ -36,7 +36,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from agentuq_nb.common.naming import slug
+from agentuq_nb.common.naming import file_key, slug
 from agentuq_nb.common.redaction import redact
 from agentuq_nb.distributed import FanOutFailed, JobRunner, with_worker_api_base
 from agentuq_nb.io.atomic import atomic_write_json
@@ -85,8 +85,9 @@ def without_wall_clock(obj: Any) -> Any:
 
 
 def checkpoint_name(domain: str, task_id: str, trial: int, seed: int) -> str:
-    """A simulation's checkpoint file: every key of the simulation in the name, like its sidecar's."""
-    return f"{slug(domain)}_{slug(task_id)}_trial{trial}_seed{seed}.json"
+    """A simulation's checkpoint file: every key of the simulation in the name, like its sidecar's
+    (:func:`~agentuq_nb.common.naming.file_key`: two task ids never share a file)."""
+    return f"{file_key(domain)}_{file_key(task_id)}_trial{trial}_seed{seed}.json"
 
 
 def legacy_checkpoint_name(task_id: str, trial: int) -> str:
@@ -213,13 +214,12 @@ def load_checkpoint(run: RunDir, job: "SimulationJob") -> dict[str, Any] | None:
     """The finished simulation of ``job``, or None. A checkpoint of an older version (no seed in its
     name) counts when it holds this very simulation (the run's fingerprint, seed included, matched)."""
     checkpoints = run.file("checkpoints")
-    data = _read_checkpoint(checkpoints / job.checkpoint_name)
-    if data is None:
-        legacy = _read_checkpoint(checkpoints / legacy_checkpoint_name(*job.key))
-        sim = (legacy or {}).get("simulation") or {}
+    for name in (job.checkpoint_name, legacy_checkpoint_name(*job.key)):
+        data = _read_checkpoint(checkpoints / name)
+        sim = (data or {}).get("simulation") or {}
         if sim.get("seed") == job.seed and str(sim.get("task_id")) == job.key[0] and sim.get("trial") == job.trial:
-            data = legacy
-    return data
+            return data  # the key inside is checked too: a file name is not a proof
+    return None
 
 
 def _read_checkpoint(path: Path) -> dict[str, Any] | None:
