@@ -156,3 +156,55 @@ def test_the_paper_notebook_runs_on_the_results_jsons_alone(tmp_path):
     executed = (run_dir / "notebooks" / "09_paper_figures.ipynb").read_text()
     assert "result sets have no token sidecars" in executed and "dynamics figure skipped" in executed
     assert not list((tmp_path / "figures" / "paper").glob("dynamics_agent_nll.*"))
+
+
+def test_a_partial_download_never_gives_one_model_the_other_models_sidecars(tmp_path):
+    """Only GPT-4.1's sidecar folder downloaded: the Kimi results have the same sidecar names, but the
+    rows are GPT's - Kimi's set falls back to its recorded summary instead of reading them."""
+    from tests.test_paper import relabel
+
+    artifacts = tmp_path / "tau2-uq-artifacts"
+    for prefix, scale in (("gpt41_kimik25", 1.0), ("Kimi-K2.5", 1.5)):
+        results = write_synthetic_results(tmp_path / prefix, num_simulations=8, messages_per_simulation=6,
+                                          tokens_per_message=5, forms=("sidecar",), domain="bookshop", seed=3)
+        data = json.loads(results.read_text())
+        data["info"]["agent_info"] = {"llm": "synthetic"}
+        data["info"]["user_info"] = {"llm": "synthetic"}
+        data["info"]["environment_info"] = {"domain_name": "bookshop"}
+        results.write_text(json.dumps(data))
+        relabel(with_recorded_summaries(results, scale), artifacts, prefix, "retail")
+    shutil.rmtree(artifacts / "uq_logprobs" / "Kimi-K2.5_retail")
+    said: list[str] = []
+    runs = paper.prepare_all(artifacts, tmp_path / "runs", progress=False, log=said.append)
+    source = {s.model: src for s, src in zip(runs, paper.inventory(runs)["source"])}
+    assert source == {"gpt-4.1": "token sidecars", "Kimi-K2.5": "recorded uq_summary"}
+    assert len(said) == 1 and said[0].startswith("Kimi-K2.5 × retail: no token sidecars")
+    kimi = next(run for s, run in runs.items() if s.model == "Kimi-K2.5")
+    recorded = read_trajectory_summary(kimi)
+    expected = [json.loads(p.read_text()) for p in artifacts.rglob("Kimi-K2.5_retail.json")][0]
+    nll = {s["task_id"]: s["uq_summary"]["assistant"]["avg_token_nll"] for s in expected["simulations"]}
+    got = recorded[recorded["role"] == "assistant"].set_index("task_id")["avg_token_nll"]
+    assert got.to_dict() == pytest.approx(nll)
+
+
+def test_odd_recorded_summaries_are_counted_not_lost_without_a_word(tmp_path, sidecar_results):
+    from agentuq_nb.io.input_warnings import InputDataWarning
+
+    data = json.loads(sidecar_results.read_text())
+    sims = data["simulations"]
+    sims[0]["uq_summary"]["agent"] = sims[0]["uq_summary"].pop("assistant")   # renamed role
+    sims[1]["uq_summary"]["assistant"]["avg_token_nll"] = "abc"                # not a number
+    sims[2]["uq_summary"]["assistant"]["mean_topk_entropy"] = None             # missing
+    sims[3]["uq_summary"]["user"] = [1, 2]                                     # not a mapping
+    sims[4]["uq_summary"]["assistant"]["min_chosen_prob"] = True               # a boolean is not a number
+    odd = tmp_path / "odd.json"
+    odd.write_text(json.dumps(data))
+    with pytest.warns(InputDataWarning) as caught:
+        summary = summarize_recorded(odd, tmp_path / "run")
+    said = {w.message.kind: w.message for w in caught if isinstance(w.message, InputDataWarning)}
+    assert set(said) == {"uq_summary_without_assistant", "uq_summary_unknown_role", "uq_summary_value_not_a_number",
+                         "uq_summary_value_missing", "uq_summary_role_not_a_mapping"}
+    assert said["uq_summary_value_not_a_number"].count == 2 and "avg_token_nll = 'abc'" in str(
+        said["uq_summary_value_not_a_number"])
+    assert RunDir(tmp_path / "run").manifest().warnings["uq_summary_unknown_role"]["count"] == 1
+    assert (summary["role"] == "agent").sum() == 1 and summary["role"].notna().all()

@@ -28,6 +28,11 @@ KIND_PHRASES = {
     "chosen_logprob_infinite_set_null": "token(s) with an infinite chosen log-prob (set to null)",
     "chosen_logprob_positive_set_null": "token(s) with a positive chosen log-prob (set to null)",
     "topk_logprob_nonfinite_dropped": "token(s) with non-finite top-k log-probs (those entries dropped)",
+    "uq_summary_without_assistant": "simulation(s) whose uq_summary has no 'assistant' role",
+    "uq_summary_unknown_role": "uq_summary role(s) agentuq does not write (kept under their own name)",
+    "uq_summary_role_not_a_mapping": "uq_summary role entries that are not mappings (dropped)",
+    "uq_summary_value_not_a_number": "uq_summary value(s) that are not numbers (set to null)",
+    "uq_summary_value_missing": "uq_summary value(s) missing, null or not finite (null)",
 }
 
 

@@ -21,12 +21,15 @@ what ``aggregate`` computes from the token rows (a test holds them equal on a si
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from agentuq_nb.io.errors import InputError
+from agentuq_nb.io.errors import InputError, InputWarnings
+from agentuq_nb.io.input_warnings import emit_input_warnings
 from agentuq_nb.io.results import iter_simulations, read_header
 from agentuq_nb.io.rundir import RunDir
 from agentuq_nb.records import Results
@@ -44,6 +47,8 @@ STEP = "recorded_summary"
 SELF = "self"
 #: the uq_summary fields read, per role
 RECORDED_FIELDS = (TRAJECTORY_COUNT, *AGENTUQ_SUMMARY)
+#: the roles agentuq's uq_summary has (``combined`` when both are present)
+RECORDED_ROLES = ("assistant", "user", "combined")
 
 
 def has_recorded_summary(results_path: str | Path, sample: int = 5) -> bool:
@@ -58,15 +63,38 @@ def has_recorded_summary(results_path: str | Path, sample: int = 5) -> bool:
     return seen > 0
 
 
-def recorded_rows(sim, domain: str) -> list[dict]:
-    """One trajectory-summary row per role of a simulation's ``uq_summary``."""
+def _number(value: Any) -> tuple[float | None, str | None]:
+    """A recorded value as a float, or None with the kind of problem (booleans are not numbers)."""
+    if value is None:
+        return None, "uq_summary_value_missing"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None, "uq_summary_value_not_a_number"
+    if not math.isfinite(value):
+        return None, "uq_summary_value_missing"
+    return float(value), None
+
+
+def recorded_rows(sim, domain: str, where: str, warnings: InputWarnings) -> list[dict]:
+    """One trajectory-summary row per role of a simulation's ``uq_summary``; what cannot be used is
+    counted in ``warnings`` (kinds ``uq_summary_*``), never dropped without a word."""
     keys = {"domain": domain, "task_id": sim.task_id, "trial": sim.trial, "seed": sim.seed}
+    place = f"{where} simulation {sim.id}"
     rows = []
-    for role, stats in (sim.uq_summary or {}).items():
+    summary = sim.uq_summary or {}
+    if summary and "assistant" not in summary:
+        warnings.add("uq_summary_without_assistant", f"{place} (roles: {', '.join(map(str, summary))})")
+    for role, stats in summary.items():
         if not isinstance(stats, dict):
+            warnings.add("uq_summary_role_not_a_mapping", f"{place} role {role!r}")
             continue
-        rows.append({**keys, "scorer": SELF, "role": str(role),
-                     **{name: stats.get(name) for name in RECORDED_FIELDS}})
+        if role not in RECORDED_ROLES:
+            warnings.add("uq_summary_unknown_role", f"{place} role {role!r}")
+        row = {**keys, "scorer": SELF, "role": str(role)}
+        for name in RECORDED_FIELDS:
+            row[name], problem = _number(stats.get(name))
+            if problem:
+                warnings.add(problem, f"{place} {role}.{name} = {stats.get(name)!r}")
+        rows.append(row)
     return rows
 
 
@@ -75,7 +103,10 @@ def summarize_recorded(results_path: str | Path, run_dir: str | Path | RunDir) -
     ``uq_summary`` (see the module docstring); returns the summary.
 
     Refused when a simulation has no ``uq_summary``, when a (task_id, trial, seed) repeats, and when
-    ``run_dir`` already holds token tables (they would not belong with the new trajectories).
+    ``run_dir`` already holds token tables (they would not belong with the new trajectories). Values
+    that are not finite numbers, roles that are not mappings, roles agentuq does not write and
+    summaries without the assistant are counted (an ``InputDataWarning`` per kind, and the manifest's
+    ``warnings``).
     """
     results_path, run = Path(results_path), RunDir.of(run_dir)
     header = read_header(results_path)
@@ -83,6 +114,7 @@ def summarize_recorded(results_path: str | Path, run_dir: str | Path | RunDir) -
     rows: list[dict] = []
     trajectories: list[dict] = []
     missing: list[str] = []
+    warnings = InputWarnings()
     first_of_key: dict[tuple, str] = {}
     for sim in iter_simulations(results_path):
         key = (str(sim.task_id), sim.trial, sim.seed)
@@ -90,7 +122,7 @@ def summarize_recorded(results_path: str | Path, run_dir: str | Path | RunDir) -
         if first != str(sim.id):
             raise duplicate_key_error(str(results_path), key, first, str(sim.id))
         trajectories.append(trajectory_record(sim, domain))
-        recorded = recorded_rows(sim, domain)
+        recorded = recorded_rows(sim, domain, str(results_path), warnings)
         if not recorded:
             missing.append(str(sim.id))
         rows += recorded
@@ -101,7 +133,7 @@ def summarize_recorded(results_path: str | Path, run_dir: str | Path | RunDir) -
                                        f"(first: {missing[0]}); the trajectory summary needs their token sidecars")
     summary = pd.DataFrame(rows).reindex(columns=TRAJECTORY_COLUMNS)
     numeric = [c for c in TRAJECTORY_COLUMNS if c not in ROLE_KEYS]
-    summary[numeric] = summary[numeric].apply(pd.to_numeric, errors="coerce").astype(float)
+    summary[numeric] = summary[numeric].astype(float)
     summary[TRAJECTORY_COUNT] = summary[TRAJECTORY_COUNT].round().astype("Int64")
     summary["num_turns"] = pd.array([pd.NA] * len(summary), dtype="Int64")
     table = trajectory_table(trajectories)
@@ -123,5 +155,7 @@ def summarize_recorded(results_path: str | Path, run_dir: str | Path | RunDir) -
             commit.write_parquet("trajectory_summary", summary, based_on=made_from)
             commit.update_manifest(step=STEP, results=str(results_path.resolve()), layout=None, sidecar_dir=None,
                                    domain=domain, models=models_by_role(header), num_simulations=len(trajectories),
-                                   num_tokens=0, warnings={}, scoring=None, summary_source="uq_summary")
+                                   num_tokens=0, warnings=warnings.as_dict(), scoring=None,
+                                   summary_source="uq_summary")
+    emit_input_warnings(warnings)
     return summary
