@@ -130,3 +130,40 @@ def test_input_warnings_are_said_once_per_kind_with_their_count(tmp_path):
     assert any(line.startswith("warning: 4 blank line(s)") and f"{sidecars[0]} line 3" in line for line in said), said
     assert any(line.startswith("warning: 4 sidecar row(s) have no role") and f"{sidecars[0]} line 1" in line
                for line in said), said
+
+
+def test_rewards_that_are_not_finite_are_counted_at_extract_and_left_out_with_a_note(tmp_path, synthetic_results):
+    data = json.loads(synthetic_results.read_text())
+    data["simulations"][0]["reward_info"]["reward"] = float("nan")
+    data["simulations"][1]["reward_info"]["reward"] = float("inf")
+    synthetic_results.write_text(json.dumps(data))  # Python's json writes NaN / Infinity, as τ²-bench's would
+    run_dir = tmp_path / "run"
+    extracted = run("extract", synthetic_results, "--out", run_dir)
+    assert "warning: 2 simulation(s) have a reward that is not a finite number" in extracted.stderr
+    run("aggregate", run_dir)
+    done = run("evaluate", run_dir)
+    assert json.loads(done.stdout)["n"] == len(data["simulations"]) - 2
+    assert "note: 2 trajectories left out: their uncertainty or reward is not a finite number" in done.stderr
+
+
+def test_more_mistakes_get_messages(tmp_path, synthetic_results):
+    (tmp_path / "empty").mkdir()
+    _no_traceback(run("estimators", tmp_path / "nowhere", check=False), "no such run folder")
+    _no_traceback(run("estimators", synthetic_results, check=False), "is a file, not a run folder")
+    _no_traceback(run("estimators", tmp_path / "empty", check=False), "holds no table an estimator reads")
+    _no_traceback(run("extract", synthetic_results, "--out", synthetic_results / "sub", check=False),
+                  f"{synthetic_results} is a file, not a folder")
+    run_dir = tmp_path / "run"
+    run("extract", synthetic_results, "--out", run_dir)
+    run("aggregate", run_dir)
+    bad = run("evaluate", run_dir, "--n-boot", "-5", check=False)
+    assert bad.returncode == 2 and "greater than or equal to 0" in bad.stderr and "Traceback" not in bad.stderr
+    data = json.loads(synthetic_results.read_text())
+    for sim in data["simulations"]:
+        sim["reward_info"]["reward"] = 0.0
+    synthetic_results.write_text(json.dumps(data))
+    one_class = tmp_path / "one_class"
+    run("extract", synthetic_results, "--out", one_class)
+    run("aggregate", one_class)
+    done = run("compare-estimators", one_class, "--n-boot", "20")
+    assert "note: AUROC and the other ranking metrics are null" in done.stderr and "one class only" in done.stderr

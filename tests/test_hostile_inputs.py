@@ -350,3 +350,51 @@ def test_every_failure_split_refuses_a_threshold_that_is_not_a_number(tmp_path, 
     run = make_aggregated_run(tmp_path, num_simulations=6, messages_per_simulation=4, tokens_per_message=3)
     with pytest.raises(ValueError, match="failure threshold .* is not a finite number"):
         compare_estimators(run, failure_threshold=threshold, n_boot=10)
+
+
+@pytest.mark.parametrize("batch_bytes", [1, 10**9])  # one simulation per batch, and all in one
+def test_sidecar_rows_of_no_simulation_in_the_results_are_counted(sidecar_run, tmp_path, batch_bytes):
+    """A sidecar whose rows carry another trajectory's keys (and no num_tokens to compare with): the
+    rows are not this simulation's, so they are dropped - but counted, never silently."""
+    results, sidecars = sidecar_run
+    data = json.loads(results.read_text())
+    for sim in data["simulations"]:
+        for m in sim["messages"]:
+            ((m.get("raw_data") or {}).get("uq_logprobs") or {}).pop("num_tokens", None)
+    results.write_text(json.dumps(data))
+    rows = [json.loads(line) for line in sidecars[0].read_text().splitlines()]
+    _rewrite(sidecars[0], [json.dumps({**r, "seed": 999_999}) for r in rows])
+    report, issued = _extract_warned_batches(results, tmp_path / "run", batch_bytes)
+    lost = issued["sidecar_rows_of_no_simulation"]
+    assert lost.count == len(rows) and str(sidecars[0]) in lost.example
+    # a file shared by every simulation (agentuq's single partition mode) is no loss at all
+    shared = tmp_path / "shared"
+    shared_results = write_synthetic_results(shared, num_simulations=3, messages_per_simulation=6,
+                                             tokens_per_message=TOKENS_PER_MESSAGE, forms=("sidecar",), seed=3)
+    files = sorted((shared / "sidecars").glob("*.jsonl"))
+    (shared / "sidecars" / "all.jsonl").write_text("".join(f.read_text() for f in files))
+    data = json.loads(shared_results.read_text())
+    for sim in data["simulations"]:
+        for m in sim["messages"]:
+            if (m.get("raw_data") or {}).get("uq_logprobs"):
+                m["raw_data"]["uq_logprobs"]["path"] = "sidecars/all.jsonl"
+    shared_results.write_text(json.dumps(data))
+    report, issued = _extract_warned_batches(shared_results, tmp_path / "shared_run", batch_bytes)
+    total = len((shared / "sidecars" / "all.jsonl").read_text().splitlines())
+    assert "sidecar_rows_of_no_simulation" not in issued and report.num_tokens == total
+
+
+def _extract_warned_batches(results: Path, run: Path, batch_bytes: int):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        report = extract(results, run, batch_bytes=batch_bytes)
+    return report, {w.message.kind: w.message for w in caught if isinstance(w.message, InputDataWarning)}
+
+
+def test_topk_texts_and_logprobs_of_different_lengths_are_counted(sidecar_run, tmp_path):
+    results, sidecars = sidecar_run
+    rows = [json.loads(line) for line in sidecars[0].read_text().splitlines()]
+    rows[2]["topk_tokens"] = rows[2]["topk_tokens"][:-1]
+    _rewrite(sidecars[0], [json.dumps(r) for r in rows])
+    report, issued = _extract_warned(results, tmp_path / "run")
+    assert issued["topk_lengths_differ"].count == 1

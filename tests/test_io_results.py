@@ -45,6 +45,13 @@ def test_v1_single_file_and_directory_layouts(tmp_path, synthetic_results):
     (directory / "simulations" / f"{index[0]['id']}.json").unlink()
     with pytest.raises(InputError, match="no file in simulations/"):
         list(iter_simulations(directory))
+    # simulations both inline in results.json and as files: reading either alone would lose the other
+    (directory / "results.json").write_text(json.dumps({**raw, "simulations": raw["simulations"][:2]}))
+    with pytest.raises(InputError, match=r"run_dir_layout: holds simulations both inline in results.json and as "
+                                         r"\d+ file\(s\) in simulations/"):
+        list(iter_simulations(directory))
+    (directory / "results.json").write_text(json.dumps({**raw, "simulations": []}))  # an empty list is no source
+    assert len(list(iter_simulations(directory))) == len(raw["simulations"]) - 1
 
 
 @pytest.mark.parametrize(

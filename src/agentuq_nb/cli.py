@@ -96,6 +96,9 @@ def _step(step: str, run_dir: Path) -> Iterator[None]:
 def _out_folder(out: Path) -> None:
     if out.exists() and not out.is_dir():
         _fail(InputError(out, "is a file, not a run folder: --out takes a folder (new, or holding a run)"))
+    blocking = next((p for p in out.parents if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        _fail(InputError(out, f"cannot be made: {blocking} is a file, not a folder"))
 
 
 def _load_plugins(plugins: Optional[list[str]]) -> None:
@@ -149,7 +152,7 @@ def evaluate(
     invert: bool = typer.Option(False, "--invert", help="only for a raw column: it is a confidence (higher = success); "
                                 "registered estimators carry their own orientation"),
     failure_threshold: float = typer.Option(1.0, help="failure = reward < threshold"),
-    n_boot: int = typer.Option(1000, help="bootstrap resamples for the 95% CIs"),
+    n_boot: int = typer.Option(1000, min=0, help="bootstrap resamples for the 95% CIs (0: none)"),
     seed: int = typer.Option(0),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help=SCHEDULER_HELP),
     plugin: Optional[list[str]] = typer.Option(None, "--plugin", help=PLUGIN_HELP),
@@ -161,6 +164,9 @@ def evaluate(
     with _step("evaluate", run_dir):
         result = run_evaluate(run_dir, role, uncertainty, failure_threshold, invert, scorer, n_boot, seed, scheduler=scheduler)
     typer.echo(json.dumps({"n": result["n"], "n_failures": result["n_failures"], "metrics": result["metrics"]}, indent=2))
+    if result.get("n_dropped"):
+        typer.secho(f"note: {result['n_dropped']} trajectories left out: their uncertainty or reward is not a finite "
+                    "number", fg=typer.colors.YELLOW, err=True)
     for metric, reason in result["undefined"].items():
         typer.secho(f"note: {metric} is null: {reason}", fg=typer.colors.YELLOW, err=True)
 
@@ -169,7 +175,7 @@ def evaluate(
 def compare_estimators(
     run_dir: Path = typer.Argument(...),
     failure_threshold: float = typer.Option(1.0, help="failure = reward < threshold"),
-    n_boot: int = typer.Option(1000, help="bootstrap resamples for CIs and paired p-values"),
+    n_boot: int = typer.Option(1000, min=0, help="bootstrap resamples for CIs and paired p-values (0: none)"),
     seed: int = typer.Option(0),
     estimator: Optional[list[str]] = typer.Option(None, "--estimator", help="only these estimators (repeat the option)"),
     plugin: Optional[list[str]] = typer.Option(None, "--plugin", help=PLUGIN_HELP),
@@ -178,14 +184,21 @@ def compare_estimators(
     from agentuq_nb.evaluation import compare_estimators as run_compare
 
     _load_plugins(plugin)
-    try:
+    from agentuq_nb.io.rundir import RunDir
+
+    with _step("compare-estimators", run_dir):
+        RunDir(run_dir).require_folder("compare-estimators")
         table = run_compare(run_dir, failure_threshold=failure_threshold, n_boot=n_boot, seed=seed,
                             names=estimator or None)
-    except USER_ERRORS as err:
-        _fail(err)
     cols = [c for c in ("estimator", "orientation", "auroc", "auroc_lo", "auroc_hi", "auarc", "spearman",
                         "p_value_vs_reference") if c in table]
     typer.echo(table[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    one_class = table[(table["n_failures"] == 0) | (table["n_failures"] == table["n"])]
+    if len(one_class):
+        row = one_class.iloc[0]
+        typer.secho(f"note: AUROC and the other ranking metrics are null for {len(one_class)} estimator(s): their "
+                    f"trajectories hold one class only ({int(row['n_failures'])} failures of {int(row['n'])} at "
+                    f"failure threshold {failure_threshold:g})", fg=typer.colors.YELLOW, err=True)
 
 
 @app.command("estimators")
@@ -197,10 +210,14 @@ def list_estimators(
     from agentuq_nb.estimators import estimators
 
     _load_plugins(plugin)
-    try:
+    from agentuq_nb.io.rundir import RunDir
+
+    with _step("estimators", run_dir):
+        RunDir(run_dir).require_folder("estimators")
         found = estimators(run_dir)
-    except USER_ERRORS as err:
-        _fail(err)
+        if not found:
+            raise InputError(run_dir, "holds no table an estimator reads (no trajectory summary or score file); "
+                                      f"run 'agentuq-nb aggregate {run_dir}' after extract")
     for e in found:
         typer.echo(f"{e.name:45s} {e.family:14s} {e.orientation:32s} {', '.join(e.requires)}")
 

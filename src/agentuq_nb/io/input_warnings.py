@@ -21,13 +21,18 @@ KIND_PHRASES = {
     "sidecar_row_count_differs": "message(s) whose sidecar rows differ in number from uq_logprobs.num_tokens",
     "sidecar_rows_joined_by_order": "sidecar row(s) matched no message timestamp and were joined by order",
     "sidecar_rows_unmatched_dropped": "sidecar row(s) matched no message and were dropped",
+    "sidecar_rows_of_no_simulation": "sidecar row(s) carry the keys of no simulation in the results (dropped)",
     "assistant_messages_without_logprobs": "assistant message(s) carry no log-probs",
     "user_messages_without_logprobs": "user message(s) carry no log-probs",
     "simulations_without_reward": "simulation(s) have no reward",
+    "simulations_reward_not_finite": "simulation(s) have a reward that is not a finite number (left out of "
+                                     "failure prediction)",
     "tokens_without_chosen_logprob": "token(s) have no chosen log-prob (null)",
     "chosen_logprob_infinite_set_null": "token(s) with an infinite chosen log-prob (set to null)",
     "chosen_logprob_positive_set_null": "token(s) with a positive chosen log-prob (set to null)",
     "topk_logprob_nonfinite_dropped": "token(s) with non-finite top-k log-probs (those entries dropped)",
+    "topk_lengths_differ": "token(s) whose topk_tokens and topk_logprobs differ in length (statistics use the "
+                           "log-probs)",
     "uq_summary_without_assistant": "simulation(s) whose uq_summary has no 'assistant' role",
     "uq_summary_unknown_role": "uq_summary role(s) agentuq does not write (kept under their own name)",
     "uq_summary_role_not_a_mapping": "uq_summary role entries that are not mappings (dropped)",

@@ -174,6 +174,15 @@ def _simulation_files(directory: Path) -> list[Path]:
     return [by_stem[i] for i in ids] + [by_stem[e] for e in extra]
 
 
+def _has_inline_simulations(results_json: Path) -> bool:
+    if not results_json.is_file():
+        return False
+    try:
+        return next(_iter_file_simulations(results_json), None) is not None
+    except InputError:  # no (or an empty) 'simulations' list: the files are the simulations
+        return False
+
+
 def iter_simulations(path: str | Path) -> Iterator[Simulation]:
     """Stream the simulations of a results file or directory, in file order."""
     path = Path(path)
@@ -185,6 +194,9 @@ def iter_simulations(path: str | Path) -> Iterator[Simulation]:
     if not files:  # a results.json that still carries its simulations inline
         yield from _iter_file_simulations(path / "results.json")
         return
+    if _has_inline_simulations(path / "results.json"):  # two sources: reading one would lose the other
+        raise InputError(path, f"holds simulations both inline in results.json and as {len(files)} file(s) in "
+                               "simulations/; keep them in one place")
     for file in files:
         try:
             raw = json.loads(file.read_text(encoding="utf-8"))

@@ -119,7 +119,7 @@ def _sidecar_error(paths: Sequence[Path], names: Sequence[str], err: Exception) 
     errors, so the line is located here (1-based, blank lines counted): the first line that is not
     JSON, not an object, or has a value of the wrong type for a sidecar column."""
     message = str(err)
-    match = re.search(r'in file "([^"]+)"', message)
+    match = re.search(r'(?:in|while reading) file "([^"]+)"', message)  # DuckDB words it both ways
     by_name = dict(zip(names, paths))
     named = by_name.get(match.group(1), Path(match.group(1))) if match else None
     for path in [named] if named is not None else paths:
@@ -132,7 +132,7 @@ def _sidecar_error(paths: Sequence[Path], names: Sequence[str], err: Exception) 
             return InputError(path, f"sidecar is not valid JSONL: {what}", f"line {line}")
     path = named if named is not None else (paths[0] if len(paths) == 1 else Path(os.path.commonpath([str(p) for p in paths])))
     what = message.split("\n")[0].replace("Invalid Input Error: ", "")
-    what = re.sub(r'\s*in file "[^"]+",?', "", what)
+    what = re.sub(r'\s*(?:in|while reading) file "[^"]+",?', "", what)
     what = re.sub(r"\s*(at byte \d+ )?in line \d+", "", what)  # DuckDB's line count is not the file's
     return InputError(path, f"sidecar is not valid JSONL: {what}")
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +58,21 @@ class SidecarResolver:
     _resolved: dict = field(default_factory=dict)
     _reader: SidecarReader | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _rows_in_file: dict = field(default_factory=dict)
+    _rows_kept: Counter = field(default_factory=Counter)
+
+    def tally(self, path: Path, rows_in_file: int, rows_kept: int) -> None:
+        """Count the rows of ``path`` a simulation took (batches add up; the file's size is set once)."""
+        self._rows_in_file[path] = rows_in_file
+        self._rows_kept[path] += rows_kept
+
+    def report_unplaced(self, warnings: InputWarnings) -> None:
+        """Rows of the referenced sidecars that no simulation of the results took (their keys name
+        trajectories that are not there): counted, with the first file, once every batch is done."""
+        for path, total in self._rows_in_file.items():
+            lost = total - self._rows_kept[path]
+            if lost > 0:
+                warnings.add("sidecar_rows_of_no_simulation", f"{path}: {lost} of {total} rows", lost)
 
     def resolve(self, recorded: str) -> Path | None:
         if not isinstance(recorded, str):  # not a path at all: reported by not_found()
@@ -88,6 +103,10 @@ class SidecarResolver:
         if directory is not None:
             return InputError(directory, f"sidecar path '{recorded}' (referenced by {self.results_path}) is a "
                               "directory, not a JSONL file", where)
+        special = next((c for c in self._candidates(recorded) if c.exists()), None)
+        if special is not None:  # a FIFO, socket or device: reading it could block or never end
+            return InputError(special, f"sidecar path '{recorded}' (referenced by {self.results_path}) is not a "
+                              "regular file", where)
         looked = " and in " + str(self.sidecar_dir) if self.sidecar_dir else "; pass --sidecar-dir"
         return InputError(self.results_path, f"sidecar file '{recorded}' does not exist (looked beside the "
                           f"results file{looked})", where)
@@ -236,7 +255,7 @@ def batch_raw_tokens(
         missing = [path for _, path, _ in pieces if path not in tables]
         if missing:
             tables.update(resolver.read_many(missing))
-        table, pos = _sidecar_rows(pieces, tables, sims, domain, resolver.results_path, warnings)
+        table, pos = _sidecar_rows(pieces, tables, sims, domain, resolver, warnings)
         if table.num_rows:
             parts.append(table)
             positions.append(pos)
@@ -256,7 +275,7 @@ def _sidecar_rows(
     tables: dict[Path, pa.Table],
     sims: Sequence[Simulation],
     domain: str,
-    results_path: Path,
+    resolver: SidecarResolver,
     warnings: InputWarnings,
 ) -> tuple[pa.Table, np.ndarray]:
     """The sidecar rows of every (simulation, file) piece, joined to their messages.
@@ -276,6 +295,10 @@ def _sidecar_rows(
     }
     piece_pos = np.array([pos for pos, _, _ in pieces], dtype=np.int64)
     table, piece_of_row = _rows_of_pieces(pieces, tables, sim_keys, piece_pos)
+    kept = np.bincount(piece_of_row, minlength=len(pieces))
+    for p, (_, path, _) in enumerate(pieces):
+        resolver.tally(path, tables[path].num_rows, int(kept[p]))
+    results_path = resolver.results_path
     row_pos = piece_pos[piece_of_row]
 
     # by timestamp: the first message of the row's simulation with the row's message_timestamp

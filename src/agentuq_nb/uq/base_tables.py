@@ -7,6 +7,7 @@ table and one small record per trajectory.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 import pyarrow as pa
@@ -57,6 +58,8 @@ class BaseTables:
         for sim in sims:
             if sim.reward is None:
                 warnings.add("simulations_without_reward", f"{where} simulation {sim.id}")
+            elif not math.isfinite(sim.reward):  # NaN or ±inf: no outcome to predict (metrics leave it out)
+                warnings.add("simulations_reward_not_finite", f"{where} simulation {sim.id}: reward {sim.reward}")
         return len(sims)
 
     def close(self, where: str, warnings: InputWarnings) -> None:

@@ -145,6 +145,7 @@ def extract(results_path: str | Path, run_dir: str | Path | RunDir, sidecar_dir:
             if report.num_simulations == 0:
                 raise InputError(results_path, "the results hold no simulations ('simulations' is empty: an aborted "
                                  "τ²-bench run leaves this); nothing was extracted")
+            resolver.report_unplaced(report.warnings)
             report.warnings.merge(resolver.warnings)
             tables.close(str(results_path), report.warnings)
             report.num_tokens = tables.num_tokens

@@ -99,6 +99,11 @@ def with_token_metrics(raw: pa.Table, where: Where = "", warnings: InputWarnings
     chosen = _clean_chosen(np.asarray(chosen, dtype=np.float64), where, warnings)
     _count(warnings, "tokens_without_chosen_logprob", where, np.isnan(chosen))
     entropy, mass, normalized = _topk_stats(raw.column("topk_logprobs"), where, warnings) if n else (np.zeros(0),) * 3
+    if n and "topk_tokens" in raw.column_names:  # the statistics use the log-probs; the texts label them
+        lengths = [pc.fill_null(pc.list_value_length(raw.column(c)), 0).to_numpy(zero_copy_only=False)
+                   for c in ("topk_tokens", "topk_logprobs")]
+        has_texts = raw.column("topk_tokens").is_valid().to_numpy(zero_copy_only=False)
+        _count(warnings, "topk_lengths_differ", where, has_texts & (lengths[0] != lengths[1]))
     columns = {name: raw.column(name) for name in raw.column_names if name in TOKEN_COLUMNS}
     nan_to_null = lambda a: pa.array(a, type=pa.float64(), from_pandas=True)  # noqa: E731
     columns.update(
