@@ -245,3 +245,49 @@ def test_a_remote_models_malformed_tool_arguments_are_kept_verbatim_not_raised()
     replay = to_openai_message({"role": "assistant", "content": None, "tool_calls": [call]})
     assert replay["tool_calls"][0]["function"]["arguments"] == '{"order_id": "7'
     assert normalize_tool_call({"name": "get_order_status", "arguments": ""})["arguments"] == {}
+
+
+# ----------------------------------------------------------------------------- bounded tool-call grammar
+
+LOOKUP_TOOLS = [
+    {"type": "function", "function": {"name": "get_order", "description": "Look up an order by its id.",
+     "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]}}},
+    {"type": "function", "function": {"name": "find_user", "description": "Find a user id by name and zip code.",
+     "parameters": {"type": "object", "properties": {"first_name": {"type": "string"}, "last_name": {"type": "string"},
+                                                     "zip": {"type": "string"}},
+                    "required": ["first_name", "last_name", "zip"]}}},
+]
+RETAIL_QUESTIONS = ["Hi, where is my order #W4821?", "I want to return the shoes from order W2378156.",
+                    "My name is Yusuf Rossi, zip 19122. Please look me up.", "cancel it"]
+
+
+def test_tool_call_strings_admit_no_raw_newline_and_close_within_the_bound():
+    from agentuq_nb.llm.local_model import Grammar
+    from agentuq_nb.llm.tool_format import MAX_STRING_CHARS, tool_call_grammar
+
+    model = llm.get_local_model()
+    grammar = Grammar(model, tool_call_grammar(LOOKUP_TOOLS[:1]))
+    try:
+        for token in model.tokenize('{"name": "get_order", "arguments": {"order_id": "'):
+            grammar.accept(token)
+        newline, letter, quote = model.tokenize("\n")[0], model.tokenize("a")[0], model.tokenize('"')[0]
+        assert grammar.first_allowed(np.array([newline, letter])) == letter  # the raw newline is refused
+        for _ in range(MAX_STRING_CHARS):
+            grammar.accept(letter)
+        assert grammar.first_allowed(np.array([letter, quote])) == quote  # full: only the closing quote
+    finally:
+        grammar.close()
+
+
+@pytest.mark.slow
+def test_forced_tool_calls_always_parse_across_seeds_and_prompts():
+    forced_choices = ["required", {"type": "function", "function": {"name": "get_order"}}]
+    for question in RETAIL_QUESTIONS:
+        for seed in (0, 1):
+            for choice in forced_choices:
+                turn = llm.generate([{"role": "system", "content": "You are a retail agent."},
+                                     {"role": "user", "content": question}],
+                                    tools=LOOKUP_TOOLS, tool_choice=choice, temperature=1.0, seed=seed, max_tokens=256)
+                calls = turn.message["tool_calls"]
+                assert calls, f"no tool call for {question!r}, seed {seed}, {choice}: {turn.message['content']!r}"
+                assert calls[0]["name"] in {"get_order", "find_user"} and isinstance(calls[0]["arguments"], dict)
