@@ -150,6 +150,7 @@ def serve_local(host: str = "127.0.0.1", port: int = 8000, model: str = LOCAL_MO
     if max_tokens_cap < 1:
         raise ValueError(f"max_tokens_cap must be at least 1, got {max_tokens_cap}")
     app = make_app(model, max_tokens_cap=max_tokens_cap, fit_context=fit_context)
+    litellm.suppress_debug_info = True  # its "Give Feedback / Get Help" banner is noise in a server's log
     config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False, lifespan="off",
                             timeout_graceful_shutdown=5)
 
