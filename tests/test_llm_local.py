@@ -245,3 +245,112 @@ def test_a_remote_models_malformed_tool_arguments_are_kept_verbatim_not_raised()
     replay = to_openai_message({"role": "assistant", "content": None, "tool_calls": [call]})
     assert replay["tool_calls"][0]["function"]["arguments"] == '{"order_id": "7'
     assert normalize_tool_call({"name": "get_order_status", "arguments": ""})["arguments"] == {}
+
+
+# ----------------------------------------------------------------------------- bounded tool-call grammar
+
+LOOKUP_TOOLS = [
+    {"type": "function", "function": {"name": "get_order", "description": "Look up an order by its id.",
+     "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]}}},
+    {"type": "function", "function": {"name": "find_user", "description": "Find a user id by name and zip code.",
+     "parameters": {"type": "object", "properties": {"first_name": {"type": "string"}, "last_name": {"type": "string"},
+                                                     "zip": {"type": "string"}},
+                    "required": ["first_name", "last_name", "zip"]}}},
+]
+RETAIL_QUESTIONS = ["Hi, where is my order #W4821?", "I want to return the shoes from order W2378156.",
+                    "My name is Yusuf Rossi, zip 19122. Please look me up.", "cancel it"]
+
+
+def test_tool_call_strings_admit_no_raw_newline_and_close_within_the_bound():
+    from agentuq_nb.llm.local_model import Grammar
+    from agentuq_nb.llm.tool_format import MAX_STRING_CHARS, tool_call_grammar
+
+    model = llm.get_local_model()
+    grammar = Grammar(model, tool_call_grammar(LOOKUP_TOOLS[:1]))
+    try:
+        for token in model.tokenize('{"name": "get_order", "arguments": {"order_id": "'):
+            grammar.accept(token)
+        newline, letter, quote = model.tokenize("\n")[0], model.tokenize("a")[0], model.tokenize('"')[0]
+        assert grammar.first_allowed(np.array([newline, letter])) == letter  # the raw newline is refused
+        for _ in range(MAX_STRING_CHARS):
+            grammar.accept(letter)
+        assert grammar.first_allowed(np.array([letter, quote])) == quote  # full: only the closing quote
+    finally:
+        grammar.close()
+
+
+@pytest.mark.slow
+def test_forced_tool_calls_always_parse_across_seeds_and_prompts():
+    forced_choices = ["required", {"type": "function", "function": {"name": "get_order"}}]
+    for question in RETAIL_QUESTIONS:
+        for seed in (0, 1):
+            for choice in forced_choices:
+                turn = llm.generate([{"role": "system", "content": "You are a retail agent."},
+                                     {"role": "user", "content": question}],
+                                    tools=LOOKUP_TOOLS, tool_choice=choice, temperature=1.0, seed=seed, max_tokens=256)
+                calls = turn.message["tool_calls"]
+                assert calls, f"no tool call for {question!r}, seed {seed}, {choice}: {turn.message['content']!r}"
+                assert calls[0]["name"] in {"get_order", "find_user"} and isinstance(calls[0]["arguments"], dict)
+
+
+# ----------------------------------------------------------------------------- context-overflow policy
+
+LONG_CONVERSATION = [
+    {"role": "system", "content": SYSTEM},
+    *[m for i in range(4) for m in (
+        {"role": "user", "content": f"Question {i}: " + "please tell me about my order history " * 12},
+        {"role": "assistant", "content": f"Answer {i}: " + "your orders are on their way to you " * 12})],
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "get_order_status", "arguments": '{"order_id": "#W1"}'}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "status: delivered " * 20},
+    {"role": "user", "content": "Thanks. Reply with one word."},
+]
+
+
+def test_drop_oldest_turns_keeps_the_system_prompt_the_last_turn_and_call_result_pairs():
+    from agentuq_nb.llm.chat_format import normalize_message
+    from agentuq_nb.llm.context_fit import drop_oldest_turns
+
+    messages = [normalize_message(m) for m in LONG_CONVERSATION]
+    for limit in range(2, len(messages) + 1):
+        fitted = drop_oldest_turns(messages, lambda kept: len(kept) <= limit)
+        kept = fitted.messages
+        assert kept[0] == messages[0] and kept[-1] == messages[-1]
+        assert kept == messages[:1] + messages[len(messages) - len(kept) + 1:]  # a suffix after the system prompt
+        assert fitted.dropped_messages == len(messages) - len(kept)
+        roles = [m["role"] for m in kept]
+        assert roles[1] != "tool"  # a tool result never loses its call
+        assert len(kept) <= limit or len(kept) == 2
+
+
+def test_an_overflowing_chat_raises_by_default_and_drops_the_oldest_turns_with_fit_context():
+    from agentuq_nb.llm.local_provider import chat_completion, segment_tokens
+
+    small = LocalModel(n_ctx=640)  # a small window, so that a short conversation overflows it
+    try:
+        full = len(segment_tokens(small, SMOLLM2_CHAT.render(LONG_CONVERSATION, next_role="assistant")))
+        assert full + 32 > small.n_ctx
+        with pytest.raises(llm.ContextWindowError):
+            chat_completion(LONG_CONVERSATION, max_tokens=32, temperature=0, model=small)
+        fitted = chat_completion(LONG_CONVERSATION, max_tokens=32, temperature=0, model=small, fit_context=True)
+        assert fitted.dropped_messages > 0 and fitted.dropped_tokens > 0
+        assert fitted.prompt_tokens == full - fitted.dropped_tokens and fitted.prompt_tokens + 33 <= small.n_ctx
+        assert fitted.content is not None or fitted.tool_calls
+    finally:
+        small.close()
+
+
+def test_fit_context_through_litellm_is_counted_in_usage():
+    from agentuq_nb.llm.local_provider import segment_tokens
+
+    model = llm.get_local_model()
+    full = len(segment_tokens(model, SMOLLM2_CHAT.render(LONG_CONVERSATION, tools=TOOLS, next_role="assistant")))
+    max_tokens = model.n_ctx - full + 100  # room for the answer only without ~100 prompt tokens
+    request = dict(model=llm.LOCAL_MODEL, messages=LONG_CONVERSATION, tools=TOOLS, tool_choice="required",
+                   max_tokens=max_tokens, temperature=0)  # a forced call: the grammar keeps the answer short
+    response = litellm.completion(**request, fit_context=True)
+    assert response.usage.context_dropped_messages > 0 and response.usage.context_dropped_tokens >= 100
+    assert response.usage.prompt_tokens == full - response.usage.context_dropped_tokens
+    assert response.choices[0].message.tool_calls
+    exact = litellm.completion(**request)  # the default keeps every turn (a longer prompt only raises)
+    assert exact.usage.prompt_tokens == full and not hasattr(exact.usage, "context_dropped_messages")

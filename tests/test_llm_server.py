@@ -1,6 +1,7 @@
 """serve-local answered by the plain openai client, and remote echo scoring against it."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -8,7 +9,9 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
+from typing import Any
 
 import numpy as np
 import openai
@@ -133,3 +136,121 @@ def test_sigint_stops_the_server_cleanly():
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0 and "server stopped" in stderr
+
+
+# ----------------------------------------------------------------------------- every request answered
+
+def post(base_url: str, path: str, body, timeout: float = 120) -> tuple[int, dict, Any]:
+    """(status, JSON body, headers) of a raw POST; the body may be any JSON value or raw bytes."""
+    data = body if isinstance(body, bytes) else json.dumps(body).encode("utf-8")
+    request = urllib.request.Request(f"{base_url}{path}", data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, json.loads(response.read()), response.headers
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read()), err.headers
+
+
+def chat_body(**fields):
+    return {"model": llm.LOCAL_MODEL, "messages": CONVERSATION[:1], "max_tokens": 2, "temperature": 0, **fields}
+
+
+BAD_CHAT_REQUESTS = {
+    "temperature": [chat_body(temperature="hot"), chat_body(temperature=-1), chat_body(temperature=True)],
+    "max_tokens": [chat_body(max_tokens="10"), chat_body(max_tokens=-5), chat_body(max_tokens=1.5)],
+    "top_logprobs": [chat_body(logprobs=True, top_logprobs=99), chat_body(logprobs=True, top_logprobs="3")],
+    "logprobs": [chat_body(logprobs="yes")],
+    "messages": [chat_body(messages="hello"), chat_body(messages=[]), chat_body(messages=["hello"]),
+                 chat_body(messages=[{"role": "wizard", "content": "hi"}]), chat_body(messages=[{"content": "hi"}])],
+    "seed": [chat_body(seed="x")],
+    "n": [chat_body(n=2)],
+    "stream": [chat_body(stream=True)],
+    "tool": [chat_body(tools=[{"type": "function", "function": {"description": "no name"}}]),
+             chat_body(tools=[{"type": "function", "function": {"name": "f"}}],
+                       tool_choice={"type": "function", "function": {"name": "missing"}})],
+    "fit_context": [chat_body(fit_context="yes")],
+}
+BAD_COMPLETION_REQUESTS = {
+    "token id": [{"prompt": [999_999]}, {"prompt": [-1]}],
+    "max_tokens": [{"prompt": "hi", "max_tokens": -1}],
+    "logprobs": [{"prompt": "hi", "logprobs": 50}],
+    "echo": [{"prompt": "hi", "echo": "yes"}],
+    "prompt": [{"prompt": {"not": "a prompt"}}, {"prompt": ""}],
+}
+
+
+@pytest.mark.parametrize("field", sorted(BAD_CHAT_REQUESTS))
+def test_an_invalid_chat_request_gets_a_400_naming_the_problem(base_url, field):
+    for body in BAD_CHAT_REQUESTS[field]:
+        status, payload, _ = post(base_url, "/chat/completions", body)
+        assert status == 400, (body, payload)
+        assert payload["error"]["type"] == "invalid_request_error" and payload["error"]["message"]
+        assert field.split()[0] in payload["error"]["message"] or field == "tool", payload
+
+
+@pytest.mark.parametrize("field", sorted(BAD_COMPLETION_REQUESTS))
+def test_an_invalid_completions_request_gets_a_400_naming_the_problem(base_url, field):
+    for fields in BAD_COMPLETION_REQUESTS[field]:
+        status, payload, _ = post(base_url, "/completions", {"model": llm.LOCAL_MODEL, "max_tokens": 1, **fields})
+        assert status == 400, (fields, payload)
+        assert field.split()[0] in payload["error"]["message"] or field == "prompt", payload
+
+
+def test_a_body_that_is_not_a_json_object_and_unknown_routes_get_json_errors(base_url):
+    assert post(base_url, "/chat/completions", b"{not json")[0] == 400
+    assert post(base_url, "/chat/completions", [1, 2])[0] == 400
+    status, payload, _ = post(base_url, "/nowhere", {})
+    assert status == 404 and "nowhere" in payload["error"]["message"]
+
+
+def test_an_unexpected_error_is_a_500_with_a_json_body(base_url, monkeypatch):
+    def broken(**_):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(server.litellm, "completion", broken)
+    status, payload, _ = post(base_url, "/chat/completions", chat_body())
+    assert status == 500 and payload["error"]["type"] == "server_error" and "a bug" in payload["error"]["message"]
+
+
+def test_forty_concurrent_clients_are_all_answered(base_url):
+    n_clients = 40
+    start = threading.Barrier(n_clients)
+    outcomes: list = [None] * n_clients
+
+    def one(i: int) -> None:
+        start.wait()
+        try:
+            outcomes[i] = post(base_url, "/chat/completions", chat_body(max_tokens=1), timeout=300)[0]
+        except OSError as err:  # a reset or refused connection
+            outcomes[i] = repr(err)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n_clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert outcomes == [200] * n_clients
+
+
+def test_max_tokens_is_capped_and_fit_context_reports_what_it_dropped(base_url):
+    status, payload, headers = post(base_url, "/chat/completions",
+                                    chat_body(max_tokens=100_000, temperature=1.0, seed=3, fit_context=True))
+    assert status == 200 and payload["usage"]["completion_tokens"] <= server.DEFAULT_MAX_TOKENS_CAP
+    assert payload["usage"]["context_dropped_messages"] == 0 and headers[server.DROPPED_HEADER] == "0"
+    _, plain, plain_headers = post(base_url, "/chat/completions", chat_body())
+    assert "context_dropped_messages" not in plain["usage"] and server.DROPPED_HEADER not in plain_headers
+
+
+def test_a_disconnected_client_stops_the_decoding(base_url, capfd):
+    host, port = base_url.split("//")[1].split("/")[0].split(":")
+    body = json.dumps(chat_body(max_tokens=1000, temperature=1.0, seed=0,
+                                messages=[{"role": "user", "content": "Write a very long story about a dragon."}]))
+    with socket.create_connection((host, int(port))) as sock:
+        sock.sendall(f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
+        time.sleep(1.0)  # let it start decoding, then hang up
+    deadline = time.monotonic() + 240
+    while "abandoned by its client" not in capfd.readouterr().err:
+        assert time.monotonic() < deadline, "the server went on decoding for its departed client"
+        time.sleep(0.5)
+    assert post(base_url, "/chat/completions", chat_body())[0] == 200  # and serves the next one

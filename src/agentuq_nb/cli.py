@@ -345,12 +345,23 @@ def probe(
 def serve_local(
     port: int = typer.Option(8000, help="port on 127.0.0.1"),
     host: str = typer.Option("127.0.0.1", help="bind address (keep loopback unless you mean it)"),
+    max_tokens_cap: int = typer.Option(1024, "--max-tokens-cap", min=1,
+                                       help="a request's max_tokens above this is lowered to it"),
+    fit_context: bool = typer.Option(False, "--fit-context/--exact-context",
+                                     help="drop the oldest middle turns of a chat that overflows the 8,192-token "
+                                          "window (counted in usage.context_dropped_messages) instead of a 400; "
+                                          "a request's fit_context field overrides"),
 ):
     """Serve the embedded model as an OpenAI-compatible API (chat + completions with logprobs)."""
     from agentuq_nb.llm.server import serve_local as run_server
 
-    typer.echo(f"serving local/smollm2-135m-instruct on http://{host}:{port}/v1 (Ctrl-C to stop)")
-    run_server(host=host, port=port)
+    policy = "oldest middle turns dropped on overflow" if fit_context else "exact context (overflow is a 400)"
+    typer.echo(f"serving local/smollm2-135m-instruct on http://{host}:{port}/v1, max_tokens ≤ {max_tokens_cap}, "
+               f"{policy} (Ctrl-C to stop)")
+    try:
+        run_server(host=host, port=port, max_tokens_cap=max_tokens_cap, fit_context=fit_context)
+    except OSError as err:
+        _fail(err)
 
 
 @app.command("verbalized-confidence")

@@ -55,6 +55,9 @@ This module drives llama.cpp's batch API directly and does the math with numpy:
   batches in between the measured best, 1 until measured. Results do not depend
   on the thread count (each dot product is computed whole by one thread).
 * One model per process (``get_local_model``), one request at a time (a lock).
+* **Cancellation.** ``session(cancelled=event)``: once ``event`` is set (the server
+  sets it when the client disconnects), the next decode (every generated token, every
+  512-token chunk of a prompt) raises ``GenerationCancelled`` instead of going on.
 """
 from __future__ import annotations
 
@@ -294,13 +297,16 @@ class LocalModel:
     # -- decoding
 
     @contextmanager
-    def session(self) -> Iterator["Session"]:
-        """Exclusive use of the model; the session picks its cache slot at its first decode."""
+    def session(self, cancelled: threading.Event | None = None) -> Iterator["Session"]:
+        """Exclusive use of the model; the session picks its cache slot at its first decode.
+
+        Once ``cancelled`` is set, the session's next decode raises ``GenerationCancelled``.
+        """
         with self.lock:
             if not self.prefix_cache:
                 self.clear_cache()
             self._requests += 1
-            yield Session(self)
+            yield Session(self, cancelled)
 
     def clear_cache(self) -> None:
         """Forget every cached prefix (the next request decodes its whole prompt)."""
@@ -330,7 +336,8 @@ class LocalModel:
         differ = np.flatnonzero(np.asarray(cached[:n]) != np.asarray(tokens[:n]))
         return int(differ[0]) if len(differ) else n
 
-    def _decode(self, seq: int, tokens: list[int], n_past: int, out_rows: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    def _decode(self, seq: int, tokens: list[int], n_past: int, out_rows: np.ndarray,
+                cancelled: threading.Event | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """Decode ``tokens`` at positions ``n_past...`` of slot ``seq``; yield (row indices, logits) per chunk.
 
         ``out_rows`` are sorted indices into ``tokens`` whose logits are wanted. Leading
@@ -346,6 +353,8 @@ class LocalModel:
         del cached[n_past + skip:]
         batch = self._batch
         for start in range(skip, len(tokens), N_BATCH):
+            if cancelled is not None and cancelled.is_set():  # the cache still matches ``cached``
+                raise GenerationCancelled("the request was cancelled (its client disconnected)")
             chunk = tokens[start:start + N_BATCH]
             n_real = len(chunk)
             wanted = out_rows[(out_rows >= start) & (out_rows < start + len(chunk))]
@@ -390,15 +399,16 @@ class LocalModel:
 class Session:
     """One request's view of the model: the tokens currently in the KV cache."""
 
-    def __init__(self, model: LocalModel):
+    def __init__(self, model: LocalModel, cancelled: threading.Event | None = None):
         self.model = model
+        self.cancelled = cancelled
         self.tokens: list[int] = []
         self.slot: int | None = None
 
     def _decode(self, tokens: list[int], n_past: int, out_rows: np.ndarray):
         if self.slot is None:
             self.slot = self.model._pick_slot(tokens)
-        return self.model._decode(self.slot, tokens, n_past, out_rows)
+        return self.model._decode(self.slot, tokens, n_past, out_rows, self.cancelled)
 
     def truncate(self, n: int) -> None:
         """Forget all but the first ``n`` tokens (the next decode overwrites the rest)."""
@@ -446,6 +456,10 @@ class Session:
     def _check_room(self, n: int) -> None:
         if n > self.model.n_ctx:
             raise ContextWindowError(n, self.model.n_ctx)
+
+
+class GenerationCancelled(Exception):
+    """A session's ``cancelled`` event was set: decoding stopped before the answer was complete."""
 
 
 class ContextWindowError(ValueError):

@@ -16,12 +16,21 @@ Rows of a tool-call message are the teacher-forced log-probs of its canonical te
 (the same tokens ``score`` would use), because the grammar chooses structure the
 model did not choose freely; rows of a text message are those of the tokens as
 they were generated.
+
+Two request options beyond OpenAI's: ``fit_context`` (the context-overflow policy of
+``context_fit``; off by default, so an overflow raises) and cancellation: inside
+``cancellable(event)``, a completion stops decoding with ``GenerationCancelled`` once
+``event`` is set (serve-local sets it when the client disconnects).
 """
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import hashlib
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +47,8 @@ from litellm.types.utils import (
     Usage,
 )
 
-from agentuq_nb.llm.chat_format import SMOLLM2_CHAT, Segment, arguments_json, message_body
+from agentuq_nb.llm.chat_format import SMOLLM2_CHAT, Segment, arguments_json, message_body, normalize_message
+from agentuq_nb.llm.context_fit import drop_oldest_turns
 from agentuq_nb.llm.local_model import (
     ContextWindowError,
     Grammar,
@@ -63,8 +73,24 @@ LOCAL_MODEL = EMBEDDED_MODEL  # "local/smollm2-135m-instruct", named once in rec
 PROVIDER, MODEL_NAME = LOCAL_MODEL.split("/", 1)
 CONTEXT_WINDOW = 8192
 SUPPORTED_PARAMS = {"temperature", "seed", "max_tokens", "max_completion_tokens", "logprobs",
-                    "top_logprobs", "tools", "tool_choice", "n", "stream", "user"}
+                    "top_logprobs", "tools", "tool_choice", "n", "stream", "user", "fit_context"}
 OPENAI_DEFAULT_TEMPERATURE = 1.0
+DEFAULT_MAX_TOKENS = 256  # a chat request's max_tokens when it names none
+_CANCELLED: contextvars.ContextVar[threading.Event | None] = contextvars.ContextVar("local_cancelled", default=None)
+
+
+@contextmanager
+def cancellable(event: threading.Event) -> Iterator[None]:
+    """Local completions started inside stop with ``GenerationCancelled`` once ``event`` is set.
+
+    A context variable, because the request passes through ``litellm.completion`` (which
+    calls the provider in the caller's thread and context) on its way to the model.
+    """
+    token = _CANCELLED.set(event)
+    try:
+        yield
+    finally:
+        _CANCELLED.reset(token)
 
 
 @dataclass
@@ -87,6 +113,8 @@ class LocalCompletion:
     prompt_tokens: int
     completion_tokens: int
     prompt_logprobs: list[TokenLogprob] = field(default_factory=list)  # echo: one per prompt token
+    dropped_messages: int = 0  # fit_context: oldest middle messages left out of the prompt
+    dropped_tokens: int = 0  # ... and the prompt tokens they took
 
 
 # ----------------------------------------------------------------------------- conversions
@@ -120,27 +148,54 @@ def chat_completion(
     tool_choice: Any = None,
     temperature: float = OPENAI_DEFAULT_TEMPERATURE,
     seed: int | None = None,
-    max_tokens: int | None = 256,
+    max_tokens: int | None = DEFAULT_MAX_TOKENS,
     top_logprobs: int = 5,
     model: LocalModel | None = None,
+    fit_context: bool = False,
+    cancelled: threading.Event | None = None,
 ) -> LocalCompletion:
-    """The local model's next assistant message for an OpenAI-style chat request."""
+    """The local model's next assistant message for an OpenAI-style chat request.
+
+    ``fit_context``: drop the oldest middle turns when the prompt and ``max_tokens`` do not
+    fit the window (see ``context_fit``); off, an overflow raises ``ContextWindowError``.
+    ``cancelled`` (default: the ``cancellable`` event, if any): stop with ``GenerationCancelled``.
+    """
     model = model or get_local_model()
-    prompt = segment_tokens(model, SMOLLM2_CHAT.render(messages, tools=tools, next_role="assistant"))
+    cancelled = cancelled if cancelled is not None else _CANCELLED.get()
+    prompt, dropped_messages, dropped_tokens = _chat_prompt(model, messages, tools, max_tokens, fit_context)
     budget = _budget(max_tokens, len(prompt), model.n_ctx)
     usable, forced = select_tools(tools or [], tool_choice)
     chooser = TokenChooser(temperature, seed)
-    with model.session() as session:
+    with model.session(cancelled) as session:
         logits = session.feed(prompt)
         if forced:
-            return _tool_call(session, prompt, "", usable, chooser, budget, top_logprobs)
-        ids, stats, finish, before_call = _free_text(session, logits, chooser, budget, top_logprobs,
-                                                     watch_tool_call=bool(usable))
-        if before_call is not None:
-            return _tool_call(session, prompt, before_call, usable, chooser, budget - len(ids), top_logprobs)
-        content = model.detokenize(ids)
-        return LocalCompletion(content, None, finish, stats_to_logprobs(model, ids, stats),
-                               len(prompt), len(ids))
+            result = _tool_call(session, prompt, "", usable, chooser, budget, top_logprobs)
+        else:
+            ids, stats, finish, before_call = _free_text(session, logits, chooser, budget, top_logprobs,
+                                                         watch_tool_call=bool(usable))
+            if before_call is not None:
+                result = _tool_call(session, prompt, before_call, usable, chooser, budget - len(ids), top_logprobs)
+            else:
+                result = LocalCompletion(model.detokenize(ids), None, finish, stats_to_logprobs(model, ids, stats),
+                                         len(prompt), len(ids))
+    result.dropped_messages, result.dropped_tokens = dropped_messages, dropped_tokens
+    return result
+
+
+def _chat_prompt(model: LocalModel, messages: list, tools: list[dict] | None, max_tokens: int | None,
+                 fit_context: bool) -> tuple[list[int], int, int]:
+    """(prompt tokens, messages dropped, tokens dropped) under the context-overflow policy."""
+    def render(msgs: list) -> list[int]:
+        return segment_tokens(model, SMOLLM2_CHAT.render(msgs, tools=tools, next_role="assistant"))
+
+    prompt = render(messages)
+    room_needed = 1 + (DEFAULT_MAX_TOKENS if max_tokens is None else int(max_tokens))
+    if not fit_context or len(prompt) + room_needed <= model.n_ctx:
+        return prompt, 0, 0
+    fitted = drop_oldest_turns([normalize_message(m) for m in messages],
+                               lambda msgs: len(render(msgs)) + room_needed <= model.n_ctx)
+    fitted_prompt = render(fitted.messages)
+    return fitted_prompt, fitted.dropped_messages, len(prompt) - len(fitted_prompt)
 
 
 def _budget(max_tokens: int | None, n_prompt: int, n_ctx: int) -> int:
@@ -239,19 +294,24 @@ def text_completion(
     temperature: float = OPENAI_DEFAULT_TEMPERATURE,
     seed: int | None = None,
     model: LocalModel | None = None,
+    cancelled: threading.Event | None = None,
 ) -> LocalCompletion:
     """Continue raw text (special tokens parsed); with ``echo``, prompt log-probs too.
 
-    ``prompt_logprobs[0].logprob`` is None: the first token has no context.
+    ``prompt_logprobs[0].logprob`` is None: the first token has no context. Token ids must
+    be in ``[0, n_vocab)`` (``ValueError`` otherwise). ``cancelled``: as in ``chat_completion``.
     """
     model = model or get_local_model()
     ids = list(prompt) if isinstance(prompt, list) else model.tokenize(prompt, special=True)
     if not ids:
         raise ValueError("the prompt is empty")
+    outside = [t for t in ids if not 0 <= t < model.n_vocab]
+    if outside:
+        raise ValueError(f"prompt token id {outside[0]} is outside the vocabulary [0, {model.n_vocab})")
     k = logprobs or 0
     budget = _budget(max_tokens, len(ids), model.n_ctx)
     chooser = TokenChooser(temperature, seed)
-    with model.session() as session:
+    with model.session(cancelled if cancelled is not None else _CANCELLED.get()) as session:
         prompt_lps: list[TokenLogprob] = []
         if echo and logprobs is not None:
             stats = session.score(ids, np.arange(1, len(ids)), k)  # the first token has no context
@@ -313,19 +373,24 @@ class LocalProvider(CustomLLM):
                 tool_choice=params.get("tool_choice"),
                 temperature=params.get("temperature", OPENAI_DEFAULT_TEMPERATURE),
                 seed=params.get("seed"),
-                max_tokens=params.get("max_completion_tokens", params.get("max_tokens", 256)),
+                max_tokens=params.get("max_completion_tokens", params.get("max_tokens", DEFAULT_MAX_TOKENS)),
                 top_logprobs=int(params.get("top_logprobs") or 0) if want_logprobs else 0,
+                fit_context=bool(params.get("fit_context", False)),
             )
         except ContextWindowError as exc:
             raise litellm.ContextWindowExceededError(message=str(exc), model=model, llm_provider=PROVIDER) from exc
+        except (ValueError, TypeError) as exc:  # the request's fault (a bad message, tool or option): say so
+            raise litellm.BadRequestError(message=f"{LOCAL_MODEL}: {exc}", model=model, llm_provider=PROVIDER) from exc
         message = Message(content=result.content, role="assistant",
                           tool_calls=to_openai_tool_calls(result.tool_calls))
         model_response.choices = [Choices(
             index=0, finish_reason=result.finish_reason, message=message,
             logprobs=to_openai_logprobs(result.tokens) if want_logprobs else None,
         )]
+        dropped = ({"context_dropped_messages": result.dropped_messages, "context_dropped_tokens": result.dropped_tokens}
+                   if params.get("fit_context") else {})
         model_response.usage = Usage(prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens,
-                                     total_tokens=result.prompt_tokens + result.completion_tokens)
+                                     total_tokens=result.prompt_tokens + result.completion_tokens, **dropped)
         model_response.model = LOCAL_MODEL
         model_response.created = int(time.time())
         return model_response

@@ -4,9 +4,10 @@ It lets tools that only speak the OpenAI API — τ²-bench, the AgentUQ fork, a
 ``openai`` client — run offline against SmolLM2 with exact log-probs:
 
 * ``POST /v1/chat/completions``: messages, tools/tool_choice, temperature, seed,
-  max_tokens, logprobs/top_logprobs. Served through ``litellm.completion`` with the
-  local provider, i.e. exactly what ``agentuq_nb.llm.generate`` gets; each logprob
-  entry carries an extra ``full_entropy`` field that standard clients ignore.
+  max_tokens, logprobs/top_logprobs, and ``fit_context`` (not OpenAI's: the
+  context-overflow policy of ``context_fit``). Served through ``litellm.completion``
+  with the local provider, i.e. exactly what ``agentuq_nb.llm.generate`` gets; each
+  logprob entry carries an extra ``full_entropy`` field that standard clients ignore.
 * ``POST /v1/completions``: prompt (text, special tokens parsed, or token ids),
   max_tokens (0 allowed), echo, logprobs, temperature, seed. With ``echo`` and
   ``logprobs`` it returns prompt log-probs in vLLM's layout (``tokens``,
@@ -14,8 +15,30 @@ It lets tools that only speak the OpenAI API — τ²-bench, the AgentUQ fork, a
   what remote teacher-forced scoring consumes.
 * ``GET /v1/models``.
 
-Requests are handled on threads; the model itself serves one request at a time.
-Only 127.0.0.1 is the default: there is no authentication.
+Every request gets an answer: a request that breaks the rules (a field of the wrong
+type or out of range, ``messages`` not a list, an unknown role, a token id outside
+the vocabulary, a prompt over the context window) gets a 400 with OpenAI's error
+body ``{"error": {"message", "type", "code"}}`` naming the field; anything unexpected
+gets a 500 with the same body (and a traceback on the server's stderr).
+
+Limits: ``max_tokens`` above ``max_tokens_cap`` (``DEFAULT_MAX_TOKENS_CAP`` = 1024,
+``serve-local --max-tokens-cap``) is lowered to it (``finish_reason="length"`` then
+says so); the model decodes one request at a time and the others wait their turn;
+when a client disconnects, its request stops decoding at the next token (or before
+it starts); ``fit_context`` defaults to the server's ``--fit-context`` and every
+response that used it says what was dropped (``usage.context_dropped_messages``,
+``usage.context_dropped_tokens`` and the ``X-AgentUQ-Context-Dropped-Messages``
+header). Only 127.0.0.1 is the default: there is no authentication.
+
+Why Starlette on uvicorn rather than ``http.server``: uvicorn (already installed,
+with Starlette, as dependencies of litellm's ``mcp`` extra) has a listen backlog of
+2,048 and an event loop that holds any number of waiting clients (``http.server``
+kept a backlog of 5 and reset the 6th concurrent client), tells a handler when
+its client disconnects (``http.disconnect``), which is what stops abandoned
+decodes, and shuts down gracefully on SIGINT. llama-cpp-python's own server was
+not an option: it serves ``llama_cpp.Llama``, not this package's exact-logprob
+model and tool-call grammar; FastAPI would only add request parsing that the
+pydantic models below already do.
 """
 from __future__ import annotations
 
@@ -23,47 +46,138 @@ import json
 import sys
 import threading
 import time
+import traceback
 import uuid
+from collections.abc import Callable
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Literal
 
+import anyio
 import litellm
+import uvicorn
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError, field_validator
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from agentuq_nb.llm.local_model import get_local_model
-from agentuq_nb.llm.local_provider import LOCAL_MODEL, MODEL_NAME, LocalCompletion, text_completion
+from agentuq_nb.llm.local_provider import (
+    LOCAL_MODEL,
+    MODEL_NAME,
+    LocalCompletion,
+    cancellable,
+    text_completion,
+)
 
-_SERVERS: set[ThreadingHTTPServer] = set()
+DEFAULT_MAX_TOKENS_CAP = 1024  # at ~25 tokens/s on one core, about 40 s of one request holding the model
+MAX_TOP_LOGPROBS = 20  # OpenAI's limit
+DROPPED_HEADER = "X-AgentUQ-Context-Dropped-Messages"
+_SERVERS: set[uvicorn.Server] = set()
 _SERVERS_LOCK = threading.Lock()
-CHAT_PARAMS = ("tools", "tool_choice", "temperature", "seed", "max_tokens", "max_completion_tokens",
-               "logprobs", "top_logprobs", "n", "stream")
+_MODEL_TURN = threading.Semaphore(1)  # requests wait here (not on threads of their own) for the model
 
 
 class RequestError(Exception):
-    def __init__(self, status: HTTPStatus, message: str):
+    def __init__(self, status: HTTPStatus, message: str, code: str | None = None):
         super().__init__(message)
         self.status = status
+        self.code = code
 
+
+# ----------------------------------------------------------------------------- request models
+
+class ChatMessage(BaseModel):
+    """One message of a chat request: checked here so that a bad one is a 400 naming it."""
+
+    model_config = ConfigDict(extra="allow")
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+
+
+class CompletionRequestBase(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # fields of other OpenAI options are accepted and ignored
+    model: str
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    seed: StrictInt | None = None
+    n: Literal[1] | None = None
+    stream: Literal[False] | None = None
+
+    @field_validator("temperature", mode="before")
+    @classmethod
+    def number_not_bool(cls, value: Any) -> Any:
+        if isinstance(value, bool) or (value is not None and not isinstance(value, (int, float))):
+            raise ValueError("must be a number between 0 and 2")
+        return value
+
+
+class ChatRequest(CompletionRequestBase):
+    messages: list[ChatMessage] = Field(min_length=1)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
+    max_tokens: StrictInt | None = Field(default=None, ge=1)
+    max_completion_tokens: StrictInt | None = Field(default=None, ge=1)
+    logprobs: StrictBool | None = None
+    top_logprobs: StrictInt | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
+    fit_context: StrictBool | None = None
+
+
+class TextCompletionRequest(CompletionRequestBase):
+    prompt: str | list[StrictInt] | list[str]
+    max_tokens: StrictInt | None = Field(default=16, ge=0)
+    echo: StrictBool = False
+    logprobs: StrictInt | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
+
+
+def parse_request(model: type[BaseModel], body: dict) -> Any:
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'body'}: {err['msg']}"
+                             for err in exc.errors(include_url=False))
+        raise RequestError(HTTPStatus.BAD_REQUEST, f"invalid request: {problems}") from None
+
+
+# ----------------------------------------------------------------------------- the server
 
 def serve_local(host: str = "127.0.0.1", port: int = 8000, model: str = LOCAL_MODEL,
-                ready_event: threading.Event | None = None) -> None:
+                ready_event: threading.Event | None = None, max_tokens_cap: int = DEFAULT_MAX_TOKENS_CAP,
+                fit_context: bool = False) -> None:
     """Serve the embedded model until SIGINT (Ctrl-C) or ``shutdown()``; blocks."""
-    server = ThreadingHTTPServer((host, port), _make_handler(model))
-    server.daemon_threads = True
+    if max_tokens_cap < 1:
+        raise ValueError(f"max_tokens_cap must be at least 1, got {max_tokens_cap}")
+    app = make_app(model, max_tokens_cap=max_tokens_cap, fit_context=fit_context)
+    litellm.suppress_debug_info = True  # its "Give Feedback / Get Help" banner is noise in a server's log
+    config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False, lifespan="off",
+                            timeout_graceful_shutdown=5)
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            if self.should_exit:  # could not bind: uvicorn said why
+                return
+            bound = self.servers[0].sockets[0].getsockname()[1]
+            print(f"agentuq-nb: serving {model} on http://{host}:{bound}/v1", file=sys.stderr)
+            if ready_event is not None:
+                ready_event.set()
+
+    server = Server(config)
     with _SERVERS_LOCK:
         _SERVERS.add(server)
-    print(f"agentuq-nb: serving {model} on http://{host}:{server.server_address[1]}/v1", file=sys.stderr)
-    if ready_event is not None:
-        ready_event.set()
     try:
-        server.serve_forever()
-    except KeyboardInterrupt:
+        server.run()
+    except KeyboardInterrupt:  # uvicorn re-raises the SIGINT it handled, after its graceful shutdown
         pass
     finally:
+        app.state.stopping.set()  # requests still decoding stop at their next token
         with _SERVERS_LOCK:
             _SERVERS.discard(server)
-        server.server_close()
         print("agentuq-nb: server stopped", file=sys.stderr)
+    if not server.started:
+        raise OSError(f"serve-local could not listen on {host}:{port} (see the message above)")
 
 
 def shutdown() -> None:
@@ -71,103 +185,171 @@ def shutdown() -> None:
     with _SERVERS_LOCK:
         servers = list(_SERVERS)
     for server in servers:
-        server.shutdown()
+        server.should_exit = True
 
 
-def _make_handler(served_name: str) -> type[BaseHTTPRequestHandler]:
+def make_app(served_name: str = LOCAL_MODEL, max_tokens_cap: int = DEFAULT_MAX_TOKENS_CAP,
+             fit_context: bool = False) -> Starlette:
+    """The ASGI application of ``serve_local`` (for uvicorn or any ASGI server)."""
     accepted = {served_name, LOCAL_MODEL, MODEL_NAME}
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+    async def models(request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [
+            {"id": served_name, "object": "model", "created": 0, "owned_by": "agentuq_nb"}]})
 
-        def do_GET(self) -> None:
-            if self.path.rstrip("/") in ("/v1/models", "/models"):
-                self._send(HTTPStatus.OK, {"object": "list", "data": [
-                    {"id": served_name, "object": "model", "created": 0, "owned_by": "agentuq_nb"}]})
-            else:
-                self._error(HTTPStatus.NOT_FOUND, f"no route {self.path}")
+    async def chat(request: Request) -> Response:
+        return await answer(request, lambda body, cancelled: chat_response(
+            body, served_name, max_tokens_cap, fit_context, cancelled))
 
-        def do_POST(self) -> None:
-            routes = {"/v1/chat/completions": _chat, "/chat/completions": _chat,
-                      "/v1/completions": _completions, "/completions": _completions}
-            route = routes.get(self.path.rstrip("/"))
-            if route is None:
-                self._error(HTTPStatus.NOT_FOUND, f"no route {self.path}")
-                return
-            try:
-                body = self._read_json()
-                if body.get("model") not in accepted:
-                    raise RequestError(HTTPStatus.NOT_FOUND, f"model {body.get('model')!r} is not served here; "
-                                                             f"use {served_name!r}")
-                self._send(HTTPStatus.OK, route(body, served_name))
-            except RequestError as exc:
-                self._error(exc.status, str(exc))
-            except (litellm.UnsupportedParamsError, litellm.BadRequestError, ValueError, TypeError) as exc:
-                self._error(HTTPStatus.BAD_REQUEST, str(exc))
+    async def completions(request: Request) -> Response:
+        return await answer(request, lambda body, cancelled: text_completion_response(
+            body, served_name, max_tokens_cap, cancelled))
 
-        def _read_json(self) -> dict:
-            length = int(self.headers.get("Content-Length") or 0)
-            try:
-                body = json.loads(self.rfile.read(length) or b"{}")
-            except json.JSONDecodeError as exc:
-                raise RequestError(HTTPStatus.BAD_REQUEST, f"request body is not JSON: {exc}") from exc
-            if not isinstance(body, dict):
-                raise RequestError(HTTPStatus.BAD_REQUEST, "request body must be a JSON object")
-            return body
+    async def answer(request: Request, respond: Callable[[dict, threading.Event], tuple[dict, dict]]) -> Response:
+        try:
+            body = await read_json(request)
+            if body.get("model") not in accepted:
+                raise RequestError(HTTPStatus.NOT_FOUND, f"model {body.get('model')!r} is not served here; "
+                                                         f"use {served_name!r}", "model_not_found")
+            payload, headers = await run_until_disconnect(request, lambda cancelled: respond(body, cancelled))
+            return JSONResponse(payload, headers=headers)
+        except ClientGone:
+            return Response(status_code=499)  # nobody reads it: the client is gone (nginx's code)
+        except RequestError as exc:
+            return error_response(exc.status, str(exc), exc.code)
+        except litellm.ContextWindowExceededError as exc:
+            return error_response(HTTPStatus.BAD_REQUEST, exc.message, "context_length_exceeded")
+        except (litellm.UnsupportedParamsError, litellm.BadRequestError) as exc:
+            return error_response(HTTPStatus.BAD_REQUEST, exc.message)
+        except ValueError as exc:  # the model's own checks (empty prompt, tool_choice naming no tool, ...)
+            return error_response(HTTPStatus.BAD_REQUEST, str(exc))
+        except Exception as exc:  # a bug: the client still gets an answer
+            traceback.print_exc()
+            return error_response(HTTPStatus.INTERNAL_SERVER_ERROR, f"internal error: {type(exc).__name__}: {exc}")
 
-        def _send(self, status: HTTPStatus, payload: dict) -> None:
-            data = json.dumps(payload).encode("utf-8")
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    async def run_until_disconnect(request: Request, work: Callable[[threading.Event], Any]) -> Any:
+        """``work(cancelled)`` on a worker thread; ``cancelled`` is set when the client goes away."""
+        cancelled = threading.Event()
 
-        def _error(self, status: HTTPStatus, message: str) -> None:
-            kind = "invalid_request_error" if status < 500 else "server_error"
-            self._send(status, {"error": {"message": message, "type": kind, "code": int(status)}})
+        async def watch() -> None:
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+            cancelled.set()
 
-        def log_message(self, format: str, *args: Any) -> None:  # quiet: one line per request is noise
-            pass
+        def in_turn() -> tuple[Any, BaseException | None]:  # (result, error): nothing escapes the task group
+            with _MODEL_TURN:
+                if cancelled.is_set() or app.state.stopping.is_set():
+                    return None, ClientGone()
+                try:
+                    return work(cancelled), None
+                except Exception as exc:
+                    if cancelled.is_set() or app.state.stopping.is_set():
+                        print(f"agentuq-nb: {request.url.path} abandoned by its client: decoding stopped "
+                              f"({type(exc).__name__})", file=sys.stderr)
+                        return None, ClientGone()
+                    return None, exc
 
-    return Handler
+        async with anyio.create_task_group() as group:
+            group.start_soon(watch)
+            result, error = await anyio.to_thread.run_sync(in_turn, limiter=WORKERS)
+            group.cancel_scope.cancel()
+        if error is not None:
+            raise error
+        return result
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        return error_response(HTTPStatus(exc.status_code), f"{exc.detail}: {request.method} {request.url.path}")
+
+    async def server_error(request: Request, exc: Exception) -> Response:
+        return error_response(HTTPStatus.INTERNAL_SERVER_ERROR, f"internal error: {type(exc).__name__}: {exc}")
+
+    routes = [Route(path, models, methods=["GET"]) for path in ("/v1/models", "/models")]
+    routes += [Route(path, chat, methods=["POST"]) for path in ("/v1/chat/completions", "/chat/completions")]
+    routes += [Route(path, completions, methods=["POST"]) for path in ("/v1/completions", "/completions")]
+    app = Starlette(routes=routes, exception_handlers={
+        HTTPException: http_error, Exception: server_error})
+    app.router.redirect_slashes = True
+    app.state.stopping = threading.Event()
+    return app
 
 
-def _chat(body: dict, served_name: str) -> dict:
-    if body.get("stream"):
-        raise RequestError(HTTPStatus.BAD_REQUEST, "streaming is not supported")
-    params = {k: body[k] for k in CHAT_PARAMS if body.get(k) is not None}
-    response = litellm.completion(model=LOCAL_MODEL, messages=body.get("messages") or [], **params)
+class ClientGone(Exception):
+    """The client disconnected (or the server is stopping) before its answer was ready."""
+
+
+#: threads that run requests: each waits for the model's turn on its thread, so allow many
+WORKERS = anyio.CapacityLimiter(64)
+
+
+async def read_json(request: Request) -> dict:
+    raw = await request.body()
+    try:
+        body = json.loads(raw or b"{}")
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RequestError(HTTPStatus.BAD_REQUEST, f"request body is not JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise RequestError(HTTPStatus.BAD_REQUEST, "request body must be a JSON object")
+    return body
+
+
+def error_response(status: HTTPStatus, message: str, code: str | None = None) -> JSONResponse:
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": code or int(status)}},
+                        status_code=int(status))
+
+
+# ----------------------------------------------------------------------------- routes
+
+def chat_response(body: dict, served_name: str, max_tokens_cap: int, fit_context: bool,
+                  cancelled: threading.Event) -> tuple[dict, dict]:
+    request = parse_request(ChatRequest, body)
+    params: dict[str, Any] = {k: v for k, v in request.model_dump(
+        include={"tools", "tool_choice", "temperature", "seed", "logprobs", "top_logprobs"}).items() if v is not None}
+    requested = request.max_completion_tokens or request.max_tokens
+    params["max_tokens"] = min(requested, max_tokens_cap) if requested else None
+    if params["max_tokens"] is None:
+        del params["max_tokens"]
+    use_fit = fit_context if request.fit_context is None else request.fit_context
+    if use_fit:
+        params["fit_context"] = True
+    messages = [m.model_dump(exclude_none=True) for m in request.messages]
+    with cancellable(cancelled):
+        response = litellm.completion(model=LOCAL_MODEL, messages=messages, **params)
     payload = response.model_dump(exclude={"_hidden_params", "_response_ms"})
     payload["model"] = served_name
-    return payload
+    usage = payload.get("usage") or {}
+    headers = {DROPPED_HEADER: str(usage["context_dropped_messages"])} if use_fit else {}
+    return payload, headers
 
 
-def _completions(body: dict, served_name: str) -> dict:
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+def text_completion_response(body: dict, served_name: str, max_tokens_cap: int,
+                             cancelled: threading.Event) -> tuple[dict, dict]:
+    request = parse_request(TextCompletionRequest, body)
+    prompt = request.prompt
+    if isinstance(prompt, list) and prompt and all(isinstance(t, str) for t in prompt):
+        if len(prompt) != 1:
+            raise RequestError(HTTPStatus.BAD_REQUEST, "prompt: one string or one list of token ids per request")
         prompt = prompt[0]
-    if not (isinstance(prompt, str) or (isinstance(prompt, list) and all(isinstance(t, int) for t in prompt))):
-        raise RequestError(HTTPStatus.BAD_REQUEST, "prompt must be one string or a list of token ids")
-    max_tokens = body.get("max_tokens")
     result = text_completion(
         prompt,
-        max_tokens=16 if max_tokens is None else int(max_tokens),
-        echo=bool(body.get("echo")),
-        logprobs=body.get("logprobs"),
-        temperature=float(body.get("temperature", 1.0)),
-        seed=body.get("seed"),
+        max_tokens=min(16 if request.max_tokens is None else request.max_tokens, max_tokens_cap),
+        echo=request.echo,
+        logprobs=request.logprobs,
+        temperature=1.0 if request.temperature is None else request.temperature,
+        seed=request.seed,
+        cancelled=cancelled,
     )
     echoed = prompt if isinstance(prompt, str) else get_local_model().detokenize(prompt)
-    text = (echoed if body.get("echo") else "") + (result.content or "")
+    text = (echoed if request.echo else "") + (result.content or "")
     choice = {"index": 0, "text": text, "finish_reason": result.finish_reason,
-              "logprobs": _legacy_logprobs(result) if body.get("logprobs") is not None else None}
+              "logprobs": _legacy_logprobs(result) if request.logprobs is not None else None}
     return {
         "id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
         "model": served_name, "choices": [choice],
         "usage": {"prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
                   "total_tokens": result.prompt_tokens + result.completion_tokens},
-    }
+    }, {}
 
 
 def _legacy_logprobs(result: LocalCompletion) -> dict:

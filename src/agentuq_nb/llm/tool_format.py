@@ -22,6 +22,14 @@ Limits (stated, not hidden):
 * the grammar enforces the schema's structure and types (``json_schema_to_gbnf``);
   keywords it does not support (e.g. ``pattern`` subtleties, ``$ref`` to other
   documents) fall back to "any JSON object" for that tool's arguments;
+* the grammar is bounded so that a call always closes: a JSON string admits no raw
+  control character (JSON forbids them; a newline must be written ``\\n``) and at most
+  ``MAX_STRING_CHARS`` (128) characters unless its schema sets ``maxLength``; an array
+  holds at most ``MAX_ARRAY_ITEMS`` (16) items unless its schema sets ``maxItems``; an
+  object with declared ``properties`` gets no other keys, and a free-form object at
+  most ``MAX_OBJECT_KEYS`` (16) keys (its nesting depth is not bounded: ``max_tokens``
+  still is). Before, a string could run on over newlines and ``</tool_call>`` and
+  never close (23 of 40 forced calls of the embedded model at temperature 1);
 * if ``max_tokens`` runs out inside the JSON, the message is returned as plain
   text (``finish_reason="length"``) rather than as a half-made call.
 """
@@ -32,6 +40,17 @@ from typing import Any
 
 TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
+MAX_STRING_CHARS = 128  # characters of a JSON string whose schema sets no maxLength
+MAX_ARRAY_ITEMS = 16  # items of an array whose schema sets no maxItems
+MAX_OBJECT_KEYS = 16  # keys of a free-form object (no declared properties)
+#: json_schema_to_gbnf's unbounded primitives, redefined: strings without raw control characters
+#: (U+0000-U+001F, U+007F) and every repetition bounded
+BOUNDED_PRIMITIVES = {
+    "char": r'[^"\\\x00-\x1F\x7F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})',
+    "string": rf'"\"" char{{0,{MAX_STRING_CHARS}}} "\"" space',
+    "object": rf'"{{" space ( string ":" space value ("," space string ":" space value){{0,{MAX_OBJECT_KEYS - 1}}} )? "}}" space',
+    "array": rf'"[" space ( value ("," space value){{0,{MAX_ARRAY_ITEMS - 1}}} )? "]" space',
+}
 
 
 def serialize_tool_calls(tool_calls: list[dict]) -> str:
@@ -116,11 +135,42 @@ def tool_call_grammar(tools: list[dict]) -> str:
             }
         )
     try:
-        return json_schema_to_gbnf(json.dumps({"oneOf": alternatives}), prop_order=["name", "arguments"])
+        gbnf = json_schema_to_gbnf(json.dumps(bounded_schema({"oneOf": alternatives})), prop_order=["name", "arguments"])
     except Exception:  # an unsupported schema keyword: keep the names, relax the arguments
         for alt in alternatives:
             alt["properties"]["arguments"] = {"type": "object"}
-        return json_schema_to_gbnf(json.dumps({"oneOf": alternatives}), prop_order=["name", "arguments"])
+        gbnf = json_schema_to_gbnf(json.dumps({"oneOf": alternatives}), prop_order=["name", "arguments"])
+    return bounded_grammar(gbnf)
+
+
+def bounded_schema(schema: Any) -> Any:
+    """A copy of a JSON schema whose arrays have ``maxItems`` and whose declared objects are closed."""
+    if isinstance(schema, list):
+        return [bounded_schema(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {}
+    for key, value in schema.items():
+        if key in ("properties", "$defs", "definitions", "patternProperties") and isinstance(value, dict):
+            out[key] = {name: bounded_schema(sub) for name, sub in value.items()}  # names, not keywords
+        elif key in ("const", "enum", "default", "examples", "required"):
+            out[key] = value
+        else:
+            out[key] = bounded_schema(value)
+    if (out.get("type") == "array" or "items" in out) and "maxItems" not in out:
+        out["maxItems"] = max(MAX_ARRAY_ITEMS, int(out.get("minItems", 0)))
+    if "properties" in out and out.get("additionalProperties") not in (None, False):
+        out["additionalProperties"] = False
+    return out
+
+
+def bounded_grammar(gbnf: str) -> str:
+    """``gbnf`` (json_schema_to_gbnf's ``name ::= rule`` lines) with ``BOUNDED_PRIMITIVES`` swapped in."""
+    lines = []
+    for line in gbnf.splitlines():
+        name, sep, _ = line.partition(" ::= ")
+        lines.append(f"{name} ::= {BOUNDED_PRIMITIVES[name]}" if sep and name in BOUNDED_PRIMITIVES else line)
+    return "\n".join(lines)
 
 
 def parse_tool_call_json(text: str) -> dict | None:

@@ -1,0 +1,123 @@
+"""The unmodified τ²-bench v0.2.0 harness as a client of ``agentuq-nb serve-local``.
+
+τ²-bench is installed into a virtualenv of its own (never this project's): the venv sees this
+environment's packages through a ``.pth`` file and gets τ²-bench itself with ``--no-deps`` plus the
+few small packages it imports that this project does not have (the README's recipe). The venv is
+built once into the cache folder and reused. Skipped where ``../shared/tau2-bench`` (beside the
+repository) is absent.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TAU2_SOURCE = next((p for p in (ROOT.parent / "shared" / "tau2-bench", Path("/work/shared/tau2-bench"))
+                    if (p / "pyproject.toml").exists()), None)
+TAU2_EXTRA_PACKAGES = ["loguru", "deepdiff", "addict", "docstring-parser", "toml"]  # imported, not in our env
+MODEL = "local/smollm2-135m-instruct"
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(TAU2_SOURCE is None, reason="τ²-bench v0.2.0 source not found at ../shared/tau2-bench "
+                                                   "(beside the repository): the harness test needs it"),
+]
+
+
+def cache_dir() -> Path:
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "agentuq_nb"
+
+
+def tau2_venv() -> Path:
+    """A virtualenv with τ²-bench, built on first use (about a minute) and reused while our packages stay put."""
+    purelib = sysconfig.get_paths()["purelib"]
+    key = hashlib.sha256(f"{sys.version}|{purelib}|{TAU2_SOURCE}|{TAU2_EXTRA_PACKAGES}".encode()).hexdigest()[:12]
+    venv = cache_dir() / f"tau2-venv-{key}"
+    tau2 = venv / "bin" / "tau2"
+    if tau2.exists() and subprocess.run([str(tau2), "--help"], capture_output=True).returncode == 0:
+        return venv
+    shutil.rmtree(venv, ignore_errors=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    site = Path(subprocess.check_output([str(venv / "bin" / "python"), "-c",
+                                         "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True).strip())
+    (site / "agentuq_nb_env.pth").write_text(purelib + "\n")  # our packages, read-only, after the venv's own
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    subprocess.run([*pip, "--no-deps", str(TAU2_SOURCE)], check=True)
+    subprocess.run([*pip, *TAU2_EXTRA_PACKAGES], check=True)
+    return venv
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def agentuq(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    return subprocess.run([sys.executable, "-c", "from agentuq_nb.cli import app; app()", *args],
+                          env=env, capture_output=True, text=True, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def served():
+    """``agentuq-nb serve-local --fit-context`` on a free port: its base URL."""
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    proc = subprocess.Popen([sys.executable, "-c", "from agentuq_nb.cli import app; app()", "serve-local",
+                             "--port", str(port), "--fit-context"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=1).close()
+            break
+        except OSError:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else ""
+            time.sleep(0.3)
+    yield f"http://127.0.0.1:{port}/v1"
+    proc.terminate()
+    proc.wait(60)
+
+
+def test_tau2_bench_runs_against_serve_local_and_its_results_extract_aggregate_evaluate(served, tmp_path):
+    venv = tau2_venv()
+    data = tmp_path / "data"
+    for part in ("tau2/domains/mock", "tau2/user_simulator"):  # shared/ is read-only: τ²-bench writes beside it
+        shutil.copytree(TAU2_SOURCE / "data" / part, data / part)
+    llm_args = json.dumps({"api_base": served, "api_key": "none", "logprobs": True, "top_logprobs": 5,
+                           "temperature": 0.0, "seed": 0})
+    run = subprocess.run(
+        [str(venv / "bin" / "tau2"), "run", "--domain", "mock", "--num-tasks", "1", "--max-steps", "6",
+         "--agent-llm", f"openai/{MODEL}", "--agent-llm-args", llm_args,
+         "--user-llm", f"openai/{MODEL}", "--user-llm-args", llm_args, "--save-to", "harness", "--log-level", "ERROR"],
+        env={**os.environ, "TAU2_DATA_DIR": str(data), "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+        capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    results = data / "simulations" / "harness.json"
+    simulations = json.loads(results.read_text())["simulations"]
+    assert len(simulations) == 1
+    assert "context" not in str(simulations[0].get("termination_reason")).lower()
+    generated = [m for m in simulations[0]["messages"] if m["role"] in ("assistant", "user") and m.get("raw_data")]
+    assert generated and all(m["raw_data"]["logprobs"]["content"] for m in generated)
+
+    out = tmp_path / "run"
+    steps = [("extract", str(results), "--out", str(out)), ("aggregate", str(out)),
+             ("evaluate", str(out), "--n-boot", "20")]
+    for step in steps:
+        done = agentuq(*step, timeout=300)
+        assert done.returncode == 0, (step, done.stdout, done.stderr)
+    assert (out / "tokens.parquet").exists() and (out / "trajectory_summary.csv").exists()
+    assert (out / "eval_metrics.json").exists()
