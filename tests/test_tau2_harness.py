@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TAU2_SOURCE = next((p for p in (ROOT.parent / "shared" / "tau2-bench", Path("/work/shared/tau2-bench"))
-                    if (p / "pyproject.toml").exists()), None)
-TAU2_EXTRA_PACKAGES = ["loguru", "deepdiff", "addict", "docstring-parser", "toml"]  # imported, not in our env
+TAU2_SOURCE = next((p for p in (ROOT.parent / "shared" / "tau2-bench",) if (p / "pyproject.toml").exists()), None)
+#: imported by τ²-bench, not in our environment; pinned (the versions this test was written against)
+TAU2_EXTRA_PACKAGES = ["loguru==0.7.3", "deepdiff==9.1.0", "addict==2.4.0", "docstring-parser==0.18.0", "toml==0.10.2"]
 MODEL = "local/smollm2-135m-instruct"
 
 pytestmark = [
