@@ -40,3 +40,29 @@ def make_aggregated_run(tmp: Path, **synthetic) -> Path:
     extract(results, tmp / "run")
     aggregate(tmp / "run")
     return tmp / "run"
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now (for a server a test starts)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until_serving(port: int, proc, timeout: float = 60) -> None:
+    """Wait until the server process ``proc`` answers ``GET /v1/models`` on ``port``; fail if it dies first."""
+    import time
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=1).close()
+            return
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"the server on port {port} did not come up: "
+                                     f"{proc.stderr.read() if proc.poll() is not None and proc.stderr else 'timeout'}")
+            time.sleep(0.2)

@@ -64,14 +64,19 @@ def test_bad_input_exits_with_a_clear_message(tmp_path):
     assert done.returncode == 2 and "aggregate" in done.stderr
 
 
-def test_one_class_rewards_give_null_metrics_with_reasons(tmp_path, synthetic_results):
-    data = json.loads(synthetic_results.read_text())
+def one_class_run(results: Path, run_dir: Path, reward: float) -> Path:
+    """``results`` with every reward set to ``reward``, extracted and aggregated into ``run_dir``."""
+    data = json.loads(results.read_text())
     for sim in data["simulations"]:
-        sim["reward_info"]["reward"] = 1.0
-    synthetic_results.write_text(json.dumps(data))
-    run_dir = tmp_path / "run"
-    run("extract", synthetic_results, "--out", run_dir)
+        sim["reward_info"]["reward"] = reward
+    results.write_text(json.dumps(data))
+    run("extract", results, "--out", run_dir)
     run("aggregate", run_dir)
+    return run_dir
+
+
+def test_one_class_rewards_give_null_metrics_with_reasons(tmp_path, synthetic_results):
+    run_dir = one_class_run(synthetic_results, tmp_path / "run", reward=1.0)
     done = run("evaluate", run_dir)
     metrics = json.loads((run_dir / "eval_metrics.json").read_text())
     assert metrics["metrics"]["auroc"] is None and "class" in metrics["undefined"]["auroc"]
@@ -158,12 +163,6 @@ def test_more_mistakes_get_messages(tmp_path, synthetic_results):
     run("aggregate", run_dir)
     bad = run("evaluate", run_dir, "--n-boot", "-5", check=False)
     assert bad.returncode == 2 and "greater than or equal to 0" in bad.stderr and "Traceback" not in bad.stderr
-    data = json.loads(synthetic_results.read_text())
-    for sim in data["simulations"]:
-        sim["reward_info"]["reward"] = 0.0
-    synthetic_results.write_text(json.dumps(data))
-    one_class = tmp_path / "one_class"
-    run("extract", synthetic_results, "--out", one_class)
-    run("aggregate", one_class)
+    one_class = one_class_run(synthetic_results, tmp_path / "one_class", reward=0.0)
     done = run("compare-estimators", one_class, "--n-boot", "20")
     assert "note: AUROC and the other ranking metrics are null" in done.stderr and "one class only" in done.stderr

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import openai
 import pytest
+from tests.conftest import free_port, wait_until_serving
 
 from agentuq_nb import llm
 from agentuq_nb.llm import server
@@ -27,12 +28,6 @@ CONVERSATION = [
     {"role": "assistant", "content": "The sky is blue on a clear day."},
     {"role": "user", "content": "And at night?"},
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -122,14 +117,7 @@ def test_sigint_stops_the_server_cleanly():
             f"from agentuq_nb.llm.server import serve_local; serve_local(port={port})")
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline and proc.poll() is None
-                time.sleep(0.2)
+        wait_until_serving(port, proc)
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=120)  # generous: interpreter exit is slow on a loaded 2-core machine
     finally:

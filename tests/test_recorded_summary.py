@@ -95,9 +95,10 @@ def test_what_the_recorded_summary_refuses(tmp_path, sidecar_results):
     assert not (tmp_path / "a").exists() or not list((tmp_path / "a").glob("*.parquet"))
 
 
-def release_without_sidecars(tmp_path: Path) -> Path:
+def release_without_sidecars(tmp_path: Path, keep: tuple[str, ...] = ()) -> Path:
     """The release layout (results JSON per model × domain, sidecars referenced by foreign absolute
-    paths) with the sidecar folders not downloaded."""
+    paths; both models' sidecars have the same names) with only the sidecar folders of the release
+    prefixes in ``keep`` downloaded."""
     from tests.test_paper import STAND_IN_MODELS, relabel
 
     artifacts = tmp_path / "tau2-uq-artifacts"
@@ -111,7 +112,8 @@ def release_without_sidecars(tmp_path: Path) -> Path:
         data["info"]["environment_info"] = {"domain_name": "bookshop"}
         results.write_text(json.dumps(data))
         relabel(with_recorded_summaries(results, scale), artifacts, prefix, "retail")
-    shutil.rmtree(artifacts / "uq_logprobs")
+        if prefix not in keep:
+            shutil.rmtree(artifacts / "uq_logprobs" / f"{prefix}_retail")
     return artifacts
 
 
@@ -161,19 +163,7 @@ def test_the_paper_notebook_runs_on_the_results_jsons_alone(tmp_path):
 def test_a_partial_download_never_gives_one_model_the_other_models_sidecars(tmp_path):
     """Only GPT-4.1's sidecar folder downloaded: the Kimi results have the same sidecar names, but the
     rows are GPT's - Kimi's set falls back to its recorded summary instead of reading them."""
-    from tests.test_paper import relabel
-
-    artifacts = tmp_path / "tau2-uq-artifacts"
-    for prefix, scale in (("gpt41_kimik25", 1.0), ("Kimi-K2.5", 1.5)):
-        results = write_synthetic_results(tmp_path / prefix, num_simulations=8, messages_per_simulation=6,
-                                          tokens_per_message=5, forms=("sidecar",), domain="bookshop", seed=3)
-        data = json.loads(results.read_text())
-        data["info"]["agent_info"] = {"llm": "synthetic"}
-        data["info"]["user_info"] = {"llm": "synthetic"}
-        data["info"]["environment_info"] = {"domain_name": "bookshop"}
-        results.write_text(json.dumps(data))
-        relabel(with_recorded_summaries(results, scale), artifacts, prefix, "retail")
-    shutil.rmtree(artifacts / "uq_logprobs" / "Kimi-K2.5_retail")
+    artifacts = release_without_sidecars(tmp_path, keep=("gpt41_kimik25",))
     said: list[str] = []
     runs = paper.prepare_all(artifacts, tmp_path / "runs", progress=False, log=said.append)
     source = {s.model: src for s, src in zip(runs, paper.inventory(runs)["source"])}

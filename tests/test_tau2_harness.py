@@ -12,15 +12,13 @@ import hashlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import sysconfig
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+from tests.conftest import free_port, wait_until_serving
 
 ROOT = Path(__file__).resolve().parents[1]
 TAU2_SOURCE = next((p for p in (ROOT.parent / "shared" / "tau2-bench",) if (p / "pyproject.toml").exists()), None)
@@ -59,12 +57,6 @@ def tau2_venv() -> Path:
     return venv
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def agentuq(*args: str, **kwargs) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     return subprocess.run([sys.executable, "-c", "from agentuq_nb.cli import app; app()", *args],
@@ -79,14 +71,7 @@ def served():
     proc = subprocess.Popen([sys.executable, "-c", "from agentuq_nb.cli import app; app()", "serve-local",
                              "--port", str(port), "--fit-context"], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=1).close()
-            break
-        except OSError:
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else ""
-            time.sleep(0.3)
+    wait_until_serving(port, proc, timeout=120)
     yield f"http://127.0.0.1:{port}/v1"
     proc.terminate()
     proc.wait(60)
