@@ -293,6 +293,34 @@ def test_forced_tool_calls_always_parse_across_seeds_and_prompts():
                 assert calls[0]["name"] in {"get_order", "find_user"} and isinstance(calls[0]["arguments"], dict)
 
 
+def test_in_json_string_follows_quotes_and_escapes():
+    from agentuq_nb.llm.local_provider import in_json_string
+
+    assert not in_json_string(b'{"a": "b"')
+    assert in_json_string(b'{"a": "b')
+    assert in_json_string(b'{"a": "say \\"hi')          # an escaped quote does not close
+    assert not in_json_string(b'{"a": "c:\\\\"')       # an escaped backslash, then the closing quote
+
+
+@pytest.mark.slow
+def test_a_forced_call_closes_when_max_tokens_would_run_out_inside_a_string():
+    """Long ids written digit by digit ran out of ``max_tokens`` inside the string (1 of 12 calls parsed
+    at max_tokens=40 without the closing reserve): the last tokens prefer closers, so every call parses."""
+    tools = [{"type": "function", "function": {"name": "get_order", "description": "Look up an order", "parameters": {
+        "type": "object", "properties": {"order_id": {"type": "string"}, "note": {"type": "string"}},
+        "required": ["order_id", "note"]}}}]
+    questions = ["My order number is 12345678901234567890123456789012345678901234567890, where is it?",
+                 "Where is order #W9999999999999999999999? note: urgent urgent urgent urgent"]
+    for question in questions:
+        for seed in range(3):
+            turn = llm.generate([{"role": "system", "content": "You are a retail agent."},
+                                 {"role": "user", "content": question}],
+                                tools=tools, tool_choice="required", temperature=1.0, seed=seed, max_tokens=40)
+            calls = turn.message["tool_calls"]
+            assert calls, f"seed {seed}: {turn.message['content']!r}"
+            assert set(calls[0]["arguments"]) == {"order_id", "note"}
+
+
 # ----------------------------------------------------------------------------- context-overflow policy
 
 LONG_CONVERSATION = [

@@ -69,6 +69,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -276,6 +277,22 @@ class LocalModel:
         if not text:
             return []
         return self.llama.tokenize(text.encode("utf-8"), add_bos=False, special=special)
+
+    @cached_property
+    def closing_tokens(self) -> dict[bool, np.ndarray]:
+        """Tokens that close JSON, by whether a string is open: inside one, those starting with ``"``
+        and made of closers only (``"``, ``"}``, ``"}}`` …); outside, ``}``/``]`` runs (spaces allowed)."""
+        closers = set(b'"}] ')
+        inside, outside = [], []
+        for t in range(self.n_vocab):
+            p = self.piece(t)
+            if not p or not set(p) <= closers:
+                continue
+            if p.startswith(b'"'):
+                inside.append(t)
+            elif b'"' not in p and set(p) & set(b"}]"):
+                outside.append(t)
+        return {True: np.array(inside, dtype=np.int64), False: np.array(outside, dtype=np.int64)}
 
     def piece(self, token_id: int) -> bytes:
         piece = self._pieces.get(token_id)
@@ -507,9 +524,14 @@ class Grammar:
                     return int(self._data[j].id)
         return None
 
-    def choose(self, chooser: TokenChooser, logits: np.ndarray) -> int | None:
-        """Highest-key allowed token: greedy, or an exact sample of the constrained distribution."""
+    def choose(self, chooser: TokenChooser, logits: np.ndarray, prefer: np.ndarray | None = None) -> int | None:
+        """Highest-key allowed token: greedy, or an exact sample of the constrained distribution.
+        ``prefer``: tokens tried first (highest key first) - e.g. closing ones when the budget runs out."""
         keys = chooser.keys(logits)
+        if prefer is not None and len(prefer):
+            token = self.first_allowed(prefer[np.argsort(-keys[prefer], kind="stable")])
+            if token is not None:
+                return token
         head = np.argpartition(-keys, GRAMMAR_CANDIDATES)[:GRAMMAR_CANDIDATES]
         head = head[np.argsort(-keys[head], kind="stable")]
         token = self.first_allowed(head)

@@ -142,6 +142,23 @@ def _call_id(prompt: list[int], body: str) -> str:
 
 # ----------------------------------------------------------------------------- chat
 
+def in_json_string(text: bytes) -> bool:
+    """Whether a JSON prefix ends inside a string (an odd number of unescaped quotes)."""
+    inside, escaped = False, False
+    for byte in text:  # a call's JSON is a few hundred bytes: a plain scan (json has no prefix parser)
+        if escaped:
+            escaped = False
+        elif byte == 0x5C:  # backslash
+            escaped = inside
+        elif byte == 0x22:  # quote
+            inside = not inside
+    return inside
+
+
+#: the last tokens of a tool call's budget prefer closers (``"``, ``}``, ``]``) among those the grammar
+#: allows, so a call that would run out of ``max_tokens`` inside a string still closes and parses
+CLOSING_RESERVE = 16
+
 def chat_completion(
     messages: list,
     tools: list[dict] | None = None,
@@ -254,8 +271,10 @@ def _tool_call(session: Session, prompt: list[int], content: str, tools: list[di
     grammar = Grammar(model, tool_call_grammar(tools))
     json_bytes, call = b"", None
     try:
-        for _ in range(budget):
-            token = grammar.choose(chooser, logits)
+        for step in range(budget):
+            closing = budget - step <= CLOSING_RESERVE  # close what is open while tokens remain
+            prefer = model.closing_tokens[in_json_string(json_bytes)] if closing else None
+            token = grammar.choose(chooser, logits, prefer=prefer)
             if token is None:
                 break
             grammar.accept(token)
