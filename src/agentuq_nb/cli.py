@@ -38,8 +38,10 @@ def _fail(err: Exception) -> None:
 
 
 def _manifest_bytes(run_dir: Path) -> bytes | None:
+    from agentuq_nb.io.rundir import RunDir
+
     try:
-        return (run_dir / "manifest.json").read_bytes()
+        return RunDir(run_dir).file("manifest").read_bytes()
     except OSError:
         return None
 
@@ -93,12 +95,14 @@ def _step(step: str, run_dir: Path) -> Iterator[None]:
     _say_warnings(caught)
 
 
-def _out_folder(out: Path) -> None:
-    if out.exists() and not out.is_dir():
-        _fail(InputError(out, "is a file, not a run folder: --out takes a folder (new, or holding a run)"))
-    blocking = next((p for p in out.parents if p.exists() and not p.is_dir()), None)
-    if blocking is not None:
-        _fail(InputError(out, f"cannot be made: {blocking} is a file, not a folder"))
+def _out_folder(out: Path, command: str) -> None:
+    """Refuse an ``--out`` that is a file, or that a file is in the way of, before any work."""
+    from agentuq_nb.io.rundir import RunDir
+
+    try:
+        RunDir(out).require_folder(command, new=True)
+    except InputError as err:
+        _fail(err)
 
 
 def _load_plugins(plugins: Optional[list[str]]) -> None:
@@ -120,7 +124,7 @@ def extract(
     """Token rows from results + sidecars → RUN_DIR/tokens.parquet."""
     from agentuq_nb.uq import extract as run_extract
 
-    _out_folder(out)
+    _out_folder(out, "extract")
     with _step("extract", out):
         report = run_extract(results, out, sidecar_dir, progress=True)
     typer.echo(f"{report.num_simulations} simulations, {report.num_tokens} token rows → {out / 'tokens.parquet'}")
@@ -184,10 +188,7 @@ def compare_estimators(
     from agentuq_nb.evaluation import compare_estimators as run_compare
 
     _load_plugins(plugin)
-    from agentuq_nb.io.rundir import RunDir
-
     with _step("compare-estimators", run_dir):
-        RunDir(run_dir).require_folder("compare-estimators")
         table = run_compare(run_dir, failure_threshold=failure_threshold, n_boot=n_boot, seed=seed,
                             names=estimator or None)
     cols = [c for c in ("estimator", "orientation", "auroc", "auroc_lo", "auroc_hi", "auarc", "spearman",
@@ -306,7 +307,7 @@ def rescore(
     from agentuq_nb.distributed import FanOutFailed
     from agentuq_nb.uq import rescore as run_rescore
 
-    _out_folder(out)
+    _out_folder(out, "rescore")
     try:
         with _step("rescore", out):
             report = run_rescore(results, out, scorer_llm=scorer_llm, scorer_mode=scorer_mode, backend=backend,

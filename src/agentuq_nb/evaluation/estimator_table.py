@@ -86,6 +86,7 @@ def compare_estimators(run_dir: str | os.PathLike | RunDir, failure_threshold: f
                        seed=0, names: list[str] | None = None) -> pd.DataFrame:
     """Evaluate every estimator available in the run (or ``names``); publish ``RUN_DIR/estimator_table.csv``."""
     run = RunDir.of(run_dir)
+    run.require_folder("compare-estimators")
     with run.lock("compare-estimators"):  # from the first read to the commit: based_on is what was read
         table, estimators = score_table(run, names)
         out = evaluate_estimators(table, estimators, failure_threshold, n_boot, seed)

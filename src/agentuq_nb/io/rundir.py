@@ -328,8 +328,14 @@ class RunDir:
         return run_lock(self.path, command, on_acquire=self.recover)
 
     def require_folder(self, command: str, new: bool = False) -> None:
-        """Refuse a path that is a file (and, unless ``new``, one that does not exist) with a clear message."""
-        if self.path.is_dir() or (new and not self.path.exists()):
+        """Refuse a path that is a file (and, unless ``new``, one that does not exist, or that cannot be made
+        because a file is in its way) with a clear message."""
+        if self.path.is_dir():
+            return
+        if new and not self.path.exists():
+            blocking = next((p for p in self.path.parents if p.exists() and not p.is_dir()), None)
+            if blocking is not None:
+                raise InputError(self.path, f"cannot be made: {blocking} is a file, not a folder")
             return
         if self.path.exists():
             raise InputError(self.path, f"is a file, not a run folder: '{command}' works on a run folder (if the file "

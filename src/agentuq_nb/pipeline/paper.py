@@ -203,8 +203,8 @@ def prepare(result_set: ResultSet, run_dir: str | Path, sidecar_dir: Path | None
     recorded ``uq_summary`` instead (:func:`agentuq_nb.uq.summarize_recorded`); nothing is scored.
     """
     run = RunDir(run_dir)
-    manifest = run.manifest() if run.has("manifest") else None
-    same_results = manifest is not None and manifest.results == str(result_set.results.resolve())
+    manifest = run.manifest()  # empty for a new folder
+    same_results = manifest.results == str(result_set.results.resolve())
     if recorded_summary:
         if not (same_results and run.has("trajectory_summary")):
             summarize_recorded(result_set.results, run)

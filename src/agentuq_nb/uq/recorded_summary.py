@@ -38,7 +38,7 @@ from agentuq_nb.records.run_tables import TRAJECTORY_META, trajectory_record, tr
 from agentuq_nb.records.summary import AGENTUQ_SUMMARY
 from agentuq_nb.records.token_statistics import TRAJECTORY_COUNT
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
-from agentuq_nb.uq.aggregation import TRAJECTORY_COLUMNS
+from agentuq_nb.uq.aggregation import TRAJECTORY_COLUMNS, csv_writer
 from agentuq_nb.uq.base_tables import duplicate_key_error
 from agentuq_nb.uq.extraction import models_by_role, results_input
 from agentuq_nb.uq.turn_partials import ROLE_KEYS
@@ -151,7 +151,7 @@ def summarize_recorded(results_path: str | Path, run_dir: str | Path | RunDir) -
         with run.commit(STEP) as commit:
             commit.write_parquet("trajectories", table, based_on)
             made_from = {**based_on, run.relative("trajectories"): commit.id}
-            commit.write_with("trajectory_summary_csv", lambda p: summary.to_csv(p, index=False), based_on=made_from)
+            commit.write_with("trajectory_summary_csv", csv_writer(summary), based_on=made_from)
             commit.write_parquet("trajectory_summary", summary, based_on=made_from)
             commit.update_manifest(step=STEP, results=str(results_path.resolve()), layout=None, sidecar_dir=None,
                                    domain=domain, models=models_by_role(header), num_simulations=len(trajectories),
