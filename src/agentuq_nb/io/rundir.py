@@ -90,6 +90,8 @@ ARTIFACTS: dict[str, Artifact] = {
     "tokens_by_task": Artifact("tokens_by_task", "agentuq-nb aggregate RUN_DIR --scheduler S"),
     "notebooks": Artifact("notebooks", "agentuq-nb reproduce PARAMS"),
     "paper_auroc_table": Artifact("paper_auroc_table.csv", "notebook 09_paper_figures"),
+    "action_samples": Artifact("action_samples.parquet", "agentuq-nb sample-actions RUN_DIR --k K"),
+    "action_turns": Artifact("action_turns.parquet", "agentuq-nb sample-actions RUN_DIR --k K"),
 }
 OBSERVATION_TOKENS_PREFIX = "tokens.observations_"
 
