@@ -317,6 +317,40 @@ def rescore(
     typer.echo(json.dumps(report.as_dict(), indent=2))
 
 
+@app.command("sample-actions")
+def sample_actions(
+    run_dir: Path = typer.Argument(..., help="run directory (its manifest or results.json names the results)"),
+    results: Optional[Path] = typer.Option(None, "--results", help="results file, if not the run's own"),
+    k: int = typer.Option(..., "--k", help="samples per decision point (at least 2)"),
+    model: Optional[str] = typer.Option(None, "--model", help="sampler (default: the agent's own model; "
+                                        "another model is an observer, labelled as such)"),
+    temperature: float = typer.Option(1.0, "--temperature", help="sampling temperature (> 0)"),
+    turns: str = typer.Option("all", "--turns", help="all | tool | first:N decision points of each trajectory"),
+    limit: Optional[int] = typer.Option(None, "--limit", help="only the first N simulations"),
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="per sample (default: the agent's, else 128)"),
+    tools: Optional[Path] = typer.Option(None, "--tools", help="JSON file of the agent's tool schemas, where the "
+                                         "results do not record them (else they are inferred from the calls)"),
+    seed: int = typer.Option(0, "--seed"),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", help=SCHEDULER_HELP),
+    max_concurrency: int = typer.Option(1, "--max-concurrency", help="trajectories in flight (remote samplers)"),
+    api_base: Optional[list[str]] = typer.Option(None, "--api-base", help=API_BASE_HELP),
+):
+    """K alternative next actions at every agent decision point → RUN_DIR/action_samples.parquet, action_turns.parquet."""
+    from agentuq_nb.distributed import FanOutFailed
+    from agentuq_nb.uq.action_sampling import sample_actions as run_sampling
+
+    try:
+        with _step("sample-actions", run_dir):
+            report = run_sampling(run_dir, results, k=k, model=model, temperature=temperature, turns=turns,
+                                  limit=limit, max_tokens=max_tokens, tools=str(tools) if tools else None, seed=seed,
+                                  scheduler=scheduler, max_concurrency=max_concurrency, api_bases=api_base or None)
+    except FanOutFailed as err:
+        _fail(err)
+    typer.echo(json.dumps(report.as_dict(), indent=2))
+    if report.sampler_kind == "observer":
+        typer.echo(f"note: sampled by {report.sampler_model}, an observer (not the agent's model)", err=True)
+
+
 @app.command()
 def probe(
     prompt: str = typer.Argument(..., help="the prompt to probe"),

@@ -13,6 +13,8 @@ from agentuq_nb.io.errors import InputWarnings
 
 #: what a count of each kind means, said after the number
 KIND_PHRASES = {
+    "tools_inferred_from_calls": "results file(s) record no tool schemas: the agent's tools were inferred from its calls",
+    "trajectories_without_decision_points": "trajectory(ies) have no agent decision point to sample",
     "sidecar_files_empty": "sidecar file(s) are empty (0 bytes): their messages have no token rows",
     "sidecar_blank_lines": "blank line(s) in sidecar files (skipped)",
     "sidecar_rows_without_role": "sidecar row(s) have no role (taken from the message they belong to)",

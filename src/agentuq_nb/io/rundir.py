@@ -92,6 +92,7 @@ ARTIFACTS: dict[str, Artifact] = {
     "paper_auroc_table": Artifact("paper_auroc_table.csv", "notebook 09_paper_figures"),
     "action_samples": Artifact("action_samples.parquet", "agentuq-nb sample-actions RUN_DIR --k K"),
     "action_turns": Artifact("action_turns.parquet", "agentuq-nb sample-actions RUN_DIR --k K"),
+    "action_sampling_report": Artifact("action_sampling.json", "agentuq-nb sample-actions RUN_DIR --k K"),
 }
 OBSERVATION_TOKENS_PREFIX = "tokens.observations_"
 

@@ -79,6 +79,53 @@ class ExecutionConfig(_Config):
                 "retries": self.task_retries, "progress": self.progress}
 
 
+TURN_SELECTIONS = ("all", "tool")
+
+
+class ActionSamplingConfig(_Config):
+    """Resampling the agent's next action at its decision points (``uq.action_sampling``)."""
+
+    k: int = Field(5, description="samples per decision point (at least 2)")
+    model: Optional[str] = Field(None, description="the sampler: None = the agent's own model; another is an observer")
+    temperature: float = Field(1.0, gt=0.0, description="sampling temperature (0 would make K equal samples)")
+    turns: str = Field("all", description="all | tool (decision points where the agent called a tool) | first:N")
+    limit: Optional[int] = Field(None, ge=1, description="sample only the first N simulations")
+    max_tokens: Optional[int] = Field(None, ge=1, description="per sample; None = the agent's recorded max_tokens, else 128")
+    top_logprobs: int = Field(5, ge=0, le=20)
+    seed: int = 0
+    tools: Optional[str] = Field(None, description="a JSON file of the agent's tool schemas, where the results "
+                                                   "file does not record them")
+
+    @field_validator("k")
+    @classmethod
+    def _at_least_two(cls, value):
+        if value < 2:
+            raise ValueError(f"K must be at least 2 (got {value}): agreement and spread need two samples or more")
+        return value
+
+    @field_validator("turns")
+    @classmethod
+    def _turn_selection(cls, value):
+        if value in TURN_SELECTIONS:
+            return value
+        head, _, n = str(value).partition(":")
+        if head == "first" and n.isdigit() and int(n) >= 1:
+            return value
+        raise ValueError(f"turns must be 'all', 'tool' or 'first:N' with N >= 1, got {value!r}")
+
+    def selects(self, decision_idx: int, is_tool_call: bool) -> bool:
+        """Whether the decision point with this index (and taken action) is sampled."""
+        if self.turns == "tool":
+            return is_tool_call
+        if self.turns.startswith("first:"):
+            return decision_idx < int(self.turns.split(":")[1])
+        return True
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What shapes the samples (``limit`` only selects trajectories)."""
+        return self.model_dump(mode="json", exclude={"limit"})
+
+
 BACKEND_SOURCES = {"teacher_forced": "teacher_forced", "echo": "teacher_forced", "chat_replay": "chat_replay"}
 
 

@@ -6,7 +6,9 @@
   :func:`summarize_recorded` (the trajectory summary from a results file's recorded ``uq_summary``,
   when its token sidecars are not at hand);
 * the modules :mod:`saup` (``uq.saup.saup(run)``) and :mod:`dynamics` (:func:`read_agent_turns`, :func:`compute_early_warning`),
-  :func:`verbalized_confidence`, :func:`probe` (structural / conceptual).
+  :func:`verbalized_confidence`, :func:`probe` (structural / conceptual);
+* actions: :func:`sample_actions` (K alternative next actions at every agent decision point) and
+  :func:`action_turn_table` (their agreement, clusters, entropies, structural/conceptual per point).
 
 Estimators (``agentuq_nb.estimators``) read these tables; evaluation scores the estimators. Names
 load on first use, so ``from agentuq_nb import uq`` stays cheap.
@@ -22,5 +24,7 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "dynamics": ["agent_turns", "read_agent_turns", "compute_early_warning", "early_warning_scores", "FRACTIONS"],
     "verbalized": ["verbalized_confidence", "missing_rate"],
     "structural": ["probe"],
+    "action_sampling": ["sample_actions", "ActionSamplingReport"],
+    "action_uq": ["action_turn_table"],
     "token_metrics": ["with_token_metrics"],
 })

@@ -226,14 +226,15 @@ def _consolidate(checkpoint_dir: Path, out_path: Path, metadata: dict) -> int:
         return writer.num_rows
 
 
-def _check_scorer_state(state_path: Path, state: dict) -> None:
-    """Refuse to resume a scoring run with a different scorer, which would mix two models' rows."""
+def check_checkpoint_settings(state_path: Path, state: dict) -> None:
+    """Refuse to resume checkpointed work with other settings (another scorer or sampler, other results),
+    which would mix two runs' rows; the first run records its settings in ``state_path``."""
     if state_path.exists():
         old = json.loads(state_path.read_text())
         changed = {k: (old.get(k), v) for k, v in state.items() if old.get(k) != v}
         if changed:
-            raise InputError(state_path, f"this run was scored with other settings {changed}; "
-                             "use a new run directory or delete the checkpoints to rescore")
+            raise InputError(state_path, f"these checkpoints were made with other settings {changed}; "
+                             "use a new run directory or delete the checkpoints to start again")
     else:
         atomic_write_json(state_path, state)
 
@@ -254,7 +255,7 @@ def score_observations(run_dir: str | Path | RunDir, results: str | Path | None 
         suffix = config.observation_table_suffix()
         checkpoint_dir = run.checkpoint_dir(f"observations_{suffix}")
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        _check_scorer_state(checkpoint_dir / "scorer.json", {"model": config.scorer_llm, "backend": config.source,
+        check_checkpoint_settings(checkpoint_dir / "scorer.json", {"model": config.scorer_llm, "backend": config.source,
                                                              "roles": sorted(roles),
                                                              "results": str(results_path.resolve())})
         report = ScoringReport(run.path)
@@ -279,7 +280,7 @@ def rescore(results: str | Path, out: str | Path | RunDir, **options: Any) -> Sc
     with run.lock("rescore"):
         checkpoint_dir = run.checkpoint_dir(f"rescore_{config.scorer_mode}")
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        _check_scorer_state(checkpoint_dir / "scorer.json", {"model": config.scorer_llm, "backend": config.source,
+        check_checkpoint_settings(checkpoint_dir / "scorer.json", {"model": config.scorer_llm, "backend": config.source,
                                                              "results": str(results_path.resolve())})
         report = ScoringReport(run.path)
         _score_results(results_path, checkpoint_dir, config, {"assistant", "user", "tool"}, report, execution)

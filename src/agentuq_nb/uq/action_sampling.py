@@ -1,0 +1,406 @@
+"""Resample the agent's next action at every decision point of recorded trajectories.
+
+A *decision point* is an agent message the agent's model generated: every assistant message except
+one that opens the conversation (the harness's scripted greeting, "Hi! How can I help you today?",
+decided by nobody). At each, the agent's context is rebuilt as its model saw it — the system prompt
+with the policy (as recorded by our simulator, else τ²-bench's with the file's policy), the history
+before the message as the agent sees it (``sim.agent.agent_visible``), the tools — and K alternative
+next messages are drawn from a sampler with ``llm.sample`` (for the embedded model: the K samples
+decoded together over the shared, cached prompt).
+
+The sampler is the agent's own model by default (``sampler_kind = "self"``); any other model is an
+*observer* (``"observer"``), and every row says which. Where the results file does not record the
+tools (τ²-bench writes ``tool_defs`` as null), they come from ``--tools FILE`` or, failing that, are
+inferred from the calls the file records (names, argument names and JSON types; no descriptions):
+the report says which (``tools_source``).
+
+Context window: for the embedded model the scorer's policy applies (``llm.context_fit``: the oldest
+middle turns are left out until prompt and ``max_tokens`` fit), counted per decision point; a remote
+model's overflow, or a system prompt that alone does not fit, skips the decision point, counted.
+
+One row per sample goes to ``RUN_DIR/action_samples.parquet`` (``records.action_samples``), and the
+per-decision-point statistics to ``RUN_DIR/action_turns.parquet`` (``uq.action_uq``), published as
+one commit. Resumable per trajectory (a checkpoint each; a rerun with other settings is refused);
+jobs run through the common executor (threads or Dask).
+"""
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, replace
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from agentuq_nb.distributed import JobRunner, with_worker_api_base
+from agentuq_nb.io.atomic import atomic_write_with
+from agentuq_nb.io.errors import InputError, InputWarnings
+from agentuq_nb.io.input_warnings import emit_input_warnings
+from agentuq_nb.io.results import iter_simulations, read_header
+from agentuq_nb.io.rundir import RunDir
+from agentuq_nb.io.sidecars import sidecar_name
+from agentuq_nb.records import Results, Simulation
+from agentuq_nb.records.action_samples import ACTION_SAMPLE_SCHEMA
+from agentuq_nb.records.config import EMBEDDED_MODEL, ActionSamplingConfig, configs_from_options
+from agentuq_nb.sim.agent import agent_visible
+from agentuq_nb.uq.extraction import results_input
+from agentuq_nb.uq.observation import agent_system_prompt, check_checkpoint_settings, conversation
+
+DEFAULT_MAX_TOKENS = 128  # per sample, where the results do not record the agent's max_tokens
+JSON_TYPES = {str: "string", bool: "boolean", int: "integer", float: "number", list: "array", dict: "object"}
+
+
+# --------------------------------------------------------------------------- decision points
+
+@dataclass(frozen=True)
+class Decision:
+    """One decision point: where it is, and the action the agent took there."""
+
+    decision_idx: int
+    message_idx: int
+    turn_idx: int
+    tool_choice: str | None  # as the agent's request had it ("required" for the tiny scaffold's first turn)
+    taken_content: str | None
+    taken_tool_calls: str  # JSON text, records.action_samples' form
+
+
+def calls_json(tool_calls: Iterable[Any] | None) -> str:
+    """Tool calls as ``records.action_samples`` stores them: ``[{"name", "arguments"}]`` (arguments an
+    object, or the raw string where they did not parse)."""
+    out = []
+    for call in tool_calls or []:
+        call = call if isinstance(call, dict) else call.model_dump()
+        out.append({"name": call.get("name"), "arguments": call.get("arguments")})
+    return json.dumps(out, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def decision_points(sim: Simulation, config: ActionSamplingConfig, tiny_scaffold: bool = False) -> list[Decision]:
+    """The decision points of ``sim`` that ``config.turns`` selects, in order."""
+    out, index = [], 0
+    for i, m in enumerate(sim.messages):
+        if m.role != "assistant" or i == 0:  # message 0 opens the conversation: the harness's greeting
+            continue
+        tool_choice = "required" if tiny_scaffold and index == 0 else None
+        if config.selects(index, bool(m.tool_calls)):
+            out.append(Decision(index, i, m.turn_idx if m.turn_idx is not None else i, tool_choice, m.content,
+                                calls_json(m.tool_calls)))
+        index += 1
+    return out
+
+
+# --------------------------------------------------------------------------- tools
+
+def recorded_tools(info: dict) -> list[dict] | None:
+    """The agent's tools as the results record them (``environment_info.tool_defs``), OpenAI-shaped."""
+    defs = (info.get("environment_info") or {}).get("tool_defs")
+    if not defs:
+        return None
+    items = defs.values() if isinstance(defs, dict) else defs
+    out = []
+    for tool in items:
+        tool = tool if isinstance(tool, dict) else {}
+        schema = tool.get("openai_schema") or tool  # τ²-bench's Tool dumps carry it under openai_schema
+        if "function" not in schema and "name" in schema:
+            schema = {"type": "function", "function": schema}
+        if "function" in schema:
+            out.append(schema)
+    return out or None
+
+
+def infer_tools(sims: Iterable[Simulation]) -> list[dict]:
+    """Tool schemas inferred from the calls the simulations record: each tool's argument names with the
+    JSON type of their values (an argument is required when every call gave it); no descriptions."""
+    seen: dict[str, dict[str, set[str]]] = {}
+    calls: dict[str, int] = {}
+    given: dict[str, dict[str, int]] = {}
+    for sim in sims:
+        for m in sim.messages:
+            for call in m.tool_calls or []:
+                args = call.arguments if isinstance(call.arguments, dict) else {}
+                seen.setdefault(call.name, {})
+                calls[call.name] = calls.get(call.name, 0) + 1
+                for key, value in args.items():
+                    seen[call.name].setdefault(key, set())
+                    given.setdefault(call.name, {})[key] = given.get(call.name, {}).get(key, 0) + 1
+                    if value is not None:
+                        seen[call.name][key].add(JSON_TYPES.get(type(value), "string"))
+    tools = []
+    for name in sorted(seen):
+        props = {key: ({"type": sorted(types)[0]} if len(types) == 1 else {}) for key, types in seen[name].items()}
+        required = sorted(k for k, n in given.get(name, {}).items() if n == calls[name])
+        tools.append({"type": "function", "function": {
+            "name": name, "description": "(inferred from the calls the results record)",
+            "parameters": {"type": "object", "properties": props, "required": required}}})
+    return tools
+
+
+def agent_tools(info: dict, results_path: Path, tools_file: str | None, warnings: InputWarnings) -> tuple[list[dict], str]:
+    """``(tools, source)``: from ``tools_file``, else as recorded, else inferred (counted as a warning)."""
+    if tools_file:
+        path = Path(tools_file)
+        try:
+            tools = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as err:
+            raise InputError(path, f"cannot read the tool schemas: {err}") from None
+        tools = list(tools.values()) if isinstance(tools, dict) else tools
+        if not isinstance(tools, list) or not all(isinstance(t, dict) and ("function" in t or "name" in t) for t in tools):
+            raise InputError(path, "expected a JSON list of OpenAI tool schemas ({'type': 'function', 'function': {...}})")
+        return [t if "function" in t else {"type": "function", "function": t} for t in tools], "file"
+    tools = recorded_tools(info)
+    if tools:
+        return tools, "recorded"
+    tools = infer_tools(iter_simulations(results_path))
+    warnings.add("tools_inferred_from_calls", f"{results_path}: environment_info.tool_defs is empty; "
+                 f"{len(tools)} tool schema(s) inferred from the recorded calls (pass --tools FILE for the real ones)")
+    return tools, "inferred"
+
+
+# --------------------------------------------------------------------------- sampling one trajectory
+
+@dataclass(frozen=True)
+class SamplingJob:
+    """One trajectory's decision points to sample, picklable so that a Dask worker can run it."""
+
+    sim: Simulation
+    domain: str
+    where: str
+    system: str
+    tools: list[dict]
+    decisions: list[Decision]
+    model: str
+    sampler_kind: str
+    config: ActionSamplingConfig
+    max_tokens: int
+    request: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class SampledTrajectory:
+    table: pa.Table
+    decisions: int = 0
+    overflow_decisions: int = 0  # skipped: the context does not fit the sampler's window
+    fitted_decisions: int = 0  # sampled after leaving the oldest turns out (context policy)
+    dropped_messages: int = 0
+    cost: float = 0.0
+
+
+def decision_seed(config_seed: int, sim: Simulation, decision_idx: int) -> int:
+    """The first sample's seed at a decision point (sample i uses it + i): a function of the point alone,
+    so that a resumed or distributed run draws the same samples."""
+    key = f"{config_seed}|{sim.task_id}|{sim.trial}|{sim.seed}|{decision_idx}"
+    return zlib.crc32(key.encode("utf-8")) & 0x3FFFFFFF
+
+
+def sample_row(generation: Any) -> dict[str, Any]:
+    """The sample-specific columns of one ``llm.Generation``."""
+    from agentuq_nb.llm.tool_format import TOOL_CALL_OPEN
+
+    message = generation.message
+    calls = message.get("tool_calls") or []
+    content = message.get("content")
+    malformed = any(not isinstance(c.get("arguments"), dict) for c in calls) or (
+        not calls and TOOL_CALL_OPEN in (content or ""))
+    tokens = generation.tokens
+    usage = generation.usage or {}
+    logprobs = [float(r["chosen_logprob"]) for r in tokens]
+    return {
+        "content": content, "tool_calls": calls_json(calls), "finish_reason": generation.finish_reason,
+        "malformed": bool(malformed), "has_logprobs": bool(tokens),
+        "tokens": [r["token"] for r in tokens], "token_logprobs": logprobs,
+        "topk_tokens": [list(r.get("topk_tokens") or []) for r in tokens],
+        "topk_logprobs": [[float(x) for x in (r.get("topk_logprobs") or [])] for r in tokens],
+        "sum_logprob": float(sum(logprobs)) if tokens else float("nan"), "num_tokens": len(tokens),
+        "prompt_tokens": int(usage.get("prompt_tokens") or 0),
+        "completion_tokens": int(usage.get("completion_tokens") or 0),
+        "cost": float("nan") if generation.cost is None else float(generation.cost),
+        "context_dropped_messages": int(usage.get("context_dropped_messages") or 0),
+    }
+
+
+def sample_one(job: SamplingJob) -> SampledTrajectory:
+    """K samples at each decision point of one trajectory (rows in ``records.action_samples``' schema)."""
+    import litellm
+
+    from agentuq_nb import llm
+
+    sim, config = job.sim, job.config
+    history = [agent_visible(m) for m in conversation(sim)]
+    keys = {"domain": job.domain, "task_id": str(sim.task_id), "trial": sim.trial, "seed": sim.seed}
+    local = job.model == EMBEDDED_MODEL
+    out = SampledTrajectory(ACTION_SAMPLE_SCHEMA.empty_table())
+    rows: list[dict] = []
+    for d in job.decisions:
+        base_seed = decision_seed(config.seed, sim, d.decision_idx)
+        messages = [{"role": "system", "content": job.system}, *history[:d.message_idx]]
+        try:
+            samples = llm.sample(messages, k=config.k, model=job.model, tools=job.tools or None,
+                                 tool_choice=d.tool_choice if job.tools else None, top_logprobs=config.top_logprobs,
+                                 temperature=config.temperature, seed=base_seed, max_tokens=job.max_tokens,
+                                 **({"fit_context": True} if local else {}), **job.request)
+        except (llm.ContextWindowError, litellm.ContextWindowExceededError):
+            out.overflow_decisions += 1
+            continue
+        out.decisions += 1
+        dropped = max(int((s.usage or {}).get("context_dropped_messages") or 0) for s in samples)
+        out.fitted_decisions += dropped > 0
+        out.dropped_messages += dropped
+        for i, generation in enumerate(samples):
+            row = sample_row(generation)
+            out.cost += 0.0 if row["cost"] != row["cost"] else row["cost"]
+            rows.append({**keys, "decision_idx": d.decision_idx, "message_idx": d.message_idx, "turn_idx": d.turn_idx,
+                         "sample_idx": i, "sampler_model": job.model, "sampler_kind": job.sampler_kind,
+                         "temperature": config.temperature, "sample_seed": base_seed + i,
+                         "taken_content": d.taken_content, "taken_tool_calls": d.taken_tool_calls, **row})
+    if rows:
+        out.table = pa.Table.from_pylist(rows, schema=ACTION_SAMPLE_SCHEMA)
+    return out
+
+
+def sample_on_worker(job: SamplingJob) -> SampledTrajectory:
+    """:func:`sample_one` on a Dask worker: a remote sampler uses the worker's ``api_base``, if it has one."""
+    if job.model != EMBEDDED_MODEL:
+        job = replace(job, request=with_worker_api_base(job.request))
+    return sample_one(job)
+
+
+# --------------------------------------------------------------------------- the command
+
+@dataclass
+class ActionSamplingReport:
+    run_dir: Path
+    sampler_model: str = ""
+    sampler_kind: str = ""
+    tools_source: str = ""
+    sampled: int = 0  # trajectories sampled now
+    skipped: int = 0  # trajectories already sampled (a resumed run)
+    without_decisions: int = 0  # trajectories with no selected agent decision point
+    decisions: int = 0
+    samples: int = 0
+    overflow_decisions: int = 0
+    fitted_decisions: int = 0
+    dropped_messages: int = 0
+    cost: float = 0.0
+    warnings: InputWarnings = field(default_factory=InputWarnings)
+
+    def as_dict(self) -> dict:
+        out = asdict(self)
+        out["run_dir"] = str(self.run_dir)
+        out["warnings"] = self.warnings.as_dict()
+        return out
+
+
+def sampler_for(info: dict, model: str | None) -> tuple[str, str]:
+    """``(model, sampler_kind)``: the agent's own model unless another is given (then an observer).
+    A clear error when the agent's model cannot be run here (no API key for it)."""
+    import litellm
+
+    agent_model = str((info.get("agent_info") or {}).get("llm") or "")
+    if model is None:
+        if not agent_model:
+            raise ValueError("the results do not name the agent's model (info.agent_info.llm); pass --model")
+        if agent_model != EMBEDDED_MODEL:
+            missing = litellm.validate_environment(model=agent_model).get("missing_keys") or []
+            if missing:
+                raise ValueError(f"the agent's model {agent_model!r} cannot be run here (missing {', '.join(missing)}); "
+                                 f"pass --model {EMBEDDED_MODEL} to sample with the embedded model as an observer")
+        model = agent_model
+    return model, ("self" if model == agent_model else "observer")
+
+
+def _jobs(results_path: Path, checkpoint_dir: Path, config: ActionSamplingConfig, report: ActionSamplingReport,
+          info: dict, tools: list[dict], model: str):
+    domain = Results.domain_of(info)
+    system = agent_system_prompt(info)
+    agent = info.get("agent_info") or {}
+    tiny = agent.get("style") == "tiny"
+    max_tokens = config.max_tokens or int((agent.get("llm_args") or {}).get("max_tokens") or DEFAULT_MAX_TOKENS)
+    for sim in islice(iter_simulations(results_path), config.limit):
+        out = checkpoint_dir / (sidecar_name(domain, sim.task_id, sim.trial, sim.seed)[:-len(".jsonl")] + ".parquet")
+        if out.exists():
+            report.skipped += 1
+            continue
+        decisions = decision_points(sim, config, tiny)
+        if not decisions:
+            report.without_decisions += 1
+            report.warnings.add("trajectories_without_decision_points",
+                                f"{results_path} simulation {sim.id}: no agent decision point (turns={config.turns})")
+        yield out, SamplingJob(sim=sim, domain=domain, where=f"{results_path} simulation {sim.id}", system=system,
+                               tools=tools, decisions=decisions, model=model, sampler_kind=report.sampler_kind,
+                               config=config, max_tokens=max_tokens)
+
+
+COUNTS = ("decisions", "overflow_decisions", "fitted_decisions", "dropped_messages", "cost")
+COUNTS_KEY = b"agentuq_nb.action_sampling"
+
+
+def _save(out: Path, sampled: SampledTrajectory, report: ActionSamplingReport) -> None:
+    if out.exists():  # dedupe by trajectory: the first result written wins
+        return
+    counts = json.dumps({name: getattr(sampled, name) for name in COUNTS}).encode()
+    table = sampled.table.replace_schema_metadata({COUNTS_KEY: counts})  # a resumed run still reports them
+    atomic_write_with(out, lambda p: pq.write_table(table, p))
+    report.sampled += 1
+
+
+def _tally(checkpoints: list[Path], report: ActionSamplingReport) -> None:
+    """The report's totals over every finished trajectory (of this run and the ones it resumes)."""
+    for part in checkpoints:
+        meta = pq.read_schema(part).metadata or {}
+        counts = json.loads(meta.get(COUNTS_KEY, b"{}"))
+        for name in COUNTS:
+            setattr(report, name, getattr(report, name) + counts.get(name, 0))
+        report.samples += pq.read_metadata(part).num_rows
+
+
+def sample_actions(run_dir: str | Path | RunDir, results: str | Path | None = None, embedder: Any = None,
+                   **options: Any) -> ActionSamplingReport:
+    """K alternative next actions at every decision point → ``RUN_DIR/action_samples.parquet`` and the
+    per-decision-point statistics → ``RUN_DIR/action_turns.parquet``, one commit.
+
+    ``options``: fields of :class:`~agentuq_nb.records.config.ActionSamplingConfig` (``k``, ``model``,
+    ``temperature``, ``turns``, ``limit``, ``max_tokens``, ``top_logprobs``, ``seed``, ``tools``) and of
+    :class:`~agentuq_nb.records.config.ExecutionConfig` (``scheduler``, ``max_concurrency``, ``progress`` …).
+    Resumable per trajectory; a rerun with other settings is refused; the run folder is locked meanwhile."""
+    from agentuq_nb import llm
+    from agentuq_nb.uq.action_uq import action_turn_table
+
+    config, execution = configs_from_options(options, ActionSamplingConfig, "sampling")
+    run = RunDir.of(run_dir)
+    with run.lock("sample-actions"):
+        results_path = Path(results) if results else run.results_path()
+        info = read_header(results_path).get("info") or {}
+        model, kind = sampler_for(info, config.model)
+        if execution.scheduler is None:
+            llm.check_model(model)
+        report = ActionSamplingReport(run.path, sampler_model=model, sampler_kind=kind)
+        tools, report.tools_source = agent_tools(info, results_path, config.tools, report.warnings)
+        checkpoint_dir = run.checkpoint_dir("action_samples")
+        checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        check_checkpoint_settings(checkpoint_dir / "sampler.json",
+                                  {**config.fingerprint(), "model": model, "results": str(results_path.resolve())})
+        runner = JobRunner(label="sample_actions", desc=f"sample actions (K={config.k})", unit="traj",
+                           noun="trajectories", kept_as=f"checkpointed in {checkpoint_dir}",
+                           **execution.runner_options())
+        runner.run(sample_one, _jobs(results_path, checkpoint_dir, config, report, info, tools, model),
+                   lambda out, sampled: _save(out, sampled, report), total=config.limit,
+                   done=lambda: report.skipped, worker_fn=sample_on_worker)
+        parts = sorted(checkpoint_dir.glob("*.parquet"))
+        _tally(parts, report)
+        samples = pa.concat_tables([pq.read_table(p, schema=ACTION_SAMPLE_SCHEMA) for p in parts]) if parts \
+            else ACTION_SAMPLE_SCHEMA.empty_table()
+        if samples.num_rows == 0:
+            raise ValueError(f"{results_path}: no decision point was sampled ({report.without_decisions} trajectories "
+                             f"without an agent decision point under turns={config.turns!r}, "
+                             f"{report.overflow_decisions} decision points whose context does not fit)")
+        turns = action_turn_table(samples.to_pandas(), embedder=embedder)
+        with run.commit("sample-actions") as commit:
+            based_on = results_input(run, results_path)
+            commit.write_parquet("action_samples", samples, based_on)
+            commit.write_parquet("action_turns", turns, based_on)
+            commit.write_json("action_sampling_report", {"settings": config.fingerprint(), **report.as_dict()}, based_on)
+    emit_input_warnings(report.warnings)
+    return report

@@ -1,0 +1,171 @@
+"""`sample-actions`: decision points, the agent's rebuilt context, rows per sample, resuming, refusals.
+
+Real components: the embedded model samples (batched), real τ²-bench files from ../shared, the real
+simulator for a small run of our own.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from agentuq_nb.records import Simulation
+from agentuq_nb.records.action_samples import ACTION_SAMPLE_COLUMNS
+from agentuq_nb.records.config import EMBEDDED_MODEL, ActionSamplingConfig
+from agentuq_nb.uq.action_sampling import calls_json, decision_points, infer_tools, recorded_tools
+
+SIM_PARAMS = dict(task_ids=["2", "1", "3"], max_steps=6, max_errors=3, agent_max_tokens=32, user_max_tokens=16,
+                  progress=False)
+
+
+def tau2_simulations(path: Path) -> list[Simulation]:
+    return [Simulation.model_validate(s) for s in json.loads(path.read_text())["simulations"]]
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory) -> Path:
+    """Three bookshop simulations of our own, extracted (so that the run has rewards)."""
+    from agentuq_nb.sim import run_simulations
+    from agentuq_nb.uq.extraction import extract
+
+    out = tmp_path_factory.mktemp("sim")
+    run_simulations("bookshop", out, **SIM_PARAMS)
+    extract(out / "results.json", out)
+    return out
+
+
+# --------------------------------------------------------------------------- decision points and tools
+
+def test_decision_points_are_the_generated_agent_messages(tau2_files):
+    sims = tau2_simulations(tau2_files[0])
+    for sim in sims[:5]:
+        agent = [i for i, m in enumerate(sim.messages) if m.role == "assistant"]
+        every = decision_points(sim, ActionSamplingConfig(k=2))
+        assert [d.message_idx for d in every] == [i for i in agent if i > 0]  # message 0 is the scripted greeting
+        assert [d.decision_idx for d in every] == list(range(len(every)))
+        tool = decision_points(sim, ActionSamplingConfig(k=2, turns="tool"))
+        assert [d.message_idx for d in tool] == [i for i in agent if i > 0 and sim.messages[i].tool_calls]
+        assert all(json.loads(d.taken_tool_calls) for d in tool)
+        first = decision_points(sim, ActionSamplingConfig(k=2, turns="first:2"))
+        assert first == every[:2]
+
+
+def test_the_tiny_scaffold_forces_a_call_at_the_first_decision_only(tau2_files):
+    sim = tau2_simulations(tau2_files[0])[0]
+    points = decision_points(sim, ActionSamplingConfig(k=2), tiny_scaffold=True)
+    assert [d.tool_choice for d in points] == ["required"] + [None] * (len(points) - 1)
+
+
+def test_tools_are_inferred_from_the_recorded_calls_when_the_file_has_none(tau2_files):
+    sims = tau2_simulations(tau2_files[0])
+    assert recorded_tools(json.loads(tau2_files[0].read_text())["info"]) is None  # τ²-bench wrote tool_defs: null
+    tools = {t["function"]["name"]: t["function"] for t in infer_tools(sims)}
+    calls = [c for s in sims for m in s.messages for c in (m.tool_calls or [])]
+    assert set(tools) == {c.name for c in calls}
+    for name, fn in tools.items():
+        mine = [c.arguments for c in calls if c.name == name]
+        keys = set().union(*mine)
+        assert set(fn["parameters"]["properties"]) == keys
+        assert set(fn["parameters"]["required"]) == {k for k in keys if all(k in a for a in mine)}
+
+
+def test_calls_are_stored_as_name_and_arguments():
+    text = calls_json([{"id": "c1", "name": "get_order", "arguments": {"order_id": "#W1"}, "requestor": "assistant"}])
+    assert json.loads(text) == [{"name": "get_order", "arguments": {"order_id": "#W1"}}]
+    assert calls_json(None) == "[]"
+
+
+def test_bad_settings_are_refused_with_the_option_named(tmp_path):
+    from agentuq_nb.uq.action_sampling import sample_actions
+
+    with pytest.raises(ValueError, match="K must be at least 2"):
+        sample_actions(tmp_path, k=1)
+    with pytest.raises(ValueError, match="turns must be"):
+        sample_actions(tmp_path, k=2, turns="last:3")
+    with pytest.raises(ValueError, match="temperature"):
+        sample_actions(tmp_path, k=2, temperature=0)
+
+
+def test_the_agents_own_model_must_be_runnable_or_an_observer_named(tmp_path, tau2_files, monkeypatch):
+    from agentuq_nb.uq.action_sampling import sample_actions
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(ValueError, match="gpt-4.1.*cannot be run here.*--model local/smollm2"):
+        sample_actions(tmp_path / "run", results=tau2_files[0], k=2)
+
+
+# --------------------------------------------------------------------------- end to end
+
+@pytest.mark.slow
+def test_sample_actions_on_our_run_writes_k_rows_per_decision_and_resumes(small_run):
+    from agentuq_nb.uq.action_sampling import sample_actions
+
+    report = sample_actions(small_run, k=3, turns="first:2", limit=2, max_tokens=12, progress=False)
+    assert (report.sampler_model, report.sampler_kind, report.tools_source) == (EMBEDDED_MODEL, "self", "recorded")
+    samples = pd.read_parquet(small_run / "action_samples.parquet")
+    assert list(samples.columns) == ACTION_SAMPLE_COLUMNS
+    assert samples.groupby(["task_id", "decision_idx"]).size().eq(3).all()
+    assert samples["task_id"].nunique() == 2 and samples["decision_idx"].max() <= 1
+    assert report.samples == len(samples) and report.decisions == len(samples) // 3
+    assert samples["has_logprobs"].all() and (samples["num_tokens"] == samples["token_logprobs"].map(len)).all()
+    assert (samples["sampler_kind"] == "self").all()
+    # the taken action is the recorded one
+    results = json.loads((small_run / "results.json").read_text())
+    by_task = {s["task_id"]: s for s in results["simulations"]}
+    for row in samples.itertuples():
+        taken = by_task[row.task_id]["messages"][row.message_idx]
+        assert taken["role"] == "assistant" and row.taken_content == taken["content"]
+    turns = pd.read_parquet(small_run / "action_turns.parquet")
+    assert len(turns) == report.decisions
+
+    # resumed with more trajectories: the finished ones are not sampled again
+    done = sorted((small_run / "checkpoints" / "action_samples").glob("*.parquet"))
+    stamps = {p: p.stat().st_mtime_ns for p in done}
+    again = sample_actions(small_run, k=3, turns="first:2", limit=3, max_tokens=12, progress=False)
+    assert (again.skipped, again.sampled) == (2, 1)
+    assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())
+    resumed = pd.read_parquet(small_run / "action_samples.parquet")
+    pd.testing.assert_frame_equal(resumed[resumed["task_id"].isin(samples["task_id"].unique())]
+                                  .reset_index(drop=True), samples.reset_index(drop=True))
+    # other settings are refused, not mixed in
+    with pytest.raises(ValueError, match="other settings"):
+        sample_actions(small_run, k=4, turns="first:2", limit=3, max_tokens=12, progress=False)
+
+
+@pytest.mark.slow
+def test_samples_are_reproducible_per_decision_point(small_run, tmp_path):
+    """The same settings in a fresh folder draw the same samples (seeds depend on the decision point only)."""
+    import shutil
+
+    from agentuq_nb.uq.action_sampling import sample_actions
+
+    other = tmp_path / "copy"
+    shutil.copytree(small_run, other, ignore=shutil.ignore_patterns("checkpoints", "action_*"))
+    sample_actions(other, k=3, turns="first:2", limit=1, max_tokens=12, progress=False)
+    first = pd.read_parquet(other / "action_samples.parquet")
+    mine = pd.read_parquet(small_run / "action_samples.parquet")
+    mine = mine[mine["task_id"] == first["task_id"].iloc[0]].reset_index(drop=True)
+    pd.testing.assert_frame_equal(first, mine)
+
+
+@pytest.mark.slow
+def test_observer_on_a_real_tau2_file_counts_the_context_policy(tmp_path, tau2_files):
+    from agentuq_nb.cli import app
+
+    run = tmp_path / "airline"
+    result = CliRunner().invoke(app, ["sample-actions", str(run), "--results", str(tau2_files[0]), "--k", "2",
+                                      "--model", EMBEDDED_MODEL, "--turns", "first:1", "--limit", "1",
+                                      "--max-tokens", "8"])
+    assert result.exit_code == 0, result.output
+    report = json.loads((run / "action_sampling.json").read_text())
+    assert report["sampler_kind"] == "observer" and report["tools_source"] == "inferred"
+    assert "tools_inferred_from_calls" in report["warnings"]
+    assert report["decisions"] + report["overflow_decisions"] == 1
+    samples = pq.read_table(run / "action_samples.parquet").to_pandas()
+    assert len(samples) == 2 * report["decisions"]
+    assert (samples["sampler_kind"] == "observer").all()
+    assert report["fitted_decisions"] == int((samples.groupby("decision_idx")["context_dropped_messages"].max() > 0).sum())
