@@ -91,7 +91,7 @@ def compare_estimators(run_dir: str | os.PathLike | RunDir, failure_threshold: f
         table, estimators = score_table(run, names)
         out = evaluate_estimators(table, estimators, failure_threshold, n_boot, seed)
         inputs = [name for name in ("trajectory_summary", "trajectories", "saup_scores", "early_warning_scores",
-                                    "verbalized_confidence") if run.has(name)]
+                                    "verbalized_confidence", "action_turns") if run.has(name)]
         with run.commit("compare-estimators") as commit:
             commit.write_with("estimator_table", lambda p: out.to_csv(p, index=False), run.based_on(*inputs))
     return out

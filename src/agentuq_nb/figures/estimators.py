@@ -8,7 +8,8 @@ import pandas as pd
 from agentuq_nb.figures.style import PALETTE, use_style
 
 FAMILY_COLORS = {"token": PALETTE["success"], "saup": PALETTE["accent"], "early_warning": PALETTE["secondary"],
-                 "verbalized": PALETTE["highlight"], "baseline": PALETTE["neutral"]}
+                 "verbalized": PALETTE["highlight"], "baseline": PALETTE["neutral"],
+                 "action": PALETTE["failure"]}
 
 
 def estimator_forest_figure(table: pd.DataFrame, metric: str = "auroc", max_rows: int | None = None):
