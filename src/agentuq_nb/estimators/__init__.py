@@ -2,11 +2,12 @@
 
 ``Estimator`` (``name``, ``family``, ``higher_is_uncertain``, ``requires``, ``scores(run)``),
 ``register`` (a class decorator), ``get(name)``, ``available(run)`` and ``estimators(run)``. The
-package's own: token statistics per role and scorer (:mod:`.token`), SAUP and early warning
+package's own: token statistics per role and scorer (:mod:`.token`), resampled
+actions per decision point (:mod:`.actions`), SAUP and early warning
 (:mod:`.propagation`), verbalized confidence (:mod:`.verbalized`), length baselines
 (:mod:`.baselines`). Evaluation (``agentuq_nb.evaluation``) scores any of them by name.
 """
-from agentuq_nb.estimators import baselines, propagation, token, verbalized  # noqa: F401  (they register)
+from agentuq_nb.estimators import actions, baselines, propagation, token, verbalized  # noqa: F401  (they register)
 from agentuq_nb.estimators.base import (
     ENTRY_POINT_GROUP,
     Estimator,

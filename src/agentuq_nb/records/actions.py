@@ -7,7 +7,7 @@ call's effect. :func:`canonical_tool_call` gives a call's canonical form:
 * the tool **name** trimmed (names are identifiers: case is kept);
 * the **arguments** parsed when they come as a JSON string (OpenAI's wire form), keys sorted at every
   depth, and each value normalized: strings trimmed and case-folded (``" W123 "`` = ``"w123"``);
-  numbers as numbers (``1`` = ``1.0`` = ``1e0``), but a string holding a number stays a string
+  numbers as numbers (``1`` = ``1.0`` = ``1e0``; NaN = NaN, as JSON's ``NaN`` would have the same effect), but a string holding a number stays a string
   (``"5"`` ≠ ``5``: a tool may treat them differently); booleans and null as they are; lists keep
   their order (an order can matter: the items of an exchange);
 * arguments that do not parse (a malformed sampled call) are kept as their raw text under
@@ -44,9 +44,9 @@ def normalize_value(value: Any) -> Any:
         return ("bool", value)
     if isinstance(value, (int, float)):
         number = float(value)
-        if math.isfinite(number) and number.is_integer():
-            return int(number)
-        return number
+        if not math.isfinite(number):  # NaN ≠ NaN in Python: a call with a NaN argument must equal itself
+            return ("number", repr(number))
+        return int(number) if number.is_integer() else number
     if isinstance(value, str):
         return value.strip().casefold()
     if isinstance(value, Mapping):

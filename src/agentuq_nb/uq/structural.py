@@ -67,8 +67,8 @@ def structural_uncertainty(choices: list[Choice]) -> float:
     return float(np.mean(per_choice)) if per_choice else float("nan")
 
 
-def _partials(tokens: list[str], topk: list[list[str]]) -> tuple[list[str], np.ndarray]:
-    """(prefix + alternative) texts and the token position each belongs to."""
+def partial_texts(tokens: list[str], topk: list[list[str]]) -> tuple[list[str], np.ndarray]:
+    """(prefix + alternative) texts of one choice and the token position each belongs to."""
     texts, owner, prefix = [], [], ""
     for t, (chosen, alts) in enumerate(zip(tokens, topk)):
         for alt in alts:
@@ -88,7 +88,7 @@ def conceptual_parts(texts: list[str], token_lists: list[list[str]], topk_lists:
     per_choice_mean, per_token = [], []
     all_partials, owners, choice_of = [], [], []
     for c, (tokens, topk) in enumerate(zip(token_lists, topk_lists)):
-        p_texts, owner = _partials(tokens, topk)
+        p_texts, owner = partial_texts(tokens, topk)
         all_partials.extend(p_texts)
         owners.append(owner)
         choice_of.extend([c] * len(p_texts))
@@ -102,6 +102,18 @@ def conceptual_parts(texts: list[str], token_lists: list[list[str]], topk_lists:
         counts = np.bincount(owner, minlength=n_tok)
         per_token.append(np.where(counts > 0, sums / np.maximum(counts, 1), np.nan))
     return pairwise, float(np.mean(per_choice_mean)) if per_choice_mean else 0.0, per_token
+
+
+def watchful_uncertainty(prompt: str, texts: list[str], token_lists: list[list[str]],
+                         topk_lists: list[list[list[str]]], token_entropies: list[np.ndarray],
+                         embedder: Embedder) -> ProbeResult:
+    """Structural and conceptual uncertainty of given choices (their texts, tokens, top-k tokens and the
+    normalized top-k entropy of each token): what :func:`probe` reports for the choices it sampled, and
+    what ``uq.action_uq`` reports for the actions sampled at an agent's decision point."""
+    pairwise, partial, per_token = conceptual_parts(texts, token_lists, topk_lists, embedder)
+    choices = [Choice(text, list(toks), np.asarray(entropy, dtype=float), dist)
+               for text, toks, entropy, dist in zip(texts, token_lists, token_entropies, per_token)]
+    return ProbeResult(prompt, structural_uncertainty(choices), 0.5 * pairwise + 0.5 * partial, pairwise, partial, choices)
 
 
 def probe(prompt: str, n: int = 5, model: str | None = None, temperature: float = 1.0, seed: int = 0,
@@ -119,10 +131,6 @@ def probe(prompt: str, n: int = 5, model: str | None = None, temperature: float 
     texts = [g.message.get("content") or "" for g in generations]
     token_lists = [[r["token"] for r in g.tokens] for g in generations]
     topk_lists = [[list(r["topk_tokens"]) for r in g.tokens] for g in generations]
-    pairwise, partial, per_token = conceptual_parts(texts, token_lists, topk_lists, embedder)
-    choices = [
-        Choice(text, toks, np.array([r["normalized_entropy"] if r["normalized_entropy"] is not None else np.nan
-                                     for r in g.tokens], dtype=float), dist)
-        for text, toks, g, dist in zip(texts, token_lists, generations, per_token)
-    ]
-    return ProbeResult(prompt, structural_uncertainty(choices), 0.5 * pairwise + 0.5 * partial, pairwise, partial, choices)
+    entropies = [np.array([r["normalized_entropy"] if r["normalized_entropy"] is not None else np.nan
+                           for r in g.tokens], dtype=float) for g in generations]
+    return watchful_uncertainty(prompt, texts, token_lists, topk_lists, entropies, embedder)
