@@ -331,6 +331,8 @@ def sample_actions(
     tools: Optional[Path] = typer.Option(None, "--tools", help="JSON file of the agent's tool schemas, where the "
                                          "results do not record them (else they are inferred from the calls)"),
     seed: int = typer.Option(0, "--seed"),
+    conceptual_partials: bool = typer.Option(True, "--conceptual-partials/--no-conceptual-partials",
+                                             help="embed every partial response (conceptual uncertainty's costly half)"),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help=SCHEDULER_HELP),
     max_concurrency: int = typer.Option(1, "--max-concurrency", help="trajectories in flight (remote samplers)"),
     api_base: Optional[list[str]] = typer.Option(None, "--api-base", help=API_BASE_HELP),
@@ -343,6 +345,7 @@ def sample_actions(
         with _step("sample-actions", run_dir):
             report = run_sampling(run_dir, results, k=k, model=model, temperature=temperature, turns=turns,
                                   limit=limit, max_tokens=max_tokens, tools=str(tools) if tools else None, seed=seed,
+                                  conceptual_partials=conceptual_partials,
                                   scheduler=scheduler, max_concurrency=max_concurrency, api_bases=api_base or None)
     except FanOutFailed as err:
         _fail(err)

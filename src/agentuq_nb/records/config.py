@@ -95,6 +95,8 @@ class ActionSamplingConfig(_Config):
     seed: int = 0
     tools: Optional[str] = Field(None, description="a JSON file of the agent's tool schemas, where the results "
                                                    "file does not record them")
+    conceptual_partials: bool = Field(True, description="embed the partial responses (conceptual uncertainty's "
+                                                        "costly half); off: conceptual is NaN, its pairwise half kept")
 
     @field_validator("k")
     @classmethod
@@ -122,8 +124,9 @@ class ActionSamplingConfig(_Config):
         return True
 
     def fingerprint(self) -> dict[str, Any]:
-        """What shapes the samples (``limit`` only selects trajectories)."""
-        return self.model_dump(mode="json", exclude={"limit"})
+        """What shapes the samples (``limit`` selects trajectories; ``conceptual_partials`` only what is computed
+        from them)."""
+        return self.model_dump(mode="json", exclude={"limit", "conceptual_partials"})
 
 
 BACKEND_SOURCES = {"teacher_forced": "teacher_forced", "echo": "teacher_forced", "chat_replay": "chat_replay"}

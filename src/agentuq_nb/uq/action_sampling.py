@@ -396,11 +396,11 @@ def sample_actions(run_dir: str | Path | RunDir, results: str | Path | None = No
             raise ValueError(f"{results_path}: no decision point was sampled ({report.without_decisions} trajectories "
                              f"without an agent decision point under turns={config.turns!r}, "
                              f"{report.overflow_decisions} decision points whose context does not fit)")
-        turns = action_turn_table(samples.to_pandas(), embedder=embedder)
+        turns = action_turn_table(samples.to_pandas(), embedder=embedder, conceptual_partials=config.conceptual_partials)
         with run.commit("sample-actions") as commit:
             based_on = results_input(run, results_path)
             commit.write_parquet("action_samples", samples, based_on)
-            commit.write_parquet("action_turns", turns, based_on)
+            commit.write_parquet("action_turns", turns, based_on)  # made from the samples published with it
             commit.write_json("action_sampling_report", {"settings": config.fingerprint(), **report.as_dict()}, based_on)
     emit_input_warnings(report.warnings)
     return report

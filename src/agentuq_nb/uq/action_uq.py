@@ -70,6 +70,7 @@ import pandas as pd
 import pyarrow as pa
 from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.special import logsumexp
+from scipy.stats import entropy as scipy_entropy
 
 from agentuq_nb.io.rundir import RunDir
 from agentuq_nb.records.action_samples import ACTION_TURN_STATISTICS, DECISION_KEYS
@@ -198,10 +199,10 @@ def cluster_texts(embeddings: np.ndarray, threshold: float = TEXT_SIMILARITY_THR
 
 
 def entropy_nats(weights: Sequence[float]) -> float:
-    """Entropy (nats) of the distribution proportional to ``weights``."""
+    """Entropy (nats) of the distribution proportional to ``weights`` (scipy.stats.entropy, kept ≥ 0: one
+    cluster gives 0.0, not the -0.0 of a negated zero sum)."""
     p = np.asarray(weights, dtype=float)
-    p = p[p > 0] / p.sum()
-    return float(-(p * np.log(p)).sum())
+    return max(0.0, float(scipy_entropy(p[p > 0])))
 
 
 def cluster_ids(keys: list[tuple], text_embeddings: dict[int, np.ndarray], threshold: float) -> np.ndarray:
