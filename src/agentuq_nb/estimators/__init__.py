@@ -21,9 +21,10 @@ from agentuq_nb.estimators.base import (
     register,
     unregister,
 )
+from agentuq_nb.estimators.actions import skipped_action_statistics
 from agentuq_nb.estimators.baselines import BASELINES
 from agentuq_nb.estimators.token import TokenEstimator, default_scorer, token_estimator_name
 
 __all__ = ["Estimator", "EstimatorFamily", "register", "unregister", "get", "available", "estimators", "by_trajectory",
            "load_plugin", "load_plugins", "ENTRY_POINT_GROUP", "BASELINES", "TokenEstimator", "default_scorer",
-           "token_estimator_name"]
+           "token_estimator_name", "skipped_action_statistics"]
