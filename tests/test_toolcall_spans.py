@@ -259,3 +259,11 @@ def test_estimators_are_listed_and_compared(simulated_run):
     table = pd.read_csv(run / "estimator_table.csv")
     listed = set(table[table.columns[0]].astype(str))
     assert {"assistant.toolcall_name_nll", "assistant.toolcall_value_nll"} <= listed
+
+
+def test_spans_read_as_a_dictionary_give_the_same_partials(span_tokens):
+    """``aggregate`` reads the span column dictionary-encoded (with nulls): same partials as plain strings."""
+    from agentuq_nb.uq.turn_partials import token_partials
+
+    as_category = span_tokens.assign(toolcall_span=span_tokens["toolcall_span"].astype("category"))
+    pd.testing.assert_frame_equal(token_partials(as_category), token_partials(span_tokens))

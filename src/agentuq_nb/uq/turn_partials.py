@@ -65,7 +65,7 @@ def span_codes(tokens: pa.Table | pa.RecordBatch) -> np.ndarray | None:
     if pa.types.is_dictionary(column.type):  # as aggregate reads it: look up the dictionary, then take
         lookup = pc.fill_null(pc.index_in(column.dictionary.cast(pa.string()), value_set=labels), -1)
         lookup = lookup.to_numpy(zero_copy_only=False).astype(np.int8) + 1
-        indices = column.indices.to_numpy(zero_copy_only=False)
+        indices = pc.fill_null(column.indices, 0).to_numpy(zero_copy_only=False)
         return np.where(column.is_valid().to_numpy(zero_copy_only=False), lookup[indices], 0).astype(np.int8)
     found = pc.fill_null(pc.index_in(column, value_set=labels), -1)
     return found.to_numpy(zero_copy_only=False).astype(np.int8) + 1
