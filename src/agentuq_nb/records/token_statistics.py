@@ -12,6 +12,12 @@ A statistic reduces one *token value* over the tokens of a turn (or of a role in
 * ``sum``  - Σ value, null when no token has a value;
 * ``min`` / ``max`` - the extreme value (nulls skipped).
 
+A token value may be restricted to one tool-call span (:data:`VALUE_SPANS`, the ``toolcall_span``
+column of :mod:`agentuq_nb.records.toolcall_spans`): ``toolcall_value_nll`` is the NLL of the tokens
+of argument values and null on every other token, so its mean is over those tokens alone (JSON
+syntax tokens, near-certain, would dilute it). A turn or trajectory without such tokens has NaN.
+The number of tokens each span value was read from is kept in the summaries (:data:`SPAN_COUNTS`).
+
 Mergeable per-turn partials: ``sum_<value>`` and ``n_<value>`` for means and sums (added when
 merged), the statistic itself for extremes (min of mins, max of maxes). Summaries list the token
 count, then sums, means and extremes, each in table order.
@@ -30,7 +36,16 @@ TOKEN_VALUES = {
     "normalized_entropy": "normalized_entropy",
     "full_entropy": "full_entropy",
     "chosen_prob": "chosen_prob",
+    "toolcall_name_nll": "chosen_logprob",
+    "toolcall_value_nll": "chosen_logprob",
 }
+#: token values that are the negated column (a log-prob read as a negative log-likelihood)
+NEGATED_VALUES = frozenset({"nll", "toolcall_name_nll", "toolcall_value_nll"})
+#: token values read only on the tokens of one tool-call span (null elsewhere)
+VALUE_SPANS = {"toolcall_name_nll": "tool_name", "toolcall_value_nll": "arg_value"}
+#: the summary column counting the tokens a span value was read from (tokens with a log-prob)
+SPAN_COUNTS = {"toolcall_name_nll": "toolcall_name_tokens", "toolcall_value_nll": "toolcall_value_tokens"}
+SPAN_COLUMN = "toolcall_span"
 
 
 @dataclass(frozen=True)
@@ -65,6 +80,12 @@ TOKEN_STATISTICS: tuple[TokenStatistic, ...] = (
     TokenStatistic("min_chosen_prob", "chosen_prob", "min", False,
                    description="lowest probability of a chosen token (a confidence)"),
     TokenStatistic("max_token_nll", "nll", "max", True, description="highest token negative log-likelihood"),
+    TokenStatistic("toolcall_name_nll", "toolcall_name_nll", "mean", True,
+                   description="mean negative log-likelihood of the tool-name tokens of tool calls (nats)"),
+    TokenStatistic("toolcall_value_nll", "toolcall_value_nll", "mean", True,
+                   description="mean negative log-likelihood of the argument-value tokens of tool calls (nats)"),
+    TokenStatistic("toolcall_value_max_nll", "toolcall_value_nll", "max", True,
+                   description="highest negative log-likelihood of an argument-value token of a tool call"),
 )
 STATISTICS_BY_NAME = {s.name: s for s in TOKEN_STATISTICS}
 #: the token count: ``num_tokens`` per turn, ``total_tokens`` per trajectory
@@ -88,8 +109,18 @@ def extreme_statistics() -> list[TokenStatistic]:
 
 
 def summary_statistics() -> list[TokenStatistic]:
-    """The statistics in the summaries' column order: sums, means, then extremes."""
-    return sorted(TOKEN_STATISTICS, key=lambda s: SUMMARY_ORDER.index(s.reduce))
+    """The statistics over all tokens in the summaries' column order: sums, means, then extremes."""
+    return sorted((s for s in TOKEN_STATISTICS if s.value not in VALUE_SPANS), key=lambda s: SUMMARY_ORDER.index(s.reduce))
+
+
+def toolcall_statistics() -> list[TokenStatistic]:
+    """The statistics over tool-call spans (after the others in the summaries), in the same order."""
+    return sorted((s for s in TOKEN_STATISTICS if s.value in VALUE_SPANS), key=lambda s: SUMMARY_ORDER.index(s.reduce))
+
+
+def span_counts() -> list[str]:
+    """The summaries' token-count columns of the span values, in table order."""
+    return [SPAN_COUNTS[v] for v in token_values() if v in SPAN_COUNTS]
 
 
 def get_statistic(name: str) -> TokenStatistic:

@@ -1,6 +1,12 @@
 """The token-row contract (one row per token), a superset of agentuq's uq_logprobs_v1.
 
 Rows written by this project load in agentuq's tools and agentuq's sidecars load here.
+
+``toolcall_span`` (our addition, last) says which part of a tool call a token is - ``tool_name``,
+``arg_key``, ``arg_value``, ``syntax``, null outside calls (:mod:`agentuq_nb.records.toolcall_spans`).
+It is derived from the token texts when the token table is made (``uq.token_metrics``), like the
+entropies, so sidecars need not carry it: agentuq's files (without it) load, and the rows the
+simulator writes into its sidecars (:func:`make_token_row`) leave it out.
 """
 from __future__ import annotations
 
@@ -36,9 +42,12 @@ TOKEN_SCHEMA = pa.schema(
         ("scorer", pa.string()),
         ("source", pa.string()),
         ("message_timestamp", pa.string()),
+        ("toolcall_span", pa.string()),
     ]
 )
 TOKEN_COLUMNS = TOKEN_SCHEMA.names
+#: columns derived from a message's token texts when the table is made, not written per generated row
+DERIVED_FROM_MESSAGE = ("toolcall_span",)
 
 
 def topk_statistics(topk_logprobs) -> tuple[float | None, float | None, float | None]:
@@ -80,7 +89,7 @@ def make_token_row(
     import math
 
     entropy, mass, normalized = topk_statistics(topk_logprobs)
-    row = {name: None for name in TOKEN_COLUMNS}
+    row = {name: None for name in TOKEN_COLUMNS if name not in DERIVED_FROM_MESSAGE}
     row.update(keys)
     row.update(
         token=token,

@@ -34,7 +34,14 @@ from agentuq_nb.io.rundir import RunDir
 from agentuq_nb.io.token_table import read_token_dataset
 from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.run_tables import TRAJECTORY_META
-from agentuq_nb.records.token_statistics import TRAJECTORY_COUNT, TURN_COUNT, summary_statistics
+from agentuq_nb.records.token_statistics import (
+    SPAN_COLUMN,
+    TRAJECTORY_COUNT,
+    TURN_COUNT,
+    span_counts,
+    summary_statistics,
+    toolcall_statistics,
+)
 from agentuq_nb.records.tokens import TOKEN_SCHEMA, TRAJECTORY_KEYS
 from agentuq_nb.uq.turn_partials import (
     ROLE_KEYS,
@@ -47,10 +54,15 @@ from agentuq_nb.uq.turn_partials import (
     token_partials,
 )
 
-#: the summaries' columns: keys, the token count, the statistics (sums, means, extremes), and for
-#: trajectories the number of turns and the trajectory's own columns (reward, length baselines)
-TURN_COLUMNS = TURN_KEYS + ["message_idx", "source", TURN_COUNT] + [s.turn_column for s in summary_statistics()]
-TRAJECTORY_COLUMNS = ROLE_KEYS + [TRAJECTORY_COUNT] + [s.name for s in summary_statistics()] + ["num_turns"]
+#: the summaries' columns: keys, the token count, the statistics (sums, means, extremes), for
+#: trajectories the number of turns, then the tool-call statistics and their token counts
+#: (``toolcall_*``, NaN where there is no such token), and for trajectories the trajectory's own
+#: columns (reward, length baselines)
+TOOLCALL_COLUMNS = [s.name for s in toolcall_statistics()] + span_counts()
+TURN_COLUMNS = (TURN_KEYS + ["message_idx", "source", TURN_COUNT] + [s.turn_column for s in summary_statistics()]
+                + TOOLCALL_COLUMNS)
+TRAJECTORY_COLUMNS = (ROLE_KEYS + [TRAJECTORY_COUNT] + [s.name for s in summary_statistics()] + ["num_turns"]
+                      + TOOLCALL_COLUMNS)
 
 class NoTokenRowsError(ValueError):
     """The run's token tables hold no row: its results carried no log-probs."""
@@ -145,7 +157,7 @@ def trajectory_summary(tokens: pd.DataFrame | pa.Table, trajectories: pd.DataFra
 
 def _token_batches(files: list[Path], batch_rows: int, filters=None):
     # string keys are read as dictionaries: no string is materialized per row, runs compare codes
-    strings = [k for k in TURN_GROUP if pa.types.is_string(TOKEN_SCHEMA.field(k).type)]
+    strings = [k for k in TURN_GROUP + [SPAN_COLUMN] if pa.types.is_string(TOKEN_SCHEMA.field(k).type)]
     parquet = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=strings))
     dataset = ds.dataset([str(f) for f in files], schema=TOKEN_SCHEMA, format=parquet)
     if isinstance(filters, list):

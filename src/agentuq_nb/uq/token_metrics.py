@@ -8,6 +8,12 @@ For each token:
   (the Watchful "structural" quantity); null for k < 2
 * ``full_entropy`` – whole-vocabulary entropy, kept as the backend reported it
 
+* ``toolcall_span`` – which part of a tool call the token is (``tool_name``, ``arg_key``,
+  ``arg_value``, ``syntax``; null outside calls), from the texts of its message's tokens
+  (:mod:`agentuq_nb.records.toolcall_spans`). Only messages with a token holding ``{`` or ``<``
+  (every call's JSON opens a brace) and not of role ``tool`` (results are not calls) are scanned,
+  in Python, one message at a time; a table without such a token costs two substring searches.
+
 Validation happens here too: a non-finite chosen log-prob, or a positive one beyond rounding
 noise, is set to null (and counted); tiny positive values (≤ 1e-6, rounding) are clipped to 0.
 Non-finite top-k entries are dropped from the top-k statistics. The scalar reference for these
@@ -23,6 +29,8 @@ import pyarrow.compute as pc
 
 from agentuq_nb.io.errors import InputWarnings
 from agentuq_nb.records.tokens import TOKEN_COLUMNS, TOKEN_SCHEMA
+from agentuq_nb.records.toolcall_spans import SPAN_LABELS, token_span_codes
+from agentuq_nb.uq.turn_partials import key_runs
 
 POSITIVE_TOLERANCE = 1e-6
 # where a problem is: a fixed description, or a function of the first offending row's index
@@ -88,6 +96,35 @@ def _topk_stats(topk: pa.ChunkedArray | pa.Array, where: Where, warnings: InputW
     return entropy, mass, normalized
 
 
+#: the keys that make one message's rows (rows of a message lie next to each other, in token order)
+MESSAGE_KEYS = ["domain", "task_id", "trial", "seed", "scorer", "message_idx"]
+CALL_MARKS = ("{", "<")
+
+
+def toolcall_span_column(raw: pa.Table) -> pa.Array:
+    """Each row's ``toolcall_span`` label (null outside tool calls), computed per message."""
+    n = raw.num_rows
+    if not n or "token" not in raw.column_names:
+        return pa.nulls(n, pa.string())
+    token = raw.column("token")
+    marked = pc.or_(*(pc.match_substring(token, mark) for mark in CALL_MARKS))
+    if "role" in raw.column_names:
+        marked = pc.and_(marked, pc.not_equal(raw.column("role"), "tool"))
+    marked = pc.fill_null(marked, False).to_numpy(zero_copy_only=False)
+    if not marked.any():
+        return pa.nulls(n, pa.string())
+    starts = key_runs(raw, [k for k in MESSAGE_KEYS if k in raw.column_names])
+    ends = np.append(starts[1:], n)
+    first_of_message = np.zeros(n, dtype=np.int64)
+    first_of_message[starts] = 1
+    message = np.cumsum(first_of_message) - 1
+    codes = np.zeros(n, dtype=np.int8)
+    for m in np.unique(message[marked]):
+        first, last = int(starts[m]), int(ends[m])
+        codes[first:last] = token_span_codes(token.slice(first, last - first).to_pylist())
+    return pa.array((None,) + SPAN_LABELS, pa.string()).take(pa.array(codes))
+
+
 def with_token_metrics(raw: pa.Table, where: Where = "", warnings: InputWarnings | None = None) -> pa.Table:
     """The full token-row table (TOKEN_SCHEMA column order) with derived metrics added.
 
@@ -112,6 +149,7 @@ def with_token_metrics(raw: pa.Table, where: Where = "", warnings: InputWarnings
         topk_entropy=nan_to_null(entropy),
         topk_mass=nan_to_null(mass),
         normalized_entropy=nan_to_null(normalized),
+        toolcall_span=toolcall_span_column(raw),
     )
     arrays = [columns[name] if name in columns else pa.nulls(n, TOKEN_SCHEMA.field(name).type) for name in TOKEN_COLUMNS]
     return pa.Table.from_arrays(arrays, schema=TOKEN_SCHEMA)

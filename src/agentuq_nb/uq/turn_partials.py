@@ -15,22 +15,28 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from agentuq_nb.io.rundir import RunDir, parquet_commit
 from agentuq_nb.records.token_statistics import (
+    NEGATED_VALUES,
+    SPAN_COLUMN,
+    SPAN_COUNTS,
     TOKEN_STATISTICS,
     TOKEN_VALUES,
     TURN_COUNT,
+    VALUE_SPANS,
     additive_values,
     extreme_statistics,
     token_values,
 )
 from agentuq_nb.records.tokens import TOKEN_SCHEMA, TRAJECTORY_KEYS
+from agentuq_nb.records.toolcall_spans import SPAN_LABELS
 
 TURN_KEYS = TRAJECTORY_KEYS + ["scorer", "role", "turn_idx"]
 ROLE_KEYS = TRAJECTORY_KEYS + ["scorer", "role"]
 TURN_GROUP = TURN_KEYS + ["message_idx", "source"]
-TOKEN_COLUMNS_READ = TURN_GROUP + list(dict.fromkeys(TOKEN_VALUES[v] for v in token_values()))
+TOKEN_COLUMNS_READ = TURN_GROUP + list(dict.fromkeys(TOKEN_VALUES[v] for v in token_values())) + [SPAN_COLUMN]
 
 
 def observation_role(role: pa.Array, scorer: pa.Array) -> pa.Array:
@@ -45,9 +51,59 @@ def token_partials(tokens: pa.Table | pa.RecordBatch | pd.DataFrame) -> pd.DataF
     return token_partials_table(tokens).to_pandas()
 
 
-def _token_value(tokens: pa.Table | pa.RecordBatch, value: str) -> np.ndarray:
-    x = tokens.column(TOKEN_VALUES[value]).to_numpy(zero_copy_only=False).astype(np.float64)
-    return -x if value == "nll" else x
+def span_codes(tokens: pa.Table | pa.RecordBatch) -> np.ndarray | None:
+    """Each row's tool-call span as its code (``1 + SPAN_LABELS.index``, 0 for null); None when no row
+    has one (a run without tool calls, or a table written before the column existed)."""
+    if SPAN_COLUMN not in tokens.schema.names:
+        return None
+    column = tokens.column(SPAN_COLUMN)
+    if column.null_count == len(column):
+        return None
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    labels = pa.array(SPAN_LABELS, pa.string())
+    if pa.types.is_dictionary(column.type):  # as aggregate reads it: look up the dictionary, then take
+        lookup = pc.fill_null(pc.index_in(column.dictionary.cast(pa.string()), value_set=labels), -1)
+        lookup = lookup.to_numpy(zero_copy_only=False).astype(np.int8) + 1
+        indices = pc.fill_null(column.indices, 0).to_numpy(zero_copy_only=False)
+        return np.where(column.is_valid().to_numpy(zero_copy_only=False), lookup[indices], 0).astype(np.int8)
+    found = pc.fill_null(pc.index_in(column, value_set=labels), -1)
+    return found.to_numpy(zero_copy_only=False).astype(np.int8) + 1
+
+
+def token_value_arrays(tokens: pa.Table | pa.RecordBatch) -> dict[str, np.ndarray | None]:
+    """Each token value of the statistics as one float per row (NaN: no value); None for a span value
+    no row has (then its partials are known without a pass over the rows)."""
+    columns: dict[str, np.ndarray] = {}
+    codes = span_codes(tokens) if VALUE_SPANS else None
+    out: dict[str, np.ndarray | None] = {}
+    for value in token_values():
+        name = TOKEN_VALUES[value]
+        if name not in columns:
+            columns[name] = tokens.column(name).to_numpy(zero_copy_only=False).astype(np.float64)
+        x = -columns[name] if value in NEGATED_VALUES else columns[name]
+        span = VALUE_SPANS.get(value)
+        if span is not None:
+            in_span = None if codes is None else codes == SPAN_LABELS.index(span) + 1
+            x = None if in_span is None or not in_span.any() else np.where(in_span, x, np.nan)
+        out[value] = x
+    return out
+
+
+def key_runs(tokens: pa.Table | pa.RecordBatch, keys: list[str]) -> np.ndarray:
+    """The first row of each run of rows with equal ``keys`` (null equals null)."""
+    n = tokens.num_rows
+    change = np.zeros(n, dtype=bool)
+    change[:1] = True
+    for key in keys if n > 1 else ():
+        column = comparable_keys(tokens.column(key))
+        # a run ends where any key differs from the row before (null = null)
+        after, before = column.slice(1), column.slice(0, n - 1)
+        differs = pc.fill_null(pc.not_equal(after, before), True).to_numpy(zero_copy_only=False)
+        if column.null_count:
+            differs &= ~pc.and_(pc.is_null(after), pc.is_null(before)).to_numpy(zero_copy_only=False)
+        change[1:] |= differs
+    return np.flatnonzero(change)
 
 
 def token_partials_table(tokens: pa.Table | pa.RecordBatch | pd.DataFrame) -> pa.Table:
@@ -61,34 +117,26 @@ def token_partials_table(tokens: pa.Table | pa.RecordBatch | pd.DataFrame) -> pa
     if isinstance(tokens, pd.DataFrame):
         tokens = pa.Table.from_pandas(tokens, preserve_index=False)
     n = tokens.num_rows
-    change = np.zeros(n, dtype=bool)
-    change[:1] = True
-    keys = {key: comparable_keys(tokens.column(key)) for key in TURN_GROUP}
-    for column in keys.values() if n > 1 else ():
-        # a run ends where any key differs from the row before (null = null)
-        after, before = column.slice(1), column.slice(0, n - 1)
-        differs = pc.fill_null(pc.not_equal(after, before), True).to_numpy(zero_copy_only=False)
-        if column.null_count:
-            differs &= ~pc.and_(pc.is_null(after), pc.is_null(before)).to_numpy(zero_copy_only=False)
-        change[1:] |= differs
-    starts = np.flatnonzero(change)
-    values = {value: _token_value(tokens, value) for value in token_values()}
+    starts = key_runs(tokens, TURN_GROUP)
+    values = token_value_arrays(tokens)
     first_rows = pa.array(starts, pa.int64())
     columns = {key: decoded(tokens.column(key).take(first_rows)) for key in TURN_GROUP}
     columns["role"] = observation_role(columns["role"], columns["scorer"])
     columns[TURN_COUNT] = np.diff(np.append(starts, n))
 
-    def per_run(ufunc: np.ufunc, x: np.ndarray) -> np.ndarray:
+    def per_run(ufunc: np.ufunc, x: np.ndarray | None, empty: float) -> np.ndarray:
+        if x is None:  # a value no row has: the reduction of nothing, per run
+            return np.full(len(starts), empty, dtype=np.int64 if isinstance(empty, int) else np.float64)
         return ufunc.reduceat(x, starts) if n else x[:0]
 
     with np.errstate(invalid="ignore"):
         for stat in extreme_statistics():  # fmin/fmax skip NaN (null)
-            columns[stat.name] = per_run(np.fmin if stat.reduce == "min" else np.fmax, values[stat.value])
+            columns[stat.name] = per_run(np.fmin if stat.reduce == "min" else np.fmax, values[stat.value], np.nan)
     for value in additive_values():
         x = values[value]
-        present = ~np.isnan(x)
-        columns[f"sum_{value}"] = per_run(np.add, np.where(present, x, 0.0))
-        columns[f"n_{value}"] = per_run(np.add, present.astype(np.int64))
+        present = None if x is None else ~np.isnan(x)
+        columns[f"sum_{value}"] = per_run(np.add, None if x is None else np.where(present, x, 0.0), 0.0)
+        columns[f"n_{value}"] = per_run(np.add, None if x is None else present.astype(np.int64), 0)
     return pa.table(columns)
 
 
@@ -122,6 +170,8 @@ def merge_partials(partials: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 def finalize_partials(merged: pd.DataFrame, level: str) -> pd.DataFrame:
     """Statistics from merged partials (``level``: ``turn`` or ``trajectory`` names the sums)."""
     out = merged.copy()
+    for value, count in SPAN_COUNTS.items():
+        out[count] = out[f"n_{value}"]
     for stat in TOKEN_STATISTICS:
         if stat.reduce not in ("mean", "sum"):
             continue
@@ -145,4 +195,6 @@ def stored_partials(run: RunDir, table_path) -> pd.DataFrame | None:
     if commit is None or commit != parquet_commit(table_path):
         return None
     run.verify("turn_partials")
+    if set(PARTIALS_SCHEMA.names) - set(pq.read_schema(stored).names):  # written before a statistic was added
+        return None
     return pd.read_parquet(stored)
