@@ -8,6 +8,7 @@ actions per decision point (:mod:`.actions`), SAUP and early warning
 (:mod:`.baselines`). Evaluation (``agentuq_nb.evaluation``) scores any of them by name.
 """
 from agentuq_nb.estimators import actions, baselines, propagation, token, verbalized  # noqa: F401  (they register)
+from agentuq_nb.estimators.actions import skipped_action_statistics
 from agentuq_nb.estimators.base import (
     ENTRY_POINT_GROUP,
     Estimator,
@@ -21,7 +22,6 @@ from agentuq_nb.estimators.base import (
     register,
     unregister,
 )
-from agentuq_nb.estimators.actions import skipped_action_statistics
 from agentuq_nb.estimators.baselines import BASELINES
 from agentuq_nb.estimators.token import TokenEstimator, default_scorer, token_estimator_name
 

@@ -39,6 +39,7 @@ class TokenTableWriter:
         # turn…): a third faster to write than pyarrow's defaults, for a file 8% larger
         strings = [f.name for f in schema if _is_string(f.type) or (pa.types.is_list(f.type) and _is_string(f.type.value_type))]
         keys = [f.name for f in schema if _is_string(f.type) or pa.types.is_integer(f.type) or pa.types.is_boolean(f.type)]
+        self._schema = schema
         if metadata:  # footer key-value metadata (a commit stamp)
             schema = schema.with_metadata({**(schema.metadata or {}), **metadata})
         self._writer = pq.ParquetWriter(self._tmp, schema, compression="snappy", use_dictionary=strings,
@@ -53,6 +54,9 @@ class TokenTableWriter:
     def write(self, table: pa.Table) -> None:
         if table.num_rows == 0:
             return
+        for f in self._schema:  # a table of an older version (a checkpoint resumed) lacks newer columns: null
+            if f.name not in table.column_names and f.nullable:
+                table = table.append_column(f, pa.nulls(table.num_rows, f.type))
         self._buffer.append(table)
         self._buffered += table.num_rows
         self.num_rows += table.num_rows

@@ -42,8 +42,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-TOOL_CALL_OPEN = "<tool_call>"
-TOOL_CALL_CLOSE = "</tool_call>"
+from agentuq_nb.records.toolcall_spans import TOOL_CALL_CLOSE, TOOL_CALL_OPEN  # one definition of the tags
+
 MAX_STRING_CHARS = 128  # characters of a JSON string whose schema sets no maxLength
 MAX_ARRAY_ITEMS = 16  # items of an array whose schema sets no maxItems
 MAX_OBJECT_KEYS = 16  # keys of a free-form object (no declared properties)

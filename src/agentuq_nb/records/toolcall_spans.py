@@ -41,7 +41,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-TOOL_CALL_OPEN = "<tool_call>"  # the tags of llm.tool_format (records may not import llm)
+TOOL_CALL_OPEN = "<tool_call>"  # the tags of the tool-call convention (llm.tool_format imports them)
 TOOL_CALL_CLOSE = "</tool_call>"
 TOOL_NAME, ARG_KEY, ARG_VALUE, SYNTAX = "tool_name", "arg_key", "arg_value", "syntax"
 #: the labels, in the order of their priority codes (1 = syntax … 4 = arg_value); code 0 is "no call"
