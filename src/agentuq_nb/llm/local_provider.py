@@ -60,6 +60,13 @@ from agentuq_nb.llm.local_model import (
     get_local_model,
     logit_stats,
 )
+from agentuq_nb.llm.local_sampling import (
+    Feed,
+    Score,
+    decode_together,
+    parallel_context,
+    sequence_state,
+)
 from agentuq_nb.llm.tool_format import (
     TOOL_CALL_OPEN,
     parse_tool_call_json,
@@ -158,23 +165,6 @@ def in_json_string(text: bytes) -> bool:
 #: the last tokens of a tool call's budget prefer closers (``"``, ``}``, ``]``) among those the grammar
 #: allows, so a call that would run out of ``max_tokens`` inside a string still closes and parses
 CLOSING_RESERVE = 16
-
-
-@dataclass
-class Feed:
-    """A decoder's request: keep the first ``keep`` tokens of its sequence (None: all), append ``tokens``,
-    and hand back the logits of the last one."""
-
-    tokens: list[int]
-    keep: int | None = None
-
-
-@dataclass
-class Score:
-    """A decoder's last request: keep ``keep`` tokens, append ``tokens`` and hand back their ``TokenStats``."""
-
-    tokens: list[int]
-    keep: int
 
 
 class ChatDecoder:
@@ -355,6 +345,49 @@ def chat_completion(
         result = decode(session, decoder, session.feed(prompt))
     result.dropped_messages, result.dropped_tokens = dropped_messages, dropped_tokens
     return result
+
+
+def chat_samples(
+    messages: list,
+    n: int,
+    tools: list[dict] | None = None,
+    tool_choice: Any = None,
+    temperature: float = OPENAI_DEFAULT_TEMPERATURE,
+    seed: int | None = None,
+    max_tokens: int | None = DEFAULT_MAX_TOKENS,
+    top_logprobs: int = 5,
+    model: LocalModel | None = None,
+    fit_context: bool = False,
+    cancelled: threading.Event | None = None,
+) -> list[LocalCompletion]:
+    """``n`` answers to one chat request, decoded together (``local_sampling``).
+
+    Answer ``i`` is drawn with seed ``seed + i`` (unseeded if ``seed`` is None), so it equals
+    ``chat_completion(..., seed=seed + i)`` token for token. The prompt is decoded once, in
+    the main context's cache (its prefix reused as for ``chat_completion``); each answer's
+    ``prompt_tokens`` is the full prompt.
+    """
+    if n < 1:
+        raise ValueError(f"n (the number of samples) must be at least 1, got {n}")
+    model = model or get_local_model()
+    cancelled = cancelled if cancelled is not None else _CANCELLED.get()
+    prompt, dropped_messages, dropped_tokens = chat_prompt(model, messages, tools, max_tokens, fit_context)
+    budget = token_budget(max_tokens, len(prompt), model.n_ctx)
+    usable, forced = select_tools(tools or [], tool_choice)
+    results: list[LocalCompletion] = []
+    with model.session(cancelled) as session:
+        logits = session.feed(prompt)
+        state = sequence_state(model, session.slot, len(prompt), model.n_seqs)
+        parallel = parallel_context(model, n, len(prompt) + budget)
+        for start in range(0, n, parallel.n_seqs):
+            decoders = [ChatDecoder(model, prompt, usable, forced,
+                                    TokenChooser(temperature, None if seed is None else seed + i), budget, top_logprobs)
+                        for i in range(start, min(n, start + parallel.n_seqs))]
+            decode_together(parallel, decoders, prompt, state, logits, cancelled)
+            results += [d.result() for d in decoders]
+    for result in results:
+        result.dropped_messages, result.dropped_tokens = dropped_messages, dropped_tokens
+    return results
 
 
 def chat_prompt(model: LocalModel, messages: list, tools: list[dict] | None, max_tokens: int | None,
