@@ -17,6 +17,9 @@ Rows of a tool-call message are the teacher-forced log-probs of its canonical te
 model did not choose freely; rows of a text message are those of the tokens as
 they were generated.
 
+``n`` > 1 returns ``n`` choices decoded together (``chat_samples``): choice ``i`` is drawn
+with seed ``seed + i``; ``usage`` counts the prompt once and every choice's completion.
+
 Two request options beyond OpenAI's: ``fit_context`` (the context-overflow policy of
 ``context_fit``; off by default, so an overflow raises) and cancellation: inside
 ``cancellable(event)``, a completion stops decoding with ``GenerationCancelled`` once
@@ -492,35 +495,39 @@ class LocalProvider(CustomLLM):
         if unsupported:
             raise litellm.UnsupportedParamsError(
                 message=f"{LOCAL_MODEL} does not support {unsupported}", llm_provider=PROVIDER, model=model)
-        if params.get("n", 1) != 1 or params.get("stream"):
+        if params.get("stream"):
             raise litellm.UnsupportedParamsError(
-                message=f"{LOCAL_MODEL} supports n=1 without streaming only", llm_provider=PROVIDER, model=model)
+                message=f"{LOCAL_MODEL} does not stream", llm_provider=PROVIDER, model=model)
+        n = params.get("n") or 1
         want_logprobs = bool(params.get("logprobs"))
+        request = dict(
+            tools=params.get("tools"),
+            tool_choice=params.get("tool_choice"),
+            temperature=params.get("temperature", OPENAI_DEFAULT_TEMPERATURE),
+            seed=params.get("seed"),
+            max_tokens=params.get("max_completion_tokens", params.get("max_tokens", DEFAULT_MAX_TOKENS)),
+            top_logprobs=int(params.get("top_logprobs") or 0) if want_logprobs else 0,
+            fit_context=bool(params.get("fit_context", False)),
+        )
         try:
-            result = chat_completion(
-                messages,
-                tools=params.get("tools"),
-                tool_choice=params.get("tool_choice"),
-                temperature=params.get("temperature", OPENAI_DEFAULT_TEMPERATURE),
-                seed=params.get("seed"),
-                max_tokens=params.get("max_completion_tokens", params.get("max_tokens", DEFAULT_MAX_TOKENS)),
-                top_logprobs=int(params.get("top_logprobs") or 0) if want_logprobs else 0,
-                fit_context=bool(params.get("fit_context", False)),
-            )
+            if not isinstance(n, int) or n < 1:
+                raise ValueError(f"n must be a positive integer, got {n!r}")
+            results = [chat_completion(messages, **request)] if n == 1 else chat_samples(messages, n, **request)
         except ContextWindowError as exc:
             raise litellm.ContextWindowExceededError(message=str(exc), model=model, llm_provider=PROVIDER) from exc
         except (ValueError, TypeError) as exc:  # the request's fault (a bad message, tool or option): say so
             raise litellm.BadRequestError(message=f"{LOCAL_MODEL}: {exc}", model=model, llm_provider=PROVIDER) from exc
-        message = Message(content=result.content, role="assistant",
-                          tool_calls=to_openai_tool_calls(result.tool_calls))
-        model_response.choices = [Choices(
-            index=0, finish_reason=result.finish_reason, message=message,
-            logprobs=to_openai_logprobs(result.tokens) if want_logprobs else None,
-        )]
-        dropped = ({"context_dropped_messages": result.dropped_messages, "context_dropped_tokens": result.dropped_tokens}
+        model_response.choices = [
+            Choices(index=i, finish_reason=r.finish_reason,
+                    message=Message(content=r.content, role="assistant", tool_calls=to_openai_tool_calls(r.tool_calls)),
+                    logprobs=to_openai_logprobs(r.tokens) if want_logprobs else None)
+            for i, r in enumerate(results)]
+        first = results[0]
+        dropped = ({"context_dropped_messages": first.dropped_messages, "context_dropped_tokens": first.dropped_tokens}
                    if params.get("fit_context") else {})
-        model_response.usage = Usage(prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens,
-                                     total_tokens=result.prompt_tokens + result.completion_tokens, **dropped)
+        completion_tokens = sum(r.completion_tokens for r in results)  # the prompt is decoded once for all n
+        model_response.usage = Usage(prompt_tokens=first.prompt_tokens, completion_tokens=completion_tokens,
+                                     total_tokens=first.prompt_tokens + completion_tokens, **dropped)
         model_response.model = LOCAL_MODEL
         model_response.created = int(time.time())
         return model_response
