@@ -151,7 +151,7 @@ BAD_CHAT_REQUESTS = {
     "messages": [chat_body(messages="hello"), chat_body(messages=[]), chat_body(messages=["hello"]),
                  chat_body(messages=[{"role": "wizard", "content": "hi"}]), chat_body(messages=[{"content": "hi"}])],
     "seed": [chat_body(seed="x")],
-    "n": [chat_body(n=2)],
+    "n": [chat_body(n=0), chat_body(n="2")],
     "stream": [chat_body(stream=True)],
     "tool": [chat_body(tools=[{"type": "function", "function": {"description": "no name"}}]),
              chat_body(tools=[{"type": "function", "function": {"name": "f"}}],

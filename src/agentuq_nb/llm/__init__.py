@@ -2,6 +2,8 @@
 
 * ``generate(messages, model=LOCAL_MODEL, tools=..., ...)`` — the next assistant
   message via ``litellm.completion``, with token rows (``source="generated"``).
+* ``sample(messages, k, ...)`` — K alternative next messages (seed ``seed + i`` each; the
+  embedded model decodes them together, see ``local_sampling``).
 * ``score(context, target, ...)`` / ``score_trajectory(messages, ...)`` — log-probs of
   observed messages (``teacher_forced``, or ``chat_replay`` for APIs without prompt
   log-probs).
@@ -10,7 +12,7 @@
   OpenAI-compatible server.
 
 Module map: ``chat_format`` (rendering), ``tool_format`` (tool-call convention),
-``local_model`` (llama.cpp + numpy), ``local_provider`` (litellm provider),
+``local_model`` (llama.cpp + numpy), ``local_sampling`` (K samples in one batch), ``local_provider`` (litellm provider),
 ``local_scoring`` (teacher forcing, sliding window), ``remote`` (echo scoring, chat
 replay), ``client`` (the public calls), ``server``.
 """
@@ -20,8 +22,10 @@ from agentuq_nb.llm.client import (
     RetryPolicy,
     ScoredTokens,
     generate,
+    sample,
     score,
     score_trajectory,
+    supports_n,
 )
 from agentuq_nb.llm.local_model import ContextWindowError, get_local_model, require_local_model
 from agentuq_nb.llm.local_provider import LOCAL_MODEL, register
@@ -39,5 +43,5 @@ def check_model(model: str) -> None:
 __all__ = [
     "LOCAL_MODEL", "Generation", "ScoredTokens", "RetryPolicy", "MissingLogprobsError",
     "PromptLogprobsUnavailable", "ContextWindowError", "JinjaChat",
-    "generate", "score", "score_trajectory", "get_local_model", "require_local_model", "check_model",
+    "generate", "sample", "supports_n", "score", "score_trajectory", "get_local_model", "require_local_model", "check_model",
 ]

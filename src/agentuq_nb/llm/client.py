@@ -1,11 +1,13 @@
-"""The toolkit's three LLM calls: ``generate``, ``score`` and ``score_trajectory``.
+"""The toolkit's LLM calls: ``generate``, ``sample``, ``score`` and ``score_trajectory``.
 
 ``generate`` always goes through ``litellm.completion`` — the embedded model is a
 litellm provider — so a study switches between ``local/smollm2-135m-instruct``,
 ``openai/gpt-4.1`` and ``hosted_vllm/<model>`` by name alone. It asks for token
 log-probs, retries rate limits, timeouts and transient server errors with
 exponential backoff, and refuses a text answer that came back without log-probs
-rather than recording a turn with no uncertainty.
+rather than recording a turn with no uncertainty. ``sample`` draws K alternative
+next messages (one request with ``n`` where the provider takes it; the embedded model
+decodes them together) and accepts answers without log-probs.
 
 ``score`` and ``score_trajectory`` measure observed text. ``teacher_forced`` rows
 are the log-probs of the observed tokens: in-process for the local model, through
@@ -16,6 +18,7 @@ rows are the log-probs of the scorer's own continuation. Every row says which
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,6 +95,114 @@ def generate(
     ``messages`` are OpenAI- or τ²-shaped dicts (system/user/assistant/tool); extra
     ``kwargs`` go to ``litellm.completion`` (``api_base``, ``api_key``, ...).
     """
+    request = _chat_request(messages, model, tools, tool_choice, top_logprobs, temperature, seed, max_tokens, kwargs)
+    response = completion_with_retries(request, retry or RetryPolicy())
+    choice = response.choices[0]
+    if choice.message.content and not _logprob_entries(choice):
+        raise MissingLogprobsError(
+            f"{model} returned no token log-probs although the request set logprobs=True, "
+            f"top_logprobs={top_logprobs}. Use a model/server that serves logprobs (vLLM: start it with "
+            f"--max-logprobs >= {top_logprobs}; OpenAI: a non-reasoning model) or check that the provider "
+            "does not drop the 'logprobs' parameter (litellm.drop_params).")
+    usage = response.usage.model_dump() if getattr(response, "usage", None) else {}
+    return _generation(choice, model, {k: v for k, v in usage.items() if v is not None}, _cost(response))
+
+
+def sample(
+    messages: list,
+    k: int,
+    model: str = LOCAL_MODEL,
+    tools: list[dict] | None = None,
+    tool_choice: Any = None,
+    top_logprobs: int = 5,
+    temperature: float = 1.0,
+    seed: int | None = 0,
+    max_tokens: int = 256,
+    fit_context: bool = False,
+    retry: RetryPolicy | None = None,
+    **kwargs: Any,
+) -> list[Generation]:
+    """``k`` alternative next assistant messages for the same context, one ``Generation`` each.
+
+    Sample ``i`` is drawn with seed ``seed + i``: for the embedded model,
+    ``sample(..., k=K, seed=s)[i]`` is ``generate(..., temperature=T, seed=s + i)`` token for
+    token, and the K samples are decoded together over the once-decoded prompt
+    (``local_sampling``). For a litellm model whose provider takes ``n``
+    (``supports_n``) it is ONE request with ``n=k`` and ``seed`` (the provider decides
+    how the choices differ, so the ``seed + i`` identity is not promised there); otherwise
+    ``k`` concurrent requests (threads) with seeds ``seed + i``. Retries as ``generate``.
+
+    Sampling is meant to work black-box: a text answer without log-probs (a model or
+    provider that returns none) is not an error here, its token rows are just empty.
+
+    Usage and cost: from k requests, each sample has its request's. From one request,
+    each sample's ``usage`` has the request's ``prompt_tokens`` (the prompt was sent
+    and decoded once for all), its own ``completion_tokens`` (its token rows; the
+    request's total split evenly if there are none) and ``choices_in_request = k``;
+    ``cost`` is the request's cost split evenly over the k samples.
+    ``fit_context``: the embedded model's context-overflow policy (``context_fit``); a
+    context that does not fit raises ``ContextWindowError``'s litellm form as ``generate``.
+    """
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k (the number of samples) must be a positive integer, got {k!r}")
+    retry = retry or RetryPolicy()
+    if fit_context:
+        kwargs = {**kwargs, "fit_context": True}
+
+    def request_for(n: int, sample_seed: int | None) -> dict:
+        request = _chat_request(messages, model, tools, tool_choice, top_logprobs, temperature, sample_seed,
+                                max_tokens, kwargs)
+        if n > 1:
+            request["n"] = n
+        return request
+
+    if k == 1 or not supports_n(model):
+        def one(i: int) -> Generation:
+            response = completion_with_retries(request_for(1, None if seed is None else seed + i), retry)
+            usage = response.usage.model_dump() if getattr(response, "usage", None) else {}
+            return _generation(response.choices[0], model, {a: b for a, b in usage.items() if b is not None},
+                               _cost(response))
+
+        if k == 1:
+            return [one(0)]
+        with ThreadPoolExecutor(max_workers=k) as pool:  # requests wait on the network, not on this process
+            return list(pool.map(one, range(k)))
+    response = completion_with_retries(request_for(k, seed), retry)
+    choices = sorted(response.choices, key=lambda c: c.index or 0)
+    if len(choices) != k:
+        raise RuntimeError(f"{model} returned {len(choices)} choices for n={k}")
+    usage = response.usage.model_dump() if getattr(response, "usage", None) else {}
+    cost = _cost(response)
+    total_completion = usage.get("completion_tokens")
+    out = []
+    for choice in choices:
+        n_rows = len(_logprob_entries(choice))
+        own = n_rows if n_rows else (None if total_completion is None else round(total_completion / k))
+        prompt_tokens = usage.get("prompt_tokens")
+        sample_usage = {"prompt_tokens": prompt_tokens, "completion_tokens": own,
+                        "total_tokens": None if prompt_tokens is None or own is None else prompt_tokens + own,
+                        "choices_in_request": k}
+        for extra in ("context_dropped_messages", "context_dropped_tokens"):
+            if usage.get(extra) is not None:
+                sample_usage[extra] = usage[extra]
+        out.append(_generation(choice, model, {a: b for a, b in sample_usage.items() if b is not None},
+                               None if cost is None else cost / k))
+    return out
+
+
+def supports_n(model: str) -> bool:
+    """Whether one request can ask ``model`` for several choices (``n``), per litellm's parameter tables."""
+    if _is_local(model):
+        return True
+    try:
+        name, provider, _, _ = litellm.get_llm_provider(model)
+        params = litellm.get_supported_openai_params(model=name, custom_llm_provider=provider)
+    except Exception:  # litellm does not know the provider: ask one choice per request
+        return False
+    return bool(params) and "n" in params
+
+
+def _chat_request(messages, model, tools, tool_choice, top_logprobs, temperature, seed, max_tokens, kwargs) -> dict:
     request: dict[str, Any] = dict(
         model=model, messages=[to_openai_message(m) for m in messages], temperature=temperature,
         max_tokens=max_tokens, logprobs=True, top_logprobs=top_logprobs, **kwargs)
@@ -101,23 +212,15 @@ def generate(
         request["tools"] = [t if "function" in t else {"type": "function", "function": t} for t in tools]
         if tool_choice is not None:
             request["tool_choice"] = tool_choice
-    response = completion_with_retries(request, retry or RetryPolicy())
-    choice = response.choices[0]
-    message = _tau2_message(choice.message)
-    entries = _logprob_entries(choice)
-    if message["content"] and not entries:
-        raise MissingLogprobsError(
-            f"{model} returned no token log-probs although the request set logprobs=True, "
-            f"top_logprobs={top_logprobs}. Use a model/server that serves logprobs (vLLM: start it with "
-            f"--max-logprobs >= {top_logprobs}; OpenAI: a non-reasoning model) or check that the provider "
-            "does not drop the 'logprobs' parameter (litellm.drop_params).")
+    return request
+
+
+def _generation(choice: Any, model: str, usage: dict, cost: float | None) -> Generation:
     rows = [_row(e, i, role="assistant", model=model, scorer="self", source="generated")
-            for i, e in enumerate(entries)]
+            for i, e in enumerate(_logprob_entries(choice))]
     raw = choice.model_dump()
     raw.pop("logprobs", None)
-    usage = response.usage.model_dump() if getattr(response, "usage", None) else {}
-    return Generation(message, rows, {k: v for k, v in usage.items() if v is not None}, _cost(response),
-                      raw, model, choice.finish_reason)
+    return Generation(_tau2_message(choice.message), rows, usage, cost, raw, model, choice.finish_reason)
 
 
 def completion_with_retries(request: dict, retry: RetryPolicy):

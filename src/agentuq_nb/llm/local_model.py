@@ -250,6 +250,7 @@ class LocalModel:
         self._tuner = ThreadTuner(tuple(sorted({self.n_threads, 1}, reverse=True)))
         self.path = path
         self.n_ctx = llama_cpp.llama_n_ctx_seq(self.ctx)  # the window of one sequence
+        self.n_seqs = CACHE_SLOTS
         self._slots: list[list[int]] = [[] for _ in range(CACHE_SLOTS)]  # tokens cached per sequence id
         self._last_used = [0] * CACHE_SLOTS
         self._requests = 0
@@ -261,8 +262,12 @@ class LocalModel:
         self._batch = llama_cpp.llama_batch_init(N_BATCH + 1, 0, 1)
         self._memory = llama_cpp.llama_get_memory(self.ctx)
         self._pieces: dict[int, bytes] = {}
+        self.parallel = None  # local_sampling.ParallelContext: K samples decoded together, created on first use
 
     def close(self) -> None:
+        if self.parallel is not None:
+            self.parallel.close()
+            self.parallel = None
         if self._batch is not None:
             llama_cpp.llama_batch_free(self._batch)
             self._batch = None

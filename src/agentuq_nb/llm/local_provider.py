@@ -17,6 +17,9 @@ Rows of a tool-call message are the teacher-forced log-probs of its canonical te
 model did not choose freely; rows of a text message are those of the tokens as
 they were generated.
 
+``n`` > 1 returns ``n`` choices decoded together (``chat_samples``): choice ``i`` is drawn
+with seed ``seed + i``; ``usage`` counts the prompt once and every choice's completion.
+
 Two request options beyond OpenAI's: ``fit_context`` (the context-overflow policy of
 ``context_fit``; off by default, so an overflow raises) and cancellation: inside
 ``cancellable(event)``, a completion stops decoding with ``GenerationCancelled`` once
@@ -59,6 +62,13 @@ from agentuq_nb.llm.local_model import (
     TokenStats,
     get_local_model,
     logit_stats,
+)
+from agentuq_nb.llm.local_sampling import (
+    Feed,
+    Score,
+    decode_together,
+    parallel_context,
+    sequence_state,
 )
 from agentuq_nb.llm.tool_format import (
     TOOL_CALL_OPEN,
@@ -159,6 +169,157 @@ def in_json_string(text: bytes) -> bool:
 #: allows, so a call that would run out of ``max_tokens`` inside a string still closes and parses
 CLOSING_RESERVE = 16
 
+
+class ChatDecoder:
+    """One answer's decoding, step by step: free text (watching for ``<tool_call>``), then one
+    grammar-constrained call whose rows are teacher-forced.
+
+    The decoder never touches the model's cache: a driver feeds the prompt, passes the
+    last logits to ``advance``, and serves each ``Feed``/``Score`` it returns until it
+    returns None (then ``result()``). ``decode`` drives it on one ``Session``;
+    ``local_sampling`` drives several together in one llama.cpp batch.
+    """
+
+    def __init__(self, model: LocalModel, prompt: list[int], tools: list[dict], forced: bool,
+                 chooser: TokenChooser, budget: int, k: int, watch_tool_call: bool = True):
+        self.model, self.prompt, self.tools, self.chooser, self.budget, self.k = model, prompt, tools, chooser, budget, k
+        self.watch_tool_call = watch_tool_call and bool(tools)
+        self.ids: list[int] = []
+        self.parts: list[TokenStats] = []
+        self.text = b""
+        self.grammar: Grammar | None = None
+        self.call_budget = self.call_step = 0
+        self.json_bytes = b""
+        self.content = ""
+        self.finish: str | None = None
+        self.message: dict | None = None
+        self.body_ids: list[int] = []
+        self.stats: TokenStats | None = None
+        self.forced = forced
+
+    def advance(self, logits: np.ndarray) -> Feed | Score | None:
+        """The next request given the logits after the last fed token; None when the answer is complete."""
+        if self.forced:
+            self.forced = False
+            return self._open_call("", self.budget)
+        if self.grammar is not None:
+            return self._call_step(logits)
+        if len(self.ids) >= self.budget:
+            return self._finish_text("length")
+        token = self.chooser.choose(logits)
+        if self.model.is_stop(token):
+            return self._finish_text("stop")
+        self.parts.append(logit_stats(logits[None, :], np.array([token]), self.k))
+        self.ids.append(token)
+        self.text += self.model.piece(token)
+        opener = TOOL_CALL_OPEN.encode("utf-8")
+        if self.watch_tool_call and opener in self.text:
+            before = self.text[: self.text.index(opener)].decode("utf-8", "replace").strip()
+            return self._open_call(before, self.budget - len(self.ids))
+        if len(self.ids) == self.budget:
+            return self._finish_text("length")
+        return Feed([token])
+
+    def scored(self, stats: TokenStats) -> None:
+        """The answer to the ``Score`` request: the teacher-forced rows of the call's message."""
+        self.stats = stats
+
+    def result(self) -> LocalCompletion:
+        model = self.model
+        if self.message is None:  # a text answer
+            return LocalCompletion(model.detokenize(self.ids), None, self.finish,
+                                   stats_to_logprobs(model, self.ids, TokenStats.concat(self.parts, self.k)),
+                                   len(self.prompt), len(self.ids))
+        return LocalCompletion(self.message["content"], self.message["tool_calls"], self.finish,
+                               stats_to_logprobs(model, self.body_ids, self.stats), len(self.prompt), len(self.body_ids))
+
+    def close(self) -> None:
+        if self.grammar is not None:
+            self.grammar.close()
+            self.grammar = None
+
+    def _finish_text(self, finish: str) -> None:  # noqa: D401 - returns the "no more requests" answer
+        self.finish = finish
+        return None
+
+    def _open_call(self, content: str, budget: int) -> Feed | Score:
+        self.content, self.call_budget = content, budget
+        self.grammar = Grammar(self.model, tool_call_grammar(self.tools))
+        if budget <= 0:
+            return self._close_call(None)
+        return Feed(self.model.tokenize(tool_call_prefix(content)), keep=len(self.prompt))
+
+    def _call_step(self, logits: np.ndarray) -> Feed | Score:
+        closing = self.call_budget - self.call_step <= CLOSING_RESERVE  # close what is open while tokens remain
+        prefer = self.model.closing_tokens[in_json_string(self.json_bytes)] if closing else None
+        token = self.grammar.choose(self.chooser, logits, prefer=prefer)
+        if token is None:
+            return self._close_call(None)
+        self.grammar.accept(token)
+        self.json_bytes += self.model.piece(token)
+        call = parse_tool_call_json(self.json_bytes.decode("utf-8", "ignore"))
+        self.call_step += 1
+        if call is not None or self.call_step == self.call_budget:
+            return self._close_call(call)
+        return Feed([token])
+
+    def _close_call(self, call: dict | None) -> Score:
+        self.close()
+        if call is None:
+            text = tool_call_prefix(self.content) + self.json_bytes.decode("utf-8", "replace")
+            self.message = {"role": "assistant", "content": text, "tool_calls": None}
+            self.finish = "length"
+        else:
+            call.update(id="", requestor="assistant")
+            self.message = {"role": "assistant", "content": self.content or None, "tool_calls": [call]}
+            self.finish = "tool_calls"
+        body = message_body(self.message)
+        self.body_ids = self.model.tokenize(body)
+        if call is not None:
+            call["id"] = _call_id(self.prompt, body)
+        return Score(self.body_ids, keep=len(self.prompt))
+
+
+def decode(session: Session, decoder: ChatDecoder, logits: np.ndarray) -> LocalCompletion:
+    """Run ``decoder`` on ``session`` (its prompt already fed; ``logits`` are the last prompt token's).
+
+    Each single-token step also decodes a prompt-lookup draft (see ``local_model``); when the
+    sampled token matches it, the following logits are already known.
+    """
+    lookup = PromptLookup(session.tokens)
+    draft, draft_logits = None, None
+    try:
+        request = decoder.advance(logits)
+        while request is not None:
+            if request.keep is not None:
+                draft = None
+                session.truncate(request.keep)
+                if isinstance(request, Score):
+                    decoder.scored(session.score(request.tokens, np.arange(len(request.tokens)), decoder.k))
+                    break
+                logits = session.feed(request.tokens)
+                lookup = PromptLookup(session.tokens)
+            else:
+                (token,) = request.tokens
+                matched = token == draft
+                if draft is not None and not matched:
+                    session.truncate(len(session.tokens) - 1)  # the draft was wrong: drop it
+                draft = None
+                lookup.append(token)
+                if matched:
+                    logits = draft_logits
+                else:
+                    draft = lookup.guess()
+                    if draft is None:
+                        logits = session.feed([token])
+                    else:
+                        logits, draft_logits = session.feed_rows([token, draft], [0, 1])
+            request = decoder.advance(logits)
+    finally:
+        decoder.close()
+    return decoder.result()
+
+
 def chat_completion(
     messages: list,
     tools: list[dict] | None = None,
@@ -179,28 +340,61 @@ def chat_completion(
     """
     model = model or get_local_model()
     cancelled = cancelled if cancelled is not None else _CANCELLED.get()
-    prompt, dropped_messages, dropped_tokens = _chat_prompt(model, messages, tools, max_tokens, fit_context)
-    budget = _budget(max_tokens, len(prompt), model.n_ctx)
+    prompt, dropped_messages, dropped_tokens = chat_prompt(model, messages, tools, max_tokens, fit_context)
+    budget = token_budget(max_tokens, len(prompt), model.n_ctx)
     usable, forced = select_tools(tools or [], tool_choice)
-    chooser = TokenChooser(temperature, seed)
+    decoder = ChatDecoder(model, prompt, usable, forced, TokenChooser(temperature, seed), budget, top_logprobs)
     with model.session(cancelled) as session:
-        logits = session.feed(prompt)
-        if forced:
-            result = _tool_call(session, prompt, "", usable, chooser, budget, top_logprobs)
-        else:
-            ids, stats, finish, before_call = _free_text(session, logits, chooser, budget, top_logprobs,
-                                                         watch_tool_call=bool(usable))
-            if before_call is not None:
-                result = _tool_call(session, prompt, before_call, usable, chooser, budget - len(ids), top_logprobs)
-            else:
-                result = LocalCompletion(model.detokenize(ids), None, finish, stats_to_logprobs(model, ids, stats),
-                                         len(prompt), len(ids))
+        result = decode(session, decoder, session.feed(prompt))
     result.dropped_messages, result.dropped_tokens = dropped_messages, dropped_tokens
     return result
 
 
-def _chat_prompt(model: LocalModel, messages: list, tools: list[dict] | None, max_tokens: int | None,
-                 fit_context: bool) -> tuple[list[int], int, int]:
+def chat_samples(
+    messages: list,
+    n: int,
+    tools: list[dict] | None = None,
+    tool_choice: Any = None,
+    temperature: float = OPENAI_DEFAULT_TEMPERATURE,
+    seed: int | None = None,
+    max_tokens: int | None = DEFAULT_MAX_TOKENS,
+    top_logprobs: int = 5,
+    model: LocalModel | None = None,
+    fit_context: bool = False,
+    cancelled: threading.Event | None = None,
+) -> list[LocalCompletion]:
+    """``n`` answers to one chat request, decoded together (``local_sampling``).
+
+    Answer ``i`` is drawn with seed ``seed + i`` (unseeded if ``seed`` is None), so it equals
+    ``chat_completion(..., seed=seed + i)`` token for token. The prompt is decoded once, in
+    the main context's cache (its prefix reused as for ``chat_completion``); each answer's
+    ``prompt_tokens`` is the full prompt.
+    """
+    if n < 1:
+        raise ValueError(f"n (the number of samples) must be at least 1, got {n}")
+    model = model or get_local_model()
+    cancelled = cancelled if cancelled is not None else _CANCELLED.get()
+    prompt, dropped_messages, dropped_tokens = chat_prompt(model, messages, tools, max_tokens, fit_context)
+    budget = token_budget(max_tokens, len(prompt), model.n_ctx)
+    usable, forced = select_tools(tools or [], tool_choice)
+    results: list[LocalCompletion] = []
+    with model.session(cancelled) as session:
+        logits = session.feed(prompt)
+        state = sequence_state(model, session.slot, len(prompt), model.n_seqs)
+        parallel = parallel_context(model, n, len(prompt) + budget)
+        for start in range(0, n, parallel.n_seqs):
+            decoders = [ChatDecoder(model, prompt, usable, forced,
+                                    TokenChooser(temperature, None if seed is None else seed + i), budget, top_logprobs)
+                        for i in range(start, min(n, start + parallel.n_seqs))]
+            decode_together(parallel, decoders, prompt, state, logits, cancelled)
+            results += [d.result() for d in decoders]
+    for result in results:
+        result.dropped_messages, result.dropped_tokens = dropped_messages, dropped_tokens
+    return results
+
+
+def chat_prompt(model: LocalModel, messages: list, tools: list[dict] | None, max_tokens: int | None,
+                fit_context: bool) -> tuple[list[int], int, int]:
     """(prompt tokens, messages dropped, tokens dropped) under the context-overflow policy."""
     def render(msgs: list) -> list[int]:
         return segment_tokens(model, SMOLLM2_CHAT.render(msgs, tools=tools, next_role="assistant"))
@@ -215,92 +409,12 @@ def _chat_prompt(model: LocalModel, messages: list, tools: list[dict] | None, ma
     return fitted_prompt, fitted.dropped_messages, len(prompt) - len(fitted_prompt)
 
 
-def _budget(max_tokens: int | None, n_prompt: int, n_ctx: int) -> int:
+def token_budget(max_tokens: int | None, n_prompt: int, n_ctx: int) -> int:
+    """Tokens a completion may generate after ``n_prompt`` prompt tokens (``ContextWindowError`` if none)."""
     room = n_ctx - n_prompt - 1
     if room <= 0:
         raise ContextWindowError(n_prompt + 1, n_ctx)
     return room if max_tokens is None else min(int(max_tokens), room)
-
-
-def _free_text(session: Session, logits: np.ndarray, chooser: TokenChooser, budget: int, k: int,
-               watch_tool_call: bool):
-    """Sample until a stop token or the budget.
-
-    Returns (ids, stats, finish_reason, content before ``<tool_call>`` or None if no call began).
-    Each step also decodes a prompt-lookup draft (see ``local_model``); when the sampled
-    token matches it, the following logits are already known.
-    """
-    model = session.model
-    ids: list[int] = []
-    parts: list[TokenStats] = []
-    text = b""
-    opener = TOOL_CALL_OPEN.encode("utf-8")
-    lookup = PromptLookup(session.tokens)
-    draft, draft_logits = None, None
-    for _ in range(budget):
-        token = chooser.choose(logits)
-        if draft is not None and token != draft:
-            session.truncate(len(session.tokens) - 1)  # the draft was wrong: drop it
-        if model.is_stop(token):
-            return ids, TokenStats.concat(parts, k), "stop", None
-        parts.append(logit_stats(logits[None, :], np.array([token]), k))
-        ids.append(token)
-        text += model.piece(token)
-        lookup.append(token)
-        if watch_tool_call and opener in text:
-            before = text[: text.index(opener)].decode("utf-8", "replace").strip()
-            return ids, TokenStats.concat(parts, k), "tool_calls", before
-        if token == draft:
-            logits, draft = draft_logits, None
-            continue
-        draft = lookup.guess()
-        if draft is None:
-            logits = session.feed([token])
-        else:
-            logits, draft_logits = session.feed_rows([token, draft], [0, 1])
-    return ids, TokenStats.concat(parts, k), "length", None
-
-
-def _tool_call(session: Session, prompt: list[int], content: str, tools: list[dict],
-               chooser: TokenChooser, budget: int, k: int) -> LocalCompletion:
-    """Decode one grammar-constrained call after ``content``; rows are teacher-forced."""
-    model = session.model
-    prefix = tool_call_prefix(content)
-    session.truncate(len(prompt))
-    logits = session.feed(model.tokenize(prefix))
-    grammar = Grammar(model, tool_call_grammar(tools))
-    json_bytes, call = b"", None
-    try:
-        for step in range(budget):
-            closing = budget - step <= CLOSING_RESERVE  # close what is open while tokens remain
-            prefer = model.closing_tokens[in_json_string(json_bytes)] if closing else None
-            token = grammar.choose(chooser, logits, prefer=prefer)
-            if token is None:
-                break
-            grammar.accept(token)
-            json_bytes += model.piece(token)
-            call = parse_tool_call_json(json_bytes.decode("utf-8", "ignore"))
-            if call is not None:
-                break
-            logits = session.feed([token])
-    finally:
-        grammar.close()
-    if call is None:
-        text = prefix + json_bytes.decode("utf-8", "replace")
-        message = {"role": "assistant", "content": text, "tool_calls": None}
-        finish = "length"
-    else:
-        call.update(id="", requestor="assistant")
-        message = {"role": "assistant", "content": content or None, "tool_calls": [call]}
-        finish = "tool_calls"
-    body = message_body(message)
-    body_ids = model.tokenize(body)
-    session.truncate(len(prompt))
-    stats = session.score(body_ids, np.arange(len(body_ids)), k)
-    if call is not None:
-        call["id"] = _call_id(prompt, body)
-    return LocalCompletion(message["content"], message["tool_calls"], finish,
-                           stats_to_logprobs(model, body_ids, stats), len(prompt), len(body_ids))
 
 
 # ----------------------------------------------------------------------------- text completion
@@ -328,8 +442,8 @@ def text_completion(
     if outside:
         raise ValueError(f"prompt token id {outside[0]} is outside the vocabulary [0, {model.n_vocab})")
     k = logprobs or 0
-    budget = _budget(max_tokens, len(ids), model.n_ctx)
-    chooser = TokenChooser(temperature, seed)
+    budget = token_budget(max_tokens, len(ids), model.n_ctx)
+    decoder = ChatDecoder(model, ids, [], False, TokenChooser(temperature, seed), budget, k, watch_tool_call=False)
     with model.session(cancelled if cancelled is not None else _CANCELLED.get()) as session:
         prompt_lps: list[TokenLogprob] = []
         if echo and logprobs is not None:
@@ -341,11 +455,11 @@ def text_completion(
         else:
             logits = session.feed(ids)
         if budget and max_tokens:
-            out, stats, finish, _ = _free_text(session, logits, chooser, budget, k, watch_tool_call=False)
+            result = decode(session, decoder, logits)
         else:
-            out, stats, finish = [], TokenStats.concat([], k), "length"
-    return LocalCompletion(model.detokenize(out), None, finish, stats_to_logprobs(model, out, stats),
-                           len(ids), len(out), prompt_lps)
+            result = LocalCompletion("", None, "length", [], len(ids), 0)
+    result.prompt_logprobs = prompt_lps
+    return result
 
 
 # ----------------------------------------------------------------------------- litellm
@@ -381,35 +495,39 @@ class LocalProvider(CustomLLM):
         if unsupported:
             raise litellm.UnsupportedParamsError(
                 message=f"{LOCAL_MODEL} does not support {unsupported}", llm_provider=PROVIDER, model=model)
-        if params.get("n", 1) != 1 or params.get("stream"):
+        if params.get("stream"):
             raise litellm.UnsupportedParamsError(
-                message=f"{LOCAL_MODEL} supports n=1 without streaming only", llm_provider=PROVIDER, model=model)
+                message=f"{LOCAL_MODEL} does not stream", llm_provider=PROVIDER, model=model)
+        n = params.get("n") or 1
         want_logprobs = bool(params.get("logprobs"))
+        request = dict(
+            tools=params.get("tools"),
+            tool_choice=params.get("tool_choice"),
+            temperature=params.get("temperature", OPENAI_DEFAULT_TEMPERATURE),
+            seed=params.get("seed"),
+            max_tokens=params.get("max_completion_tokens", params.get("max_tokens", DEFAULT_MAX_TOKENS)),
+            top_logprobs=int(params.get("top_logprobs") or 0) if want_logprobs else 0,
+            fit_context=bool(params.get("fit_context", False)),
+        )
         try:
-            result = chat_completion(
-                messages,
-                tools=params.get("tools"),
-                tool_choice=params.get("tool_choice"),
-                temperature=params.get("temperature", OPENAI_DEFAULT_TEMPERATURE),
-                seed=params.get("seed"),
-                max_tokens=params.get("max_completion_tokens", params.get("max_tokens", DEFAULT_MAX_TOKENS)),
-                top_logprobs=int(params.get("top_logprobs") or 0) if want_logprobs else 0,
-                fit_context=bool(params.get("fit_context", False)),
-            )
+            if not isinstance(n, int) or n < 1:
+                raise ValueError(f"n must be a positive integer, got {n!r}")
+            results = [chat_completion(messages, **request)] if n == 1 else chat_samples(messages, n, **request)
         except ContextWindowError as exc:
             raise litellm.ContextWindowExceededError(message=str(exc), model=model, llm_provider=PROVIDER) from exc
         except (ValueError, TypeError) as exc:  # the request's fault (a bad message, tool or option): say so
             raise litellm.BadRequestError(message=f"{LOCAL_MODEL}: {exc}", model=model, llm_provider=PROVIDER) from exc
-        message = Message(content=result.content, role="assistant",
-                          tool_calls=to_openai_tool_calls(result.tool_calls))
-        model_response.choices = [Choices(
-            index=0, finish_reason=result.finish_reason, message=message,
-            logprobs=to_openai_logprobs(result.tokens) if want_logprobs else None,
-        )]
-        dropped = ({"context_dropped_messages": result.dropped_messages, "context_dropped_tokens": result.dropped_tokens}
+        model_response.choices = [
+            Choices(index=i, finish_reason=r.finish_reason,
+                    message=Message(content=r.content, role="assistant", tool_calls=to_openai_tool_calls(r.tool_calls)),
+                    logprobs=to_openai_logprobs(r.tokens) if want_logprobs else None)
+            for i, r in enumerate(results)]
+        first = results[0]
+        dropped = ({"context_dropped_messages": first.dropped_messages, "context_dropped_tokens": first.dropped_tokens}
                    if params.get("fit_context") else {})
-        model_response.usage = Usage(prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens,
-                                     total_tokens=result.prompt_tokens + result.completion_tokens, **dropped)
+        completion_tokens = sum(r.completion_tokens for r in results)  # the prompt is decoded once for all n
+        model_response.usage = Usage(prompt_tokens=first.prompt_tokens, completion_tokens=completion_tokens,
+                                     total_tokens=first.prompt_tokens + completion_tokens, **dropped)
         model_response.model = LOCAL_MODEL
         model_response.created = int(time.time())
         return model_response

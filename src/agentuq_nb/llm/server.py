@@ -3,7 +3,8 @@
 It lets tools that only speak the OpenAI API — τ²-bench, the AgentUQ fork, any
 ``openai`` client — run offline against SmolLM2 with exact log-probs:
 
-* ``POST /v1/chat/completions``: messages, tools/tool_choice, temperature, seed,
+* ``POST /v1/chat/completions``: messages, tools/tool_choice, temperature, seed, n
+  (choices decoded together; choice ``i`` uses seed ``seed + i``),
   max_tokens, logprobs/top_logprobs, and ``fit_context`` (not OpenAI's: the
   context-overflow policy of ``context_fit``). Served through ``litellm.completion``
   with the local provider, i.e. exactly what ``agentuq_nb.llm.generate`` gets; each
@@ -73,6 +74,7 @@ from agentuq_nb.llm.local_provider import (
 
 DEFAULT_MAX_TOKENS_CAP = 1024  # at ~25 tokens/s on one core, about 40 s of one request holding the model
 MAX_TOP_LOGPROBS = 20  # OpenAI's limit
+MAX_CHOICES = 128  # OpenAI's limit on n
 DROPPED_HEADER = "X-AgentUQ-Context-Dropped-Messages"
 _SERVERS: set[uvicorn.Server] = set()
 _SERVERS_LOCK = threading.Lock()
@@ -115,6 +117,7 @@ class CompletionRequestBase(BaseModel):
 
 
 class ChatRequest(CompletionRequestBase):
+    n: StrictInt | None = Field(default=None, ge=1, le=MAX_CHOICES)  # choices decoded together (local_sampling)
     messages: list[ChatMessage] = Field(min_length=1)
     tools: list[dict[str, Any]] | None = None
     tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
@@ -305,7 +308,7 @@ def chat_response(body: dict, served_name: str, max_tokens_cap: int, fit_context
                   cancelled: threading.Event) -> tuple[dict, dict]:
     request = parse_request(ChatRequest, body)
     params: dict[str, Any] = {k: v for k, v in request.model_dump(
-        include={"tools", "tool_choice", "temperature", "seed", "logprobs", "top_logprobs"}).items() if v is not None}
+        include={"tools", "tool_choice", "temperature", "seed", "logprobs", "top_logprobs", "n"}).items() if v is not None}
     requested = request.max_completion_tokens or request.max_tokens
     params["max_tokens"] = min(requested, max_tokens_cap) if requested else None
     if params["max_tokens"] is None:
