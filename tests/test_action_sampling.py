@@ -118,7 +118,10 @@ def test_sample_actions_on_our_run_writes_k_rows_per_decision_and_resumes(small_
     by_task = {s["task_id"]: s for s in results["simulations"]}
     for row in samples.itertuples():
         taken = by_task[row.task_id]["messages"][row.message_idx]
-        assert taken["role"] == "assistant" and row.taken_content == taken["content"]
+        content = row.taken_content if isinstance(row.taken_content, str) else None  # pandas reads a null as NaN
+        assert taken["role"] == "assistant" and content == taken["content"]
+        assert json.loads(row.taken_tool_calls) == [{"name": c["name"], "arguments": c["arguments"]}
+                                                    for c in taken["tool_calls"] or []]
     turns = pd.read_parquet(small_run / "action_turns.parquet")
     assert len(turns) == report.decisions
 
