@@ -126,6 +126,14 @@ def test_progress_relay_shows_bar_lines_throttled_and_always_the_last():
                      "[s] nb: simulate x: 100%|##########| 3/3 [00:03<00:00, 1.0sim/s]"]
 
 
+def test_progress_relay_shows_a_bar_without_a_total():
+    shown: list[str] = []
+    relay = ProgressRelay("[s] nb:", shown.append, interval=0)
+    relay.write("\rsample actions (K=4): 6traj [08:33, 84.31s/traj]")
+    relay.write("\rnot a bar [1]\n")
+    assert shown == ["[s] nb: sample actions (K=4): 6traj [08:33, 84.31s/traj]"]
+
+
 @pytest.mark.parametrize("spec", [
     {"notebooks": ["04_evaluate"], "parameters": {SHAPED_KEY: 1}},
     {"notebooks": ["04_evaluate"], "parameters": {"extra": [{"deep": {SHAPED_KEY: "x"}}]}},

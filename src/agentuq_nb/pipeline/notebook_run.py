@@ -21,8 +21,8 @@ from pathlib import Path
 from agentuq_nb.common.redaction import mask_secrets, redact
 from agentuq_nb.io.atomic import atomic_write_text
 
-#: a tqdm line: "desc:  44%|████      | 12/27 [00:31<00:39, ...]"
-BAR = re.compile(r"\d+%\|.*\|\s*\d+/\d+|\|\s*\d+/\d+|\d+(?:/\d+)?\s*\[\d")
+#: a tqdm line: "desc:  44%|████      | 12/27 [00:31<00:39, ...]", or without a total "desc: 12traj [00:31, …]"
+BAR = re.compile(r"\d+%\|.*\|\s*\d+/\d+|\|\s*\d+/\d+|\d+(?:/\d+)?\s*[A-Za-z]*\s*\[\d")
 #: terminal control sequences tqdm may write (cursor up, erase line)
 CONTROL = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
