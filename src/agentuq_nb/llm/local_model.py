@@ -479,6 +479,26 @@ class Session:
         if n > self.model.n_ctx:
             raise ContextWindowError(n, self.model.n_ctx)
 
+    def shift_out(self, start: int, n: int) -> None:
+        """Drop cached tokens ``start…start+n-1`` and move the later ones ``n`` positions back.
+
+        llama.cpp's context shift: the moved keys are re-rotated (RoPE) in place instead of
+        decoded again, so they differ slightly from what a fresh decode of the shortened
+        sequence computes (and they still carry what they attended to before). Later
+        requests therefore reuse this slot's cache only up to ``start``.
+        """
+        if self.slot is None or not 0 <= start <= start + n <= len(self.tokens):
+            raise ValueError(f"cannot shift out tokens {start}..{start + n} of a session holding {len(self.tokens)}")
+        memory = self.model._memory
+        if not llama_cpp.llama_memory_can_shift(memory):
+            raise RuntimeError("this model's KV cache cannot shift positions")
+        llama_cpp.llama_memory_seq_rm(memory, self.slot, start, start + n)
+        llama_cpp.llama_memory_seq_add(memory, self.slot, start + n, -1, -n)
+        del self.tokens[start:start + n]
+        cached = self.model._slots[self.slot]
+        del cached[start:start + n]
+        cached[start:] = [-1] * (len(cached) - start)  # no token id: a prefix match stops at ``start``
+
 
 class GenerationCancelled(Exception):
     """A session's ``cancelled`` event was set: decoding stopped before the answer was complete."""
