@@ -1,6 +1,7 @@
 """Shared fixtures: where the real τ²-bench files are, and small synthetic runs."""
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -66,3 +67,22 @@ def wait_until_serving(port: int, proc, timeout: float = 60) -> None:
                 raise AssertionError(f"the server on port {port} did not come up: "
                                      f"{proc.stderr.read() if proc.poll() is not None and proc.stderr else 'timeout'}")
             time.sleep(0.2)
+
+
+@contextmanager
+def serving_in_thread():
+    """serve-local in a thread of this process on a free port; yields ``(base_url, port, thread)``."""
+    import threading
+
+    from agentuq_nb.llm import server
+
+    port = free_port()
+    ready = threading.Event()
+    thread = threading.Thread(target=server.serve_local, kwargs=dict(port=port, ready_event=ready), daemon=True)
+    thread.start()
+    assert ready.wait(30)
+    try:
+        yield f"http://127.0.0.1:{port}/v1", port, thread
+    finally:
+        server.shutdown()
+        thread.join(10)

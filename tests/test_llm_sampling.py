@@ -1,16 +1,14 @@
 """llm.sample: K samples of one context, decoded together by the embedded model; n=K through litellm and serve-local."""
 from __future__ import annotations
 
-import threading
-
 import litellm
 import numpy as np
 import pytest
-from tests.conftest import free_port
+from tests.conftest import serving_in_thread
 from tests.test_llm_local import LONG_CONVERSATION, QUESTION, TOOLS, assert_rows_match
 
 from agentuq_nb import llm
-from agentuq_nb.llm import client, server
+from agentuq_nb.llm import client
 from agentuq_nb.llm.local_model import LocalModel
 from agentuq_nb.llm.local_provider import chat_completion, chat_samples
 
@@ -127,14 +125,8 @@ def test_a_remote_text_answer_without_logprobs_is_kept_with_empty_rows(monkeypat
 
 @pytest.fixture(scope="module")
 def base_url():
-    port = free_port()
-    ready = threading.Event()
-    thread = threading.Thread(target=server.serve_local, kwargs=dict(port=port, ready_event=ready), daemon=True)
-    thread.start()
-    assert ready.wait(30)
-    yield f"http://127.0.0.1:{port}/v1"
-    server.shutdown()
-    thread.join(10)
+    with serving_in_thread() as (url, _, _):
+        yield url
 
 
 @pytest.mark.parametrize("one_request", [True, False], ids=["n=k", "concurrent"])

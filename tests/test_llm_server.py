@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import openai
 import pytest
-from tests.conftest import free_port, wait_until_serving
+from tests.conftest import free_port, serving_in_thread, wait_until_serving
 
 from agentuq_nb import llm
 from agentuq_nb.llm import server
@@ -32,14 +32,8 @@ CONVERSATION = [
 
 @pytest.fixture(scope="module")
 def base_url():
-    port = free_port()
-    ready = threading.Event()
-    thread = threading.Thread(target=server.serve_local, kwargs=dict(port=port, ready_event=ready), daemon=True)
-    thread.start()
-    assert ready.wait(30)
-    yield f"http://127.0.0.1:{port}/v1"
-    server.shutdown()
-    thread.join(10)
+    with serving_in_thread() as (url, port, thread):
+        yield url
     assert not thread.is_alive()
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
