@@ -261,6 +261,11 @@ def sidecar_name(domain: str, task_id: str, trial: int | None, seed: int | None)
     return f"logprobs_{file_key(domain)}_{file_key(task_id)}_{trial_s}_{seed_s}.jsonl"
 
 
+def trajectory_table_name(domain: str, task_id: str, trial: int | None, seed: int | None) -> str:
+    """A per-trajectory checkpoint table's file name (``….parquet``), keyed like the trajectory's sidecar."""
+    return sidecar_name(domain, task_id, trial, seed).removesuffix(".jsonl") + ".parquet"
+
+
 def _jsonable(value: Any) -> Any:
     # NaN/inf are not JSON; agentuq writes null for a missing value, so do we.
     if isinstance(value, float) and not math.isfinite(value):

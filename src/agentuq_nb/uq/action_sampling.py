@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import zlib
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from itertools import islice
@@ -42,10 +43,11 @@ from agentuq_nb.io.errors import InputError, InputWarnings
 from agentuq_nb.io.input_warnings import emit_input_warnings
 from agentuq_nb.io.results import iter_simulations, read_header
 from agentuq_nb.io.rundir import RunDir
-from agentuq_nb.io.sidecars import sidecar_name
+from agentuq_nb.io.sidecars import trajectory_table_name
 from agentuq_nb.records import Results, Simulation
 from agentuq_nb.records.action_samples import ACTION_SAMPLE_SCHEMA
 from agentuq_nb.records.config import EMBEDDED_MODEL, ActionSamplingConfig, configs_from_options
+from agentuq_nb.records.toolcall_spans import TOOL_CALL_OPEN
 from agentuq_nb.sim.agent import agent_visible
 from agentuq_nb.uq.extraction import results_input
 from agentuq_nb.uq.observation import agent_system_prompt, check_checkpoint_settings, conversation
@@ -114,24 +116,24 @@ def recorded_tools(info: dict) -> list[dict] | None:
 def infer_tools(sims: Iterable[Simulation]) -> list[dict]:
     """Tool schemas inferred from the calls the simulations record: each tool's argument names with the
     JSON type of their values (an argument is required when every call gave it); no descriptions."""
-    seen: dict[str, dict[str, set[str]]] = {}
-    calls: dict[str, int] = {}
-    given: dict[str, dict[str, int]] = {}
+    types: dict[str, dict[str, set[str]]] = {}  # tool -> argument -> JSON types of its values
+    calls: Counter = Counter()  # calls per tool
+    given: Counter = Counter()  # calls per (tool, argument)
     for sim in sims:
         for m in sim.messages:
             for call in m.tool_calls or []:
                 args = call.arguments if isinstance(call.arguments, dict) else {}
-                seen.setdefault(call.name, {})
-                calls[call.name] = calls.get(call.name, 0) + 1
+                calls[call.name] += 1
+                arguments = types.setdefault(call.name, {})
                 for key, value in args.items():
-                    seen[call.name].setdefault(key, set())
-                    given.setdefault(call.name, {})[key] = given.get(call.name, {}).get(key, 0) + 1
+                    given[call.name, key] += 1
+                    arguments.setdefault(key, set())
                     if value is not None:
-                        seen[call.name][key].add(JSON_TYPES.get(type(value), "string"))
+                        arguments[key].add(JSON_TYPES.get(type(value), "string"))
     tools = []
-    for name in sorted(seen):
-        props = {key: ({"type": sorted(types)[0]} if len(types) == 1 else {}) for key, types in seen[name].items()}
-        required = sorted(k for k, n in given.get(name, {}).items() if n == calls[name])
+    for name in sorted(types):
+        props = {key: ({"type": next(iter(kinds))} if len(kinds) == 1 else {}) for key, kinds in types[name].items()}
+        required = sorted(key for key in types[name] if given[name, key] == calls[name])
         tools.append({"type": "function", "function": {
             "name": name, "description": "(inferred from the calls the results record)",
             "parameters": {"type": "object", "properties": props, "required": required}}})
@@ -197,8 +199,6 @@ def decision_seed(config_seed: int, sim: Simulation, decision_idx: int) -> int:
 
 def sample_row(generation: Any) -> dict[str, Any]:
     """The sample-specific columns of one ``llm.Generation``."""
-    from agentuq_nb.llm.tool_format import TOOL_CALL_OPEN
-
     message = generation.message
     calls = message.get("tool_calls") or []
     content = message.get("content")
@@ -319,7 +319,7 @@ def _jobs(results_path: Path, checkpoint_dir: Path, config: ActionSamplingConfig
     tiny = agent.get("style") == "tiny"
     max_tokens = config.max_tokens or int((agent.get("llm_args") or {}).get("max_tokens") or DEFAULT_MAX_TOKENS)
     for sim in islice(iter_simulations(results_path), config.limit):
-        out = checkpoint_dir / (sidecar_name(domain, sim.task_id, sim.trial, sim.seed)[:-len(".jsonl")] + ".parquet")
+        out = checkpoint_dir / trajectory_table_name(domain, sim.task_id, sim.trial, sim.seed)
         if out.exists():
             report.skipped += 1
             continue
@@ -346,14 +346,18 @@ def _save(out: Path, sampled: SampledTrajectory, report: ActionSamplingReport) -
     report.sampled += 1
 
 
-def _tally(checkpoints: list[Path], report: ActionSamplingReport) -> None:
-    """The report's totals over every finished trajectory (of this run and the ones it resumes)."""
+def _read_checkpoints(checkpoints: list[Path], report: ActionSamplingReport) -> pa.Table:
+    """Every finished trajectory's samples (of this run and the ones it resumes), each file read once,
+    with their counts added to the report's totals."""
+    tables = []
     for part in checkpoints:
-        meta = pq.read_schema(part).metadata or {}
-        counts = json.loads(meta.get(COUNTS_KEY, b"{}"))
+        table = pq.read_table(part)
+        counts = json.loads((table.schema.metadata or {}).get(COUNTS_KEY, b"{}"))
         for name in COUNTS:
             setattr(report, name, getattr(report, name) + counts.get(name, 0))
-        report.samples += pq.read_metadata(part).num_rows
+        report.samples += table.num_rows
+        tables.append(table.replace_schema_metadata(None).cast(ACTION_SAMPLE_SCHEMA))
+    return pa.concat_tables(tables) if tables else ACTION_SAMPLE_SCHEMA.empty_table()
 
 
 def sample_actions(run_dir: str | Path | RunDir, results: str | Path | None = None, embedder: Any = None,
@@ -388,10 +392,7 @@ def sample_actions(run_dir: str | Path | RunDir, results: str | Path | None = No
         runner.run(sample_one, _jobs(results_path, checkpoint_dir, config, report, info, tools, model),
                    lambda out, sampled: _save(out, sampled, report), total=config.limit,
                    done=lambda: report.skipped, worker_fn=sample_on_worker)
-        parts = sorted(checkpoint_dir.glob("*.parquet"))
-        _tally(parts, report)
-        samples = pa.concat_tables([pq.read_table(p, schema=ACTION_SAMPLE_SCHEMA) for p in parts]) if parts \
-            else ACTION_SAMPLE_SCHEMA.empty_table()
+        samples = _read_checkpoints(sorted(checkpoint_dir.glob("*.parquet")), report)
         if samples.num_rows == 0:
             raise ValueError(f"{results_path}: no decision point was sampled ({report.without_decisions} trajectories "
                              f"without an agent decision point under turns={config.turns!r}, "

@@ -35,7 +35,7 @@ from agentuq_nb.io.atomic import atomic_write_json, atomic_write_with
 from agentuq_nb.io.errors import InputError, InputWarnings
 from agentuq_nb.io.results import iter_simulations, read_header
 from agentuq_nb.io.rundir import RunDir
-from agentuq_nb.io.sidecars import sidecar_name
+from agentuq_nb.io.sidecars import trajectory_table_name
 from agentuq_nb.io.token_sources import RAW_COLUMNS, RAW_SCHEMA
 from agentuq_nb.io.token_table import TokenTableWriter
 from agentuq_nb.records import Results, Simulation
@@ -182,7 +182,7 @@ def _scoring_jobs(results_path: Path, checkpoint_dir: Path, config: ScoringConfi
     domain = Results.domain_of(info)
     system = scorer_system_prompt(config.scorer_mode, info)
     for sim in islice(iter_simulations(results_path), config.limit):
-        out = checkpoint_dir / (sidecar_name(domain, sim.task_id, sim.trial, sim.seed)[:-len(".jsonl")] + ".parquet")
+        out = checkpoint_dir / trajectory_table_name(domain, sim.task_id, sim.trial, sim.seed)
         if out.exists():
             report.skipped += 1
             continue
