@@ -172,3 +172,17 @@ def test_observer_on_a_real_tau2_file_counts_the_context_policy(tmp_path, tau2_f
     assert len(samples) == 2 * report["decisions"]
     assert (samples["sampler_kind"] == "observer").all()
     assert report["fitted_decisions"] == int((samples.groupby("decision_idx")["context_dropped_messages"].max() > 0).sum())
+
+
+def test_the_turn_by_turn_view_takes_the_named_task_or_a_failure_with_most_points():
+    from agentuq_nb.uq.action_uq import trajectory_decisions
+
+    keys = {"domain": "d", "trial": 0, "seed": 1}
+    turns = pd.DataFrame([{**keys, "task_id": t, "decision_idx": i} for t, n in (("a", 3), ("b", 2), ("c", 4))
+                          for i in range(n)])
+    rewards = pd.DataFrame([{**keys, "task_id": t, "reward": r} for t, r in (("a", 0.0), ("b", 0.0), ("c", 1.0))])
+    failed = trajectory_decisions(turns, rewards)
+    assert set(failed["task_id"]) == {"a"} and list(failed["decision_idx"]) == [0, 1, 2]
+    assert set(trajectory_decisions(turns, rewards, "c")["reward"]) == {1.0}
+    with pytest.raises(ValueError, match="task 'z'"):
+        trajectory_decisions(turns, rewards, "z")

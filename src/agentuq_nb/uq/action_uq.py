@@ -376,6 +376,24 @@ def turn_clusters(turns: pd.DataFrame) -> pd.DataFrame:
     return long.drop(columns=["taken_cluster"])
 
 
+def trajectory_decisions(turns: pd.DataFrame, rewards: pd.DataFrame, task_id: str | None = None) -> pd.DataFrame:
+    """One trajectory's rows of ``turns`` with its ``reward`` (from ``rewards``: keys + reward), for a turn-by-turn
+    view: task ``task_id``'s (its first trial), else a lowest-reward trajectory with the most decision points."""
+    keys = ["domain", "task_id", "trial", "seed"]
+    rows = turns.merge(rewards[[*keys, "reward"]], on=keys, how="left")
+    if rows.empty:
+        raise ValueError("no decision point to show")
+    if task_id is None:
+        sizes = rows.groupby(keys, dropna=False).agg(n=("decision_idx", "size"), reward=("reward", "first"))
+        chosen = sizes.sort_values(["reward", "n"], ascending=[True, False]).index[0]
+    else:
+        matching = rows[rows["task_id"] == str(task_id)]
+        if matching.empty:
+            raise ValueError(f"task {task_id!r} has no decision point in this run")
+        chosen = tuple(matching[keys].iloc[0])
+    return rows[(rows[keys].apply(tuple, axis=1) == tuple(chosen))].sort_values("decision_idx")
+
+
 def compute_action_turns(run: RunDir | str | os.PathLike, embedder: Embedder | None = None,
                          text_threshold: float = TEXT_SIMILARITY_THRESHOLD, conceptual_partials: bool = True) -> pd.DataFrame:
     """:func:`action_turn_table` of a run's ``action_samples.parquet`` (not written: the caller commits it)."""
