@@ -72,14 +72,19 @@ def cluster_codes(groups, n: int, keep: np.ndarray | None = None, name: str = "g
     return None if codes.size == 0 or codes.max() + 1 == codes.size else codes.astype(np.intp)
 
 
-def cluster_count_chunks(codes: np.ndarray, n_boot: int, seed=0):
-    """Yield (b, n) row-count matrices, n_boot rows in total (seeded): each resample draws the G
-    clusters of ``codes`` (0..G-1, one per row) with replacement; a row counts as often as its
-    cluster was drawn."""
+#: row-count matrices of the cluster bootstrap are drawn this many elements at a time, so that
+#: resamples of equal size (expanded together) come in batches large enough to vectorize
+COUNT_CHUNK_ELEMENTS = 1_000_000
+
+
+def cluster_count_chunks(codes: np.ndarray, n_boot: int, seed=0, chunk_elements: int = CHUNK_ELEMENTS):
+    """Yield (b, n) row-count matrices, n_boot rows in total (seeded), about ``chunk_elements`` per
+    chunk: each resample draws the G clusters of ``codes`` (0..G-1, one per row) with replacement; a
+    row counts as often as its cluster was drawn."""
     codes = np.asarray(codes, dtype=np.intp)
     n, n_clusters = codes.size, int(codes.max()) + 1 if codes.size else 0
     rng = np.random.default_rng(seed)
-    rows = max(1, CHUNK_ELEMENTS // max(n, 1))
+    rows = max(1, chunk_elements // max(n, 1))
     done = 0
     while done < n_boot:
         b = min(rows, n_boot - done)
@@ -102,13 +107,15 @@ def resample_batches(n: int, n_boot: int, seed=0, codes: np.ndarray | None = Non
             done += idx.shape[0]
         return
     items = np.arange(n)
-    for counts in cluster_count_chunks(codes, n_boot, seed):
+    for counts in cluster_count_chunks(codes, n_boot, seed, COUNT_CHUNK_ELEMENTS):
         sizes = counts.sum(axis=1)
         for m in np.unique(sizes):
-            sel = np.flatnonzero(sizes == m)
-            # row-major repeat of 0..n-1 by the counts: each resample's indices come out sorted
-            idx = np.repeat(np.tile(items, sel.size), counts[sel].ravel()).reshape(sel.size, int(m))
-            yield done + sel, idx
+            same = np.flatnonzero(sizes == m)
+            step = max(1, CHUNK_ELEMENTS // int(m))
+            for sel in (same[i:i + step] for i in range(0, same.size, step)):
+                # row-major repeat of 0..n-1 by the counts: each resample's indices come out sorted
+                idx = np.repeat(np.tile(items, sel.size), counts[sel].ravel()).reshape(sel.size, int(m))
+                yield done + sel, idx
         done += counts.shape[0]
 
 
