@@ -175,6 +175,18 @@ def test_report_soft_labels_with_task_clustered_intervals():
     assert report == multi_trial_report(rows, uncertainty="u", probability="q", n_boot=300, seed=1)[0]
 
 
+def test_unscored_trajectories_count_in_the_task_rate_but_are_not_scored():
+    rows = trial_rows(n_tasks=20, trials=3, seed=6)
+    rows["u"] = np.random.default_rng(6).normal(size=len(rows))
+    fail_rate = 1 - rows.groupby("task_id")["reward"].transform("mean").to_numpy()
+    rows.loc[::4, "u"] = np.nan  # the estimator scores 3 in 4 trajectories
+    report, tasks = multi_trial_report(rows, uncertainty="u", n_boot=0)
+    scored = rows["u"].notna().to_numpy()
+    assert report["n_trajectories"] == 60 and report["soft_labels"]["n"] == scored.sum()
+    assert report["soft_labels"]["auroc"]["value"] == pytest.approx(
+        soft_auroc(rows["u"].to_numpy()[scored], fail_rate[scored]), abs=1e-12)
+
+
 def test_report_refuses_bad_input():
     with pytest.raises(ValueError, match=r"lack column\(s\) \['reward'\]"):
         multi_trial_report(pd.DataFrame({"task_id": ["1"]}))

@@ -173,7 +173,7 @@ def evaluate(
         shown["multi_trial"] = {"n_tasks": multi["n_tasks"], "bootstrap": result["bootstrap"]["method"],
                                 "pass_hat_k": {k: v["value"] for k, v in multi["pass_hat_k"].items()},
                                 "share_flipping": multi["label_noise"]["share_flipping"],
-                                "soft_label_auroc": multi["soft_labels"]["auroc"]["value"]}
+                                "soft_label_auroc": multi["soft_labels"].get("auroc", {}).get("value")}
     typer.echo(json.dumps(shown, indent=2))
     if result.get("n_dropped"):
         typer.secho(f"note: {result['n_dropped']} trajectories left out: their uncertainty or reward is not a finite "

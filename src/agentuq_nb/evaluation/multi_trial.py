@@ -166,7 +166,9 @@ def multi_trial_report(source, k_values=None, failure_threshold: float = 1.0, un
     ``k_values``: the k of pass^k (default 1 .. fewest trials of a task).  ``uncertainty`` /
     ``probability``: names of columns of the rows holding an uncertainty (``invert`` for a
     confidence) and a failure probability; they add the soft-label AUROC and Brier score.  Rows with
-    a non-finite reward (or a non-finite uncertainty/probability asked for) are left out.
+    a non-finite reward are left out (``n_dropped``); a row whose uncertainty or probability is not
+    finite (e.g. a trajectory the estimator does not score) still counts in its task's rates but is
+    not scored (``soft_labels.n``).
 
     Returns ``(report, tasks)``: a JSON-ready dict and the per-task table (:func:`task_outcomes`
     plus a ``pass^k`` column per k).
@@ -177,7 +179,7 @@ def multi_trial_report(source, k_values=None, failure_threshold: float = 1.0, un
     for c in columns[1:]:
         if c not in rows.columns:
             raise ValueError(f"rows have no column '{c}'; columns: {list(rows.columns)}")
-    finite = np.isfinite(rows[columns].to_numpy(dtype=float)).all(axis=1)
+    finite = np.isfinite(rows["reward"].to_numpy(dtype=float))
     n_dropped = int((~finite).sum())
     rows = rows[finite].reset_index(drop=True)
     if rows.empty:
@@ -221,8 +223,14 @@ def multi_trial_report(source, k_values=None, failure_threshold: float = 1.0, un
 def soft_label_metrics(rows: pd.DataFrame, tasks: pd.DataFrame, uncertainty: str | None, invert: bool,
                        probability: str | None, n_boot: int, ci: float, seed=0) -> dict:
     """Soft-label AUROC of ``rows[uncertainty]`` and Brier score of ``rows[probability]`` against the
-    per-task failure rate of ``tasks``, each with a task-clustered percentile interval."""
+    per-task failure rate of ``tasks`` (over all their trials), on the rows where the scores are
+    finite (``n``), each with a task-clustered percentile interval."""
     keys = [k for k in TASK_KEYS if k in rows.columns]
+    scored = [c for c in (uncertainty, probability) if c is not None]
+    rows = rows[np.isfinite(rows[scored].to_numpy(dtype=float)).all(axis=1)].reset_index(drop=True)
+    out: dict = {"n": int(len(rows)), "label": "per-task failure rate"}
+    if rows.empty:
+        return out
     p = rows[keys].merge(tasks[keys + ["failure_rate"]], on=keys, how="left")["failure_rate"].to_numpy()
     codes = task_labels(rows)
     metrics = {}
@@ -236,12 +244,10 @@ def soft_label_metrics(rows: pd.DataFrame, tasks: pd.DataFrame, uncertainty: str
     for counts in cluster_count_chunks(codes, n_boot, seed):
         for name, fn in metrics.items():
             samples[name].append(fn(counts))
-    out = {}
     for name, fn in metrics.items():
         value = float(fn(None))
         s = np.concatenate(samples[name]) if samples[name] else np.array([])
         out[name] = {"value": None if not np.isfinite(value) else value,
                      "ci": None if not np.isfinite(value) else percentile_ci(s, ci),
                      "n_skipped": int(np.sum(~np.isfinite(s)))}
-    out["label"] = "per-task failure rate"
     return out

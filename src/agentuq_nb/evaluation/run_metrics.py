@@ -14,8 +14,9 @@ metrics are the same as without it.
 
 When a task has several trajectories (``num_trials > 1``), every interval comes from the
 task-clustered bootstrap (tasks resampled with all their trials; ``bootstrap.method`` says so) and
-``evaluate``'s report gains ``multi_trial``: pass^k, the label-noise readout and the estimator's
-AUROC against the per-task failure rate (:mod:`agentuq_nb.evaluation.multi_trial`).
+``evaluate``'s report gains ``multi_trial``: pass^k and the label-noise readout over all the run's
+trajectories, and the estimator's AUROC against the per-task failure rate on the trajectories it
+scores (:mod:`agentuq_nb.evaluation.multi_trial`).
 """
 from __future__ import annotations
 
@@ -141,7 +142,9 @@ def evaluate(run_dir: str | os.PathLike | RunDir, role: str = "assistant", uncer
                       invert=chosen.invert, failure_threshold=failure_threshold, n_boot=n_boot, seed=seed)
         if repeated:
             result["bootstrap"]["clusters"] = "tasks (domain, task_id): trajectories of one task are resampled together"
-            result["multi_trial"] = multi_trial_report(rows, failure_threshold=failure_threshold,
+        if tasks_repeat(all_rewards := run.rewards()):  # task rates over every trial, scored or not
+            scored = all_rewards.merge(rows[TRAJECTORY_KEYS + ["uncertainty"]], on=TRAJECTORY_KEYS, how="left")
+            result["multi_trial"] = multi_trial_report(scored, failure_threshold=failure_threshold,
                                                        uncertainty="uncertainty", invert=chosen.invert,
                                                        n_boot=n_boot, seed=seed)[0]
         curves = failure_curves(u, r, failure_threshold=failure_threshold, invert=chosen.invert)
