@@ -167,12 +167,53 @@ def evaluate(
     _load_plugins(plugin)
     with _step("evaluate", run_dir):
         result = run_evaluate(run_dir, role, uncertainty, failure_threshold, invert, scorer, n_boot, seed, scheduler=scheduler)
-    typer.echo(json.dumps({"n": result["n"], "n_failures": result["n_failures"], "metrics": result["metrics"]}, indent=2))
+    shown = {"n": result["n"], "n_failures": result["n_failures"], "metrics": result["metrics"]}
+    if "multi_trial" in result:  # tasks repeat: intervals resample tasks; the multi-trial readout beside
+        multi = result["multi_trial"]
+        shown["multi_trial"] = {"n_tasks": multi["n_tasks"], "bootstrap": result["bootstrap"]["method"],
+                                "pass_hat_k": {k: v["value"] for k, v in multi["pass_hat_k"].items()},
+                                "share_flipping": multi["label_noise"]["share_flipping"],
+                                "soft_label_auroc": multi["soft_labels"].get("auroc", {}).get("value")}
+    typer.echo(json.dumps(shown, indent=2))
     if result.get("n_dropped"):
         typer.secho(f"note: {result['n_dropped']} trajectories left out: their uncertainty or reward is not a finite "
                     "number", fg=typer.colors.YELLOW, err=True)
     for metric, reason in result["undefined"].items():
         typer.secho(f"note: {metric} is null: {reason}", fg=typer.colors.YELLOW, err=True)
+
+
+@app.command()
+def trials(
+    run_dir: Path = typer.Argument(...),
+    k: Optional[list[int]] = typer.Option(None, "--k", help="the k of pass^k (repeat the option; default 1 .. the "
+                                          "fewest trials of a task)"),
+    failure_threshold: float = typer.Option(1.0, help="failure = reward < threshold"),
+    n_boot: int = typer.Option(1000, min=0, help="bootstrap resamples of tasks for the 95% CIs (0: none)"),
+    seed: int = typer.Option(0),
+):
+    """Multi-trial labels of a run: pass^k as τ²-bench defines it (CIs resample tasks) and label noise (prints only)."""
+    from agentuq_nb.evaluation.multi_trial import multi_trial_report
+
+    with _step("trials", run_dir):
+        report, _ = multi_trial_report(run_dir, k_values=k or None, failure_threshold=failure_threshold,
+                                       n_boot=n_boot, seed=seed)
+    trials_per_task = report["trials_per_task"]
+    typer.echo(f"{report['n_trajectories']} trajectories, {report['n_tasks']} tasks, trials per task "
+               f"{trials_per_task['min']}–{trials_per_task['max']}; mean task success rate "
+               f"{report['mean_task_success_rate']:.3f}")
+    typer.echo(f"{'k':>3}  {'pass^k':>7}  95% CI (tasks resampled)")
+    for key, v in report["pass_hat_k"].items():
+        ci = "—" if v["ci"] is None else f"[{v['ci'][0]:.3f}, {v['ci'][1]:.3f}]"
+        typer.echo(f"{key:>3}  {v['value']:7.3f}  {ci}")
+    noise = report["label_noise"]
+    if noise["n_tasks_with_repeats"]:
+        typer.echo(f"label noise: {noise['n_flipping']} of {noise['n_tasks_with_repeats']} tasks with ≥ 2 trials flip "
+                   f"verdict ({noise['share_flipping']:.1%}); mean within-task variance of failure "
+                   f"{noise['mean_within_task_variance']:.3f}")
+    else:
+        typer.echo("label noise: no task has 2 trials (run with --num-trials ≥ 2)")
+    for note in report["notes"]:
+        typer.secho(f"note: {note}", fg=typer.colors.YELLOW, err=True)
 
 
 @app.command("compare-estimators")

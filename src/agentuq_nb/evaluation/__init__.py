@@ -7,8 +7,10 @@ Modules (one job each):
 
 * :mod:`.metrics` - metric definitions (AUROC, AUARC, AURC, PRR, correlations), batched for the
   bootstrap, and the ROC / accuracy-rejection / risk-coverage curves;
-* :mod:`.bootstrap` - trajectory resampling, percentile CIs, paired bootstrap p-values;
+* :mod:`.bootstrap` - trajectory or task-clustered resampling, percentile CIs, paired bootstrap p-values;
 * :mod:`.failure_report` - :func:`failure_metrics`, the JSON report behind ``eval_metrics.json``;
+* :mod:`.multi_trial` - several trials per task: success rates, τ²-bench's pass^k, soft-label
+  AUROC/Brier, label noise;
 * :mod:`.conformal` - AgentPulse: split/Mondrian conformal, ACI, BH, pipeline bounds,
   risk-controlled thresholds, coverage reports;
 * :mod:`.agent_comparison` - the same tools applied to agents: leaderboard with FDR marks,
@@ -21,6 +23,8 @@ from agentuq_nb.common.lazy import lazy_exports
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "agent_comparison": ["Leaderboard", "abstention_report", "aci_stream", "leaderboard", "success_rate_intervals"],
     "bootstrap": ["paired_bootstrap_pvalue", "percentile_ci", "mean_ci"],
+    "multi_trial": ["label_noise", "multi_trial_report", "pass_hat_k", "soft_auroc", "soft_brier", "task_labels",
+                    "task_outcomes", "tasks_repeat"],
     "conformal": ["aci", "bh", "bh_adjusted", "conformal_quantile", "coverage_report", "pipeline_bounds",
                   "risk_control_threshold", "split_interval"],
     "failure_report": ["failure_metrics"],

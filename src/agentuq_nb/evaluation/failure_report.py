@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from agentuq_nb.evaluation.bootstrap import bootstrap_samples, percentile_ci
+from agentuq_nb.evaluation.bootstrap import bootstrap_samples, cluster_codes, percentile_ci
 from agentuq_nb.evaluation.metrics import METRICS, clean_inputs, failure_labels, point_metrics
 
 
 def failure_metrics(uncertainty, reward, failure_threshold: float = 1.0, invert: bool = False,
-                    n_boot: int = 1000, ci: float = 0.95, seed=0) -> dict:
+                    n_boot: int = 1000, ci: float = 0.95, seed=0, groups=None) -> dict:
     """How well ``uncertainty`` predicts failure, with percentile bootstrap CIs.
 
     Contract: **higher uncertainty = more likely failure**; pass ``invert=True`` for scores where
@@ -27,6 +27,13 @@ def failure_metrics(uncertainty, reward, failure_threshold: float = 1.0, invert:
     times (seeded); resamples on which a metric is undefined are skipped and counted in
     ``bootstrap.n_skipped``.
 
+    ``groups`` (one label per row, e.g. the task ids; a label may be a tuple such as (domain,
+    task_id)): when labels repeat (several trials of a task), every resample draws tasks with
+    replacement and takes all their trajectories (the task-clustered bootstrap);
+    ``bootstrap.method`` is then ``"percentile, resampling tasks (clusters)"`` and
+    ``bootstrap.n_clusters`` the number of tasks.  With unique labels, or ``groups=None``, it is
+    the trajectory bootstrap (``bootstrap.n_clusters`` = n when ``groups`` is given).
+
     Returns (JSON-serializable)::
 
         {"metrics": {"auroc", "auarc", "aurc", "prr", "pearson", "spearman", "kendall"},
@@ -35,13 +42,21 @@ def failure_metrics(uncertainty, reward, failure_threshold: float = 1.0, invert:
          "invert": bool, "bootstrap": {"n_boot", "ci", "seed", "method", "n_skipped"}}
     """
     u, r, n_dropped = clean_inputs(uncertainty, reward, invert)
+    codes = None
+    if groups is not None:
+        kept = np.isfinite(np.asarray(uncertainty, dtype=float).ravel()) & np.isfinite(np.asarray(reward, dtype=float).ravel())
+        codes = cluster_codes(groups, kept.size, kept)
     values, undefined = point_metrics(u, r, failure_threshold, METRICS)
-    samples = bootstrap_samples(u, r, failure_threshold, METRICS, n_boot, seed)
+    samples = bootstrap_samples(u, r, failure_threshold, METRICS, n_boot, seed, groups=codes)
     cis, skipped = {}, {}
     for name in METRICS:
         s = samples[name]
         skipped[name] = int(np.sum(~np.isfinite(s)))
         cis[name] = None if values[name] is None else percentile_ci(s, ci)
+    method = {"method": "percentile"}
+    if groups is not None:
+        method = {"method": "percentile" if codes is None else "percentile, resampling tasks (clusters)",
+                  "n_clusters": int(len(u) if codes is None else codes.max() + 1)}
     return {
         "metrics": values,
         "ci": cis,
@@ -54,5 +69,5 @@ def failure_metrics(uncertainty, reward, failure_threshold: float = 1.0, invert:
         "bootstrap": {"n_boot": int(n_boot), "ci": float(ci),
                       "seed": (int(seed) if isinstance(seed, (int, np.integer))
                                else None if seed is None else str(seed)),
-                      "method": "percentile", "n_skipped": skipped},
+                      **method, "n_skipped": skipped},
     }

@@ -11,6 +11,12 @@ The rows are the trajectories the estimator scores, in its order, with their rew
 With ``scheduler`` a token estimator's summary rows are read by ``dask.dataframe`` on the cluster
 with the role filter pushed into the Parquet read, so only that role's rows reach the client; the
 metrics are the same as without it.
+
+When a task has several trajectories (``num_trials > 1``), every interval comes from the
+task-clustered bootstrap (tasks resampled with all their trials; ``bootstrap.method`` says so) and
+``evaluate``'s report gains ``multi_trial``: pass^k and the label-noise readout over all the run's
+trajectories, and the estimator's AUROC against the per-task failure rate on the trajectories it
+scores (:mod:`agentuq_nb.evaluation.multi_trial`).
 """
 from __future__ import annotations
 
@@ -24,6 +30,7 @@ from agentuq_nb.estimators import Estimator, TokenEstimator, default_scorer, get
 from agentuq_nb.estimators.token import summary_column
 from agentuq_nb.evaluation.failure_report import failure_metrics
 from agentuq_nb.evaluation.metrics import failure_curves
+from agentuq_nb.evaluation.multi_trial import multi_trial_report, task_labels, tasks_repeat
 from agentuq_nb.io.rundir import RunDir
 from agentuq_nb.records.outcomes import check_failure_threshold
 from agentuq_nb.records.token_statistics import STATISTICS_BY_NAME
@@ -128,10 +135,18 @@ def evaluate(run_dir: str | os.PathLike | RunDir, role: str = "assistant", uncer
         if rows.empty:
             raise ValueError(f"{run.path}: estimator '{chosen.name}' scores no trajectory with a reward")
         u, r = rows["uncertainty"].to_numpy(dtype=float), rows["reward"].to_numpy(dtype=float)
+        repeated = tasks_repeat(rows)
         result = failure_metrics(u, r, failure_threshold=failure_threshold, invert=chosen.invert, n_boot=n_boot,
-                                 seed=seed)
+                                 seed=seed, groups=task_labels(rows) if repeated else None)
         result.update(role=chosen.role, scorer=chosen.scorer, uncertainty=chosen.statistic or chosen.name,
                       invert=chosen.invert, failure_threshold=failure_threshold, n_boot=n_boot, seed=seed)
+        if repeated:
+            result["bootstrap"]["clusters"] = "tasks (domain, task_id): trajectories of one task are resampled together"
+        if tasks_repeat(all_rewards := run.rewards()):  # task rates over every trial, scored or not
+            scored = all_rewards.merge(rows[TRAJECTORY_KEYS + ["uncertainty"]], on=TRAJECTORY_KEYS, how="left")
+            result["multi_trial"] = multi_trial_report(scored, failure_threshold=failure_threshold,
+                                                       uncertainty="uncertainty", invert=chosen.invert,
+                                                       n_boot=n_boot, seed=seed)[0]
         curves = failure_curves(u, r, failure_threshold=failure_threshold, invert=chosen.invert)
         inputs = [name for name in ("trajectory_summary", "trajectories", *chosen.requires) if run.has(name)]
         with run.commit("evaluate") as commit:
@@ -154,7 +169,9 @@ def _summary_role(uncertainty: str, role: str) -> str:
 def estimator_metrics(run_dir: str | os.PathLike | RunDir, parts: dict[str, str], failure_threshold: float = 1.0,
                       n_boot: int = 1000, seed: int = 0, min_rows: int = 2) -> pd.DataFrame:
     """AUROC (with CI) and AUARC of several estimators, one row per ``{label: estimator name}``;
-    an estimator the run has no data for, or fewer than ``min_rows`` trajectories, is left out."""
+    an estimator the run has no data for, or fewer than ``min_rows`` trajectories, is left out.
+    ``resampled`` says what the bootstrap drew: ``trajectories``, or ``tasks`` when a task repeats
+    (the task-clustered bootstrap)."""
     check_failure_threshold(failure_threshold)
     run = RunDir.of(run_dir)
     out = []
@@ -165,9 +182,13 @@ def estimator_metrics(run_dir: str | os.PathLike | RunDir, parts: dict[str, str]
         rows = estimator_rows(run, estimator)
         if len(rows) < min_rows:
             continue
+        repeated = tasks_repeat(rows)
         m = failure_metrics(rows["uncertainty"].to_numpy(dtype=float), rows["reward"].to_numpy(float),
-                            failure_threshold, invert=estimator.invert, n_boot=n_boot, seed=seed)
+                            failure_threshold, invert=estimator.invert, n_boot=n_boot, seed=seed,
+                            groups=task_labels(rows) if repeated else None)
         ci = m["ci"].get("auroc") or [None, None]
         out.append({"part": label, "estimator": name, "n": m["n"], "auroc": m["metrics"]["auroc"], "auroc_lo": ci[0],
-                    "auroc_hi": ci[1], "auarc": m["metrics"]["auarc"], "undefined": m["undefined"].get("auroc")})
-    return pd.DataFrame(out, columns=["part", "estimator", "n", "auroc", "auroc_lo", "auroc_hi", "auarc", "undefined"])
+                    "auroc_hi": ci[1], "auarc": m["metrics"]["auarc"], "undefined": m["undefined"].get("auroc"),
+                    "resampled": "tasks" if repeated else "trajectories"})
+    return pd.DataFrame(out, columns=["part", "estimator", "n", "auroc", "auroc_lo", "auroc_hi", "auarc", "undefined",
+                                      "resampled"])

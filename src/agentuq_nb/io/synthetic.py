@@ -42,10 +42,12 @@ def write_synthetic_results(
     domain: str = "synthetic",
     seed: int = 0,
     signal: float = 0.25,
+    trials: int = 1,
 ) -> Path:
     """Write ``out_dir/results.json`` (+ ``out_dir/sidecars/``); returns the results path.
 
-    Simulation i stores its log-probs in form ``forms[i % len(forms)]``.
+    Simulation i stores its log-probs in form ``forms[i % len(forms)]``; with ``trials`` > 1 it is
+    trial ``i % trials`` of task ``i // trials`` (verdicts drawn independently per trial).
     """
     out_dir = Path(out_dir)
     rng = np.random.default_rng(seed)
@@ -55,7 +57,7 @@ def write_synthetic_results(
         form = forms[s % len(forms)]
         failed = bool(rng.random() < 0.5)
         reward = 0.0 if failed else 1.0
-        task_id, trial, sim_seed = str(s), 0, 1000 + s
+        task_id, trial, sim_seed = str(s // trials), s % trials, 1000 + s
         sidecar_rel = f"sidecars/{sidecar_name(domain, task_id, trial, sim_seed)}"
         sidecar_lines: list[str] = []
         messages = [{"role": "assistant", "content": "Hi! How can I help you today?", "turn_idx": 0,
@@ -111,7 +113,7 @@ def write_synthetic_results(
     results = {
         "timestamp": "2025-01-01T00:00:00",
         "info": {"environment_info": {"domain_name": domain, "policy": "synthetic"},
-                 "agent_info": {"llm": "synthetic-llm"}, "user_info": {"llm": "synthetic-llm"}, "num_trials": 1},
+                 "agent_info": {"llm": "synthetic-llm"}, "user_info": {"llm": "synthetic-llm"}, "num_trials": trials},
         "tasks": [{"id": str(s)} for s in range(num_simulations)],
         "simulations": sims,
     }

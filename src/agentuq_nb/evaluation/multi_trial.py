@@ -1,0 +1,253 @@
+"""Multi-trial labels: per-task success rates, τ²-bench's pass^k, soft-label metrics and label noise.
+
+With ``num_trials > 1`` a task is run several times and its trajectories' verdicts may differ; one
+trial is then a noisy label.  Definitions (a *task* is a ``(domain, task_id)`` pair; a trajectory
+fails when ``reward < failure_threshold``, success is the complement; with the default threshold
+1.0 and τ²-bench's 0/1 rewards this is τ²-bench's ``is_successful``, ``|reward - 1| <= 1e-6``):
+
+* **per-task success rate** ``s_t = c_t / n_t`` (c_t successes in n_t trials), failure rate
+  ``p_t = 1 - s_t``;
+* **pass^k** exactly as τ²-bench (``tau2.metrics.agent_metrics.pass_hat_k``, from Yao et al. 2024,
+  arXiv:2406.12045): per task ``C(c_t, k) / C(n_t, k)``, the chance that k trials drawn without
+  replacement all succeed, averaged over tasks with equal weight; like τ²-bench, k is capped at the
+  fewest trials of any task (larger k are left out with a note);
+* **soft-label AUROC** of an uncertainty ``u`` against the per-task failure rate: every trajectory i
+  counts as a positive (failure) with weight ``p_t(i)`` and as a negative with weight
+  ``1 - p_t(i)``; AUROC is the weighted probability that a positive has the higher uncertainty,
+  ties 1/2.  This equals ``sklearn.metrics.roc_auc_score`` on the rows duplicated (label 1 weight
+  p, label 0 weight 1 - p) with ``sample_weight``; with one trial per task it is the ordinary AUROC;
+* **soft-label Brier score** of a predicted failure probability ``q``: ``mean_i (q_i - p_t(i))²``;
+* **label noise**: among tasks with at least 2 trials, the share whose verdict flips (some trials
+  succeed, some fail), and the mean within-task variance of the failure indicator (sample
+  variance, ddof = 1, i.e. ``n_t/(n_t-1) p_t (1-p_t)``).
+
+The per-task rate ``p_t`` includes the trajectory's own trial (it is the label of the task, not a
+prediction).  Every interval is a percentile bootstrap that resamples tasks with all their trials
+(:func:`agentuq_nb.evaluation.bootstrap.cluster_count_chunks`).
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pandas as pd
+from scipy.special import comb
+
+from agentuq_nb.evaluation.bootstrap import cluster_count_chunks, mean_ci, percentile_ci
+from agentuq_nb.io.rundir import RunDir
+from agentuq_nb.records.outcomes import check_failure_threshold, failure_labels
+
+TASK_KEYS = ["domain", "task_id"]
+CLUSTER_METHOD = "percentile, resampling tasks (clusters)"
+
+
+# --------------------------------------------------------------------------- tasks
+def task_labels(rows: pd.DataFrame) -> np.ndarray:
+    """One integer label per row naming its task ``(domain, task_id)`` (``task_id`` alone when the
+    frame has no ``domain``): the ``groups`` of the task-clustered bootstrap."""
+    keys = [k for k in TASK_KEYS if k in rows.columns]
+    if "task_id" not in keys:
+        raise ValueError(f"rows need a 'task_id' column to name their task; columns: {list(rows.columns)}")
+    return rows.groupby(keys, sort=False, dropna=False).ngroup().to_numpy()
+
+
+def tasks_repeat(rows: pd.DataFrame) -> bool:
+    """True when some task has more than one trajectory among ``rows``."""
+    labels = task_labels(rows)
+    return bool(labels.size and np.unique(labels).size < labels.size)
+
+
+def task_outcomes(rows: pd.DataFrame, failure_threshold: float = 1.0) -> pd.DataFrame:
+    """Per task: ``n_trials``, ``n_successes``, ``n_failures``, ``success_rate``, ``failure_rate``
+    (rows with a non-finite reward are left out)."""
+    check_failure_threshold(failure_threshold)
+    rows = rows[np.isfinite(rows["reward"].to_numpy(dtype=float))]
+    keys = [k for k in TASK_KEYS if k in rows.columns]
+    fail = pd.Series(failure_labels(rows["reward"].to_numpy(dtype=float), failure_threshold), index=rows.index)
+    g = fail.groupby([rows[k] for k in keys], sort=True)
+    out = pd.DataFrame({"n_trials": g.size(), "n_failures": g.sum().astype(int)})
+    out.insert(1, "n_successes", out["n_trials"] - out["n_failures"])
+    out["success_rate"] = out["n_successes"] / out["n_trials"]
+    out["failure_rate"] = out["n_failures"] / out["n_trials"]
+    return out.reset_index()
+
+
+def pass_hat_k(n_trials, n_successes, k: int) -> np.ndarray:
+    """τ²-bench's pass^k per task, vectorized: ``C(n_successes, k) / C(n_trials, k)``; refuses k > n_trials
+    as τ²-bench does."""
+    n, c = np.asarray(n_trials), np.asarray(n_successes)
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got {k}")
+    if np.any(n < k):
+        raise ValueError(f"k={k} is more than the {int(np.min(n))} trials of a task")
+    return comb(c, k) / comb(n, k)
+
+
+def label_noise(outcomes: pd.DataFrame) -> dict:
+    """Label-noise readout from :func:`task_outcomes`: tasks with ≥ 2 trials, the share whose verdict
+    flips across trials, the mean within-task (sample) variance of the failure indicator."""
+    multi = outcomes[outcomes["n_trials"] >= 2]
+    n, f = multi["n_trials"].to_numpy(float), multi["n_failures"].to_numpy(float)
+    flips = (f > 0) & (f < n)
+    variance = f * (n - f) / (n * (n - 1)) if n.size else np.array([])
+    return {"n_tasks_with_repeats": int(n.size),
+            "share_flipping": float(flips.mean()) if n.size else None,
+            "n_flipping": int(flips.sum()),
+            "mean_within_task_variance": float(variance.mean()) if n.size else None}
+
+
+# --------------------------------------------------------------------------- soft-label metrics
+def soft_auroc(uncertainty, failure_rate, weights=None) -> float | np.ndarray:
+    """AUROC of ``uncertainty`` against soft labels ``failure_rate`` in [0, 1] (see the module
+    docstring); ``weights`` (n,) or (B, n) row weights (bootstrap counts) give one AUROC per row of
+    weights.  NaN when the positive or the negative weight is 0.
+
+    Written by hand because sklearn scores one weighting per call; here the tie blocks of the
+    sorted uncertainty are shared and all B weightings cost one cumulative sum.
+    """
+    u = np.asarray(uncertainty, dtype=float)
+    p = np.asarray(failure_rate, dtype=float)
+    if u.shape != p.shape or u.ndim != 1:
+        raise ValueError(f"uncertainty {u.shape} and failure_rate {p.shape} must be 1-D of one length")
+    if np.any((p < 0) | (p > 1)):
+        raise ValueError("failure_rate must lie in [0, 1]")
+    W = np.ones((1, u.size)) if weights is None else np.atleast_2d(np.asarray(weights, dtype=float))
+    order = np.argsort(u, kind="stable")
+    us = u[order]
+    starts = np.flatnonzero(np.r_[True, us[1:] != us[:-1]]) if us.size else np.array([], dtype=int)
+    pos = W[:, order] * p[order]
+    neg = W[:, order] * (1.0 - p[order])
+    if us.size == 0:
+        out = np.full(W.shape[0], np.nan)
+    else:
+        pos_b = np.add.reduceat(pos, starts, axis=1)
+        neg_b = np.add.reduceat(neg, starts, axis=1)
+        below = np.cumsum(neg_b, axis=1) - neg_b
+        total_pos, total_neg = pos_b.sum(axis=1), neg_b.sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out = (pos_b * (below + 0.5 * neg_b)).sum(axis=1) / (total_pos * total_neg)
+        out[(total_pos <= 0) | (total_neg <= 0)] = np.nan
+    return float(out[0]) if weights is None or np.ndim(weights) == 1 else out
+
+
+def soft_brier(probability, failure_rate, weights=None) -> float | np.ndarray:
+    """Brier score of a failure probability against soft labels: ``Σ w (q - p)² / Σ w``; ``weights``
+    as in :func:`soft_auroc`."""
+    q = np.asarray(probability, dtype=float)
+    p = np.asarray(failure_rate, dtype=float)
+    if q.shape != p.shape or q.ndim != 1:
+        raise ValueError(f"probability {q.shape} and failure_rate {p.shape} must be 1-D of one length")
+    if np.any((q < 0) | (q > 1)):
+        raise ValueError("probability must lie in [0, 1] (a failure probability, e.g. from calibration)")
+    W = np.ones((1, q.size)) if weights is None else np.atleast_2d(np.asarray(weights, dtype=float))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = (W * (q - p) ** 2).sum(axis=1) / W.sum(axis=1)
+    return float(out[0]) if weights is None or np.ndim(weights) == 1 else out
+
+
+# --------------------------------------------------------------------------- the report
+def read_rows(source) -> pd.DataFrame:
+    """The trajectory rows of a run folder (:meth:`RunDir.rewards`) or a frame with ``task_id`` and ``reward``."""
+    if isinstance(source, pd.DataFrame):
+        missing = [c for c in ("task_id", "reward") if c not in source.columns]
+        if missing:
+            raise ValueError(f"rows lack column(s) {missing}; columns: {list(source.columns)}")
+        return source.reset_index(drop=True)
+    if isinstance(source, (str, os.PathLike, RunDir)):
+        return RunDir.of(source).rewards()
+    raise TypeError(f"source must be a run folder or a DataFrame, got {type(source).__name__}")
+
+
+def multi_trial_report(source, k_values=None, failure_threshold: float = 1.0, uncertainty: str | None = None,
+                       invert: bool = False, probability: str | None = None, n_boot: int = 1000, ci: float = 0.95,
+                       seed=0) -> tuple[dict, pd.DataFrame]:
+    """Multi-trial readout of a run folder, or of rows with ``task_id``, ``reward`` (and ``domain``).
+
+    ``k_values``: the k of pass^k (default 1 .. fewest trials of a task).  ``uncertainty`` /
+    ``probability``: names of columns of the rows holding an uncertainty (``invert`` for a
+    confidence) and a failure probability; they add the soft-label AUROC and Brier score.  Rows with
+    a non-finite reward are left out (``n_dropped``); a row whose uncertainty or probability is not
+    finite (e.g. a trajectory the estimator does not score) still counts in its task's rates but is
+    not scored (``soft_labels.n``).
+
+    Returns ``(report, tasks)``: a JSON-ready dict and the per-task table (:func:`task_outcomes`
+    plus a ``pass^k`` column per k).
+    """
+    check_failure_threshold(failure_threshold)
+    rows = read_rows(source)
+    columns = ["reward"] + [c for c in (uncertainty, probability) if c is not None]
+    for c in columns[1:]:
+        if c not in rows.columns:
+            raise ValueError(f"rows have no column '{c}'; columns: {list(rows.columns)}")
+    finite = np.isfinite(rows["reward"].to_numpy(dtype=float))
+    n_dropped = int((~finite).sum())
+    rows = rows[finite].reset_index(drop=True)
+    if rows.empty:
+        raise ValueError("no trajectory with a finite reward to report on")
+    tasks = task_outcomes(rows, failure_threshold)
+    min_trials = int(tasks["n_trials"].min())
+    ks = list(range(1, min_trials + 1)) if k_values is None else sorted({int(k) for k in k_values})
+    notes = []
+    if any(k < 1 for k in ks):
+        raise ValueError(f"k_values must be positive integers, got {list(k_values)}")
+    if any(k > min_trials for k in ks):
+        notes.append(f"pass^k for k > {min_trials} left out: a task has only {min_trials} trial(s) "
+                     "(τ²-bench caps k at the fewest trials of a task)")
+        ks = [k for k in ks if k <= min_trials]
+    rng = np.random.default_rng(seed)
+    pass_k = {}
+    for k in ks:
+        values = pass_hat_k(tasks["n_trials"].to_numpy(), tasks["n_successes"].to_numpy(), k)
+        tasks[f"pass^{k}"] = values
+        lo, hi = mean_ci(values, n_boot, ci, rng) if n_boot > 0 else (np.nan, np.nan)
+        pass_k[str(k)] = {"value": float(values.mean()),
+                          "ci": None if not np.isfinite(lo) else [float(lo), float(hi)]}
+    report = {
+        "n_trajectories": int(len(rows)), "n_dropped": n_dropped, "n_tasks": int(len(tasks)),
+        "trials_per_task": {"min": min_trials, "max": int(tasks["n_trials"].max()),
+                            "mean": float(tasks["n_trials"].mean())},
+        "failure_threshold": float(failure_threshold),
+        "mean_task_success_rate": float(tasks["success_rate"].mean()),
+        "pass_hat_k": pass_k,
+        "label_noise": label_noise(tasks),
+    }
+    if uncertainty is not None or probability is not None:
+        report["soft_labels"] = soft_label_metrics(rows, tasks, uncertainty, invert, probability, n_boot, ci, seed)
+    report["bootstrap"] = {"n_boot": int(n_boot), "ci": float(ci), "method": CLUSTER_METHOD,
+                           "n_clusters": int(len(tasks)),
+                           "seed": int(seed) if isinstance(seed, (int, np.integer)) else None}
+    report["notes"] = notes
+    return report, tasks
+
+
+def soft_label_metrics(rows: pd.DataFrame, tasks: pd.DataFrame, uncertainty: str | None, invert: bool,
+                       probability: str | None, n_boot: int, ci: float, seed=0) -> dict:
+    """Soft-label AUROC of ``rows[uncertainty]`` and Brier score of ``rows[probability]`` against the
+    per-task failure rate of ``tasks`` (over all their trials), on the rows where the scores are
+    finite (``n``), each with a task-clustered percentile interval."""
+    keys = [k for k in TASK_KEYS if k in rows.columns]
+    scored = [c for c in (uncertainty, probability) if c is not None]
+    rows = rows[np.isfinite(rows[scored].to_numpy(dtype=float)).all(axis=1)].reset_index(drop=True)
+    out: dict = {"n": int(len(rows)), "label": "per-task failure rate"}
+    if rows.empty:
+        return out
+    p = rows[keys].merge(tasks[keys + ["failure_rate"]], on=keys, how="left")["failure_rate"].to_numpy()
+    codes = task_labels(rows)
+    metrics = {}
+    if uncertainty is not None:
+        u = rows[uncertainty].to_numpy(dtype=float) * (-1.0 if invert else 1.0)
+        metrics["auroc"] = lambda w, u=u: soft_auroc(u, p, w)
+    if probability is not None:
+        q = rows[probability].to_numpy(dtype=float)
+        metrics["brier"] = lambda w, q=q: soft_brier(q, p, w)
+    samples = {name: [] for name in metrics}
+    for counts in cluster_count_chunks(codes, n_boot, seed):
+        for name, fn in metrics.items():
+            samples[name].append(fn(counts))
+    for name, fn in metrics.items():
+        value = float(fn(None))
+        s = np.concatenate(samples[name]) if samples[name] else np.array([])
+        out[name] = {"value": None if not np.isfinite(value) else value,
+                     "ci": None if not np.isfinite(value) else percentile_ci(s, ci),
+                     "n_skipped": int(np.sum(~np.isfinite(s)))}
+    return out
