@@ -11,7 +11,8 @@ paired bootstrap p-value of the AUROC difference against the reference ``assista
   ``auroc_residual`` (after regressing on log message count), ``length_baseline_auroc`` (the best raw
   AUROC of a length baseline) and ``beats_length_baseline``;
 * two rows of family ``combined`` (:mod:`.combined_predictor`): the cross-fitted logistic regression over
-  the non-baseline estimators (``combined``) and over those plus the length baselines (``combined+length``),
+  the non-baseline estimators (``combined_predictor``) and over those plus the length baselines
+  (``combined_predictor+length``),
   evaluated on their out-of-fold failure probabilities (their CIs hold the trajectories' resampling, not
   the refitting).
 
@@ -46,7 +47,8 @@ REFERENCE = "assistant.avg_token_nll"
 LENGTH_COLUMN = "num_messages"
 CALIBRATION_COLUMNS = ("ece", "ece_debiased", "brier")
 LENGTH_CONTROL_COLUMNS = ("auroc_stratified", "auroc_residual", "length_baseline_auroc")
-COMBINED = {"combined": False, "combined+length": True}  # row name -> whether the length baselines are inputs
+#: row name of the combined predictor -> whether the length baselines are among its inputs
+COMBINED = {"combined_predictor": False, "combined_predictor+length": True}
 
 
 def score_table(run_dir: str | os.PathLike | RunDir, names: list[str] | None = None) -> tuple[pd.DataFrame, list[Estimator]]:
