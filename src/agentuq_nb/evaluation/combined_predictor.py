@@ -13,6 +13,8 @@ Inputs are oriented first (a confidence is negated), so coefficients read as "hi
 """
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import pandas as pd
 from sklearn.impute import SimpleImputer
@@ -25,6 +27,9 @@ from agentuq_nb.evaluation.calibration import CrossFit, group_folds
 
 #: the grid of inverse L2 strengths tried by the inner cross-validation
 C_GRID = tuple(np.logspace(-3, 3, 7))
+# scikit-learn 1.8+ asks for these to be explicit (plain L2, the new fitted attributes); older ones lack them
+_NEW_CV_ARGS = {k: v for k, v in (("l1_ratios", (0.0,)), ("use_legacy_attributes", False))
+                if k in inspect.signature(LogisticRegressionCV).parameters}
 
 
 def combination_model(X: np.ndarray, y: np.ndarray, groups: np.ndarray, inner_splits: int = 3, seed=0):
@@ -36,9 +41,8 @@ def combination_model(X: np.ndarray, y: np.ndarray, groups: np.ndarray, inner_sp
         inner = GroupKFold(n_splits=min(inner_splits, n_groups), shuffle=True, random_state=seed)
         splits = list(inner.split(X, y, groups))
         if all(0 < y[train].sum() < len(train) for train, _ in splits):
-            return make_pipeline(*head, LogisticRegressionCV(Cs=list(C_GRID), l1_ratios=(0.0,), cv=splits,
-                                                             scoring="neg_brier_score", use_legacy_attributes=False,
-                                                             max_iter=1000))
+            return make_pipeline(*head, LogisticRegressionCV(Cs=list(C_GRID), cv=splits, scoring="neg_brier_score",
+                                                             max_iter=1000, **_NEW_CV_ARGS))
     return make_pipeline(*head, LogisticRegression(max_iter=1000))
 
 
