@@ -130,3 +130,19 @@ def test_forest_plot_marks_estimators_that_do_not_beat_the_length_baseline(run_d
     assert sum("(≤ length)" in label for label in labels) == weak
     old = estimator_forest_figure(table.drop(columns=["beats_length_baseline"]))  # an older table still draws
     assert not any("(≤ length)" in t.get_text() for t in old.axes[0].get_yticklabels())
+
+
+def test_combined_inputs_are_oriented_and_never_a_length_only_or_repeated_predictor(run_dir):
+    from agentuq_nb.evaluation.estimator_table import combined_inputs, score_table
+
+    table, estimators = score_table(run_dir)
+    plain = combined_inputs(table, estimators, with_length=False)
+    with_length = combined_inputs(table, estimators, with_length=True)
+    assert not set(plain.columns) & {"num_messages", "num_tool_calls", "agent_chars"}
+    assert {"num_messages", "agent_chars"} <= set(with_length.columns)
+    np.testing.assert_allclose(plain["assistant.min_chosen_prob"], -table["assistant.min_chosen_prob"])  # a confidence
+    no_length = table.drop(columns=["num_messages", "num_tool_calls", "agent_chars"])
+    kept = [e for e in estimators if e.family != "baseline"]
+    assert combined_inputs(no_length, kept, with_length=True).shape[1] == 0
+    baselines_only = [e for e in estimators if e.family == "baseline"]
+    assert combined_inputs(table, baselines_only, with_length=True).shape[1] == 0

@@ -105,7 +105,9 @@ def test_a_plugin_file_shows_up_in_both_commands_with_its_orientation(run_dir, t
     table = pd.read_csv(run_dir / "estimator_table.csv").set_index("estimator")
     row = table.loc["assistant.steadiest_turn"]
     assert row["family"] == "plugin" and row["invert"] and "inverted" in row["orientation"]
-    assert list(table.index[-3:]) == ["num_messages", "num_tool_calls", "agent_chars"]  # baselines stay last
+    assert set(table.index[table["family"] == "baseline"]) == {"num_messages", "num_tool_calls", "agent_chars"}
+    controlled = table["auroc_stratified"].dropna().to_numpy()  # rows ordered by the length-controlled AUROC
+    assert (np.diff(controlled) <= 1e-12).all()
     steadiest = _steadiest(run_dir)
     traj = pd.read_parquet(run_dir / "trajectories.parquet").set_index("task_id")
     expected = roc_auc_score(traj.loc[steadiest.index, "reward"] < 1, -steadiest)

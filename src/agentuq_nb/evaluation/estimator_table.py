@@ -39,6 +39,7 @@ from agentuq_nb.evaluation.failure_report import failure_metrics
 from agentuq_nb.evaluation.length_control import beats_length_baseline, length_controlled
 from agentuq_nb.evaluation.metrics import auroc, failure_labels
 from agentuq_nb.io.rundir import RunDir
+from agentuq_nb.records.outcomes import check_failure_threshold
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 
 REPORTED_METRICS = ("auroc", "auarc", "aurc", "prr", "spearman")
@@ -46,7 +47,6 @@ REFERENCE = "assistant.avg_token_nll"
 #: the length every length-controlled AUROC holds fixed
 LENGTH_COLUMN = "num_messages"
 CALIBRATION_COLUMNS = ("ece", "ece_debiased", "brier")
-LENGTH_CONTROL_COLUMNS = ("auroc_stratified", "auroc_residual", "length_baseline_auroc")
 #: row name of the combined predictor -> whether the length baselines are among its inputs
 COMBINED = {"combined_predictor": False, "combined_predictor+length": True}
 
@@ -114,11 +114,14 @@ def _calibration_and_length(u: np.ndarray, failure: np.ndarray, groups: np.ndarr
 
 def combined_inputs(table: pd.DataFrame, estimators: list[Estimator], with_length: bool) -> pd.DataFrame:
     """The oriented input columns of a combined predictor: every non-baseline estimator with a finite score
-    somewhere, plus (``with_length``) every length baseline column of ``table``."""
+    somewhere, plus (``with_length``) every length baseline column of ``table``. No column when there is no
+    such estimator, or when ``with_length`` and the table holds no length baseline (it would repeat the
+    predictor without length)."""
     cols = {e.name: oriented(table[e.name], e.invert) for e in estimators
             if e.family != "baseline" and np.isfinite(table[e.name].to_numpy(dtype=float)).any()}
-    if cols and with_length:
-        cols.update({b: table[b].to_numpy(dtype=float) for b in BASELINES if b in table.columns})
+    if with_length:
+        lengths = {b: table[b].to_numpy(dtype=float) for b in BASELINES if b in table.columns}
+        cols = {**cols, **lengths} if cols and lengths else {}
     return pd.DataFrame(cols, index=table.index)
 
 
@@ -135,7 +138,7 @@ def evaluate_estimators(table: pd.DataFrame, estimators: list[Estimator], failur
     """The estimator table from a score table (see the module docstring for the columns). The length control
     uses the table's ``num_messages`` column (see :func:`with_length_columns`); without it those columns
     are NaN. ``combine=False`` leaves out the combined predictor's rows."""
-    failure_labels([], failure_threshold)  # a bad threshold is refused before any work
+    check_failure_threshold(failure_threshold)  # refused before any work
     table = table[np.isfinite(table["reward"].to_numpy(dtype=float))].reset_index(drop=True)
     reward = table["reward"].to_numpy(dtype=float)
     failure = failure_labels(reward, failure_threshold)
