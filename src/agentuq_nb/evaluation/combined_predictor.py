@@ -23,7 +23,7 @@ from sklearn.model_selection import GroupKFold
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from agentuq_nb.evaluation.calibration import CrossFit, group_folds
+from agentuq_nb.evaluation.calibration import CrossFit, group_folds, one_blas_thread
 
 #: the grid of inverse L2 strengths tried by the inner cross-validation
 C_GRID = tuple(np.logspace(-3, 3, 7))
@@ -62,11 +62,12 @@ def cross_fitted_combination(features: pd.DataFrame, failure, groups, n_splits: 
         raise ValueError(f"features, failure and groups must have one length; got {len(X)}, {len(y)}, {len(g)}")
     fold = group_folds(g, n_splits, seed)
     prob = np.full(len(y), np.nan)
-    for k in range(fold.max() + 1):
-        test, train = fold == k, fold != k
-        if y[train].all() or not y[train].any():
-            prob[test] = float(y[train][0])
-            continue
-        model = combination_model(X[train], y[train], g[train], inner_splits, seed)
-        prob[test] = model.fit(X[train], y[train]).predict_proba(X[test])[:, 1]
+    with one_blas_thread():
+        for k in range(fold.max() + 1):
+            test, train = fold == k, fold != k
+            if y[train].all() or not y[train].any():
+                prob[test] = float(y[train][0])
+                continue
+            model = combination_model(X[train], y[train], g[train], inner_splits, seed)
+            prob[test] = model.fit(X[train], y[train]).predict_proba(X[test])[:, 1]
     return CrossFit(prob, fold)
