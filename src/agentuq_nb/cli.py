@@ -232,8 +232,8 @@ def compare_estimators(
     with _step("compare-estimators", run_dir):
         table = run_compare(run_dir, failure_threshold=failure_threshold, n_boot=n_boot, seed=seed,
                             names=estimator or None)
-    cols = [c for c in ("estimator", "orientation", "auroc", "auroc_lo", "auroc_hi", "auarc", "spearman",
-                        "p_value_vs_reference") if c in table]
+    cols = [c for c in ("estimator", "orientation", "auroc", "auroc_lo", "auroc_hi", "auroc_stratified",
+                        "auroc_residual", "ece", "brier", "beats_length_baseline", "p_value_vs_reference") if c in table]
     typer.echo(table[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     one_class = table[(table["n_failures"] == 0) | (table["n_failures"] == table["n"])]
     if len(one_class):
@@ -241,6 +241,48 @@ def compare_estimators(
         typer.secho(f"note: AUROC and the other ranking metrics are null for {len(one_class)} estimator(s): their "
                     f"trajectories hold one class only ({int(row['n_failures'])} failures of {int(row['n'])} at "
                     f"failure threshold {failure_threshold:g})", fg=typer.colors.YELLOW, err=True)
+
+
+@app.command("calibrate")
+def calibrate(
+    run_dir: Path = typer.Argument(...),
+    estimator: Optional[list[str]] = typer.Option(None, "--estimator", help="only these estimators (repeat the option)"),
+    method: str = typer.Option("both", help="platt | isotonic | both"),
+    transfer_to: Optional[Path] = typer.Option(None, "--transfer-to", help="another run folder: maps fitted on "
+                                               "RUN_DIR are evaluated on it"),
+    n_bins: int = typer.Option(10, min=1, help="equal-mass bins of the ECE, the Brier decomposition and the diagram"),
+    failure_threshold: float = typer.Option(1.0, help="failure = reward < threshold"),
+    seed: int = typer.Option(0),
+    plugin: Optional[list[str]] = typer.Option(None, "--plugin", help=PLUGIN_HELP),
+):
+    """Estimators as failure probabilities (Platt, isotonic; cross-fitted by task): ECE, debiased ECE, Brier and its
+    decomposition, log loss, reliability bins → RUN_DIR/calibration.json, calibration_bins.csv."""
+    from agentuq_nb.evaluation.run_calibration import calibrate as run_calibrate
+
+    if method not in ("platt", "isotonic", "both"):
+        _fail(ValueError(f"--method must be platt, isotonic or both, not {method!r}"))
+    _load_plugins(plugin)
+    with _step("calibrate", run_dir):
+        report = run_calibrate(run_dir, names=estimator or None,
+                               methods=("platt", "isotonic") if method == "both" else (method,),
+                               transfer_to=transfer_to, n_bins=n_bins, failure_threshold=failure_threshold, seed=seed)
+    sections = [("cross-fitted on " + report["run"], report["estimators"])]
+    if report["transfer"]:
+        t = report["transfer"]
+        sections.append((f"fitted on {t['fitted_on']}, evaluated on {t['evaluated_on']}", t["estimators"]))
+    for title, entries in sections:
+        typer.echo(title)
+        for name, entry in entries.items():
+            for m, rep in entry["methods"].items():
+                typer.echo(f"  {name:40s} {m:9s} n={rep['n']:<4d} ECE={_num(rep['ece'])} "
+                           f"ECE_debiased={_num(rep['ece_debiased'])} Brier={_num(rep['brier'])} "
+                           f"log_loss={_num(rep['log_loss'])}")
+            if entry.get("undefined"):
+                typer.secho(f"  {name}: not calibrated: {entry['undefined']}", fg=typer.colors.YELLOW, err=True)
+
+
+def _num(x) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
 
 
 @app.command("estimators")

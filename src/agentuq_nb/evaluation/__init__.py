@@ -14,7 +14,11 @@ Modules (one job each):
 * :mod:`.conformal` - AgentPulse: split/Mondrian conformal, ACI, BH, pipeline bounds,
   risk-controlled thresholds, coverage reports;
 * :mod:`.agent_comparison` - the same tools applied to agents: leaderboard with FDR marks,
-  success-rate intervals, abstention report, ACI on a stream of runs.
+  success-rate intervals, abstention report, ACI on a stream of runs;
+* :mod:`.calibration` - scores as failure probabilities (Platt, isotonic, cross-fitted by task), ECE,
+  Brier decomposition, reliability tables; :mod:`.run_calibration` - a run's report (``calibrate``);
+* :mod:`.combined_predictor` - cross-fitted logistic regression over several estimators;
+* :mod:`.length_control` - AUROC within message-count strata and after regressing out log length.
 """
 from agentuq_nb.common.lazy import lazy_exports
 
@@ -34,4 +38,9 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "estimator_table": ["compare_estimators", "evaluate_estimators", "score_table", "read_estimator_table",
                         "REPORTED_METRICS"],
     "dynamics": ["dynamics_curve", "early_warning_table"],
+    "calibration": ["brier_decomposition", "calibration_report", "cross_fitted_probabilities",
+                    "expected_calibration_error", "fit_calibrator", "reliability_table"],
+    "run_calibration": ["calibrate", "read_calibration_bins"],
+    "combined_predictor": ["cross_fitted_combination"],
+    "length_control": ["beats_length_baseline", "length_controlled", "residual_auroc", "stratified_auroc"],
 })

@@ -3,8 +3,21 @@
 Per estimator (:mod:`agentuq_nb.estimators`, oriented by its own ``higher_is_uncertain``): AUROC,
 AUARC, AURC, PRR and Spearman with percentile bootstrap 95% CIs (:func:`failure_metrics`), and a
 paired bootstrap p-value of the AUROC difference against the reference ``assistant.avg_token_nll``
-(scorer ``self``; else the first assistant ``avg_token_nll`` of any scorer). Written to
-``RUN_DIR/estimator_table.csv`` by :func:`compare_estimators` (``agentuq-nb compare-estimators``).
+(scorer ``self``; else the first assistant ``avg_token_nll`` of any scorer). Beside them:
+
+* calibration of the estimator's task-cross-fitted Platt probabilities (:mod:`.calibration`): ``ece``
+  (equal-mass bins), ``ece_debiased`` (Kumar et al.'s debiased L2), ``brier``;
+* length control (:mod:`.length_control`): ``auroc_stratified`` (within message-count strata),
+  ``auroc_residual`` (after regressing on log message count), ``length_baseline_auroc`` (the best raw
+  AUROC of a length baseline) and ``beats_length_baseline``;
+* two rows of family ``combined`` (:mod:`.combined_predictor`): the cross-fitted logistic regression over
+  the non-baseline estimators (``combined_predictor``) and over those plus the length baselines
+  (``combined_predictor+length``),
+  evaluated on their out-of-fold failure probabilities (their CIs hold the trajectories' resampling, not
+  the refitting).
+
+Rows are ordered by ``auroc_stratified``, the length-controlled AUROC (descending, undefined last).
+Written to ``RUN_DIR/estimator_table.csv`` by :func:`compare_estimators` (``agentuq-nb compare-estimators``).
 
 Every trajectory of the run is a row (its reward from ``trajectories.parquet``); an estimator without
 a score for a trajectory leaves it out of its own metrics (counted in ``n``).
@@ -14,17 +27,28 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
-from agentuq_nb.estimators import Estimator, get
+from agentuq_nb.estimators import BASELINES, Estimator, get
 from agentuq_nb.estimators import estimators as run_estimators
 from agentuq_nb.evaluation.bootstrap import paired_bootstrap_pvalue
+from agentuq_nb.evaluation.calibration import calibration_report, cross_fitted_probabilities, oriented
+from agentuq_nb.evaluation.combined_predictor import cross_fitted_combination
 from agentuq_nb.evaluation.failure_report import failure_metrics
+from agentuq_nb.evaluation.length_control import beats_length_baseline, length_controlled
+from agentuq_nb.evaluation.metrics import auroc, failure_labels
 from agentuq_nb.io.rundir import RunDir
+from agentuq_nb.records.outcomes import check_failure_threshold
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 
 REPORTED_METRICS = ("auroc", "auarc", "aurc", "prr", "spearman")
 REFERENCE = "assistant.avg_token_nll"
+#: the length every length-controlled AUROC holds fixed
+LENGTH_COLUMN = "num_messages"
+CALIBRATION_COLUMNS = ("ece", "ece_debiased", "brier")
+#: row name of the combined predictor -> whether the length baselines are among its inputs
+COMBINED = {"combined_predictor": False, "combined_predictor+length": True}
 
 
 def score_table(run_dir: str | os.PathLike | RunDir, names: list[str] | None = None) -> tuple[pd.DataFrame, list[Estimator]]:
@@ -39,6 +63,68 @@ def score_table(run_dir: str | os.PathLike | RunDir, names: list[str] | None = N
     return table, chosen
 
 
+def with_length_columns(run: RunDir, table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with every length baseline the run holds as a column (for the length control), also when
+    the chosen estimators leave them out."""
+    for name in BASELINES:
+        if name not in table.columns and get(name).is_available(run):
+            scores = get(name).scores(run).rename(name).reset_index()
+            table = table.merge(scores.drop_duplicates(TRAJECTORY_KEYS), on=TRAJECTORY_KEYS, how="left")
+    return table
+
+
+def task_groups(table: pd.DataFrame) -> np.ndarray:
+    """The task of every row (domain and task id): the unit that cross-fitting holds out."""
+    return (table["domain"].astype(str) + "\x1f" + table["task_id"].astype(str)).to_numpy()
+
+
+def best_length_baseline_auroc(table: pd.DataFrame, failure: np.ndarray) -> float:
+    """The highest raw AUROC of a length baseline column of ``table`` (NaN when none is defined)."""
+    best = float("nan")
+    for name in BASELINES:
+        if name in table.columns:
+            u = table[name].to_numpy(dtype=float)
+            ok = np.isfinite(u)
+            if ok.sum() >= 2 and 0 < failure[ok].sum() < ok.sum():
+                best = np.nanmax([best, auroc(u[ok], failure[ok])])
+    return best
+
+
+def _calibration_and_length(u: np.ndarray, failure: np.ndarray, groups: np.ndarray, length: np.ndarray | None,
+                            n_bins: int, seed, is_probability: bool = False) -> dict:
+    """ECE / debiased ECE / Brier of the task-cross-fitted Platt probabilities of the oriented score ``u`` (of
+    ``u`` itself when it is already a cross-fitted probability), and its length-controlled AUROCs."""
+    row = dict.fromkeys(CALIBRATION_COLUMNS + ("auroc_stratified", "auroc_residual"), float("nan"))
+    ok = np.isfinite(u)
+    two_classes = 0 < failure[ok].sum() < ok.sum()
+    if is_probability:
+        prob = u
+    elif two_classes and len(np.unique(groups[ok])) >= 2:
+        prob = cross_fitted_probabilities(u, failure, groups, "platt", seed=seed).prob
+    else:
+        prob = None
+    if prob is not None:
+        rep = calibration_report(prob, failure, n_bins)
+        row.update(ece=rep["ece"], ece_debiased=rep["ece_debiased"], brier=rep["brier"])
+    if length is not None and two_classes:
+        lc = length_controlled(u, failure, length)
+        row.update(auroc_stratified=lc["auroc_stratified"], auroc_residual=lc["auroc_residual"])
+    return row
+
+
+def combined_inputs(table: pd.DataFrame, estimators: list[Estimator], with_length: bool) -> pd.DataFrame:
+    """The oriented input columns of a combined predictor: every non-baseline estimator with a finite score
+    somewhere, plus (``with_length``) every length baseline column of ``table``. No column when there is no
+    such estimator, or when ``with_length`` and the table holds no length baseline (it would repeat the
+    predictor without length)."""
+    cols = {e.name: oriented(table[e.name], e.invert) for e in estimators
+            if e.family != "baseline" and np.isfinite(table[e.name].to_numpy(dtype=float)).any()}
+    if with_length:
+        lengths = {b: table[b].to_numpy(dtype=float) for b in BASELINES if b in table.columns}
+        cols = {**cols, **lengths} if cols and lengths else {}
+    return pd.DataFrame(cols, index=table.index)
+
+
 def _reference(estimators: list[Estimator], reference: str) -> Estimator | None:
     ref = next((e for e in estimators if e.name == reference), None)
     if ref is None:  # no self-scored assistant: first assistant avg_token_nll of any scorer
@@ -47,17 +133,33 @@ def _reference(estimators: list[Estimator], reference: str) -> Estimator | None:
 
 
 def evaluate_estimators(table: pd.DataFrame, estimators: list[Estimator], failure_threshold: float = 1.0,
-                        n_boot: int = 1000, seed=0, reference: str = REFERENCE) -> pd.DataFrame:
-    """The estimator table from a score table (see the module docstring for the columns)."""
+                        n_boot: int = 1000, seed=0, reference: str = REFERENCE, n_bins: int = 10,
+                        combine: bool = True) -> pd.DataFrame:
+    """The estimator table from a score table (see the module docstring for the columns). The length control
+    uses the table's ``num_messages`` column (see :func:`with_length_columns`); without it those columns
+    are NaN. ``combine=False`` leaves out the combined predictor's rows."""
+    check_failure_threshold(failure_threshold)  # refused before any work
+    table = table[np.isfinite(table["reward"].to_numpy(dtype=float))].reset_index(drop=True)
     reward = table["reward"].to_numpy(dtype=float)
+    failure = failure_labels(reward, failure_threshold)
+    groups = task_groups(table)
+    length = table[LENGTH_COLUMN].to_numpy(dtype=float) if LENGTH_COLUMN in table.columns else None
     ref = _reference(estimators, reference)
+    scored = [(est.name, est.family, est, table[est.name].to_numpy(dtype=float), est.invert, False)
+              for est in estimators]
+    if combine:
+        for name, with_length in COMBINED.items():
+            features = combined_inputs(table, estimators, with_length)
+            if features.shape[1] and 0 < failure.sum() < len(failure) and len(np.unique(groups)) >= 2:
+                prob = cross_fitted_combination(features, failure, groups, seed=seed).prob
+                scored.append((name, "combined", None, prob, False, True))
     rows = []
-    for est in estimators:
-        u = table[est.name].to_numpy(dtype=float)
-        rep = failure_metrics(u, reward, failure_threshold=failure_threshold, invert=est.invert,
+    for name, family, est, u, invert, is_probability in scored:
+        rep = failure_metrics(u, reward, failure_threshold=failure_threshold, invert=invert,
                               n_boot=n_boot, seed=seed)
-        row = {"estimator": est.name, "family": est.family, "scorer": est.scorer, "role": est.role,
-               "statistic": est.statistic, "invert": est.invert, "orientation": est.orientation,
+        row = {"estimator": name, "family": family, "scorer": getattr(est, "scorer", None),
+               "role": getattr(est, "role", None), "statistic": getattr(est, "statistic", None), "invert": invert,
+               "orientation": est.orientation if est is not None else "failure probability (cross-fitted)",
                "n": rep["n"], "n_failures": rep["n_failures"]}
         for m in REPORTED_METRICS:
             ci = rep["ci"].get(m)
@@ -66,30 +168,36 @@ def evaluate_estimators(table: pd.DataFrame, estimators: list[Estimator], failur
         row["reference"] = ref.name if ref is not None else None
         row["auroc_diff_vs_reference"] = None
         row["p_value_vs_reference"] = None
-        if ref is not None and est.name != ref.name:
+        if ref is not None and name != ref.name:
             p = paired_bootstrap_pvalue(u, table[ref.name].to_numpy(dtype=float), reward, metric="auroc",
-                                        failure_threshold=failure_threshold, invert_a=est.invert,
+                                        failure_threshold=failure_threshold, invert_a=invert,
                                         invert_b=ref.invert, n_boot=n_boot, seed=seed)
             row["auroc_diff_vs_reference"], row["p_value_vs_reference"] = p["diff"], p["p_value"]
         row["undefined"] = "; ".join(f"{k}: {v}" for k, v in rep["undefined"].items()) or None
+        row.update(_calibration_and_length(oriented(u, invert), failure, groups, length, n_bins, seed, is_probability))
         rows.append(row)
     out = pd.DataFrame(rows)
     for m in REPORTED_METRICS:
         for c in (m, f"{m}_lo", f"{m}_hi"):
             out[c] = out[c].astype(float)
-    for c in ("auroc_diff_vs_reference", "p_value_vs_reference"):
+    for c in ("auroc_diff_vs_reference", "p_value_vs_reference") + CALIBRATION_COLUMNS:
         out[c] = out[c].astype(float)
-    return out
+    best = best_length_baseline_auroc(table, failure)
+    out["length_baseline_auroc"] = best
+    out["beats_length_baseline"] = [None if fam == "baseline" else beats_length_baseline(a, best)
+                                    for fam, a in zip(out["family"], out["auroc_stratified"])]
+    return out.sort_values("auroc_stratified", ascending=False, na_position="last", kind="stable").reset_index(drop=True)
 
 
 def compare_estimators(run_dir: str | os.PathLike | RunDir, failure_threshold: float = 1.0, n_boot: int = 1000,
-                       seed=0, names: list[str] | None = None) -> pd.DataFrame:
+                       seed=0, names: list[str] | None = None, n_bins: int = 10, combine: bool = True) -> pd.DataFrame:
     """Evaluate every estimator available in the run (or ``names``); publish ``RUN_DIR/estimator_table.csv``."""
     run = RunDir.of(run_dir)
     run.require_folder("compare-estimators")
     with run.lock("compare-estimators"):  # from the first read to the commit: based_on is what was read
         table, estimators = score_table(run, names)
-        out = evaluate_estimators(table, estimators, failure_threshold, n_boot, seed)
+        out = evaluate_estimators(with_length_columns(run, table), estimators, failure_threshold, n_boot, seed,
+                                  n_bins=n_bins, combine=combine)
         inputs = [name for name in ("trajectory_summary", "trajectories", "saup_scores", "early_warning_scores",
                                     "verbalized_confidence", "action_turns") if run.has(name)]
         with run.commit("compare-estimators") as commit:

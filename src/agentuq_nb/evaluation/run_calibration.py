@@ -1,0 +1,171 @@
+"""The calibration report of a run folder (``agentuq-nb calibrate``): its estimators as failure probabilities.
+
+For every chosen estimator (default: all the run holds) and method (Platt, isotonic), the probabilities are
+cross-fitted by task (:func:`~agentuq_nb.evaluation.calibration.cross_fitted_probabilities`) and scored
+with :func:`~agentuq_nb.evaluation.calibration.calibration_report` (ECE, debiased ECE, Brier and its
+decomposition, log loss); with several estimators the combined predictor
+(:mod:`~agentuq_nb.evaluation.combined_predictor`) is reported beside them. With ``transfer_to`` every map
+is also fitted on the whole run and applied to the other run's scores: the ``transfer`` section names the
+run it was ``fitted_on`` and the one ``evaluated_on``.
+
+Written to ``RUN_DIR/calibration.json`` and ``RUN_DIR/calibration_bins.csv`` (one row per reliability bin:
+``setting`` (cross_fitted | transfer), ``estimator``, ``method``, ``bin, lo, hi, mean_prob, failure_rate,
+count``) under the run's lock.
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import pandas as pd
+
+from agentuq_nb.estimators import Estimator
+from agentuq_nb.evaluation.calibration import (
+    METHODS,
+    calibration_report,
+    cross_fitted_probabilities,
+    fit_calibrator,
+    reliability_table,
+)
+from agentuq_nb.evaluation.combined_predictor import cross_fitted_combination
+from agentuq_nb.evaluation.estimator_table import (
+    COMBINED,
+    combined_inputs,
+    score_table,
+    task_groups,
+    with_length_columns,
+)
+from agentuq_nb.evaluation.metrics import failure_labels
+from agentuq_nb.io.errors import InputError
+from agentuq_nb.io.rundir import RunDir
+
+BIN_COLUMNS = ["setting", "estimator", "method", "bin", "lo", "hi", "mean_prob", "failure_rate", "count"]
+INPUTS = ("trajectory_summary", "trajectories", "saup_scores", "early_warning_scores", "verbalized_confidence",
+          "action_turns")
+
+
+def json_ready(obj):
+    """``obj`` with every non-finite float as None (the run's JSON files refuse NaN)."""
+    if isinstance(obj, dict):
+        return {k: json_ready(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_ready(v) for v in obj]
+    if isinstance(obj, (float, np.floating)):
+        return float(obj) if math.isfinite(obj) else None
+    if isinstance(obj, np.integer):
+        return int(obj)
+    return obj
+
+
+def labelled_scores(run: RunDir, names: list[str] | None, failure_threshold: float
+                    ) -> tuple[pd.DataFrame, list[Estimator], np.ndarray]:
+    """The run's score table (finite rewards only, length columns added), its estimators and failure labels."""
+    table, estimators = score_table(run, names)
+    table = with_length_columns(run, table)
+    table = table[np.isfinite(table["reward"].to_numpy(dtype=float))].reset_index(drop=True)
+    return table, estimators, failure_labels(table["reward"].to_numpy(dtype=float), failure_threshold)
+
+
+def _bins(prob, failure, n_bins, **labels) -> pd.DataFrame:
+    return reliability_table(prob, failure, n_bins).assign(**labels)
+
+
+def _cross_fitted(table, estimators, failure, methods, n_bins, n_splits, seed, combine):
+    groups = task_groups(table)
+    sections, bins = {}, []
+    scored = [(e.name, e.family, e.invert, table[e.name].to_numpy(dtype=float), None) for e in estimators]
+    if combine and len(estimators) > 1 and 0 < failure.sum() < len(failure) and len(np.unique(groups)) >= 2:
+        for name, with_length in COMBINED.items():
+            features = combined_inputs(table, estimators, with_length)
+            if features.shape[1]:
+                prob = cross_fitted_combination(features, failure, groups, n_splits=n_splits, seed=seed).prob
+                scored.append((name, "combined", False, prob, prob))
+    for name, family, invert, u, prob in scored:
+        entry = {"family": family, "invert": bool(invert), "methods": {}}
+        ok = np.isfinite(u)
+        if prob is not None:  # the combined predictor: already a cross-fitted probability
+            entry["methods"]["logistic"] = calibration_report(prob, failure, n_bins)
+            bins.append(_bins(prob, failure, n_bins, setting="cross_fitted", estimator=name, method="logistic"))
+        elif not 0 < failure[ok].sum() < ok.sum() or len(np.unique(groups[ok])) < 2:
+            entry["undefined"] = (f"{int(ok.sum())} scored trajectories of {len(np.unique(groups[ok]))} task(s) with "
+                                  f"{int(failure[ok].sum())} failure(s): calibration needs both classes and 2 tasks")
+        else:
+            for method in methods:
+                p = cross_fitted_probabilities(u, failure, groups, method, n_splits, seed, invert=invert).prob
+                entry["methods"][method] = calibration_report(p, failure, n_bins)
+                bins.append(_bins(p, failure, n_bins, setting="cross_fitted", estimator=name, method=method))
+        sections[name] = entry
+    return sections, bins
+
+
+def _transfer(table, estimators, failure, other: RunDir, methods, n_bins, failure_threshold):
+    available = [e for e in estimators if e.is_available(other)]
+    sections, bins = {}, []
+    table2, _, failure2 = (labelled_scores(other, [e.name for e in available], failure_threshold) if available
+                           else (None, None, None))
+    for est in estimators:
+        entry = {"family": est.family, "invert": bool(est.invert), "methods": {}}
+        u = table[est.name].to_numpy(dtype=float)
+        ok = np.isfinite(u)
+        if est not in available:
+            entry["undefined"] = f"{other.path} holds no data for this estimator"
+        elif not 0 < failure[ok].sum() < ok.sum():
+            entry["undefined"] = "the fitted run's scored trajectories hold one class only"
+        else:
+            for method in methods:
+                prob = fit_calibrator(u, failure, method, invert=est.invert).predict(table2[est.name])
+                entry["methods"][method] = calibration_report(prob, failure2, n_bins)
+                bins.append(_bins(prob, failure2, n_bins, setting="transfer", estimator=est.name, method=method))
+        sections[est.name] = entry
+    return sections, bins
+
+
+def calibrate(run_dir: str | os.PathLike | RunDir, names: list[str] | None = None, methods=METHODS,
+              transfer_to: str | os.PathLike | RunDir | None = None, n_bins: int = 10,
+              failure_threshold: float = 1.0, n_splits: int = 5, seed=0, combine: bool = True) -> dict:
+    """The calibration report of ``run_dir`` (see the module docstring); publishes ``calibration.json`` and
+    ``calibration_bins.csv`` in ``run_dir`` and returns the report."""
+    methods = tuple(methods)
+    bad = [m for m in methods if m not in METHODS]
+    if bad or not methods:
+        raise ValueError(f"--method must be one of {', '.join(METHODS)} (or both); got {', '.join(bad) or 'none'}")
+    if n_bins < 1:
+        raise ValueError(f"--n-bins must be at least 1, not {n_bins}")
+    run = RunDir.of(run_dir)
+    run.require_folder("calibrate")
+    other = None if transfer_to is None else RunDir.of(transfer_to)
+    if other is not None:
+        other.require_folder("calibrate --transfer-to")
+        if other.path.resolve() == run.path.resolve():
+            raise InputError(other.path, "is the run being calibrated: --transfer-to needs another run")
+    with run.lock("calibrate"):  # from the first read to the commit: based_on is what was read
+        table, estimators, failure = labelled_scores(run, names, failure_threshold)
+        report = {"run": str(run.path), "failure_threshold": float(failure_threshold), "n_bins": int(n_bins),
+                  "bins": "quantile (equal mass)", "methods": list(methods), "n_splits": int(n_splits),
+                  "seed": seed, "cross_fitting": "GroupKFold by task (domain, task_id)",
+                  "n": int(len(table)), "n_failures": int(failure.sum())}
+        report["estimators"], bins = _cross_fitted(table, estimators, failure, methods, n_bins, n_splits, seed,
+                                                   combine)
+        report["transfer"] = None
+        if other is not None:
+            sections, transfer_bins = _transfer(table, estimators, failure, other, methods, n_bins, failure_threshold)
+            report["transfer"] = {"fitted_on": str(run.path), "evaluated_on": str(other.path),
+                                  "fit": "each map fitted on every scored trajectory of fitted_on",
+                                  "estimators": sections}
+            bins += transfer_bins
+        report = json_ready(report)
+        frame = pd.concat(bins, ignore_index=True)[BIN_COLUMNS] if bins else pd.DataFrame(columns=BIN_COLUMNS)
+        with run.commit("calibrate") as commit:
+            based_on = run.based_on(*[name for name in INPUTS if run.has(name)])
+            commit.write_json("calibration", report, based_on)
+            commit.write_with("calibration_bins", lambda p: frame.to_csv(p, index=False), based_on)
+    return report
+
+
+def read_calibration_bins(run_dir: str | os.PathLike | RunDir) -> pd.DataFrame:
+    """``RUN_DIR/calibration_bins.csv`` (checked against the manifest)."""
+    run = RunDir.of(run_dir)
+    path = run.require("calibration_bins")
+    run.verify("calibration_bins")
+    return pd.read_csv(path)

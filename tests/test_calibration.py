@@ -1,0 +1,251 @@
+"""Calibration: ECE and the Brier decomposition against independent computations, cross-fitting by task,
+transfer between runs, the combined predictor, the ``calibrate`` command on real τ²-bench runs."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.calibration import calibration_curve
+from sklearn.isotonic import IsotonicRegression
+from sklearn.metrics import brier_score_loss, log_loss, roc_auc_score
+
+from agentuq_nb.evaluation.calibration import (
+    brier_decomposition,
+    calibration_report,
+    cross_fitted_probabilities,
+    expected_calibration_error,
+    fit_calibrator,
+    reliability_table,
+)
+from agentuq_nb.evaluation.combined_predictor import cross_fitted_combination
+from agentuq_nb.io.rundir import RunDir
+
+from conftest import require_tau2
+
+matplotlib.use("Agg")
+
+CLI = [str(Path(sys.executable).with_name("agentuq-nb"))] if Path(sys.executable).with_name("agentuq-nb").exists() \
+    else [sys.executable, "-m", "agentuq_nb.cli"]
+
+
+def _calibrated(n, seed):
+    rng = np.random.default_rng(seed)
+    p = rng.random(n)
+    return p, rng.random(n) < p
+
+
+# --------------------------------------------------------------------------- ECE, Brier, reliability
+@pytest.mark.parametrize("strategy", ["quantile", "uniform"])
+def test_ece_and_reliability_table_match_sklearn_calibration_curve(strategy):
+    rng = np.random.default_rng(1)
+    p = rng.beta(2, 5, 700)
+    y = rng.random(700) < np.clip(p + 0.08, 0, 1)  # held-out labels, miscalibrated on purpose
+    prob_true, prob_pred = calibration_curve(y, p, n_bins=8, strategy=strategy)
+    edges = (np.percentile(p, np.linspace(0, 100, 9)) if strategy == "quantile" else np.linspace(0, 1, 9))
+    counts = np.bincount(np.digitize(p, edges[1:-1], right=True), minlength=8)
+    counts = counts[counts > 0]
+    table = reliability_table(p, y, 8, strategy)
+    np.testing.assert_allclose(table["failure_rate"], prob_true, atol=1e-12)
+    np.testing.assert_allclose(table["mean_prob"], prob_pred, atol=1e-12)
+    np.testing.assert_array_equal(table["count"], counts)
+    expected = np.sum(counts / counts.sum() * np.abs(prob_true - prob_pred))
+    assert expected_calibration_error(p, y, 8, strategy)["ece"] == pytest.approx(expected, abs=1e-12)
+    if strategy == "quantile":  # equal mass: every bin within one row of n / bins
+        assert counts.max() - counts.min() <= 1
+
+
+def test_perfectly_calibrated_probabilities_have_ece_near_zero():
+    p, y = _calibrated(5000, 2)
+    ece = expected_calibration_error(p, y, 10)
+    assert ece["ece"] < 0.03
+    assert ece["ece_debiased"] < ece["ece_l2"]
+
+
+def test_debiased_ece_is_closer_to_the_true_calibration_error():
+    """Predictions 0.1 above the true failure probability: the true (binned) L2 calibration error is 0.1."""
+    plain, debiased = [], []
+    for seed in range(40):
+        rng = np.random.default_rng(seed)
+        q = rng.uniform(0.2, 0.8, 200)
+        e = expected_calibration_error(q + 0.1, rng.random(200) < q, 10)
+        plain.append(e["ece_l2"])
+        debiased.append(e["ece_debiased"])
+    assert abs(np.mean(debiased) - 0.1) < 0.01
+    assert abs(np.mean(debiased) - 0.1) < abs(np.mean(plain) - 0.1) / 3
+
+
+def test_brier_decomposition_against_a_direct_computation():
+    rng = np.random.default_rng(3)
+    # forecasts on a grid, one value per bin: Murphy's identity holds exactly
+    levels = np.array([0.1, 0.3, 0.5, 0.7, 0.9])
+    p = rng.choice(levels, 1000)
+    y = rng.random(1000) < p ** 1.3
+    d = brier_decomposition(p, y, n_bins=5, strategy="uniform")
+    assert d["brier"] == pytest.approx(brier_score_loss(y, p), abs=1e-12)
+    frame = pd.DataFrame({"p": p, "y": y.astype(float)})
+    by = frame.groupby("p")["y"].agg(["mean", "size"])
+    w, base = by["size"] / len(p), y.mean()
+    assert d["reliability"] == pytest.approx(float((w * (by.index - by["mean"]) ** 2).sum()), abs=1e-12)
+    assert d["resolution"] == pytest.approx(float((w * (by["mean"] - base) ** 2).sum()), abs=1e-12)
+    assert d["uncertainty"] == pytest.approx(base * (1 - base), abs=1e-12)
+    assert d["remainder"] == pytest.approx(0.0, abs=1e-12)
+    # continuous forecasts: the remainder is the within-bin term, reported
+    p = rng.random(1000)
+    y = rng.random(1000) < p
+    d = brier_decomposition(p, y, n_bins=10)
+    assert d["brier"] == pytest.approx(brier_score_loss(y, p), abs=1e-12)
+    assert d["reliability"] - d["resolution"] + d["uncertainty"] + d["remainder"] == pytest.approx(d["brier"])
+    assert d["remainder"] == pytest.approx(d["within_bin_variance"] - 2 * d["within_bin_covariance"], abs=1e-12)
+    assert abs(d["remainder"]) > 1e-6
+
+
+def test_calibration_report_log_loss_and_bad_input():
+    p, y = _calibrated(300, 4)
+    rep = calibration_report(p, y)
+    assert rep["log_loss"] == pytest.approx(log_loss(y, p))
+    assert rep["n"] == 300 and rep["n_failures"] == int(y.sum())
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        calibration_report(p * 2, y)
+    with pytest.raises(ValueError, match="strategy"):
+        expected_calibration_error(p, y, strategy="kmeans")
+
+
+# --------------------------------------------------------------------------- cross-fitting by task
+def _tasks(n_tasks=30, per_task=4, seed=5):
+    rng = np.random.default_rng(seed)
+    groups = np.repeat(np.arange(n_tasks), per_task)
+    difficulty = rng.normal(size=n_tasks)[groups]
+    score = difficulty + rng.normal(scale=0.7, size=len(groups))
+    failure = rng.random(len(groups)) < 1 / (1 + np.exp(-2 * difficulty))
+    return score, failure, groups
+
+
+@pytest.mark.parametrize("method", ["platt", "isotonic"])
+def test_cross_fitting_never_scores_a_task_with_a_model_fitted_on_it(method):
+    score, failure, groups = _tasks()
+    cf = cross_fitted_probabilities(score, failure, groups, method, n_splits=5, seed=0)
+    assert set(np.unique(cf.fold)) == set(range(5))
+    assert (pd.Series(cf.fold).groupby(groups).nunique() == 1).all()  # a task lies in one fold only
+    for k in range(5):
+        test = cf.fold == k
+        # the map of fold k is the one fitted on the other folds' rows...
+        refit = fit_calibrator(score[~test], failure[~test], method).predict(score[test])
+        np.testing.assert_allclose(cf.prob[test], refit, atol=1e-12)
+        # ...so relabelling fold k's own tasks leaves its probabilities as they were
+        flipped = failure.copy()
+        flipped[test] = ~flipped[test]
+        again = cross_fitted_probabilities(score, flipped, groups, method, n_splits=5, seed=0)
+        np.testing.assert_array_equal(again.fold, cf.fold)
+        np.testing.assert_allclose(again.prob[test], cf.prob[test], atol=1e-12)
+    assert 0 <= np.nanmin(cf.prob) and np.nanmax(cf.prob) <= 1
+    assert roc_auc_score(failure, cf.prob) > 0.7
+
+
+def test_cross_fitting_leaves_missing_scores_out_and_orients_confidences():
+    score, failure, groups = _tasks()
+    score = score.copy()
+    score[:3] = np.nan
+    cf = cross_fitted_probabilities(score, failure, groups, "platt")
+    assert np.isnan(cf.prob[:3]).all() and (cf.fold[:3] == -1).all() and np.isfinite(cf.prob[3:]).all()
+    inv = cross_fitted_probabilities(-score, failure, groups, "platt", invert=True)
+    np.testing.assert_allclose(inv.prob, cf.prob, atol=1e-9, equal_nan=True)
+    with pytest.raises(ValueError, match="2 tasks"):
+        cross_fitted_probabilities(score, failure, np.zeros(len(score)), "platt")
+
+
+def test_combined_predictor_is_cross_fitted_by_task_and_uses_its_inputs():
+    score, failure, groups = _tasks(n_tasks=40)
+    rng = np.random.default_rng(6)
+    features = pd.DataFrame({"a": score, "noise": rng.normal(size=len(score)), "b": score + rng.normal(size=len(score))})
+    features.loc[::7, "b"] = np.nan  # imputed by the training fold's median
+    cf = cross_fitted_combination(features, failure, groups, n_splits=5, seed=0)
+    assert np.isfinite(cf.prob).all()
+    assert (pd.Series(cf.fold).groupby(groups).nunique() == 1).all()
+    assert roc_auc_score(failure, cf.prob) > 0.7
+    test = cf.fold == 2
+    flipped = failure.copy()
+    flipped[test] = ~flipped[test]
+    again = cross_fitted_combination(features, flipped, groups, n_splits=5, seed=0)
+    np.testing.assert_allclose(again.prob[test], cf.prob[test], atol=1e-12)
+    assert not np.allclose(again.prob[~test], cf.prob[~test])
+
+
+# --------------------------------------------------------------------------- runs: transfer and the command
+@pytest.fixture(scope="module")
+def tau2_runs(tmp_path_factory):
+    """The two real τ²-bench result files, extracted (length baselines only: they carry no log-probs)."""
+    from agentuq_nb.uq.extraction import extract
+
+    files = require_tau2()
+    tmp = tmp_path_factory.mktemp("tau2")
+    runs = []
+    for i, path in enumerate(files[:2]):
+        with pytest.warns(Warning):
+            extract(path, tmp / f"run{i}")
+        runs.append(tmp / f"run{i}")
+    return runs
+
+
+def _cli(*args, check=True):
+    done = subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, timeout=600)
+    if check and done.returncode != 0:
+        raise AssertionError(f"agentuq-nb {' '.join(map(str, args))} failed:\n{done.stdout}\n{done.stderr}")
+    return done
+
+
+def test_calibrate_command_on_real_runs_with_transfer(tau2_runs, tmp_path):
+    import shutil
+
+    a, b = (shutil.copytree(r, tmp_path / r.name) for r in tau2_runs)
+    done = _cli("calibrate", a, "--estimator", "num_messages", "--estimator", "agent_chars",
+                "--transfer-to", b, "--n-bins", 5)
+    assert "evaluated on" in done.stdout and "num_messages" in done.stdout
+    report = json.loads((a / "calibration.json").read_text())
+    assert report["transfer"]["fitted_on"] == str(a) and report["transfer"]["evaluated_on"] == str(b)
+    assert set(report["estimators"]) == {"num_messages", "agent_chars"}  # baselines only: no combined predictor
+    listed = RunDir(a).manifest().artifacts
+    assert {"calibration.json", "calibration_bins.csv"} <= set(listed)
+    assert not (b / "calibration.json").exists()
+    # the transfer numbers, recomputed: maps fitted on run a, scored on run b's labels
+    ta = pd.read_parquet(a / "trajectories.parquet")
+    tb = pd.read_parquet(b / "trajectories.parquet")
+    ya, yb = ta["reward"].to_numpy() < 1, tb["reward"].to_numpy() < 1
+    iso = IsotonicRegression(out_of_bounds="clip", y_min=0, y_max=1).fit(ta["num_messages"], ya)
+    rep = report["transfer"]["estimators"]["num_messages"]["methods"]
+    assert rep["isotonic"]["n"] == len(tb) and rep["isotonic"]["n_failures"] == int(yb.sum())
+    assert rep["isotonic"]["brier"] == pytest.approx(brier_score_loss(yb, iso.predict(tb["num_messages"])), abs=1e-12)
+    platt = fit_calibrator(ta["num_messages"], ya, "platt").predict(tb["num_messages"])
+    assert rep["platt"]["brier"] == pytest.approx(brier_score_loss(yb, platt), abs=1e-12)
+    bins = pd.read_csv(a / "calibration_bins.csv")
+    transfer = bins[(bins["setting"] == "transfer") & (bins["estimator"] == "num_messages")]
+    assert transfer.groupby("method")["count"].sum().to_dict() == {"isotonic": len(tb), "platt": len(tb)}
+    cross = bins[(bins["setting"] == "cross_fitted") & (bins["method"] == "platt")]
+    assert cross.groupby("estimator")["count"].sum().eq(len(ta)).all()
+
+
+def test_calibrate_command_refuses_bad_arguments(tau2_runs, tmp_path):
+    done = _cli("calibrate", tau2_runs[0], "--method", "beta", check=False)
+    assert done.returncode == 2 and "--method" in done.stderr
+    done = _cli("calibrate", tmp_path / "nowhere", check=False)
+    assert done.returncode == 2 and "no such run folder" in done.stderr
+    done = _cli("calibrate", tau2_runs[0], "--transfer-to", tau2_runs[0], check=False)
+    assert done.returncode == 2 and "another run" in done.stderr
+
+
+def test_reliability_diagram_shows_bins_with_counts():
+    from agentuq_nb.figures.calibration import reliability_diagram
+
+    p, y = _calibrated(400, 7)
+    table, skewed = reliability_table(p, y, 5, "uniform"), reliability_table(p ** 3, y, 5, "uniform")
+    fig = reliability_diagram({"platt": table, "raw": skewed})
+    ax = fig.axes[0]
+    assert sorted(int(t.get_text()) for t in ax.texts) == sorted(table["count"].tolist() + skewed["count"].tolist())
+    assert sum(len(c.get_offsets()) for c in ax.collections) == 10
+    with pytest.raises(ValueError, match="count"):
+        reliability_diagram(table.drop(columns="count"))

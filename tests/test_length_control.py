@@ -1,0 +1,148 @@
+"""Length control: stratified and residual AUROC against independent computations; the estimator table's
+new columns, rows and order; the forest plot's marks."""
+from __future__ import annotations
+
+import itertools
+
+import matplotlib
+import numpy as np
+import pandas as pd
+import pytest
+import statsmodels.api as sm
+from sklearn.metrics import roc_auc_score
+
+from agentuq_nb.evaluation import compare_estimators
+from agentuq_nb.evaluation.length_control import (
+    beats_length_baseline,
+    length_strata,
+    residual_auroc,
+    stratified_auroc,
+)
+
+from conftest import make_aggregated_run
+
+matplotlib.use("Agg")
+
+
+def _confounded(n=400, seed=0, signal=0.0):
+    """Failure driven by length; the score = length + noise (+ ``signal`` x a length-free failure cue)."""
+    rng = np.random.default_rng(seed)
+    length = rng.integers(6, 60, n).astype(float)
+    failure = rng.random(n) < 1 / (1 + np.exp(-(np.log(length) - np.log(20)) * 3))
+    score = length + rng.normal(scale=3, size=n) + signal * 10 * failure
+    return score, failure, length
+
+
+def test_stratified_auroc_matches_a_loop_over_strata_and_the_within_stratum_pairs():
+    score, failure, length = _confounded(seed=1, signal=0.5)
+    strata = length_strata(length, 4)
+    assert set(np.unique(strata)) == {0, 1, 2, 3}
+    assert np.bincount(strata).min() > 0.2 * len(strata)  # quantile strata: about equal mass
+    total = pairs = 0
+    for k in np.unique(strata):  # the weighted average of sklearn's within-stratum AUROCs
+        m = strata == k
+        w = failure[m].sum() * (~failure[m]).sum()
+        if w:
+            total += roc_auc_score(failure[m], score[m]) * w
+            pairs += w
+    got = stratified_auroc(score, failure, strata)
+    assert got["auroc"] == pytest.approx(total / pairs, abs=1e-12)
+    assert got["n_pairs"] == pairs
+    # ... equal to the share of concordant (failure, success) pairs taken within a stratum only
+    win = []
+    for k in np.unique(strata):
+        m = strata == k
+        for f, s in itertools.product(score[m & failure], score[m & ~failure]):
+            win.append(1.0 if f > s else 0.5 if f == s else 0.0)
+    assert got["auroc"] == pytest.approx(np.mean(win), abs=1e-12)
+
+
+def test_strata_with_one_class_drop_out_and_none_usable_is_nan():
+    score = np.array([1.0, 2, 3, 4, 5, 6])
+    failure = np.array([True, True, False, False, True, False])
+    strata = np.array([0, 0, 1, 1, 2, 2])
+    got = stratified_auroc(score, failure, strata)
+    assert got["n_strata_used"] == 1 and got["auroc"] == pytest.approx(roc_auc_score([1, 0], [5, 6]))
+    assert np.isnan(stratified_auroc(score[:4], failure[:4], np.array([0, 0, 1, 1]))["auroc"])
+    assert (length_strata([5, 5, 5, np.nan]) == [0, 0, 0, -1]).all()
+
+
+def test_residual_auroc_matches_statsmodels_ols():
+    score, failure, length = _confounded(seed=2, signal=0.5)
+    resid = sm.OLS(score, sm.add_constant(np.log(length))).fit().resid
+    assert residual_auroc(score, failure, length) == pytest.approx(roc_auc_score(failure, resid), abs=1e-12)
+
+
+def test_length_in_disguise_is_caught_and_a_real_signal_survives():
+    score, failure, length = _confounded(n=2000, seed=3)
+    raw = roc_auc_score(failure, score)
+    best_length = roc_auc_score(failure, length)
+    controlled = stratified_auroc(score, failure, length_strata(length))["auroc"]
+    assert raw > 0.7 and controlled < raw - 0.05  # most of the raw AUROC was length
+    assert beats_length_baseline(controlled, best_length) is False
+    assert abs(residual_auroc(score, failure, length) - 0.5) < 0.06
+    signal, failure, length = _confounded(n=2000, seed=3, signal=1.0)
+    assert stratified_auroc(signal, failure, length_strata(length))["auroc"] > 0.8
+    assert residual_auroc(signal, failure, length) > 0.7  # linear in length, regressed on log length: some length stays
+    assert beats_length_baseline(float("nan"), 0.6) is None
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    return make_aggregated_run(tmp_path_factory.mktemp("lc"), num_simulations=24, messages_per_simulation=10,
+                               tokens_per_message=8, seed=3, signal=0.4)
+
+
+def test_compare_estimators_gains_the_columns_rows_and_order(run_dir):
+    table = compare_estimators(run_dir, n_boot=50)
+    for col in ("ece", "ece_debiased", "brier", "auroc_stratified", "auroc_residual", "length_baseline_auroc",
+                "beats_length_baseline"):
+        assert col in table, col
+    on_disk = pd.read_csv(run_dir / "estimator_table.csv")
+    assert list(on_disk["estimator"]) == list(table["estimator"])
+    # ordered by the length-controlled AUROC, undefined last
+    s = table["auroc_stratified"].to_numpy(dtype=float)
+    finite = np.isfinite(s)
+    assert (np.diff(s[finite]) <= 1e-12).all() and not (finite[1:] & ~finite[:-1]).any()
+    combined = table[table["family"] == "combined"].set_index("estimator")
+    assert set(combined.index) == {"combined_predictor", "combined_predictor+length"}
+    assert combined["n"].eq(24).all() and combined["auroc"].between(0, 1).all()
+    baselines = table[table["family"] == "baseline"]
+    assert table["length_baseline_auroc"].eq(baselines["auroc"].max()).all()
+    assert baselines["beats_length_baseline"].isna().all()
+    others = table[table["family"] != "baseline"]
+    expected = others["auroc_stratified"] > others["length_baseline_auroc"]
+    assert (others["beats_length_baseline"].astype(bool) == expected).all()
+    assert ((table["ece"] >= 0) & (table["ece_debiased"] >= 0) & table["brier"].between(0, 1)).all()
+    # the synthetic run's trajectories all have the same length: controlling for it changes nothing
+    np.testing.assert_allclose(table["auroc_stratified"], table["auroc"], atol=1e-12)
+
+
+def test_forest_plot_marks_estimators_that_do_not_beat_the_length_baseline(run_dir):
+    from agentuq_nb.evaluation import read_estimator_table
+    from agentuq_nb.figures.estimators import estimator_forest_figure
+
+    compare_estimators(run_dir, n_boot=20)
+    table = read_estimator_table(run_dir)
+    weak = int(table["beats_length_baseline"].astype(str).eq("False").sum())
+    assert weak > 0
+    labels = [t.get_text() for t in estimator_forest_figure(table).axes[0].get_yticklabels()]
+    assert sum("(≤ length)" in label for label in labels) == weak
+    old = estimator_forest_figure(table.drop(columns=["beats_length_baseline"]))  # an older table still draws
+    assert not any("(≤ length)" in t.get_text() for t in old.axes[0].get_yticklabels())
+
+
+def test_combined_inputs_are_oriented_and_never_a_length_only_or_repeated_predictor(run_dir):
+    from agentuq_nb.evaluation.estimator_table import combined_inputs, score_table
+
+    table, estimators = score_table(run_dir)
+    plain = combined_inputs(table, estimators, with_length=False)
+    with_length = combined_inputs(table, estimators, with_length=True)
+    assert not set(plain.columns) & {"num_messages", "num_tool_calls", "agent_chars"}
+    assert {"num_messages", "agent_chars"} <= set(with_length.columns)
+    np.testing.assert_allclose(plain["assistant.min_chosen_prob"], -table["assistant.min_chosen_prob"])  # a confidence
+    no_length = table.drop(columns=["num_messages", "num_tool_calls", "agent_chars"])
+    kept = [e for e in estimators if e.family != "baseline"]
+    assert combined_inputs(no_length, kept, with_length=True).shape[1] == 0
+    baselines_only = [e for e in estimators if e.family == "baseline"]
+    assert combined_inputs(table, baselines_only, with_length=True).shape[1] == 0
