@@ -3,7 +3,8 @@
 Per estimator (:mod:`agentuq_nb.estimators`, oriented by its own ``higher_is_uncertain``): AUROC,
 AUARC, AURC, PRR and Spearman with percentile bootstrap 95% CIs (:func:`failure_metrics`), and a
 paired bootstrap p-value of the AUROC difference against the reference ``assistant.avg_token_nll``
-(scorer ``self``; else the first assistant ``avg_token_nll`` of any scorer). Beside them:
+(scorer ``self``; else the first assistant ``avg_token_nll`` of any scorer). When tasks repeat (several
+trials), the bootstrap resamples tasks with all their trials (``groups``, :mod:`.bootstrap`). Beside them:
 
 * calibration of the estimator's task-cross-fitted Platt probabilities (:mod:`.calibration`): ``ece``
   (equal-mass bins), ``ece_debiased`` (Kumar et al.'s debiased L2), ``brier``;
@@ -13,8 +14,7 @@ paired bootstrap p-value of the AUROC difference against the reference ``assista
 * two rows of family ``combined`` (:mod:`.combined_predictor`): the cross-fitted logistic regression over
   the non-baseline estimators (``combined_predictor``) and over those plus the length baselines
   (``combined_predictor+length``),
-  evaluated on their out-of-fold failure probabilities (their CIs hold the trajectories' resampling, not
-  the refitting).
+  evaluated on their out-of-fold failure probabilities (their CIs hold the resampling, not the refitting).
 
 Rows are ordered by ``auroc_stratified``, the length-controlled AUROC (descending, undefined last).
 Written to ``RUN_DIR/estimator_table.csv`` by :func:`compare_estimators` (``agentuq-nb compare-estimators``).
@@ -38,6 +38,7 @@ from agentuq_nb.evaluation.combined_predictor import cross_fitted_combination
 from agentuq_nb.evaluation.failure_report import failure_metrics
 from agentuq_nb.evaluation.length_control import beats_length_baseline, length_controlled
 from agentuq_nb.evaluation.metrics import auroc, failure_labels
+from agentuq_nb.evaluation.multi_trial import task_labels
 from agentuq_nb.io.rundir import RunDir
 from agentuq_nb.records.outcomes import check_failure_threshold
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
@@ -71,11 +72,6 @@ def with_length_columns(run: RunDir, table: pd.DataFrame) -> pd.DataFrame:
             scores = get(name).scores(run).rename(name).reset_index()
             table = table.merge(scores.drop_duplicates(TRAJECTORY_KEYS), on=TRAJECTORY_KEYS, how="left")
     return table
-
-
-def task_groups(table: pd.DataFrame) -> np.ndarray:
-    """The task of every row (domain and task id): the unit that cross-fitting holds out."""
-    return (table["domain"].astype(str) + "\x1f" + table["task_id"].astype(str)).to_numpy()
 
 
 def best_length_baseline_auroc(table: pd.DataFrame, failure: np.ndarray) -> float:
@@ -142,7 +138,7 @@ def evaluate_estimators(table: pd.DataFrame, estimators: list[Estimator], failur
     table = table[np.isfinite(table["reward"].to_numpy(dtype=float))].reset_index(drop=True)
     reward = table["reward"].to_numpy(dtype=float)
     failure = failure_labels(reward, failure_threshold)
-    groups = task_groups(table)
+    groups = task_labels(table)  # the task: what cross-fitting holds out and the bootstrap resamples
     length = table[LENGTH_COLUMN].to_numpy(dtype=float) if LENGTH_COLUMN in table.columns else None
     ref = _reference(estimators, reference)
     scored = [(est.name, est.family, est, table[est.name].to_numpy(dtype=float), est.invert, False)
@@ -156,7 +152,7 @@ def evaluate_estimators(table: pd.DataFrame, estimators: list[Estimator], failur
     rows = []
     for name, family, est, u, invert, is_probability in scored:
         rep = failure_metrics(u, reward, failure_threshold=failure_threshold, invert=invert,
-                              n_boot=n_boot, seed=seed)
+                              n_boot=n_boot, seed=seed, groups=groups)
         row = {"estimator": name, "family": family, "scorer": getattr(est, "scorer", None),
                "role": getattr(est, "role", None), "statistic": getattr(est, "statistic", None), "invert": invert,
                "orientation": est.orientation if est is not None else "failure probability (cross-fitted)",
@@ -171,7 +167,7 @@ def evaluate_estimators(table: pd.DataFrame, estimators: list[Estimator], failur
         if ref is not None and name != ref.name:
             p = paired_bootstrap_pvalue(u, table[ref.name].to_numpy(dtype=float), reward, metric="auroc",
                                         failure_threshold=failure_threshold, invert_a=invert,
-                                        invert_b=ref.invert, n_boot=n_boot, seed=seed)
+                                        invert_b=ref.invert, n_boot=n_boot, seed=seed, groups=groups)
             row["auroc_diff_vs_reference"], row["p_value_vs_reference"] = p["diff"], p["p_value"]
         row["undefined"] = "; ".join(f"{k}: {v}" for k, v in rep["undefined"].items()) or None
         row.update(_calibration_and_length(oriented(u, invert), failure, groups, length, n_bins, seed, is_probability))

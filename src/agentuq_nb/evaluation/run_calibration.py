@@ -33,10 +33,10 @@ from agentuq_nb.evaluation.estimator_table import (
     COMBINED,
     combined_inputs,
     score_table,
-    task_groups,
     with_length_columns,
 )
 from agentuq_nb.evaluation.metrics import failure_labels
+from agentuq_nb.evaluation.multi_trial import task_labels
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.rundir import RunDir
 
@@ -72,7 +72,7 @@ def _bins(prob, failure, n_bins, **labels) -> pd.DataFrame:
 
 
 def _cross_fitted(table, estimators, failure, methods, n_bins, n_splits, seed, combine):
-    groups = task_groups(table)
+    groups = task_labels(table)
     sections, bins = {}, []
     scored = [(e.name, e.family, e.invert, table[e.name].to_numpy(dtype=float), None) for e in estimators]
     if combine and len(estimators) > 1 and 0 < failure.sum() < len(failure) and len(np.unique(groups)) >= 2:
