@@ -24,6 +24,7 @@ from agentuq_nb.evaluation.calibration import (
     reliability_table,
 )
 from agentuq_nb.evaluation.combined_predictor import cross_fitted_combination
+from agentuq_nb.evaluation.run_calibration import calibration_table
 from agentuq_nb.io.rundir import RunDir
 
 from conftest import require_tau2
@@ -227,6 +228,12 @@ def test_calibrate_command_on_real_runs_with_transfer(tau2_runs, tmp_path):
     assert transfer.groupby("method")["count"].sum().to_dict() == {"isotonic": len(tb), "platt": len(tb)}
     cross = bins[(bins["setting"] == "cross_fitted") & (bins["method"] == "platt")]
     assert cross.groupby("estimator")["count"].sum().eq(len(ta)).all()
+    # the report as a table: one row per setting x estimator x method, the report's numbers
+    table = calibration_table(report).set_index(["setting", "estimator", "method"])
+    assert len(table) == 2 * 2 * 2
+    assert table.loc[("transfer", "num_messages", "platt"), "brier"] == rep["platt"]["brier"]
+    own = report["estimators"]["agent_chars"]["methods"]["isotonic"]
+    assert table.loc[("cross_fitted", "agent_chars", "isotonic"), "ece_debiased"] == own["ece_debiased"]
 
 
 def test_calibrate_command_refuses_bad_arguments(tau2_runs, tmp_path):

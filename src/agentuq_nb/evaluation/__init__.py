@@ -40,7 +40,7 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "dynamics": ["dynamics_curve", "early_warning_table"],
     "calibration": ["brier_decomposition", "calibration_report", "cross_fitted_probabilities",
                     "expected_calibration_error", "fit_calibrator", "reliability_table"],
-    "run_calibration": ["calibrate", "read_calibration_bins"],
+    "run_calibration": ["calibrate", "calibration_table", "read_calibration_bins"],
     "combined_predictor": ["cross_fitted_combination"],
     "length_control": ["beats_length_baseline", "length_controlled", "residual_auroc", "stratified_auroc"],
 })

@@ -169,3 +169,29 @@ def read_calibration_bins(run_dir: str | os.PathLike | RunDir) -> pd.DataFrame:
     path = run.require("calibration_bins")
     run.verify("calibration_bins")
     return pd.read_csv(path)
+
+
+CALIBRATION_TABLE_COLUMNS = ["n", "n_failures", "ece", "ece_debiased", "brier", "reliability", "resolution",
+                             "uncertainty", "log_loss"]
+
+
+def calibration_table(report: dict) -> pd.DataFrame:
+    """The report of :func:`calibrate` as one row per (setting, estimator, method): ``setting`` is
+    ``cross_fitted`` (this run, by task) or ``transfer`` (fitted on this run, evaluated on the other); an
+    estimator whose calibration is undefined keeps a row with the reason. Ordered by ECE within a setting."""
+    sections = [("cross_fitted", report.get("estimators") or {})]
+    if report.get("transfer"):
+        sections.append(("transfer", report["transfer"]["estimators"]))
+    rows = []
+    for setting, estimators in sections:
+        for name, entry in estimators.items():
+            base = {"setting": setting, "estimator": name, "family": entry.get("family")}
+            if not entry.get("methods"):
+                rows.append({**base, "method": None, "undefined": entry.get("undefined")})
+            for method, rep in entry.get("methods", {}).items():
+                rows.append({**base, "method": method, **{c: rep.get(c) for c in CALIBRATION_TABLE_COLUMNS},
+                             "undefined": None})
+    columns = ["setting", "estimator", "family", "method", *CALIBRATION_TABLE_COLUMNS, "undefined"]
+    frame = pd.DataFrame(rows, columns=columns)
+    frame[CALIBRATION_TABLE_COLUMNS] = frame[CALIBRATION_TABLE_COLUMNS].astype(float)
+    return frame.sort_values(["setting", "ece"], na_position="last", kind="stable").reset_index(drop=True)
