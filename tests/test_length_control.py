@@ -146,3 +146,19 @@ def test_combined_inputs_are_oriented_and_never_a_length_only_or_repeated_predic
     assert combined_inputs(no_length, kept, with_length=True).shape[1] == 0
     baselines_only = [e for e in estimators if e.family == "baseline"]
     assert combined_inputs(table, baselines_only, with_length=True).shape[1] == 0
+
+
+def test_combined_inputs_default_to_one_estimator_per_signal_and_can_be_chosen(run_dir):
+    from agentuq_nb.evaluation.estimator_table import DEFAULT_COMBINED_INPUTS, combined_inputs, score_table
+
+    table, estimators = score_table(run_dir)
+    held = {e.name for e in estimators}
+    default = combined_inputs(table, estimators, with_length=False)
+    assert list(default.columns) == [n for n in DEFAULT_COMBINED_INPUTS if n in held]
+    assert len(default.columns) < len([e for e in estimators if e.family != "baseline"])
+    chosen = combined_inputs(table, estimators, with_length=True, names=["user.avg_token_nll"])
+    assert list(chosen.columns[:1]) == ["user.avg_token_nll"] and "num_messages" in chosen.columns
+    with pytest.raises(ValueError, match="not among"):
+        combined_inputs(table, estimators, with_length=False, names=["num_messages"])  # a baseline is not an input
+    plugin_only = [e for e in estimators if e.name == "assistant.max_token_nll"]
+    assert list(combined_inputs(table, plugin_only, with_length=False).columns) == ["assistant.max_token_nll"]

@@ -223,6 +223,8 @@ def compare_estimators(
     n_boot: int = typer.Option(1000, min=0, help="bootstrap resamples for CIs and paired p-values (0: none)"),
     seed: int = typer.Option(0),
     estimator: Optional[list[str]] = typer.Option(None, "--estimator", help="only these estimators (repeat the option)"),
+    combine_input: Optional[list[str]] = typer.Option(None, "--combine-input", help="an input of the combined predictor "
+                                                      "(repeat; default: one estimator per kind of signal)"),
     plugin: Optional[list[str]] = typer.Option(None, "--plugin", help=PLUGIN_HELP),
 ):
     """Every estimator in the run vs failure (AUROC, AUARC, AURC, PRR, Spearman, CIs, p vs avg NLL) → estimator_table.csv."""
@@ -231,7 +233,7 @@ def compare_estimators(
     _load_plugins(plugin)
     with _step("compare-estimators", run_dir):
         table = run_compare(run_dir, failure_threshold=failure_threshold, n_boot=n_boot, seed=seed,
-                            names=estimator or None)
+                            names=estimator or None, combined_input_names=combine_input or None)
     cols = [c for c in ("estimator", "orientation", "auroc", "auroc_lo", "auroc_hi", "auroc_stratified",
                         "auroc_residual", "ece", "brier", "beats_length_baseline", "p_value_vs_reference") if c in table]
     typer.echo(table[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
@@ -253,6 +255,8 @@ def calibrate(
     n_bins: int = typer.Option(10, min=1, help="equal-mass bins of the ECE, the Brier decomposition and the diagram"),
     failure_threshold: float = typer.Option(1.0, help="failure = reward < threshold"),
     seed: int = typer.Option(0),
+    combine_input: Optional[list[str]] = typer.Option(None, "--combine-input", help="an input of the combined predictor "
+                                                      "(repeat; default: one estimator per kind of signal)"),
     plugin: Optional[list[str]] = typer.Option(None, "--plugin", help=PLUGIN_HELP),
 ):
     """Estimators as failure probabilities (Platt, isotonic; cross-fitted by task): ECE, debiased ECE, Brier and its
@@ -265,7 +269,8 @@ def calibrate(
     with _step("calibrate", run_dir):
         report = run_calibrate(run_dir, names=estimator or None,
                                methods=("platt", "isotonic") if method == "both" else (method,),
-                               transfer_to=transfer_to, n_bins=n_bins, failure_threshold=failure_threshold, seed=seed)
+                               transfer_to=transfer_to, n_bins=n_bins, failure_threshold=failure_threshold, seed=seed,
+                               combined_input_names=combine_input or None)
     sections = [("cross-fitted on " + report["run"], report["estimators"])]
     if report["transfer"]:
         t = report["transfer"]

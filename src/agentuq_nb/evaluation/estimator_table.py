@@ -12,7 +12,8 @@ trials), the bootstrap resamples tasks with all their trials (``groups``, :mod:`
   ``auroc_residual`` (after regressing on log message count), ``length_baseline_auroc`` (the best raw
   AUROC of a length baseline) and ``beats_length_baseline``;
 * two rows of family ``combined`` (:mod:`.combined_predictor`): the cross-fitted logistic regression over
-  the non-baseline estimators (``combined_predictor``) and over those plus the length baselines
+  a chosen set of non-baseline estimators (``combined_predictor``; default
+  :data:`DEFAULT_COMBINED_INPUTS`) and over those plus the length baselines
   (``combined_predictor+length``),
   evaluated on their out-of-fold failure probabilities (their CIs hold the resampling, not the refitting).
 
@@ -50,6 +51,12 @@ LENGTH_COLUMN = "num_messages"
 CALIBRATION_COLUMNS = ("ece", "ece_debiased", "brier")
 #: row name of the combined predictor -> whether the length baselines are among its inputs
 COMBINED = {"combined_predictor": False, "combined_predictor+length": True}
+#: the combined predictor's default inputs, one per kind of signal (those the run holds): the agent's token
+#: NLL, entropy and worst token, the user's NLL, the tools' surprise, resampled actions, structural
+#: uncertainty, SAUP. Not every estimator: ~90 collinear inputs on tens of trajectories only fit noise.
+DEFAULT_COMBINED_INPUTS = ("assistant.avg_token_nll", "assistant.mean_topk_entropy", "assistant.min_chosen_prob",
+                           "user.avg_token_nll", "observation_tool.avg_token_nll@agent_llm",
+                           "action_semantic_entropy.mean", "structural.mean", "saup_rms")
 
 
 def score_table(run_dir: str | os.PathLike | RunDir, names: list[str] | None = None) -> tuple[pd.DataFrame, list[Estimator]]:
@@ -108,13 +115,24 @@ def _calibration_and_length(u: np.ndarray, failure: np.ndarray, groups: np.ndarr
     return row
 
 
-def combined_inputs(table: pd.DataFrame, estimators: list[Estimator], with_length: bool) -> pd.DataFrame:
-    """The oriented input columns of a combined predictor: every non-baseline estimator with a finite score
+def combined_inputs(table: pd.DataFrame, estimators: list[Estimator], with_length: bool,
+                    names: list[str] | None = None) -> pd.DataFrame:
+    """The oriented input columns of a combined predictor: the non-baseline estimators ``names`` (default: those
+    of :data:`DEFAULT_COMBINED_INPUTS` among ``estimators``, else every non-baseline one) with a finite score
     somewhere, plus (``with_length``) every length baseline column of ``table``. No column when there is no
     such estimator, or when ``with_length`` and the table holds no length baseline (it would repeat the
     predictor without length)."""
-    cols = {e.name: oriented(table[e.name], e.invert) for e in estimators
-            if e.family != "baseline" and np.isfinite(table[e.name].to_numpy(dtype=float)).any()}
+    candidates = {e.name: e for e in estimators if e.family != "baseline"}
+    if names is not None:
+        unknown = [n for n in names if n not in candidates]
+        if unknown:
+            raise ValueError(f"combined predictor inputs {unknown} are not among this table's non-baseline "
+                             f"estimators: {sorted(candidates)}")
+        chosen = [candidates[n] for n in names]
+    else:
+        chosen = [candidates[n] for n in DEFAULT_COMBINED_INPUTS if n in candidates] or list(candidates.values())
+    cols = {e.name: oriented(table[e.name], e.invert) for e in chosen
+            if np.isfinite(table[e.name].to_numpy(dtype=float)).any()}
     if with_length:
         lengths = {b: table[b].to_numpy(dtype=float) for b in BASELINES if b in table.columns}
         cols = {**cols, **lengths} if cols and lengths else {}
@@ -130,10 +148,11 @@ def _reference(estimators: list[Estimator], reference: str) -> Estimator | None:
 
 def evaluate_estimators(table: pd.DataFrame, estimators: list[Estimator], failure_threshold: float = 1.0,
                         n_boot: int = 1000, seed=0, reference: str = REFERENCE, n_bins: int = 10,
-                        combine: bool = True) -> pd.DataFrame:
+                        combine: bool = True, combined_input_names: list[str] | None = None) -> pd.DataFrame:
     """The estimator table from a score table (see the module docstring for the columns). The length control
     uses the table's ``num_messages`` column (see :func:`with_length_columns`); without it those columns
-    are NaN. ``combine=False`` leaves out the combined predictor's rows."""
+    are NaN. ``combine=False`` leaves out the combined predictor's rows; ``combined_input_names`` chooses its
+    inputs (:func:`combined_inputs`)."""
     check_failure_threshold(failure_threshold)  # refused before any work
     table = table[np.isfinite(table["reward"].to_numpy(dtype=float))].reset_index(drop=True)
     reward = table["reward"].to_numpy(dtype=float)
@@ -145,7 +164,7 @@ def evaluate_estimators(table: pd.DataFrame, estimators: list[Estimator], failur
               for est in estimators]
     if combine:
         for name, with_length in COMBINED.items():
-            features = combined_inputs(table, estimators, with_length)
+            features = combined_inputs(table, estimators, with_length, combined_input_names)
             if features.shape[1] and 0 < failure.sum() < len(failure) and len(np.unique(groups)) >= 2:
                 prob = cross_fitted_combination(features, failure, groups, seed=seed).prob
                 scored.append((name, "combined", None, prob, False, True))
@@ -186,14 +205,15 @@ def evaluate_estimators(table: pd.DataFrame, estimators: list[Estimator], failur
 
 
 def compare_estimators(run_dir: str | os.PathLike | RunDir, failure_threshold: float = 1.0, n_boot: int = 1000,
-                       seed=0, names: list[str] | None = None, n_bins: int = 10, combine: bool = True) -> pd.DataFrame:
+                       seed=0, names: list[str] | None = None, n_bins: int = 10, combine: bool = True,
+                       combined_input_names: list[str] | None = None) -> pd.DataFrame:
     """Evaluate every estimator available in the run (or ``names``); publish ``RUN_DIR/estimator_table.csv``."""
     run = RunDir.of(run_dir)
     run.require_folder("compare-estimators")
     with run.lock("compare-estimators"):  # from the first read to the commit: based_on is what was read
         table, estimators = score_table(run, names)
         out = evaluate_estimators(with_length_columns(run, table), estimators, failure_threshold, n_boot, seed,
-                                  n_bins=n_bins, combine=combine)
+                                  n_bins=n_bins, combine=combine, combined_input_names=combined_input_names)
         inputs = [name for name in ("trajectory_summary", "trajectories", "saup_scores", "early_warning_scores",
                                     "verbalized_confidence", "action_turns") if run.has(name)]
         with run.commit("compare-estimators") as commit:

@@ -71,13 +71,13 @@ def _bins(prob, failure, n_bins, **labels) -> pd.DataFrame:
     return reliability_table(prob, failure, n_bins).assign(**labels)
 
 
-def _cross_fitted(table, estimators, failure, methods, n_bins, n_splits, seed, combine):
+def _cross_fitted(table, estimators, failure, methods, n_bins, n_splits, seed, combine, combined_input_names):
     groups = task_labels(table)
     sections, bins = {}, []
     scored = [(e.name, e.family, e.invert, table[e.name].to_numpy(dtype=float), None) for e in estimators]
     if combine and len(estimators) > 1 and 0 < failure.sum() < len(failure) and len(np.unique(groups)) >= 2:
         for name, with_length in COMBINED.items():
-            features = combined_inputs(table, estimators, with_length)
+            features = combined_inputs(table, estimators, with_length, combined_input_names)
             if features.shape[1]:
                 prob = cross_fitted_combination(features, failure, groups, n_splits=n_splits, seed=seed).prob
                 scored.append((name, "combined", False, prob, prob))
@@ -123,7 +123,8 @@ def _transfer(table, estimators, failure, other: RunDir, methods, n_bins, failur
 
 def calibrate(run_dir: str | os.PathLike | RunDir, names: list[str] | None = None, methods=METHODS,
               transfer_to: str | os.PathLike | RunDir | None = None, n_bins: int = 10,
-              failure_threshold: float = 1.0, n_splits: int = 5, seed=0, combine: bool = True) -> dict:
+              failure_threshold: float = 1.0, n_splits: int = 5, seed=0, combine: bool = True,
+              combined_input_names: list[str] | None = None) -> dict:
     """The calibration report of ``run_dir`` (see the module docstring); publishes ``calibration.json`` and
     ``calibration_bins.csv`` in ``run_dir`` and returns the report."""
     methods = tuple(methods)
@@ -146,7 +147,7 @@ def calibrate(run_dir: str | os.PathLike | RunDir, names: list[str] | None = Non
                   "seed": seed, "cross_fitting": "GroupKFold by task (domain, task_id)",
                   "n": int(len(table)), "n_failures": int(failure.sum())}
         report["estimators"], bins = _cross_fitted(table, estimators, failure, methods, n_bins, n_splits, seed,
-                                                   combine)
+                                                   combine, combined_input_names)
         report["transfer"] = None
         if other is not None:
             sections, transfer_bins = _transfer(table, estimators, failure, other, methods, n_bins, failure_threshold)
