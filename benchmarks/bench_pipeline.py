@@ -4,8 +4,8 @@ For each size (token rows) it writes synthetic agentuq-style results with one si
 trajectory (rows with every key agentuq writes), then times, each in a fresh subprocess so that
 peak memory (max RSS) and imports are its own:
 
-* ours: ``uq.extract`` + ``uq.aggregate`` + ``evaluation.evaluate`` (all metrics, 200 bootstrap
-  resamples for the CIs) in one process — what ``agentuq-nb analyze`` runs; and ``extract`` alone
+* ours: ``agentuq-nb analyze RESULTS --out RUN_DIR --n-boot 200`` (extract + aggregate + evaluate in one
+  process: all metrics, with 200 bootstrap resamples for the CIs); and ``extract`` alone
 * AgentUQ: its ``analyze_uq_logprobs.py --input SIDECARS`` then ``evaluate_uq_estimates.py --mode csv``
   (deeplearning-wisc/agentuq, unedited, from ``--agentuq DIR``; skipped with a message if absent),
   two processes as its README runs them; peak memory is the larger of the two
@@ -20,8 +20,9 @@ is given a copy of the results with ``trial`` and ``seed`` as strings (``results
 ``--failure-threshold 1.0`` (its default 0.0 labels no trajectory a failure). The run then checks
 that its trajectory summaries and metrics agree with ours and prints the largest relative difference.
 
-Memory against the number of sidecars: at ``--flat-at`` rows the same number of token rows is also
-written in ``--files-factor`` times more sidecar files, and our peak memory is printed for both.
+Memory against the number of sidecars: at ``--flat-at`` rows the same results are also written with
+one sidecar per message instead of one per trajectory (~30x the files, same rows and simulations), and
+our peak memory is printed for both.
 
 Usage::
 
@@ -32,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import shutil
 import subprocess
@@ -53,13 +53,8 @@ METRIC_NAMES = {"auroc_failure_vs_uncertainty": "auroc", "auarc": "auarc", "pear
 
 OURS = """
 import sys
-from agentuq_nb.uq.extraction import extract
-from agentuq_nb.uq.aggregation import aggregate
-from agentuq_nb.evaluation import evaluate
-results, run_dir = sys.argv[1], sys.argv[2]
-extract(results, run_dir)
-aggregate(run_dir)
-evaluate(run_dir, n_boot=200)
+from agentuq_nb.cli import app
+app(["analyze", sys.argv[1], "--out", sys.argv[2], "--n-boot", "200"], standalone_mode=False)
 """
 OURS_EXTRACT = """
 import sys
@@ -121,6 +116,28 @@ def prepare(src: Path, n_sims: int, tokens_per_message: int, seed: int) -> None:
         joinable.write_text(json.dumps(results))
 
 
+def split_per_message(src: Path, dst: Path) -> None:
+    """``src``'s results with each message's sidecar rows in a file of their own (same rows, same
+    simulations, ~30x the files): what changes is only the number of sidecars."""
+    if (dst / "results.json").exists():
+        return
+    results = json.loads((src / "results.json").read_text())
+    (dst / "sidecars").mkdir(parents=True, exist_ok=True)
+    for sim in results["simulations"]:
+        refs = [m for m in sim["messages"] if (m.get("raw_data") or {}).get("uq_logprobs")]
+        if not refs:
+            continue
+        lines = (src / refs[0]["raw_data"]["uq_logprobs"]["path"]).read_text().splitlines()
+        by_stamp: dict[str, list[str]] = {}
+        for line in lines:
+            by_stamp.setdefault(json.loads(line)["message_timestamp"], []).append(line)
+        for i, message in enumerate(refs):
+            name = refs[0]["raw_data"]["uq_logprobs"]["path"].removesuffix(".jsonl") + f"_m{i}.jsonl"
+            (dst / name).write_text("\n".join(by_stamp[message["timestamp"]]) + "\n")
+            message["raw_data"]["uq_logprobs"]["path"] = name
+    (dst / "results.json").write_text(json.dumps(results))
+
+
 def run_agentuq(agentuq: Path, src: Path, out: Path) -> tuple[float, float, float, float]:
     """Seconds and peak MiB of AgentUQ's analysis, then of its evaluation (two processes)."""
     shutil.rmtree(out, ignore_errors=True)
@@ -180,7 +197,6 @@ def main() -> None:
     parser.add_argument("--agentuq", type=Path, default=None, help="folder with AgentUQ's two scripts, unedited")
     parser.add_argument("--flat-at", type=int, default=None, help="size at which memory vs number of sidecars is "
                         "measured (default: the smallest size; 0: not measured)")
-    parser.add_argument("--files-factor", type=int, default=10)
     parser.add_argument("--plain", action="store_true", help="also time our own straw man (plain_pipeline.py)")
     args = parser.parse_args()
     agentuq = agentuq_dir(args.agentuq)
@@ -227,16 +243,15 @@ def main() -> None:
             print(f"our straw man (plain_pipeline)  {t_plain:7.2f} s  {m_plain:6.0f} MiB  → {t_plain / t_ours:.1f}x ours "
                   "(our own per-row Python baseline, not AgentUQ's code)")
         if size == flat_at:
-            many = workdir / f"results_{size}_x{args.files_factor}"
-            tokens = max(1, math.ceil(TOKENS_PER_MESSAGE / args.files_factor))
-            prepare(many, n_sims * TOKENS_PER_MESSAGE // tokens, tokens, seed=size + 1)
-            many_run = workdir / f"run_{size}_x{args.files_factor}"
-            shutil.rmtree(many_run, ignore_errors=True)
-            warm_page_cache(many)
-            t_many, m_many = run_measured(OURS, str(many / "results.json"), str(many_run))
-            n_many = len(list((many / "sidecars").iterdir()))
-            print(f"same rows in {n_many:,} sidecars: ours {t_many:.2f} s, {m_many:.0f} MiB "
-                  f"(peak memory {m_many / m_ours:.2f}x that with {n_sims:,} sidecars)")
+            split = workdir / f"results_{size}_per_message"
+            split_per_message(src, split)
+            split_run = workdir / f"run_{size}_per_message"
+            shutil.rmtree(split_run, ignore_errors=True)
+            warm_page_cache(split)
+            t_split, m_split = run_measured(OURS, str(split / "results.json"), str(split_run))
+            n_split = sum(1 for _ in (split / "sidecars").iterdir())
+            print(f"same rows, one sidecar per message ({n_split:,} files): ours {t_split:.2f} s, {m_split:.0f} MiB "
+                  f"(peak memory {m_split / m_ours:.2f}x that with {n_sims:,} files)")
         print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     print(f"(data in {workdir})")
 

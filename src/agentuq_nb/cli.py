@@ -229,7 +229,6 @@ def analyze(
     seed: int = typer.Option(0),
 ):
     """extract + aggregate + evaluate in one process: results → RUN_DIR with the same files the three commands write."""
-    from agentuq_nb.evaluation import evaluate as run_evaluate
     from agentuq_nb.uq import aggregate as run_aggregate
     from agentuq_nb.uq import extract as run_extract
 
@@ -241,6 +240,9 @@ def analyze(
                          f"rescore {results} --out RUN_DIR' scores the messages with a model instead"))
     with _step("aggregate", out):
         turns, trajs = run_aggregate(out)
+    # imported only now: scipy and sklearn (~80 MiB) are then not resident during extract's peak
+    from agentuq_nb.evaluation import evaluate as run_evaluate
+
     with _step("evaluate", out):
         result = run_evaluate(out, role, uncertainty, failure_threshold, False, scorer, n_boot, seed)
     typer.echo(f"{report.num_simulations} simulations, {report.num_tokens} token rows, {len(turns)} turn rows, "
