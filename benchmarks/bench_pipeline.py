@@ -230,7 +230,7 @@ def main() -> None:
             t_aq, m_aq = t_an + t_ev, max(m_an, m_ev)
             print(f"AgentUQ analysis                {t_an:7.2f} s  {m_an:6.0f} MiB")
             print(f"AgentUQ evaluation (csv mode)   {t_ev:7.2f} s  {m_ev:6.0f} MiB")
-            print(f"  → AgentUQ / ours, end to end: {t_aq / t_ours:.2f}x faster;  "
+            print(f"  → end to end, AgentUQ's time / ours: {t_aq / t_ours:.2f}x;  "
                   f"peak memory ours / AgentUQ: {m_ours / m_aq:.2f}")
             n, worst_value, worst_metric = agreement(run_dir, agentuq_out)
             print(f"  agreement on {n:,} trajectory rows: summary values ≤ {worst_value:.1e} relative, "
