@@ -1,25 +1,39 @@
-"""Benchmark extract → aggregate → evaluate against the plain per-row Python approach.
+"""Benchmark sidecars → summaries → metrics: this project against AgentUQ's own scripts and DuckDB's bare parse.
 
 For each size (token rows) it writes synthetic agentuq-style results with one sidecar JSONL per
-trajectory (rows with every key agentuq writes), then runs, each in a fresh subprocess so that
+trajectory (rows with every key agentuq writes), then times, each in a fresh subprocess so that
 peak memory (max RSS) and imports are its own:
 
-* ours:  ``uq.extract`` + ``uq.aggregate`` + ``evaluation.evaluate``
-  (all seven metrics with 200 bootstrap resamples for the CIs)
-* plain: ``plain_pipeline.py full`` — the same outputs (token table with per-token metrics, turn
-  and trajectory summaries, AUROC) the way the reference scripts compute them: ``json.loads``
-  per line, ``math`` per token, dict loops, ``json.dumps`` per token row
-* plain, summaries only: ``plain_pipeline.py summaries`` — AgentUQ's analysis loop alone, no
-  token table or summaries written: a lower bound on any per-row Python pipeline
+* ours: ``agentuq-nb analyze RESULTS --out RUN_DIR --n-boot 200`` (extract + aggregate + evaluate in one
+  process: all metrics, with 200 bootstrap resamples for the CIs); and ``extract`` alone
+* AgentUQ: its ``analyze_uq_logprobs.py --input SIDECARS`` then ``evaluate_uq_estimates.py --mode csv``
+  (deeplearning-wisc/agentuq, unedited, from ``--agentuq DIR``; skipped with a message if absent),
+  two processes as its README runs them; peak memory is the larger of the two
+* DuckDB bare parse: ``SELECT count(*) FROM read_ndjson(<the sidecars>, columns=<the columns extract
+  reads>)`` — the floor for ``extract``, which has to parse the same bytes
+* ``--plain``: our own straw man (``plain_pipeline.py``: per-row Python, json.loads per line); not
+  AgentUQ's code
 
-and prints rows/s, peak memory and the ratios. Usage::
+AgentUQ's CSV-mode evaluation joins its trajectory CSV (keys read back as strings) to the results
+(``trial``/``seed`` integers): on τ²-bench results it joins no row. So that it computes metrics, it
+is given a copy of the results with ``trial`` and ``seed`` as strings (``results_agentuq.json``), and
+``--failure-threshold 1.0`` (its default 0.0 labels no trajectory a failure). The run then checks
+that its trajectory summaries and metrics agree with ours and prints the largest relative difference.
 
-    python benchmarks/bench_pipeline.py                      # 1e5, 1e6, 1e7 rows
-    python benchmarks/bench_pipeline.py --sizes 100000 --workdir /tmp/bench
+Memory against the number of sidecars: at ``--flat-at`` rows the same results are also written with
+one sidecar per message instead of one per trajectory (~30x the files, same rows and simulations), and
+our peak memory is printed for both.
+
+Usage::
+
+    python benchmarks/bench_pipeline.py --agentuq /path/to/agentuq-scripts          # 1e6, 1e7 rows
+    python benchmarks/bench_pipeline.py --sizes 100000 --workdir /tmp/bench --plain
 """
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import shutil
 import subprocess
 import sys
@@ -29,22 +43,40 @@ from pathlib import Path
 
 TOKENS_PER_MESSAGE = 50
 MESSAGES_PER_SIMULATION = 41  # 30 generated messages (assistant/user) per trajectory → 1,500 token rows
+GENERATED_PER_SIMULATION = (MESSAGES_PER_SIMULATION - 1) * 3 // 4
 PLAIN = Path(__file__).with_name("plain_pipeline.py")
+AGENTUQ_SCRIPTS = ("analyze_uq_logprobs.py", "evaluate_uq_estimates.py")
+SUMMARY_VALUES = ("total_tokens", "trajectory_nll", "avg_token_nll", "mean_topk_entropy", "min_chosen_prob")
+#: AgentUQ's metric names → ours
+METRIC_NAMES = {"auroc_failure_vs_uncertainty": "auroc", "auarc": "auarc", "pearson_uncertainty_negative_reward": "pearson",
+                "spearman_uncertainty_negative_reward": "spearman", "kendall_uncertainty_negative_reward": "kendall"}
 
 OURS = """
 import sys
-from agentuq_nb.uq.extraction import extract
-from agentuq_nb.uq.aggregation import aggregate
-from agentuq_nb.evaluation import evaluate
-results, run_dir = sys.argv[1], sys.argv[2]
-extract(results, run_dir)
-aggregate(run_dir)
-evaluate(run_dir, n_boot=200)
+from agentuq_nb.cli import app
+app(["analyze", sys.argv[1], "--out", sys.argv[2], "--n-boot", "200"], standalone_mode=False)
 """
-PLAIN_RUN = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
-
-
-REPORT_PEAK = "\nimport resource, sys\nprint(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+OURS_EXTRACT = """
+import sys
+from agentuq_nb.uq.extraction import extract
+extract(sys.argv[1], sys.argv[2])
+"""
+DUCKDB_PARSE = """
+import sys, duckdb
+from pathlib import Path
+from agentuq_nb.io.sidecars import SIDECAR_SCHEMA
+types = {"string": "VARCHAR", "int64": "BIGINT", "double": "DOUBLE", "list<item: string>": "VARCHAR[]",
+         "list<item: double>": "DOUBLE[]"}
+columns = {f.name: types[str(f.type)] for f in SIDECAR_SCHEMA}
+files = sorted(str(p) for p in Path(sys.argv[1]).glob("*.jsonl"))
+n = duckdb.sql("SELECT count(*) FROM read_ndjson($files, columns=$columns)",
+               params={"files": files, "columns": columns}).fetchall()[0][0]
+print(n)
+"""
+RUN_SCRIPT = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+# VmHWM: the process's own peak RSS (ru_maxrss would carry over this parent's RSS across fork + exec)
+REPORT_PEAK = ("\nimport re, sys\nprint(re.search(r'VmHWM:\\s*(\\d+)', open('/proc/self/status').read()).group(1), "
+               "file=sys.stderr)\n")
 
 
 def warm_page_cache(folder: Path) -> None:
@@ -60,45 +92,167 @@ def warm_page_cache(folder: Path) -> None:
 def run_measured(code: str, *args: str) -> tuple[float, float]:
     """Wall seconds and peak RSS (MiB) of ``python -c code args`` in a fresh process."""
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", code + REPORT_PEAK, *args], check=True,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    done = subprocess.run([sys.executable, "-c", code + REPORT_PEAK, *args], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True)
     elapsed = time.perf_counter() - start
-    return elapsed, int(done.stderr.strip().splitlines()[-1]) / 1024  # ru_maxrss is KiB on Linux
+    if done.returncode != 0:
+        raise RuntimeError(f"benchmark step failed ({args}):\n{done.stderr[-3000:]}")
+    return elapsed, int(done.stderr.strip().splitlines()[-1]) / 1024  # VmHWM is in KiB
+
+
+def prepare(src: Path, n_sims: int, tokens_per_message: int, seed: int) -> None:
+    """Synthetic results + sidecars in ``src`` (kept between runs), and AgentUQ's joinable copy."""
+    from agentuq_nb.io.synthetic import write_synthetic_results
+
+    if not (src / "results.json").exists():
+        write_synthetic_results(src, num_simulations=n_sims, messages_per_simulation=MESSAGES_PER_SIMULATION,
+                                tokens_per_message=tokens_per_message, forms=("sidecar",), seed=seed)
+    joinable = src / "agentuq" / "results_agentuq.json"
+    if not joinable.exists():
+        results = json.loads((src / "results.json").read_text())
+        for sim in results["simulations"]:  # what its CSV keys read back as
+            sim["trial"], sim["seed"] = str(sim["trial"]), str(sim["seed"])
+        joinable.parent.mkdir(parents=True, exist_ok=True)
+        joinable.write_text(json.dumps(results))
+
+
+def split_per_message(src: Path, dst: Path) -> None:
+    """``src``'s results with each message's sidecar rows in a file of their own (same rows, same
+    simulations, ~30x the files): what changes is only the number of sidecars."""
+    if (dst / "results.json").exists():
+        return
+    results = json.loads((src / "results.json").read_text())
+    (dst / "sidecars").mkdir(parents=True, exist_ok=True)
+    for sim in results["simulations"]:
+        refs = [m for m in sim["messages"] if (m.get("raw_data") or {}).get("uq_logprobs")]
+        if not refs:
+            continue
+        lines = (src / refs[0]["raw_data"]["uq_logprobs"]["path"]).read_text().splitlines()
+        by_stamp: dict[str, list[str]] = {}
+        for line in lines:
+            by_stamp.setdefault(json.loads(line)["message_timestamp"], []).append(line)
+        for i, message in enumerate(refs):
+            name = refs[0]["raw_data"]["uq_logprobs"]["path"].removesuffix(".jsonl") + f"_m{i}.jsonl"
+            (dst / name).write_text("\n".join(by_stamp[message["timestamp"]]) + "\n")
+            message["raw_data"]["uq_logprobs"]["path"] = name
+    (dst / "results.json").write_text(json.dumps(results))
+
+
+def run_agentuq(agentuq: Path, src: Path, out: Path) -> tuple[float, float, float, float]:
+    """Seconds and peak MiB of AgentUQ's analysis, then of its evaluation (two processes)."""
+    shutil.rmtree(out, ignore_errors=True)
+    t_an, m_an = run_measured(RUN_SCRIPT, str(agentuq / AGENTUQ_SCRIPTS[0]), "--input", str(src / "sidecars"),
+                              "--output-dir", str(out / "analysis"))
+    t_ev, m_ev = run_measured(RUN_SCRIPT, str(agentuq / AGENTUQ_SCRIPTS[1]), "--mode", "csv",
+                              "--uq-trajectory-csv", str(out / "analysis" / "uq_trajectory_summary.csv"),
+                              "--results", str(src / "agentuq" / "results_agentuq.json"),
+                              "--output-dir", str(out / "eval"), "--failure-threshold", "1.0")
+    return t_an, m_an, t_ev, m_ev
+
+
+def relative_difference(a: float, b: float) -> float:
+    return 0.0 if a == b else abs(a - b) / max(abs(a), abs(b))
+
+
+def agreement(run_dir: Path, agentuq_out: Path) -> tuple[int, float, float]:
+    """(trajectory rows compared, largest relative difference of summary values, of metrics)."""
+    import pandas as pd
+
+    ours = pd.read_parquet(run_dir / "trajectory_summary.parquet")
+    ours = ours.assign(trial=ours["trial"].astype(str), seed=ours["seed"].astype(str))
+    theirs = pd.read_csv(agentuq_out / "analysis" / "uq_trajectory_summary.csv", dtype=str)
+    keys = ["domain", "task_id", "trial", "seed", "scorer", "role"]
+    both = theirs.merge(ours, on=keys, suffixes=("_agentuq", ""), validate="one_to_one")
+    if len(both) != len(theirs):
+        raise AssertionError(f"{len(theirs) - len(both)} of AgentUQ's trajectory rows have no match in ours")
+    worst_value = 0.0
+    for col in SUMMARY_VALUES:
+        theirs_col = both[f"{col}_agentuq"].astype(float).to_numpy()
+        for a, b in zip(theirs_col, both[col].astype(float).to_numpy()):
+            worst_value = max(worst_value, relative_difference(a, b))
+    theirs_metrics = json.loads((agentuq_out / "eval" / "uq_eval_metrics.json").read_text())
+    if theirs_metrics["num_examples_total"] == 0:
+        raise AssertionError("AgentUQ's evaluation joined no rows")
+    ours_metrics = json.loads((run_dir / "eval_metrics.json").read_text())["metrics"]
+    worst_metric = max(relative_difference(theirs_metrics["metrics"][k], ours_metrics[v]) for k, v in METRIC_NAMES.items())
+    return len(both), worst_value, worst_metric
+
+
+def agentuq_dir(path: Path | None) -> Path | None:
+    if path is None:
+        print("AgentUQ: skipped (give --agentuq DIR holding its unedited "
+              f"{' and '.join(AGENTUQ_SCRIPTS)} from deeplearning-wisc/agentuq src/tau2/scripts)")
+        return None
+    missing = [s for s in AGENTUQ_SCRIPTS if not (path / s).is_file()]
+    if missing:
+        print(f"AgentUQ: skipped ({path} lacks {', '.join(missing)})")
+        return None
+    return path
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000, 10_000_000])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 10_000_000])
     parser.add_argument("--workdir", type=Path, default=None)
-    parser.add_argument("--skip-plain-above", type=int, default=None, help="don't run the plain versions above this size")
+    parser.add_argument("--agentuq", type=Path, default=None, help="folder with AgentUQ's two scripts, unedited")
+    parser.add_argument("--flat-at", type=int, default=None, help="size at which memory vs number of sidecars is "
+                        "measured (default: the smallest size; 0: not measured)")
+    parser.add_argument("--plain", action="store_true", help="also time our own straw man (plain_pipeline.py)")
     args = parser.parse_args()
-    from agentuq_nb.io.synthetic import write_synthetic_results
-
+    agentuq = agentuq_dir(args.agentuq)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench_pipeline_"))
-    rows_per_sim = (MESSAGES_PER_SIMULATION - 1) * 3 // 4 * TOKENS_PER_MESSAGE
-    print(f"{'rows':>10} {'files':>6} | {'ours rows/s':>11} {'MiB':>5} | {'plain rows/s':>12} {'MiB':>5} {'ratio':>6} "
-          f"| {'summaries-only rows/s':>21} {'MiB':>5} {'ratio':>6}")
+    rows_per_sim = GENERATED_PER_SIMULATION * TOKENS_PER_MESSAGE
+    flat_at = min(args.sizes) if args.flat_at is None else args.flat_at
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {os.cpu_count()} cores")
     for size in sorted(args.sizes):
         n_sims = max(1, size // rows_per_sim)
-        src = workdir / f"results_{size}"
-        if not (src / "results.json").exists():
-            write_synthetic_results(src, num_simulations=n_sims, messages_per_simulation=MESSAGES_PER_SIMULATION,
-                                    tokens_per_message=TOKENS_PER_MESSAGE, forms=("sidecar",), seed=size)
         rows = n_sims * rows_per_sim
-        run_dir, plain_dir = workdir / f"run_{size}", workdir / f"plain_{size}"
+        src = workdir / f"results_{size}"
+        prepare(src, n_sims, TOKENS_PER_MESSAGE, seed=size)
+        run_dir = workdir / f"run_{size}"
+        print(f"\n== {rows:,} token rows in {n_sims:,} sidecars ({sum(p.stat().st_size for p in (src / 'sidecars').iterdir()) / 2**20:,.0f} MiB)")
         shutil.rmtree(run_dir, ignore_errors=True)
         warm_page_cache(src)
         t_ours, m_ours = run_measured(OURS, str(src / "results.json"), str(run_dir))
-        line = f"{rows:>10,} {n_sims:>6} | {rows / t_ours:>11,.0f} {m_ours:>5,.0f} |"
-        if args.skip_plain_above is None or size <= args.skip_plain_above:
-            for mode, width in (("full", 12), ("summaries", 21)):
-                warm_page_cache(src)
-                t_plain, m_plain = run_measured(PLAIN_RUN, str(PLAIN), mode, str(src / "results.json"), str(plain_dir))
-                shutil.rmtree(plain_dir, ignore_errors=True)
-                line += f" {rows / t_plain:>{width},.0f} {m_plain:>5,.0f} {t_plain / t_ours:>5.1f}x |"
-        else:
-            line += " skipped"
-        print(line, flush=True)
+        print(f"ours end to end (one process)   {t_ours:7.2f} s  {m_ours:6.0f} MiB  {rows / t_ours:12,.0f} rows/s")
+        extract_dir = workdir / f"extract_{size}"
+        shutil.rmtree(extract_dir, ignore_errors=True)
+        t_ext, m_ext = run_measured(OURS_EXTRACT, str(src / "results.json"), str(extract_dir))
+        shutil.rmtree(extract_dir, ignore_errors=True)
+        t_duck, m_duck = run_measured(DUCKDB_PARSE, str(src / "sidecars"))
+        print(f"ours extract alone              {t_ext:7.2f} s  {m_ext:6.0f} MiB")
+        print(f"DuckDB bare parse (count rows)  {t_duck:7.2f} s  {m_duck:6.0f} MiB")
+        print(f"  → our extract / DuckDB bare parse: {t_ext / t_duck:.2f}x")
+        if agentuq is not None:
+            agentuq_out = workdir / f"agentuq_{size}"
+            warm_page_cache(src)
+            t_an, m_an, t_ev, m_ev = run_agentuq(agentuq, src, agentuq_out)
+            t_aq, m_aq = t_an + t_ev, max(m_an, m_ev)
+            print(f"AgentUQ analysis                {t_an:7.2f} s  {m_an:6.0f} MiB")
+            print(f"AgentUQ evaluation (csv mode)   {t_ev:7.2f} s  {m_ev:6.0f} MiB")
+            print(f"  → end to end, AgentUQ's time / ours: {t_aq / t_ours:.2f}x;  "
+                  f"peak memory ours / AgentUQ: {m_ours / m_aq:.2f}")
+            n, worst_value, worst_metric = agreement(run_dir, agentuq_out)
+            print(f"  agreement on {n:,} trajectory rows: summary values ≤ {worst_value:.1e} relative, "
+                  f"metrics ≤ {worst_metric:.1e} relative")
+        if args.plain:
+            plain_dir = workdir / f"plain_{size}"
+            warm_page_cache(src)
+            t_plain, m_plain = run_measured(RUN_SCRIPT, str(PLAIN), "full", str(src / "results.json"), str(plain_dir))
+            shutil.rmtree(plain_dir, ignore_errors=True)
+            print(f"our straw man (plain_pipeline)  {t_plain:7.2f} s  {m_plain:6.0f} MiB  → {t_plain / t_ours:.1f}x ours "
+                  "(our own per-row Python baseline, not AgentUQ's code)")
+        if size == flat_at:
+            split = workdir / f"results_{size}_per_message"
+            split_per_message(src, split)
+            split_run = workdir / f"run_{size}_per_message"
+            shutil.rmtree(split_run, ignore_errors=True)
+            warm_page_cache(split)
+            t_split, m_split = run_measured(OURS, str(split / "results.json"), str(split_run))
+            n_split = sum(1 for _ in (split / "sidecars").iterdir())
+            print(f"same rows, one sidecar per message ({n_split:,} files): ours {t_split:.2f} s, {m_split:.0f} MiB "
+                  f"(peak memory {m_split / m_ours:.2f}x that with {n_sims:,} files)")
+        print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     print(f"(data in {workdir})")
 
 

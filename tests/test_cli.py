@@ -37,7 +37,7 @@ def test_extract_aggregate_evaluate_contract(tmp_path, synthetic_results):
     assert {"turn_idx", "num_tokens", "turn_nll", "avg_token_nll", "mean_topk_entropy", "min_chosen_prob"} <= turn_columns
     out = run("evaluate", run_dir, "--role", "assistant", "--uncertainty", "avg_token_nll", "--failure-threshold", "1.0")
     metrics = json.loads((run_dir / "eval_metrics.json").read_text())
-    assert set(metrics["metrics"]) == {"auroc", "auarc", "aurc", "prr", "pearson", "spearman", "kendall"}
+    assert set(metrics["metrics"]) == {"auroc", "auarc", "auarc_tie_mean", "aurc", "prr", "pearson", "spearman", "kendall"}
     assert set(metrics["ci"]) >= {"auroc", "auarc"} and metrics["n"] == 12
     assert json.loads(out.stdout)["metrics"]["auroc"] == metrics["metrics"]["auroc"]
     curves = pd.read_csv(run_dir / "eval_curves.csv")
@@ -166,3 +166,46 @@ def test_more_mistakes_get_messages(tmp_path, synthetic_results):
     one_class = one_class_run(synthetic_results, tmp_path / "one_class", reward=0.0)
     done = run("compare-estimators", one_class, "--n-boot", "20")
     assert "note: AUROC and the other ranking metrics are null" in done.stderr and "one class only" in done.stderr
+
+
+def _normalized_manifest(run_dir: Path) -> dict:
+    """The manifest with commit ids replaced by the step that made them, times and sizes left out."""
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    step_of = {a["commit"]: a["step"] for a in manifest["artifacts"].values()}
+    artifacts = {name: {"step": a["step"], "based_on": {k: step_of[v] for k, v in a["based_on"].items()}}
+                 for name, a in manifest["artifacts"].items()}
+    rest = {k: v for k, v in manifest.items() if k not in ("artifacts", "created_at")}
+    return {**rest, "artifacts": artifacts}
+
+
+def test_analyze_writes_the_folder_the_three_commands_write(tmp_path, synthetic_results):
+    three, one = tmp_path / "three", tmp_path / "one"
+    run("extract", synthetic_results, "--out", three)
+    run("aggregate", three)
+    run("evaluate", three, "--n-boot", "50")
+    out = run("analyze", synthetic_results, "--out", one, "--n-boot", "50")
+    assert json.loads(out.stdout[out.stdout.index("{"):])["metrics"] == \
+        json.loads((one / "eval_metrics.json").read_text())["metrics"]
+    files = sorted(p.name for p in three.iterdir() if not p.name.startswith("."))
+    assert files == sorted(p.name for p in one.iterdir() if not p.name.startswith("."))
+    assert {"tokens.parquet", "trajectory_summary.parquet", "eval_metrics.json", "eval_curves.csv"} <= set(files)
+    for name in files:
+        if name.endswith(".parquet"):
+            pd.testing.assert_frame_equal(pd.read_parquet(three / name), pd.read_parquet(one / name))
+        elif name.endswith(".csv"):
+            assert (three / name).read_text() == (one / name).read_text(), name
+    assert json.loads((three / "eval_metrics.json").read_text()) == json.loads((one / "eval_metrics.json").read_text())
+    assert _normalized_manifest(three) == _normalized_manifest(one)
+
+
+def test_analyze_refuses_results_without_log_probs(tmp_path):
+    from agentuq_nb.io.synthetic import write_synthetic_results
+
+    results = write_synthetic_results(tmp_path / "src", num_simulations=3, forms=("raw",))
+    data = json.loads(results.read_text())
+    for sim in data["simulations"]:
+        for msg in sim["messages"]:
+            msg["raw_data"] = None
+    results.write_text(json.dumps(data))
+    done = run("analyze", results, "--out", tmp_path / "run", check=False)
+    assert done.returncode == 2 and "no message carried log-probs" in done.stderr

@@ -13,6 +13,7 @@ from agentuq_nb.evaluation import (
     METRICS,
     UndefinedMetricError,
     auarc,
+    auarc_tie_mean,
     aurc,
     auroc,
     failure_curves,
@@ -202,6 +203,38 @@ def test_auarc_follows_agentuq_stable_order_on_ties():
     # by hand: successes [1, 0, 1] rejected in input order -> acc = [2/3, 1/2, 1, 1(k=n)]
     assert auarc([1, 1, 1], [0, 1, 0]) == pytest.approx(
         ((2 / 3 + 1 / 2) / 2 + (1 / 2 + 1) / 2 + (1 + 1) / 2) / 3)
+
+
+def ref_auarc_tie_mean(u, f):
+    """Mean of AgentUQ's AUARC over every reordering of the input (only tied rows change its value)."""
+    perms = list(itertools.permutations(range(len(u))))
+    return sum(ref_auarc([u[i] for i in p], [f[i] for i in p]) for p in perms) / len(perms)
+
+
+@pytest.mark.parametrize("u,f", [
+    ([1, 1, 1], [1, 0, 0]),
+    ([0.2, 0.5, 0.5, 0.5, 0.9, 0.9], [0, 1, 0, 0, 1, 0]),
+    ([3, 1, 3, 2, 1, 3], [1, 0, 0, 1, 1, 0]),
+])
+def test_auarc_tie_mean_is_the_mean_over_all_orders_of_ties(u, f):
+    expected = ref_auarc_tie_mean(u, f)
+    assert auarc_tie_mean(u, f) == pytest.approx(expected, abs=1e-12)
+    assert metrics_batch([u], [f], [[1.0 - x for x in f]], names=("auarc_tie_mean",))["auarc_tie_mean"][0] == \
+        pytest.approx(expected, abs=1e-12)
+    # the same on any input order, while AgentUQ's AUARC moves with it
+    rng = np.random.default_rng(0)
+    values = set()
+    for _ in range(5):
+        p = rng.permutation(len(u))
+        assert auarc_tie_mean([u[i] for i in p], [f[i] for i in p]) == pytest.approx(expected, abs=1e-12)
+        values.add(round(auarc([u[i] for i in p], [f[i] for i in p]), 12))
+    assert len(values) > 1
+
+
+def test_auarc_tie_mean_equals_agentuq_auarc_without_ties():
+    rng = np.random.default_rng(3)
+    u, f = rng.normal(size=40), rng.random(40) < 0.4
+    assert auarc_tie_mean(u, f) == pytest.approx(ref_auarc(list(u), list(f)), abs=1e-12)
 
 
 def test_point_functions_raise_with_reason_when_undefined():

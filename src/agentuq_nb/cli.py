@@ -216,6 +216,42 @@ def trials(
         typer.secho(f"note: {note}", fg=typer.colors.YELLOW, err=True)
 
 
+@app.command()
+def analyze(
+    results: Path = typer.Argument(..., help="τ²-bench results: a v0/v1 JSON file or a v1.0.1 results directory"),
+    out: Path = typer.Option(..., "--out", help="run directory to write the tables, summaries and metrics to"),
+    sidecar_dir: Optional[Path] = typer.Option(None, "--sidecar-dir", help="where agentuq sidecar JSONL files are, if not beside the results"),
+    uncertainty: str = typer.Option("avg_token_nll", help="the estimator evaluated (as for 'agentuq-nb evaluate')"),
+    role: str = typer.Option("assistant", help="role of a token statistic"),
+    scorer: Optional[str] = typer.Option(None, help="scorer of a token statistic (default: self, else the only one)"),
+    failure_threshold: float = typer.Option(1.0, help="failure = reward < threshold"),
+    n_boot: int = typer.Option(1000, min=0, help="bootstrap resamples for the 95% CIs (0: none)"),
+    seed: int = typer.Option(0),
+):
+    """extract + aggregate + evaluate in one process: results → RUN_DIR with the same files the three commands write."""
+    from agentuq_nb.uq import aggregate as run_aggregate
+    from agentuq_nb.uq import extract as run_extract
+
+    _out_folder(out, "analyze")
+    with _step("extract", out):
+        report = run_extract(results, out, sidecar_dir, progress=True)
+    if report.num_tokens == 0:
+        _fail(ValueError(f"{results}: no message carried log-probs, so there is nothing to aggregate; 'agentuq-nb "
+                         f"rescore {results} --out RUN_DIR' scores the messages with a model instead"))
+    with _step("aggregate", out):
+        turns, trajs = run_aggregate(out)
+    # imported only now: scipy and sklearn (~80 MiB) are then not resident during extract's peak
+    from agentuq_nb.evaluation import evaluate as run_evaluate
+
+    with _step("evaluate", out):
+        result = run_evaluate(out, role, uncertainty, failure_threshold, False, scorer, n_boot, seed)
+    typer.echo(f"{report.num_simulations} simulations, {report.num_tokens} token rows, {len(turns)} turn rows, "
+               f"{len(trajs)} trajectory rows → {out}")
+    typer.echo(json.dumps({"n": result["n"], "n_failures": result["n_failures"], "metrics": result["metrics"]}, indent=2))
+    for metric, reason in result["undefined"].items():
+        typer.secho(f"note: {metric} is null: {reason}", fg=typer.colors.YELLOW, err=True)
+
+
 @app.command("compare-estimators")
 def compare_estimators(
     run_dir: Path = typer.Argument(...),

@@ -32,7 +32,7 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "conformal": ["aci", "bh", "bh_adjusted", "conformal_quantile", "coverage_report", "pipeline_bounds",
                   "risk_control_threshold", "split_interval"],
     "failure_report": ["failure_metrics"],
-    "metrics": ["HIGHER_IS_BETTER", "METRICS", "UndefinedMetricError", "auarc", "auroc", "aurc", "correlation",
+    "metrics": ["HIGHER_IS_BETTER", "METRICS", "UndefinedMetricError", "auarc", "auarc_tie_mean", "auroc", "aurc", "correlation",
                 "failure_curves", "failure_labels", "prr"],
     "run_metrics": ["evaluate", "estimator_rows", "estimator_metrics"],
     "estimator_table": ["compare_estimators", "evaluate_estimators", "score_table", "read_estimator_table",

@@ -13,7 +13,12 @@ Definitions (n trajectories, ``u`` uncertainty, ``f`` failure indicator, ``s = 1
 * **AUARC** (AgentUQ's accuracy-rejection curve): order trajectories by ``-u`` with a *stable*
   sort (most uncertain first, ties keep input order); for k = 0..n rejected, ``acc_k`` = success
   rate of the n-k retained, with ``acc_n = 1.0``; AUARC = trapezoid of ``acc_k`` over rejection
-  rate ``k/n``.  Higher is better.
+  rate ``k/n``.  Higher is better.  Its value depends on the input order among tied
+  uncertainties (kept for compatibility with AgentUQ's numbers).
+* **AUARC, tie mean** (``auarc_tie_mean``): the mean of AUARC over every order of the tied
+  uncertainties, so independent of the input order; equal to AUARC without ties.  The curve is
+  linear in the successes retained, so the mean is the curve of their expectation, interpolated
+  inside each tie block as for AURC below.
 * **AURC** (selective-classification risk-coverage curve, Geifman & El-Yaniv): retain the k
   *lowest*-uncertainty trajectories, ``risk_k`` = failure rate among them, coverage ``k/n``;
   ``AURC = (1/n) * sum_{k=1..n} risk_k`` (right Riemann sum over coverage).  Ties: tied
@@ -41,9 +46,9 @@ from sklearn.metrics import roc_auc_score, roc_curve
 
 from agentuq_nb.records.outcomes import failure_labels  # the failure definition lives with the data contracts
 
-METRICS: tuple[str, ...] = ("auroc", "auarc", "aurc", "prr", "pearson", "spearman", "kendall")
+METRICS: tuple[str, ...] = ("auroc", "auarc", "auarc_tie_mean", "aurc", "prr", "pearson", "spearman", "kendall")
 CORRELATIONS = ("pearson", "spearman", "kendall")
-HIGHER_IS_BETTER = {"auroc": True, "auarc": True, "aurc": False, "prr": True,
+HIGHER_IS_BETTER = {"auroc": True, "auarc": True, "auarc_tie_mean": True, "aurc": False, "prr": True,
                     "pearson": True, "spearman": True, "kendall": True}
 
 
@@ -182,9 +187,25 @@ class SortedBatch:
         acc = self.accuracy_rejection()
         return (acc[:, :-1] + acc[:, 1:]).sum(axis=1) / (2.0 * self.n)
 
+    def auarc_tie_mean(self) -> np.ndarray:
+        """AUARC averaged over every order of the tied uncertainties (AgentUQ's depends on the input order).
+
+        The curve is linear in the successes retained, so its mean over orders is the curve of the
+        expected successes among the n - k most certain, ties in random order (closed form per tie block).
+        """
+        kept = self.expected_cumulative(~self.F)[:, ::-1]      # expected successes among the n-k most certain
+        acc = np.empty((self.B, self.n + 1))
+        acc[:, :self.n] = kept / (self.n - np.arange(self.n))
+        acc[:, self.n] = 1.0
+        return (acc[:, :-1] + acc[:, 1:]).sum(axis=1) / (2.0 * self.n)
+
     def expected_cumfail(self) -> np.ndarray:
         """(B, n): expected failures among the k most certain (k = 1..n), ties in random order."""
-        C = np.cumsum(self.F, axis=1, dtype=float)
+        return self.expected_cumulative(self.F)
+
+    def expected_cumulative(self, X: np.ndarray) -> np.ndarray:
+        """(B, n): expected sum of ``X`` over the k most certain (k = 1..n), ties in random order."""
+        C = np.cumsum(X, axis=1, dtype=float)
         start, end = self.start, self.end
         c_before = np.where(start > 0, np.take_along_axis(C, np.maximum(start - 1, 0), axis=1), 0.0)
         c_end = np.take_along_axis(C, end, axis=1)
@@ -326,6 +347,11 @@ def auarc_batch(U, F):
     return SortedBatch(U, F).auarc()
 
 
+def auarc_tie_mean_batch(U, F):
+    """Row-wise tie-invariant AUARC (mean over the orders of tied uncertainties)."""
+    return SortedBatch(U, F).auarc_tie_mean()
+
+
 def aurc_batch(U, F):
     """Row-wise AURC (tie-averaged)."""
     return SortedBatch(U, F).aurc()
@@ -408,6 +434,13 @@ def auarc(uncertainty, failure) -> float:
     return float(auarc_batch(u[None], f[None])[0])
 
 
+def auarc_tie_mean(uncertainty, failure) -> float:
+    """AUARC averaged over every order of tied uncertainties: does not depend on the input order,
+    equals :func:`auarc` when no two uncertainties are equal (higher = better)."""
+    u, f = _prepare(uncertainty, failure)
+    return float(auarc_tie_mean_batch(u[None], f[None])[0])
+
+
 def aurc(uncertainty, failure) -> float:
     """Area under the risk-coverage curve, lowest uncertainty retained first (lower = better)."""
     u, f = _prepare(uncertainty, failure)
@@ -454,6 +487,8 @@ def point_metrics(u: np.ndarray, r: np.ndarray, failure_threshold: float = 1.0,
             values[name] = auroc(u, f)
         elif name == "auarc":
             values[name] = auarc(u, f)
+        elif name == "auarc_tie_mean":
+            values[name] = auarc_tie_mean(u, f)
         elif name == "aurc":
             values[name] = aurc(u, f)
         elif name == "prr":

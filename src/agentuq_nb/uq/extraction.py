@@ -18,6 +18,8 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pyarrow as pa
+
 from agentuq_nb.io.errors import InputError, InputWarnings
 from agentuq_nb.io.input_warnings import emit_input_warnings
 from agentuq_nb.io.results import detect_layout, iter_simulations, read_header
@@ -27,7 +29,8 @@ from agentuq_nb.records import Results, Simulation
 from agentuq_nb.uq.base_tables import BaseTables
 from agentuq_nb.uq.token_metrics import with_token_metrics
 
-BATCH_BYTES = 96 << 20  # sidecar JSON per batch: few batches (each costs a query), small enough to hold two
+BATCH_BYTES = 32 << 20  # sidecar JSON per batch: few batches (each costs a query), small enough that two in
+# memory stay well under AgentUQ's own peak (with base_tables.TOKEN_ROW_GROUP_ROWS; see there)
 BATCH_SIMULATIONS = 512  # and at most this many simulations (log-probs inline in the results have no sidecar bytes)
 
 
@@ -158,4 +161,7 @@ def extract(results_path: str | Path, run_dir: str | Path | RunDir, sidecar_dir:
         if bar is not None:
             bar.close()
     emit_input_warnings(report.warnings)
+    # hand the batches' freed Arrow buffers back to the system (mimalloc keeps them otherwise), so that the
+    # steps run after extract in the same process (``agentuq-nb analyze``) start from a lower peak
+    pa.default_memory_pool().release_unused()
     return report
