@@ -1,7 +1,8 @@
 """The estimator table: every registered estimator a run holds data for, on equal footing.
 
 Per estimator (:mod:`agentuq_nb.estimators`, oriented by its own ``higher_is_uncertain``): AUROC,
-AUARC, AURC, PRR and Spearman with percentile bootstrap 95% CIs (:func:`failure_metrics`), and a
+AUARC (AgentUQ's, and ``auarc_tie_mean``, invariant to the order of ties), AURC, PRR and Spearman
+with percentile bootstrap 95% CIs (:func:`failure_metrics`), and a
 paired bootstrap p-value of the AUROC difference against the reference ``assistant.avg_token_nll``
 (scorer ``self``; else the first assistant ``avg_token_nll`` of any scorer). When tasks repeat (several
 trials), the bootstrap resamples tasks with all their trials (``groups``, :mod:`.bootstrap`). Beside them:
@@ -44,7 +45,7 @@ from agentuq_nb.io.rundir import RunDir
 from agentuq_nb.records.outcomes import check_failure_threshold
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 
-REPORTED_METRICS = ("auroc", "auarc", "aurc", "prr", "spearman")
+REPORTED_METRICS = ("auroc", "auarc", "auarc_tie_mean", "aurc", "prr", "spearman")
 REFERENCE = "assistant.avg_token_nll"
 #: the length every length-controlled AUROC holds fixed
 LENGTH_COLUMN = "num_messages"

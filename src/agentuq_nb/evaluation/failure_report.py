@@ -17,7 +17,8 @@ def failure_metrics(uncertainty, reward, failure_threshold: float = 1.0, invert:
     Contract: **higher uncertainty = more likely failure**; pass ``invert=True`` for scores where
     higher means more confident (the score is negated).  Failure is ``reward <
     failure_threshold`` (default 1.0) and is the positive class.  Metric definitions are in
-    :mod:`agentuq_nb.evaluation.metrics` (AUROC with ties 1/2, AgentUQ's AUARC, AURC, PRR,
+    :mod:`agentuq_nb.evaluation.metrics` (AUROC with ties 1/2, AgentUQ's AUARC and its tie-invariant
+    mean over orders of ties, AURC, PRR,
     Pearson/Spearman/Kendall tau-b of uncertainty vs -reward).
 
     Rows with NaN/inf uncertainty or reward are dropped and counted (``n_dropped``).  A metric
@@ -36,7 +37,7 @@ def failure_metrics(uncertainty, reward, failure_threshold: float = 1.0, invert:
 
     Returns (JSON-serializable)::
 
-        {"metrics": {"auroc", "auarc", "aurc", "prr", "pearson", "spearman", "kendall"},
+        {"metrics": {"auroc", "auarc", "auarc_tie_mean", "aurc", "prr", "pearson", "spearman", "kendall"},
          "ci": {name: [lo, hi] or None}, "n": int, "n_failures": int,
          "undefined": {name: reason}, "n_dropped": int, "failure_threshold": float,
          "invert": bool, "bootstrap": {"n_boot", "ci", "seed", "method", "n_skipped"}}
