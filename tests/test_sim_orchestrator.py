@@ -12,7 +12,7 @@ import pytest
 from agentuq_nb.records import Results
 from agentuq_nb.sim import load_domain
 from agentuq_nb.sim.agent import AGENT_STOP
-from agentuq_nb.sim.orchestrator import GREETING, Orchestrator
+from agentuq_nb.sim.orchestrator import GREETING, Orchestrator, message_seed
 
 
 @dataclass
@@ -34,10 +34,11 @@ def gen(content=None, calls=None):
 
 class Scripted:
     def __init__(self, llm, replies):
-        self.llm, self.replies, self.calls = llm, list(replies), []
+        self.llm, self.replies, self.calls, self.seeds = llm, list(replies), [], []
 
     def generate(self, trajectory, seed, retry=None, to_user=None, first_turn=False):
         self.calls.append(([dict(m) for m in trajectory], None if to_user is None else set(to_user)))
+        self.seeds.append(seed)
         return self.replies.pop(0)
 
     @staticmethod
@@ -135,3 +136,19 @@ def test_a_failing_model_stops_the_run_with_a_clear_message(tmp_path):
         run_simulations("bookshop", tmp_path, task_ids=["2"], user_llm="nosuchprovider/x", retries=0, progress=False)
     assert list((tmp_path / "checkpoints").iterdir()) == []
     assert not (tmp_path / "results.json").exists()
+
+
+def test_every_llm_call_gets_its_own_seed_from_trial_seed_task_and_message(shop):
+    # one seed for every call would give a seeded sampler the same draws at every turn of every task
+    replies = dict(agent_replies=[gen("Which order?"), gen("Done.")],
+                   user_replies=[gen("Cancel O1007."), gen("Yes."), gen("Thanks ###STOP###")])
+    _, agent, user = run(shop, "1", **replies)
+    seeds = user.seeds[:1] + agent.seeds[:1] + user.seeds[1:2] + agent.seeds[1:] + user.seeds[2:]
+    assert seeds == [message_seed(7, "1", idx) for idx in range(1, 6)]  # message 0 is the greeting
+    assert len(set(seeds)) == len(seeds)
+    _, _, user_again = run(shop, "1", **{k: [gen(g.message["content"]) for g in v] for k, v in replies.items()})
+    assert user_again.seeds == user.seeds  # deterministic
+    _, _, other_task = run(shop, "2", **{k: [gen(g.message["content"]) for g in v] for k, v in replies.items()})
+    assert not set(other_task.seeds) & set(user.seeds)
+    assert message_seed(8, "1", 1) != message_seed(7, "1", 1)
+    assert all(0 <= s < 2**31 for s in seeds)

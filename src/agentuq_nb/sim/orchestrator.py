@@ -18,6 +18,13 @@
 
 Everything but wall-clock fields (timestamps, duration) is a function of the inputs
 and the seed: the simulation id is a UUID5 of domain/task/trial/seed.
+
+Each LLM call gets its own seed, :func:`message_seed` of (trial seed, task id, message index),
+not the trial seed itself: a seeded sampler (the embedded model's Gumbel-max draws) given one seed
+for every call would draw the same noise at every turn of every task of a trial, so that at a
+temperature above 0 the tasks of a trial move together (measured on the bookshop quickstart at
+temperature 1: in one trial every user ended the chat in its first message, in two others no user
+ever stopped). Greedy decoding (temperature 0) ignores the seed, so its runs are unchanged.
 """
 from __future__ import annotations
 
@@ -26,9 +33,12 @@ import json
 import threading
 import time
 import uuid
+import zlib
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Callable
+
+import numpy as np
 
 from agentuq_nb.distributed.executor import Interrupted
 from agentuq_nb.records.summary import uq_summary
@@ -57,6 +67,13 @@ class SimulationInterrupted(Interrupted):
 
 def now() -> str:
     return datetime.now().isoformat()
+
+
+def message_seed(seed: int, task_id: str, message_idx: int) -> int:
+    """The sampling seed of the LLM call that writes message ``message_idx`` of task ``task_id`` in the
+    trial with ``seed``: numpy's ``SeedSequence`` over the three (the task id by its CRC-32), 31 bits."""
+    entropy = [int(seed) & 0xFFFFFFFFFFFFFFFF, zlib.crc32(str(task_id).encode()), int(message_idx)]
+    return int(np.random.SeedSequence(entropy).generate_state(1)[0] & 0x7FFFFFFF)
 
 
 def simulation_id(domain: str, task_id: str, trial: int, seed: int) -> str:
@@ -158,6 +175,10 @@ class Orchestrator:
             "raw_data": raw,
         }
 
+    def _call_seed(self) -> int:
+        """The seed of the call that writes the next message (see :func:`message_seed`)."""
+        return message_seed(self.seed, str(self.task["id"]), len(self.trajectory))
+
     def _check_interrupt(self) -> None:
         if self.stop_event is not None and self.stop_event.is_set():
             raise SimulationInterrupted()
@@ -211,7 +232,7 @@ class Orchestrator:
     def step(self) -> None:
         self._check_interrupt()
         if self.to_role == "user":
-            gen = self.user.generate(self.trajectory, seed=self.seed, to_user=self.to_user, retry=self.retry)
+            gen = self.user.generate(self.trajectory, seed=self._call_seed(), to_user=self.to_user, retry=self.retry)
             msg = self._generated_message("user", gen, self.user.llm)
             msg["tool_calls"] = None  # the user simulator has no tools in the built-in domains
             self._append(msg)
@@ -220,7 +241,7 @@ class Orchestrator:
             self.to_role = "agent"
         elif self.to_role == "agent":
             first = not any(m["role"] == "assistant" and m.get("raw_data") is not None for m in self.trajectory)
-            gen = self.agent.generate(self.trajectory, seed=self.seed, retry=self.retry, first_turn=first)
+            gen = self.agent.generate(self.trajectory, seed=self._call_seed(), retry=self.retry, first_turn=first)
             msg = self._generated_message("assistant", gen, self.agent.llm)
             idx = self._append(msg)
             if self.agent.is_stop(msg):

@@ -122,11 +122,14 @@ def _recorded_llm_args(temperature: float, max_tokens: int, top_logprobs: int, e
 
 def run_fingerprint(config: SimulationConfig, agent: LLMAgent, user: UserSimulator) -> dict[str, Any]:
     """What determines a simulation's content: the configuration's dump and the prompts the code makes of it."""
-    return {
+    fingerprint = {
         "simulation": config.fingerprint(),
         "prompts": {"agent_system_prompt": agent.system_prompt, "agent_style": agent.style,
                     "user_guidelines": user.guidelines, "user_prompt": user.describe()},
     }
+    if config.temperature > 0:  # sampled runs of versions that gave every call the trial seed differ: not resumed
+        fingerprint["call_seeds"] = "per message (orchestrator.message_seed)"
+    return fingerprint
 
 
 def legacy_fingerprint(config: SimulationConfig, agent: LLMAgent, user: UserSimulator) -> dict[str, Any]:
