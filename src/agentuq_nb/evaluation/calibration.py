@@ -31,7 +31,7 @@ import pandas as pd
 from sklearn.isotonic import IsotonicRegression
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import log_loss
-from sklearn.model_selection import GroupKFold
+from sklearn.model_selection import GroupKFold, StratifiedGroupKFold
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
@@ -115,18 +115,29 @@ class CrossFit(NamedTuple):
     fold: np.ndarray
 
 
-def group_folds(groups, n_splits: int = 5, seed=0, rows=None) -> np.ndarray:
-    """Fold of every row from ``GroupKFold`` (shuffled, seeded) over ``groups``; rows outside the mask
-    ``rows`` get -1. Fewer groups than ``n_splits`` give one fold per group."""
+def group_folds(groups, n_splits: int = 5, seed=0, rows=None, labels=None) -> np.ndarray:
+    """Fold of every row from ``StratifiedGroupKFold`` over ``groups`` and the failure ``labels`` (shuffled,
+    seeded; ``GroupKFold`` without labels); rows outside the mask ``rows`` get -1. Fewer groups than
+    ``n_splits`` give one fold per group.
+
+    Stratified because pooled out-of-fold predictions are biased against the labels when folds differ in
+    failure rate: a map that leans on its training fold's base rate predicts low exactly where the held-out
+    fold holds many failures (measured on the 4-trial quickstart: the combined predictor's pooled AUROC was
+    0.25 with plain ``GroupKFold``, fold failure rates 0.63-0.96)."""
     g = np.asarray(groups)
     rows = np.ones(len(g), bool) if rows is None else np.asarray(rows, bool)
     fold = np.full(len(g), -1)
     n_groups = len(np.unique(g[rows]))
     if n_groups < 2:
         raise ValueError(f"cross-fitting needs at least 2 tasks (groups); got {n_groups}")
-    splitter = GroupKFold(n_splits=min(n_splits, n_groups), shuffle=True, random_state=seed)
     idx = np.flatnonzero(rows)
-    for k, (_, test) in enumerate(splitter.split(idx, groups=g[idx])):
+    if labels is None:
+        splitter = GroupKFold(n_splits=min(n_splits, n_groups), shuffle=True, random_state=seed)
+        splits = splitter.split(idx, groups=g[idx])
+    else:
+        splitter = StratifiedGroupKFold(n_splits=min(n_splits, n_groups), shuffle=True, random_state=seed)
+        splits = splitter.split(idx, np.asarray(labels)[idx], groups=g[idx])
+    for k, (_, test) in enumerate(splits):
         fold[idx[test]] = k
     return fold
 
@@ -142,7 +153,7 @@ def cross_fitted_probabilities(scores, failure, groups, method: str = "platt", n
     g = np.asarray(groups)
     if not (len(s) == len(y) == len(g)):
         raise ValueError(f"scores, failure and groups must have one length; got {len(s)}, {len(y)}, {len(g)}")
-    fold = group_folds(g, n_splits, seed, rows=np.isfinite(s))
+    fold = group_folds(g, n_splits, seed, rows=np.isfinite(s), labels=y)
     prob = np.full(len(s), np.nan)
     with one_blas_thread():
         for k in range(fold.max() + 1):

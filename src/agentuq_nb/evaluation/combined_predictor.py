@@ -67,7 +67,7 @@ def cross_fitted_combination(features: pd.DataFrame, failure, groups, n_splits: 
         raise ValueError("the combined predictor needs at least one input estimator")
     if not (len(X) == len(y) == len(g)):
         raise ValueError(f"features, failure and groups must have one length; got {len(X)}, {len(y)}, {len(g)}")
-    fold = group_folds(g, n_splits, seed)
+    fold = group_folds(g, n_splits, seed, labels=y)
     prob = np.full(len(y), np.nan)
     with one_blas_thread():
         for k in range(fold.max() + 1):
