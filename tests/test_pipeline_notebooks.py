@@ -83,3 +83,24 @@ def test_a_failing_notebook_is_reported_by_study_notebook_and_cell_error(tmp_pat
     with pytest.raises(RuntimeError, match=r"\[no_data\] 02_extract.ipynb failed in cell \d+: InputError: .*missing.json") as err:
         run_study(params, root=ROOT, output_root=tmp_path, log=lambda *_: None)
     assert str(tmp_path / "runs" / "no_data" / "notebooks" / "02_extract.ipynb") in str(err.value)
+
+
+def test_calibration_notebook_runs_on_a_multi_trial_run(tmp_path):
+    from agentuq_nb.io.synthetic import write_synthetic_results
+
+    results = write_synthetic_results(tmp_path / "src", num_simulations=30, messages_per_simulation=8,
+                                      tokens_per_message=5, trials=3, signal=1.0)
+    params = tmp_path / "calibration_study.yaml"
+    params.write_text(yaml.safe_dump({
+        "parameters": {"results": str(results), "n_boot": 100},
+        "notebooks": ["02_extract", "03_aggregate", "11_calibration"],
+    }))
+    run_dir = run_study(params, root=ROOT, output_root=tmp_path, log=lambda *_: None)
+    figures_dir = tmp_path / "figures" / "calibration_study"
+    for name in ("reliability", "estimator_forest_length"):
+        assert (figures_dir / f"{name}.png").stat().st_size > 1000
+    report = json.loads((run_dir / "calibration.json").read_text())
+    assert report["n"] == 30 and report["estimators"]
+    executed = nbformat.read(run_dir / "notebooks" / "11_calibration.ipynb", as_version=4)
+    text = "".join(o.get("text", "") for c in executed.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert "10 tasks, 3–3 trials each" in text and "label noise" in text
