@@ -97,6 +97,19 @@ def label_noise(outcomes: pd.DataFrame) -> dict:
 
 
 # --------------------------------------------------------------------------- soft-label metrics
+def soft_label_inputs(name: str, values, failure_rate, weights=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``values`` and ``failure_rate`` as checked 1-D float arrays of one length, and the weights as a
+    (B, n) matrix (one row of ones when None)."""
+    x = np.asarray(values, dtype=float)
+    p = np.asarray(failure_rate, dtype=float)
+    if x.shape != p.shape or x.ndim != 1:
+        raise ValueError(f"{name} {x.shape} and failure_rate {p.shape} must be 1-D of one length")
+    if np.any((p < 0) | (p > 1)):
+        raise ValueError("failure_rate must lie in [0, 1]")
+    W = np.ones((1, x.size)) if weights is None else np.atleast_2d(np.asarray(weights, dtype=float))
+    return x, p, W
+
+
 def soft_auroc(uncertainty, failure_rate, weights=None) -> float | np.ndarray:
     """AUROC of ``uncertainty`` against soft labels ``failure_rate`` in [0, 1] (see the module
     docstring); ``weights`` (n,) or (B, n) row weights (bootstrap counts) give one AUROC per row of
@@ -105,13 +118,7 @@ def soft_auroc(uncertainty, failure_rate, weights=None) -> float | np.ndarray:
     Written by hand because sklearn scores one weighting per call; here the tie blocks of the
     sorted uncertainty are shared and all B weightings cost one cumulative sum.
     """
-    u = np.asarray(uncertainty, dtype=float)
-    p = np.asarray(failure_rate, dtype=float)
-    if u.shape != p.shape or u.ndim != 1:
-        raise ValueError(f"uncertainty {u.shape} and failure_rate {p.shape} must be 1-D of one length")
-    if np.any((p < 0) | (p > 1)):
-        raise ValueError("failure_rate must lie in [0, 1]")
-    W = np.ones((1, u.size)) if weights is None else np.atleast_2d(np.asarray(weights, dtype=float))
+    u, p, W = soft_label_inputs("uncertainty", uncertainty, failure_rate, weights)
     order = np.argsort(u, kind="stable")
     us = u[order]
     starts = np.flatnonzero(np.r_[True, us[1:] != us[:-1]]) if us.size else np.array([], dtype=int)
@@ -133,13 +140,9 @@ def soft_auroc(uncertainty, failure_rate, weights=None) -> float | np.ndarray:
 def soft_brier(probability, failure_rate, weights=None) -> float | np.ndarray:
     """Brier score of a failure probability against soft labels: ``Σ w (q - p)² / Σ w``; ``weights``
     as in :func:`soft_auroc`."""
-    q = np.asarray(probability, dtype=float)
-    p = np.asarray(failure_rate, dtype=float)
-    if q.shape != p.shape or q.ndim != 1:
-        raise ValueError(f"probability {q.shape} and failure_rate {p.shape} must be 1-D of one length")
+    q, p, W = soft_label_inputs("probability", probability, failure_rate, weights)
     if np.any((q < 0) | (q > 1)):
         raise ValueError("probability must lie in [0, 1] (a failure probability, e.g. from calibration)")
-    W = np.ones((1, q.size)) if weights is None else np.atleast_2d(np.asarray(weights, dtype=float))
     with np.errstate(invalid="ignore", divide="ignore"):
         out = (W * (q - p) ** 2).sum(axis=1) / W.sum(axis=1)
     return float(out[0]) if weights is None or np.ndim(weights) == 1 else out
