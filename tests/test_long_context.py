@@ -10,6 +10,7 @@ import math
 import llama_cpp
 import numpy as np
 import pytest
+from scipy.special import log_softmax
 
 from agentuq_nb.llm.chat_format import SMOLLM2_CHAT
 from agentuq_nb.llm.local_model import LocalModel
@@ -19,11 +20,6 @@ SHORT = [{"role": "system", "content": "You are a customer service agent for an 
          {"role": "user", "content": "Hi, I need to change my flight to Boston on May 3."},
          {"role": "assistant", "content": "Sure. Could you give me your reservation number?"},
          {"role": "user", "content": "It is ZFA04Y."}]
-# Computed by the former local_scoring (commit 494222a), LocalModel(n_ctx=512), on SHORT.
-FORMER_FIRST_LOGPROBS = [-5.138391391074997, -3.66090672110603, -0.23039641010964274, -3.001153258566002,
-                         -0.6141620918492493, -5.037594296789015]
-FORMER_SUM, FORMER_COUNT = -135.56421794356302, 33
-
 STORY = " ".join(f"Step {i}: the robot mixes paint number {i} with {i % 7} drops of oil." for i in range(40))
 LONG = [{"role": "system", "content": "You are a painter who explains every step."},
         {"role": "user", "content": "Tell me how you paint."},
@@ -60,10 +56,25 @@ def test_a_conversation_that_fits_keeps_its_numbers_bit_for_bit(medium):
     finally:
         fresh_model.close()
     assert np.array_equal(cold, warm) and np.array_equal(cold, fresh)
-    # the former implementation's values (same kernels: equal to float precision of the stored repr)
-    assert len(cold) == FORMER_COUNT
-    np.testing.assert_allclose(cold[:6], FORMER_FIRST_LOGPROBS, rtol=0, atol=1e-9)
-    assert math.isclose(cold.sum(), FORMER_SUM, abs_tol=1e-7)
+    # an independent path on this machine: llama-cpp-python's own eval of the whole conversation (one
+    # multi-token batch, every row's logits) and scipy's log-softmax. (Constants stored from another
+    # machine would not do: llama.cpp compiles for the host CPU, and AVX2 vs AVX-512 kernels differ by
+    # up to ~0.15 nats on this model.)
+    ids, scored = [], []
+    for seg in segments:
+        seg_ids = medium.tokenize(seg.text, special=seg.special)
+        ids += seg_ids
+        scored += [seg.message_idx is not None] * len(seg_ids)
+    targets = np.flatnonzero(scored)
+    reference = llama_cpp.Llama(model_path=str(medium.path), n_ctx=1024, n_batch=512, n_ubatch=512,
+                                logits_all=True, verbose=False)
+    try:
+        reference.eval(ids)
+        logprobs = log_softmax(np.asarray(reference.scores[:len(ids)], dtype=np.float64), axis=1)
+    finally:
+        reference.close()
+    assert len(cold) == len(targets) > 20
+    np.testing.assert_allclose(cold, logprobs[targets - 1, np.asarray(ids)[targets]], rtol=0, atol=1e-5)
 
 
 @pytest.mark.slow
