@@ -21,6 +21,7 @@ from agentuq_nb.evaluation.calibration import (
     cross_fitted_probabilities,
     expected_calibration_error,
     fit_calibrator,
+    group_folds,
     reliability_table,
 )
 from agentuq_nb.evaluation.combined_predictor import combination_model, cross_fitted_combination
@@ -252,3 +253,13 @@ def test_reliability_diagram_shows_bins_with_counts():
     assert sum(len(c.get_offsets()) for c in ax.collections) == 10
     with pytest.raises(ValueError, match="count"):
         reliability_diagram(table.drop(columns="count"))
+
+
+def test_folds_fall_back_to_group_folds_when_a_class_is_too_rare_to_stratify():
+    groups = np.arange(12)
+    failure = np.zeros(12, bool)
+    failure[0] = True  # one failure: it cannot reach 5 stratified folds
+    fold = group_folds(groups, 5, seed=0, labels=failure)
+    assert set(fold) == set(range(5)) and (pd.Series(fold).groupby(groups).nunique() == 1).all()
+    cf = cross_fitted_probabilities(np.linspace(0, 1, 12), failure, groups, "platt")
+    assert np.isfinite(cf.prob).all()

@@ -117,8 +117,8 @@ class CrossFit(NamedTuple):
 
 def group_folds(groups, n_splits: int = 5, seed=0, rows=None, labels=None) -> np.ndarray:
     """Fold of every row from ``StratifiedGroupKFold`` over ``groups`` and the failure ``labels`` (shuffled,
-    seeded; ``GroupKFold`` without labels); rows outside the mask ``rows`` get -1. Fewer groups than
-    ``n_splits`` give one fold per group.
+    seeded; ``GroupKFold`` without labels or when a class has fewer rows than folds); rows outside the mask
+    ``rows`` get -1. Fewer groups than ``n_splits`` give one fold per group.
 
     Stratified because pooled out-of-fold predictions are biased against the labels when folds differ in
     failure rate: a map that leans on its training fold's base rate predicts low exactly where the held-out
@@ -131,12 +131,13 @@ def group_folds(groups, n_splits: int = 5, seed=0, rows=None, labels=None) -> np
     if n_groups < 2:
         raise ValueError(f"cross-fitting needs at least 2 tasks (groups); got {n_groups}")
     idx = np.flatnonzero(rows)
-    if labels is None:
-        splitter = GroupKFold(n_splits=min(n_splits, n_groups), shuffle=True, random_state=seed)
-        splits = splitter.split(idx, groups=g[idx])
-    else:
-        splitter = StratifiedGroupKFold(n_splits=min(n_splits, n_groups), shuffle=True, random_state=seed)
-        splits = splitter.split(idx, np.asarray(labels)[idx], groups=g[idx])
+    k = min(n_splits, n_groups)
+    counts = np.unique(np.asarray(labels)[idx], return_counts=True)[1] if labels is not None else np.array([])
+    if counts.size == 2 and counts.min() >= k:
+        splits = StratifiedGroupKFold(n_splits=k, shuffle=True, random_state=seed).split(
+            idx, np.asarray(labels)[idx], groups=g[idx])
+    else:  # no labels, one class, or a class too rare to reach every fold: plain GroupKFold
+        splits = GroupKFold(n_splits=k, shuffle=True, random_state=seed).split(idx, groups=g[idx])
     for k, (_, test) in enumerate(splits):
         fold[idx[test]] = k
     return fold
