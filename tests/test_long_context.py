@@ -57,9 +57,9 @@ def test_a_conversation_that_fits_keeps_its_numbers_bit_for_bit(medium):
         fresh_model.close()
     assert np.array_equal(cold, warm) and np.array_equal(cold, fresh)
     # an independent path on this machine: llama-cpp-python's own eval of the whole conversation (one
-    # multi-token batch, every row's logits) and scipy's log-softmax. (Constants stored from another
-    # machine would not do: llama.cpp compiles for the host CPU, and AVX2 vs AVX-512 kernels differ by
-    # up to ~0.15 nats on this model.)
+    # multi-token batch, every row's logits) and scipy's log-softmax. (Constants stored on another
+    # machine would not do: llama.cpp compiles for the host CPU; values stored by an earlier session
+    # differed by up to 0.15 nats on an AVX-512 machine.)
     ids, scored = [], []
     for seg in segments:
         seg_ids = medium.tokenize(seg.text, special=seg.special)
