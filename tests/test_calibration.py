@@ -3,9 +3,6 @@ transfer between runs, the combined predictor, the ``calibrate`` command on real
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import matplotlib
 import numpy as np
@@ -14,6 +11,7 @@ import pytest
 from sklearn.calibration import calibration_curve
 from sklearn.isotonic import IsotonicRegression
 from sklearn.metrics import brier_score_loss, log_loss, roc_auc_score
+from tests.test_cli import run as run_cli
 
 from agentuq_nb.evaluation.calibration import (
     brier_decomposition,
@@ -31,9 +29,6 @@ from agentuq_nb.io.rundir import RunDir
 from conftest import require_tau2
 
 matplotlib.use("Agg")
-
-CLI = [str(Path(sys.executable).with_name("agentuq-nb"))] if Path(sys.executable).with_name("agentuq-nb").exists() \
-    else [sys.executable, "-m", "agentuq_nb.cli"]
 
 
 def _calibrated(n, seed):
@@ -190,18 +185,11 @@ def tau2_runs(tmp_path_factory):
     return runs
 
 
-def _cli(*args, check=True):
-    done = subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, timeout=600)
-    if check and done.returncode != 0:
-        raise AssertionError(f"agentuq-nb {' '.join(map(str, args))} failed:\n{done.stdout}\n{done.stderr}")
-    return done
-
-
 def test_calibrate_command_on_real_runs_with_transfer(tau2_runs, tmp_path):
     import shutil
 
     a, b = (shutil.copytree(r, tmp_path / r.name) for r in tau2_runs)
-    done = _cli("calibrate", a, "--estimator", "num_messages", "--estimator", "agent_chars",
+    done = run_cli("calibrate", a, "--estimator", "num_messages", "--estimator", "agent_chars",
                 "--transfer-to", b, "--n-bins", 5)
     assert "evaluated on" in done.stdout and "num_messages" in done.stdout
     report = json.loads((a / "calibration.json").read_text())
@@ -234,11 +222,11 @@ def test_calibrate_command_on_real_runs_with_transfer(tau2_runs, tmp_path):
 
 
 def test_calibrate_command_refuses_bad_arguments(tau2_runs, tmp_path):
-    done = _cli("calibrate", tau2_runs[0], "--method", "beta", check=False)
+    done = run_cli("calibrate", tau2_runs[0], "--method", "beta", check=False)
     assert done.returncode == 2 and "--method" in done.stderr
-    done = _cli("calibrate", tmp_path / "nowhere", check=False)
+    done = run_cli("calibrate", tmp_path / "nowhere", check=False)
     assert done.returncode == 2 and "no such run folder" in done.stderr
-    done = _cli("calibrate", tau2_runs[0], "--transfer-to", tau2_runs[0], check=False)
+    done = run_cli("calibrate", tau2_runs[0], "--transfer-to", tau2_runs[0], check=False)
     assert done.returncode == 2 and "another run" in done.stderr
 
 

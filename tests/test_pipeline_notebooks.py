@@ -58,13 +58,17 @@ def test_params_with_a_secret_is_refused(tmp_path, monkeypatch):
         load_study(p)
 
 
+def run_results_study(tmp_path, name: str, results, notebooks: list[str], n_boot: int) -> Path:
+    """A study ``name`` of ``notebooks`` over ``results``, run under papermill into ``tmp_path``."""
+    params = tmp_path / f"{name}.yaml"
+    params.write_text(yaml.safe_dump({"parameters": {"results": str(results), "n_boot": n_boot},
+                                      "notebooks": notebooks}))
+    return run_study(params, root=ROOT, output_root=tmp_path, log=lambda *_: None)
+
+
 def test_analysis_study_runs_under_papermill(tmp_path, synthetic_results):
-    params = tmp_path / "synthetic_study.yaml"
-    params.write_text(yaml.safe_dump({
-        "parameters": {"results": str(synthetic_results), "n_boot": 200},
-        "notebooks": ["02_extract", "03_aggregate", "04_evaluate"],
-    }))
-    run_dir = run_study(params, root=ROOT, output_root=tmp_path, log=lambda *_: None)
+    run_dir = run_results_study(tmp_path, "synthetic_study", synthetic_results,
+                                ["02_extract", "03_aggregate", "04_evaluate"], n_boot=200)
     figures_dir = tmp_path / "figures" / "synthetic_study"
     for name in ("roc", "accuracy_rejection", "uncertainty_by_outcome", "agent_turn_nll", "token_nll_by_role"):
         assert (figures_dir / f"{name}.png").stat().st_size > 1000
@@ -90,12 +94,8 @@ def test_calibration_notebook_runs_on_a_multi_trial_run(tmp_path):
 
     results = write_synthetic_results(tmp_path / "src", num_simulations=30, messages_per_simulation=8,
                                       tokens_per_message=5, trials=3, signal=1.0)
-    params = tmp_path / "calibration_study.yaml"
-    params.write_text(yaml.safe_dump({
-        "parameters": {"results": str(results), "n_boot": 100},
-        "notebooks": ["02_extract", "03_aggregate", "11_calibration"],
-    }))
-    run_dir = run_study(params, root=ROOT, output_root=tmp_path, log=lambda *_: None)
+    run_dir = run_results_study(tmp_path, "calibration_study", results,
+                                ["02_extract", "03_aggregate", "11_calibration"], n_boot=100)
     figures_dir = tmp_path / "figures" / "calibration_study"
     for name in ("reliability", "estimator_forest_length"):
         assert (figures_dir / f"{name}.png").stat().st_size > 1000
