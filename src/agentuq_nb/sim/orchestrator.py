@@ -44,6 +44,15 @@ from agentuq_nb.distributed.executor import Interrupted
 from agentuq_nb.records.summary import uq_summary
 from agentuq_nb.records.tokens import SCHEMA_VERSION
 from agentuq_nb.sim.agent import LLMAgent
+from agentuq_nb.sim.decisions import (
+    TRANSFER_MESSAGE,
+    DecisionPoint,
+    DecisionPolicy,
+    Verdict,
+    confirmation_request,
+    describe_message,
+    intervention_block,
+)
 from agentuq_nb.sim.domain import Domain, ToolError, to_tool_content
 from agentuq_nb.sim.evaluator import evaluate_simulation
 from agentuq_nb.sim.user_simulator import UserSimulator, is_stop
@@ -101,6 +110,7 @@ class Orchestrator:
         retry: Any = None,
         stop_event: threading.Event | None = None,
         on_message: Callable[[dict[str, Any]], None] | None = None,
+        policy: DecisionPolicy | None = None,
     ):
         self.domain = domain
         self.task = task
@@ -115,6 +125,7 @@ class Orchestrator:
         self.stop_event = stop_event
         self.on_message = on_message
         self.toolkit = domain.make_toolkit()
+        self.write_tools = frozenset(name for name, kind in domain.tool_types().items() if kind == "write")
         self.trajectory: list[dict[str, Any]] = []
         self.rows: list[dict[str, Any]] = []
         self.to_user: set[int] = set()  # indices of agent messages that were sent to the user
@@ -123,6 +134,12 @@ class Orchestrator:
         self.done = False
         self.termination_reason: str | None = None
         self.to_role: str = "user"
+        # acting on uncertainty (sim.decisions): the policy, its decision records and the outcome accounting
+        self.policy = policy
+        self.decisions: list[dict[str, Any]] = []
+        self.confirmed_calls: set[str] = set()
+        self.escalated = False
+        self.agent_tokens = 0  # every agent token generated, proposals a policy replaced included
 
     # ----------------------------------------------------------------------------- helpers
     def _append(self, message: dict[str, Any]) -> int:
@@ -132,7 +149,8 @@ class Orchestrator:
             self.on_message(message)
         return message["turn_idx"]
 
-    def _generated_message(self, role: str, gen: Any, llm_name: str) -> dict[str, Any]:
+    def _generated_message(self, role: str, gen: Any, llm_name: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """The message ``gen`` makes at the next index, and its token rows (not yet kept: see :meth:`_keep`)."""
         idx = len(self.trajectory)
         ts = now()
         rows = []
@@ -147,7 +165,6 @@ class Orchestrator:
             if row.get("token_idx") is None:
                 row["token_idx"] = i
             rows.append(row)
-        self.rows.extend(rows)
         raw = copy.deepcopy(gen.raw) if isinstance(gen.raw, dict) else {}
         raw["uq_logprobs"] = {
             "enabled": self.sidecar_path is not None,
@@ -173,7 +190,47 @@ class Orchestrator:
             "cost": gen.cost,
             "usage": gen.usage or None,
             "raw_data": raw,
-        }
+        }, rows
+
+    def _keep(self, message: dict[str, Any], rows: list[dict[str, Any]]) -> int:
+        self.rows.extend(rows)
+        return self._append(message)
+
+    def _spoken(self, content: str) -> dict[str, Any]:
+        """An agent message a policy wrote (not generated: no token rows, ``raw_data`` None)."""
+        return {"role": "assistant", "content": content, "tool_calls": None, "turn_idx": len(self.trajectory),
+                "timestamp": now(), "cost": 0.0, "usage": None, "raw_data": None}
+
+    def _decide(self, gen: Any, message: dict[str, Any], rows: list[dict[str, Any]], seed: int,
+                first: bool) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """Ask the policy about the agent's proposal; the message (and rows) to execute instead, if any."""
+        point = DecisionPoint(
+            domain=self.domain.name, task_id=str(self.task["id"]), trial=self.trial, seed=self.seed,
+            message_idx=len(self.trajectory), decision_idx=len(self.decisions), call_seed=seed,
+            messages=self.agent.build_messages(self.trajectory), tools=self.agent.tools,
+            tool_choice=self.agent.tool_choice(first), agent_llm=self.agent.llm,
+            agent_temperature=self.agent.temperature, agent_max_tokens=self.agent.max_tokens,
+            top_logprobs=self.agent.top_logprobs, agent_llm_args=dict(self.agent.llm_args),
+            trajectory=self.trajectory, proposal=message, generation=gen, proposal_rows=rows,
+            rows=self.rows + rows, write_tools=self.write_tools, confirmed_calls=frozenset(self.confirmed_calls))
+        verdict = self.policy.decide(point)
+        if not isinstance(verdict, Verdict):
+            raise TypeError(f"policy {type(self.policy).__name__}.decide returned {type(verdict).__name__}, "
+                            f"not a Verdict")
+        if verdict.action == "defer":
+            self.escalated = True
+            message, rows = self._spoken(TRANSFER_MESSAGE), []
+        elif verdict.action == "replace":
+            message, rows = self._generated_message("assistant", verdict.replacement, self.agent.llm)
+        elif verdict.action == "confirm":
+            key = point.calls_key()
+            if not point.proposes_write or key in self.confirmed_calls:
+                raise ValueError(f"policy {type(self.policy).__name__} asked to confirm message "
+                                 f"{point.message_idx}, which is not a write call awaiting confirmation")
+            self.confirmed_calls.add(key)
+            message, rows = self._spoken(confirmation_request(point.proposed_calls)), []
+        self.decisions.append(verdict.record(point, describe_message(message)))
+        return message, rows
 
     def _call_seed(self) -> int:
         """The seed of the call that writes the next message (see :func:`message_seed`)."""
@@ -233,18 +290,22 @@ class Orchestrator:
         self._check_interrupt()
         if self.to_role == "user":
             gen = self.user.generate(self.trajectory, seed=self._call_seed(), to_user=self.to_user, retry=self.retry)
-            msg = self._generated_message("user", gen, self.user.llm)
+            msg, rows = self._generated_message("user", gen, self.user.llm)
             msg["tool_calls"] = None  # the user simulator has no tools in the built-in domains
-            self._append(msg)
+            self._keep(msg, rows)
             if is_stop(msg):
                 self.done, self.termination_reason = True, TerminationReason.USER_STOP
             self.to_role = "agent"
         elif self.to_role == "agent":
             first = not any(m["role"] == "assistant" and m.get("raw_data") is not None for m in self.trajectory)
-            gen = self.agent.generate(self.trajectory, seed=self._call_seed(), retry=self.retry, first_turn=first)
-            msg = self._generated_message("assistant", gen, self.agent.llm)
-            idx = self._append(msg)
-            if self.agent.is_stop(msg):
+            seed = self._call_seed()
+            gen = self.agent.generate(self.trajectory, seed=seed, retry=self.retry, first_turn=first)
+            self.agent_tokens += len(gen.tokens)
+            msg, rows = self._generated_message("assistant", gen, self.agent.llm)
+            if self.policy is not None:
+                msg, rows = self._decide(gen, msg, rows, seed, first)
+            idx = self._keep(msg, rows)
+            if self.agent.is_stop(msg) or self.escalated:
                 self.done, self.termination_reason = True, TerminationReason.AGENT_STOP
             if msg["tool_calls"]:
                 self.to_role = "env"
@@ -283,6 +344,12 @@ class Orchestrator:
             self.check_termination()
         duration = time.perf_counter() - t0
         reward_info = evaluate_simulation(self.domain, self.task, self.trajectory, self.termination_reason)
+        env_reward = reward_info.get("reward")
+        if self.escalated:  # handed to a human: not solved by the agent, whatever the environment shows
+            reward_info = {**reward_info, "reward": 0.0,
+                           "info": {**(reward_info.get("info") or {}),
+                                    "note": "escalated to a human by the intervention policy (reward counted 0; "
+                                            "the environment's verdict is intervention.env_reward)"}}
         agent_costs = [m.get("cost") for m in self.trajectory if m["role"] == "assistant" and m.get("raw_data")]
         user_costs = [m.get("cost") for m in self.trajectory if m["role"] == "user" and m.get("raw_data")]
         end_time = now()
@@ -303,6 +370,10 @@ class Orchestrator:
             "seed": self.seed,
             "uq_summary": uq_summary(self.rows),
         }
+        if self.policy is not None:
+            simulation["intervention"] = intervention_block(
+                self.policy, self.decisions, self.escalated, env_reward, self.agent_tokens,
+                float(getattr(self.policy, "escalation_cost", 1.0)))
         json.dumps(simulation, allow_nan=False)  # fail here, not when the results are written
         return SimulationResult(simulation, self.rows)
 

@@ -45,6 +45,7 @@ from agentuq_nb.io.sidecars import sidecar_name, write_sidecar
 from agentuq_nb.records.config import EMBEDDED_MODEL, ExecutionConfig, SimulationConfig, configs_from_options
 from agentuq_nb.records.tokens import SCHEMA_VERSION
 from agentuq_nb.sim.agent import AGENT_INSTRUCTION, LLMAgent
+from agentuq_nb.sim.decisions import DecisionPolicy
 from agentuq_nb.sim.domain import Domain, list_domains, load_domain
 from agentuq_nb.sim.orchestrator import Orchestrator, SimulationInterrupted, SimulationResult
 from agentuq_nb.sim.user_simulator import GLOBAL_USER_SIM_GUIDELINES, UserSimulator
@@ -120,8 +121,10 @@ def _recorded_llm_args(temperature: float, max_tokens: int, top_logprobs: int, e
     return {"temperature": temperature, "max_tokens": max_tokens, "top_logprobs": top_logprobs, **redact(extra)}
 
 
-def run_fingerprint(config: SimulationConfig, agent: LLMAgent, user: UserSimulator) -> dict[str, Any]:
-    """What determines a simulation's content: the configuration's dump and the prompts the code makes of it."""
+def run_fingerprint(config: SimulationConfig, agent: LLMAgent, user: UserSimulator,
+                    policy: DecisionPolicy | None = None) -> dict[str, Any]:
+    """What determines a simulation's content: the configuration's dump, the prompts the code makes of it
+    and the intervention policy, if any (its description, a certified threshold included)."""
     fingerprint = {
         "simulation": config.fingerprint(),
         "prompts": {"agent_system_prompt": agent.system_prompt, "agent_style": agent.style,
@@ -129,6 +132,8 @@ def run_fingerprint(config: SimulationConfig, agent: LLMAgent, user: UserSimulat
     }
     if config.temperature > 0:  # sampled runs of versions that gave every call the trial seed differ: not resumed
         fingerprint["call_seeds"] = "per message (orchestrator.message_seed)"
+    if policy is not None:
+        fingerprint["intervention_policy"] = policy.describe()
     return fingerprint
 
 
@@ -176,8 +181,9 @@ def check_run_config(run: RunDir, fingerprint: dict[str, Any], legacy: dict[str,
     atomic_write_json(path, fingerprint)
 
 
-def _info(domain: Domain, agent: LLMAgent, user: UserSimulator, config: SimulationConfig) -> dict:
-    return {
+def _info(domain: Domain, agent: LLMAgent, user: UserSimulator, config: SimulationConfig,
+          policy: DecisionPolicy | None = None) -> dict:
+    info = {
         "git_commit": _git_commit(),
         "num_trials": config.num_trials,
         "max_steps": config.max_steps,
@@ -211,6 +217,9 @@ def _info(domain: Domain, agent: LLMAgent, user: UserSimulator, config: Simulati
             "schema_version": SCHEMA_VERSION,
         },
     }
+    if policy is not None:
+        info["intervention_policy"] = policy.describe()
+    return info
 
 
 def load_checkpoint(run: RunDir, job: "SimulationJob") -> dict[str, Any] | None:
@@ -248,6 +257,7 @@ class SimulationJob:
     sidecar_path: str  # relative to the run directory, as recorded in the messages
     retry: Any
     checkpoint_dir: str  # named in the error message only
+    policy: Any = None  # a sim.decisions.DecisionPolicy acting at each agent decision point, or None
 
     @property
     def key(self) -> tuple[str, int]:
@@ -265,7 +275,7 @@ def simulate_one(job: SimulationJob, stop_event=None) -> SimulationResult:
     user = dataclasses.replace(job.user, scenario=job.task.get("user_scenario"))
     orch = Orchestrator(domain, job.task, job.agent, user, trial=job.trial, seed=job.seed, max_steps=job.max_steps,
                         max_errors=job.max_errors, sidecar_path=job.sidecar_path, retry=job.retry,
-                        stop_event=stop_event)
+                        stop_event=stop_event, policy=job.policy)
     try:
         return orch.run()
     except SimulationInterrupted:
@@ -312,8 +322,10 @@ def run_simulations(domain: str | Domain, out_dir: str | os.PathLike | RunDir, *
 
 
 def simulate(config: SimulationConfig, out_dir: str | os.PathLike | RunDir, execution: ExecutionConfig | None = None,
-             domain: Domain | None = None) -> Path:
-    """Run ``config`` into the run folder (see the module docstring); ``domain``: a custom Domain object."""
+             domain: Domain | None = None, policy: DecisionPolicy | None = None) -> Path:
+    """Run ``config`` into the run folder (see the module docstring); ``domain``: a custom Domain object;
+    ``policy``: acts on the agent's uncertainty at each decision point (:mod:`agentuq_nb.sim.decisions`,
+    built by :mod:`agentuq_nb.intervention`), recorded in the fingerprint and in each simulation."""
     execution = execution or ExecutionConfig()
     domain = domain or load_domain(config.domain)
     tasks = domain.select_tasks(config.task_ids, config.num_tasks)
@@ -342,12 +354,12 @@ def simulate(config: SimulationConfig, out_dir: str | os.PathLike | RunDir, exec
         return SimulationJob(domain=domain.name if builtin else domain, task=task, trial=trial, seed=seeds[trial],
                              agent=agent_proto, user=user_proto, max_steps=config.max_steps,
                              max_errors=config.max_errors, sidecar_path=f"{ARTIFACT_SIDECARS}/{sidecar}",
-                             retry=retry, checkpoint_dir=str(checkpoints))
+                             retry=retry, checkpoint_dir=str(checkpoints), policy=policy)
 
     with run.lock("simulate"):
         run.sidecars.mkdir(parents=True, exist_ok=True)
         checkpoints.mkdir(parents=True, exist_ok=True)
-        check_run_config(run, run_fingerprint(config, agent_proto, user_proto),
+        check_run_config(run, run_fingerprint(config, agent_proto, user_proto, policy),
                           legacy_fingerprint(config, agent_proto, user_proto))
         all_jobs = [job_of(task, trial) for task in tasks for trial in range(config.num_trials)]
         pending = [job for job in all_jobs if load_checkpoint(run, job) is None]
@@ -369,11 +381,12 @@ def simulate(config: SimulationConfig, out_dir: str | os.PathLike | RunDir, exec
                 f"{len(err.failures)} simulation(s) failed on the cluster; first, task {task_id!r} trial {trial}: "
                 f"{first}"
             ) from None
-        return assemble_results(run, domain, tasks, all_jobs, agent_proto, user_proto, config)
+        return assemble_results(run, domain, tasks, all_jobs, agent_proto, user_proto, config, policy)
 
 
 def assemble_results(run: RunDir, domain: Domain, tasks: list[dict[str, Any]], jobs: list[SimulationJob],
-                     agent: LLMAgent, user: UserSimulator, config: SimulationConfig) -> Path:
+                     agent: LLMAgent, user: UserSimulator, config: SimulationConfig,
+                     policy: DecisionPolicy | None = None) -> Path:
     """Publish ``results.json`` from the checkpoints of ``jobs`` (task order, then trial order)."""
     simulations = []
     missing = []
@@ -387,7 +400,7 @@ def assemble_results(run: RunDir, domain: Domain, tasks: list[dict[str, Any]], j
         raise RuntimeError(f"simulations missing from {run.file('checkpoints')}: {', '.join(missing)}")
     results = {
         "timestamp": datetime.now().isoformat(),
-        "info": _info(domain, agent, user, config),
+        "info": _info(domain, agent, user, config, policy),
         "tasks": [copy.deepcopy(t) for t in tasks],
         "simulations": simulations,
     }
