@@ -106,3 +106,22 @@ def test_tau2_bench_runs_against_serve_local_and_its_results_extract_aggregate_e
         assert done.returncode == 0, (step, done.stdout, done.stderr)
     assert (out / "tokens.parquet").exists() and (out / "trajectory_summary.csv").exists()
     assert (out / "eval_metrics.json").exists()
+
+
+def test_tau2_bench_loads_an_intervention_run_with_its_own_models(tmp_path):
+    """The intervention block, info's policy and an escalated run's reward are extra fields τ²-bench tolerates."""
+    from tests.test_sim_decisions import ScriptedPolicy
+
+    from agentuq_nb.sim import run_simulations
+    from agentuq_nb.sim.decisions import Verdict
+
+    policy = ScriptedPolicy(Verdict(signal=0.1), Verdict("defer", 2.0, True))
+    results = run_simulations("bookshop", tmp_path / "run", task_ids=["1"], progress=False, policy=policy)
+    sim = json.loads(results.read_text())["simulations"][0]
+    assert sim["intervention"]["escalated"] and sim["reward_info"]["reward"] == 0.0
+    code = ("import sys; from tau2.data_model.simulation import Results; r = Results.load(sys.argv[1]); "
+            "s = r.simulations[0]; print(s.termination_reason.value, s.reward_info.reward, len(s.messages))")
+    done = subprocess.run([str(tau2_venv() / "bin" / "python"), "-c", code, str(results)], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["agent_stop", "0.0", str(len(sim["messages"]))]

@@ -376,17 +376,47 @@ def simulate(
     max_concurrency: int = typer.Option(1, "--max-concurrency", help="simulations in flight (helps remote APIs)"),
     seed: int = typer.Option(300, "--seed"),
     max_steps: Optional[int] = typer.Option(None, "--max-steps"),
+    temperature: Optional[float] = typer.Option(None, "--temperature", help="sampling temperature of both LLMs (default 0)"),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help=SCHEDULER_HELP),
     api_base: Optional[list[str]] = typer.Option(None, "--api-base", help=API_BASE_HELP),
+    policy: Optional[str] = typer.Option(None, "--policy", help="act on uncertainty at each agent decision point: "
+                                         "observe | defer | resample_vote | confirm | random"),
+    policy_signal: str = typer.Option("turn_nll", "--policy-signal", help="the online signal (higher = more uncertain)"),
+    policy_threshold: Optional[float] = typer.Option(None, "--policy-threshold", help="intervene where the signal exceeds it"),
+    policy_calibration: Optional[Path] = typer.Option(None, "--policy-calibration", help="an earlier observe run: "
+                                                      "certifies the threshold (with --risk), fits calibrated: signals"),
+    risk: Optional[float] = typer.Option(None, "--risk", help="δ: failure rate allowed among the runs left unflagged"),
+    policy_alpha: float = typer.Option(0.1, "--policy-alpha", help="the certificate holds with probability 1 - alpha"),
+    policy_oracle: Optional[Path] = typer.Option(None, "--policy-oracle", help="an earlier run: intervene on the runs "
+                                                 "that failed in it"),
+    policy_rate: Optional[float] = typer.Option(None, "--policy-rate", help="random: probability per decision point"),
+    policy_action: str = typer.Option("defer", "--policy-action", help="random: what an intervention does"),
+    policy_k: int = typer.Option(5, "--policy-k", help="resampled actions (resample_vote, action signals)"),
+    escalation_cost: float = typer.Option(1.0, "--escalation-cost", help="the cost of one hand-off to a human"),
 ):
-    """Simulate agent ↔ user ↔ tools with logprob capture → RUN_DIR/results.json + sidecars/ (resumable)."""
+    """Simulate agent ↔ user ↔ tools with logprob capture → RUN_DIR/results.json + sidecars/ (resumable).
+
+    With --policy the agent's uncertainty is acted on while it runs (defer to a human, resample and vote,
+    confirm a write with the user, or at random); each simulation records its decisions."""
     from agentuq_nb.sim import SimulationFailed, run_simulations
 
-    kwargs = {k: v for k, v in dict(agent_llm=agent_llm, user_llm=user_llm, max_steps=max_steps).items() if v is not None}
+    kwargs = {k: v for k, v in dict(agent_llm=agent_llm, user_llm=user_llm, max_steps=max_steps,
+                                    temperature=temperature).items() if v is not None}
     try:
+        decision_policy = None
+        if policy is not None:
+            from agentuq_nb.intervention import build_policy
+            from agentuq_nb.records.config import PolicyConfig
+
+            decision_policy = build_policy(PolicyConfig(
+                policy=policy, signal=policy_signal, threshold=policy_threshold, risk=risk, alpha=policy_alpha,
+                calibration=None if policy_calibration is None else str(policy_calibration),
+                oracle=None if policy_oracle is None else str(policy_oracle), rate=policy_rate,
+                random_action=policy_action, k=policy_k, escalation_cost=escalation_cost))
+            typer.echo(f"policy: {json.dumps(decision_policy.describe())}", err=True)
         path = run_simulations(domain, out, task_ids=task_ids or None, num_tasks=num_tasks, num_trials=num_trials,
                                top_logprobs=top_logprobs, max_concurrency=max_concurrency, seed=seed,
-                               scheduler=scheduler, api_bases=api_base or None, **kwargs)
+                               scheduler=scheduler, api_bases=api_base or None, policy=decision_policy, **kwargs)
     except (*USER_ERRORS, SimulationFailed) as err:
         _fail(err)
     typer.echo(f"results → {path}")

@@ -206,7 +206,7 @@ def _info(domain: Domain, agent: LLMAgent, user: UserSimulator, config: Simulati
         "environment_info": {
             "domain_name": domain.name,
             "policy": domain.policy,
-            "tool_defs": {t["function"]["name"]: t for t in domain.tool_schemas()},
+            "tool_defs": tool_signatures(domain),
         },
         "seed": config.seed,
         "uq_logprobs": {
@@ -220,6 +220,14 @@ def _info(domain: Domain, agent: LLMAgent, user: UserSimulator, config: Simulati
     if policy is not None:
         info["intervention_policy"] = policy.describe()
     return info
+
+
+def tool_signatures(domain: Domain) -> dict[str, dict[str, Any]]:
+    """The domain's tools in τ²-bench's ``ToolSignature`` shape (name, doc, JSON schema of the params), which its
+    ``Results`` model requires of ``environment_info.tool_defs``."""
+    return {t["function"]["name"]: {"name": t["function"]["name"], "doc": t["function"].get("description") or "",
+                                    "params": t["function"].get("parameters"), "returns": None}
+            for t in domain.tool_schemas()}
 
 
 def load_checkpoint(run: RunDir, job: "SimulationJob") -> dict[str, Any] | None:
@@ -308,17 +316,19 @@ def _save_simulation(run: RunDir, job: SimulationJob, result: SimulationResult) 
     atomic_write_json(run.file("checkpoints") / job.checkpoint_name, {"simulation": result.simulation})
 
 
-def run_simulations(domain: str | Domain, out_dir: str | os.PathLike | RunDir, **options: Any) -> Path:
+def run_simulations(domain: str | Domain, out_dir: str | os.PathLike | RunDir, policy: DecisionPolicy | None = None,
+                    **options: Any) -> Path:
     """Simulate ``domain`` into ``out_dir``; ``options`` are fields of
     :class:`~agentuq_nb.records.config.SimulationConfig` (what runs) and
-    :class:`~agentuq_nb.records.config.ExecutionConfig` (how). Returns the path of ``results.json``.
+    :class:`~agentuq_nb.records.config.ExecutionConfig` (how); ``policy`` acts at the agent's decision
+    points (see :func:`simulate`). Returns the path of ``results.json``.
 
     A field with a wrong value raises ``ValueError`` naming it. Rerunning with the same ``out_dir``
     and configuration resumes; another configuration raises :class:`RunConfigMismatch`.
     """
     name = domain.name if isinstance(domain, Domain) else domain
     config, execution = configs_from_options(options, SimulationConfig, "simulation", domain=name)
-    return simulate(config, out_dir, execution, domain if isinstance(domain, Domain) else None)
+    return simulate(config, out_dir, execution, domain if isinstance(domain, Domain) else None, policy)
 
 
 def simulate(config: SimulationConfig, out_dir: str | os.PathLike | RunDir, execution: ExecutionConfig | None = None,

@@ -106,6 +106,10 @@ def recorded_tools(info: dict) -> list[dict] | None:
     for tool in items:
         tool = tool if isinstance(tool, dict) else {}
         schema = tool.get("openai_schema") or tool  # τ²-bench's Tool dumps carry it under openai_schema
+        if "doc" in schema and "name" in schema and "function" not in schema:  # τ²-bench's ToolSignature
+            schema = {"type": "function", "function": {"name": schema["name"], "description": schema["doc"],
+                                                       "parameters": schema.get("params") or {"type": "object",
+                                                                                              "properties": {}}}}
         if "function" not in schema and "name" in schema:
             schema = {"type": "function", "function": schema}
         if "function" in schema:
