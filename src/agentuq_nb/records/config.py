@@ -184,6 +184,44 @@ class PolicyConfig(_Config):
             raise ValueError("risk needs calibration: the earlier run the threshold is certified on")
 
 
+class InterventionStudyConfig(_Config):
+    """The intervention study (``intervention.run_study``, notebook 12): a calibration run and a held-out
+    baseline run under the ``observe`` policy, then each of ``policies`` at the thresholds that flag
+    ``rates`` of the calibration run's trajectories, ``random`` at the same rates, ``defer`` at the threshold
+    certified for ``risk``, and the oracle. Held-out runs share their seed: they differ only by the policy."""
+
+    domain: str = "bookshop"
+    task_ids: Optional[list[str]] = None
+    num_tasks: Optional[int] = Field(None, ge=1)
+    num_trials: int = Field(1, ge=1)
+    seed: int = Field(300, description="the held-out runs (baseline and every policy)")
+    calibration_seed: int = Field(301, description="the calibration run: the same tasks, other trial seeds")
+    temperature: float = Field(0.5, ge=0.0)
+    signal: str = "turn_nll"
+    policies: list[Literal["defer", "resample_vote", "confirm"]] = Field(
+        default_factory=lambda: ["defer", "resample_vote", "confirm"])
+    rates: list[float] = Field(default_factory=lambda: [0.25, 0.5],
+                               description="target shares of trajectories flagged (thresholds from the calibration run)")
+    risk: float = Field(0.7, gt=0.0, lt=1.0, description="δ for the certified defer threshold")
+    alpha: float = Field(0.1, gt=0.0, lt=1.0)
+    k: int = Field(4, ge=2)
+    escalation_cost: float = Field(1.0, ge=0.0)
+    oracle: bool = Field(True, description="also run resample_vote and confirm on exactly the baseline's failures")
+    n_boot: int = Field(1000, ge=100)
+
+    @field_validator("task_ids", mode="before")
+    @classmethod
+    def _ids_as_text(cls, value):
+        return None if value is None else [str(v) for v in value]
+
+    @field_validator("rates")
+    @classmethod
+    def _rates_in_unit_interval(cls, value):
+        if not value or any(not 0.0 < r < 1.0 for r in value):
+            raise ValueError(f"rates must be shares strictly between 0 and 1, got {value}")
+        return sorted(value)
+
+
 BACKEND_SOURCES = {"teacher_forced": "teacher_forced", "echo": "teacher_forced", "chat_replay": "chat_replay"}
 
 

@@ -1,0 +1,170 @@
+"""The intervention study: does acting on the agent's uncertainty pay, against random intervention at the
+same rate and against an oracle?
+
+:func:`run_study` runs, into one study folder (each run a run folder of its own, resumable like any
+simulation; the study is resumed by calling it again):
+
+1. ``calibration``: the ``observe`` policy (records the online signal at every decision point, never acts)
+   with ``calibration_seed``: the thresholds come from it (those that flag ``rates`` of its trajectories),
+   and the certified threshold (Learn-then-Test, ``risk`` δ with probability 1 − ``alpha``);
+2. ``baseline``: ``observe`` with ``seed``: the held-out runs share this seed, so that they differ from it
+   only by what the policy did; the certified risk is checked on it;
+3. each policy at each threshold, ``random`` doing each policy's action at the per-decision probability that
+   flags the same expected share of the baseline's trajectories, ``defer`` at the certified threshold, and
+   (``oracle``) ``resample_vote`` and ``confirm`` on exactly the runs that failed in the baseline.
+
+Deferring's curve and its oracle are also computed exactly from the baseline (a run deferred at its first
+flag is the baseline run up to there: every LLM call's seed is a function of the trial seed, task and
+message index), which the real ``defer`` runs check.
+
+The study folder: ``study.json`` (the configuration, thresholds and random rates), one folder per run
+(:func:`run_name`), ``outcomes.csv`` (one row per simulation of every run), ``summary.csv`` (one row per
+run, task-clustered intervals) and ``certificate.json``, published together at the end.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from agentuq_nb.io.atomic import atomic_write_json, atomic_write_text
+from agentuq_nb.io.run_lock import run_lock
+from agentuq_nb.records.config import ExecutionConfig, InterventionStudyConfig, PolicyConfig, SimulationConfig
+
+CALIBRATION = "calibration"
+BASELINE = "baseline"
+
+
+def run_name(policy: str, trigger: str, value: float | None = None) -> str:
+    """A run's folder in the study: ``defer_rate0.25``, ``random-confirm_rate0.50``, ``defer_certified`` …"""
+    return f"{policy}_{trigger}" if value is None else f"{policy}_{trigger}{value:.2f}"
+
+
+@dataclass
+class StudyRun:
+    name: str
+    policy: PolicyConfig
+    seed: int
+    target_rate: float | None = None
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "seed": self.seed, "target_rate": self.target_rate,
+                "policy": self.policy.model_dump(mode="json", exclude_defaults=True)}
+
+
+@dataclass
+class StudyResult:
+    folder: Path
+    outcomes: pd.DataFrame  # one row per simulation of every run (column ``run``)
+    summary: pd.DataFrame  # one row per run (and the exact defer curve, the defer oracle)
+    certificate: dict[str, Any]
+    plan: dict[str, Any]
+    seconds: dict[str, float] = field(default_factory=dict)  # wall time per run
+
+
+def _simulation_config(config: InterventionStudyConfig, seed: int) -> SimulationConfig:
+    return SimulationConfig(domain=config.domain, task_ids=config.task_ids, num_tasks=config.num_tasks,
+                            num_trials=config.num_trials, seed=seed, temperature=config.temperature)
+
+
+def _policy(config: InterventionStudyConfig, **fields: Any) -> PolicyConfig:
+    return PolicyConfig(signal=config.signal, k=config.k, escalation_cost=config.escalation_cost, **fields)
+
+
+def run_study(config: InterventionStudyConfig, folder: str | Path, scheduler: Any = None,
+              progress: bool = False) -> StudyResult:
+    """Run (or resume) the study ``config`` into ``folder``; ``scheduler``: ``local:N`` or a Dask address to
+    run each run's simulations on worker processes (one cluster for the whole study)."""
+    from agentuq_nb.distributed.cluster import connect
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    with run_lock(folder, "intervention study"):  # one study writer; each run folder has its own lock too
+        if scheduler is None:
+            return _run(config, folder, None, progress)
+        with connect(scheduler, dashboard_address=None) as client:
+            return _run(config, folder, client, progress)
+
+
+def _run(config: InterventionStudyConfig, folder: Path, client: Any, progress: bool) -> StudyResult:
+    from agentuq_nb.intervention.certify import certify_threshold, heldout_risk, trajectory_signals
+    from agentuq_nb.intervention.outcomes import (
+        defer_curve_from_observe,
+        oracle_defer_summary,
+        outcome_table,
+        policy_summary,
+        random_rate_for,
+        threshold_grid,
+    )
+    from agentuq_nb.intervention.policies import build_policy
+    from agentuq_nb.sim.runner import simulate
+
+    execution = ExecutionConfig(scheduler=client, progress=progress)
+    seconds: dict[str, float] = {}
+
+    def simulate_run(run: StudyRun) -> Path:
+        start = time.perf_counter()
+        simulate(_simulation_config(config, run.seed), folder / run.name, execution, policy=build_policy(run.policy))
+        seconds[run.name] = round(time.perf_counter() - start, 1)
+        return folder / run.name
+
+    observe = _policy(config, policy="observe")
+    calibration = simulate_run(StudyRun(CALIBRATION, observe, config.calibration_seed))
+    baseline = simulate_run(StudyRun(BASELINE, observe, config.seed))
+
+    cal_signals = trajectory_signals(calibration, config.signal)
+    base_signals = trajectory_signals(baseline, config.signal)
+    thresholds = [float(t) for t in threshold_grid(cal_signals, config.rates)]
+    random_rates = [float(random_rate_for(rate, base_signals["n_decisions"])) for rate in config.rates]
+    certificate = certify_threshold(calibration, config.signal, config.risk, config.alpha)
+
+    runs: list[StudyRun] = []
+    for action in config.policies:
+        for rate, threshold in zip(config.rates, thresholds):
+            runs.append(StudyRun(run_name(action, "rate", rate), _policy(config, policy=action, threshold=threshold),
+                                 config.seed, rate))
+        for rate, p in zip(config.rates, random_rates):
+            runs.append(StudyRun(run_name(f"random-{action}", "rate", rate),
+                                 _policy(config, policy="random", rate=p, random_action=action), config.seed, rate))
+    if "defer" in config.policies:
+        runs.append(StudyRun(run_name("defer", "certified"), _policy(
+            config, policy="defer", calibration=str(calibration), risk=config.risk, alpha=config.alpha), config.seed))
+    if config.oracle:
+        runs += [StudyRun(run_name(action, "oracle"), _policy(config, policy=action, oracle=str(baseline)), config.seed)
+                 for action in config.policies if action != "defer"]
+    plan = {"config": config.model_dump(mode="json"), "thresholds": dict(zip(map(str, config.rates), thresholds)),
+            "random_rates": dict(zip(map(str, config.rates), random_rates)),
+            "runs": [r.describe() for r in runs]}
+    atomic_write_json(folder / "study.json", plan)
+    for run in runs:
+        simulate_run(run)
+
+    all_runs = [StudyRun(CALIBRATION, observe, config.calibration_seed), StudyRun(BASELINE, observe, config.seed), *runs]
+    outcomes = pd.concat([outcome_table(folder / r.name).assign(run=r.name, target_rate=r.target_rate)
+                          for r in all_runs], ignore_index=True)
+    summary = policy_summary(outcomes, n_boot=config.n_boot, seed=config.seed)
+    exact = defer_curve_from_observe(baseline, thresholds).assign(run=[f"defer_rate{r:.2f} (exact)"
+                                                                       for r in config.rates])
+    oracle = oracle_defer_summary(outcome_table(baseline), n_boot=config.n_boot, seed=config.seed).assign(
+        run="defer_oracle (exact)")
+    summary = pd.concat([summary, exact, oracle], ignore_index=True)
+    threshold = certificate.get("threshold")
+    certificate = {**certificate, "signal": config.signal, "risk": config.risk, "alpha": config.alpha,
+                   "heldout": heldout_risk(baseline, -math.inf if threshold is None else threshold)}
+    atomic_write_text(folder / "outcomes.csv", outcomes.to_csv(index=False))
+    atomic_write_text(folder / "summary.csv", summary.to_csv(index=False))
+    atomic_write_json(folder / "certificate.json", json.loads(json.dumps(certificate, default=_jsonable)))
+    return StudyResult(folder, outcomes, summary, certificate, plan, seconds)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, pd.DataFrame):
+        return value.to_dict(orient="records")
+    if hasattr(value, "item"):
+        return value.item()
+    return str(value)
