@@ -9,5 +9,6 @@ from agentuq_nb.common.lazy import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "certify": ["certify_threshold", "fit_signal_calibrator", "heldout_risk", "trajectory_signals", "SignalCalibrator"],
-    "outcomes": ["read_intervention_run"],
+    "outcomes": ["read_intervention_run", "outcome_table", "policy_summary", "oracle_defer_summary",
+                 "defer_curve_from_observe", "random_rate_for", "threshold_grid"],
 })
