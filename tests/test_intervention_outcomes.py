@@ -111,7 +111,7 @@ def test_certified_threshold_keeps_the_unflagged_failure_rate_below_risk_over_re
     rng = np.random.default_rng(7)
     risk, alpha, n_cal, reps = 0.15, 0.1, 300, 300
     pool_s, pool_f = draw(rng, 100_000)
-    exceed, coverage = 0, []
+    exceed, naive_exceed, coverage = 0, 0, []
     for _ in range(reps):
         cal = np.zeros(pool_s.size, bool)
         cal[rng.choice(pool_s.size, n_cal, replace=False)] = True
@@ -119,7 +119,13 @@ def test_certified_threshold_keeps_the_unflagged_failure_rate_below_risk_over_re
         held = unflagged_risk(pool_s[~cal], pool_f[~cal], cert["threshold"])
         exceed += held["risk"] is not None and held["risk"] > risk
         coverage.append(held["coverage"])
+        # the plug-in threshold (largest with calibration risk <= δ, no test) for contrast
+        order = np.argsort(pool_s[cal])
+        plug_in = np.cumsum(pool_f[cal][order]) / np.arange(1, n_cal + 1) <= risk
+        naive = pool_s[cal][order][np.flatnonzero(plug_in).max()]
+        naive_exceed += unflagged_risk(pool_s[~cal], pool_f[~cal], naive)["risk"] > risk
     assert exceed <= stats.binom.ppf(0.999, reps, alpha)
+    assert naive_exceed > 2 * stats.binom.ppf(0.999, reps, alpha)  # the check can fail: an uncertified one does
     # not vacuous: the base failure rate is ~0.33 > δ, yet a good share of runs is left unflagged
     assert pool_f.mean() > 2 * risk
     assert np.mean(coverage) > 0.25
@@ -146,7 +152,10 @@ def test_certification_through_a_run_folder_matches_the_arrays(tmp_path):
         k: cert[k] for k in ("signal", "calibration", "n_no_reward", "n_never_signalled")}}
     json.dumps(cert)
     accepted = maxima <= cert["threshold"]
-    assert cert["n_accepted"] == accepted.sum()
+    assert cert["n_accepted"] == accepted.sum() and cert["risk"] == 0.2 and cert["alpha"] == 0.1
+    # δ is the risk level and α the error probability: the binomial p-value at δ is below α
+    assert cert["p_value"] == pytest.approx(stats.binom.cdf(failures[accepted].sum(), accepted.sum(), 0.2))
+    assert cert["p_value"] <= 0.1 and cert["empirical_risk"] <= 0.2
     # held out: a second run; the rate and count against a direct count, the Wilson interval around it
     held_run, h_max, h_fail = observe_run_from(tmp_path / "held", rng, 200)
     held = heldout_risk(held_run, cert["threshold"])
@@ -175,6 +184,10 @@ def test_bad_runs_are_refused_naming_the_file(tmp_path):
     run, _, _ = observe_run_from(tmp_path / "cal", rng, 10)
     with pytest.raises(InputError, match=r"results.json.*recorded the signal 'turn_nll', not 'entropy'"):
         certify_threshold(run, "entropy", risk=0.2, alpha=0.1)
+    acted = write_run(tmp_path / "defer", [simulation(1, 0, 0, [decision(0, 0.9, "defer")], 0.0, escalated=True,
+                                                      policy=DEFER)])
+    with pytest.raises(InputError, match=r"results.json: 1 of 1 simulations were intervened on"):
+        certify_threshold(acted, "turn_nll", risk=0.2, alpha=0.1)
     plain = simulation(1, 0, 0, [], 1.0)
     del plain["intervention"]
     bare = write_run(tmp_path / "plain", [plain], policy={"name": "observe"})
@@ -213,7 +226,7 @@ def test_outcome_table_and_summary_of_a_hand_built_defer_run(tmp_path):
     row = policy_summary(table, n_boot=200, seed=0).iloc[0]
     assert row["n"] == 4 and row["n_tasks"] == 2 and row["n_escalated"] == 2
     assert row["intervention_rate"] == 0.5 and row["escalation_rate"] == 0.5
-    assert row["success_all"] == 0.25 and row["success_kept"] == 0.5  # 1 of 4; 1 of the 2 not escalated
+    assert row["success_all"] == 0.25 and row["success_non_escalated"] == 0.5  # 1 of 4; 1 of the 2 not escalated
     assert row["agent_tokens"] == 90.0 and row["total_cost"] == 91.0  # (3 * 100 + 60) / 4, + 2 * 2.0 / 4
     assert row["success_all_lo"] <= row["success_all"] <= row["success_all_hi"]
 
@@ -242,7 +255,7 @@ def test_the_oracle_escalates_exactly_the_failures(tmp_path):
     observe = outcome_table(run)
     row = oracle_defer_summary(observe, n_boot=200).iloc[0]
     assert row["policy"] == "oracle" and row["escalation_rate"] == pytest.approx(failures.mean())
-    assert row["success_all"] == pytest.approx(observe["success"].mean()) and row["success_kept"] == 1.0
+    assert row["success_all"] == pytest.approx(observe["success"].mean()) and row["success_non_escalated"] == 1.0
     assert row["intervention_rate"] == row["escalation_rate"]
 
 
@@ -275,11 +288,11 @@ def test_the_exact_defer_curve_matches_a_hand_count(tmp_path):
     curve = defer_curve_from_observe(run, [0.5, 0.25], escalation_cost=3.0, n_boot=100).set_index("threshold")
     # t = 0.5: runs 1 (at its 2nd decision: 30 tokens) and 2 (at its 1st: 5) escalated; 3 fails; 4 solved
     at = curve.loc[0.5]
-    assert at["escalation_rate"] == 0.5 and at["success_all"] == 0.25 and at["success_kept"] == 0.5
+    assert at["escalation_rate"] == 0.5 and at["success_all"] == 0.25 and at["success_non_escalated"] == 0.5
     assert at["agent_tokens"] == (30 + 5 + 9 + 8) / 4 and at["total_cost"] == at["agent_tokens"] + 2 * 3.0 / 4
     # t = 0.25: also run 3 (0.3) and run 4 (0.4, at 8 tokens); run 1 now at 30 (0.8 is its first above)
     at = curve.loc[0.25]
-    assert at["escalation_rate"] == 1.0 and at["success_all"] == 0.0 and np.isnan(at["success_kept"])
+    assert at["escalation_rate"] == 1.0 and at["success_all"] == 0.0 and np.isnan(at["success_non_escalated"])
     assert at["agent_tokens"] == (30 + 5 + 9 + 8) / 4
     assert (curve["run"] == "observe (defer, exact)").all()
 

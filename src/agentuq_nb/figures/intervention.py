@@ -10,7 +10,7 @@ from agentuq_nb.figures.style import PALETTE, SERIES, use_style
 
 #: the two panels: statistic of :func:`agentuq_nb.intervention.outcomes.policy_summary` and its axis label
 CURVE_PANELS = (("success_all", "success over all tasks\n(escalated = not solved)"),
-                ("success_kept", "success over non-escalated tasks"))
+                ("success_non_escalated", "success over non-escalated tasks"))
 
 
 def curve_label(policy, action) -> str:

@@ -25,7 +25,7 @@ from agentuq_nb.intervention.outcomes import read_intervention_run, results_sour
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 
-SIGNAL_COLUMNS = [*TRAJECTORY_KEYS, "max_signal", "n_decisions", "failure", "escalated"]
+SIGNAL_COLUMNS = [*TRAJECTORY_KEYS, "max_signal", "n_decisions", "failure", "escalated", "intervened"]
 #: stands for the max signal of a run in which no decision point had a defined signal: such a run is never
 #: flagged online (NaN never fires), so it is accepted at every threshold
 NEVER_FLAGGED = float(np.finfo(float).min)
@@ -58,7 +58,21 @@ def trajectory_signals(run_dir, signal_name: str | None = None) -> pd.DataFrame:
     out["n_decisions"] = sims["num_decisions"].astype(int).to_numpy()
     out["failure"] = failure
     out["escalated"] = sims["escalated"].to_numpy(dtype=bool)
+    out["intervened"] = sims["num_interventions"].to_numpy(dtype=int) > 0
     return out
+
+
+def calibration_signals(calibration_run, signal_name: str) -> pd.DataFrame:
+    """:func:`trajectory_signals` of a calibration run, refused (InputError naming the file) when its policy
+    acted on some simulation: after an intervention the path, its later signals and its outcome are no
+    longer the unacted agent's, which the certificate and the calibration are about (use an observe run)."""
+    signals = trajectory_signals(calibration_run, signal_name)
+    acted = int(signals["intervened"].sum())
+    if acted:
+        raise InputError(results_source(calibration_run),
+                         f"{acted} of {len(signals)} simulations were intervened on: a calibration run must be "
+                         "an observe run (its policy never acts)")
+    return signals
 
 
 def _scored(signals: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, int]:
@@ -86,7 +100,7 @@ def certify_threshold(calibration_run, signal_name: str, risk: float, alpha: flo
     ``risk``, ``alpha``, ``n``, ``n_accepted``, ``coverage``, ``empirical_risk``, ``p_value``,
     ``min_accepted``, plus ``signal``, ``calibration`` (the results read), ``n_no_reward`` (left out) and
     ``n_never_signalled`` (no defined signal: never flagged, so accepted at every threshold)."""
-    signals = trajectory_signals(calibration_run, signal_name)
+    signals = calibration_signals(calibration_run, signal_name)
     u, f, dropped = _scored(signals)
     out = certify_arrays(u, f, risk, alpha)
     out.update(signal=signal_name, calibration=str(results_source(calibration_run)),
@@ -113,7 +127,7 @@ class SignalCalibrator:
 def fit_signal_calibrator(calibration_run, signal_name: str) -> SignalCalibrator:
     """Platt scaling (:func:`fit_calibrator`) of failure on the max ``signal_name`` of every simulation of
     ``calibration_run`` (runs without a defined signal or a reward are left out)."""
-    signals = trajectory_signals(calibration_run, signal_name)
+    signals = calibration_signals(calibration_run, signal_name)
     keep = signals["failure"].notna().to_numpy() & np.isfinite(signals["max_signal"].to_numpy(dtype=float))
     if not keep.any():
         raise InputError(results_source(calibration_run),
@@ -140,7 +154,8 @@ def unflagged_risk(max_signal, failure, threshold: float | None, ci_alpha: float
 
 def heldout_risk(run_dir, threshold: float | None, signal_name: str | None = None,
                  ci_alpha: float = 0.05) -> dict[str, Any]:
-    """The certificate checked on a held-out run (any policy that records the signal, e.g. observe): the
+    """The certificate checked on a held-out run (any policy that records the signal, e.g. observe: an
+    unflagged simulation was never acted on, so it is the observe run's whatever the policy): the
     failure rate (environment's reward < 1) among its runs whose max signal <= ``threshold`` with a Wilson
     interval, the count of such runs (``n_unflagged``) and of failures among them. Simulations without a
     reward are left out (``n_no_reward``)."""

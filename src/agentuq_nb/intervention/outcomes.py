@@ -181,7 +181,7 @@ SUMMARY_STATISTICS = {
     "flagged_rate": ("flagged", None),
     "escalation_rate": ("escalated", None),
     "success_all": ("success", None),  # escalated = not solved
-    "success_kept": ("success", "kept"),  # over the tasks not escalated
+    "success_non_escalated": ("success", "kept"),  # over the tasks not escalated
     "agent_tokens": ("agent_tokens", None),
     "total_cost": ("total_cost", None),  # agent tokens + escalation cost
 }
@@ -324,7 +324,11 @@ def random_rate_for(target_rate: float, decisions_per_trajectory) -> float:
     """The per-decision probability p at which ``random`` flags, in expectation, the share ``target_rate``
     of trajectories: mean_i (1 - (1 - p)^n_i) = target, with n_i the decision points of trajectory i
     (e.g. an observe run's ``num_decisions``); solved by ``scipy.optimize.brentq`` (the left side
-    increases with p). A target above the share of trajectories with a decision point is unreachable."""
+    increases with p). A target above the share of trajectories with a decision point is unreachable.
+
+    Exact for ``random`` with ``random_action = defer`` given the observe run's n_i (a deferring run is the
+    observe run up to its flag, so it meets the same decision points until then); for ``resample_vote`` and
+    ``confirm`` the path changes after a flag, so the realized share is only close to the target."""
     n = np.asarray(decisions_per_trajectory, dtype=float).ravel()
     if n.size == 0 or (n < 0).any() or not np.isfinite(n).all():
         raise ValueError("decisions_per_trajectory must be a non-empty list of non-negative counts")
