@@ -40,7 +40,7 @@ def trajectory_signals(run_dir, signal_name: str | None = None) -> pd.DataFrame:
     """One row per simulation of the intervention run at ``run_dir``: the keys, ``max_signal`` (max over
     its decision points of the online signal, NaN when none was defined), ``n_decisions``, ``failure``
     (the environment's reward < 1: ``intervention.env_reward``, else the recorded reward; NA when the
-    simulation has no reward) and ``escalated``.
+    simulation has no reward), ``escalated`` and ``intervened`` (some action != proceed).
 
     ``signal_name`` (None: whatever the run records) must be the signal the run's policy recorded; a
     clear InputError naming the file otherwise, or when the run has no intervention blocks."""
@@ -79,8 +79,8 @@ def _scored(signals: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, int]:
     """(max signal with never-signalled runs at :data:`NEVER_FLAGGED`, failure, n dropped for lack of a reward)."""
     known = signals["failure"].notna().to_numpy()
     u = signals["max_signal"].to_numpy(dtype=float)[known]
-    return np.where(np.isnan(u), NEVER_FLAGGED, u), signals["failure"].to_numpy(dtype=bool, na_value=False)[known], \
-        int((~known).sum())
+    failure = signals["failure"].to_numpy(dtype=bool, na_value=False)[known]
+    return np.where(np.isnan(u), NEVER_FLAGGED, u), failure, int((~known).sum())
 
 
 def certify_arrays(max_signal, failure, risk: float, alpha: float) -> dict[str, Any]:

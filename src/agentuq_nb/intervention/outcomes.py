@@ -125,7 +125,6 @@ def read_intervention_run(run_dir) -> InterventionRun:
     return InterventionRun(path, info.get("intervention_policy") or next(iter(policies.values())), sims, dec)
 
 
-
 # ------------------------------------------------------------------------------------------ outcome table
 
 #: what names a policy setting (one line of the summary): the run and its policy's description
@@ -151,7 +150,7 @@ def outcome_table(run_dir, label: str | None = None) -> pd.DataFrame:
     ``success`` (reward >= 1)."""
     run = read_intervention_run(run_dir)
     sims, dec = run.simulations, run.decisions
-    setting = {"run": label or run_label(run_dir), "policy": run.policy.get("name"),
+    setting = {"run": label or run_label(run_dir), "policy": run.policy.get("name") or run.policy.get("policy"),
                "action": run.policy.get("action"), "signal": run.policy.get("signal"),
                "trigger": run.policy.get("trigger"),
                **{c: np.nan if run.policy.get(c) is None else float(run.policy[c]) for c in ("threshold", "rate")}}
