@@ -7,4 +7,9 @@ uses Learn-then-Test and the calibration).
 """
 from agentuq_nb.common.lazy import lazy_exports
 
-__getattr__, __dir__, __all__ = lazy_exports(__name__, {})
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "certify": ["certify_threshold", "certify_arrays", "fit_signal_calibrator", "heldout_risk", "unflagged_risk",
+                "trajectory_signals", "SignalCalibrator"],
+    "outcomes": ["read_intervention_run", "outcome_table", "policy_summary", "oracle_defer_summary",
+                 "defer_curve_from_observe", "random_rate_for", "threshold_grid"],
+})
