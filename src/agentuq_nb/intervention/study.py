@@ -119,7 +119,8 @@ def _run(config: InterventionStudyConfig, folder: Path, client: Any, progress: b
 
     cal_signals = trajectory_signals(calibration, config.signal)
     base_signals = trajectory_signals(baseline, config.signal)
-    thresholds = [float(t) for t in threshold_grid(cal_signals, config.rates)]
+    grid = threshold_grid(cal_signals, config.rates)
+    thresholds = [float(t) for t in grid["threshold"]]
     random_rates = [float(random_rate_for(rate, base_signals["n_decisions"])) for rate in config.rates]
     certificate = certify_threshold(calibration, config.signal, config.risk, config.alpha)
 
@@ -138,6 +139,7 @@ def _run(config: InterventionStudyConfig, folder: Path, client: Any, progress: b
         runs += [StudyRun(run_name(action, "oracle"), _policy(config, policy=action, oracle=str(baseline)), config.seed)
                  for action in config.policies if action != "defer"]
     plan = {"config": config.model_dump(mode="json"), "thresholds": dict(zip(map(str, config.rates), thresholds)),
+            "calibration_flagged_share": dict(zip(map(str, config.rates), map(float, grid["flagged_share"]))),
             "random_rates": dict(zip(map(str, config.rates), random_rates)),
             "runs": [r.describe() for r in runs]}
     atomic_write_json(folder / "study.json", plan)
@@ -145,13 +147,16 @@ def _run(config: InterventionStudyConfig, folder: Path, client: Any, progress: b
         simulate_run(run)
 
     all_runs = [StudyRun(CALIBRATION, observe, config.calibration_seed), StudyRun(BASELINE, observe, config.seed), *runs]
-    outcomes = pd.concat([outcome_table(folder / r.name).assign(run=r.name, target_rate=r.target_rate)
+    outcomes = pd.concat([outcome_table(folder / r.name, r.name).assign(target_rate=r.target_rate)
                           for r in all_runs], ignore_index=True)
     summary = policy_summary(outcomes, n_boot=config.n_boot, seed=config.seed)
-    exact = defer_curve_from_observe(baseline, thresholds).assign(run=[f"defer_rate{r:.2f} (exact)"
-                                                                       for r in config.rates])
-    oracle = oracle_defer_summary(outcome_table(baseline), n_boot=config.n_boot, seed=config.seed).assign(
-        run="defer_oracle (exact)")
+    summary.insert(1, "target_rate", summary["run"].map({r.name: r.target_rate for r in all_runs}))
+    exact = defer_curve_from_observe(baseline, thresholds, escalation_cost=config.escalation_cost,
+                                     n_boot=config.n_boot, seed=config.seed)
+    exact = exact.assign(run=[run_name("defer", "rate", r) + " (exact)" for r in config.rates],
+                         target_rate=config.rates)
+    oracle = oracle_defer_summary(outcomes[outcomes["run"] == BASELINE], n_boot=config.n_boot, seed=config.seed,
+                                  escalation_cost=config.escalation_cost).assign(run="defer_oracle (exact)")
     summary = pd.concat([summary, exact, oracle], ignore_index=True)
     threshold = certificate.get("threshold")
     certificate = {**certificate, "signal": config.signal, "risk": config.risk, "alpha": config.alpha,
