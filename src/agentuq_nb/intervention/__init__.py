@@ -7,4 +7,7 @@ uses Learn-then-Test and the calibration).
 """
 from agentuq_nb.common.lazy import lazy_exports
 
-__getattr__, __dir__, __all__ = lazy_exports(__name__, {})
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "certify": ["certify_threshold", "fit_signal_calibrator", "heldout_risk", "trajectory_signals", "SignalCalibrator"],
+    "outcomes": ["read_intervention_run"],
+})
