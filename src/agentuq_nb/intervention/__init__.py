@@ -10,4 +10,6 @@ from agentuq_nb.common.lazy import lazy_exports
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "certify": ["certify_threshold", "fit_signal_calibrator", "heldout_risk", "trajectory_signals", "SignalCalibrator"],
     "outcomes": ["read_intervention_run"],
+    "signals": ["OnlineSignal", "SignalValue", "online_signal", "signal_names"],
+    "policies": ["InterventionPolicy", "build_policy"],
 })

@@ -33,7 +33,15 @@ from typing import Any
 
 import numpy as np
 
-from agentuq_nb.intervention.signals import ActionSamples, OnlineSignal, SignalValue, key_label, online_signal
+from agentuq_nb.intervention.signals import (
+    ActionSamples,
+    CalibratedSignal,
+    OnlineSignal,
+    SignalValue,
+    context_overflow_errors,
+    key_label,
+    online_signal,
+)
 from agentuq_nb.records.config import PolicyConfig
 from agentuq_nb.sim.decisions import DecisionPoint, Verdict
 
@@ -136,7 +144,11 @@ class InterventionPolicy:
         """``resample_vote``: reuse the signal's samples where it drew them, else draw ``k``."""
         drawn = measured.samples
         if drawn is None:
-            drawn = ActionSamples.draw(point, self.config.k, self.config.sample_temperature, self.config.seed)
+            try:
+                drawn = ActionSamples.draw(point, self.config.k, self.config.sample_temperature, self.config.seed)
+            except context_overflow_errors() as err:
+                verdict.details["vote"] = f"skipped: the context does not fit the sampler ({type(err).__name__})"
+                return
             verdict.extra_tokens += drawn.extra_tokens
             verdict.extra_cost += drawn.extra_cost
         _, first = majority(drawn.keys)
@@ -169,6 +181,26 @@ class InterventionPolicy:
         return out
 
 
+def calibrated_threshold(signal: CalibratedSignal, calibration: str, base_threshold: float | None) -> float:
+    """The certified threshold of a calibrated signal: the base signal's, through the fitted map.
+
+    ``probability > map(t)`` flags exactly the points ``base > t`` when the map increases over the
+    calibration run's base signals (a Platt map is monotone); a map that does not (the calibration run's
+    failures do not grow with the signal, or are all one class) cannot carry the certificate: an error."""
+    from agentuq_nb.intervention.certify import trajectory_signals
+
+    if base_threshold is None:
+        return -math.inf
+    values = trajectory_signals(calibration, signal.base.name)["max_signal"].to_numpy(dtype=float)
+    values = values[np.isfinite(values)]
+    low, high = signal.calibrator(float(values.min())), signal.calibrator(float(values.max()))
+    if not high > low:
+        raise ValueError(f"signal {signal.name!r}: the failure probability fitted on {calibration} does not increase "
+                         f"with {signal.base.name!r} (map {low:.3g} at its lowest value, {high:.3g} at its highest), so "
+                         f"a threshold certified on {signal.base.name!r} does not carry over; certify {signal.base.name!r}")
+    return float(signal.calibrator(float(base_threshold)))
+
+
 def build_policy(config: PolicyConfig) -> InterventionPolicy:
     """The policy ``config`` describes: its signal resolved, its threshold certified on the calibration
     run where a risk is given, the failed runs of the oracle run read."""
@@ -177,8 +209,12 @@ def build_policy(config: PolicyConfig) -> InterventionPolicy:
     if config.risk is not None and config.policy != "random":
         from agentuq_nb.intervention.certify import certify_threshold
 
-        certificate = certify_threshold(config.calibration, config.signal, config.risk, config.alpha)
-        threshold = -math.inf if certificate.get("threshold") is None else float(certificate["threshold"])
+        if isinstance(signal, CalibratedSignal):  # certified on the base signal the run recorded, then mapped
+            certificate = certify_threshold(config.calibration, signal.base.name, config.risk, config.alpha)
+            threshold = calibrated_threshold(signal, config.calibration, certificate.get("threshold"))
+        else:
+            certificate = certify_threshold(config.calibration, config.signal, config.risk, config.alpha)
+            threshold = -math.inf if certificate.get("threshold") is None else float(certificate["threshold"])
     if config.oracle is not None:
         failed = failed_runs(config.oracle)
     return InterventionPolicy(config, signal, threshold, certificate, failed)
