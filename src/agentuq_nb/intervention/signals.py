@@ -81,8 +81,7 @@ def token_table(rows: list[dict[str, Any]]) -> pa.Table:
     extraction makes of their sidecar: the sidecar's columns, then ``uq.token_metrics``' derived ones."""
     from agentuq_nb.uq.token_metrics import with_token_metrics
 
-    raw = pa.Table.from_pylist([{name: r.get(name) for name in SIDECAR_SCHEMA.names} for r in rows],
-                               schema=SIDECAR_SCHEMA)
+    raw = pa.Table.from_pylist(rows, schema=SIDECAR_SCHEMA)  # the schema's columns; other keys are left out
     return with_token_metrics(raw, where="the trajectory's token rows at a decision point")
 
 
