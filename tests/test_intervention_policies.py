@@ -326,13 +326,15 @@ def test_a_feasible_certificate_sets_the_threshold_and_carries_over_to_the_calib
     policy = build_policy(PolicyConfig(policy="defer", signal="turn_nll", calibration=cal, risk=0.3))
     d = policy.describe()
     assert policy.threshold == d["threshold"] == certificate["threshold"]
-    assert d["certification"] == {k: certificate[k] for k in ("feasible", "n", "n_accepted", "coverage", "empirical_risk")}
+    assert d["certification"] == {k: certificate[k] for k in ("signal", "feasible", "n", "n_accepted", "coverage",
+                                                              "empirical_risk")}
     t = certificate["threshold"]
     above, below = point(content="ok", logprobs=(-(t + 1e-6),)), point(content="ok", logprobs=(-t,))
     assert policy.decide(above).action == "defer" and policy.decide(below).action == "proceed"
     # the calibrated signal flags exactly the same points: the threshold mapped through the increasing map
     calibrated = build_policy(PolicyConfig(policy="defer", signal="calibrated:turn_nll", calibration=cal, risk=0.3))
     assert calibrated.threshold == pytest.approx(fit_signal_calibrator(cal, "turn_nll")(t))
+    assert calibrated.describe()["certification"]["signal"] == "turn_nll" and calibrated.describe()["threshold"] < 1
     assert [calibrated.decide(p).action for p in (above, below)] == ["defer", "proceed"]
     assert 0.0 < calibrated.decide(above).signal < 1.0
     with pytest.raises(ValueError, match="does not increase"):

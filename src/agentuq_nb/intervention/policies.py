@@ -46,7 +46,7 @@ from agentuq_nb.records.config import PolicyConfig
 from agentuq_nb.sim.decisions import DecisionPoint, Verdict
 
 #: the certification summary recorded in the description
-CERTIFICATE_FIELDS = ("feasible", "n", "n_accepted", "coverage", "empirical_risk")
+CERTIFICATE_FIELDS = ("signal", "feasible", "n", "n_accepted", "coverage", "empirical_risk")  # signal: certified on
 
 
 def trigger_of(config: PolicyConfig) -> str | None:
