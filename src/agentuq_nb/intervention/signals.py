@@ -1,0 +1,321 @@
+"""Online signals: the uncertainty computable at an agent decision point from the trajectory so far.
+
+A signal is asked at each :class:`~agentuq_nb.sim.decisions.DecisionPoint` (the agent has proposed
+its next message) and answers a :class:`SignalValue` - higher = more uncertain, NaN where undefined.
+Found by name with :func:`online_signal`:
+
+* ``turn_nll``, ``turn_max_nll``, ``turn_entropy``: the mean token NLL, the worst token NLL and the
+  mean top-k entropy of the *proposal's* tokens (its row of the turn summary: ``avg_token_nll``,
+  ``max_token_nll``, ``mean_topk_entropy``; note that the turn summary's own ``turn_nll`` column is the
+  NLL's sum, this signal is the mean);
+* ``action_disagreement``, ``action_entropy``: K actions resampled at the point (``llm.sample``, batched
+  on the embedded model, as ``uq.action_sampling`` draws them), keyed by the canonical action
+  (``uq.action_uq.sample_action_key``); over the proposal and the K samples, 1 - the majority's share,
+  and the entropy (nats) of the shares. The samples ride along in the value, so that a policy voting
+  on them (``resample_vote``) does not draw again;
+* any registered token estimator of the generating model's own rows (``assistant.avg_token_nll``,
+  ``user.mean_normalized_entropy``, ``combined.max_token_nll`` …): computed on the trajectory's token
+  rows so far through the offline code (``uq.token_metrics`` → ``uq.aggregation.trajectory_summary`` →
+  the estimator's ``scores_from_summary``), so that at the last decision point it equals the offline
+  estimator on the finished trajectory's rows. A confidence (``min_chosen_prob``) is negated;
+* ``calibrated:<base>``: the failure probability of a Platt map fitted on the calibration run's
+  per-trajectory maximum of ``<base>`` (``intervention.certify.fit_signal_calibrator``).
+
+Signals are picklable (a Dask worker runs the policy holding them) and deterministic given the point:
+the resampling seed is a function of ``(config.seed, point.call_seed)``.
+"""
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from agentuq_nb.io.sidecars import SIDECAR_SCHEMA
+from agentuq_nb.records.config import EMBEDDED_MODEL, PolicyConfig
+from agentuq_nb.sim.decisions import DecisionPoint
+
+#: the fixed signals' names (the estimators' and ``calibrated:<base>`` come on top)
+TURN_SIGNALS = {"turn_nll": "avg_token_nll", "turn_max_nll": "max_token_nll", "turn_entropy": "mean_topk_entropy"}
+ACTION_SIGNALS = ("action_disagreement", "action_entropy")
+CALIBRATED_PREFIX = "calibrated:"
+#: roles whose rows exist while the simulation runs (the generated ones): observation and total rows
+#: come from teacher-forced scoring after the run
+ONLINE_ROLES = ("assistant", "user", "combined")
+
+
+@dataclass
+class SignalValue:
+    """A signal at one decision point: ``value`` (NaN where undefined), the generations it drew (for a
+    resampling signal, with their canonical action keys), what they cost, and JSON-able details."""
+
+    value: float
+    samples: ActionSamples | None = None  # the K generations drawn and their action keys (action signals)
+    extra_tokens: int = 0
+    extra_cost: float = 0.0
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+class OnlineSignal(ABC):
+    """An uncertainty computable at a decision point (higher = more uncertain)."""
+
+    name: str = ""
+
+    @abstractmethod
+    def value(self, point: DecisionPoint) -> SignalValue:
+        """The signal at ``point``."""
+
+    def describe(self) -> dict[str, Any]:
+        """The signal as a policy's description records it (JSON)."""
+        return {"name": self.name}
+
+
+# --------------------------------------------------------------------------- token rows
+
+def token_table(rows: list[dict[str, Any]]) -> pa.Table:
+    """Token rows held in memory (a simulation's, sidecar-shaped) as the token table the offline
+    extraction makes of their sidecar: the sidecar's columns, then ``uq.token_metrics``' derived ones."""
+    from agentuq_nb.uq.token_metrics import with_token_metrics
+
+    raw = pa.Table.from_pylist(rows, schema=SIDECAR_SCHEMA)  # the schema's columns; other keys are left out
+    return with_token_metrics(raw, where="the trajectory's token rows at a decision point")
+
+
+def finite_or_nan(value: Any) -> float:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return math.nan
+    return value if math.isfinite(value) else math.nan
+
+
+class TurnSignal(OnlineSignal):
+    """One statistic of the proposal's own tokens, as the turn summary makes it (means and maxima over the
+    tokens that have a value) from the token table's columns (``uq.token_metrics``). Computed here with
+    numpy on the one turn: ``uq.aggregation.turn_summary`` gives the same number through pandas group-bys
+    at ~20x the cost per decision point (tests hold them equal)."""
+
+    #: statistic -> (token-table column, negated, reduction)
+    STATISTICS = {"avg_token_nll": ("chosen_logprob", True, np.nanmean),
+                  "max_token_nll": ("chosen_logprob", True, np.nanmax),
+                  "mean_topk_entropy": ("topk_entropy", False, np.nanmean)}
+
+    def __init__(self, name: str, statistic: str):
+        if statistic not in self.STATISTICS:
+            raise ValueError(f"turn signal {name!r}: statistic must be one of {', '.join(self.STATISTICS)}")
+        self.name, self.statistic = name, statistic
+
+    def value(self, point: DecisionPoint) -> SignalValue:
+        column, negated, reduce = self.STATISTICS[self.statistic]
+        values = token_table(point.proposal_rows).column(column).to_numpy(zero_copy_only=False).astype(float)
+        details = {"num_tokens": len(point.proposal_rows)}
+        if not np.isfinite(values).any():
+            return SignalValue(math.nan, details={**details, "reason": "the proposal has no token with a value"})
+        return SignalValue(float(reduce(-values if negated else values)), details=details)
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": "turn", "statistic": self.statistic, "of": "the proposal's tokens"}
+
+
+class EstimatorSignal(OnlineSignal):
+    """A registered token estimator computed on the trajectory's rows so far (see the module docstring)."""
+
+    def __init__(self, estimator: Any):
+        self.estimator = estimator
+        self.name = estimator.name
+        self.negated = bool(estimator.invert)
+
+    def value(self, point: DecisionPoint) -> SignalValue:
+        from agentuq_nb.uq.aggregation import trajectory_summary
+
+        details = {"negated": True} if self.negated else {}
+        if not point.rows:
+            return SignalValue(math.nan, details={**details, "reason": "no token rows yet"})
+        summary = trajectory_summary(token_table(point.rows))
+        try:
+            scores = self.estimator.scores_from_summary(summary)
+        except ValueError:  # the role has no rows yet (a user statistic before the user spoke …)
+            return SignalValue(math.nan, details={**details, "reason": f"no {self.estimator.role} rows yet"})
+        score = finite_or_nan(scores.iloc[0]) if len(scores) else math.nan
+        return SignalValue(-score if self.negated else score, details=details)
+
+    def describe(self) -> dict[str, Any]:
+        out = {"name": self.name, "kind": "estimator", "family": self.estimator.family}
+        if self.negated:
+            out["orientation"] = "negated: the estimator is a confidence (lower = more uncertain)"
+        return out
+
+
+def online_estimator(name: str) -> EstimatorSignal:
+    """The registered estimator ``name`` as an online signal; a clear error when it has no online form."""
+    from agentuq_nb import estimators
+
+    estimator = estimators.get(name)  # KeyError naming the close names
+    role, scorer = getattr(estimator, "role", None), getattr(estimator, "scorer", None)
+    if not hasattr(estimator, "scores_from_summary"):
+        raise ValueError(f"estimator {name!r} ({estimator.family}) cannot be computed online: it reads tables "
+                         f"made after the run; online are the token estimators of the generating model's own "
+                         f"rows (roles {', '.join(ONLINE_ROLES)}, no @scorer)")
+    if scorer != "self" or role not in ONLINE_ROLES:
+        raise ValueError(f"estimator {name!r} cannot be computed online: its rows (role {role!r}, scorer {scorer!r}) "
+                         f"come from scoring after the run; online are the roles {', '.join(ONLINE_ROLES)} of the "
+                         f"generating model's own rows (no @scorer)")
+    return EstimatorSignal(estimator)
+
+
+# --------------------------------------------------------------------------- resampled actions
+
+def action_seed(config_seed: int, call_seed: int) -> int:
+    """The first resample's seed at a decision point (sample i uses it + i): numpy's SeedSequence over
+    the policy's seed and the proposal's call seed, 30 bits (room for + i)."""
+    entropy = [int(config_seed) & 0xFFFFFFFFFFFFFFFF, int(call_seed) & 0xFFFFFFFFFFFFFFFF]
+    return int(np.random.SeedSequence(entropy).generate_state(1)[0] & 0x3FFFFFFF)
+
+
+def generation_key(generation: Any) -> tuple:
+    """The canonical action key of a generation (``uq.action_uq.sample_action_key``)."""
+    from agentuq_nb.uq.action_sampling import sample_row
+    from agentuq_nb.uq.action_uq import sample_action_key
+
+    message = generation.message
+    return sample_action_key(list(message.get("tool_calls") or []), message.get("content") or "",
+                             sample_row(generation)["malformed"])
+
+
+def key_label(key: tuple, generation: Any) -> str:
+    from agentuq_nb.uq.action_uq import action_kind, action_label
+
+    message = generation.message
+    return action_label(list(message.get("tool_calls") or []), message.get("content") or "", action_kind(key))
+
+
+def draw_actions(point: DecisionPoint, k: int, temperature: float, config_seed: int) -> list[Any]:
+    """``k`` alternative next messages at ``point``, as ``uq.action_sampling.sample_one`` draws them."""
+    from agentuq_nb import llm
+
+    explicit = {"temperature", "max_tokens", "top_logprobs", "seed", "tools", "tool_choice", "n"}
+    request = {key: value for key, value in point.agent_llm_args.items() if key not in explicit}
+    return llm.sample(point.messages, k=k, model=point.agent_llm, tools=point.tools or None,
+                      tool_choice=point.tool_choice if point.tools else None, top_logprobs=point.top_logprobs,
+                      temperature=temperature, seed=action_seed(config_seed, point.call_seed),
+                      max_tokens=point.agent_max_tokens,
+                      **({"fit_context": True} if point.agent_llm == EMBEDDED_MODEL else {}), **request)
+
+
+def context_overflow_errors() -> tuple[type[BaseException], ...]:
+    """What a sampler raises when the point's context does not fit its window (as ``uq.action_sampling``
+    catches): the resamples are then skipped, the signal undefined."""
+    import litellm
+
+    from agentuq_nb import llm
+
+    return (llm.ContextWindowError, litellm.ContextWindowExceededError)
+
+
+def vote_shares(keys: list[tuple]) -> np.ndarray:
+    """The share of each distinct key among ``keys`` (first-seen order)."""
+    counts = Counter(keys)
+    return np.array([counts[key] for key in dict.fromkeys(keys)], dtype=float) / len(keys)
+
+
+@dataclass
+class ActionSamples:
+    """K resampled actions at a decision point and their keys (the proposal's first)."""
+
+    samples: list[Any]
+    keys: list[tuple]  # the proposal's key, then each sample's
+    extra_tokens: int
+    extra_cost: float
+
+    @classmethod
+    def draw(cls, point: DecisionPoint, k: int, temperature: float, config_seed: int) -> "ActionSamples":
+        samples = draw_actions(point, k, temperature, config_seed)
+        keys = [generation_key(point.generation)] + [generation_key(s) for s in samples]
+        cost = sum(float(s.cost) for s in samples if s.cost is not None)
+        return cls(samples, keys, sum(len(s.tokens) for s in samples), cost)
+
+
+class ActionSignal(OnlineSignal):
+    """Agreement of the proposal with K actions resampled at the point (see the module docstring)."""
+
+    def __init__(self, name: str, k: int, temperature: float, seed: int):
+        if name not in ACTION_SIGNALS:
+            raise ValueError(f"action signal must be one of {', '.join(ACTION_SIGNALS)}, got {name!r}")
+        self.name, self.k, self.temperature, self.seed = name, k, temperature, seed
+
+    def value(self, point: DecisionPoint) -> SignalValue:
+        try:
+            drawn = ActionSamples.draw(point, self.k, self.temperature, self.seed)
+        except context_overflow_errors() as err:
+            return SignalValue(math.nan, details={"reason": f"the context does not fit the sampler: {type(err).__name__}"})
+        shares = vote_shares(drawn.keys)
+        if self.name == "action_disagreement":
+            value = float(1.0 - shares.max())
+        else:
+            value = float(-(shares * np.log(shares)).sum()) + 0.0  # + 0.0: one action gives 0.0, not -0.0
+        return SignalValue(value, samples=drawn, extra_tokens=drawn.extra_tokens,
+                           extra_cost=drawn.extra_cost,
+                           details={"k": self.k, "distinct_actions": int(len(shares)),
+                                    "majority_share": float(shares.max())})
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": "action", "k": self.k, "temperature": self.temperature,
+                "over": "the proposal and k resampled actions (canonical action keys)"}
+
+
+# --------------------------------------------------------------------------- calibrated
+
+class CalibratedSignal(OnlineSignal):
+    """``calibrated:<base>``: a fitted map (value -> failure probability) applied to the base signal."""
+
+    def __init__(self, base: OnlineSignal, calibrator: Any, calibration: str):
+        self.base, self.calibrator, self.calibration = base, calibrator, calibration
+        self.name = CALIBRATED_PREFIX + base.name
+
+    def value(self, point: DecisionPoint) -> SignalValue:
+        base = self.base.value(point)
+        prob = math.nan if math.isnan(base.value) else finite_or_nan(np.asarray(self.calibrator(base.value)).ravel()[0])
+        return SignalValue(prob, samples=base.samples, extra_tokens=base.extra_tokens,
+                           extra_cost=base.extra_cost,
+                           details={**base.details, "base_signal": None if math.isnan(base.value) else base.value})
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": "calibrated", "base": self.base.describe(),
+                "map": "Platt, fitted on the calibration run's per-trajectory max of the base signal vs failure",
+                "calibration": self.calibration}
+
+
+# --------------------------------------------------------------------------- resolver
+
+def signal_names() -> list[str]:
+    """The names :func:`online_signal` takes, as a human reads them."""
+    return [*TURN_SIGNALS, *ACTION_SIGNALS, "{role}.{statistic} (a token estimator; role: "
+            + "|".join(ONLINE_ROLES) + ")", CALIBRATED_PREFIX + "<signal> (needs calibration)"]
+
+
+def online_signal(name: str, config: PolicyConfig) -> OnlineSignal:
+    """The online signal called ``name`` (see the module docstring); a clear error listing the names."""
+    if name in TURN_SIGNALS:
+        return TurnSignal(name, TURN_SIGNALS[name])
+    if name in ACTION_SIGNALS:
+        return ActionSignal(name, config.k, config.sample_temperature, config.seed)
+    if name.startswith(CALIBRATED_PREFIX):
+        base_name = name[len(CALIBRATED_PREFIX):]
+        if not base_name or base_name.startswith(CALIBRATED_PREFIX):
+            raise ValueError(f"signal {name!r}: give calibrated:<signal> with a base signal that is not calibrated")
+        if config.calibration is None:
+            raise ValueError(f"signal {name!r} needs calibration: the earlier run (observe policy, signal "
+                             f"{base_name!r}) its failure-probability map is fitted on")
+        base = online_signal(base_name, config)
+        from agentuq_nb.intervention.certify import fit_signal_calibrator
+
+        return CalibratedSignal(base, fit_signal_calibrator(config.calibration, base_name), config.calibration)
+    try:
+        return online_estimator(name)
+    except KeyError as err:
+        raise ValueError(f"unknown online signal {name!r}; available: {'; '.join(signal_names())} "
+                         f"({err.args[0]})") from None
