@@ -56,7 +56,7 @@ def simulation(task_id, trial: int, seed: int, decisions: list[dict], env_reward
                          {"role": "assistant", "content": "a", "usage": {"completion_tokens": n}}]
         agent_tokens = sum(tokens)
     extra = sum(d["extra_tokens"] for d in decisions)
-    block = {"policy": policy or {"name": "observe", "signal": "turn_nll"}, "decisions": decisions,
+    block = {"policy": policy or {"name": "observe", "signal": "turn_avg_nll"}, "decisions": decisions,
              "flagged_turns": [d["message_idx"] for d in decisions if d["flagged"]],
              "intervened_turns": [d["message_idx"] for d in decisions if d["action"] != "proceed"],
              "num_decisions": len(decisions), "num_flagged": sum(d["flagged"] for d in decisions),
@@ -143,11 +143,11 @@ def test_an_uninformative_signal_certifies_nothing():
 def test_certification_through_a_run_folder_matches_the_arrays(tmp_path):
     rng = np.random.default_rng(3)
     run, maxima, failures = observe_run_from(tmp_path / "cal", rng, 300)
-    signals = trajectory_signals(run, "turn_nll")
+    signals = trajectory_signals(run, "turn_avg_nll")
     assert len(signals) == 300 and signals["domain"].eq("bookshop").all()
     np.testing.assert_allclose(signals["max_signal"], maxima)
     assert (signals["failure"].to_numpy(bool) == failures).all()
-    cert = certify_threshold(run, "turn_nll", risk=0.2, alpha=0.1)
+    cert = certify_threshold(run, "turn_avg_nll", risk=0.2, alpha=0.1)
     assert cert["feasible"] and cert == {**certify_arrays(maxima, failures, 0.2, 0.1), **{
         k: cert[k] for k in ("signal", "calibration", "n_no_reward", "n_never_signalled")}}
     json.dumps(cert)
@@ -171,7 +171,7 @@ def test_calibrated_signal_recovers_the_known_failure_probability(tmp_path):
     for i, (v, fail) in enumerate(zip(s, f)):
         sims.append(simulation(i % 30, i // 30, i, [decision(0, float(v))], 0.0 if fail else 1.0))
     run = write_run(tmp_path / "cal", sims)
-    calibrator = pickle.loads(pickle.dumps(fit_signal_calibrator(run, "turn_nll")))
+    calibrator = pickle.loads(pickle.dumps(fit_signal_calibrator(run, "turn_avg_nll")))
     grid = np.linspace(-1.5, 1.5, 7)
     reference = LogisticRegression(C=1e6).fit(s[:, None], f).predict_proba(grid[:, None])[:, 1]
     np.testing.assert_allclose(calibrator(grid), reference, atol=0.01)  # Platt = logistic fit
@@ -182,17 +182,17 @@ def test_calibrated_signal_recovers_the_known_failure_probability(tmp_path):
 def test_bad_runs_are_refused_naming_the_file(tmp_path):
     rng = np.random.default_rng(0)
     run, _, _ = observe_run_from(tmp_path / "cal", rng, 10)
-    with pytest.raises(InputError, match=r"results.json.*recorded the signal 'turn_nll', not 'entropy'"):
+    with pytest.raises(InputError, match=r"results.json.*recorded the signal 'turn_avg_nll', not 'entropy'"):
         certify_threshold(run, "entropy", risk=0.2, alpha=0.1)
     acted = write_run(tmp_path / "defer", [simulation(1, 0, 0, [decision(0, 0.9, "defer")], 0.0, escalated=True,
                                                       policy=DEFER)])
     with pytest.raises(InputError, match=r"results.json: 1 of 1 simulations were intervened on"):
-        certify_threshold(acted, "turn_nll", risk=0.2, alpha=0.1)
+        certify_threshold(acted, "turn_avg_nll", risk=0.2, alpha=0.1)
     plain = simulation(1, 0, 0, [], 1.0)
     del plain["intervention"]
     bare = write_run(tmp_path / "plain", [plain], policy={"name": "observe"})
     with pytest.raises(InputError, match=r"results.json.*no intervention block"):
-        trajectory_signals(bare, "turn_nll")
+        trajectory_signals(bare, "turn_avg_nll")
 
 
 def test_a_run_without_any_defined_signal_is_never_flagged(tmp_path):
@@ -201,12 +201,12 @@ def test_a_run_without_any_defined_signal_is_never_flagged(tmp_path):
     run = write_run(tmp_path / "run", sims)
     held = heldout_risk(run, 1.0)
     assert held["n_unflagged"] == 6 and held["n_unflagged_failures"] == 3
-    assert certify_threshold(run, "turn_nll", 0.2, 0.1)["n_never_signalled"] == 3
+    assert certify_threshold(run, "turn_avg_nll", 0.2, 0.1)["n_never_signalled"] == 3
 
 
 # ------------------------------------------------------------------------------------ outcome accounting
 
-DEFER = {"name": "defer", "action": "defer", "signal": "turn_nll", "trigger": "threshold", "threshold": 0.5}
+DEFER = {"name": "defer", "action": "defer", "signal": "turn_avg_nll", "trigger": "threshold", "threshold": 0.5}
 
 
 def test_outcome_table_and_summary_of_a_hand_built_defer_run(tmp_path):

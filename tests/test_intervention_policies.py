@@ -88,13 +88,13 @@ def test_turn_signals_are_the_proposal_token_statistics():
     p = point(logprobs=lps)
     p.proposal_rows[:] = p.rows[:] = token_rows(lps, topk)
     config = PolicyConfig()
-    assert online_signal("turn_nll", config).value(p).value == pytest.approx(-np.mean(lps))
+    assert online_signal("turn_avg_nll", config).value(p).value == pytest.approx(-np.mean(lps))
     assert online_signal("turn_max_nll", config).value(p).value == pytest.approx(2.0)
     # entropy of each renormalized top-k (scipy normalizes), averaged over the tokens
     expected = np.mean([stats.entropy(np.exp(t)) for t in topk])
     assert online_signal("turn_entropy", config).value(p).value == pytest.approx(expected)
     empty = point(logprobs=())
-    assert math.isnan(online_signal("turn_nll", config).value(empty).value)
+    assert math.isnan(online_signal("turn_avg_nll", config).value(empty).value)
     # = the turn summary of the offline pipeline, a token without a log-prob included (skipped by both)
     p.proposal_rows[1]["chosen_logprob"] = None
     turn = turn_summary(token_table(p.proposal_rows)).iloc[0]
@@ -104,19 +104,19 @@ def test_turn_signals_are_the_proposal_token_statistics():
 
 def test_threshold_fires_strictly_above_and_nan_never_fires():
     def verdict(threshold, p):
-        return build_policy(PolicyConfig(policy="defer", signal="turn_nll", threshold=threshold)).decide(p)
+        return build_policy(PolicyConfig(policy="defer", signal="turn_avg_nll", threshold=threshold)).decide(p)
 
     p = point(content="ok", logprobs=(-0.5, -0.5))  # mean NLL 0.5
     assert (verdict(0.4, p).action, verdict(0.4, p).flagged, verdict(0.4, p).signal) == ("defer", True, 0.5)
     assert (verdict(0.5, p).action, verdict(0.5, p).flagged) == ("proceed", False)
     no_tokens = verdict(-1e9, point(content="ok", logprobs=()))
     assert (no_tokens.action, no_tokens.flagged, no_tokens.signal) == ("proceed", False, None)
-    observe = build_policy(PolicyConfig(signal="turn_nll")).decide(p)
+    observe = build_policy(PolicyConfig(signal="turn_avg_nll")).decide(p)
     assert (observe.action, observe.flagged, observe.signal) == ("proceed", False, 0.5)
 
 
 def test_confirm_only_for_write_calls_not_yet_confirmed():
-    policy = build_policy(PolicyConfig(policy="confirm", signal="turn_nll", threshold=0.1))
+    policy = build_policy(PolicyConfig(policy="confirm", signal="turn_avg_nll", threshold=0.1))
     write = point(calls=[CANCEL])
     assert policy.decide(write).action == "confirm"
     again = point(calls=[CANCEL], confirmed={canonical_calls([{"name": CANCEL[0], "arguments": CANCEL[1]}])})
@@ -124,12 +124,12 @@ def test_confirm_only_for_write_calls_not_yet_confirmed():
     for p in (again, read, text):
         v = policy.decide(p)
         assert (v.action, v.flagged) == ("proceed", True) and "unconfirmed write" in v.details["confirm"]
-    calm = build_policy(PolicyConfig(policy="confirm", signal="turn_nll", threshold=5.0))
+    calm = build_policy(PolicyConfig(policy="confirm", signal="turn_avg_nll", threshold=5.0))
     assert calm.decide(write).action == "proceed"
 
 
 def test_random_coin_is_reproducible_independent_of_the_signal_and_at_its_rate():
-    config = PolicyConfig(policy="random", rate=0.3, random_action="defer", signal="turn_nll", seed=4)
+    config = PolicyConfig(policy="random", rate=0.3, random_action="defer", signal="turn_avg_nll", seed=4)
     policy = build_policy(config)
     points = [point(content="ok", call_seed=s) for s in range(1000)]
     fired = np.array([policy.decide(p).flagged for p in points])
@@ -182,7 +182,7 @@ def test_resample_vote_executes_the_majority_sample_or_proceeds():
         calls = [{"name": n, "arguments": a} for n, a in (calls or [])] or None
         return FakeGeneration({"role": "assistant", "content": content, "tool_calls": calls})
 
-    config = PolicyConfig(policy="resample_vote", signal="turn_nll", threshold=0.0, k=3)
+    config = PolicyConfig(policy="resample_vote", signal="turn_avg_nll", threshold=0.0, k=3)
     other = [gen(calls=[LOOKUP]), gen(calls=[("get_order", {"order_id": " o1007 "})]), gen(content="Hi")]
     p = point(calls=[CANCEL])
     v = InterventionPolicy(config, StubVotes(other), threshold=0.0).decide(p)
@@ -195,14 +195,14 @@ def test_resample_vote_executes_the_majority_sample_or_proceeds():
 
 
 def test_unknown_and_offline_only_signals_fail_clearly():
-    with pytest.raises(ValueError, match="unknown online signal 'nope'.*turn_nll.*action_disagreement"):
+    with pytest.raises(ValueError, match="unknown online signal 'nope'.*turn_avg_nll.*action_disagreement"):
         online_signal("nope", PolicyConfig())
     with pytest.raises(ValueError, match="cannot be computed online.*scoring after the run"):
         online_signal("observation_user.avg_token_nll@agent_llm", PolicyConfig())
     with pytest.raises(ValueError, match="'num_messages'.*cannot be computed online"):
         online_signal("num_messages", PolicyConfig())
     with pytest.raises(ValueError, match="needs calibration"):
-        online_signal("calibrated:turn_nll", PolicyConfig())
+        online_signal("calibrated:turn_avg_nll", PolicyConfig())
 
 
 def test_estimator_signals_orientation_and_undefined_roles():
@@ -298,11 +298,11 @@ def test_certified_and_calibrated_thresholds_come_from_the_calibration_run(obser
 
 
 def calibration_run(folder: Path, increasing: bool = True, n: int = 200) -> str:
-    """An observe run of turn_nll written by hand (the shape sim.decisions.intervention_block writes): each
+    """An observe run of turn_avg_nll written by hand (the shape sim.decisions.intervention_block writes): each
     simulation's max signal u ~ U(0, 2), failure with probability u / 2 (or, decreasing, 0.2 (1 - u / 2):
     rare enough to certify at 0.3), seeded."""
     rng = np.random.default_rng(3)
-    policy = {"policy": "observe", "signal": "turn_nll"}
+    policy = {"policy": "observe", "signal": "turn_avg_nll"}
     sims = []
     for i, u in enumerate(rng.uniform(0.0, 2.0, n)):
         fail = rng.random() < (u / 2 if increasing else 0.2 * (1 - u / 2))
@@ -321,9 +321,9 @@ def calibration_run(folder: Path, increasing: bool = True, n: int = 200) -> str:
 
 def test_a_feasible_certificate_sets_the_threshold_and_carries_over_to_the_calibrated_signal(tmp_path):
     cal = calibration_run(tmp_path / "cal")
-    certificate = certify_threshold(cal, "turn_nll", 0.3, 0.1)
+    certificate = certify_threshold(cal, "turn_avg_nll", 0.3, 0.1)
     assert certificate["feasible"]
-    policy = build_policy(PolicyConfig(policy="defer", signal="turn_nll", calibration=cal, risk=0.3))
+    policy = build_policy(PolicyConfig(policy="defer", signal="turn_avg_nll", calibration=cal, risk=0.3))
     d = policy.describe()
     assert policy.threshold == d["threshold"] == certificate["threshold"]
     assert d["certification"] == {k: certificate[k] for k in ("signal", "feasible", "n", "n_accepted", "coverage",
@@ -332,17 +332,17 @@ def test_a_feasible_certificate_sets_the_threshold_and_carries_over_to_the_calib
     above, below = point(content="ok", logprobs=(-(t + 1e-6),)), point(content="ok", logprobs=(-t,))
     assert policy.decide(above).action == "defer" and policy.decide(below).action == "proceed"
     # the calibrated signal flags exactly the same points: the threshold mapped through the increasing map
-    calibrated = build_policy(PolicyConfig(policy="defer", signal="calibrated:turn_nll", calibration=cal, risk=0.3))
-    assert calibrated.threshold == pytest.approx(fit_signal_calibrator(cal, "turn_nll")(t))
-    assert calibrated.describe()["certification"]["signal"] == "turn_nll" and calibrated.describe()["threshold"] < 1
+    calibrated = build_policy(PolicyConfig(policy="defer", signal="calibrated:turn_avg_nll", calibration=cal, risk=0.3))
+    assert calibrated.threshold == pytest.approx(fit_signal_calibrator(cal, "turn_avg_nll")(t))
+    assert calibrated.describe()["certification"]["signal"] == "turn_avg_nll" and calibrated.describe()["threshold"] < 1
     assert [calibrated.decide(p).action for p in (above, below)] == ["defer", "proceed"]
     assert 0.0 < calibrated.decide(above).signal < 1.0
     with pytest.raises(ValueError, match="does not increase"):
-        build_policy(PolicyConfig(policy="defer", signal="calibrated:turn_nll",
+        build_policy(PolicyConfig(policy="defer", signal="calibrated:turn_avg_nll",
                                   calibration=calibration_run(tmp_path / "down", increasing=False), risk=0.3))
 
 
-DEFER = PolicyConfig(policy="defer", signal="turn_nll", threshold=0.0, escalation_cost=2.5)
+DEFER = PolicyConfig(policy="defer", signal="turn_avg_nll", threshold=0.0, escalation_cost=2.5)
 
 
 @pytest.fixture(scope="module")
@@ -377,7 +377,7 @@ def test_resample_vote_executes_a_resampled_action_with_its_token_rows(tmp_path)
                           sample_temperature=0.1)
     policy = pickle.loads(pickle.dumps(build_policy(config)))  # a Dask worker gets it pickled
     results = run_with(tmp_path / "vote", policy, **sampled)
-    observe = run_with(tmp_path / "observe", build_policy(PolicyConfig(signal="turn_nll")), **sampled)
+    observe = run_with(tmp_path / "observe", build_policy(PolicyConfig(signal="turn_avg_nll")), **sampled)
     rows, observe_rows = sidecars(tmp_path / "vote"), sidecars(tmp_path / "observe")
     replaced = 0
     for sim, seen in zip(results["simulations"], observe["simulations"]):

@@ -381,7 +381,7 @@ def simulate(
     api_base: Optional[list[str]] = typer.Option(None, "--api-base", help=API_BASE_HELP),
     policy: Optional[str] = typer.Option(None, "--policy", help="act on uncertainty at each agent decision point: "
                                          "observe | defer | resample_vote | confirm | random"),
-    policy_signal: str = typer.Option("turn_nll", "--policy-signal", help="the online signal (higher = more uncertain)"),
+    policy_signal: str = typer.Option("turn_avg_nll", "--policy-signal", help="the online signal (higher = more uncertain)"),
     policy_threshold: Optional[float] = typer.Option(None, "--policy-threshold", help="intervene where the signal exceeds it"),
     policy_calibration: Optional[Path] = typer.Option(None, "--policy-calibration", help="an earlier observe run: "
                                                       "certifies the threshold (with --risk), fits calibrated: signals"),

@@ -4,7 +4,7 @@ A signal is asked at each :class:`~agentuq_nb.sim.decisions.DecisionPoint` (the 
 its next message) and answers a :class:`SignalValue` - higher = more uncertain, NaN where undefined.
 Found by name with :func:`online_signal`:
 
-* ``turn_nll``, ``turn_max_nll``, ``turn_entropy``: the mean token NLL, the worst token NLL and the
+* ``turn_avg_nll``, ``turn_max_nll``, ``turn_entropy``: the mean token NLL, the worst token NLL and the
   mean top-k entropy of the *proposal's* tokens (its row of the turn summary: ``avg_token_nll``,
   ``max_token_nll``, ``mean_topk_entropy``; note that the turn summary's own ``turn_nll`` column is the
   NLL's sum, this signal is the mean);
@@ -40,7 +40,7 @@ from agentuq_nb.records.config import EMBEDDED_MODEL, PolicyConfig
 from agentuq_nb.sim.decisions import DecisionPoint
 
 #: the fixed signals' names (the estimators' and ``calibrated:<base>`` come on top)
-TURN_SIGNALS = {"turn_nll": "avg_token_nll", "turn_max_nll": "max_token_nll", "turn_entropy": "mean_topk_entropy"}
+TURN_SIGNALS = {"turn_avg_nll": "avg_token_nll", "turn_max_nll": "max_token_nll", "turn_entropy": "mean_topk_entropy"}
 ACTION_SIGNALS = ("action_disagreement", "action_entropy")
 CALIBRATED_PREFIX = "calibrated:"
 #: roles whose rows exist while the simulation runs (the generated ones): observation and total rows

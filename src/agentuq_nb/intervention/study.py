@@ -24,7 +24,6 @@ run, task-clustered intervals) and ``certificate.json``, published together at t
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -160,7 +159,7 @@ def _run(config: InterventionStudyConfig, folder: Path, client: Any, progress: b
     summary = pd.concat([summary, exact, oracle], ignore_index=True)
     threshold = certificate.get("threshold")
     certificate = {**certificate, "signal": config.signal, "risk": config.risk, "alpha": config.alpha,
-                   "heldout": heldout_risk(baseline, -math.inf if threshold is None else threshold)}
+                   "heldout": heldout_risk(baseline, threshold, config.signal)}
     atomic_write_text(folder / "outcomes.csv", outcomes.to_csv(index=False))
     atomic_write_text(folder / "summary.csv", summary.to_csv(index=False))
     atomic_write_json(folder / "certificate.json", json.loads(json.dumps(certificate, default=_jsonable)))

@@ -148,7 +148,7 @@ class PolicyConfig(_Config):
     """
 
     policy: Literal["observe", "defer", "resample_vote", "confirm", "random"] = "observe"
-    signal: str = Field("turn_nll", min_length=1, description="the online signal (higher = more uncertain)")
+    signal: str = Field("turn_avg_nll", min_length=1, description="the online signal (higher = more uncertain)")
     threshold: Optional[float] = Field(None, description="intervene where the signal exceeds it")
     calibration: Optional[str] = Field(None, description="an earlier run folder (observe policy, same signal): "
                                                          "certifies the threshold, fits calibrated signals")
@@ -197,7 +197,7 @@ class InterventionStudyConfig(_Config):
     seed: int = Field(300, description="the held-out runs (baseline and every policy)")
     calibration_seed: int = Field(301, description="the calibration run: the same tasks, other trial seeds")
     temperature: float = Field(0.5, ge=0.0)
-    signal: str = "turn_nll"
+    signal: str = "turn_avg_nll"
     policies: list[Literal["defer", "resample_vote", "confirm"]] = Field(
         default_factory=lambda: ["defer", "resample_vote", "confirm"])
     rates: list[float] = Field(default_factory=lambda: [0.25, 0.5],
