@@ -209,3 +209,25 @@ def test_analyze_refuses_results_without_log_probs(tmp_path):
     results.write_text(json.dumps(data))
     done = run("analyze", results, "--out", tmp_path / "run", check=False)
     assert done.returncode == 2 and "no message carried log-probs" in done.stderr
+
+
+def test_simulate_with_a_policy_records_its_decisions_and_refuses_a_policy_without_a_trigger(tmp_path):
+    out = tmp_path / "defer"
+    done = run("simulate", "--domain", "bookshop", "--out", out, "--task-ids", "1", "--policy", "defer",
+               "--policy-threshold", "0", "--escalation-cost", "2")
+    assert '"trigger": "threshold"' in done.stdout  # the policy, as recorded, is said before the run
+    results = json.loads((out / "results.json").read_text())
+    assert results["info"]["intervention_policy"]["policy"] == "defer"
+    sim = results["simulations"][0]
+    block = sim["intervention"]
+    if block["num_decisions"]:  # the agent spoke: its first turn had a mean NLL > 0 and was deferred
+        assert block["escalated"] and block["escalation_cost"] == 2.0 and sim["reward_info"]["reward"] == 0.0
+    _no_traceback(run("simulate", "--domain", "bookshop", "--out", tmp_path / "x", "--policy", "defer", check=False),
+                  "needs exactly one trigger")
+    _no_traceback(run("simulate", "--domain", "bookshop", "--out", tmp_path / "y", "--policy", "random", check=False),
+                  "needs rate")
+    _no_traceback(run("simulate", "--domain", "bookshop", "--out", tmp_path / "z", "--policy", "defer",
+                      "--policy-signal", "nope", "--policy-threshold", "1", check=False), "unknown online signal 'nope'")
+    # another policy in the same folder is refused, not mixed in
+    _no_traceback(run("simulate", "--domain", "bookshop", "--out", out, "--task-ids", "1", "--policy", "defer",
+                      "--policy-threshold", "5", check=False), "intervention_policy")

@@ -413,7 +413,7 @@ def simulate(
                 calibration=None if policy_calibration is None else str(policy_calibration),
                 oracle=None if policy_oracle is None else str(policy_oracle), rate=policy_rate,
                 random_action=policy_action, k=policy_k, escalation_cost=escalation_cost))
-            typer.echo(f"policy: {json.dumps(decision_policy.describe())}", err=True)
+            typer.echo(f"policy: {json.dumps(decision_policy.describe())}")
         path = run_simulations(domain, out, task_ids=task_ids or None, num_tasks=num_tasks, num_trials=num_trials,
                                top_logprobs=top_logprobs, max_concurrency=max_concurrency, seed=seed,
                                scheduler=scheduler, api_bases=api_base or None, policy=decision_policy, **kwargs)
