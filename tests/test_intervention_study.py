@@ -34,7 +34,7 @@ def test_every_planned_run_is_simulated_and_summarized(study):
     names = {r["name"] for r in study.plan["runs"]}
     assert names == {run_name("defer", "rate", 0.5), run_name("random-defer", "rate", 0.5),
                      run_name("confirm", "rate", 0.5), run_name("random-confirm", "rate", 0.5),
-                     run_name("defer", "certified"), run_name("confirm", "oracle")}
+                     run_name("defer", "risk", 0.9), run_name("confirm", "oracle")}
     for name in names | {CALIBRATION, BASELINE}:
         results = json.loads((study.folder / name / "results.json").read_text())
         assert len(results["simulations"]) == 3 and results["info"]["intervention_policy"]["signal"] == "turn_avg_nll"
@@ -78,7 +78,7 @@ def test_the_certificate_is_recorded_with_its_heldout_check(study):
     assert cert["risk"] == 0.9 and cert["alpha"] == 0.1 and cert["signal"] == "turn_avg_nll"
     heldout = cert["heldout"]
     assert heldout["n"] == 3 and 0 <= heldout["n_unflagged_failures"] <= heldout["n_unflagged"] <= 3
-    certified = json.loads((study.folder / run_name("defer", "certified") / "results.json").read_text())
+    certified = json.loads((study.folder / run_name("defer", "risk", 0.9) / "results.json").read_text())
     policy = certified["info"]["intervention_policy"]
     assert policy["trigger"] == "certified" and policy["risk"] == 0.9
 

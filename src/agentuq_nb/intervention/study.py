@@ -40,7 +40,7 @@ BASELINE = "baseline"
 
 
 def run_name(policy: str, trigger: str, value: float | None = None) -> str:
-    """A run's folder in the study: ``defer_rate0.25``, ``random-confirm_rate0.50``, ``defer_certified`` …"""
+    """A run's folder in the study: ``defer_rate0.25``, ``random-confirm_rate0.50``, ``defer_risk0.70`` (certified for δ = 0.7) …"""
     return f"{policy}_{trigger}" if value is None else f"{policy}_{trigger}{value:.2f}"
 
 
@@ -132,7 +132,7 @@ def _run(config: InterventionStudyConfig, folder: Path, client: Any, progress: b
             runs.append(StudyRun(run_name(f"random-{action}", "rate", rate),
                                  _policy(config, policy="random", rate=p, random_action=action), config.seed, rate))
     if "defer" in config.policies:
-        runs.append(StudyRun(run_name("defer", "certified"), _policy(
+        runs.append(StudyRun(run_name("defer", "risk", config.risk), _policy(
             config, policy="defer", calibration=str(calibration), risk=config.risk, alpha=config.alpha), config.seed))
     if config.oracle:
         runs += [StudyRun(run_name(action, "oracle"), _policy(config, policy=action, oracle=str(baseline)), config.seed)
