@@ -76,7 +76,10 @@ def _merged(parts) -> pd.DataFrame:
     parts = [p for p in parts if len(p)]
     if not parts:
         raise NoTokenRowsError(NO_TOKENS)
-    return merge_partials(pd.concat(parts, ignore_index=True), TURN_GROUP)
+    # one part (the partials extract stored): merged as it is, not first copied by concat
+    partials = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
+    del parts
+    return merge_partials(partials, TURN_GROUP)
 
 
 def _turn_partials(batches) -> pd.DataFrame:
@@ -96,12 +99,21 @@ def _run_partials(run: RunDir, batch_rows: int, filters=None) -> pd.DataFrame:
 
 
 def _turn_summary_from(turn_partials: pd.DataFrame) -> pd.DataFrame:
-    out = key_dtypes(finalize_partials(turn_partials, "turn"))
-    return out[TURN_COLUMNS].sort_values(TURN_KEYS, kind="stable", ignore_index=True)
+    # one row per turn: the intermediate frames share columns; the only copy is the sorted result
+    out = key_dtypes(finalize_partials(turn_partials, "turn"), deep=False)
+    return sorted_rows(out, TURN_KEYS, TURN_COLUMNS)
+
+
+def sorted_rows(df: pd.DataFrame, keys: list[str], columns: list[str]) -> pd.DataFrame:
+    """``df[columns].sort_values(keys, kind="stable", ignore_index=True)`` with one copy of the table, not two."""
+    order = df[keys].reset_index(drop=True).sort_values(keys, kind="stable").index.to_numpy()
+    with pd.option_context("mode.copy_on_write", True):  # the column selection is a view, the take the one copy
+        return df[columns].take(order).reset_index(drop=True)
 
 
 def _trajectory_summary_from(turn_partials: pd.DataFrame, trajectories: pd.DataFrame | None) -> pd.DataFrame:
-    turns = turn_partials.assign(num_turns=1)
+    turns = turn_partials.copy(deep=False)  # shares the partials' columns (one row per turn: no copy)
+    turns["num_turns"] = 1
     parts = [merge_partials(turns, ROLE_KEYS)]
     is_obs = turns["role"].str.startswith("observation_")
     for label, mask in (("combined", ~is_obs), ("observation_combined", is_obs)):
@@ -186,10 +198,10 @@ def _turn_partials_on_cluster(run: RunDir, scheduler: Any, filters=None) -> pd.D
     return merge_partials(parts, TURN_GROUP)
 
 
-def csv_writer(df: pd.DataFrame):
+def csv_writer(df: pd.DataFrame | pa.Table):
     """``write(path)`` for a summary table as CSV (Arrow's writer)."""
     # Arrow's CSV writer: the same text as pandas' to_csv for these columns, 6x faster
-    table = pa.Table.from_pandas(df, preserve_index=False)
+    table = df if isinstance(df, pa.Table) else pa.Table.from_pandas(df, preserve_index=False)
     return lambda path: pacsv.write_csv(table, path, pacsv.WriteOptions(quoting_style="needed"))
 
 
@@ -219,11 +231,17 @@ def aggregate(run_dir: str | Path | RunDir, batch_rows: int = 262_144, scheduler
             run.rewards()  # refuses a table that holds two trajectories under one key (their tokens would merge)
         turns = _turn_summary_from(partials)
         trajs = _trajectory_summary_from(partials, trajectories)
+        del partials  # (one row per turn) before the summaries are written
         inputs = run.based_on(*run.token_tables(), "trajectories")
         with run.commit("aggregate") as commit:
             for name, df in (("turn_summary", turns), ("trajectory_summary", trajs)):
-                commit.write_with(f"{name}_csv", csv_writer(df), based_on=inputs)
-                commit.write_parquet(name, df, based_on=inputs)
+                table = pa.Table.from_pandas(df, preserve_index=False)  # once, for the CSV and the Parquet file
+                commit.write_with(f"{name}_csv", csv_writer(table), based_on=inputs)
+                commit.write_parquet(name, table, based_on=inputs)
+                del table
+    # hand the freed Arrow buffers back to the system (mimalloc keeps them otherwise), so that the steps run
+    # after aggregate in the same process (``agentuq-nb analyze``) start from a lower peak
+    pa.default_memory_pool().release_unused()
     return turns, trajs
 
 

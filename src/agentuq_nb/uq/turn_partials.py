@@ -168,8 +168,11 @@ def merge_partials(partials: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 
 
 def finalize_partials(merged: pd.DataFrame, level: str) -> pd.DataFrame:
-    """Statistics from merged partials (``level``: ``turn`` or ``trajectory`` names the sums)."""
-    out = merged.copy()
+    """Statistics from merged partials (``level``: ``turn`` or ``trajectory`` names the sums).
+
+    ``merged`` is left as it was; the result shares its key columns (columns are only added or
+    replaced here, never changed in place)."""
+    out = merged.copy(deep=False)
     for value, count in SPAN_COUNTS.items():
         out[count] = out[f"n_{value}"]
     for stat in TOKEN_STATISTICS:
@@ -197,4 +200,8 @@ def stored_partials(run: RunDir, table_path) -> pd.DataFrame | None:
     run.verify("turn_partials")
     if set(PARTIALS_SCHEMA.names) - set(pq.read_schema(stored).names):  # written before a statistic was added
         return None
-    return pd.read_parquet(stored)
+    # each column freed once converted (self_destruct), and the decoded pages handed back: the read
+    # then peaks near one copy of the table instead of three
+    frame = pq.read_table(stored).to_pandas(self_destruct=True, split_blocks=True)
+    pa.default_memory_pool().release_unused()
+    return frame
