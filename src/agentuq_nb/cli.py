@@ -240,13 +240,15 @@ def analyze(
                          f"rescore {results} --out RUN_DIR' scores the messages with a model instead"))
     with _step("aggregate", out):
         turns, trajs = run_aggregate(out)
+        num_turns, num_trajectories = len(turns), len(trajs)
+        del turns, trajs  # the summaries are on disk: not resident while evaluate runs
     # imported only now: scipy and sklearn (~80 MiB) are then not resident during extract's peak
     from agentuq_nb.evaluation import evaluate as run_evaluate
 
     with _step("evaluate", out):
         result = run_evaluate(out, role, uncertainty, failure_threshold, False, scorer, n_boot, seed)
-    typer.echo(f"{report.num_simulations} simulations, {report.num_tokens} token rows, {len(turns)} turn rows, "
-               f"{len(trajs)} trajectory rows → {out}")
+    typer.echo(f"{report.num_simulations} simulations, {report.num_tokens} token rows, {num_turns} turn rows, "
+               f"{num_trajectories} trajectory rows → {out}")
     typer.echo(json.dumps({"n": result["n"], "n_failures": result["n_failures"], "metrics": result["metrics"]}, indent=2))
     for metric, reason in result["undefined"].items():
         typer.secho(f"note: {metric} is null: {reason}", fg=typer.colors.YELLOW, err=True)
