@@ -385,6 +385,7 @@ def test_resample_vote_executes_a_resampled_action_with_its_token_rows(tmp_path)
         assert block["extra_agent_tokens"] == sum(d["extra_tokens"] for d in block["decisions"]) > 0
         for d in block["decisions"]:
             assert 0.0 <= d["signal"] <= 1.0 - 1.0 / (config.k + 1) and d["flagged"] == (d["signal"] > 0.0)
+            assert d["intervened"] == d["flagged"]  # a held vote is an intervention, whichever action it executes
             idx = d["message_idx"]
             # the proposal is the observe run's message at this index (same seeds up to it)
             assert d["proposed"] == describe_message(seen["messages"][idx])

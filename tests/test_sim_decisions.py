@@ -135,6 +135,16 @@ def test_confirm_asks_the_user_once_then_the_write_goes_ahead(shop):
     assert sim["intervention"]["intervened_turns"] == [2] and sim["intervention"]["flagged_turns"] == [2, 4]
 
 
+def test_a_vote_that_keeps_the_proposal_counts_as_an_intervention(shop):
+    policy = ScriptedPolicy(Verdict(signal=2.0, flagged=True, acted=True, extra_tokens=12), Verdict(signal=0.1))
+    sim = run(shop, "1", [gen(calls=CANCEL), gen("Cancelled.")], [gen("Cancel O1007."), gen("ok ###STOP###")],
+              policy).simulation
+    block = sim["intervention"]
+    assert [d["intervened"] for d in block["decisions"]] == [True, False]
+    assert block["intervened_turns"] == [2] and block["num_interventions"] == 1
+    assert sim["messages"][3]["role"] == "tool"  # the proposal itself went ahead
+
+
 def test_a_confirm_verdict_on_a_read_call_is_a_policy_error(shop):
     with pytest.raises(ValueError, match="not a write call awaiting confirmation"):
         run(shop, "1", [gen(calls=LOOKUP)], [gen("Where is O1007?")], ScriptedPolicy(Verdict("confirm", 1.0, True)))

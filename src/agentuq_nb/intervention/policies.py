@@ -151,6 +151,7 @@ class InterventionPolicy:
                 return
             verdict.extra_tokens += drawn.extra_tokens
             verdict.extra_cost += drawn.extra_cost
+        verdict.acted = True  # the vote was held (its K actions drawn and counted), whichever action it executes
         _, first = majority(drawn.keys)
         counts = Counter(drawn.keys)
         generations = [point.generation, *drawn.samples]

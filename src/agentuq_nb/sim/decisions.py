@@ -96,6 +96,9 @@ class Verdict:
     extra_tokens: int = 0  # agent tokens generated for this decision beyond the proposal (resamples)
     extra_cost: float = 0.0  # their LLM cost
     details: dict[str, Any] = field(default_factory=dict)  # JSON-able: vote shares, probabilities …
+    # the policy intervened although the proposal proceeds: a vote that kept it (the K actions were drawn and
+    # counted: an intervention with a cost, whatever it chose)
+    acted: bool = False
 
     def __post_init__(self) -> None:
         if self.action not in ACTIONS:
@@ -103,11 +106,16 @@ class Verdict:
         if self.action == "replace" and self.replacement is None:
             raise ValueError("a 'replace' verdict needs the generation to execute (replacement)")
 
+    @property
+    def intervened(self) -> bool:
+        """Whether this decision counts as an intervention: any action but proceed, or ``acted``."""
+        return self.action != "proceed" or bool(self.acted)
+
     def record(self, point: DecisionPoint, executed: str) -> dict[str, Any]:
         """This decision as the results record it (JSON)."""
         signal = None if self.signal is None or self.signal != self.signal else float(self.signal)
         return {"message_idx": point.message_idx, "decision_idx": point.decision_idx, "signal": signal,
-                "flagged": bool(self.flagged), "action": self.action,
+                "flagged": bool(self.flagged), "action": self.action, "intervened": self.intervened,
                 "proposed": describe_message(point.proposal), "executed": executed,
                 "extra_tokens": int(self.extra_tokens), "extra_cost": float(self.extra_cost),
                 "details": self.details}
@@ -152,10 +160,10 @@ def intervention_block(policy: DecisionPolicy, decisions: list[dict[str, Any]], 
         "policy": policy.describe(),
         "decisions": decisions,
         "flagged_turns": [d["message_idx"] for d in decisions if d["flagged"]],
-        "intervened_turns": [d["message_idx"] for d in decisions if d["action"] != "proceed"],
+        "intervened_turns": [d["message_idx"] for d in decisions if d["intervened"]],
         "num_decisions": len(decisions),
         "num_flagged": sum(bool(d["flagged"]) for d in decisions),
-        "num_interventions": sum(d["action"] != "proceed" for d in decisions),
+        "num_interventions": sum(bool(d["intervened"]) for d in decisions),
         "escalated": bool(escalated),
         "env_reward": env_reward,
         "agent_tokens": int(agent_tokens) + extra,
