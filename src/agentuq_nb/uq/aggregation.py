@@ -107,8 +107,8 @@ def _turn_summary_from(turn_partials: pd.DataFrame) -> pd.DataFrame:
 def sorted_rows(df: pd.DataFrame, keys: list[str], columns: list[str]) -> pd.DataFrame:
     """``df[columns].sort_values(keys, kind="stable", ignore_index=True)`` with one copy of the table, not two."""
     order = df[keys].reset_index(drop=True).sort_values(keys, kind="stable").index.to_numpy()
-    with pd.option_context("mode.copy_on_write", True):  # the column selection is a view, the take the one copy
-        return df[columns].take(order).reset_index(drop=True)
+    # pandas >= 3 copies on write: the column selection is a view, the take the one copy
+    return df[columns].take(order).reset_index(drop=True)
 
 
 def _trajectory_summary_from(turn_partials: pd.DataFrame, trajectories: pd.DataFrame | None) -> pd.DataFrame:
