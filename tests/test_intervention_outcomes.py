@@ -259,6 +259,14 @@ def test_the_oracle_escalates_exactly_the_failures(tmp_path):
     assert row["intervention_rate"] == row["escalation_rate"]
 
 
+def test_the_oracle_cannot_defer_a_run_that_ended_before_the_agent_spoke(tmp_path):
+    sims = [simulation(0, 0, 1, [decision(0, 0.5)], 0.0), simulation(1, 0, 2, [], 0.0),
+            simulation(2, 0, 3, [decision(0, 0.1)], 1.0), simulation(3, 0, 4, [decision(0, 0.2)], 0.0)]
+    row = oracle_defer_summary(outcome_table(write_run(tmp_path / "observe", sims)), n_boot=100).iloc[0]
+    assert row["escalation_rate"] == 0.5  # the two failed runs with a decision point, not the one without
+    assert row["success_non_escalated"] == 0.5 and row["success_all"] == 0.25
+
+
 def test_random_rate_matches_a_simulated_coin():
     rng = np.random.default_rng(11)
     n = rng.integers(0, 9, size=150)  # some trajectories without a decision point

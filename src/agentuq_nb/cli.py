@@ -167,6 +167,12 @@ def evaluate(
     _load_plugins(plugin)
     with _step("evaluate", run_dir):
         result = run_evaluate(run_dir, role, uncertainty, failure_threshold, invert, scorer, n_boot, seed, scheduler=scheduler)
+    _show_evaluation(result)
+
+
+def _show_evaluation(result: dict) -> None:
+    """What ``evaluate`` and ``analyze`` print of an evaluation: the metrics (and, where tasks repeat, the
+    multi-trial readout) on stdout, the notes on stderr."""
     shown = {"n": result["n"], "n_failures": result["n_failures"], "metrics": result["metrics"]}
     if "multi_trial" in result:  # tasks repeat: intervals resample tasks; the multi-trial readout beside
         multi = result["multi_trial"]
@@ -249,9 +255,7 @@ def analyze(
         result = run_evaluate(out, role, uncertainty, failure_threshold, False, scorer, n_boot, seed)
     typer.echo(f"{report.num_simulations} simulations, {report.num_tokens} token rows, {num_turns} turn rows, "
                f"{num_trajectories} trajectory rows → {out}")
-    typer.echo(json.dumps({"n": result["n"], "n_failures": result["n_failures"], "metrics": result["metrics"]}, indent=2))
-    for metric, reason in result["undefined"].items():
-        typer.secho(f"note: {metric} is null: {reason}", fg=typer.colors.YELLOW, err=True)
+    _show_evaluation(result)
 
 
 @app.command("compare-estimators")

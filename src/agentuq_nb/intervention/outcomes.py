@@ -148,9 +148,13 @@ def outcome_table(run_dir, label: str | None = None) -> pd.DataFrame:
     trigger fired), the counts and tokens of the block, ``max_signal``, ``agent_tokens_first_decision``
     (agent tokens up to the first decision point, from the messages' usage: what a defer there spends) and
     ``success`` (reward >= 1)."""
-    run = read_intervention_run(run_dir)
+    return outcomes_of(read_intervention_run(run_dir), label or run_label(run_dir))
+
+
+def outcomes_of(run: InterventionRun, label: str) -> pd.DataFrame:
+    """:func:`outcome_table` of a run already read (:func:`read_intervention_run`)."""
     sims, dec = run.simulations, run.decisions
-    setting = {"run": label or run_label(run_dir), "policy": run.policy.get("name") or run.policy.get("policy"),
+    setting = {"run": label, "policy": run.policy.get("name") or run.policy.get("policy"),
                "action": run.policy.get("action"), "signal": run.policy.get("signal"),
                "trigger": run.policy.get("trigger"),
                **{c: np.nan if run.policy.get(c) is None else float(run.policy[c]) for c in ("threshold", "rate")}}
@@ -269,8 +273,11 @@ def deferred_outcomes(observe: pd.DataFrame, escalate: np.ndarray, tokens_at_esc
 
 def oracle_outcomes(observe_outcomes: pd.DataFrame, escalation_cost: float = 1.0) -> pd.DataFrame:
     """The defer oracle's outcome table from an observe run's: it defers at the first decision point of
-    exactly the runs that fail (environment's reward < 1)."""
-    failed = observe_outcomes["env_reward"].to_numpy(dtype=float) < 1.0
+    exactly the runs that fail (environment's reward < 1). A failed run without a decision point (it ended
+    before the agent's first turn) cannot be deferred by a policy acting in the loop: it stays a failure,
+    as for the oracle runs of the other policies, whose trigger fires at decision points only."""
+    failed = ((observe_outcomes["env_reward"].to_numpy(dtype=float) < 1.0)
+              & (observe_outcomes["num_decisions"].to_numpy(dtype=int) > 0))
     return deferred_outcomes(observe_outcomes, failed, observe_outcomes["agent_tokens_first_decision"].to_numpy(float),
                              escalation_cost, run=f"{observe_outcomes['run'].iloc[0]} (oracle)", policy="oracle",
                              trigger="oracle", threshold=np.nan, rate=np.nan)
@@ -279,8 +286,8 @@ def oracle_outcomes(observe_outcomes: pd.DataFrame, escalation_cost: float = 1.0
 def oracle_defer_summary(observe_outcomes: pd.DataFrame, n_boot: int = 1000, seed=0, ci: float = 0.95,
                          escalation_cost: float = 1.0, clustered: bool = True) -> pd.DataFrame:
     """The defer oracle, computed exactly from an observe run's :func:`outcome_table`: it escalates exactly
-    the runs that fail, so escalation rate = the failure rate, success over all tasks = the observe run's,
-    success over the non-escalated = 1. Same interval method as :func:`policy_summary` (one row).
+    the runs that fail and have a decision point, so success over all tasks = the observe run's, and over
+    the non-escalated it is 1 when every failed run had a decision point. Same interval method as :func:`policy_summary` (one row).
     Its tokens are those up to the first decision point of a failed run (from the messages' usage)."""
     return policy_summary(oracle_outcomes(observe_outcomes, escalation_cost), n_boot, seed, ci, clustered)
 
@@ -300,7 +307,7 @@ def defer_curve_from_observe(observe_run, thresholds, escalation_cost: float = 1
     with it - those must be simulated.
     """
     run = read_intervention_run(observe_run)
-    observe = outcome_table(observe_run)
+    observe = outcomes_of(run, run_label(observe_run))
     dec = run.decisions.sort_values(["sim", "decision_idx"])
     sim_pos = pd.Index(run.simulations["sim"])
     label = f"{run_label(observe_run)} (defer, exact)"

@@ -38,7 +38,6 @@ from agentuq_nb.intervention.signals import (
     CalibratedSignal,
     OnlineSignal,
     SignalValue,
-    context_overflow_errors,
     key_label,
     online_signal,
 )
@@ -144,6 +143,8 @@ class InterventionPolicy:
         """``resample_vote``: reuse the signal's samples where it drew them, else draw ``k``."""
         drawn = measured.samples
         if drawn is None:
+            from agentuq_nb.uq.action_sampling import context_overflow_errors
+
             try:
                 drawn = ActionSamples.draw(point, self.config.k, self.config.sample_temperature, self.config.seed)
             except context_overflow_errors() as err:

@@ -36,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 
 from agentuq_nb.io.sidecars import SIDECAR_SCHEMA
-from agentuq_nb.records.config import EMBEDDED_MODEL, PolicyConfig
+from agentuq_nb.records.config import PolicyConfig
 from agentuq_nb.sim.decisions import DecisionPoint
 
 #: the fixed signals' names (the estimators' and ``calibrated:<base>`` come on top)
@@ -178,12 +178,12 @@ def action_seed(config_seed: int, call_seed: int) -> int:
 
 def generation_key(generation: Any) -> tuple:
     """The canonical action key of a generation (``uq.action_uq.sample_action_key``)."""
-    from agentuq_nb.uq.action_sampling import sample_row
+    from agentuq_nb.uq.action_sampling import is_malformed_message
     from agentuq_nb.uq.action_uq import sample_action_key
 
     message = generation.message
     return sample_action_key(list(message.get("tool_calls") or []), message.get("content") or "",
-                             sample_row(generation)["malformed"])
+                             is_malformed_message(message))
 
 
 def key_label(key: tuple, generation: Any) -> str:
@@ -194,26 +194,14 @@ def key_label(key: tuple, generation: Any) -> str:
 
 
 def draw_actions(point: DecisionPoint, k: int, temperature: float, config_seed: int) -> list[Any]:
-    """``k`` alternative next messages at ``point``, as ``uq.action_sampling.sample_one`` draws them."""
-    from agentuq_nb import llm
+    """``k`` alternative next messages at ``point``, drawn as ``sample-actions`` draws them
+    (``uq.action_sampling.draw_samples``); the agent's extra LLM arguments ride along."""
+    from agentuq_nb.uq.action_sampling import draw_samples
 
     explicit = {"temperature", "max_tokens", "top_logprobs", "seed", "tools", "tool_choice", "n"}
     request = {key: value for key, value in point.agent_llm_args.items() if key not in explicit}
-    return llm.sample(point.messages, k=k, model=point.agent_llm, tools=point.tools or None,
-                      tool_choice=point.tool_choice if point.tools else None, top_logprobs=point.top_logprobs,
-                      temperature=temperature, seed=action_seed(config_seed, point.call_seed),
-                      max_tokens=point.agent_max_tokens,
-                      **({"fit_context": True} if point.agent_llm == EMBEDDED_MODEL else {}), **request)
-
-
-def context_overflow_errors() -> tuple[type[BaseException], ...]:
-    """What a sampler raises when the point's context does not fit its window (as ``uq.action_sampling``
-    catches): the resamples are then skipped, the signal undefined."""
-    import litellm
-
-    from agentuq_nb import llm
-
-    return (llm.ContextWindowError, litellm.ContextWindowExceededError)
+    return draw_samples(point.messages, k, point.agent_llm, point.tools, point.tool_choice, point.top_logprobs,
+                        temperature, action_seed(config_seed, point.call_seed), point.agent_max_tokens, request)
 
 
 def vote_shares(keys: list[tuple]) -> np.ndarray:
@@ -248,6 +236,8 @@ class ActionSignal(OnlineSignal):
         self.name, self.k, self.temperature, self.seed = name, k, temperature, seed
 
     def value(self, point: DecisionPoint) -> SignalValue:
+        from agentuq_nb.uq.action_sampling import context_overflow_errors
+
         try:
             drawn = ActionSamples.draw(point, self.k, self.temperature, self.seed)
         except context_overflow_errors() as err:

@@ -23,7 +23,6 @@ run, task-clustered intervals) and ``certificate.json``, published together at t
 """
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,9 +30,21 @@ from typing import Any
 
 import pandas as pd
 
+from agentuq_nb.distributed.cluster import connect
+from agentuq_nb.intervention.certify import certify_threshold, heldout_risk
+from agentuq_nb.intervention.outcomes import (
+    defer_curve_from_observe,
+    oracle_defer_summary,
+    outcome_table,
+    policy_summary,
+    random_rate_for,
+    threshold_grid,
+)
+from agentuq_nb.intervention.policies import build_policy
 from agentuq_nb.io.atomic import atomic_write_json, atomic_write_text
 from agentuq_nb.io.run_lock import run_lock
 from agentuq_nb.records.config import ExecutionConfig, InterventionStudyConfig, PolicyConfig, SimulationConfig
+from agentuq_nb.sim.runner import simulate
 
 CALIBRATION = "calibration"
 BASELINE = "baseline"
@@ -79,8 +90,6 @@ def run_study(config: InterventionStudyConfig, folder: str | Path, scheduler: An
               progress: bool = False) -> StudyResult:
     """Run (or resume) the study ``config`` into ``folder``; ``scheduler``: ``local:N`` or a Dask address to
     run each run's simulations on worker processes (one cluster for the whole study)."""
-    from agentuq_nb.distributed.cluster import connect
-
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     with run_lock(folder, "intervention study"):  # one study writer; each run folder has its own lock too
@@ -91,36 +100,24 @@ def run_study(config: InterventionStudyConfig, folder: str | Path, scheduler: An
 
 
 def _run(config: InterventionStudyConfig, folder: Path, client: Any, progress: bool) -> StudyResult:
-    from agentuq_nb.intervention.certify import certify_threshold, heldout_risk, trajectory_signals
-    from agentuq_nb.intervention.outcomes import (
-        defer_curve_from_observe,
-        oracle_defer_summary,
-        outcome_table,
-        policy_summary,
-        random_rate_for,
-        threshold_grid,
-    )
-    from agentuq_nb.intervention.policies import build_policy
-    from agentuq_nb.sim.runner import simulate
-
     execution = ExecutionConfig(scheduler=client, progress=progress)
     seconds: dict[str, float] = {}
+    tables: dict[str, pd.DataFrame] = {}  # each run's outcome table, read once after it is simulated
 
     def simulate_run(run: StudyRun) -> Path:
         start = time.perf_counter()
         simulate(_simulation_config(config, run.seed), folder / run.name, execution, policy=build_policy(run.policy))
         seconds[run.name] = round(time.perf_counter() - start, 1)
+        tables[run.name] = outcome_table(folder / run.name, run.name).assign(target_rate=run.target_rate)
         return folder / run.name
 
     observe = _policy(config, policy="observe")
     calibration = simulate_run(StudyRun(CALIBRATION, observe, config.calibration_seed))
     baseline = simulate_run(StudyRun(BASELINE, observe, config.seed))
 
-    cal_signals = trajectory_signals(calibration, config.signal)
-    base_signals = trajectory_signals(baseline, config.signal)
-    grid = threshold_grid(cal_signals, config.rates)
+    grid = threshold_grid(tables[CALIBRATION], config.rates)
     thresholds = [float(t) for t in grid["threshold"]]
-    random_rates = [float(random_rate_for(rate, base_signals["n_decisions"])) for rate in config.rates]
+    random_rates = [float(random_rate_for(rate, tables[BASELINE]["num_decisions"])) for rate in config.rates]
     certificate = certify_threshold(calibration, config.signal, config.risk, config.alpha)
 
     runs: list[StudyRun] = []
@@ -145,30 +142,18 @@ def _run(config: InterventionStudyConfig, folder: Path, client: Any, progress: b
     for run in runs:
         simulate_run(run)
 
-    all_runs = [StudyRun(CALIBRATION, observe, config.calibration_seed), StudyRun(BASELINE, observe, config.seed), *runs]
-    outcomes = pd.concat([outcome_table(folder / r.name, r.name).assign(target_rate=r.target_rate)
-                          for r in all_runs], ignore_index=True)
+    outcomes = pd.concat(tables.values(), ignore_index=True)  # calibration, baseline, then the plan's order
     summary = policy_summary(outcomes, n_boot=config.n_boot, seed=config.seed)
-    summary.insert(1, "target_rate", summary["run"].map({r.name: r.target_rate for r in all_runs}))
+    summary.insert(1, "target_rate", summary["run"].map({name: t["target_rate"].iloc[0] for name, t in tables.items()}))
     exact = defer_curve_from_observe(baseline, thresholds, escalation_cost=config.escalation_cost,
                                      n_boot=config.n_boot, seed=config.seed)
     exact = exact.assign(run=[run_name("defer", "rate", r) + " (exact)" for r in config.rates],
                          target_rate=config.rates)
-    oracle = oracle_defer_summary(outcomes[outcomes["run"] == BASELINE], n_boot=config.n_boot, seed=config.seed,
+    oracle = oracle_defer_summary(tables[BASELINE], n_boot=config.n_boot, seed=config.seed,
                                   escalation_cost=config.escalation_cost).assign(run="defer_oracle (exact)")
     summary = pd.concat([summary, exact, oracle], ignore_index=True)
-    threshold = certificate.get("threshold")
-    certificate = {**certificate, "signal": config.signal, "risk": config.risk, "alpha": config.alpha,
-                   "heldout": heldout_risk(baseline, threshold, config.signal)}
+    certificate = {**certificate, "heldout": heldout_risk(baseline, certificate.get("threshold"), config.signal)}
     atomic_write_text(folder / "outcomes.csv", outcomes.to_csv(index=False))
     atomic_write_text(folder / "summary.csv", summary.to_csv(index=False))
-    atomic_write_json(folder / "certificate.json", json.loads(json.dumps(certificate, default=_jsonable)))
+    atomic_write_json(folder / "certificate.json", certificate)
     return StudyResult(folder, outcomes, summary, certificate, plan, seconds)
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, pd.DataFrame):
-        return value.to_dict(orient="records")
-    if hasattr(value, "item"):
-        return value.item()
-    return str(value)

@@ -373,7 +373,7 @@ class Orchestrator:
         if self.policy is not None:
             simulation["intervention"] = intervention_block(
                 self.policy, self.decisions, self.escalated, env_reward, self.agent_tokens,
-                float(getattr(self.policy, "escalation_cost", 1.0)))
+                float(self.policy.escalation_cost))
         json.dumps(simulation, allow_nan=False)  # fail here, not when the results are written
         return SimulationResult(simulation, self.rows)
 

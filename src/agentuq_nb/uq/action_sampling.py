@@ -201,13 +201,41 @@ def decision_seed(config_seed: int, sim: Simulation, decision_idx: int) -> int:
     return zlib.crc32(key.encode("utf-8")) & 0x3FFFFFFF
 
 
+def is_malformed_message(message: dict[str, Any]) -> bool:
+    """A generated message whose tool call did not parse: arguments that are not an object, or text that
+    opens a call the model did not finish."""
+    calls = message.get("tool_calls") or []
+    return any(not isinstance(c.get("arguments"), dict) for c in calls) or (
+        not calls and TOOL_CALL_OPEN in (message.get("content") or ""))
+
+
+def context_overflow_errors() -> tuple[type[BaseException], ...]:
+    """What a sampler raises when a decision point's context does not fit its window (the point is skipped)."""
+    import litellm
+
+    from agentuq_nb import llm
+
+    return (llm.ContextWindowError, litellm.ContextWindowExceededError)
+
+
+def draw_samples(messages: list[dict], k: int, model: str, tools: list[dict] | None, tool_choice: str | None,
+                 top_logprobs: int, temperature: float, seed: int, max_tokens: int, request: dict[str, Any]) -> list:
+    """K alternative next messages of the agent at one decision point (``llm.sample``; the embedded model
+    fits the context by leaving the oldest middle turns out). Used offline here and online by the
+    intervention policies, so that both draw alike."""
+    from agentuq_nb import llm
+
+    return llm.sample(messages, k=k, model=model, tools=tools or None, tool_choice=tool_choice if tools else None,
+                      top_logprobs=top_logprobs, temperature=temperature, seed=seed, max_tokens=max_tokens,
+                      **({"fit_context": True} if model == EMBEDDED_MODEL else {}), **request)
+
+
 def sample_row(generation: Any) -> dict[str, Any]:
     """The sample-specific columns of one ``llm.Generation``."""
     message = generation.message
     calls = message.get("tool_calls") or []
     content = message.get("content")
-    malformed = any(not isinstance(c.get("arguments"), dict) for c in calls) or (
-        not calls and TOOL_CALL_OPEN in (content or ""))
+    malformed = is_malformed_message(message)
     tokens = generation.tokens
     usage = generation.usage or {}
     logprobs = [float(r["chosen_logprob"]) for r in tokens]
@@ -227,25 +255,19 @@ def sample_row(generation: Any) -> dict[str, Any]:
 
 def sample_one(job: SamplingJob) -> SampledTrajectory:
     """K samples at each decision point of one trajectory (rows in ``records.action_samples``' schema)."""
-    import litellm
-
-    from agentuq_nb import llm
-
     sim, config = job.sim, job.config
     history = [agent_visible(m) for m in conversation(sim)]
     keys = {"domain": job.domain, "task_id": str(sim.task_id), "trial": sim.trial, "seed": sim.seed}
-    local = job.model == EMBEDDED_MODEL
+    overflow = context_overflow_errors()
     out = SampledTrajectory(ACTION_SAMPLE_SCHEMA.empty_table())
     rows: list[dict] = []
     for d in job.decisions:
         base_seed = decision_seed(config.seed, sim, d.decision_idx)
         messages = [{"role": "system", "content": job.system}, *history[:d.message_idx]]
         try:
-            samples = llm.sample(messages, k=config.k, model=job.model, tools=job.tools or None,
-                                 tool_choice=d.tool_choice if job.tools else None, top_logprobs=config.top_logprobs,
-                                 temperature=config.temperature, seed=base_seed, max_tokens=job.max_tokens,
-                                 **({"fit_context": True} if local else {}), **job.request)
-        except (llm.ContextWindowError, litellm.ContextWindowExceededError):
+            samples = draw_samples(messages, config.k, job.model, job.tools, d.tool_choice, config.top_logprobs,
+                                   config.temperature, base_seed, job.max_tokens, job.request)
+        except overflow:
             out.overflow_decisions += 1
             continue
         out.decisions += 1
