@@ -55,7 +55,10 @@ METRIC_NAMES = {"auroc_failure_vs_uncertainty": "auroc", "auarc": "auarc", "pear
 OURS = """
 import sys
 from agentuq_nb.cli import app
-app(["analyze", sys.argv[1], "--out", sys.argv[2], "--n-boot", "200"], standalone_mode=False)
+# standalone_mode=False returns the exit code of a refused input instead of exiting with it
+code = app(["analyze", sys.argv[1], "--out", sys.argv[2], "--n-boot", "200"], standalone_mode=False)
+if code:
+    sys.exit(code)
 """
 OURS_EXTRACT = """
 import sys
@@ -140,8 +143,9 @@ def split_per_message(src: Path, dst: Path) -> None:
         by_stamp: dict[str, list[str]] = {}
         for line in lines:
             by_stamp.setdefault(json.loads(line)["message_timestamp"], []).append(line)
+        trajectory_file = refs[0]["raw_data"]["uq_logprobs"]["path"]
         for i, message in enumerate(refs):
-            name = refs[0]["raw_data"]["uq_logprobs"]["path"].removesuffix(".jsonl") + f"_m{i}.jsonl"
+            name = trajectory_file.removesuffix(".jsonl") + f"_m{i}.jsonl"
             (dst / name).write_text("\n".join(by_stamp[message["timestamp"]]) + "\n")
             message["raw_data"]["uq_logprobs"]["path"] = name
     (dst / "results.json").write_text(json.dumps(results))
@@ -157,6 +161,14 @@ def run_agentuq(agentuq: Path, src: Path, out: Path) -> tuple[float, float, floa
                               "--results", str(src / "agentuq" / "results_agentuq.json"),
                               "--output-dir", str(out / "eval"), "--failure-threshold", "1.0")
     return t_an, m_an, t_ev, m_ev
+
+
+def check_run(run_dir: Path, rows: int) -> None:
+    """A timed run counts only if it extracted every row and wrote its metrics."""
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    if manifest.get("num_tokens") != rows or not (run_dir / "eval_metrics.json").is_file():
+        raise AssertionError(f"{run_dir}: {manifest.get('num_tokens')} token rows extracted of {rows}, "
+                             f"metrics {'written' if (run_dir / 'eval_metrics.json').is_file() else 'missing'}")
 
 
 def relative_difference(a: float, b: float) -> float:
@@ -223,6 +235,7 @@ def main() -> None:
         shutil.rmtree(run_dir, ignore_errors=True)
         warm_page_cache(src)
         t_ours, m_ours = run_measured(OURS, str(src / "results.json"), str(run_dir))
+        check_run(run_dir, rows)
         print(f"ours end to end (one process)   {t_ours:7.2f} s  {m_ours:6.0f} MiB  {rows / t_ours:12,.0f} rows/s")
         extract_dir = workdir / f"extract_{size}"
         shutil.rmtree(extract_dir, ignore_errors=True)
@@ -260,6 +273,7 @@ def main() -> None:
             shutil.rmtree(split_run, ignore_errors=True)
             warm_page_cache(split)
             t_split, m_split = run_measured(OURS, str(split / "results.json"), str(split_run))
+            check_run(split_run, rows)
             n_split = sum(1 for _ in (split / "sidecars").iterdir())
             print(f"same rows, one sidecar per message ({n_split:,} files): ours {t_split:.2f} s, {m_split:.0f} MiB "
                   f"(peak memory {m_split / m_ours:.2f}x that with {n_sims:,} files)")

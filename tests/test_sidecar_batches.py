@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from agentuq_nb.io.errors import InputError, InputWarnings
 from agentuq_nb.io.sidecars import SidecarReader
 from agentuq_nb.io.synthetic import write_synthetic_results
+from agentuq_nb.io.token_sources import SidecarResolver
 from agentuq_nb.io.token_table import read_token_table
 from agentuq_nb.records.tokens import topk_statistics
 from agentuq_nb.uq.aggregation import aggregate, trajectory_summary, turn_summary
@@ -52,6 +53,33 @@ def test_batching_does_not_change_the_rows(tmp_path):
     # simulation order, then message and token order, within every trajectory
     order = tokens.assign(sim=tokens["task_id"].astype(int)).sort_values(["sim", "message_idx", "token_idx"], kind="stable")
     assert (order.index == tokens.index).all()
+
+
+def test_more_sidecars_than_the_resolver_remembers(tmp_path, monkeypatch):
+    """One sidecar per message, more distinct files than the resolver keeps resolved: the same rows as one
+    sidecar per trajectory (the bound once made the lookup of the path that crossed it fail)."""
+    results = write_synthetic_results(tmp_path / "src", num_simulations=4, messages_per_simulation=9,
+                                      tokens_per_message=3, forms=("sidecar",))
+    data = json.loads(results.read_text())
+    for sim in data["simulations"]:
+        for i, message in enumerate(sim["messages"]):
+            ref = (message.get("raw_data") or {}).get("uq_logprobs")
+            if not ref:
+                continue
+            rows = [line for line in (results.parent / ref["path"]).read_text().splitlines()
+                    if json.loads(line)["message_timestamp"] == message["timestamp"]]
+            ref["path"] = ref["path"].removesuffix(".jsonl") + f"_message{i}.jsonl"
+            (results.parent / ref["path"]).write_text("\n".join(rows) + "\n")
+    split = tmp_path / "split" / "results.json"
+    split.parent.mkdir()
+    split.write_text(json.dumps(data))
+    shutil.copytree(results.parent / "sidecars", split.parent / "sidecars")
+    monkeypatch.setattr(SidecarResolver, "RESOLVED_PATHS_KEPT", 3)
+    per_message = extract(split, tmp_path / "per_message")
+    per_trajectory = extract(results, tmp_path / "per_trajectory")
+    assert per_message.num_tokens == per_trajectory.num_tokens > 0
+    columns = [c for c in _tokens(tmp_path / "per_trajectory").columns if c != "message_timestamp"]
+    pd.testing.assert_frame_equal(_tokens(tmp_path / "per_message")[columns], _tokens(tmp_path / "per_trajectory")[columns])
 
 
 @pytest.mark.parametrize("missing_keys", [False, True])

@@ -20,7 +20,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -37,7 +37,8 @@ RAW_COLUMNS = [
     "message_timestamp",
 ]
 RAW_SCHEMA = pa.schema([TOKEN_SCHEMA.field(name) for name in RAW_COLUMNS])
-SIMULATION_KEYS = ("task_id", "trial", "seed")  # a sidecar row's own trajectory (agentuq writes them on every row)
+SIMULATION_KEYS = ("task_id", "trial", "seed")
+_UNRESOLVED = object()  # a path not looked up yet (None means looked up and not found)  # a sidecar row's own trajectory (agentuq writes them on every row)
 
 
 @dataclass
@@ -52,6 +53,8 @@ class SidecarResolver:
     results_path: Path
     sidecar_dir: Path | None = None
     cache_size: int = 2
+    #: sidecar paths whose resolution is remembered (a results file may name hundreds of thousands)
+    RESOLVED_PATHS_KEPT: ClassVar[int] = 10_000
     #: what the files parsed so far lack (empty files, blank lines, rows without role or token)
     warnings: InputWarnings = field(default_factory=InputWarnings)
     _cache: OrderedDict = field(default_factory=OrderedDict)
@@ -77,11 +80,12 @@ class SidecarResolver:
     def resolve(self, recorded: str) -> Path | None:
         if not isinstance(recorded, str):  # not a path at all: reported by not_found()
             return None
-        if recorded not in self._resolved:
-            self._resolved[recorded] = self._find(recorded)
-            if len(self._resolved) > 10_000:  # bounded: one entry per distinct sidecar path
+        found = self._resolved.get(recorded, _UNRESOLVED)
+        if found is _UNRESOLVED:
+            if len(self._resolved) >= self.RESOLVED_PATHS_KEPT:  # bounded: one entry per distinct sidecar path
                 self._resolved.clear()
-        return self._resolved[recorded]
+            found = self._resolved[recorded] = self._find(recorded)
+        return found
 
     def _candidates(self, recorded: str) -> list[Path]:
         rec = Path(recorded)
