@@ -219,6 +219,8 @@ def main() -> None:
     parser.add_argument("--flat-at", type=int, default=None, help="size at which memory vs number of sidecars is "
                         "measured (default: the smallest size; 0: not measured)")
     parser.add_argument("--plain", action="store_true", help="also time our own straw man (plain_pipeline.py)")
+    parser.add_argument("--data-seed", type=int, default=0, help="seed of the synthetic inputs (another value: inputs "
+                        "not seen while tuning, in folders of their own)")
     args = parser.parse_args()
     agentuq = agentuq_dir(args.agentuq)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench_pipeline_"))
@@ -228,16 +230,17 @@ def main() -> None:
     for size in sorted(args.sizes):
         n_sims = max(1, size // rows_per_sim)
         rows = n_sims * rows_per_sim
-        src = workdir / f"results_{size}"
-        prepare(src, n_sims, TOKENS_PER_MESSAGE, seed=size)
-        run_dir = workdir / f"run_{size}"
+        tag = f"{size}" if args.data_seed == 0 else f"{size}_seed{args.data_seed}"
+        src = workdir / f"results_{tag}"
+        prepare(src, n_sims, TOKENS_PER_MESSAGE, seed=size + args.data_seed)
+        run_dir = workdir / f"run_{tag}"
         print(f"\n== {rows:,} token rows in {n_sims:,} sidecars ({sum(p.stat().st_size for p in (src / 'sidecars').iterdir()) / 2**20:,.0f} MiB)")
         shutil.rmtree(run_dir, ignore_errors=True)
         warm_page_cache(src)
         t_ours, m_ours = run_measured(OURS, str(src / "results.json"), str(run_dir))
         check_run(run_dir, rows)
         print(f"ours end to end (one process)   {t_ours:7.2f} s  {m_ours:6.0f} MiB  {rows / t_ours:12,.0f} rows/s")
-        extract_dir = workdir / f"extract_{size}"
+        extract_dir = workdir / f"extract_{tag}"
         shutil.rmtree(extract_dir, ignore_errors=True)
         t_ext, m_ext = run_measured(OURS_EXTRACT, str(src / "results.json"), str(extract_dir))
         shutil.rmtree(extract_dir, ignore_errors=True)
@@ -248,7 +251,7 @@ def main() -> None:
         print(f"DuckDB parse to Arrow           {t_arrow:7.2f} s  {m_arrow:6.0f} MiB  (every column extract reads)")
         print(f"  → our extract / DuckDB bare parse: {t_ext / t_duck:.2f}x;  / DuckDB parse to Arrow: {t_ext / t_arrow:.2f}x")
         if agentuq is not None:
-            agentuq_out = workdir / f"agentuq_{size}"
+            agentuq_out = workdir / f"agentuq_{tag}"
             warm_page_cache(src)
             t_an, m_an, t_ev, m_ev = run_agentuq(agentuq, src, agentuq_out)
             t_aq, m_aq = t_an + t_ev, max(m_an, m_ev)
@@ -260,16 +263,16 @@ def main() -> None:
             print(f"  agreement on {n:,} trajectory rows: summary values ≤ {worst_value:.1e} relative, "
                   f"metrics ≤ {worst_metric:.1e} relative")
         if args.plain:
-            plain_dir = workdir / f"plain_{size}"
+            plain_dir = workdir / f"plain_{tag}"
             warm_page_cache(src)
             t_plain, m_plain = run_measured(RUN_SCRIPT, str(PLAIN), "full", str(src / "results.json"), str(plain_dir))
             shutil.rmtree(plain_dir, ignore_errors=True)
             print(f"our straw man (plain_pipeline)  {t_plain:7.2f} s  {m_plain:6.0f} MiB  → {t_plain / t_ours:.1f}x ours "
                   "(our own per-row Python baseline, not AgentUQ's code)")
         if size == flat_at:
-            split = workdir / f"results_{size}_per_message"
+            split = workdir / f"results_{tag}_per_message"
             split_per_message(src, split)
-            split_run = workdir / f"run_{size}_per_message"
+            split_run = workdir / f"run_{tag}_per_message"
             shutil.rmtree(split_run, ignore_errors=True)
             warm_page_cache(split)
             t_split, m_split = run_measured(OURS, str(split / "results.json"), str(split_run))

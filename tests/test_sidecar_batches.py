@@ -23,7 +23,7 @@ from agentuq_nb.io.token_table import read_token_table
 from agentuq_nb.records.tokens import topk_statistics
 from agentuq_nb.uq.aggregation import aggregate, trajectory_summary, turn_summary
 from agentuq_nb.uq.extraction import extract
-from agentuq_nb.uq.token_metrics import _topk_stats
+from agentuq_nb.uq.token_metrics import topk_stats
 
 
 def _tokens(run: Path) -> pd.DataFrame:
@@ -53,6 +53,38 @@ def test_batching_does_not_change_the_rows(tmp_path):
     # simulation order, then message and token order, within every trajectory
     order = tokens.assign(sim=tokens["task_id"].astype(int)).sort_values(["sim", "message_idx", "token_idx"], kind="stable")
     assert (order.index == tokens.index).all()
+
+
+def test_timestamps_shared_between_simulations(tmp_path):
+    """Rows are placed by their message's timestamp: the lookup by stamp (each stamp in one simulation) and
+    the search by (simulation, stamp) (stamps that repeat across simulations) place them alike."""
+    results = write_synthetic_results(tmp_path / "src", num_simulations=3, messages_per_simulation=7,
+                                      tokens_per_message=3, forms=("sidecar",))
+    data = json.loads(results.read_text())
+    first, second = data["simulations"][0], data["simulations"][1]
+    renamed = {m["timestamp"]: f["timestamp"] for m, f in zip(second["messages"], first["messages"])}
+    for message in second["messages"]:
+        message["timestamp"] = renamed[message["timestamp"]]
+    sidecars = {m["raw_data"]["uq_logprobs"]["path"] for m in second["messages"]
+                if (m.get("raw_data") or {}).get("uq_logprobs")}
+    for name in sidecars:
+        path = results.parent / name
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        path.write_text("".join(json.dumps({**r, "message_timestamp": renamed[r["message_timestamp"]]}) + "\n"
+                                for r in rows))
+    shared = tmp_path / "shared" / "results.json"
+    shared.parent.mkdir()
+    shared.write_text(json.dumps(data))
+    shutil.copytree(results.parent / "sidecars", shared.parent / "sidecars")
+    original = write_synthetic_results(tmp_path / "original", num_simulations=3, messages_per_simulation=7,
+                                       tokens_per_message=3, forms=("sidecar",))
+    extract(original, tmp_path / "run_original")
+    columns = [c for c in _tokens(tmp_path / "run_original").columns if c != "message_timestamp"]
+    for batch_bytes in (1, 1 << 30):  # a simulation per batch (stamps unique), all in one (stamps repeat)
+        report = extract(shared, tmp_path / f"run_{batch_bytes}", batch_bytes=batch_bytes)
+        assert not report.warnings.counts
+        pd.testing.assert_frame_equal(_tokens(tmp_path / f"run_{batch_bytes}")[columns],
+                                      _tokens(tmp_path / "run_original")[columns])
 
 
 def test_more_sidecars_than_the_resolver_remembers(tmp_path, monkeypatch):
@@ -169,7 +201,7 @@ topk_lists = st.one_of(
 @settings(max_examples=200, deadline=None)
 @given(st.lists(topk_lists, min_size=1, max_size=20))
 def test_vectorized_topk_statistics_equal_the_scalar_reference(rows):
-    entropy, mass, normalized = _topk_stats(pa.array(rows, pa.list_(pa.float64())), "test", InputWarnings())
+    entropy, mass, normalized = topk_stats(pa.array(rows, pa.list_(pa.float64())), "test", InputWarnings())
     for i, row in enumerate(rows):
         for got, want in zip((entropy[i], mass[i], normalized[i]), topk_statistics(row)):
             if want is None:

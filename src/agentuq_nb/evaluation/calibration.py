@@ -8,8 +8,9 @@ failure_threshold``) is the positive class; a score is oriented so that higher =
   score with a weak L2 penalty (``C = PLATT_C``): Platt's sigmoid, kept finite when a small run's
   classes separate; isotonic regression - sklearn ``IsotonicRegression(out_of_bounds="clip")``,
   increasing, in [0, 1]. A fitted :class:`Calibrator` is applied to another run's scores (transfer).
-* **Cross-fitting** (:func:`cross_fitted_probabilities`): ``GroupKFold`` by task, so a trajectory's
-  probability always comes from a map fitted on other tasks only (``fold`` says which).
+* **Cross-fitting** (:func:`cross_fitted_probabilities`): ``StratifiedGroupKFold`` by task and failure label
+  (``GroupKFold`` when a class is too rare to reach every fold), so a trajectory's probability always
+  comes from a map fitted on other tasks only (``fold`` says which).
 * **Scores of a probability**: :func:`expected_calibration_error` over equal-mass bins, with the
   debiased L2 estimator of Kumar, Liang & Ma (2019, "Verified uncertainty calibration"): the plug-in
   squared gap ``(p̄_b - ȳ_b)²`` of a bin overstates the true one by the sampling variance of the
@@ -145,7 +146,7 @@ def group_folds(groups, n_splits: int = 5, seed=0, rows=None, labels=None) -> np
 
 def cross_fitted_probabilities(scores, failure, groups, method: str = "platt", n_splits: int = 5, seed=0,
                                invert: bool = False) -> CrossFit:
-    """Failure probability of every row from a calibrator fitted on the other folds of ``GroupKFold`` by
+    """Failure probability of every row from a calibrator fitted on the other folds (:func:`group_folds`) by
     ``groups`` (the task): no row is scored by a map that saw its task. Rows with a non-finite score are
     neither fitted on nor scored (probability NaN, fold -1)."""
     _check_method(method)

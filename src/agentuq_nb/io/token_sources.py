@@ -220,6 +220,7 @@ def batch_raw_tokens(
     inline: dict[str, list] = {name: [] for name in RAW_COLUMNS}
     inline_pos: list[int] = []
     pieces: list[tuple[int, Path, list[int]]] = []  # (simulation position, sidecar, messages that reference it)
+    recorded_counts: list[tuple[int, int, int, Path]] = []  # (simulation position, message, its num_tokens, sidecar)
     for pos, sim in enumerate(sims):
         keys = {"domain": domain, "task_id": str(sim.task_id), "trial": sim.trial, "seed": sim.seed}
         by_sidecar: dict[Path, list[int]] = {}
@@ -230,6 +231,8 @@ def batch_raw_tokens(
                 if path is None:
                     raise resolver.not_found(ref["path"], f"simulation {sim.id} message {idx}")
                 by_sidecar.setdefault(path, []).append(idx)
+                if (count := ref_num_tokens(ref)) is not None:
+                    recorded_counts.append((pos, idx, count, path))
                 continue
             items = inline_logprob_items(message)
             if items is not None:
@@ -260,6 +263,8 @@ def batch_raw_tokens(
         if missing:
             tables.update(resolver.read_many(missing))
         table, pos = _sidecar_rows(pieces, tables, sims, domain, resolver, warnings)
+        _count_differing(recorded_counts, sims, pos, table.column("message_idx").to_numpy(), table.column("scorer"),
+                         resolver.results_path, warnings)
         if table.num_rows:
             parts.append(table)
             positions.append(pos)
@@ -318,10 +323,18 @@ def _sidecar_rows(
         keys, first = np.unique(message_key, return_index=True)  # (simulation, stamp) → its first message
         key_message = np.array([i for _, i, _ in stamped], dtype=np.int64)[first]
         code = pc.fill_null(pc.index_in(table.column("message_timestamp"), value_set=values), -1).to_numpy(zero_copy_only=False)
-        row_key = row_pos * width + code
-        at = np.minimum(np.searchsorted(keys, row_key), len(keys) - 1)
-        found = (code >= 0) & (keys[at] == row_key)
-        message_idx[found] = key_message[at[found]]
+        if len(keys) == len(values):  # each stamp in one simulation (the usual case): a lookup by stamp
+            key_stamp, key_sim = keys % width, keys // width
+            stamp_sim, stamp_message = np.empty(len(values), np.int64), np.empty(len(values), np.int64)
+            stamp_sim[key_stamp], stamp_message[key_stamp] = key_sim, key_message
+            at = np.maximum(code, 0)
+            found = (code >= 0) & (stamp_sim[at] == row_pos)
+            message_idx[found] = stamp_message[at[found]]
+        else:
+            row_key = row_pos * width + code
+            at = np.minimum(np.searchsorted(keys, row_key), len(keys) - 1)
+            found = (code >= 0) & (keys[at] == row_key)
+            message_idx[found] = key_message[at[found]]
     recorded = table.column("message_idx").to_numpy(zero_copy_only=False).astype(np.float64)
     use_recorded = (message_idx < 0) & (recorded >= 0) & (recorded < n_messages[row_pos])  # NaN compares False
     message_idx[use_recorded] = recorded[use_recorded]
@@ -371,7 +384,6 @@ def _sidecar_rows(
         else:
             default_source = pc.if_else(pc.equal(columns["scorer"], "self"), pa.scalar("generated"), pa.scalar("chat_replay"))
             columns["source"] = pc.coalesce(columns["source"], default_source)
-    _count_differing(pieces, sims, row_pos, message_idx, columns["scorer"], results_path, warnings)
     return pa.table([columns[name] for name in RAW_COLUMNS], schema=RAW_SCHEMA), row_pos
 
 
@@ -380,8 +392,11 @@ def _message_roles(role: pa.ChunkedArray, sims: Sequence[Simulation], message_of
     """A placed row's role is its message's: a missing or empty role (counted where the file was read) is
     filled in, one that names another role is counted and replaced (a row never makes a group of its own)."""
     roles = pa.array([str(m.role) for s in sims for m in s.messages], pa.string()).take(pa.array(message_of_row))
+    differs = pc.fill_null(pc.not_equal(role, roles), False)
+    if not pc.any(differs).as_py():  # the usual case: every row names its message's role (or none)
+        return roles
     given = pc.if_else(pc.equal(pc.utf8_trim_whitespace(role), ""), pa.scalar(None, pa.string()), role)
-    differs = pc.fill_null(pc.not_equal(given, roles), False)
+    differs = pc.fill_null(pc.not_equal(given, roles), False)  # a blank role is a missing one, not another
     if pc.any(differs).as_py():
         first = int(pc.index(differs, True).as_py())
         warnings.add("sidecar_rows_role_differs", f"{results_path} simulation {sims[row_pos[first]].id} message "
@@ -392,30 +407,31 @@ def _message_roles(role: pa.ChunkedArray, sims: Sequence[Simulation], message_of
 
 def num_tokens(message) -> int | None:
     """The ``uq_logprobs.num_tokens`` a message records for its sidecar rows (None: not recorded)."""
-    value = (uq_logprobs_ref(message) or {}).get("num_tokens")
+    return ref_num_tokens(uq_logprobs_ref(message) or {})
+
+
+def ref_num_tokens(ref: dict) -> int | None:
+    """The ``num_tokens`` a sidecar reference records (None: not recorded or not a count)."""
+    value = ref.get("num_tokens")
     try:
         return None if value is None or isinstance(value, bool) else int(value)
     except (TypeError, ValueError):
         return None
 
 
-def _count_differing(pieces: list[tuple[int, Path, list[int]]], sims: Sequence[Simulation], row_pos: np.ndarray,
+def _count_differing(expected: list[tuple[int, int, int, Path]], sims: Sequence[Simulation], row_pos: np.ndarray,
                      message_idx: np.ndarray, scorer: pa.ChunkedArray | pa.Array, results_path: Path,
                      warnings: InputWarnings) -> None:
-    """Count the messages whose own (scorer ``self``) sidecar rows are not the ``num_tokens`` they record."""
-    expected = [(pos, i, n, path) for pos, path, referencing in pieces for i in referencing
-                if (n := num_tokens(sims[pos].messages[i])) is not None]
+    """Count the messages whose own (scorer ``self``) sidecar rows are not the ``num_tokens`` they record
+    (``expected``: simulation position, message, num_tokens, sidecar)."""
     if not expected:
         return
     width = max(len(s.messages) for s in sims) + 1
     own = pc.equal(scorer, "self").to_numpy(zero_copy_only=False)
-    placed, counts = np.unique(row_pos[own] * width + message_idx[own], return_counts=True)
-    wanted = np.array([pos * width + i for pos, i, _, _ in expected], dtype=np.int64)
-    got = np.zeros(len(wanted), dtype=np.int64)
-    if len(placed):
-        at = np.minimum(np.searchsorted(placed, wanted), len(placed) - 1)
-        hit = placed[at] == wanted
-        got[hit] = counts[at[hit]]
+    key = row_pos * width + message_idx
+    # rows per (simulation, message) of the batch: a count per slot (a few thousand), no sort of the rows
+    counts = np.bincount(key if own.all() else key[own], minlength=len(sims) * width)
+    got = counts[np.array([pos * width + i for pos, i, _, _ in expected], dtype=np.int64)]
     differs = np.flatnonzero(got != np.array([n for _, _, n, _ in expected], dtype=np.int64))
     if differs.size:
         pos, i, n, path = expected[differs[0]]

@@ -56,7 +56,7 @@ def _clean_chosen(chosen: np.ndarray, where: Where, warnings: InputWarnings) -> 
     return np.minimum(chosen, 0.0, where=~np.isnan(chosen), out=chosen)
 
 
-def _topk_stats(topk: pa.ChunkedArray | pa.Array, where: Where, warnings: InputWarnings):
+def topk_stats(topk: pa.ChunkedArray | pa.Array, where: Where, warnings: InputWarnings):
     """Vectorized top-k entropy, mass and normalized entropy for a list<double> column.
 
     With p = exp(lp) and m = Σ p, the sums need one exp per entry and no log:
@@ -66,24 +66,28 @@ def _topk_stats(topk: pa.ChunkedArray | pa.Array, where: Where, warnings: InputW
         topk = topk.combine_chunks() if topk.num_chunks else pa.array([], pa.list_(pa.float64()))
     n = len(topk)
     lengths = pc.fill_null(pc.list_value_length(topk), 0).to_numpy(zero_copy_only=False).astype(np.int64)
-    flat = pc.list_flatten(topk).to_numpy(zero_copy_only=False).astype(np.float64)
+    flat = pc.list_flatten(topk).to_numpy(zero_copy_only=False)
     bad = ~np.isfinite(flat)
+    any_bad = bool(bad.any())
     row_of = None
-    if bad.any():
+    if any_bad:
         row_of = np.repeat(np.arange(n), lengths)
         _count(warnings, "topk_logprob_nonfinite_dropped", where, bad, row_of)
-        flat = np.where(bad, -np.inf, flat)  # exp(−inf) = 0: a dropped entry adds nothing
-    lp = np.minimum(flat, 0.0)
+    lp = np.minimum(flat, 0.0, dtype=np.float64)  # a new array: the steps below work in place
+    if any_bad:
+        lp[bad] = 0.0  # any finite value: its p and p·lp are zeroed below
     p = np.exp(lp)
-    with np.errstate(invalid="ignore"):
-        p_lp = np.where(p > 0, p * lp, 0.0)  # 0·log 0 = 0 (also for entries that underflow)
+    p_lp = np.multiply(p, lp, out=lp)  # p = 0 (underflow) gives 0·lp = 0, as 0·log 0 = 0
+    if any_bad:
+        p[bad] = 0.0  # a dropped entry adds nothing
+        p_lp[bad] = 0.0
     if lengths.all():  # every row has a top-k: sum the contiguous runs
         starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]) if n else lengths
         per_row = lambda x: np.add.reduceat(x, starts) if n else x[:0]  # noqa: E731
     else:
         row_of = np.repeat(np.arange(n), lengths) if row_of is None else row_of
         per_row = lambda x: np.bincount(row_of, weights=x, minlength=n)  # noqa: E731
-    k = lengths - (per_row(bad.astype(np.float64)) if bad.any() else 0.0)  # entries that count
+    k = lengths - (per_row(bad.astype(np.float64)) if any_bad else 0.0)  # entries that count
     mass = per_row(p)
     sum_p_lp = per_row(p_lp)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -135,7 +139,7 @@ def with_token_metrics(raw: pa.Table, where: Where = "", warnings: InputWarnings
     chosen = raw.column("chosen_logprob").to_numpy(zero_copy_only=False) if n else np.zeros(0)
     chosen = _clean_chosen(np.asarray(chosen, dtype=np.float64), where, warnings)
     _count(warnings, "tokens_without_chosen_logprob", where, np.isnan(chosen))
-    entropy, mass, normalized = _topk_stats(raw.column("topk_logprobs"), where, warnings) if n else (np.zeros(0),) * 3
+    entropy, mass, normalized = topk_stats(raw.column("topk_logprobs"), where, warnings) if n else (np.zeros(0),) * 3
     if n and "topk_tokens" in raw.column_names:  # the statistics use the log-probs; the texts label them
         lengths = [pc.fill_null(pc.list_value_length(raw.column(c)), 0).to_numpy(zero_copy_only=False)
                    for c in ("topk_tokens", "topk_logprobs")]
