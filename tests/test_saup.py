@@ -122,7 +122,7 @@ def test_hmm_weights_are_posterior_failure_rates():
     from hmmlearn.hmm import GaussianHMM
 
     seqs, us, failed = _hmm_inputs()
-    model, w = saup._fit_hmm(seqs, failed.astype(float), seed=0)
+    model, w = saup.fit_hmm(seqs, failed.astype(float), seed=0)
     assert isinstance(model, GaussianHMM) and model.n_components == 3
     mass = np.stack([model.predict_proba(s).sum(axis=0) for s in seqs])
     den = mass.sum(axis=0)

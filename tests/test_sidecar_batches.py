@@ -191,6 +191,30 @@ def test_reader_keeps_file_and_line_order_and_reads_python_json(tmp_path):
     assert tables[2].column("message_timestamp").null_count == 2
 
 
+@pytest.mark.parametrize("blank_line", [False, True])
+def test_reader_cuts_rows_by_file_with_or_without_blank_lines(tmp_path, blank_line):
+    """Files parsed as one (no blank line) or file by file (a blank line): the same rows per file, also for
+    a last line without a newline and an empty file; a file DuckDB refuses is named either way."""
+    a, b, empty, c = (tmp_path / f"{name}.jsonl" for name in ("a", "b", "empty", "c"))
+    row = '{{"token_idx": {}, "role": "{}", "token": "t", "chosen_logprob": -0.5}}'.format
+    a.write_text(row(0, "user") + "\n" + ("\n" if blank_line else "") + row(1, "user"))  # no newline at the end
+    b.write_text(row(7, "assistant") + "\n")
+    empty.write_text("")
+    c.write_text("".join(row(i, "assistant") + "\n" for i in range(3)))
+    reader = SidecarReader(threads=2)
+    found = InputWarnings()
+    tables = reader.read([a, empty, b, c], found)
+    assert [t.column("token_idx").to_pylist() for t in tables] == [[0, 1], [], [7], [0, 1, 2]]
+    assert [t.column("role").to_pylist() for t in tables][0] == ["user", "user"]
+    assert found.counts.get("sidecar_blank_lines", 0) == int(blank_line)
+    assert found.counts["sidecar_files_empty"] == 1
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(row(0, "user") + "\n" + '{"token_idx": \n')
+    with pytest.raises(InputError, match=r"bad\.jsonl: sidecar is not valid JSONL: .*line 2"):
+        reader.read([b, bad])
+    reader.close()
+
+
 topk_lists = st.one_of(
     st.none(),
     st.lists(st.one_of(st.floats(min_value=-50, max_value=0.0), st.floats(min_value=-1e4, max_value=1e-7),

@@ -61,13 +61,23 @@ class SidecarResolver:
     _resolved: dict = field(default_factory=dict)
     _reader: SidecarReader | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    _rows_in_file: dict = field(default_factory=dict)
+    _rows_in_file: dict = field(default_factory=dict)  # files not all of whose rows were taken yet
     _rows_kept: Counter = field(default_factory=Counter)
+    #: hashes of the files all of whose rows were taken (at 200k sidecars, keeping their paths and counts
+    #: cost ~125 MiB at the peak)
+    _all_taken: set = field(default_factory=set)
 
     def tally(self, path: Path, rows_in_file: int, rows_kept: int) -> None:
         """Count the rows of ``path`` a simulation took (batches add up; the file's size is set once)."""
-        self._rows_in_file[path] = rows_in_file
-        self._rows_kept[path] += rows_kept
+        key = hash(path)
+        if key in self._all_taken:
+            return
+        kept = self._rows_kept.pop(path, 0) + rows_kept
+        if kept >= rows_in_file:
+            self._rows_in_file.pop(path, None)
+            self._all_taken.add(key)
+        else:
+            self._rows_in_file[path], self._rows_kept[path] = rows_in_file, kept
 
     def report_unplaced(self, warnings: InputWarnings) -> None:
         """Rows of the referenced sidecars that no simulation of the results took (their keys name

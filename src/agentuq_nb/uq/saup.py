@@ -199,7 +199,10 @@ def saup_steps(run_dir: str | Path | RunDir, embedder=None, scorer: str = "self"
 
 
 # --------------------------------------------------------------------------- HMM
-def _fit_hmm(sequences: list[np.ndarray], failed: np.ndarray, seed: int):
+def fit_hmm(sequences: list[np.ndarray], failed: np.ndarray, seed: int):
+    """A Gaussian HMM (hmmlearn) fitted on the trajectories' distance sequences, and each hidden state's
+    weight: the failure rate of the trajectories weighted by their time in that state (the overall rate
+    for a state with almost no mass)."""
     from hmmlearn.hmm import GaussianHMM
 
     X = np.concatenate(sequences)
@@ -248,7 +251,7 @@ def saup_hmm_scores(sequences: list[np.ndarray], u_seqs: list[np.ndarray], faile
         if sum(len(sequences[i]) for i in train) < N_STATES:
             continue
         try:
-            model, w = _fit_hmm([sequences[i] for i in train], failed[train].astype(float), seed)
+            model, w = fit_hmm([sequences[i] for i in train], failed[train].astype(float), seed)
         except (ValueError, np.linalg.LinAlgError):
             continue
         log[int(f)]["weights"] = w.tolist()
