@@ -270,6 +270,10 @@ import os, signal, sys
 from agentuq_nb.io import rundir
 from agentuq_nb.uq import base_tables
 
+# a process started in the background by a shell without job control inherits SIGINT ignored, and Python
+# then installs no KeyboardInterrupt handler: Ctrl-C is what this child plays, so it takes the default
+signal.signal(signal.SIGINT, signal.default_int_handler)
+
 where, args = sys.argv[1], sys.argv[2:]
 if where == "while_writing":
     real_add = base_tables.BaseTables.add_tokens

@@ -38,6 +38,8 @@ _DUCKDB_TYPES = {pa.string(): "VARCHAR", pa.int64(): "BIGINT", pa.float64(): "DO
                  pa.list_(pa.string()): "VARCHAR[]", pa.list_(pa.float64()): "DOUBLE[]"}
 _SIDECAR_COLUMNS = {f.name: _DUCKDB_TYPES[f.type] for f in SIDECAR_SCHEMA}
 _GLOB = re.compile(r"[*?\[{]")
+# the columns are given, so nothing is sampled to detect them: by default DuckDB opens 32 files for that when
+# the query is bound (~10 ms a query, on the parse thread: 2 s at 10^7 rows)
 ROWS_QUERY = "SELECT * FROM read_ndjson($files, columns=$columns, maximum_sample_files=1)"
 JOINED_FILE_BYTES = 4 << 20  # sidecar bytes per temporary file DuckDB parses (it reads each file whole)
 #: file names DuckDB reads as compressed (``compression='auto'`` goes by the name)
@@ -47,9 +49,10 @@ COMPRESSED_SUFFIXES = {".gz", ".zst", ".zstd"}
 class SidecarReader:
     """Parses sidecar files with DuckDB, one query at a time (a lock guards the connection).
 
-    ``threads`` defaults to every core. The files of a query are first copied one after the other into
-    one temporary file, which DuckDB splits between its threads: DuckDB spends ~0.5 ms of CPU on each
-    file it opens (at one sidecar per message, 10⁷ rows in 200k files, that was 5x the parse itself).
+    ``threads`` defaults to every core. The files of a query are first copied one after the other into a
+    few temporary files (``JOINED_FILE_BYTES`` each), which DuckDB splits between its threads: DuckDB
+    spends ~0.5 ms of CPU on each file it opens (at one sidecar per message, 10⁷ rows in 200k files, that
+    was 5x the parse itself).
     Every line that is not blank is one row (DuckDB refuses a line holding an array or two objects), so
     the files' line counts cut the rows by file; a batch with a blank line, or one DuckDB refuses, is
     parsed again file by file, which places the rows by DuckDB's ``file_index`` and names the bad file.
@@ -75,8 +78,6 @@ class SidecarReader:
             raise ValueError("SidecarReader.read: each path once")
         if not paths:
             return []
-        # the columns are given, so nothing is sampled to detect them: by default DuckDB opens 32 files for
-        # that when the query is bound (~10 ms a query, on the parse thread: 2 s at 10^7 rows)
         with self._lock:  # a DuckDB connection runs one query at a time
             table, lines = self._read_concatenated(paths)
             if table is not None:

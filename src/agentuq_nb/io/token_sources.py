@@ -37,8 +37,8 @@ RAW_COLUMNS = [
     "message_timestamp",
 ]
 RAW_SCHEMA = pa.schema([TOKEN_SCHEMA.field(name) for name in RAW_COLUMNS])
-SIMULATION_KEYS = ("task_id", "trial", "seed")
-_UNRESOLVED = object()  # a path not looked up yet (None means looked up and not found)  # a sidecar row's own trajectory (agentuq writes them on every row)
+SIMULATION_KEYS = ("task_id", "trial", "seed")  # a sidecar row's own trajectory (agentuq writes them on every row)
+_UNRESOLVED = object()  # a path not looked up yet (None means looked up and not found)
 
 
 @dataclass
