@@ -165,10 +165,11 @@ def run_agentuq(agentuq: Path, src: Path, out: Path) -> tuple[float, float, floa
 
 def check_run(run_dir: Path, rows: int) -> None:
     """A timed run counts only if it extracted every row and wrote its metrics."""
-    manifest = json.loads((run_dir / "manifest.json").read_text())
-    if manifest.get("num_tokens") != rows or not (run_dir / "eval_metrics.json").is_file():
-        raise AssertionError(f"{run_dir}: {manifest.get('num_tokens')} token rows extracted of {rows}, "
-                             f"metrics {'written' if (run_dir / 'eval_metrics.json').is_file() else 'missing'}")
+    extracted = json.loads((run_dir / "manifest.json").read_text()).get("num_tokens")
+    metrics = (run_dir / "eval_metrics.json").is_file()
+    if extracted != rows or not metrics:
+        raise AssertionError(f"{run_dir}: {extracted} token rows extracted of {rows}, "
+                             f"metrics {'written' if metrics else 'missing'}")
 
 
 def relative_difference(a: float, b: float) -> float:

@@ -82,7 +82,7 @@ class SidecarReader:
             table, lines = self._read_concatenated(paths)
             if table is not None:
                 rows = lines
-            else:
+            else:  # the line counts, when the copy got them, still tell flagged_files which files have blank lines
                 table = self._read_by_file(paths)
                 rows = np.bincount(table.column("file_index").to_numpy().astype(np.int64), minlength=len(paths))
                 table = table.drop_columns(["file_index"])
@@ -98,8 +98,8 @@ class SidecarReader:
 
     def _read_concatenated(self, paths: Sequence[Path]) -> tuple[pa.Table | None, np.ndarray | None]:
         """The files' rows parsed from a few temporary files holding them one after the other, and each file's
-        line count; (None, None) when that cannot place the rows (a blank line, a compressed file) or DuckDB
-        refuses the bytes (then said file by file)."""
+        line count. The table is None when that cannot place the rows: a blank line (the counts are then
+        still returned), a compressed file, or bytes DuckDB refuses (then said file by file)."""
         if any(p.suffix.lower() in COMPRESSED_SUFFIXES for p in paths):  # DuckDB decompresses by file name
             return None, None
         lines = np.zeros(len(paths), dtype=np.int64)
@@ -126,7 +126,7 @@ class SidecarReader:
                 os.close(out)
             for name in joined:
                 os.unlink(name)
-        return (table, lines) if table.num_rows == lines.sum() else (None, None)
+        return (table, lines) if table.num_rows == lines.sum() else (None, lines)
 
     def _read_by_file(self, paths: Sequence[Path]) -> pa.Table:
         """The files' rows with DuckDB's ``file_index`` (the file's position in ``paths``)."""
@@ -266,8 +266,7 @@ def line_of_row(path: Path, row: int) -> int:
 
 
 def line_count(path: Path) -> int:
-    """Lines in a file (a last line without a newline counts); read in blocks, cheap next to parsing
-    (numpy counts a block's newlines several times faster than ``bytes.count``, and without the GIL)."""
+    """Lines in a file (a last line without a newline counts); read in blocks, cheap next to parsing."""
     return _copy_counting_lines(path, None)
 
 
