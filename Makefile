@@ -9,7 +9,8 @@ PARAMS ?= params/quickstart.yaml
 
 .PHONY: setup reproduce test test-fast lint lab strip clean-runs
 
-$(STAMP): pyproject.toml requirements.lock
+# setup.py and the C source: the sidecar scanner is compiled by the install (a few seconds)
+$(STAMP): pyproject.toml requirements.lock setup.py src/agentuq_nb/io/sidecar_scan.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	# torch first, pinned: the CPU build on this machine's disk, not a multi-GB CUDA build

@@ -1,11 +1,13 @@
 """agentuq-compatible sidecar JSONL files: one token row per line, one file per trajectory.
 
-Reading goes through DuckDB's JSON reader: one query parses many files on all cores and
-keeps file and line order, which is what makes extraction of millions of token rows fast
-(``benchmarks/bench_pipeline.py``). Only the columns of ``SIDECAR_SCHEMA`` are read; other
-keys on a row (``recorded_at``, ``request_params``…) are skipped, missing keys are null, and
-Python's ``NaN``/``Infinity`` literals are accepted (the validation in ``uq.token_metrics``
-decides what to do with them).
+Reading has two paths that give the same table. The compiled scanner (:mod:`agentuq_nb.io.sidecar_scan`,
+C) reads the rows agentuq and this project write - standard JSON, each column's value of its own type -
+at a fraction of any JSON reader's cost (``benchmarks/bench_pipeline.py``); whatever else a file holds
+makes it stop, and the files are parsed by DuckDB's JSON reader, which accepts more (it casts values,
+skips a byte-order mark, allows trailing commas) and names the file and line of what it refuses. Only
+the columns of ``SIDECAR_SCHEMA`` are read; other keys on a row (``recorded_at``, ``request_params``…)
+are skipped, missing keys are null, and Python's ``NaN``/``Infinity`` literals are accepted (the
+validation in ``uq.token_metrics`` decides what to do with them).
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from agentuq_nb.common.naming import file_key
+from agentuq_nb.io import sidecar_scan
 from agentuq_nb.io.atomic import atomic_open
 from agentuq_nb.io.errors import InputError, InputWarnings
 from agentuq_nb.records.tokens import TOKEN_SCHEMA
@@ -44,29 +47,74 @@ ROWS_QUERY = "SELECT * FROM read_ndjson($files, columns=$columns, maximum_sample
 JOINED_FILE_BYTES = 4 << 20  # sidecar bytes per temporary file DuckDB parses (it reads each file whole)
 #: file names DuckDB reads as compressed (``compression='auto'`` goes by the name)
 COMPRESSED_SUFFIXES = {".gz", ".zst", ".zstd"}
+_SCANNER_TYPES = {"string": pa.string(), "int64": pa.int64(), "double": pa.float64(),
+                  "list<string>": pa.list_(pa.string()), "list<double>": pa.list_(pa.float64())}
+if [(name, _SCANNER_TYPES[kind]) for name, kind in sidecar_scan.COLUMNS] != list(zip(SIDECAR_SCHEMA.names, SIDECAR_SCHEMA.types)):
+    raise ImportError("agentuq_nb.io.sidecar_scan reads other columns than SIDECAR_SCHEMA: rebuild it (pip install -e .)")
+
+
+def _validity(mask, n: int) -> tuple[pa.Buffer | None, int]:
+    """A scanner's byte-per-row validity as an Arrow bitmap and its null count (None: no null)."""
+    if mask is None:
+        return None, 0
+    valid = np.frombuffer(mask, np.uint8)
+    return pa.py_buffer(np.packbits(valid, bitorder="little")), n - int(np.count_nonzero(valid))
+
+
+def _scanned_array(kind: pa.DataType, n: int, buffers: tuple) -> pa.Array:
+    """One column of the scanner's output as an Arrow array (no copy of its values)."""
+    bitmap, nulls = _validity(buffers[0], n)
+    if not pa.types.is_list(kind):
+        return pa.Array.from_buffers(kind, n, [bitmap, *map(pa.py_buffer, buffers[1:])], null_count=nulls)
+    offsets = pa.py_buffer(buffers[1])
+    elements = int(np.frombuffer(offsets, np.int32)[-1])
+    child = _scanned_array(kind.value_type, elements, buffers[2:])
+    return pa.Array.from_buffers(kind, n, [bitmap, offsets], null_count=nulls, children=[child])
+
+
+def scan_sidecars(paths: Sequence[Path]) -> tuple[pa.Table, np.ndarray, np.ndarray] | None:
+    """The files' rows read by the compiled scanner, in file order (``SIDECAR_SCHEMA``), with each file's
+    rows and lines; None when a file holds something beyond the scanner's scope (see the module's text)."""
+    try:
+        rows, lines, columns = sidecar_scan.scan([os.fsencode(p) for p in paths])
+    except sidecar_scan.Unsupported:
+        return None
+    rows, lines = np.frombuffer(rows, np.int64), np.frombuffer(lines, np.int64)
+    n = int(rows.sum())
+    arrays = [_scanned_array(kind, n, buffers) for kind, buffers in zip(SIDECAR_SCHEMA.types, columns)]
+    return pa.Table.from_arrays(arrays, schema=SIDECAR_SCHEMA), rows, lines
 
 
 class SidecarReader:
-    """Parses sidecar files with DuckDB, one query at a time (a lock guards the connection).
+    """Parses sidecar files: with the compiled scanner where it can, else with DuckDB, one query at a
+    time (a lock guards the connection, opened when first needed).
 
-    ``threads`` defaults to every core. The files of a query are first copied one after the other into a
-    few temporary files (``JOINED_FILE_BYTES`` each), which DuckDB splits between its threads: DuckDB
-    spends ~0.5 ms of CPU on each file it opens (at one sidecar per message, 10⁷ rows in 200k files, that
-    was 5x the parse itself).
+    ``scanner=False`` always takes DuckDB (tests compare the two); ``threads`` (DuckDB's) defaults to every
+    core. For DuckDB the files of a query are first copied one after the other into a few temporary files
+    (``JOINED_FILE_BYTES`` each), which DuckDB splits between its threads: DuckDB spends ~0.5 ms of CPU on
+    each file it opens (at one sidecar per message, 10⁷ rows in 200k files, that was 5x the parse itself).
     Every line that is not blank is one row (DuckDB refuses a line holding an array or two objects), so
     the files' line counts cut the rows by file; a batch with a blank line, or one DuckDB refuses, is
     parsed again file by file, which places the rows by DuckDB's ``file_index`` and names the bad file.
     """
 
-    def __init__(self, threads: int | None = None):
-        import duckdb  # imported here: only extraction needs it
-
-        self._con = duckdb.connect(config={"threads": threads or os.cpu_count() or 1,
-                                           # offline: never fetch an extension at run time
-                                           "autoinstall_known_extensions": False,
-                                           "autoload_known_extensions": False})
+    def __init__(self, threads: int | None = None, scanner: bool = True):
+        self.scanner = scanner
+        self._threads = threads or os.cpu_count() or 1
+        self._con = None
         self._lock = threading.Lock()
-        self._error = duckdb.Error
+
+    @property
+    def _duckdb(self):
+        """The DuckDB connection (opened on first use; the caller holds the lock)."""
+        if self._con is None:
+            import duckdb  # imported here: only files beyond the scanner need it
+
+            self._con = duckdb.connect(config={"threads": self._threads,
+                                               # offline: never fetch an extension at run time
+                                               "autoinstall_known_extensions": False,
+                                               "autoload_known_extensions": False})
+        return self._con
 
     def read(self, paths: Sequence[Path], warnings: InputWarnings | None = None) -> list[pa.Table]:
         """One table per path (``SIDECAR_SCHEMA``, rows in file order), parsed in one query.
@@ -78,15 +126,19 @@ class SidecarReader:
             raise ValueError("SidecarReader.read: each path once")
         if not paths:
             return []
-        with self._lock:  # a DuckDB connection runs one query at a time
-            table, lines = self._read_concatenated(paths)
-            if table is not None:
-                rows = lines
-            else:  # the line counts, when the copy got them, still tell flagged_files which files have blank lines
-                table = self._read_by_file(paths)
-                rows = np.bincount(table.column("file_index").to_numpy().astype(np.int64), minlength=len(paths))
-                table = table.drop_columns(["file_index"])
-        table = table.cast(SIDECAR_SCHEMA)
+        scanned = scan_sidecars(paths) if self.scanner and not _compressed(paths) else None
+        if scanned is not None:
+            table, rows, lines = scanned
+        else:
+            with self._lock:  # a DuckDB connection runs one query at a time
+                table, lines = self._read_concatenated(paths)
+                if table is not None:
+                    rows = lines
+                else:  # the line counts, when the copy got them, still tell flagged_files which files have blank lines
+                    table = self._read_by_file(paths)
+                    rows = np.bincount(table.column("file_index").to_numpy().astype(np.int64), minlength=len(paths))
+                    table = table.drop_columns(["file_index"])
+            table = table.cast(SIDECAR_SCHEMA)
         # rows come file by file in the order given: cut the table at the file boundaries (zero-copy slices)
         starts = np.concatenate([[0], np.cumsum(rows)])
         out = [table.slice(int(starts[i]), int(rows[i])) for i in range(len(paths))]
@@ -100,7 +152,7 @@ class SidecarReader:
         """The files' rows parsed from a few temporary files holding them one after the other, and each file's
         line count. The table is None when that cannot place the rows: a blank line (the counts are then
         still returned), a compressed file, or bytes DuckDB refuses (then said file by file)."""
-        if any(p.suffix.lower() in COMPRESSED_SUFFIXES for p in paths):  # DuckDB decompresses by file name
+        if _compressed(paths):  # DuckDB decompresses by file name
             return None, None
         lines = np.zeros(len(paths), dtype=np.int64)
         joined: list[str] = []
@@ -118,8 +170,8 @@ class SidecarReader:
                 lines[i] = _copy_counting_lines(path, out)
             os.close(out)
             out = None
-            table = self._con.sql(ROWS_QUERY, params={"files": joined, "columns": _SIDECAR_COLUMNS}).to_arrow_table()
-        except (OSError, self._error):
+            table = self._duckdb.sql(ROWS_QUERY, params={"files": joined, "columns": _SIDECAR_COLUMNS}).to_arrow_table()
+        except (OSError, _duckdb_error()):
             return None, None
         finally:
             if out is not None:
@@ -132,13 +184,25 @@ class SidecarReader:
         """The files' rows with DuckDB's ``file_index`` (the file's position in ``paths``)."""
         with _glob_safe_names(paths) as names:
             try:
-                return self._con.sql(ROWS_QUERY.replace("SELECT *", "SELECT *, file_index"),
-                                     params={"files": names, "columns": _SIDECAR_COLUMNS}).to_arrow_table()
-            except self._error as err:
+                return self._duckdb.sql(ROWS_QUERY.replace("SELECT *", "SELECT *, file_index"),
+                                        params={"files": names, "columns": _SIDECAR_COLUMNS}).to_arrow_table()
+            except _duckdb_error() as err:
                 raise _sidecar_error(paths, names, err) from err
 
     def close(self) -> None:
-        self._con.close()
+        if self._con is not None:
+            self._con.close()
+            self._con = None
+
+
+def _compressed(paths: Sequence[Path]) -> bool:
+    return any(p.suffix.lower() in COMPRESSED_SUFFIXES for p in paths)
+
+
+def _duckdb_error() -> type[Exception]:
+    import duckdb
+
+    return duckdb.Error
 
 
 @contextmanager

@@ -127,7 +127,9 @@ class SidecarResolver:
 
     def referenced_paths(self, sim: Simulation) -> list[Path]:
         """The sidecar files a simulation's messages point to (resolved; missing ones left out)."""
-        paths = (self.resolve(ref["path"]) for m in sim.messages if (ref := _sidecar_ref(m)) is not None)
+        recorded = dict.fromkeys(ref["path"] if isinstance(ref["path"], str) else None  # a list: reported later
+                                 for m in sim.messages if (ref := _sidecar_ref(m)) is not None)
+        paths = (self.resolve(path) for path in recorded)  # each path once: agentuq names one file per trajectory
         return list(dict.fromkeys(p for p in paths if p is not None))
 
     def read_many(self, paths: Sequence[Path]) -> dict[Path, pa.Table]:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from agentuq_nb.common.collector import fewer_collections
 from agentuq_nb.io.errors import InputError, InputWarnings
 from agentuq_nb.io.input_warnings import emit_input_warnings
 from agentuq_nb.io.results import detect_layout, iter_simulations, read_header
@@ -136,7 +137,7 @@ def extract(results_path: str | Path, run_dir: str | Path | RunDir, sidecar_dir:
 
         bar = tqdm(desc="extract", unit="sim")
     try:
-        with run.commit("extract") as commit, closing(resolver), \
+        with fewer_collections(), run.commit("extract") as commit, closing(resolver), \
                 BaseTables(commit, results_input(run, results_path)) as tables:
             for batch, parsed in _batches(iter_simulations(results_path), resolver, batch_bytes):
                 raw, sim_pos = batch_raw_tokens(batch, domain, resolver, report.warnings, models, parsed.result())
