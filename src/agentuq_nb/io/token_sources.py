@@ -233,9 +233,11 @@ def batch_raw_tokens(
     inline_pos: list[int] = []
     pieces: list[tuple[int, Path, list[int]]] = []  # (simulation position, sidecar, messages that reference it)
     recorded_counts: list[tuple[int, int, int, Path]] = []  # (simulation position, message, its num_tokens, sidecar)
+    messages = BatchMessages()
     for pos, sim in enumerate(sims):
         keys = {"domain": domain, "task_id": str(sim.task_id), "trial": sim.trial, "seed": sim.seed}
         by_sidecar: dict[Path, list[int]] = {}
+        messages.add(sim)
         for idx, message in enumerate(sim.messages):
             ref = _sidecar_ref(message)
             if ref is not None:
@@ -274,7 +276,7 @@ def batch_raw_tokens(
         missing = [path for _, path, _ in pieces if path not in tables]
         if missing:
             tables.update(resolver.read_many(missing))
-        table, pos = _sidecar_rows(pieces, tables, sims, domain, resolver, warnings)
+        table, pos = _sidecar_rows(pieces, tables, sims, messages, domain, resolver, warnings)
         _count_differing(recorded_counts, sims, pos, table.column("message_idx").to_numpy(), table.column("scorer"),
                          resolver.results_path, warnings)
         if table.num_rows:
@@ -291,10 +293,29 @@ def batch_raw_tokens(
     return out.take(order), pos[order]
 
 
+@dataclass
+class BatchMessages:
+    """The messages of a batch of simulations, one entry per message in batch order: what placing the sidecar
+    rows reads of each (gathered in the one pass over the messages that finds their log-probs)."""
+
+    roles: list[str] = field(default_factory=list)
+    turns: list[int] = field(default_factory=list)  # turn_idx, else the message's position
+    stamps: list[str | None] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)  # messages per simulation
+
+    def add(self, sim: Simulation) -> None:
+        self.counts.append(len(sim.messages))
+        for idx, m in enumerate(sim.messages):
+            self.roles.append(str(m.role))
+            self.turns.append(m.turn_idx if m.turn_idx is not None else idx)
+            self.stamps.append(m.timestamp)
+
+
 def _sidecar_rows(
     pieces: list[tuple[int, Path, list[int]]],
     tables: dict[Path, pa.Table],
     sims: Sequence[Simulation],
+    messages: BatchMessages,
     domain: str,
     resolver: SidecarResolver,
     warnings: InputWarnings,
@@ -323,17 +344,20 @@ def _sidecar_rows(
     row_pos = piece_pos[piece_of_row]
 
     # by timestamp: the first message of the row's simulation with the row's message_timestamp
-    n_messages = np.array([len(s.messages) for s in sims], dtype=np.int64)
+    n_messages = np.array(messages.counts, dtype=np.int64)
     first_message = np.concatenate([[0], np.cumsum(n_messages)[:-1]])
-    stamped = [(pos, i, m.timestamp) for pos, s in enumerate(sims) for i, m in enumerate(s.messages) if m.timestamp is not None]
+    all_stamps = pa.array(messages.stamps, pa.string())
+    has_stamp = all_stamps.is_valid().to_numpy(zero_copy_only=False)
     message_idx = np.full(table.num_rows, -1, dtype=np.int64)
-    if stamped:
-        stamps = pa.array([t for _, _, t in stamped], pa.string())
+    if has_stamp.any():
+        stamps = all_stamps.filter(pa.array(has_stamp)) if all_stamps.null_count else all_stamps
+        stamp_sim = np.repeat(np.arange(len(sims), dtype=np.int64), n_messages)[has_stamp]
+        stamp_message = (np.arange(len(has_stamp), dtype=np.int64) - np.repeat(first_message, n_messages))[has_stamp]
         values = pc.unique(stamps)
         width = len(values) + 1
-        message_key = np.array([pos for pos, _, _ in stamped], dtype=np.int64) * width + pc.index_in(stamps, value_set=values).to_numpy()
+        message_key = stamp_sim * width + pc.index_in(stamps, value_set=values).to_numpy()
         keys, first = np.unique(message_key, return_index=True)  # (simulation, stamp) → its first message
-        key_message = np.array([i for _, i, _ in stamped], dtype=np.int64)[first]
+        key_message = stamp_message[first]
         code = pc.fill_null(pc.index_in(table.column("message_timestamp"), value_set=values), -1).to_numpy(zero_copy_only=False)
         if len(keys) == len(values):  # each stamp in one simulation (the usual case): a lookup by stamp
             key_stamp, key_sim = keys % width, keys // width
@@ -375,15 +399,13 @@ def _sidecar_rows(
         if not keep.all():
             table, row_pos, message_idx = table.filter(pa.array(keep)), row_pos[keep], message_idx[keep]
 
-    turn_of_message = np.array(
-        [m.turn_idx if m.turn_idx is not None else i for s in sims for i, m in enumerate(s.messages)], dtype=np.int64
-    )
+    turn_of_message = np.array(messages.turns, dtype=np.int64)
     columns = {name: table.column(name) for name in table.column_names}
     columns["message_idx"] = pa.array(message_idx)
     message_of_row = first_message[row_pos] + message_idx
     columns["turn_idx"] = pa.array(turn_of_message[message_of_row])
-    columns["role"] = _message_roles(columns["role"], sims, message_of_row, row_pos, message_idx, results_path,
-                                     warnings)
+    columns["role"] = _message_roles(columns["role"], sims, messages, message_of_row, row_pos, message_idx,
+                                     results_path, warnings)
     for col, values in sim_keys.items():
         if columns[col].null_count:  # agentuq writes the keys on every row: usually nothing to fill
             columns[col] = pc.fill_null(columns[col], values.take(row_pos))
@@ -399,11 +421,12 @@ def _sidecar_rows(
     return pa.table([columns[name] for name in RAW_COLUMNS], schema=RAW_SCHEMA), row_pos
 
 
-def _message_roles(role: pa.ChunkedArray, sims: Sequence[Simulation], message_of_row: np.ndarray, row_pos: np.ndarray,
-                   message_idx: np.ndarray, results_path: Path, warnings: InputWarnings) -> pa.Array:
+def _message_roles(role: pa.ChunkedArray, sims: Sequence[Simulation], messages: BatchMessages,
+                   message_of_row: np.ndarray, row_pos: np.ndarray, message_idx: np.ndarray, results_path: Path,
+                   warnings: InputWarnings) -> pa.Array:
     """A placed row's role is its message's: a missing or empty role (counted where the file was read) is
     filled in, one that names another role is counted and replaced (a row never makes a group of its own)."""
-    roles = pa.array([str(m.role) for s in sims for m in s.messages], pa.string()).take(pa.array(message_of_row))
+    roles = pa.array(messages.roles, pa.string()).take(pa.array(message_of_row))
     differs = pc.fill_null(pc.not_equal(role, roles), False)
     if not pc.any(differs).as_py():  # the usual case: every row names its message's role (or none)
         return roles
