@@ -10,8 +10,11 @@ peak memory (max RSS) and imports are its own:
   (deeplearning-wisc/agentuq, unedited, from ``--agentuq DIR``; skipped with a message if absent),
   two processes as its README runs them; peak memory is the larger of the two
 * DuckDB bare parse: ``SELECT count(*) FROM read_ndjson(<the sidecars>, columns=<the columns extract
-  reads>)`` — the floor for ``extract``, which has to parse the same bytes; and the same query with every
-  column materialized as Arrow record batches (``SELECT *``), which ``extract`` needs before any of its own work
+  reads>)`` — the yardstick for ``extract``, which has to parse the same bytes; and the same query with every
+  column materialized as Arrow record batches (``SELECT *``), what DuckDB's path in ``extract`` needs first
+* our compiled sidecar scanner alone (``io.sidecar_scan``, one thread, the files in extract's 32 MiB batches,
+  every column built as Arrow), and ``extract`` with the scanner switched off (DuckDB parses every batch, as
+  before the scanner): what the scanner changes, in the same run
 * ``--plain``: our own straw man (``plain_pipeline.py``: per-row Python, json.loads per line); not
   AgentUQ's code
 
@@ -64,6 +67,28 @@ OURS_EXTRACT = """
 import sys
 from agentuq_nb.uq.extraction import extract
 extract(sys.argv[1], sys.argv[2])
+"""
+# the same, with the scanner standing aside for every batch: DuckDB's JSON reader parses them all
+OURS_EXTRACT_DUCKDB = """
+import sys
+import agentuq_nb.io.sidecars as sidecars
+sidecars.scan_sidecars = lambda paths: None
+from agentuq_nb.uq.extraction import extract
+extract(sys.argv[1], sys.argv[2])
+"""
+OURS_SCAN = """
+import sys
+from pathlib import Path
+from agentuq_nb.io.sidecars import scan_sidecars
+files, batch, size, n = sorted(Path(sys.argv[1]).glob("*.jsonl")), [], 0, 0
+for i, path in enumerate(files):
+    batch.append(path)
+    size += path.stat().st_size
+    if size >= 32 << 20 or i == len(files) - 1:
+        table, rows, lines = scan_sidecars(batch)  # None would mean a file beyond its scope: not here
+        n += table.num_rows
+        batch, size = [], 0
+print(n)
 """
 DUCKDB_PARSE = """
 import sys, duckdb
@@ -163,13 +188,13 @@ def run_agentuq(agentuq: Path, src: Path, out: Path) -> tuple[float, float, floa
     return t_an, m_an, t_ev, m_ev
 
 
-def check_run(run_dir: Path, rows: int) -> None:
-    """A timed run counts only if it extracted every row and wrote its metrics."""
+def check_run(run_dir: Path, rows: int, metrics: bool = True) -> None:
+    """A timed run counts only if it extracted every row (and wrote its metrics, when it computes them)."""
     extracted = json.loads((run_dir / "manifest.json").read_text()).get("num_tokens")
-    metrics = (run_dir / "eval_metrics.json").is_file()
-    if extracted != rows or not metrics:
+    written = (run_dir / "eval_metrics.json").is_file()
+    if extracted != rows or (metrics and not written):
         raise AssertionError(f"{run_dir}: {extracted} token rows extracted of {rows}, "
-                             f"metrics {'written' if metrics else 'missing'}")
+                             f"metrics {'written' if written else 'missing'}")
 
 
 def relative_difference(a: float, b: float) -> float:
@@ -244,13 +269,21 @@ def main() -> None:
         extract_dir = workdir / f"extract_{tag}"
         shutil.rmtree(extract_dir, ignore_errors=True)
         t_ext, m_ext = run_measured(OURS_EXTRACT, str(src / "results.json"), str(extract_dir))
+        check_run(extract_dir, rows, metrics=False)
         shutil.rmtree(extract_dir, ignore_errors=True)
+        t_ext_duck, m_ext_duck = run_measured(OURS_EXTRACT_DUCKDB, str(src / "results.json"), str(extract_dir))
+        check_run(extract_dir, rows, metrics=False)
+        shutil.rmtree(extract_dir, ignore_errors=True)
+        t_scan, m_scan = run_measured(OURS_SCAN, str(src / "sidecars"))
         t_duck, m_duck = run_measured(DUCKDB_PARSE, str(src / "sidecars"))
         t_arrow, m_arrow = run_measured(DUCKDB_TO_ARROW, str(src / "sidecars"))
         print(f"ours extract alone              {t_ext:7.2f} s  {m_ext:6.0f} MiB")
+        print(f"ours extract, scanner off       {t_ext_duck:7.2f} s  {m_ext_duck:6.0f} MiB  (DuckDB parses every batch)")
+        print(f"our sidecar scanner alone       {t_scan:7.2f} s  {m_scan:6.0f} MiB  (one thread, every column as Arrow)")
         print(f"DuckDB bare parse (count rows)  {t_duck:7.2f} s  {m_duck:6.0f} MiB")
         print(f"DuckDB parse to Arrow           {t_arrow:7.2f} s  {m_arrow:6.0f} MiB  (every column extract reads)")
-        print(f"  → our extract / DuckDB bare parse: {t_ext / t_duck:.2f}x;  / DuckDB parse to Arrow: {t_ext / t_arrow:.2f}x")
+        print(f"  → our extract / DuckDB bare parse: {t_ext / t_duck:.2f}x;  / DuckDB parse to Arrow: {t_ext / t_arrow:.2f}x;"
+              f"  scanner off / on: {t_ext_duck / t_ext:.2f}x;  our scanner / DuckDB bare parse: {t_scan / t_duck:.2f}x")
         if agentuq is not None:
             agentuq_out = workdir / f"agentuq_{tag}"
             warm_page_cache(src)

@@ -362,16 +362,24 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
+def blank(strings: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
+    """Null, empty or whitespace only, per value (a test, no trimmed copy of the strings)."""
+    return pc.fill_null(pc.or_(pc.equal(pc.binary_length(strings), 0), pc.utf8_is_space(strings)), True)
+
+
+def no_token_data(table: pa.Table) -> pa.ChunkedArray:
+    """Rows with neither token, chosen_logprob nor topk_logprobs (a ``null`` or ``{}`` line)."""
+    return pc.and_kleene(pc.and_kleene(table.column("token").is_null(), table.column("chosen_logprob").is_null()),
+                         table.column("topk_logprobs").is_null())
+
+
 def flagged_files(paths: Sequence[Path], table: pa.Table, starts: np.ndarray, lines: np.ndarray | None = None) -> np.ndarray:
     """Which of the files parsed into ``table`` (file ``i``'s rows at ``starts[i]:starts[i + 1]``; ``lines[i]``
     lines, counted here if not given) need :func:`check_sidecar` to say something: no rows, blank lines, or
     rows without token data, role or token."""
     rows = np.diff(starts)
     token_null = table.column("token").is_null()
-    empty = pc.and_kleene(pc.and_kleene(token_null, table.column("chosen_logprob").is_null()),
-                          table.column("topk_logprobs").is_null())
-    no_role = pc.fill_null(pc.equal(pc.utf8_trim_whitespace(table.column("role")), ""), True)
-    bad = pc.or_(pc.or_(empty, no_role), token_null).to_numpy(zero_copy_only=False)
+    bad = pc.or_(pc.or_(no_token_data(table), blank(table.column("role"))), token_null).to_numpy(zero_copy_only=False)
     bad_so_far = np.concatenate([[0], np.cumsum(bad)])
     flagged = (rows == 0) | (bad_so_far[starts[1:]] > bad_so_far[starts[:-1]])
     if lines is not None:
@@ -390,18 +398,17 @@ def check_sidecar(path: Path, table: pa.Table, warnings: InputWarnings) -> None:
     if table.num_rows == 0 and path.stat().st_size == 0:
         warnings.add("sidecar_files_empty", str(path))
         return
-    blank = line_count(path) - table.num_rows
-    if blank > 0:
+    blank_lines = line_count(path) - table.num_rows
+    if blank_lines > 0:
         first = next((number for number, line in _numbered_lines(path) if not line.strip()), None)
-        warnings.add("sidecar_blank_lines", f"{path} line {first}" if first else str(path), blank)
-    empty = pc.and_kleene(pc.and_kleene(table.column("token").is_null(), table.column("chosen_logprob").is_null()),
-                          table.column("topk_logprobs").is_null())
+        warnings.add("sidecar_blank_lines", f"{path} line {first}" if first else str(path), blank_lines)
+    empty = no_token_data(table)
     if pc.any(empty).as_py():
         row = int(pc.index(empty, True).as_py())
         raise InputError(path, "sidecar row has no token data (no token, chosen_logprob or topk_logprobs): "
                          "a null or empty line cannot be placed", f"line {line_of_row(path, row)}")
-    no_role = pc.fill_null(pc.equal(pc.utf8_trim_whitespace(table.column("role")), ""), True)  # null or blank
-    for kind, missing in (("sidecar_rows_without_role", no_role), ("sidecar_rows_without_token", table.column("token").is_null())):
+    for kind, missing in (("sidecar_rows_without_role", blank(table.column("role"))),
+                          ("sidecar_rows_without_token", table.column("token").is_null())):
         count = int(pc.sum(missing).as_py() or 0)
         if count:
             row = int(pc.index(missing, True).as_py())

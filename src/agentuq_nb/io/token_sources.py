@@ -27,8 +27,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from agentuq_nb.io.errors import InputError, InputWarnings
-from agentuq_nb.io.sidecars import SidecarReader
+from agentuq_nb.io.sidecars import SidecarReader, blank
 from agentuq_nb.records import Simulation
+from agentuq_nb.records.run_tables import MessageColumns
 from agentuq_nb.records.tokens import TOKEN_SCHEMA
 
 RAW_COLUMNS = [
@@ -219,12 +220,14 @@ def batch_raw_tokens(
     warnings: InputWarnings,
     model_by_role: dict[str, str] | None = None,
     sidecars: dict[Path, pa.Table] | None = None,
+    messages: MessageColumns | None = None,
 ) -> tuple[pa.Table, np.ndarray]:
     """All token rows of a batch of simulations (raw columns, not yet validated or derived).
 
     Returns the rows in simulation order and, for each row, the position in ``sims`` of its
     simulation. Within a simulation rows run by (scorer, message_idx, token_idx); on ties
-    inline rows come before sidecar rows. ``sidecars`` holds files already parsed (by path);
+    inline rows come before sidecar rows. ``sidecars`` holds files already parsed (by path),
+    ``messages`` the batch's message values if the caller gathered them;
     the others are parsed here, all in one query. Everything is vectorized over the batch, so
     the cost per simulation is a few Python steps, whatever the number of tokens.
     """
@@ -233,11 +236,9 @@ def batch_raw_tokens(
     inline_pos: list[int] = []
     pieces: list[tuple[int, Path, list[int]]] = []  # (simulation position, sidecar, messages that reference it)
     recorded_counts: list[tuple[int, int, int, Path]] = []  # (simulation position, message, its num_tokens, sidecar)
-    messages = BatchMessages()
     for pos, sim in enumerate(sims):
         keys = {"domain": domain, "task_id": str(sim.task_id), "trial": sim.trial, "seed": sim.seed}
         by_sidecar: dict[Path, list[int]] = {}
-        messages.add(sim)
         for idx, message in enumerate(sim.messages):
             ref = _sidecar_ref(message)
             if ref is not None:
@@ -276,6 +277,7 @@ def batch_raw_tokens(
         missing = [path for _, path, _ in pieces if path not in tables]
         if missing:
             tables.update(resolver.read_many(missing))
+        messages = messages if messages is not None else MessageColumns.of(sims)
         table, pos = _sidecar_rows(pieces, tables, sims, messages, domain, resolver, warnings)
         _count_differing(recorded_counts, sims, pos, table.column("message_idx").to_numpy(), table.column("scorer"),
                          resolver.results_path, warnings)
@@ -293,29 +295,11 @@ def batch_raw_tokens(
     return out.take(order), pos[order]
 
 
-@dataclass
-class BatchMessages:
-    """The messages of a batch of simulations, one entry per message in batch order: what placing the sidecar
-    rows reads of each (gathered in the one pass over the messages that finds their log-probs)."""
-
-    roles: list[str] = field(default_factory=list)
-    turns: list[int] = field(default_factory=list)  # turn_idx, else the message's position
-    stamps: list[str | None] = field(default_factory=list)
-    counts: list[int] = field(default_factory=list)  # messages per simulation
-
-    def add(self, sim: Simulation) -> None:
-        self.counts.append(len(sim.messages))
-        for idx, m in enumerate(sim.messages):
-            self.roles.append(str(m.role))
-            self.turns.append(m.turn_idx if m.turn_idx is not None else idx)
-            self.stamps.append(m.timestamp)
-
-
 def _sidecar_rows(
     pieces: list[tuple[int, Path, list[int]]],
     tables: dict[Path, pa.Table],
     sims: Sequence[Simulation],
-    messages: BatchMessages,
+    messages: MessageColumns,
     domain: str,
     resolver: SidecarResolver,
     warnings: InputWarnings,
@@ -421,7 +405,7 @@ def _sidecar_rows(
     return pa.table([columns[name] for name in RAW_COLUMNS], schema=RAW_SCHEMA), row_pos
 
 
-def _message_roles(role: pa.ChunkedArray, sims: Sequence[Simulation], messages: BatchMessages,
+def _message_roles(role: pa.ChunkedArray, sims: Sequence[Simulation], messages: MessageColumns,
                    message_of_row: np.ndarray, row_pos: np.ndarray, message_idx: np.ndarray, results_path: Path,
                    warnings: InputWarnings) -> pa.Array:
     """A placed row's role is its message's: a missing or empty role (counted where the file was read) is
@@ -430,7 +414,7 @@ def _message_roles(role: pa.ChunkedArray, sims: Sequence[Simulation], messages: 
     differs = pc.fill_null(pc.not_equal(role, roles), False)
     if not pc.any(differs).as_py():  # the usual case: every row names its message's role (or none)
         return roles
-    given = pc.if_else(pc.equal(pc.utf8_trim_whitespace(role), ""), pa.scalar(None, pa.string()), role)
+    given = pc.if_else(blank(role), pa.scalar(None, pa.string()), role)
     differs = pc.fill_null(pc.not_equal(given, roles), False)  # a blank role is a missing one, not another
     if pc.any(differs).as_py():
         first = int(pc.index(differs, True).as_py())

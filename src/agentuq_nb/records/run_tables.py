@@ -3,8 +3,10 @@
 ``io.rundir``), so later estimators need not re-read the results."""
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 
 from agentuq_nb.records.tau2 import Simulation
@@ -23,28 +25,49 @@ TRAJECTORY_SCHEMA = pa.schema(KEY_FIELDS + [
 TRAJECTORY_META = [name for name in TRAJECTORY_SCHEMA.names if name not in ("domain", "task_id", "trial", "seed")]
 
 
-def message_columns(sims: Iterable[Simulation], domain: str) -> dict[str, list]:
-    """One row per message of each simulation, as columns of :data:`MESSAGE_SCHEMA`."""
-    cols: dict[str, list] = {name: [] for name in MESSAGE_SCHEMA.names}
-    for sim in sims:
-        n = len(sim.messages)
-        cols["domain"] += [domain] * n
-        cols["task_id"] += [str(sim.task_id)] * n
-        cols["trial"] += [sim.trial] * n
-        cols["seed"] += [sim.seed] * n
-        cols["message_idx"] += range(n)
-        for idx, m in enumerate(sim.messages):
-            cols["turn_idx"].append(m.turn_idx if m.turn_idx is not None else idx)
-            cols["role"].append(m.role)
-            cols["content_chars"].append(len(m.content or ""))
-            cols["num_tool_calls"].append(len(m.tool_calls or []))
-            cols["is_error"].append(bool(m.error))
-            cols["timestamp"].append(m.timestamp)
-    return cols
+@dataclass
+class MessageColumns:
+    """Per-message values of a batch of simulations, in batch order, gathered in one pass over the messages:
+    the message table's columns, and what placing sidecar token rows reads of each message."""
+
+    counts: list[int] = field(default_factory=list)  # messages per simulation
+    roles: list[str] = field(default_factory=list)
+    turns: list[int] = field(default_factory=list)  # turn_idx, else the message's position
+    stamps: list[str | None] = field(default_factory=list)
+    content_chars: list[int] = field(default_factory=list)
+    num_tool_calls: list[int] = field(default_factory=list)
+    is_error: list[bool] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, sims: Iterable[Simulation]) -> "MessageColumns":
+        out = cls()
+        roles, turns, stamps = out.roles.append, out.turns.append, out.stamps.append
+        chars, calls, errors = out.content_chars.append, out.num_tool_calls.append, out.is_error.append
+        for sim in sims:
+            out.counts.append(len(sim.messages))
+            for idx, m in enumerate(sim.messages):
+                roles(str(m.role))
+                turns(m.turn_idx if m.turn_idx is not None else idx)
+                stamps(m.timestamp)
+                chars(len(m.content or ""))
+                calls(len(m.tool_calls or []))
+                errors(bool(m.error))
+        return out
 
 
-def message_table(sims: Iterable[Simulation], domain: str) -> pa.Table:
-    return pa.table(message_columns(sims, domain), schema=MESSAGE_SCHEMA)
+def message_table(sims: Sequence[Simulation], domain: str, messages: MessageColumns | None = None) -> pa.Table:
+    """One row per message of each simulation (:data:`MESSAGE_SCHEMA`); ``messages``: their values, if gathered."""
+    messages = messages if messages is not None else MessageColumns.of(sims)
+    counts = messages.counts
+    keys = {"domain": [domain] * len(sims), "task_id": [str(s.task_id) for s in sims],
+            "trial": [s.trial for s in sims], "seed": [s.seed for s in sims]}
+    repeat = pa.array(np.repeat(np.arange(len(sims)), counts))
+    first = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    columns = {name: pa.array(values, MESSAGE_SCHEMA.field(name).type).take(repeat) for name, values in keys.items()}
+    columns.update(message_idx=np.arange(len(messages.roles), dtype=np.int64) - np.repeat(first, counts),
+                   turn_idx=messages.turns, role=messages.roles, content_chars=messages.content_chars,
+                   num_tool_calls=messages.num_tool_calls, is_error=messages.is_error, timestamp=messages.stamps)
+    return pa.table({name: columns[name] for name in MESSAGE_SCHEMA.names}, schema=MESSAGE_SCHEMA)
 
 
 def trajectory_record(sim: Simulation, domain: str) -> dict:

@@ -16,7 +16,13 @@ from agentuq_nb.io.errors import InputError, InputWarnings
 from agentuq_nb.io.rundir import Commit
 from agentuq_nb.io.token_table import TokenTableWriter
 from agentuq_nb.records import Simulation
-from agentuq_nb.records.run_tables import MESSAGE_SCHEMA, message_table, trajectory_record, trajectory_table
+from agentuq_nb.records.run_tables import (
+    MESSAGE_SCHEMA,
+    MessageColumns,
+    message_table,
+    trajectory_record,
+    trajectory_table,
+)
 from agentuq_nb.uq.turn_partials import PARTIALS_SCHEMA, token_partials_table
 
 #: token rows per Parquet row group: a row group of ~32k token rows (~10 MiB in Arrow with top-5 lists) is
@@ -52,7 +58,8 @@ class BaseTables:
         self.partials.write(token_partials_table(tokens))
 
     def add_simulations(self, sims: Iterable[Simulation], domain: str, where: str,
-                        warnings: InputWarnings) -> int:
+                        warnings: InputWarnings, messages: MessageColumns | None = None) -> int:
+        """The simulations' trajectory records and message rows (``messages``: their values, if gathered)."""
         sims = list(sims)
         for sim in sims:
             key, known = (str(sim.task_id), sim.trial, sim.seed), len(self._first_of_key)
@@ -60,7 +67,7 @@ class BaseTables:
             if len(self._first_of_key) == known:  # the key was there already
                 raise duplicate_key_error(where, key, first, str(sim.id))
             self.trajectories.append(trajectory_record(sim, domain))
-        self.messages.write(message_table(sims, domain))
+        self.messages.write(message_table(sims, domain, messages))
         for sim in sims:
             if sim.reward is None:
                 warnings.add("simulations_without_reward", f"{where} simulation {sim.id}")

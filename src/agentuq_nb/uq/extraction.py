@@ -27,6 +27,7 @@ from agentuq_nb.io.results import detect_layout, iter_simulations, read_header
 from agentuq_nb.io.rundir import RunDir
 from agentuq_nb.io.token_sources import SidecarResolver, batch_raw_tokens
 from agentuq_nb.records import Results, Simulation
+from agentuq_nb.records.run_tables import MessageColumns
 from agentuq_nb.uq.base_tables import BaseTables
 from agentuq_nb.uq.token_metrics import with_token_metrics
 
@@ -140,10 +141,12 @@ def extract(results_path: str | Path, run_dir: str | Path | RunDir, sidecar_dir:
         with fewer_collections(), run.commit("extract") as commit, closing(resolver), \
                 BaseTables(commit, results_input(run, results_path)) as tables:
             for batch, parsed in _batches(iter_simulations(results_path), resolver, batch_bytes):
-                raw, sim_pos = batch_raw_tokens(batch, domain, resolver, report.warnings, models, parsed.result())
+                messages = MessageColumns.of(batch)  # one pass over the messages, for the tokens and the message table
+                raw, sim_pos = batch_raw_tokens(batch, domain, resolver, report.warnings, models, parsed.result(), messages)
                 where = lambda row, batch=batch, sim_pos=sim_pos: f"{results_path} simulation {batch[sim_pos[row]].id}"  # noqa: E731
                 tables.add_tokens(with_token_metrics(raw, where, report.warnings))
-                report.num_simulations += tables.add_simulations(batch, domain, str(results_path), report.warnings)
+                report.num_simulations += tables.add_simulations(batch, domain, str(results_path), report.warnings,
+                                                                 messages)
                 if bar is not None:
                     bar.update(len(batch))
             if report.num_simulations == 0:
