@@ -266,6 +266,53 @@ def test_lines_longer_than_the_read_block(tmp_path):
     assert _assert_same([path])
 
 
+MUTATION_BYTES = b'{}[]:,"\\/ \t\r\n0123456789.-+eEaeflnrstuINfy\x00\x1f\x7f\xc3\xa9\xff\xed\xa0\x80'
+
+
+def test_mutated_rows_are_read_as_duckdb_reads_them_or_left_to_it(tmp_path):
+    """Seeded byte mutations of real agentuq rows (a flip, an insertion, a deletion, a cut): the scanner's
+    table equals DuckDB's, or it stands aside; never does it accept what DuckDB refuses."""
+    results = write_synthetic_results(tmp_path / "src", num_simulations=1, messages_per_simulation=3,
+                                      tokens_per_message=4, forms=("sidecar",), seed=9)
+    lines = next((results.parent / "sidecars").glob("*.jsonl")).read_bytes().splitlines(keepends=True)
+    rng = np.random.default_rng(17)
+    accepted = refused = 0
+    for case in range(300):
+        data = bytearray(b"".join(lines[: rng.integers(1, len(lines) + 1)]))
+        for _ in range(rng.integers(1, 4)):
+            at, kind = int(rng.integers(0, len(data))), rng.integers(0, 4)
+            byte = MUTATION_BYTES[int(rng.integers(0, len(MUTATION_BYTES)))]
+            if kind == 0:
+                data[at] = byte
+            elif kind == 1:
+                data.insert(at, byte)
+            elif kind == 2:
+                del data[at]
+            else:
+                del data[at:]
+            if not data:
+                data = bytearray(b"\n")
+        path = tmp_path / f"case{case}.jsonl"
+        path.write_bytes(bytes(data))
+        scanned = _scanned_per_file([path])
+        try:
+            expected = _duckdb([path])
+        except InputError:
+            refused += 1
+            assert scanned is None, f"the scanner accepted what DuckDB refuses: {bytes(data)!r}"
+            continue
+        if scanned is not None:
+            accepted += 1
+            assert _rows(scanned[0]) == _rows(expected[0]), bytes(data)
+    assert accepted > 30 and refused > 30  # both sides of the contract were exercised
+
+
+def test_a_path_with_a_nul_byte_is_refused_not_cut(tmp_path):
+    (tmp_path / "a").write_text('{"token_idx": 1}\n')
+    with pytest.raises(ValueError, match="null byte"):
+        sidecar_scan.scan([bytes(tmp_path / "a") + b"\x00.jsonl"])
+
+
 def test_a_file_that_cannot_be_opened_is_left_to_duckdb(tmp_path):
     missing = tmp_path / "missing.jsonl"
     assert scan_sidecars([missing]) is None

@@ -39,6 +39,9 @@
 
 #if defined(__GLIBC__)
 #define HAVE_STRTOD_L 1
+#elif defined(__APPLE__)
+#include <xlocale.h>
+#define HAVE_STRTOD_L 1
 #endif
 #if (defined(__x86_64__) || defined(__i386__)) && LDBL_MANT_DIG == 64
 #define HAVE_X87_LONG_DOUBLE 1
@@ -98,6 +101,7 @@ static int vec_grow(vec *v, size_t extra) {
 #define VEC_RESERVE(v, n) ((v)->len + (n) <= (v)->cap || vec_grow((v), (n)) == 0)
 
 static inline int vec_push(vec *v, const void *src, size_t n) {
+    if (n == 0) return 0; /* memcpy to a vec with no memory yet would get NULL */
     if (!VEC_RESERVE(v, n)) return -1;
     memcpy(v->p + v->len, src, n);
     v->len += n;
@@ -110,8 +114,9 @@ static inline int vec_byte(vec *v, unsigned char b) {
     return 0;
 }
 
+/* -1: out of memory; -2: past int32, the offsets' type (the batch is then left to DuckDB) */
 static inline int push_offset(vec *offsets, size_t value) {
-    if (value > INT32_MAX) return -1;
+    if (value > INT32_MAX) return -2;
     int32_t o = (int32_t)value;
     return vec_push(offsets, &o, sizeof o);
 }
@@ -129,6 +134,12 @@ static inline int set_valid(vec *valid, int64_t *nulls, int64_t index, int ok) {
 }
 
 #define FAIL(st, reason) do { (st)->why = (reason); return NULL; } while (0)
+
+static const char OUT_OF_MEMORY[] = "out of memory"; /* raised as MemoryError, not left to DuckDB */
+static const char TOO_LARGE[] = "a batch over 2 GiB of text or 2^31 list elements (int32 offsets)";
+/* A push that failed: out of memory, or an offset past int32. */
+#define PUSHED(st, call) do { int pushed_ = (call); \
+        if (pushed_ < 0) FAIL(st, pushed_ == -2 ? TOO_LARGE : OUT_OF_MEMORY); } while (0)
 
 /* ------------------------------------------------------------------ lexing */
 
@@ -250,7 +261,7 @@ static const char *scan_string(scan_state *st, const char *p, const char *e, vec
         if (p >= e) FAIL(st, "a string runs to the end of the line");
         unsigned char c = (unsigned char)*p;
         if (c == '"') {
-            if (out != NULL && vec_push(out, run, (size_t)(p - run)) < 0) FAIL(st, "out of memory");
+            if (out != NULL) PUSHED(st, vec_push(out, run, (size_t)(p - run)));
             return p + 1;
         }
         if (c >= 0x80) {
@@ -261,7 +272,7 @@ static const char *scan_string(scan_state *st, const char *p, const char *e, vec
         }
         if (c < 0x20) FAIL(st, "a control character in a string");
         /* a backslash */
-        if (out != NULL && vec_push(out, run, (size_t)(p - run)) < 0) FAIL(st, "out of memory");
+        if (out != NULL) PUSHED(st, vec_push(out, run, (size_t)(p - run)));
         if (++p >= e) FAIL(st, "a string runs to the end of the line");
         unsigned char decoded;
         switch (*p) {
@@ -284,13 +295,13 @@ static const char *scan_string(scan_state *st, const char *p, const char *e, vec
                     code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00);
                     p += 6;
                 }
-                if (out != NULL && push_utf8(out, (unsigned)code) < 0) FAIL(st, "out of memory");
+                if (out != NULL) PUSHED(st, push_utf8(out, (unsigned)code));
                 run = p;
                 continue;
             }
             default: FAIL(st, "an unknown escape in a string");
         }
-        if (out != NULL && vec_byte(out, decoded) < 0) FAIL(st, "out of memory");
+        if (out != NULL) PUSHED(st, vec_byte(out, decoded));
         run = ++p;
     }
 }
@@ -558,26 +569,26 @@ static int push_null(column *c, int kind, int64_t row) {
 static const char *scan_column_value(scan_state *st, column *c, int kind, const char *p, const char *e) {
     if (*p == 'n') {
         if (!literal(p, e, "null", 4)) FAIL(st, "a bad literal");
-        if (push_null(c, kind, st->rows) < 0) FAIL(st, "out of memory or a batch over 2 GiB");
+        PUSHED(st, push_null(c, kind, st->rows));
         return p + 4;
     }
     switch (kind) {
         case K_STR:
             if (*p != '"') FAIL(st, "a string column holds another type");
             if ((p = scan_string(st, p, e, &c->data)) == NULL) return NULL;
-            if (push_offset(&c->offsets, c->data.len) < 0) FAIL(st, "a batch over 2 GiB of text");
+            PUSHED(st, push_offset(&c->offsets, c->data.len));
             break;
         case K_I64: {
             int64_t v;
             if ((p = scan_int(st, p, e, &v)) == NULL) return NULL;
-            if (vec_push(&c->data, &v, 8) < 0) FAIL(st, "out of memory");
+            PUSHED(st, vec_push(&c->data, &v, 8));
             break;
         }
         case K_F64: {
             double v;
             if (*p == 't' || *p == 'f' || *p == '"' || *p == '[' || *p == '{') FAIL(st, "a number column holds another type");
             if ((p = scan_double(st, p, e, &v)) == NULL) return NULL;
-            if (vec_push(&c->data, &v, 8) < 0) FAIL(st, "out of memory");
+            PUSHED(st, vec_push(&c->data, &v, 8));
             break;
         }
         default: { /* a list */
@@ -593,24 +604,23 @@ static const char *scan_column_value(scan_state *st, column *c, int kind, const 
                     if (*p == 'n') {
                         if (!literal(p, e, "null", 4)) FAIL(st, "a bad literal");
                         p += 4;
-                        if (set_valid(&c->cvalid, &c->cnulls, element, 0) < 0) FAIL(st, "out of memory");
-                        if (kind == K_LIST_STR) {
-                            if (push_offset(&c->coffsets, c->cdata.len) < 0) FAIL(st, "a batch over 2 GiB of text");
-                        } else if (vec_push(&c->cdata, "\0\0\0\0\0\0\0\0", 8) < 0) {
-                            FAIL(st, "out of memory");
-                        }
+                        PUSHED(st, set_valid(&c->cvalid, &c->cnulls, element, 0));
+                        if (kind == K_LIST_STR)
+                            PUSHED(st, push_offset(&c->coffsets, c->cdata.len));
+                        else
+                            PUSHED(st, vec_push(&c->cdata, "\0\0\0\0\0\0\0\0", 8));
                     } else if (kind == K_LIST_STR) {
                         if (*p != '"') FAIL(st, "a list of strings holds another type");
                         if ((p = scan_string(st, p, e, &c->cdata)) == NULL) return NULL;
-                        if (set_valid(&c->cvalid, &c->cnulls, element, 1) < 0 || push_offset(&c->coffsets, c->cdata.len) < 0)
-                            FAIL(st, "out of memory or a batch over 2 GiB of text");
+                        PUSHED(st, set_valid(&c->cvalid, &c->cnulls, element, 1));
+                        PUSHED(st, push_offset(&c->coffsets, c->cdata.len));
                     } else {
                         double v;
                         if (*p == 't' || *p == 'f' || *p == '"' || *p == '[' || *p == '{')
                             FAIL(st, "a list of numbers holds another type");
                         if ((p = scan_double(st, p, e, &v)) == NULL) return NULL;
-                        if (set_valid(&c->cvalid, &c->cnulls, element, 1) < 0 || vec_push(&c->cdata, &v, 8) < 0)
-                            FAIL(st, "out of memory");
+                        PUSHED(st, set_valid(&c->cvalid, &c->cnulls, element, 1));
+                        PUSHED(st, vec_push(&c->cdata, &v, 8));
                     }
                     p = skip_ws(p, e);
                     if (p < e && *p == ',') { p++; continue; }
@@ -618,11 +628,11 @@ static const char *scan_column_value(scan_state *st, column *c, int kind, const 
                     FAIL(st, "a list is not closed");
                 }
             }
-            if (push_offset(&c->offsets, (size_t)c->elements) < 0) FAIL(st, "a batch of over 2^31 list elements");
+            PUSHED(st, push_offset(&c->offsets, (size_t)c->elements));
             break;
         }
     }
-    if (set_valid(&c->valid, &c->nulls, st->rows, 1) < 0) FAIL(st, "out of memory");
+    PUSHED(st, set_valid(&c->valid, &c->nulls, st->rows, 1));
     return p;
 }
 
@@ -688,8 +698,7 @@ static const char *scan_row(scan_state *st, const char *p, const char *e) {
         }
     }
     for (int c = 0; c < NCOL; c++)
-        if (!(seen & (UINT32_C(1) << c)) && push_null(&st->cols[c], COLUMNS[c].kind, st->rows) < 0)
-            FAIL(st, "out of memory or a batch over 2 GiB");
+        if (!(seen & (UINT32_C(1) << c))) PUSHED(st, push_null(&st->cols[c], COLUMNS[c].kind, st->rows));
     st->rows++;
     return p;
 }
@@ -720,6 +729,13 @@ typedef struct {
     size_t cap;
 } read_buffer;
 
+/* The last newline in [p, p + n), or NULL (memrchr is a GNU extension). */
+static const char *last_newline(const char *p, size_t n) {
+    while (n > 0)
+        if (p[--n] == '\n') return p + n;
+    return NULL;
+}
+
 /* Scan one file in blocks of complete lines. Returns 0, or -1 with st->why set. */
 static int scan_file(scan_state *st, const char *path, read_buffer *buf, size_t block, int64_t *lines,
                      int64_t *line_no) {
@@ -738,7 +754,7 @@ static int scan_file(scan_state *st, const char *path, read_buffer *buf, size_t 
             size_t cap = buf->cap ? buf->cap * 2 : block;
             while (cap - have < block / 2) cap *= 2;
             char *p = realloc(buf->p, cap);
-            if (p == NULL) { st->why = "out of memory"; status = -1; break; }
+            if (p == NULL) { st->why = OUT_OF_MEMORY; status = -1; break; }
             buf->p = p;
             buf->cap = cap;
         }
@@ -750,12 +766,13 @@ static int scan_file(scan_state *st, const char *path, read_buffer *buf, size_t 
             break;
         }
         eof = n == 0;
+        size_t held = have; /* bytes kept from the last read: part of one line, no newline */
         have += (size_t)n;
         const char *end;
         if (eof) {
             end = buf->p + have;
         } else {
-            end = memrchr(buf->p, '\n', have);
+            end = last_newline(buf->p + held, (size_t)n);
             if (end == NULL) continue; /* no complete line yet: read on */
             end++;
         }
@@ -803,6 +820,10 @@ static PyTypeObject BlockType = {
 static PyObject *block_of(vec *v) {
     Block *b = PyObject_New(Block, &BlockType);
     if (b == NULL) return NULL;
+    if (v->len > 0 && v->len < v->cap) { /* capacities double: hand Python only what is used */
+        char *p = realloc(v->p, v->len);
+        if (p != NULL) v->p = p;
+    }
     b->p = v->p;
     b->len = (Py_ssize_t)v->len;
     v->p = NULL;
@@ -868,7 +889,7 @@ PyDoc_STRVAR(scan_doc,
 "validity, element offsets, element data); a list of floats (validity, offsets, element validity,\n"
 "values). A validity is a byte per row (1 valid) or None when none is null; offsets are int32.\n"
 "Raises Unsupported(file_index, line, reason) on anything beyond its scope (the caller then parses\n"
-"the files otherwise). The GIL is released while it reads.");
+"the files otherwise), MemoryError when an allocation fails. The GIL is released while it reads.");
 
 static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwargs) {
     static char *keywords[] = {"paths", "block_bytes", NULL};
@@ -876,9 +897,10 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
     Py_ssize_t block = 8 << 20;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|n", keywords, &paths_obj, &block)) return NULL;
     if (block < 4096) block = 4096;
-    PyObject *paths = PySequence_Fast(paths_obj, "paths must be a sequence of bytes");
+    /* a tuple of its own: the names are read with the GIL released, when the caller's list could change */
+    PyObject *paths = PySequence_Tuple(paths_obj);
     if (paths == NULL) return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(paths);
+    Py_ssize_t n = PyTuple_GET_SIZE(paths);
     const char **names = PyMem_Calloc((size_t)(n ? n : 1), sizeof(char *));
     int64_t *rows = PyMem_Calloc((size_t)(n ? n : 1), sizeof(int64_t));
     int64_t *lines = PyMem_Calloc((size_t)(n ? n : 1), sizeof(int64_t));
@@ -888,14 +910,18 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
         return PyErr_NoMemory();
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = PySequence_Fast_GET_ITEM(paths, i);
-        if (!PyBytes_Check(item)) {
-            PyErr_SetString(PyExc_TypeError, "paths must be bytes (os.fsencode)");
+        PyObject *item = PyTuple_GET_ITEM(paths, i);
+        char *name;
+        Py_ssize_t size;
+        if (!PyBytes_Check(item) || PyBytes_AsStringAndSize(item, &name, &size) < 0 || (size_t)size != strlen(name)) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyBytes_Check(item) ? PyExc_ValueError : PyExc_TypeError,
+                                PyBytes_Check(item) ? "embedded null byte in a path" : "paths must be bytes (os.fsencode)");
             PyMem_Free(names); PyMem_Free(rows); PyMem_Free(lines);
             Py_DECREF(paths);
             return NULL;
         }
-        names[i] = PyBytes_AS_STRING(item);
+        names[i] = name;
     }
     scan_state *st = calloc(1, sizeof(scan_state));
     if (st == NULL) {
@@ -913,7 +939,7 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
             status = push_offset(&st->cols[c].offsets, 0);
     for (int c = 0; c < NCOL && status == 0; c++)
         if (COLUMNS[c].kind == K_LIST_STR) status = push_offset(&st->cols[c].coffsets, 0);
-    if (status != 0) st->why = "out of memory";
+    if (status != 0) st->why = OUT_OF_MEMORY;
     for (Py_ssize_t i = 0; i < n && status == 0; i++) {
         int64_t before = st->rows;
         line_no = 0;
@@ -924,7 +950,9 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
     free(buf.p);
     Py_END_ALLOW_THREADS
     PyObject *result = NULL;
-    if (status != 0) {
+    if (status != 0 && st->why == OUT_OF_MEMORY) {
+        PyErr_NoMemory();
+    } else if (status != 0) {
         PyObject *err = Py_BuildValue("(nLs)", failed, (long long)line_no, st->why ? st->why : "unknown");
         if (err != NULL) {
             PyErr_SetObject(Unsupported, err);
@@ -981,17 +1009,28 @@ PyMODINIT_FUNC PyInit_sidecar_scan(void) {
     PyObject *columns = PyTuple_New(NCOL);
     if (columns == NULL) { Py_DECREF(m); return NULL; }
     static const char *KINDS[] = {"string", "int64", "double", "list<string>", "list<double>"};
-    for (int c = 0; c < NCOL; c++)
-        PyTuple_SET_ITEM(columns, c, Py_BuildValue("(ss)", COLUMNS[c].name, KINDS[COLUMNS[c].kind]));
+    for (int c = 0; c < NCOL; c++) {
+        PyObject *item = Py_BuildValue("(ss)", COLUMNS[c].name, KINDS[COLUMNS[c].kind]);
+        if (item == NULL) {
+            Py_DECREF(columns);
+            Py_DECREF(m);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(columns, c, item);
+    }
     if (PyModule_AddObject(m, "COLUMNS", columns) < 0) {
         Py_DECREF(columns);
         Py_DECREF(m);
         return NULL;
     }
 #ifdef HAVE_X87_LONG_DOUBLE
-    PyModule_AddIntConstant(m, "EXTENDED_PRECISION", 1);
+    int extended = 1;
 #else
-    PyModule_AddIntConstant(m, "EXTENDED_PRECISION", 0);
+    int extended = 0;
 #endif
+    if (PyModule_AddIntConstant(m, "EXTENDED_PRECISION", extended) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     return m;
 }

@@ -27,7 +27,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from agentuq_nb.common.naming import file_key
-from agentuq_nb.io import sidecar_scan
 from agentuq_nb.io.atomic import atomic_open
 from agentuq_nb.io.errors import InputError, InputWarnings
 from agentuq_nb.records.tokens import TOKEN_SCHEMA
@@ -47,9 +46,16 @@ ROWS_QUERY = "SELECT * FROM read_ndjson($files, columns=$columns, maximum_sample
 JOINED_FILE_BYTES = 4 << 20  # sidecar bytes per temporary file DuckDB parses (it reads each file whole)
 #: file names DuckDB reads as compressed (``compression='auto'`` goes by the name)
 COMPRESSED_SUFFIXES = {".gz", ".zst", ".zstd"}
+try:
+    from agentuq_nb.io import sidecar_scan  # compiled by the install (setup.py)
+except ImportError:  # only where its build is optional (Windows): DuckDB reads every sidecar
+    if os.name != "nt":
+        raise
+    sidecar_scan = None
 _SCANNER_TYPES = {"string": pa.string(), "int64": pa.int64(), "double": pa.float64(),
                   "list<string>": pa.list_(pa.string()), "list<double>": pa.list_(pa.float64())}
-if [(name, _SCANNER_TYPES[kind]) for name, kind in sidecar_scan.COLUMNS] != list(zip(SIDECAR_SCHEMA.names, SIDECAR_SCHEMA.types)):
+if sidecar_scan is not None and [(name, _SCANNER_TYPES[kind]) for name, kind in sidecar_scan.COLUMNS] != \
+        list(zip(SIDECAR_SCHEMA.names, SIDECAR_SCHEMA.types)):
     raise ImportError("agentuq_nb.io.sidecar_scan reads other columns than SIDECAR_SCHEMA: rebuild it (pip install -e .)")
 
 
@@ -74,7 +80,10 @@ def _scanned_array(kind: pa.DataType, n: int, buffers: tuple) -> pa.Array:
 
 def scan_sidecars(paths: Sequence[Path]) -> tuple[pa.Table, np.ndarray, np.ndarray] | None:
     """The files' rows read by the compiled scanner, in file order (``SIDECAR_SCHEMA``), with each file's
-    rows and lines; None when a file holds something beyond the scanner's scope (see the module's text)."""
+    rows and lines; None when a file holds something beyond the scanner's scope (see the module's text), or
+    where the scanner is not built."""
+    if sidecar_scan is None:
+        return None
     try:
         rows, lines, columns = sidecar_scan.scan([os.fsencode(p) for p in paths])
     except sidecar_scan.Unsupported:
