@@ -36,6 +36,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#if defined(__GLIBC__)
+#include <malloc.h> /* malloc_trim */
+#endif
 
 #if defined(__GLIBC__)
 #define HAVE_STRTOD_L 1
@@ -974,8 +977,23 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
     return result;
 }
 
+PyDoc_STRVAR(trim_doc,
+"trim() -> None\n\n"
+"Hand the heap memory freed since (the scanner's blocks, once their tables are gone) back to the system\n"
+"(glibc keeps it otherwise; elsewhere nothing to do).");
+
+static PyObject *trim(PyObject *Py_UNUSED(self), PyObject *Py_UNUSED(args)) {
+#if defined(__GLIBC__)
+    Py_BEGIN_ALLOW_THREADS
+    malloc_trim(0);
+    Py_END_ALLOW_THREADS
+#endif
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"scan", (PyCFunction)(void (*)(void))scan, METH_VARARGS | METH_KEYWORDS, scan_doc},
+    {"trim", trim, METH_NOARGS, trim_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -25,6 +25,7 @@ from agentuq_nb.io.errors import InputError, InputWarnings
 from agentuq_nb.io.input_warnings import emit_input_warnings
 from agentuq_nb.io.results import detect_layout, iter_simulations, read_header
 from agentuq_nb.io.rundir import RunDir
+from agentuq_nb.io.sidecars import release_scanner_memory
 from agentuq_nb.io.token_sources import SidecarResolver, batch_raw_tokens
 from agentuq_nb.records import Results, Simulation
 from agentuq_nb.records.run_tables import MessageColumns
@@ -96,7 +97,7 @@ def _batches(sims: Iterable[Simulation], resolver: SidecarResolver, batch_bytes:
                     # a file the previous batch read too (one shared by all trajectories: agentuq's ``single``
                     # partition mode) is usually still in the resolver's cache; counting it in every batch
                     # would make each batch one simulation
-                    size += 0 if path in previous else _file_size(path)
+                    size += 0 if path in previous else resolver.size_of(path)
             if size >= batch_bytes or len(batch) >= BATCH_SIMULATIONS:
                 if (ready := advance(batch, paths)) is not None:
                     yield ready
@@ -107,13 +108,6 @@ def _batches(sims: Iterable[Simulation], resolver: SidecarResolver, batch_bytes:
             yield pending
     finally:
         executor.shutdown(wait=True, cancel_futures=True)
-
-
-def _file_size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
 
 
 def extract(results_path: str | Path, run_dir: str | Path | RunDir, sidecar_dir: str | Path | None = None,
@@ -165,7 +159,9 @@ def extract(results_path: str | Path, run_dir: str | Path | RunDir, sidecar_dir:
         if bar is not None:
             bar.close()
     emit_input_warnings(report.warnings)
-    # hand the batches' freed Arrow buffers back to the system (mimalloc keeps them otherwise), so that the
-    # steps run after extract in the same process (``agentuq-nb analyze``) start from a lower peak
+    # hand the batches' freed Arrow buffers and the scanner's blocks back to the system (mimalloc and glibc
+    # keep them otherwise), so that the steps run after extract in the same process (``agentuq-nb analyze``)
+    # start from a lower peak
     pa.default_memory_pool().release_unused()
+    release_scanner_memory()
     return report
