@@ -118,7 +118,9 @@ REPORT_PEAK = ("\nimport re, sys\nprint(re.search(r'VmHWM:\\s*(\\d+)', open('/pr
 
 def warm_page_cache(folder: Path) -> None:
     """Read every input file once, so that each timed run starts with its input in the page cache
-    (otherwise whichever runs first pays the disk reads for the others)."""
+    (otherwise whichever runs first pays the disk reads for the others); first flush what was written
+    (inputs just made: their write-back would otherwise run during the timed run)."""
+    os.sync()
     for path in folder.rglob("*"):
         if path.is_file():
             with open(path, "rb") as fh:

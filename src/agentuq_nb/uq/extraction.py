@@ -1,9 +1,9 @@
 """``extract``: results (+ sidecars) → the run's base tables: tokens, turn partials, messages, trajectories.
 
 Simulations stream from the results (ijson) in batches of about ``batch_bytes`` of sidecar
-JSON; a batch's sidecars are parsed in one DuckDB query on all cores while the previous batch
-is joined, measured and written, and every step works on the whole batch at once (Arrow and
-numpy). Memory is bounded by two batches and one Parquet row group, not by the number of
+JSON; a batch's sidecars are parsed on a thread of their own (the compiled scanner, or DuckDB for
+files beyond its scope: :mod:`agentuq_nb.io.sidecars`) while the previous batch is joined,
+measured and written, and every step works on the whole batch at once (Arrow and numpy). Memory is bounded by two batches and one Parquet row group, not by the number of
 simulations or sidecar files.
 
 The tables and the manifest are published as one commit of the run folder
@@ -66,7 +66,7 @@ def results_input(run: RunDir, results_path: Path) -> dict[str, str]:
 def _batches(sims: Iterable[Simulation], resolver: SidecarResolver, batch_bytes: int) -> Iterator[tuple[list[Simulation], Future]]:
     """Simulations in batches, each with the parse of its sidecars under way in the background.
 
-    The next batch's sidecars parse (DuckDB, off the GIL) while the caller works on the current
+    The next batch's sidecars parse (off the GIL) while the caller works on the current
     batch; a batch's parse starts only after the previous one finished, so a sidecar shared by
     many simulations is parsed once and then found in the resolver's cache.
     """
