@@ -189,3 +189,17 @@ def test_observation_roles_and_total_follow_the_chain_rule():
     assert s.loc[("a", "agent_llm", "total"), "total_tokens"] == 3 + 3
     assert s.loc[("b", "agent_llm", "total"), "trajectory_nll"] == pytest.approx(0.4 + 1.5)
     assert ("b", "agent_llm", "observation_combined") not in s.index  # one observation role only
+
+
+def test_message_table_rows_and_no_simulations(synthetic_results):
+    """One row per message, numbered within its simulation; a batch of no simulations gives an empty table."""
+    from agentuq_nb.io.results import iter_simulations
+    from agentuq_nb.records.run_tables import MESSAGE_SCHEMA, MessageColumns, message_table
+
+    sims = list(iter_simulations(synthetic_results))[:3]
+    table = message_table(sims, "synthetic", MessageColumns.of(sims))
+    assert table.column("message_idx").to_pylist() == [i for s in sims for i in range(len(s.messages))]
+    assert table.column("task_id").to_pylist() == [str(s.task_id) for s in sims for _ in s.messages]
+    assert table.column("role").to_pylist() == [m.role for s in sims for m in s.messages]
+    empty = message_table([], "synthetic")
+    assert empty.num_rows == 0 and empty.schema == MESSAGE_SCHEMA

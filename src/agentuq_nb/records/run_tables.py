@@ -62,7 +62,7 @@ def message_table(sims: Sequence[Simulation], domain: str, messages: MessageColu
     keys = {"domain": [domain] * len(sims), "task_id": [str(s.task_id) for s in sims],
             "trial": [s.trial for s in sims], "seed": [s.seed for s in sims]}
     repeat = pa.array(np.repeat(np.arange(len(sims)), counts))
-    first = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    first = np.cumsum(counts, dtype=np.int64) - counts  # each simulation's first message
     columns = {name: pa.array(values, MESSAGE_SCHEMA.field(name).type).take(repeat) for name, values in keys.items()}
     columns.update(message_idx=np.arange(len(messages.roles), dtype=np.int64) - np.repeat(first, counts),
                    turn_idx=messages.turns, role=messages.roles, content_chars=messages.content_chars,
