@@ -11,7 +11,9 @@ peak memory (max RSS) and imports are its own:
   two processes as its README runs them; peak memory is the larger of the two
 * DuckDB bare parse: ``SELECT count(*) FROM read_ndjson(<the sidecars>, columns=<the columns extract
   reads>)`` — the yardstick for ``extract``, which has to parse the same bytes; and the same query with every
-  column materialized as Arrow record batches (``SELECT *``), what DuckDB's path in ``extract`` needs first
+  column materialized as Arrow record batches (``SELECT *``), what DuckDB's path in ``extract`` needs first;
+  and DuckDB converting the same sidecars to one Parquet file (``COPY (SELECT * ...) TO ... (FORMAT parquet)``,
+  its defaults): the nearest DuckDB equivalent of extract's job, without the placing and the token metrics
 * our compiled sidecar scanner alone (``io.sidecar_scan``, one thread, the files in extract's 32 MiB batches,
   every column built as Arrow), and ``extract`` with the scanner switched off (DuckDB parses every batch, as
   before the scanner): what the scanner changes, in the same run
@@ -110,6 +112,14 @@ DUCKDB_TO_ARROW = DUCKDB_PARSE.replace(
     """reader = duckdb.sql("SELECT * FROM read_ndjson($files, columns=$columns)",
                     params={"files": files, "columns": columns}).fetch_record_batch(65536)
 n = sum(batch.num_rows for batch in reader)""")
+# DuckDB writing the parsed sidecars to Parquet: JSON in, Parquet out, as extract (which also places each row
+# in its message and adds the token metrics)
+DUCKDB_TO_PARQUET = DUCKDB_PARSE.replace(
+    """n = duckdb.sql("SELECT count(*) FROM read_ndjson($files, columns=$columns)",
+               params={"files": files, "columns": columns}).fetchall()[0][0]""",
+    """duckdb.sql(f"COPY (SELECT * FROM read_ndjson($files, columns=$columns)) TO '{sys.argv[2]}' (FORMAT parquet)",
+           params={"files": files, "columns": columns})
+n = duckdb.sql("SELECT count(*) FROM read_parquet($path)", params={"path": sys.argv[2]}).fetchall()[0][0]""")
 RUN_SCRIPT = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
 # VmHWM: the process's own peak RSS (ru_maxrss would carry over this parent's RSS across fork + exec)
 REPORT_PEAK = ("\nimport re, sys\nprint(re.search(r'VmHWM:\\s*(\\d+)', open('/proc/self/status').read()).group(1), "
@@ -279,12 +289,17 @@ def main() -> None:
         t_scan, m_scan = run_measured(OURS_SCAN, str(src / "sidecars"))
         t_duck, m_duck = run_measured(DUCKDB_PARSE, str(src / "sidecars"))
         t_arrow, m_arrow = run_measured(DUCKDB_TO_ARROW, str(src / "sidecars"))
+        duck_parquet = workdir / f"duckdb_{tag}.parquet"
+        t_copy, m_copy = run_measured(DUCKDB_TO_PARQUET, str(src / "sidecars"), str(duck_parquet))
+        duck_parquet.unlink()
         print(f"ours extract alone              {t_ext:7.2f} s  {m_ext:6.0f} MiB")
         print(f"ours extract, scanner off       {t_ext_duck:7.2f} s  {m_ext_duck:6.0f} MiB  (DuckDB parses every batch)")
         print(f"our sidecar scanner alone       {t_scan:7.2f} s  {m_scan:6.0f} MiB  (one thread, every column as Arrow)")
         print(f"DuckDB bare parse (count rows)  {t_duck:7.2f} s  {m_duck:6.0f} MiB")
         print(f"DuckDB parse to Arrow           {t_arrow:7.2f} s  {m_arrow:6.0f} MiB  (every column extract reads)")
+        print(f"DuckDB sidecars to Parquet      {t_copy:7.2f} s  {m_copy:6.0f} MiB  (COPY, its defaults; no placing, no metrics)")
         print(f"  → our extract / DuckDB bare parse: {t_ext / t_duck:.2f}x;  / DuckDB parse to Arrow: {t_ext / t_arrow:.2f}x;"
+              f"  / DuckDB sidecars to Parquet: {t_ext / t_copy:.2f}x;"
               f"  scanner off / on: {t_ext_duck / t_ext:.2f}x;  our scanner / DuckDB bare parse: {t_scan / t_duck:.2f}x")
         if agentuq is not None:
             agentuq_out = workdir / f"agentuq_{tag}"
