@@ -143,11 +143,10 @@ def test_cluster_bootstrap_equals_an_explicit_index_reference(reward_kind):
     if reward_kind == "continuous":
         r = np.where(r < 1, rng.uniform(size=45), 1.0)
     samples = bootstrap_samples(u, r, 1.0, METRICS, n_boot=25, seed=11, groups=tasks)
-    labels, first = np.unique(tasks, return_index=True)
-    by_appearance = labels[np.argsort(first)]  # cluster k = the k-th task to appear in the input
-    drawn = np.random.default_rng(11).integers(0, by_appearance.size, size=(25, by_appearance.size))
+    labels = np.unique(tasks)  # cluster k = the k-th task label in sorted order
+    drawn = np.random.default_rng(11).integers(0, labels.size, size=(25, labels.size))
     for b in range(25):
-        rows = np.sort(np.concatenate([np.flatnonzero(tasks == by_appearance[k]) for k in drawn[b]]))
+        rows = np.sort(np.concatenate([np.flatnonzero(tasks == labels[k]) for k in drawn[b]]))
         vals, _ = point_metrics(u[rows], r[rows], 1.0, METRICS)
         for name in METRICS:
             expected = np.nan if vals[name] is None else vals[name]
@@ -167,6 +166,24 @@ def test_unique_groups_are_the_trajectory_bootstrap_bit_for_bit_and_seeds_matter
     again = failure_metrics(a, r, n_boot=200, seed=2, groups=tasks)
     assert again == failure_metrics(a, r, n_boot=200, seed=2, groups=tasks)
     assert again["ci"] != failure_metrics(a, r, n_boot=200, seed=3, groups=tasks)["ci"]
+
+
+def test_cluster_bootstrap_does_not_depend_on_the_rows_order():
+    """The same trajectories in another order (``evaluate`` reads an estimator's rows merged with the
+    rewards, ``compare-estimators`` in the score table's order) draw the same tasks from one seed: the
+    same intervals, and the same paired p-value."""
+    a, b, r = signal_data(8, n=90)
+    tasks = np.array([f"task_{k}" for k in np.random.default_rng(8).integers(0, 30, size=90)])
+    shuffled = np.random.default_rng(9).permutation(90)
+    first = failure_metrics(a, r, n_boot=300, seed=4, groups=tasks)
+    second = failure_metrics(a[shuffled], r[shuffled], n_boot=300, seed=4, groups=tasks[shuffled])
+    for name in ("auroc", "auarc_tie_mean", "aurc", "prr", "pearson", "spearman", "kendall"):
+        np.testing.assert_allclose(second["ci"][name], first["ci"][name], rtol=1e-12, err_msg=name)
+    p_first = paired_bootstrap_pvalue(a, b, r, n_boot=300, seed=4, groups=tasks)
+    p_second = paired_bootstrap_pvalue(a[shuffled], b[shuffled], r[shuffled], n_boot=300, seed=4,
+                                       groups=tasks[shuffled])
+    assert p_second["p_value"] == p_first["p_value"]
+    np.testing.assert_allclose(p_second["ci"], p_first["ci"], rtol=1e-12)
 
 
 def test_paired_cluster_bootstrap_widens_on_identical_copies():

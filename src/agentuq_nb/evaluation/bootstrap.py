@@ -56,7 +56,9 @@ def cluster_codes(groups, n: int, keep: np.ndarray | None = None, name: str = "g
     """Integer cluster codes (0..G-1) of ``groups``, one label per row (a label may be a tuple such as
     (domain, task_id)), of the rows ``keep`` selects; None when ``groups`` is None or every kept label
     is unique (then the trajectory bootstrap applies).  Refuses a length other than ``n`` and missing
-    labels."""
+    labels.  Codes follow the sorted labels, not the rows' order, so that the same rows in another
+    order draw the same clusters from the same seed (``evaluate`` and ``compare-estimators`` read
+    one estimator's rows in different orders and give it the same interval)."""
     if groups is None:
         return None
     if isinstance(groups, np.ndarray) and groups.ndim != 1:
@@ -64,11 +66,11 @@ def cluster_codes(groups, n: int, keep: np.ndarray | None = None, name: str = "g
     labels = pd.Index(groups)
     if len(labels) != n:
         raise ValueError(f"{name} has {len(labels)} labels but there are {n} rows")
-    codes = pd.factorize(labels)[0]
+    codes = pd.factorize(labels, sort=True)[0]
     if (codes < 0).any():
         raise ValueError(f"{name} has {int((codes < 0).sum())} missing label(s); every row needs its task")
     if keep is not None:
-        codes = pd.factorize(codes[np.asarray(keep, dtype=bool)])[0]
+        codes = pd.factorize(codes[np.asarray(keep, dtype=bool)], sort=True)[0]
     return None if codes.size == 0 or codes.max() + 1 == codes.size else codes.astype(np.intp)
 
 
