@@ -156,6 +156,15 @@ def test_task_labels_tell_domains_apart():
         task_labels(rows.drop(columns="task_id"))
 
 
+def test_task_labels_follow_the_tasks_not_the_rows_order():
+    rows = trial_rows(n_tasks=12, trials=3, seed=2, domains=("airline", "retail"))
+    shuffled = np.random.default_rng(3).permutation(len(rows))
+    np.testing.assert_array_equal(task_labels(rows.iloc[shuffled]), task_labels(rows)[shuffled])
+    # label order is the sorted (domain, task_id): "10" before "2", as strings sort
+    first = rows.sort_values(["domain", "task_id"]).iloc[0]
+    assert task_labels(rows)[first.name] == 0
+
+
 def test_report_soft_labels_with_task_clustered_intervals():
     rows = trial_rows(n_tasks=40, trials=3, seed=4)
     rng = np.random.default_rng(4)
@@ -247,3 +256,23 @@ def test_cli_trials_and_evaluate_print_the_multi_trial_readout(trials_run):
     assert RunDir.of(trials_run).has("eval_metrics")
     out = runner.invoke(app, ["trials", str(trials_run / "nowhere")])
     assert out.exit_code == 2 and "error:" in out.stderr
+
+
+def test_evaluate_and_the_estimator_table_give_one_estimator_one_interval(tmp_path):
+    """12 tasks × 3 trials: task ids "0".."11" sort as strings apart from their order of appearance, and
+    evaluate reads the estimator's rows in another order than the estimator table; both resample the
+    same tasks from one seed."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from conftest import make_aggregated_run
+
+    from agentuq_nb.evaluation import compare_estimators, evaluate
+
+    run = make_aggregated_run(tmp_path, num_simulations=36, messages_per_simulation=8, tokens_per_message=5,
+                              trials=3, signal=0.6, seed=5)
+    table = compare_estimators(run, n_boot=300, seed=7, combine=False).set_index("estimator")
+    for name in ("assistant.avg_token_nll", "user.mean_topk_entropy"):
+        result = evaluate(run, estimator=name, n_boot=300, seed=7)
+        assert result["bootstrap"]["n_clusters"] == 12
+        row = table.loc[name]
+        assert row["auroc"] == pytest.approx(result["metrics"]["auroc"], rel=1e-12)
+        np.testing.assert_allclose([row["auroc_lo"], row["auroc_hi"]], result["ci"]["auroc"], rtol=1e-12)

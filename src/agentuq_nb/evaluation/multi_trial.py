@@ -44,11 +44,13 @@ CLUSTER_METHOD = "percentile, resampling tasks (clusters)"
 # --------------------------------------------------------------------------- tasks
 def task_labels(rows: pd.DataFrame) -> np.ndarray:
     """One integer label per row naming its task ``(domain, task_id)`` (``task_id`` alone when the
-    frame has no ``domain``): the ``groups`` of the task-clustered bootstrap."""
+    frame has no ``domain``): the ``groups`` of the task-clustered bootstrap and of cross-fitting.
+    Labels 0..G-1 follow the sorted tasks, not the rows' order, so that the same trajectories in
+    another order get the same labels (hence the same folds and the same resampled tasks)."""
     keys = [k for k in TASK_KEYS if k in rows.columns]
     if "task_id" not in keys:
         raise ValueError(f"rows need a 'task_id' column to name their task; columns: {list(rows.columns)}")
-    return rows.groupby(keys, sort=False, dropna=False).ngroup().to_numpy()
+    return rows.groupby(keys, sort=True, dropna=False).ngroup().to_numpy()
 
 
 def tasks_repeat(rows: pd.DataFrame) -> bool:
