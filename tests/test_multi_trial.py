@@ -263,9 +263,9 @@ def test_evaluate_and_the_estimator_table_give_one_estimator_one_interval(tmp_pa
     evaluate reads the estimator's rows in another order than the estimator table; both resample the
     same tasks from one seed."""
     sys.path.insert(0, str(Path(__file__).parent))
-    from conftest import make_aggregated_run
-
     from agentuq_nb.evaluation import compare_estimators, evaluate
+
+    from conftest import make_aggregated_run
 
     run = make_aggregated_run(tmp_path, num_simulations=36, messages_per_simulation=8, tokens_per_message=5,
                               trials=3, signal=0.6, seed=5)
