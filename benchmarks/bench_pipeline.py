@@ -92,7 +92,8 @@ for i, path in enumerate(files):
         batch, size = [], 0
 print(n)
 """
-DUCKDB_PARSE = """
+# the sidecars and the columns extract reads, as DuckDB's JSON reader is given them; each script below adds its query
+DUCKDB_SIDECARS = """
 import sys, duckdb
 from pathlib import Path
 from agentuq_nb.io.sidecars import SIDECAR_SCHEMA
@@ -100,26 +101,26 @@ types = {"string": "VARCHAR", "int64": "BIGINT", "double": "DOUBLE", "list<item:
          "list<item: double>": "DOUBLE[]"}
 columns = {f.name: types[str(f.type)] for f in SIDECAR_SCHEMA}
 files = sorted(str(p) for p in Path(sys.argv[1]).glob("*.jsonl"))
-n = duckdb.sql("SELECT count(*) FROM read_ndjson($files, columns=$columns)",
-               params={"files": files, "columns": columns}).fetchall()[0][0]
-print(n)
+sidecars = "read_ndjson($files, columns=$columns)"
+params = {"files": files, "columns": columns}
+"""
+# the bare parse: rows counted, no column materialized
+DUCKDB_PARSE = DUCKDB_SIDECARS + """
+print(duckdb.sql(f"SELECT count(*) FROM {sidecars}", params=params).fetchall()[0][0])
 """
 # the same parse with every column materialized as Arrow (streamed in record batches, so memory stays small):
 # what extract needs of the parse at the least, before it places, measures and writes the rows
-DUCKDB_TO_ARROW = DUCKDB_PARSE.replace(
-    """n = duckdb.sql("SELECT count(*) FROM read_ndjson($files, columns=$columns)",
-               params={"files": files, "columns": columns}).fetchall()[0][0]""",
-    """reader = duckdb.sql("SELECT * FROM read_ndjson($files, columns=$columns)",
-                    params={"files": files, "columns": columns}).fetch_record_batch(65536)
-n = sum(batch.num_rows for batch in reader)""")
-# DuckDB writing the parsed sidecars to Parquet: JSON in, Parquet out, as extract (which also places each row
-# in its message and adds the token metrics)
-DUCKDB_TO_PARQUET = DUCKDB_PARSE.replace(
-    """n = duckdb.sql("SELECT count(*) FROM read_ndjson($files, columns=$columns)",
-               params={"files": files, "columns": columns}).fetchall()[0][0]""",
-    """duckdb.sql(f"COPY (SELECT * FROM read_ndjson($files, columns=$columns)) TO '{sys.argv[2]}' (FORMAT parquet)",
-           params={"files": files, "columns": columns})
-n = duckdb.sql("SELECT count(*) FROM read_parquet($path)", params={"path": sys.argv[2]}).fetchall()[0][0]""")
+DUCKDB_TO_ARROW = DUCKDB_SIDECARS + """
+reader = duckdb.sql(f"SELECT * FROM {sidecars}", params=params).to_arrow_reader(65536)
+print(sum(batch.num_rows for batch in reader))
+"""
+# DuckDB writing the parsed sidecars to Parquet (argv[2]): JSON in, Parquet out, as extract (which also places
+# each row in its message and adds the token metrics)
+DUCKDB_TO_PARQUET = DUCKDB_SIDECARS + """
+target = sys.argv[2].replace("'", "''")  # COPY takes its target as a literal, not a parameter
+duckdb.sql(f"COPY (SELECT * FROM {sidecars}) TO '{target}' (FORMAT parquet)", params=params)
+print(duckdb.sql("SELECT count(*) FROM read_parquet($path)", params={"path": sys.argv[2]}).fetchall()[0][0])
+"""
 RUN_SCRIPT = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
 # VmHWM: the process's own peak RSS (ru_maxrss would carry over this parent's RSS across fork + exec)
 REPORT_PEAK = ("\nimport re, sys\nprint(re.search(r'VmHWM:\\s*(\\d+)', open('/proc/self/status').read()).group(1), "

@@ -3,8 +3,9 @@
 Simulations stream from the results (ijson) in batches of about ``batch_bytes`` of sidecar
 JSON; a batch's sidecars are parsed on a thread of their own (the compiled scanner, or DuckDB for
 files beyond its scope: :mod:`agentuq_nb.io.sidecars`) while the previous batch is joined,
-measured and written, and every step works on the whole batch at once (Arrow and numpy). Memory is bounded by two batches and one Parquet row group, not by the number of
-simulations or sidecar files.
+measured and written, and every step works on the whole batch at once (Arrow and numpy). Memory
+is bounded by two batches and one Parquet row group, not by the number of simulations or sidecar
+files.
 
 The tables and the manifest are published as one commit of the run folder
 (:class:`~agentuq_nb.io.rundir.RunDir`): an input that turns out to be bad, a kill or a Ctrl-C at
