@@ -7,6 +7,7 @@ import pytest
 
 from agentuq_nb.io.rundir import RunDir
 from agentuq_nb.uq import saup
+from agentuq_nb.uq.embeddings import HashEmbedder
 
 from conftest import make_aggregated_run
 
@@ -35,7 +36,7 @@ def test_message_distances_match_a_direct_computation():
     texts = ["book a flight to paris", "hello what is your booking", "search_flights({})", "flights found paris",
              "i want paris tomorrow"]
     roles = ["assistant", "user", "assistant", "tool", "user"]
-    emb = saup.HashEmbedder()
+    emb = HashEmbedder()
     d = saup.message_distances(texts, roles, emb)
     E = emb.embed(texts)
     request = E[1]  # first user message

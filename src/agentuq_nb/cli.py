@@ -10,6 +10,7 @@ import sys
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from enum import Enum
 from pathlib import Path
 from typing import Optional
 
@@ -26,6 +27,13 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 SCHEDULER_HELP = "run on Dask: a scheduler address (tcp://host:8786) or local:N for N local worker processes"
 API_BASE_HELP = "OpenAI-compatible server for remote models, one per worker with --scheduler (repeat the option)"
 PLUGIN_HELP = "a module or .py file whose estimators register themselves (repeat the option)"
+
+
+class Embedder(str, Enum):
+    """Sentence embeddings of the black-box signals (hash: a bag-of-words hash, fast, for tests)."""
+
+    minilm = "minilm"
+    hash = "hash"
 #: errors that are the user's to fix: said in one line, exit code 2, no traceback
 USER_ERRORS = (InputError, FileNotFoundError, ValueError, KeyError, ConnectionError, RunBusyError, MixedRunError,
                StaleArtifactError, ModuleNotFoundError, PermissionError, NotADirectoryError, IsADirectoryError)
@@ -233,29 +241,38 @@ def analyze(
     failure_threshold: float = typer.Option(1.0, help="failure = reward < threshold"),
     n_boot: int = typer.Option(1000, min=0, help="bootstrap resamples for the 95% CIs (0: none)"),
     seed: int = typer.Option(0),
+    blackbox: bool = typer.Option(True, "--blackbox/--no-blackbox", help="also the black-box families (structure, "
+                                  "TRACER: from the messages, no log-probs needed) and the estimator table of every "
+                                  "family the run holds; --no-blackbox: extract, aggregate, evaluate only"),
+    embedder: Embedder = typer.Option("minilm", help="sentence embeddings of the black-box signals"),
 ):
-    """extract + aggregate + evaluate in one process: results → RUN_DIR with the same files the three commands write."""
+    """Results → RUN_DIR in one process: extract, aggregate and evaluate where the run has token log-probs; the
+    black-box families and the estimator table of every family it holds (with or without log-probs)."""
     from agentuq_nb.uq import aggregate as run_aggregate
     from agentuq_nb.uq import extract as run_extract
 
     _out_folder(out, "analyze")
     with _step("extract", out):
         report = run_extract(results, out, sidecar_dir, progress=True)
-    if report.num_tokens == 0:
-        _fail(ValueError(f"{results}: no message carried log-probs, so there is nothing to aggregate; 'agentuq-nb "
-                         f"rescore {results} --out RUN_DIR' scores the messages with a model instead"))
-    with _step("aggregate", out):
-        turns, trajs = run_aggregate(out)
-        num_turns, num_trajectories = len(turns), len(trajs)
-        del turns, trajs  # the summaries are on disk: not resident while evaluate runs
+    has_tokens = report.num_tokens > 0
+    if has_tokens:
+        with _step("aggregate", out):
+            turns, trajs = run_aggregate(out)
+            num_turns, num_trajectories = len(turns), len(trajs)
+            del turns, trajs  # the summaries are on disk: not resident while evaluate runs
     # imported only now: scipy and sklearn (~80 MiB) are then not resident during extract's peak
     from agentuq_nb.evaluation import evaluate as run_evaluate
 
-    with _step("evaluate", out):
-        result = run_evaluate(out, role, uncertainty, failure_threshold, False, scorer, n_boot, seed)
-    typer.echo(f"{report.num_simulations} simulations, {report.num_tokens} token rows, {num_turns} turn rows, "
-               f"{num_trajectories} trajectory rows → {out}")
-    _show_evaluation(result)
+    if has_tokens:
+        with _step("evaluate", out):
+            result = run_evaluate(out, role, uncertainty, failure_threshold, False, scorer, n_boot, seed)
+        typer.echo(f"{report.num_simulations} simulations, {report.num_tokens} token rows, {num_turns} turn rows, "
+                   f"{num_trajectories} trajectory rows → {out}")
+        _show_evaluation(result)
+    else:
+        typer.echo(f"{report.num_simulations} simulations, no token log-probs → {out}")
+    if blackbox or not has_tokens:
+        _estimator_table(out, failure_threshold, n_boot, seed, blackbox=blackbox, embedder=embedder)
 
 
 @app.command("compare-estimators")
@@ -267,24 +284,84 @@ def compare_estimators(
     estimator: Optional[list[str]] = typer.Option(None, "--estimator", help="only these estimators (repeat the option)"),
     combine_input: Optional[list[str]] = typer.Option(None, "--combine-input", help="an input of the combined predictor "
                                                       "(repeat; default: one estimator per kind of signal)"),
+    blackbox: bool = typer.Option(True, "--blackbox/--no-blackbox", help="bring the black-box families (structure, "
+                                  "TRACER) up to date first"),
+    embedder: Embedder = typer.Option("minilm", help="sentence embeddings of the black-box signals"),
     plugin: Optional[list[str]] = typer.Option(None, "--plugin", help=PLUGIN_HELP),
 ):
     """Every estimator in the run vs failure (AUROC, AUARC, AURC, PRR, Spearman, CIs, p vs avg NLL) → estimator_table.csv."""
-    from agentuq_nb.evaluation import compare_estimators as run_compare
-
     _load_plugins(plugin)
+    _estimator_table(run_dir, failure_threshold, n_boot, seed, names=estimator, combined_input_names=combine_input,
+                     blackbox=blackbox, embedder=embedder)
+
+
+def _estimator_table(run_dir: Path, failure_threshold: float, n_boot: int, seed: int, names=None,
+                     combined_input_names=None, blackbox: bool = True, embedder: Embedder = Embedder.minilm) -> None:
+    """compare-estimators' work and report (``analyze`` ends with it too): the black-box families brought up to
+    date, the table, and the families the run lacks with the command that adds each."""
+    from agentuq_nb.evaluation import compare_estimators as run_compare
+    from agentuq_nb.evaluation.family_gaps import missing_families
+    from agentuq_nb.evaluation.run_blackbox import BlackBoxConfig, ensure_blackbox
+    from agentuq_nb.io.rundir import RunDir
+
+    skipped = None
     with _step("compare-estimators", run_dir):
+        if blackbox:
+            config = BlackBoxConfig(failure_threshold=failure_threshold, seed=seed, embedder=Embedder(embedder).value)
+            status = ensure_blackbox(run_dir, config)
+            skipped = status.skipped
+            if status.report and "signals" in status.computed:
+                r = status.report
+                typer.echo(f"black-box signals: {r['trajectories']} trajectories, {r['messages']} messages in "
+                           f"{r['seconds']:.1f} s ({r['embed_seconds']:.1f} s embedding {r['texts_embedded']} texts)")
         table = run_compare(run_dir, failure_threshold=failure_threshold, n_boot=n_boot, seed=seed,
-                            names=estimator or None, combined_input_names=combine_input or None)
-    cols = [c for c in ("estimator", "orientation", "auroc", "auroc_lo", "auroc_hi", "auroc_stratified",
+                            names=names or None, combined_input_names=combined_input_names or None, blackbox=False)
+        gaps = missing_families(RunDir(run_dir), skipped)
+    cols = [c for c in ("estimator", "orientation", "n", "auroc", "auroc_lo", "auroc_hi", "auroc_stratified",
                         "auroc_residual", "ece", "brier", "beats_length_baseline", "p_value_vs_reference") if c in table]
     typer.echo(table[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    typer.echo(f"→ {RunDir(run_dir).file('estimator_table')}")
     one_class = table[(table["n_failures"] == 0) | (table["n_failures"] == table["n"])]
     if len(one_class):
         row = one_class.iloc[0]
         typer.secho(f"note: AUROC and the other ranking metrics are null for {len(one_class)} estimator(s): their "
                     f"trajectories hold one class only ({int(row['n_failures'])} failures of {int(row['n'])} at "
                     f"failure threshold {failure_threshold:g})", fg=typer.colors.YELLOW, err=True)
+    if gaps:
+        typer.secho("families not computed for this run (what each needs: the command that adds it):\n"
+                    + "\n".join(f"  - {gap}" for gap in gaps), fg=typer.colors.YELLOW, err=True)
+
+
+@app.command()
+def blackbox(
+    run_dir: Path = typer.Argument(..., help="run directory (its manifest names the results)"),
+    results: Optional[Path] = typer.Option(None, "--results", help="results file, if not the one the run was made from"),
+    failure_threshold: float = typer.Option(1.0, help="failure = reward < threshold (TRACER's tuned readouts)"),
+    seed: int = typer.Option(0, help="seed of the folds of TRACER's nested tuning"),
+    embedder: Embedder = typer.Option("minilm", help="sentence embeddings (hash: a bag-of-words hash, for tests)"),
+    force: bool = typer.Option(False, "--force", help="recompute even when the tables are up to date"),
+):
+    """Uncertainty from the messages alone (no log-probs): structure signals and TRACER → blackbox_*.parquet, tracer_tuned.parquet."""
+    from agentuq_nb.evaluation.run_blackbox import (
+        BlackBoxConfig,
+        compute_signals,
+        compute_tuning,
+        ensure_blackbox,
+        read_json,
+    )
+    from agentuq_nb.io.rundir import RunDir
+
+    with _step("blackbox", run_dir):
+        config = BlackBoxConfig(failure_threshold=failure_threshold, seed=seed, embedder=embedder.value,
+                                results=results)
+        if force:
+            report, tuning = compute_signals(run_dir, config), compute_tuning(run_dir, config)
+        else:
+            status = ensure_blackbox(run_dir, config)
+            if status.skipped:
+                raise FileNotFoundError(status.skipped)
+            report, tuning = status.report, read_json(RunDir(run_dir), "tracer_tuning")
+    typer.echo(json.dumps({"signals": report, "tracer_tuning": tuning}, indent=2))
 
 
 @app.command("calibrate")

@@ -4,15 +4,16 @@
 ``register`` (a class decorator), ``get(name)``, ``available(run)`` and ``estimators(run)``. The
 package's own: token statistics per role and scorer (:mod:`.token`), resampled
 actions per decision point (:mod:`.actions`), SAUP and early warning
-(:mod:`.propagation`), verbalized confidence (:mod:`.verbalized`), length baselines
-(:mod:`.baselines`). Evaluation (``agentuq_nb.evaluation``) scores any of them by name.
+(:mod:`.propagation`), verbalized confidence (:mod:`.verbalized`), black-box signals that need no
+log-probs (structure and TRACER, :mod:`.blackbox`), length baselines (:mod:`.baselines`). Evaluation (``agentuq_nb.evaluation``) scores any of them by name.
 """
-from agentuq_nb.estimators import actions, baselines, propagation, token, verbalized  # noqa: F401  (they register)
+from agentuq_nb.estimators import actions, baselines, blackbox, propagation, token, verbalized  # noqa: F401  (they register)
 from agentuq_nb.estimators.actions import skipped_action_statistics
 from agentuq_nb.estimators.base import (
     ENTRY_POINT_GROUP,
     Estimator,
     EstimatorFamily,
+    ScoreColumn,
     available,
     by_trajectory,
     estimators,
@@ -25,6 +26,6 @@ from agentuq_nb.estimators.base import (
 from agentuq_nb.estimators.baselines import BASELINES
 from agentuq_nb.estimators.token import TokenEstimator, default_scorer, token_estimator_name
 
-__all__ = ["Estimator", "EstimatorFamily", "register", "unregister", "get", "available", "estimators", "by_trajectory",
+__all__ = ["Estimator", "EstimatorFamily", "ScoreColumn", "register", "unregister", "get", "available", "estimators", "by_trajectory",
            "load_plugin", "load_plugins", "ENTRY_POINT_GROUP", "BASELINES", "TokenEstimator", "default_scorer",
            "token_estimator_name", "skipped_action_statistics"]

@@ -50,7 +50,8 @@ from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 
 ENTRY_POINT_GROUP = "agentuq_nb.estimators"
 #: where families come in a listing (and in the estimator table): registered order within a rank
-FAMILY_RANK = {"token": 10, "action": 15, "saup": 20, "early_warning": 30, "verbalized": 40, "baseline": 90}
+FAMILY_RANK = {"token": 10, "action": 15, "saup": 20, "early_warning": 30, "verbalized": 40, "structure": 60,
+               "tracer": 65, "baseline": 90}
 CUSTOM_RANK = 50
 
 
@@ -62,6 +63,9 @@ class Estimator(ABC):
     higher_is_uncertain: ClassVar[bool] = True
     requires: ClassVar[tuple[str, ...]] = ()
     description: ClassVar[str] = ""
+    #: scores fitted to the run's own failure labels (a tuned readout): never an input of a combined predictor,
+    #: whose cross-fitting would then see labels of the trajectories it holds out
+    uses_labels: ClassVar[bool] = False
     # what a token estimator is made of (None for the others); columns of the estimator table
     scorer: str | None = None
     role: str | None = None
@@ -74,6 +78,11 @@ class Estimator(ABC):
     def is_available(self, run: RunDir) -> bool:
         """Whether ``run`` holds what :meth:`scores` needs (default: every artefact of ``requires``)."""
         return all(run.has(name) for name in self.requires)
+
+    def reads(self, run: RunDir) -> tuple[str, ...]:
+        """The artefacts :meth:`scores` reads in ``run`` (default: ``requires``): what a table of its scores is
+        ``based_on``, so that it is found stale when one of them is replaced."""
+        return self.requires
 
     @property
     def invert(self) -> bool:
@@ -121,6 +130,20 @@ def by_trajectory(values: pd.Series | pd.DataFrame, column: str | None = None) -
     column = column or (values.name if isinstance(values, pd.Series) else None)
     frame = key_dtypes(frame)
     return frame.set_index(TRAJECTORY_KEYS)[column].astype(float)
+
+
+class ScoreColumn(Estimator):
+    """A column of a score file (``requires[0]``) as an estimator; listed where the file has the column."""
+
+    column: str = ""
+
+    def scores(self, run: RunDir) -> pd.Series:
+        return by_trajectory(run.read_frame(self.requires[0]), self.column or self.name).rename(self.name)
+
+    def is_available(self, run: RunDir) -> bool:
+        if not run.has(self.requires[0]):
+            return False
+        return (self.column or self.name) in run.read_frame(self.requires[0]).columns
 
 
 # --------------------------------------------------------------------------- registry

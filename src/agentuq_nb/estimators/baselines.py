@@ -26,6 +26,9 @@ class LengthBaseline(Estimator):
     def scores(self, run: RunDir) -> pd.Series:
         return by_trajectory(trajectory_table(run).drop_duplicates(TRAJECTORY_KEYS), self.name).rename(self.name)
 
+    def reads(self, run: RunDir) -> tuple[str, ...]:
+        return ("trajectories",) if run.has("trajectories") else ("trajectory_summary",)
+
     def is_available(self, run: RunDir) -> bool:
         if not (run.has("trajectories") or run.has("trajectory_summary")):
             return False

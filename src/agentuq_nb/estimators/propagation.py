@@ -11,23 +11,11 @@ from __future__ import annotations
 
 import re
 
-from agentuq_nb.estimators.base import Estimator, EstimatorFamily, by_trajectory, register
+from agentuq_nb.estimators.base import Estimator, EstimatorFamily, ScoreColumn, register
 from agentuq_nb.io.rundir import RunDir
 
 EARLY_WARNING_PREFIX = "early_warning_f"
 _FRACTION = re.compile(rf"^{EARLY_WARNING_PREFIX}(\d+(?:\.\d+)?|\.\d+)$")
-
-
-class ScoreColumn(Estimator):
-    """A column of a score file (``requires[0]``) as an estimator; listed where the file has the column."""
-
-    column: str = ""
-
-    def scores(self, run: RunDir):
-        return by_trajectory(run.read_frame(self.requires[0]), self.column or self.name).rename(self.name)
-
-    def is_available(self, run: RunDir) -> bool:
-        return run.has(self.requires[0]) and (self.column or self.name) in run.read_frame(self.requires[0]).columns
 
 
 def _saup(name: str, what: str) -> type[ScoreColumn]:

@@ -49,3 +49,7 @@ class VerbalizedConfidence(Estimator):
     def is_available(self, run: RunDir) -> bool:
         src = _source(run)
         return src is not None and COLUMN in src
+
+    def reads(self, run: RunDir) -> tuple[str, ...]:
+        sources = ("verbalized_confidence", "verbalized_confidence_parquet", "trajectories", "trajectory_summary")
+        return tuple(name for name in sources if run.has(name))[:1]

@@ -1,4 +1,4 @@
-"""The combined predictor: logistic regression over several estimators, cross-fitted by task.
+"""The combined predictors: logistic regression or gradient boosting over several estimators, cross-fitted by task.
 
 What the uncertainty estimators add to length is read off two fits of the same model: one over the
 chosen (non-baseline) estimators, one over those plus the length baselines. Each is an sklearn pipeline
@@ -10,6 +10,12 @@ of imputing and standardizing the inner folds with the whole training fold's med
 never touches the outer test fold). Every trajectory's failure probability comes from the outer fold that
 held its task out (nested cross-fitting).
 Inputs are oriented first (a confidence is negated), so coefficients read as "higher = more likely failure".
+
+Gradient boosting (``model="gbm"``: sklearn's ``HistGradientBoostingClassifier``, which takes missing values
+as they are, so no imputer) is tuned the same way: a small grid of tree depth and learning rate
+(:data:`GBM_GRID`) searched by ``GridSearchCV`` over the inner ``GroupKFold`` by task of each outer training
+fold (Brier score), the best refitted on that fold. With tens of trajectories it can only find a few strong
+splits; it is there to show whether interactions of the black-box signals add anything to a linear map.
 
 Reading its AUROC: pooled out-of-fold predictions are pessimistically biased when the inputs carry little
 signal (Airola et al. 2011, "An experimental comparison of cross-validation techniques for estimating the
@@ -24,9 +30,10 @@ import inspect
 
 import numpy as np
 import pandas as pd
+from sklearn.ensemble import HistGradientBoostingClassifier
 from sklearn.impute import SimpleImputer
 from sklearn.linear_model import LogisticRegression, LogisticRegressionCV
-from sklearn.model_selection import GroupKFold
+from sklearn.model_selection import GridSearchCV, GroupKFold
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
@@ -34,27 +41,49 @@ from agentuq_nb.evaluation.calibration import CrossFit, group_folds, one_blas_th
 
 #: the grid of inverse L2 strengths tried by the inner cross-validation
 C_GRID = tuple(np.logspace(-3, 3, 7))
+#: the models a combined predictor can be
+MODELS = ("logistic", "gbm")
+#: gradient boosting: the settings the inner cross-validation chooses among (the rest fixed: 100 shallow trees,
+#: at least 5 trajectories a leaf, L2 1.0 - a small model for tens of trajectories)
+GBM_GRID = {"max_depth": [2, 3], "learning_rate": [0.05, 0.2]}
+GBM_FIXED = {"max_iter": 100, "min_samples_leaf": 5, "l2_regularization": 1.0, "early_stopping": False}
 # scikit-learn 1.8+ asks for these to be explicit (plain L2, the new fitted attributes); older ones lack them
 _NEW_CV_ARGS = {k: v for k, v in (("l1_ratios", (0.0,)), ("use_legacy_attributes", False))
                 if k in inspect.signature(LogisticRegressionCV).parameters}
 
 
-def combination_model(X: np.ndarray, y: np.ndarray, groups: np.ndarray, inner_splits: int = 3, seed=0):
-    """The pipeline for one training fold, C tuned over :data:`C_GRID` by an inner ``GroupKFold`` by task
-    whose every training part holds both classes; plain ``C = 1`` when no such split exists (too few tasks)."""
-    head = [SimpleImputer(strategy="median"), StandardScaler()]
+def inner_splits_by_task(X: np.ndarray, y: np.ndarray, groups: np.ndarray, inner_splits: int = 3, seed=0):
+    """The inner ``GroupKFold`` splits by task of a training fold, if every training part holds both classes."""
     n_groups = len(np.unique(groups))
-    if n_groups >= 2:
-        inner = GroupKFold(n_splits=min(inner_splits, n_groups), shuffle=True, random_state=seed)
-        splits = list(inner.split(X, y, groups))
-        if all(0 < y[train].sum() < len(train) for train, _ in splits):
-            return make_pipeline(*head, LogisticRegressionCV(Cs=list(C_GRID), cv=splits, scoring="neg_brier_score",
-                                                             max_iter=1000, **_NEW_CV_ARGS))
+    if n_groups < 2:
+        return None
+    inner = GroupKFold(n_splits=min(inner_splits, n_groups), shuffle=True, random_state=seed)
+    splits = list(inner.split(X, y, groups))
+    return splits if all(0 < y[train].sum() < len(train) for train, _ in splits) else None
+
+
+def combination_model(X: np.ndarray, y: np.ndarray, groups: np.ndarray, inner_splits: int = 3, seed=0,
+                      model: str = "logistic"):
+    """The pipeline for one training fold, tuned by an inner ``GroupKFold`` by task whose every training part
+    holds both classes: logistic regression's C over :data:`C_GRID`, gradient boosting's :data:`GBM_GRID`; the
+    untuned model (C = 1, the grid's first setting) when no such split exists (too few tasks)."""
+    if model not in MODELS:
+        raise ValueError(f"unknown combined model {model!r}; one of {', '.join(MODELS)}")
+    splits = inner_splits_by_task(X, y, groups, inner_splits, seed)
+    if model == "gbm":
+        gbm = HistGradientBoostingClassifier(random_state=seed, **GBM_FIXED)
+        if splits is None:
+            return gbm.set_params(**{k: v[0] for k, v in GBM_GRID.items()})
+        return GridSearchCV(gbm, GBM_GRID, cv=splits, scoring="neg_brier_score")
+    head = [SimpleImputer(strategy="median"), StandardScaler()]
+    if splits is not None:
+        return make_pipeline(*head, LogisticRegressionCV(Cs=list(C_GRID), cv=splits, scoring="neg_brier_score",
+                                                         max_iter=1000, **_NEW_CV_ARGS))
     return make_pipeline(*head, LogisticRegression(max_iter=1000))
 
 
 def cross_fitted_combination(features: pd.DataFrame, failure, groups, n_splits: int = 5, inner_splits: int = 3,
-                             seed=0) -> CrossFit:
+                             seed=0, model: str = "logistic") -> CrossFit:
     """Out-of-fold failure probabilities of the combined predictor over the (oriented) ``features`` columns.
 
     Rows are all scored (missing inputs imputed by the training fold's medians); a column with no finite
@@ -75,6 +104,6 @@ def cross_fitted_combination(features: pd.DataFrame, failure, groups, n_splits: 
             if y[train].all() or not y[train].any():
                 prob[test] = float(y[train][0])
                 continue
-            model = combination_model(X[train], y[train], g[train], inner_splits, seed)
-            prob[test] = model.fit(X[train], y[train]).predict_proba(X[test])[:, 1]
+            fitted = combination_model(X[train], y[train], g[train], inner_splits, seed, model)
+            prob[test] = fitted.fit(X[train], y[train]).predict_proba(X[test])[:, 1]
     return CrossFit(prob, fold)

@@ -12,14 +12,16 @@ trials), the bootstrap resamples tasks with all their trials (``groups``, :mod:`
 * length control (:mod:`.length_control`): ``auroc_stratified`` (within message-count strata),
   ``auroc_residual`` (after regressing on log message count), ``length_baseline_auroc`` (the best raw
   AUROC of a length baseline) and ``beats_length_baseline``;
-* two rows of family ``combined`` (:mod:`.combined_predictor`): the cross-fitted logistic regression over
-  a chosen set of non-baseline estimators (``combined_predictor``; default
-  :data:`DEFAULT_COMBINED_INPUTS`) and over those plus the length baselines
-  (``combined_predictor+length``),
-  evaluated on their out-of-fold failure probabilities (their CIs hold the resampling, not the refitting).
+* rows of family ``combined`` (:mod:`.combined_predictor`, :data:`COMBINED`), each with and without the length
+  baselines among its inputs (``…+length``), evaluated on their out-of-fold failure probabilities (their CIs
+  hold the resampling, not the refitting): ``combined_predictor``, the cross-fitted logistic regression
+  over a chosen set of estimators (default :data:`DEFAULT_COMBINED_INPUTS`); ``blackbox_logistic`` and
+  ``blackbox_gbm``, logistic regression and gradient boosting over the black-box families (``structure``
+  and ``tracer``, without TRACER's tuned readouts, which saw the labels).
 
 Rows are ordered by ``auroc_stratified``, the length-controlled AUROC (descending, undefined last).
-Written to ``RUN_DIR/estimator_table.csv`` by :func:`compare_estimators` (``agentuq-nb compare-estimators``).
+Written to ``RUN_DIR/estimator_table.csv`` by :func:`compare_estimators` (``agentuq-nb compare-estimators``),
+which first brings the black-box families up to date (:func:`~agentuq_nb.evaluation.run_blackbox.ensure_blackbox`).
 
 Every trajectory of the run is a row (its reward from ``trajectories.parquet``); an estimator without
 a score for a trajectory leaves it out of its own metrics (counted in ``n``).
@@ -27,6 +29,7 @@ a score for a trajectory leaves it out of its own metrics (counted in ``n``).
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +44,7 @@ from agentuq_nb.evaluation.failure_report import failure_metrics
 from agentuq_nb.evaluation.length_control import beats_length_baseline, length_controlled
 from agentuq_nb.evaluation.metrics import auroc, failure_labels
 from agentuq_nb.evaluation.multi_trial import task_labels
+from agentuq_nb.evaluation.run_blackbox import BlackBoxConfig, ensure_blackbox
 from agentuq_nb.io.rundir import RunDir
 from agentuq_nb.records.outcomes import check_failure_threshold
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
@@ -50,8 +54,28 @@ REFERENCE = "assistant.avg_token_nll"
 #: the length every length-controlled AUROC holds fixed
 LENGTH_COLUMN = "num_messages"
 CALIBRATION_COLUMNS = ("ece", "ece_debiased", "brier")
-#: row name of the combined predictor -> whether the length baselines are among its inputs
-COMBINED = {"combined_predictor": False, "combined_predictor+length": True}
+#: the black-box families: estimators computed from the messages alone
+BLACKBOX_FAMILIES = ("structure", "tracer")
+
+
+@dataclass(frozen=True)
+class Combination:
+    """A combined predictor's row: its model, which estimators it combines, and whether length is an input."""
+
+    model: str  # combined_predictor.MODELS
+    inputs: str  # "chosen" (``combined_input_names``, else DEFAULT_COMBINED_INPUTS) | "blackbox"
+    with_length: bool
+
+
+#: row name -> what it combines
+COMBINED = {
+    "combined_predictor": Combination("logistic", "chosen", False),
+    "combined_predictor+length": Combination("logistic", "chosen", True),
+    "blackbox_logistic": Combination("logistic", "blackbox", False),
+    "blackbox_logistic+length": Combination("logistic", "blackbox", True),
+    "blackbox_gbm": Combination("gbm", "blackbox", False),
+    "blackbox_gbm+length": Combination("gbm", "blackbox", True),
+}
 #: the combined predictor's default inputs, one per kind of signal (those the run holds): the agent's token
 #: NLL, entropy and worst token, the user's NLL, the tools' surprise, resampled actions, structural
 #: uncertainty, SAUP. Not every estimator: ~90 collinear inputs on tens of trajectories only fit noise.
@@ -70,6 +94,13 @@ def score_table(run_dir: str | os.PathLike | RunDir, names: list[str] | None = N
         scores = estimator.scores(run).rename(estimator.name).reset_index()
         table = table.merge(scores.drop_duplicates(TRAJECTORY_KEYS), on=TRAJECTORY_KEYS, how="left")
     return table, chosen
+
+
+def estimator_inputs(run: RunDir, estimators: list[Estimator]) -> list[str]:
+    """The artefacts a table of ``estimators`` was computed from (what each one :meth:`~Estimator.reads`, plugins'
+    too, and the trajectories the rewards come from), those the run holds: the ``based_on`` of a derived table."""
+    names = dict.fromkeys(["trajectories"] + [r for e in estimators for r in e.reads(run)])
+    return [name for name in names if run.has(name)]
 
 
 def with_length_columns(run: RunDir, table: pd.DataFrame) -> pd.DataFrame:
@@ -117,21 +148,25 @@ def _calibration_and_length(u: np.ndarray, failure: np.ndarray, groups: np.ndarr
 
 
 def combined_inputs(table: pd.DataFrame, estimators: list[Estimator], with_length: bool,
-                    names: list[str] | None = None) -> pd.DataFrame:
-    """The oriented input columns of a combined predictor: the non-baseline estimators ``names`` (default: those
-    of :data:`DEFAULT_COMBINED_INPUTS` among ``estimators``, else every non-baseline one) with a finite score
-    somewhere, plus (``with_length``) every length baseline column of ``table``. No column when there is no
-    such estimator, or when ``with_length`` and the table holds no length baseline (it would repeat the
-    predictor without length)."""
-    candidates = {e.name: e for e in estimators if e.family != "baseline"}
-    if names is not None:
+                    names: list[str] | None = None, inputs: str = "chosen") -> pd.DataFrame:
+    """The oriented input columns of a combined predictor, each with a finite score somewhere, plus (``with_length``)
+    every length baseline column of ``table``. ``inputs="chosen"``: the estimators ``names`` (default: those of
+    :data:`DEFAULT_COMBINED_INPUTS` among ``estimators``, else every one outside the baselines and the black-box
+    families); ``inputs="blackbox"``: every estimator of :data:`BLACKBOX_FAMILIES`. Never an estimator fitted to the
+    run's labels (``uses_labels``). No column when there is no such estimator, or when ``with_length`` and the table
+    holds no length baseline (it would repeat the predictor without length)."""
+    candidates = {e.name: e for e in estimators if e.family != "baseline" and not e.uses_labels}
+    if inputs == "blackbox":
+        chosen = [e for e in candidates.values() if e.family in BLACKBOX_FAMILIES]
+    elif names is not None:
         unknown = [n for n in names if n not in candidates]
         if unknown:
             raise ValueError(f"combined predictor inputs {unknown} are not among this table's non-baseline "
-                             f"estimators: {sorted(candidates)}")
+                             f"estimators fitted without labels: {sorted(candidates)}")
         chosen = [candidates[n] for n in names]
     else:
-        chosen = [candidates[n] for n in DEFAULT_COMBINED_INPUTS if n in candidates] or list(candidates.values())
+        chosen = ([candidates[n] for n in DEFAULT_COMBINED_INPUTS if n in candidates]
+                  or [e for e in candidates.values() if e.family not in BLACKBOX_FAMILIES])
     cols = {e.name: oriented(table[e.name], e.invert) for e in chosen
             if np.isfinite(table[e.name].to_numpy(dtype=float)).any()}
     if with_length:
@@ -164,10 +199,10 @@ def evaluate_estimators(table: pd.DataFrame, estimators: list[Estimator], failur
     scored = [(est.name, est.family, est, table[est.name].to_numpy(dtype=float), est.invert, False)
               for est in estimators]
     if combine:
-        for name, with_length in COMBINED.items():
-            features = combined_inputs(table, estimators, with_length, combined_input_names)
+        for name, spec in COMBINED.items():
+            features = combined_inputs(table, estimators, spec.with_length, combined_input_names, spec.inputs)
             if features.shape[1] and 0 < failure.sum() < len(failure) and len(np.unique(groups)) >= 2:
-                prob = cross_fitted_combination(features, failure, groups, seed=seed).prob
+                prob = cross_fitted_combination(features, failure, groups, seed=seed, model=spec.model).prob
                 scored.append((name, "combined", None, prob, False, True))
     rows = []
     for name, family, est, u, invert, is_probability in scored:
@@ -207,18 +242,24 @@ def evaluate_estimators(table: pd.DataFrame, estimators: list[Estimator], failur
 
 def compare_estimators(run_dir: str | os.PathLike | RunDir, failure_threshold: float = 1.0, n_boot: int = 1000,
                        seed=0, names: list[str] | None = None, n_bins: int = 10, combine: bool = True,
-                       combined_input_names: list[str] | None = None) -> pd.DataFrame:
-    """Evaluate every estimator available in the run (or ``names``); publish ``RUN_DIR/estimator_table.csv``."""
+                       combined_input_names: list[str] | None = None,
+                       blackbox: bool | BlackBoxConfig = True) -> pd.DataFrame:
+    """Evaluate every estimator available in the run (or ``names``); publish ``RUN_DIR/estimator_table.csv``.
+
+    ``blackbox``: first bring the black-box families up to date (:func:`ensure_blackbox`; a config, or True for
+    the default one), with this call's failure threshold and seed."""
     run = RunDir.of(run_dir)
     run.require_folder("compare-estimators")
     with run.lock("compare-estimators"):  # from the first read to the commit: based_on is what was read
+        if blackbox is not False:
+            config = blackbox if isinstance(blackbox, BlackBoxConfig) else BlackBoxConfig()
+            ensure_blackbox(run, config.model_copy(update={"failure_threshold": failure_threshold, "seed": seed}))
         table, estimators = score_table(run, names)
         out = evaluate_estimators(with_length_columns(run, table), estimators, failure_threshold, n_boot, seed,
                                   n_bins=n_bins, combine=combine, combined_input_names=combined_input_names)
-        inputs = [name for name in ("trajectory_summary", "trajectories", "saup_scores", "early_warning_scores",
-                                    "verbalized_confidence", "action_turns") if run.has(name)]
         with run.commit("compare-estimators") as commit:
-            commit.write_with("estimator_table", lambda p: out.to_csv(p, index=False), run.based_on(*inputs))
+            commit.write_with("estimator_table", lambda p: out.to_csv(p, index=False),
+                              run.based_on(*estimator_inputs(run, estimators)))
     return out
 
 

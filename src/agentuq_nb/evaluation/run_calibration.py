@@ -32,6 +32,7 @@ from agentuq_nb.evaluation.combined_predictor import cross_fitted_combination
 from agentuq_nb.evaluation.estimator_table import (
     COMBINED,
     combined_inputs,
+    estimator_inputs,
     score_table,
     with_length_columns,
 )
@@ -41,8 +42,6 @@ from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.rundir import RunDir
 
 BIN_COLUMNS = ["setting", "estimator", "method", "bin", "lo", "hi", "mean_prob", "failure_rate", "count"]
-INPUTS = ("trajectory_summary", "trajectories", "saup_scores", "early_warning_scores", "verbalized_confidence",
-          "action_turns")
 
 
 def json_ready(obj):
@@ -76,17 +75,19 @@ def _cross_fitted(table, estimators, failure, methods, n_bins, n_splits, seed, c
     sections, bins = {}, []
     scored = [(e.name, e.family, e.invert, table[e.name].to_numpy(dtype=float), None) for e in estimators]
     if combine and len(estimators) > 1 and 0 < failure.sum() < len(failure) and len(np.unique(groups)) >= 2:
-        for name, with_length in COMBINED.items():
-            features = combined_inputs(table, estimators, with_length, combined_input_names)
+        for name, spec in COMBINED.items():
+            features = combined_inputs(table, estimators, spec.with_length, combined_input_names, spec.inputs)
             if features.shape[1]:
-                prob = cross_fitted_combination(features, failure, groups, n_splits=n_splits, seed=seed).prob
+                prob = cross_fitted_combination(features, failure, groups, n_splits=n_splits, seed=seed,
+                                                model=spec.model).prob
                 scored.append((name, "combined", False, prob, prob))
     for name, family, invert, u, prob in scored:
         entry = {"family": family, "invert": bool(invert), "methods": {}}
         ok = np.isfinite(u)
-        if prob is not None:  # the combined predictor: already a cross-fitted probability
-            entry["methods"]["logistic"] = calibration_report(prob, failure, n_bins)
-            bins.append(_bins(prob, failure, n_bins, setting="cross_fitted", estimator=name, method="logistic"))
+        if prob is not None:  # a combined predictor: already a cross-fitted probability
+            method = COMBINED[name].model
+            entry["methods"][method] = calibration_report(prob, failure, n_bins)
+            bins.append(_bins(prob, failure, n_bins, setting="cross_fitted", estimator=name, method=method))
         elif not 0 < failure[ok].sum() < ok.sum() or len(np.unique(groups[ok])) < 2:
             entry["undefined"] = (f"{int(ok.sum())} scored trajectories of {len(np.unique(groups[ok]))} task(s) with "
                                   f"{int(failure[ok].sum())} failure(s): calibration needs both classes and 2 tasks")
@@ -158,7 +159,7 @@ def calibrate(run_dir: str | os.PathLike | RunDir, names: list[str] | None = Non
         report = json_ready(report)
         frame = pd.concat(bins, ignore_index=True)[BIN_COLUMNS] if bins else pd.DataFrame(columns=BIN_COLUMNS)
         with run.commit("calibrate") as commit:
-            based_on = run.based_on(*[name for name in INPUTS if run.has(name)])
+            based_on = run.based_on(*estimator_inputs(run, estimators))
             commit.write_json("calibration", report, based_on)
             commit.write_with("calibration_bins", lambda p: frame.to_csv(p, index=False), based_on)
     return report

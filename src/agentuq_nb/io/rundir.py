@@ -95,6 +95,11 @@ ARTIFACTS: dict[str, Artifact] = {
     "action_samples": Artifact("action_samples.parquet", "agentuq-nb sample-actions RUN_DIR --k K"),
     "action_turns": Artifact("action_turns.parquet", "agentuq-nb sample-actions RUN_DIR --k K"),
     "action_sampling_report": Artifact("action_sampling.json", "agentuq-nb sample-actions RUN_DIR --k K"),
+    "blackbox_turns": Artifact("blackbox_turns.parquet", "agentuq-nb blackbox RUN_DIR"),
+    "blackbox_scores": Artifact("blackbox_scores.parquet", "agentuq-nb blackbox RUN_DIR"),
+    "blackbox_report": Artifact("blackbox.json", "agentuq-nb blackbox RUN_DIR"),
+    "tracer_tuned": Artifact("tracer_tuned.parquet", "agentuq-nb blackbox RUN_DIR"),
+    "tracer_tuning": Artifact("tracer_tuning.json", "agentuq-nb blackbox RUN_DIR"),
 }
 OBSERVATION_TOKENS_PREFIX = "tokens.observations_"
 

@@ -86,3 +86,39 @@ def default_embedder() -> Embedder:
     if _default is None:
         _default = Embedder()
     return _default
+
+
+def unit_rows(v: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length (a zero row stays zero)."""
+    n = np.linalg.norm(v, axis=-1, keepdims=True)
+    return v / np.where(n > 0, n, 1.0)
+
+
+class HashEmbedder:
+    """Deterministic bag-of-words hashing embedder (unit vectors); for fast offline smoke runs and tests.
+
+    ``embedder="hash"`` selects it (SAUP, the black-box signals); the default is the bundled all-MiniLM-L6-v2.
+    """
+
+    def __init__(self, dim: int = 256):
+        self.dim = dim
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        import zlib
+
+        out = np.zeros((len(texts), self.dim))
+        for i, t in enumerate(texts):
+            for word in str(t).lower().split():
+                out[i, zlib.crc32(word.encode()) % self.dim] += 1.0
+        return unit_rows(out + 1e-9)
+
+
+def get_embedder(embedder=None):
+    """``None``/"default"/"minilm" → the bundled sentence-transformer; "hash" → :class:`HashEmbedder`."""
+    if embedder is None or embedder in ("default", "minilm"):
+        return default_embedder()
+    if embedder == "hash":
+        return HashEmbedder()
+    if isinstance(embedder, str):
+        raise ValueError(f"unknown embedder {embedder!r}; use 'minilm' or 'hash'")
+    return embedder

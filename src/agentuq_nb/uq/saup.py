@@ -48,7 +48,7 @@ from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.outcomes import failure_labels
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.uq.aggregation import read_turn_summary
-from agentuq_nb.uq.embeddings import cosine_distance
+from agentuq_nb.uq.embeddings import cosine_distance, get_embedder, unit_rows
 
 #: the per-trajectory score columns (the ``saup_*`` estimators; ``user_saup_*`` is SAUP's per-actor view)
 AGENT_COLUMNS = ("saup_rms", "saup_position", "saup_distance")
@@ -91,43 +91,6 @@ def message_text(msg) -> str:
     return text if text.strip() else "(empty)"
 
 
-def _unit(v: np.ndarray) -> np.ndarray:
-    n = np.linalg.norm(v, axis=-1, keepdims=True)
-    return v / np.where(n > 0, n, 1.0)
-
-
-class HashEmbedder:
-    """Deterministic bag-of-words hashing embedder (unit vectors); for fast offline smoke runs and tests.
-
-    ``saup(..., embedder="hash")`` uses it; the default is the bundled all-MiniLM-L6-v2.
-    """
-
-    def __init__(self, dim: int = 256):
-        self.dim = dim
-
-    def embed(self, texts: list[str]) -> np.ndarray:
-        import zlib
-
-        out = np.zeros((len(texts), self.dim))
-        for i, t in enumerate(texts):
-            for word in str(t).lower().split():
-                out[i, zlib.crc32(word.encode()) % self.dim] += 1.0
-        return _unit(out + 1e-9)
-
-
-def get_embedder(embedder=None):
-    """``None``/"default"/"minilm" → the bundled sentence-transformer; "hash" → :class:`HashEmbedder`."""
-    if embedder is None or embedder in ("default", "minilm"):
-        from agentuq_nb.uq.embeddings import default_embedder
-
-        return default_embedder()
-    if embedder == "hash":
-        return HashEmbedder()
-    if isinstance(embedder, str):
-        raise ValueError(f"unknown embedder {embedder!r}; use 'minilm' or 'hash'")
-    return embedder
-
-
 def message_distances(texts: list[str], roles: list[str], embedder=None, emb: np.ndarray | None = None) -> pd.DataFrame:
     """D_a and D_o of every message of one trajectory (see the module docstring).
 
@@ -141,7 +104,7 @@ def message_distances(texts: list[str], roles: list[str], embedder=None, emb: np
     emb = np.asarray(emb, dtype=float)
     first_user = next((i for i, (r, t) in enumerate(zip(roles, texts)) if r == "user" and t != "(empty)"), 0)
     request = emb[first_user]
-    so_far = _unit(np.cumsum(emb, axis=0))
+    so_far = unit_rows(np.cumsum(emb, axis=0))
     d_a = cosine_distance(so_far, request[None, :])
     d_o = np.zeros(n)
     for i in range(n):
@@ -149,7 +112,7 @@ def message_distances(texts: list[str], roles: list[str], embedder=None, emb: np
         while j < n and roles[j] != roles[i]:
             j += 1
         if j > i + 1:
-            d_o[i] = float(cosine_distance(emb[i], _unit(emb[i + 1:j].mean(axis=0))))
+            d_o[i] = float(cosine_distance(emb[i], unit_rows(emb[i + 1:j].mean(axis=0))))
     return pd.DataFrame({"message_idx": np.arange(n), "d_a": np.clip(d_a, 0, None), "d_o": np.clip(d_o, 0, None)})
 
 

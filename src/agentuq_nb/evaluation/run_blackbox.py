@@ -1,0 +1,307 @@
+"""The black-box step: uncertainty signals a run's messages carry without any log-prob (``agentuq-nb blackbox``).
+
+Most real agent runs have no token log-probs (API models that return none for tool calls, Claude,
+reasoning models, leaderboard submissions). What they do have is the conversation. From the results a run
+was extracted from, this step computes
+
+* the **structure** signals (:mod:`agentuq_nb.uq.structure_signals`): tool errors, repeated and retried
+  calls, hedging / apology / inability markers, transfers, user repetition and frustration, tool breadth,
+  tool streaks, talk after the last write;
+* **TRACER**'s components and its default score (:mod:`agentuq_nb.uq.tracer`), with its content-token NLL
+  where the run has the generating model's own log-probs;
+
+and publishes them in one commit: ``blackbox_turns.parquet`` (one row per message: the per-message
+signals, TRACER's components and default step risk, ``scorer = "blackbox"`` so that the dynamics and the
+early-warning code read it like a turn summary), ``blackbox_scores.parquet`` (one row per trajectory: the
+``structure.*`` and ``tracer.*`` estimators' columns) and ``blackbox.json`` (what was computed, in how
+many seconds, how many of them embedding).
+
+Then, in a second commit, TRACER's two tuned readouts (:mod:`agentuq_nb.evaluation.tracer_tuning`), which
+depend on the failure labels: ``tracer_tuned.parquet`` (``tracer_nested``, cross-fitted by task;
+``tracer_optimistic``, tuned on the run itself as TRACER's code does) and ``tracer_tuning.json`` (the
+threshold, seed and folds, and the setting each fold chose).
+
+:func:`ensure_blackbox` recomputes what is missing, stale (its inputs were replaced) or made with another
+configuration; ``analyze`` and ``compare-estimators`` call it, so a run without log-probs gets these
+families without a command of its own. Embeddings are all-MiniLM-L6-v2 (``embedder="hash"``: a bag-of-words
+hash, for fast tests), cached by text within the process.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentuq_nb.evaluation.multi_trial import task_labels
+from agentuq_nb.evaluation.tracer_tuning import nested_scores, optimistic_scores
+from agentuq_nb.io.errors import InputError, MixedRunError, StaleArtifactError
+from agentuq_nb.io.results import iter_simulations, read_header
+from agentuq_nb.io.rundir import RunDir
+from agentuq_nb.records.keys import key_dtypes
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, failure_labels
+from agentuq_nb.records.tokens import TRAJECTORY_KEYS
+from agentuq_nb.uq.embeddings import get_embedder, unit_rows
+from agentuq_nb.uq.structure_signals import MESSAGE_SIGNALS, structure_messages, structure_trajectories
+from agentuq_nb.uq.tracer import (
+    COMPONENTS,
+    GRID,
+    StepArrays,
+    TracerParams,
+    content_token_nll,
+    grid_scores,
+    step_risk,
+    tracer_components,
+    tracer_scores,
+)
+from agentuq_nb.uq.transcript import transcript
+
+SCORER = "blackbox"
+#: the per-trajectory TRACER columns of ``blackbox_scores`` besides the structure signals
+TRACER_COLUMNS = ("tracer_default", "tracer_repetition", "tracer_action_gap", "tracer_user_gap", "tracer_content_nll")
+TUNED_COLUMNS = ("tracer_nested", "tracer_optimistic")
+
+
+class BlackBoxConfig(BaseModel):
+    """What the black-box step computes with; the tuned readouts depend on the first three."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    failure_threshold: float = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold")
+    seed: int = Field(0, description="seed of the folds of TRACER's nested tuning")
+    n_splits: int = Field(5, ge=2, description="folds (by task) of TRACER's nested tuning")
+    embedder: Literal["minilm", "hash"] = Field("minilm", description="sentence embeddings (hash: tests)")
+    results: Optional[Path] = Field(None, description="the results to read messages from (default: the run's own)")
+
+
+@dataclass
+class BlackBoxStatus:
+    """What :func:`ensure_blackbox` did: the commits it made, and why it computed nothing if it did not."""
+
+    computed: list[str] = field(default_factory=list)
+    skipped: Optional[str] = None
+    report: dict[str, Any] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- inputs
+def results_for(run: RunDir, config: BlackBoxConfig) -> Path:
+    """The results holding the run's messages: ``config.results``, else the ones it was extracted from."""
+    path = Path(config.results) if config.results is not None else run.results_path()
+    if not path.exists():
+        raise FileNotFoundError(f"{run.path}: the results it was made from ({path}) are not there any more; "
+                                "pass them with --results to compute the black-box signals")
+    return path
+
+
+def tool_types(header: dict) -> dict[str, str]:
+    """Tool name → type (``read | write | …``) where the results' ``info`` defines its tools with a type."""
+    env = (header.get("info") or {}).get("environment_info") or {}
+    defs = env.get("tool_defs") or env.get("tools") or {}
+    items = defs.items() if isinstance(defs, dict) else ((d.get("name"), d) for d in defs if isinstance(d, dict))
+    out = {}
+    for name, d in items:
+        kind = isinstance(d, dict) and (d.get("tool_type") or d.get("type"))
+        if name and isinstance(kind, str) and kind.lower() in ("read", "write", "think", "generic"):
+            out[str(name)] = kind.lower()
+    return out
+
+
+def message_u(run: RunDir) -> pd.DataFrame | None:
+    """TRACER's U per agent and user message from the generating model's own token rows (None without them)."""
+    if not run.has("tokens"):
+        return None
+    run.verify("tokens")
+    path = run.file("tokens")
+    if pq.read_metadata(path).num_rows == 0:
+        return None
+    filters = [("scorer", "=", "self"), ("source", "=", "generated"), ("role", "in", ["assistant", "user"])]
+    tokens = pq.read_table(path, columns=TRAJECTORY_KEYS + ["message_idx", "token", "chosen_logprob"],
+                           filters=filters).to_pandas()
+    if tokens.empty:
+        return None
+    return key_dtypes(content_token_nll(key_dtypes(tokens, deep=False)), deep=False)
+
+
+def check_same_trajectories(run: RunDir, found: pd.DataFrame, results: Path) -> None:
+    """The results must hold the run's trajectories, no more and no fewer (they may have changed since)."""
+    have = set(map(tuple, key_dtypes(run.rewards())[TRAJECTORY_KEYS].astype(object).to_numpy()))
+    got = set(map(tuple, found[TRAJECTORY_KEYS].drop_duplicates().astype(object).to_numpy()))
+    if have != got:
+        raise InputError(results, f"holds {len(got)} trajectories, {len(got - have)} of them not in the run "
+                         f"{run.path}, which has {len(have)} ({len(have - got)} missing here): the results "
+                         "changed since they were extracted; extract them again")
+
+
+# --------------------------------------------------------------------------- the signals
+class TimedEmbedder:
+    """An embedder that counts the texts it embeds and the seconds it takes (for ``blackbox.json``)."""
+
+    def __init__(self, embedder):
+        self.embedder, self.seconds, self.texts = embedder, 0.0, 0
+
+    def __call__(self, texts: list[str]) -> np.ndarray:
+        start = time.perf_counter()
+        vectors = unit_rows(np.asarray(self.embedder.embed(list(texts)), dtype=float)) if texts else np.zeros((0, 1))
+        self.seconds += time.perf_counter() - start
+        self.texts += len(texts)
+        return vectors
+
+
+def signal_tables(transcript_frame: pd.DataFrame, embed, u: pd.DataFrame | None, kinds: dict[str, str],
+                  trajectories: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(per-message table, per-trajectory table) of the module docstring, for the rows of ``trajectories``."""
+    t = transcript_frame
+    user = (t["role"] == "user").to_numpy()
+    user_text = t.loc[user, "text"].tolist()
+    user_emb = embed(user_text) if user_text else np.zeros((0, 1))
+    if len(user_emb):
+        user_emb = np.where(np.array([bool(x) for x in user_text])[:, None], user_emb, 0.0)  # an empty text is like none
+    messages = structure_messages(t, user_emb, kinds)
+    components = tracer_components(t, embed, u)
+    steps = StepArrays.of(components, trajectories)
+    default = TracerParams()
+    turns = messages.assign(scorer=SCORER, **{c: components[c] for c in ("is_step",) + COMPONENTS})
+    risk = step_risk(*(np.nan_to_num(components[c].to_numpy(dtype=float)) for c in COMPONENTS),
+                     default.alpha, default.beta, default.gamma)
+    turns["tracer_step_risk"] = np.where(components["is_step"], risk, np.nan)
+    per_traj = structure_trajectories(t, messages)
+    agg = components.groupby(TRAJECTORY_KEYS, dropna=False, sort=False).agg(
+        tracer_repetition=("tracer_da", "max"), tracer_action_gap=("tracer_do_agent", "mean"),
+        tracer_user_gap=("tracer_do_user", "mean"), tracer_content_nll=("tracer_u", "mean")).reset_index()
+    scores = key_dtypes(trajectories[TRAJECTORY_KEYS], deep=False).assign(tracer_default=tracer_scores(steps, default))
+    scores = scores.merge(key_dtypes(per_traj), on=TRAJECTORY_KEYS, how="left")
+    scores = scores.merge(key_dtypes(agg), on=TRAJECTORY_KEYS, how="left")
+    if not np.isfinite(scores["tracer_content_nll"].to_numpy(dtype=float)).any():
+        scores = scores.drop(columns="tracer_content_nll")  # no log-probs: no such estimator
+    cols = TRAJECTORY_KEYS + ["message_idx", "turn_idx", "role", "scorer"] + list(MESSAGE_SIGNALS) + ["is_step"] \
+        + list(COMPONENTS) + ["tracer_step_risk"]
+    return turns[cols], scores
+
+
+def compute_signals(run_dir: str | os.PathLike | RunDir, config: BlackBoxConfig = BlackBoxConfig(),
+                    embedder=None) -> dict[str, Any]:
+    """Publish ``blackbox_turns``, ``blackbox_scores`` and ``blackbox.json``; returns the report."""
+    run = RunDir.of(run_dir)
+    run.require_folder("blackbox")
+    start = time.perf_counter()
+    with run.lock("blackbox"):
+        results = results_for(run, config)
+        manifest = run.require_manifest()
+        trajectories = key_dtypes(run.rewards())
+        header = read_header(results)
+        t = transcript(iter_simulations(results), manifest.domain or "unknown")
+        check_same_trajectories(run, t, results)
+        kinds = tool_types(header)
+        u = message_u(run)
+        embed = TimedEmbedder(embedder if embedder is not None else get_embedder(config.embedder))
+        turns, scores = signal_tables(t, embed, u, kinds, trajectories)
+        report = {"embedder": config.embedder if embedder is None else type(embedder).__name__,
+                  "results": str(results), "trajectories": len(scores), "messages": len(t),
+                  "log_probs": u is not None, "tool_types": "results" if kinds else "name heuristic",
+                  "texts_embedded": embed.texts, "embed_seconds": round(embed.seconds, 3),
+                  "seconds": round(time.perf_counter() - start, 3)}
+        based_on = run.based_on("trajectories", *(["tokens"] if u is not None else []))
+        with run.commit("blackbox") as commit:
+            commit.write_parquet("blackbox_turns", turns, based_on)
+            commit.write_parquet("blackbox_scores", scores, based_on)
+            commit.write_json("blackbox_report", report, based_on)
+    return report
+
+
+# --------------------------------------------------------------------------- TRACER's tuned readouts
+def tuning_tables(turns: pd.DataFrame, rewards: pd.DataFrame, config: BlackBoxConfig) -> tuple[pd.DataFrame, dict]:
+    """(``tracer_tuned`` rows, ``tracer_tuning.json``) from the per-message table and the rewards."""
+    rewards = key_dtypes(rewards)
+    reward = rewards["reward"].to_numpy(dtype=float)
+    labelled = np.isfinite(reward)
+    failure = failure_labels(reward, config.failure_threshold)
+    scores = grid_scores(StepArrays.of(turns, rewards), GRID)
+    scores[:, ~labelled] = np.nan  # no outcome: neither tuned on nor scored
+    out = rewards[TRAJECTORY_KEYS].copy()
+    record: dict[str, Any] = {"failure_threshold": config.failure_threshold, "seed": config.seed,
+                              "n_splits": config.n_splits, "grid_settings": int(len(scores)),
+                              "grid": "TRACER's coarse grid (optimize_tracer_parameters.py, stage 1)"}
+    optimistic, choice = optimistic_scores(scores, failure)
+    out["tracer_optimistic"] = optimistic
+    record["optimistic"] = {"setting": GRID.params(GRID.settings()[choice.index]).model_dump(),
+                            "auroc": choice.auroc, "n": choice.n_train}
+    groups = task_labels(rewards)
+    usable = labelled & np.isfinite(scores[0])
+    two_classes = 0 < failure[usable].sum() < usable.sum()
+    if two_classes and len(np.unique(groups[usable])) >= 2:
+        nested = nested_scores(scores, failure, groups, config.n_splits, config.seed)
+        out["tracer_nested"], out["tracer_nested_fold"] = nested.scores, nested.fold
+        settings = GRID.settings()
+        record["folds"] = [{"fold": k, "setting": GRID.params(settings[c.index]).model_dump(),
+                            "train_auroc": c.auroc, "n_train": c.n_train} for k, c in enumerate(nested.choices)]
+    else:
+        out["tracer_nested"], out["tracer_nested_fold"] = np.nan, -1
+        record["folds"] = []
+        record["nested_undefined"] = "one class or fewer than 2 tasks among the scored trajectories"
+    return out, record
+
+
+def compute_tuning(run_dir: str | os.PathLike | RunDir, config: BlackBoxConfig = BlackBoxConfig()) -> dict:
+    """Publish ``tracer_tuned.parquet`` and ``tracer_tuning.json`` from ``blackbox_turns``."""
+    run = RunDir.of(run_dir)
+    with run.lock("blackbox"):
+        turns = key_dtypes(run.read_frame("blackbox_turns"))
+        tuned, record = tuning_tables(turns, run.rewards(), config)
+        based_on = run.based_on("blackbox_turns", "trajectories")
+        with run.commit("blackbox-tuning") as commit:
+            commit.write_parquet("tracer_tuned", tuned, based_on)
+            commit.write_json("tracer_tuning", record, based_on)
+    return record
+
+
+# --------------------------------------------------------------------------- up to date
+def read_json(run: RunDir, name: str) -> dict:
+    run.verify(name)
+    return json.loads(run.file(name).read_text())
+
+
+def is_fresh(run: RunDir, names: tuple[str, ...], record: str, expect: dict) -> bool:
+    """Whether artefacts ``names`` exist, belong with the manifest, are not stale, and their ``record`` JSON
+    holds the values of ``expect``."""
+    if not all(run.has(n) for n in names + (record,)):
+        return False
+    try:
+        run.verify(*names, record)
+        found = read_json(run, record)
+    except (StaleArtifactError, MixedRunError, ValueError):
+        return False
+    return all(found.get(k) == v for k, v in expect.items())
+
+
+def ensure_blackbox(run_dir: str | os.PathLike | RunDir, config: BlackBoxConfig = BlackBoxConfig(),
+                    embedder=None) -> BlackBoxStatus:
+    """Compute what is missing, stale or made with another configuration; say why when nothing can be."""
+    run = RunDir.of(run_dir)
+    status = BlackBoxStatus()
+    if not run.has("trajectories"):
+        status.skipped = f"{run.path} has no trajectories.parquet (extracted by an older version: extract it again)"
+        return status
+    with run.lock("blackbox"):
+        expected_embedder = config.embedder if embedder is None else type(embedder).__name__
+        if not is_fresh(run, ("blackbox_turns", "blackbox_scores"), "blackbox_report", {"embedder": expected_embedder}):
+            try:
+                results_for(run, config)
+            except FileNotFoundError as err:
+                status.skipped = str(err)
+                return status
+            status.report = compute_signals(run, config, embedder)
+            status.computed.append("signals")
+        else:
+            status.report = read_json(run, "blackbox_report")
+        expect = {"failure_threshold": config.failure_threshold, "seed": config.seed, "n_splits": config.n_splits}
+        if status.computed or not is_fresh(run, ("tracer_tuned",), "tracer_tuning", expect):
+            compute_tuning(run, config)
+            status.computed.append("tuning")
+    return status
