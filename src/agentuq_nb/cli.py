@@ -6,9 +6,10 @@ them, so ``agentuq-nb --help`` and the analysis commands start fast.
 from __future__ import annotations
 
 import json
+import math
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
@@ -86,10 +87,9 @@ def _say_warnings(caught: list[warnings.WarningMessage]) -> None:
 
 
 @contextmanager
-def _step(step: str, run_dir: Path) -> Iterator[None]:
-    """Run a step that writes ``run_dir``: its input warnings said once per kind, its bad-input errors in one
-    line (exit 2), and a Ctrl-C answered with the state it left the folder in (exit 130)."""
-    manifest_before = _manifest_bytes(run_dir)
+def _reported(after_interrupt: Callable[[], str]) -> Iterator[None]:
+    """Input warnings said once per kind, bad-input errors in one line (exit 2), and a Ctrl-C answered with
+    ``after_interrupt()`` (exit 130)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", InputDataWarning)
         try:
@@ -98,9 +98,18 @@ def _step(step: str, run_dir: Path) -> Iterator[None]:
             _say_warnings(caught)
             _fail(err)
         except KeyboardInterrupt:
-            typer.secho(_after_interrupt(step, run_dir, manifest_before), fg=typer.colors.RED, err=True)
+            typer.secho(after_interrupt(), fg=typer.colors.RED, err=True)
             raise typer.Exit(code=130) from None
     _say_warnings(caught)
+
+
+@contextmanager
+def _step(step: str, run_dir: Path) -> Iterator[None]:
+    """Run a step that writes ``run_dir``: its input warnings said once per kind, its bad-input errors in one
+    line (exit 2), and a Ctrl-C answered with the state it left the folder in (exit 130)."""
+    manifest_before = _manifest_bytes(run_dir)
+    with _reported(lambda: _after_interrupt(step, run_dir, manifest_before)):
+        yield
 
 
 def _out_folder(out: Path, command: str) -> None:
@@ -362,6 +371,78 @@ def blackbox(
                 raise FileNotFoundError(status.skipped)
             report, tuning = status.report, read_json(RunDir(run_dir), "tracer_tuning")
     typer.echo(json.dumps({"signals": report, "tracer_tuning": tuning}, indent=2))
+
+
+@app.command("compare-runs")
+def compare_runs(
+    run_dirs: list[Path] = typer.Argument(..., help="run folders to compare the estimators across (read only)"),
+    out: Path = typer.Option(..., "--out", help="output folder for the leaderboard (a plain folder, not a run folder)"),
+    failure_threshold: float = typer.Option(1.0, help="failure = reward < threshold"),
+    n_boot: int = typer.Option(1000, min=0, help="bootstrap resamples (tasks within each run) for CIs and p-values"),
+    seed: int = typer.Option(0),
+    estimator: Optional[list[str]] = typer.Option(None, "--estimator", help="only these estimators (repeat the "
+                                                  "option; each must be in every run; length baselines always)"),
+    q: float = typer.Option(0.1, "--q", help="false discovery rate of the Benjamini-Hochberg step over estimators"),
+    plugin: Optional[list[str]] = typer.Option(None, "--plugin", help=PLUGIN_HELP),
+):
+    """One estimator leaderboard across runs: AUROC and length-controlled AUROC per run and pooled (within-run pairs
+    only), vs the best length baseline with BH-FDR → OUT/run_leaderboard.{csv,png,pdf,json}, run_leaderboard_long.csv."""
+    from agentuq_nb.evaluation.run_leaderboard import OUTPUTS
+    from agentuq_nb.evaluation.run_leaderboard import compare_runs as run_compare
+
+    _load_plugins(plugin)
+    with _reported(lambda: f"interrupted: the run folders are untouched; in {out}, {OUTPUTS['inputs']} (written "
+                           "last) is there only beside the complete set of files it lists"):
+        result = run_compare(run_dirs, out, failure_threshold=failure_threshold, n_boot=n_boot, seed=seed,
+                             names=estimator or None, q=q, figure=_draw_run_leaderboard)
+    _show_run_leaderboard(result, out)
+
+
+def _draw_run_leaderboard(result, folder: Path) -> list[Path]:
+    import matplotlib.pyplot as plt
+
+    from agentuq_nb.evaluation.run_leaderboard import FIGURE_NAME
+    from agentuq_nb.figures import save
+    from agentuq_nb.figures.run_leaderboard import run_leaderboard_figure
+
+    fig = run_leaderboard_figure(result.leaderboard, result.long, result.runs, q=result.q,
+                                 failure_threshold=result.failure_threshold)
+    try:
+        return save(fig, FIGURE_NAME, folder)
+    finally:
+        plt.close(fig)
+
+
+#: rows of the leaderboard printed by compare-runs (the CSV holds them all)
+SHOWN_ROWS = 20
+
+
+def _show_run_leaderboard(result, out: Path) -> None:
+    """What compare-runs prints: the runs, the top of the leaderboard (pooled columns), where the files are, notes."""
+    from agentuq_nb.evaluation.pooled_auroc import POOLED
+    from agentuq_nb.evaluation.run_leaderboard import FIGURE_NAME, OUTPUTS
+
+    typer.echo(f"{len(result.runs)} run(s): " + ", ".join(f"{r.run} (n={r.n_trajectories}, {r.n_failures} failed)"
+                                                         for r in result.runs.itertuples()))
+    top = result.leaderboard.head(SHOWN_ROWS)
+    shown = top[["rank", "estimator", "family"]].assign(
+        auroc_lc=top[f"auroc_lc[{POOLED}]"],
+        ci=[_interval(lo, hi) for lo, hi in zip(top[f"auroc_lc_lo[{POOLED}]"], top[f"auroc_lc_hi[{POOLED}]"])],
+        auroc=top[f"auroc[{POOLED}]"], diff_lc=top["diff_lc_vs_length"], q_value=top["q_value"],
+        verdict=top["verdict"]).rename(columns={"ci": "95% CI"})
+    typer.echo(f"pooled over the runs (pairs within a run only), ordered by the length-controlled AUROC; diff_lc vs "
+               f"{result.baselines.get('auroc_lc') or 'no length baseline'}, Benjamini-Hochberg at q = {result.q:g}:")
+    typer.echo(shown.to_string(index=False, float_format=lambda x: f"{x:.3f}", na_rep="—"))
+    if len(result.leaderboard) > SHOWN_ROWS:
+        typer.echo(f"… {len(result.leaderboard) - SHOWN_ROWS} more rows in {out / OUTPUTS['leaderboard']}")
+    files = [OUTPUTS["leaderboard"], OUTPUTS["long"], f"{FIGURE_NAME}.png", f"{FIGURE_NAME}.pdf", OUTPUTS["inputs"]]
+    typer.echo(f"→ {out}: {', '.join(files)}")
+    for note in result.notes:
+        typer.secho(f"note: {note}", fg=typer.colors.YELLOW, err=True)
+
+
+def _interval(lo: float, hi: float) -> str:
+    return f"[{lo:.3f}, {hi:.3f}]" if math.isfinite(lo) and math.isfinite(hi) else "—"
 
 
 @app.command("calibrate")

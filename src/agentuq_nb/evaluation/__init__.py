@@ -18,7 +18,10 @@ Modules (one job each):
 * :mod:`.calibration` - scores as failure probabilities (Platt, isotonic, cross-fitted by task), ECE,
   Brier decomposition, reliability tables; :mod:`.run_calibration` - a run's report (``calibrate``);
 * :mod:`.combined_predictor` - cross-fitted logistic regression over several estimators;
-* :mod:`.length_control` - AUROC within message-count strata and after regressing out log length.
+* :mod:`.length_control` - AUROC within message-count strata and after regressing out log length;
+* :mod:`.pooled_auroc` - AUROC pooled over runs, stratified by run (and length), its within-run task
+  bootstrap, the paired test against the best length baseline and BH over estimators;
+  :mod:`.run_leaderboard` - the leaderboard across run folders (``compare-runs``).
 """
 from agentuq_nb.common.lazy import lazy_exports
 
@@ -43,4 +46,6 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "run_calibration": ["calibrate", "calibration_table", "read_calibration_bins"],
     "combined_predictor": ["cross_fitted_combination"],
     "length_control": ["beats_length_baseline", "length_controlled", "residual_auroc", "stratified_auroc"],
+    "pooled_auroc": ["pooled_leaderboard", "stratified_auroc_batch", "stratum_pair_sums"],
+    "run_leaderboard": ["build_run_leaderboard", "compare_runs", "read_run_leaderboard"],
 })

@@ -253,8 +253,20 @@ def paired_bootstrap_pvalue(unc_a, unc_b, reward, metric: str = "auroc",
     out["diff"] = float(d)
     out["n_skipped"] = int(diffs.size - valid.size)
     out["ci"] = percentile_ci(valid, ci)
+    out["p_value"] = shifted_pvalue(valid, d)
+    return out
+
+
+def shifted_pvalue(resampled, observed: float) -> float | None:
+    """Two-sided null-shifted bootstrap p-value of an ``observed`` difference from its resampled values
+    (Efron & Tibshirani ch. 16): ``(1 + #{ |d*_b - d| >= |d| }) / (1 + B_valid)``; non-finite resamples
+    (undefined on that resample) are left out. None when ``observed`` is not finite."""
+    if not np.isfinite(observed):
+        return None
+    d = float(observed)
+    valid = np.asarray(resampled, dtype=float)
+    valid = valid[np.isfinite(valid)]
     # tolerance: resampled differences equal to |d| up to rounding count as "as extreme"
     extreme = np.abs(valid - d) >= abs(d) - 1e-12
-    out["p_value"] = float((1 + extreme.sum()) / (1 + valid.size))
-    return out
+    return float((1 + extreme.sum()) / (1 + valid.size))
 

@@ -1,0 +1,314 @@
+"""``agentuq-nb compare-runs``: one estimator leaderboard across several run folders.
+
+AgentPulse's distribution-free evaluation with FDR control (:mod:`.agent_comparison` applies it to agents)
+applied to *estimators*: every estimator the runs share is scored on each run and pooled over the runs, its
+difference from the best length baseline is tested by a paired bootstrap, and Benjamini-Hochberg controls the
+false discovery rate over the estimators. The statistics (definitions, bootstrap, test) are
+:mod:`.pooled_auroc`'s; this module reads the run folders and writes the output folder.
+
+* **Which estimators.** Those available in *every* run (``--estimator`` restricts them; one that some run lacks is
+  refused): a pooled number then always covers the same runs, so the leaderboard compares like with like. The
+  others are listed in the JSON (``left_out``, with the runs that lack them). The length baselines
+  (``num_messages``, ``num_tool_calls``, ``agent_chars``) the runs share are always rows - they are the
+  comparators. The estimator table's combined predictors are fitted per run and are not registered estimators:
+  they are not here.
+* **Per run** the numbers are the estimator table's (``estimator_table.csv``): same trajectories (finite reward),
+  same failure label, ``auroc`` = its ``auroc``, ``auroc_lc`` = its ``auroc_stratified`` (the run's
+  message-count strata, :func:`~agentuq_nb.evaluation.length_control.length_strata`). Their CIs come from this
+  command's own resampling (tasks within the run), not bit-identical to the table's.
+* **Reading only.** Runs are read through :class:`~agentuq_nb.io.rundir.RunDir` (checked reads), never locked
+  or written; the commits of the tables read are taken from each manifest before and after reading, and a run
+  whose tables were replaced meanwhile is refused (read again).
+* **Output** (a plain folder, not a run folder; refused when it is an input run folder, inside one, a run folder
+  or a file): ``run_leaderboard.csv`` (one row per estimator), ``run_leaderboard_long.csv`` (estimator x run and
+  ``pooled``), the figure the caller draws (``figure``), and ``run_leaderboard.json`` last: the inputs (run
+  paths, their manifests' source and the commits of the tables read), threshold, seed, q, and the SHA-256 of
+  every file written with it.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from agentuq_nb.estimators import BASELINES, Estimator, get
+from agentuq_nb.estimators import estimators as run_estimators
+from agentuq_nb.evaluation.calibration import oriented
+from agentuq_nb.evaluation.estimator_table import LENGTH_COLUMN, score_table, with_length_columns
+from agentuq_nb.evaluation.length_control import DEFAULT_STRATA, length_strata
+from agentuq_nb.evaluation.metrics import failure_labels
+from agentuq_nb.evaluation.multi_trial import task_labels
+from agentuq_nb.evaluation.pooled_auroc import POOLED, check_fdr_level, leaderboard_table, pooled_leaderboard
+from agentuq_nb.io.atomic import atomic_write_json, atomic_write_with
+from agentuq_nb.io.errors import InputError
+from agentuq_nb.io.run_lock import RunBusyError
+from agentuq_nb.io.rundir import RunDir
+from agentuq_nb.records.outcomes import check_failure_threshold
+
+COMMAND = "compare-runs"
+#: the files written to the output folder (the figure's are the caller's: ``FIGURE_NAME``.png/.pdf)
+OUTPUTS = {"leaderboard": "run_leaderboard.csv", "long": "run_leaderboard_long.csv", "inputs": "run_leaderboard.json"}
+FIGURE_NAME = "run_leaderboard"
+#: the tables every run is read for besides its estimators' ``requires`` (the rewards and the lengths)
+TRAJECTORY_TABLES = ("trajectories", "trajectory_summary")
+
+
+@dataclass
+class RunLeaderboard:
+    """What ``compare-runs`` computed: the wide ``leaderboard`` (ordered, ``rank`` 1 = highest pooled
+    length-controlled AUROC), the tidy ``long`` table, ``runs`` (name, path, n_trajectories, n_failures, n_tasks),
+    the chosen comparators ``baselines``, the JSON-ready ``inputs`` and the ``notes`` to tell the user."""
+
+    leaderboard: pd.DataFrame
+    long: pd.DataFrame
+    runs: pd.DataFrame
+    baselines: dict
+    inputs: dict
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def q(self) -> float:
+        return self.inputs["q"]
+
+    @property
+    def failure_threshold(self) -> float:
+        return self.inputs["failure_threshold"]
+
+
+def run_names(paths: Sequence[Path]) -> list[str]:
+    """A short distinct name per run folder: its folder name, with as many parent folders as it takes to tell
+    runs apart (and never ``pooled``, the name of the pooled rows)."""
+    parts = [Path(p).resolve().parts for p in paths]
+    depth = {i: 1 for i in range(len(parts))}
+    while True:
+        names = ["/".join(parts[i][-depth[i]:]) for i in range(len(parts))]
+        clash = [i for i, name in enumerate(names)
+                 if (names.count(name) > 1 or name == POOLED) and depth[i] < len(parts[i])]
+        if not clash:
+            return names
+        for i in clash:
+            depth[i] += 1
+
+
+def check_out_folder(out: str | os.PathLike, run_dirs: Sequence[str | os.PathLike]) -> Path:
+    """Refuse an output folder that is a file (or under one), a run folder, or an input run folder or inside one;
+    returns it resolved. Nothing is made here."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise InputError(out, f"is a file: '{COMMAND} --out' takes a folder for the leaderboard")
+    blocking = next((p for p in out.parents if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        raise InputError(out, f"cannot be made: {blocking} is a file, not a folder")
+    resolved = out.resolve()
+    for run in run_dirs:
+        run_path = Path(run).resolve()
+        if resolved == run_path or run_path in resolved.parents:
+            where = "is" if resolved == run_path else "is inside"
+            raise InputError(out, f"{where} the input run folder {run}: '{COMMAND}' only reads run folders; "
+                                  "write the leaderboard to a folder of its own")
+    if RunDir(out).has("manifest"):
+        raise InputError(out, f"is a run folder (it holds a manifest): '{COMMAND}' writes a plain output folder; "
+                              "choose another --out")
+    return resolved
+
+
+def _check_runs(run_dirs: Sequence[str | os.PathLike]) -> list[RunDir]:
+    if not run_dirs:
+        raise ValueError(f"'{COMMAND}' needs at least one run folder")
+    runs, seen = [], {}
+    for path in run_dirs:
+        run = RunDir(path)
+        run.require_folder(COMMAND)
+        key = run.path.resolve()
+        if key in seen:
+            raise InputError(run.path, f"is given twice (also as {seen[key]}): each run counts once")
+        seen[key] = run.path
+        if not any(run.has(name) for name in TRAJECTORY_TABLES):
+            raise InputError(run.path, "holds no trajectories (no trajectories.parquet or trajectory_summary.parquet):"
+                                       f" make them with 'agentuq-nb extract RESULTS --out {run.path}'")
+        runs.append(run)
+    return runs
+
+
+def shared_estimators(runs: Sequence[RunDir], names: Sequence[str] | None = None,
+                      labels: Sequence[str] | None = None) -> tuple[list[Estimator], list[Estimator], dict]:
+    """``(candidates, baselines, left_out)``: the non-baseline estimators available in every run (``names``
+    only, refused when a run lacks one), the length baselines available in every run, and the estimators some
+    runs lack ``{name: [runs without it]}``."""
+    labels = list(labels) if labels is not None else [str(r.path) for r in runs]
+    found = [{e.name: e for e in run_estimators(run)} for run in runs]
+    order = list(dict.fromkeys(name for f in found for name in f))
+    shared = [name for name in order if all(name in f for f in found)]
+    left_out = {name: [label for label, f in zip(labels, found) if name not in f]
+                for name in order if name not in shared}
+    if names is not None:
+        for name in names:
+            get(name)  # an unknown name: KeyError with the close names
+            for run, f in zip(runs, found):
+                if name not in f:
+                    raise InputError(run.path, f"holds no data for estimator {name!r}: '{COMMAND}' compares an "
+                                               "estimator on every run given")
+        candidates = [found[0][name] for name in dict.fromkeys(names) if name not in BASELINES]
+    else:
+        candidates = [found[0][name] for name in shared if found[0][name].family != "baseline"]
+    baselines = [found[0][name] for name in BASELINES if name in shared]
+    return candidates, baselines, left_out
+
+
+def _inputs_read(run: RunDir, estimators: Sequence[Estimator]) -> list[str]:
+    names = [*TRAJECTORY_TABLES, *(name for e in estimators for name in e.requires)]
+    return [name for name in dict.fromkeys(names) if run.has(name)]
+
+
+def read_run(run: RunDir, name: str, estimators: Sequence[Estimator],
+             failure_threshold: float) -> tuple[pd.DataFrame, dict]:
+    """One run's rows of the leaderboard frame (:mod:`.pooled_auroc`: run, task, failure, length_stratum and the
+    oriented score of each estimator) and what was read ``{"tables": {file: commit}, ...}``."""
+    tables = _inputs_read(run, estimators)
+    before = run.based_on(*tables)
+    table, _ = score_table(run, [e.name for e in estimators])
+    table = with_length_columns(run, table)
+    table = table[np.isfinite(table["reward"].to_numpy(dtype=float))].reset_index(drop=True)
+    run.forget_cache()
+    if run.based_on(*tables) != before:
+        raise RunBusyError(f"{run.path}: its tables were replaced while '{COMMAND}' read them; run it again")
+    if table.empty:
+        raise InputError(run.path, "holds no trajectory with a finite reward")
+    frame = pd.DataFrame({"run": name, "task": task_labels(table),
+                          "failure": failure_labels(table["reward"].to_numpy(dtype=float), failure_threshold),
+                          "length_stratum": (length_strata(table[LENGTH_COLUMN], DEFAULT_STRATA)
+                                             if LENGTH_COLUMN in table.columns else -1)})
+    for e in estimators:
+        frame[e.name] = oriented(table[e.name], e.invert)
+    manifest = run.manifest()
+    return frame, {"name": name, "path": str(run.path.resolve()), "results": manifest.results,
+                   "domain": manifest.domain, "models": manifest.models, "manifest_created_at": manifest.created_at,
+                   "tables": {rel: before.get(rel) for rel in (run.relative(t) for t in tables)}}
+
+
+def build_run_leaderboard(run_dirs: Sequence[str | os.PathLike], failure_threshold: float = 1.0, n_boot: int = 1000,
+                    seed: int = 0, names: Sequence[str] | None = None, q: float = 0.1) -> RunLeaderboard:
+    """Read the runs and compute the leaderboard (see the module docstring); writes nothing."""
+    check_failure_threshold(failure_threshold)
+    check_fdr_level(q)
+    if n_boot < 0:
+        raise ValueError(f"--n-boot must be >= 0, not {n_boot}")
+    runs = _check_runs(run_dirs)
+    labels = run_names([r.path for r in runs])
+    candidates, baselines, left_out = shared_estimators(runs, names, labels)
+    chosen = [*candidates, *baselines]
+    if not chosen:
+        raise InputError(runs[0].path, f"no estimator is available in every run given (left out: "
+                                       f"{', '.join(left_out) or 'none found'}); see 'agentuq-nb estimators RUN_DIR'")
+    frames, read = [], []
+    for run, label in zip(runs, labels):
+        frame, info = read_run(run, label, chosen, failure_threshold)
+        frames.append(frame)
+        read.append(info)
+    frame = pd.concat(frames, ignore_index=True)
+    result = pooled_leaderboard(frame, [e.name for e in candidates], [e.name for e in baselines],
+                                n_boot=n_boot, seed=seed, q=q, runs=labels)
+    meta = pd.DataFrame({"estimator": [e.name for e in chosen], "family": [e.family for e in chosen],
+                         "orientation": [e.orientation for e in chosen], "invert": [e.invert for e in chosen]})
+    table = leaderboard_table(result, meta, labels)
+    long = meta[["estimator", "family"]].merge(result.long, on="estimator", how="right")
+    run_info = pd.DataFrame({"run": labels, "path": [info["path"] for info in read],
+                             "n_trajectories": [int((frame["run"] == r).sum()) for r in labels],
+                             "n_failures": [int(frame.loc[frame["run"] == r, "failure"].sum()) for r in labels],
+                             "n_tasks": [int(frame.loc[frame["run"] == r, "task"].nunique()) for r in labels]})
+    for info, (_, row) in zip(read, run_info.iterrows()):
+        info.update(n_trajectories=int(row["n_trajectories"]), n_failures=int(row["n_failures"]),
+                    n_tasks=int(row["n_tasks"]))
+    notes = _notes(run_info, candidates, baselines, left_out, result.baselines, failure_threshold)
+    inputs = {"command": COMMAND, "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+              "runs": read, "failure_threshold": float(failure_threshold), "n_boot": int(n_boot), "seed": int(seed),
+              "q": float(q), "ci": 0.95, "length_strata": DEFAULT_STRATA, "estimators": [e.name for e in candidates],
+              "length_baselines": [e.name for e in baselines], "left_out": left_out,
+              "compared_with": {"auroc_lc": result.baselines["auroc_lc"], "auroc": result.baselines["auroc"]},
+              "bootstrap": "percentile; tasks resampled with replacement within each run, runs fixed; run i draws "
+                           "from numpy SeedSequence(seed).spawn(number of runs)[i]",
+              "test": "two-sided null-shifted paired bootstrap of pooled auroc_lc(estimator) - pooled "
+                      "auroc_lc(best length baseline); Benjamini-Hochberg over the estimators at q",
+              "notes": notes}
+    return RunLeaderboard(table, long, run_info, result.baselines, inputs, notes)
+
+
+def _notes(run_info: pd.DataFrame, candidates, baselines, left_out: dict, compared: dict,
+           failure_threshold: float) -> list[str]:
+    notes = []
+    if len(run_info) == 1:
+        notes.append("one run: the pooled columns are that run's numbers")
+    one_class = run_info[(run_info["n_failures"] == 0) | (run_info["n_failures"] == run_info["n_trajectories"])]
+    for _, row in one_class.iterrows():
+        notes.append(f"run {row['run']} holds one class only ({row['n_failures']} failures of "
+                     f"{row['n_trajectories']} at failure threshold {failure_threshold:g}): its AUROCs are undefined "
+                     "and it adds nothing to the pooled ones")
+    if left_out:
+        notes.append(f"{len(left_out)} estimator(s) not available in every run left out (listed in the JSON): "
+                     + ", ".join(list(left_out)[:5]) + (" …" if len(left_out) > 5 else ""))
+    if not baselines:
+        notes.append("no length baseline in every run: no comparison with length, no p-values")
+    elif compared["auroc_lc"] is None:
+        notes.append("the length-controlled AUROC of no length baseline is defined: no p-values")
+    if not candidates:
+        notes.append("the runs share no estimator besides the length baselines (runs without log-probs: add "
+                     "black-box estimators or rescore them)")
+    return notes
+
+
+def _jsonable(value):
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value) if np.isfinite(value) else None
+    return value
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def write_run_leaderboard(result: RunLeaderboard, out: str | os.PathLike,
+                          figure: Callable[[RunLeaderboard, Path], list[Path]] | None = None) -> list[Path]:
+    """Write the tables, the figure (``figure(result, out)`` returns the paths it wrote) and, last, the JSON
+    that names them with their SHA-256 (each file atomically); returns the paths. An earlier JSON is removed
+    first, so a folder that holds the JSON holds the complete set it lists (an interrupted write leaves none)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / OUTPUTS["inputs"]).unlink(missing_ok=True)
+    written = []
+    for key, frame in (("leaderboard", result.leaderboard), ("long", result.long)):
+        path = out / OUTPUTS[key]
+        atomic_write_with(path, lambda p, frame=frame: frame.to_csv(p, index=False))
+        written.append(path)
+    if figure is not None:
+        written.extend(Path(p) for p in figure(result, out))
+    inputs = {**result.inputs, "outputs": {p.name: sha256(p) for p in written}}
+    atomic_write_json(out / OUTPUTS["inputs"], _jsonable(inputs))
+    return [*written, out / OUTPUTS["inputs"]]
+
+
+def compare_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, failure_threshold: float = 1.0,
+                 n_boot: int = 1000, seed: int = 0, names: Sequence[str] | None = None, q: float = 0.1,
+                 figure: Callable[[RunLeaderboard, Path], list[Path]] | None = None) -> RunLeaderboard:
+    """``agentuq-nb compare-runs``: refuse a bad ``out`` before any work, compute, write (see the module docstring)."""
+    check_out_folder(out, run_dirs)
+    result = build_run_leaderboard(run_dirs, failure_threshold, n_boot, seed, names, q)
+    write_run_leaderboard(result, out, figure)
+    return result
+
+
+def read_run_leaderboard(out: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The leaderboard and the long table of an output folder of ``compare-runs``."""
+    out = Path(out)
+    return pd.read_csv(out / OUTPUTS["leaderboard"]), pd.read_csv(out / OUTPUTS["long"])

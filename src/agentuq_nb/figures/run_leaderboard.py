@@ -1,0 +1,130 @@
+"""The estimator leaderboard across runs (``compare-runs``): a heatmap of estimators x runs."""
+from __future__ import annotations
+
+import textwrap
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.colors import Normalize
+
+from agentuq_nb.evaluation.pooled_auroc import BASELINE_VERDICT, POOLED
+from agentuq_nb.figures.style import PALETTE, use_style
+
+#: a diverging map, white at 0.5 (chance), readable in greyscale and with colour-vision deficiency
+CMAP = "PuOr_r"
+MARKS = {"beats length": "▲", "below length": "▼"}
+
+
+#: a run name longer than this is shortened in the middle (the CSV and the JSON carry it whole)
+MAX_RUN_NAME = 34
+
+
+def _shorten(name: str) -> str:
+    if len(name) <= MAX_RUN_NAME:
+        return name
+    keep = MAX_RUN_NAME - 1
+    return name[:keep - keep // 2] + "…" + name[-(keep // 2):]
+
+
+def _label(row) -> str:
+    name = str(row["estimator"]) + (" (inv.)" if bool(row.get("invert", False)) else "")
+    return f"{name}  [length baseline]" if row["family"] == "baseline" else name
+
+
+def run_leaderboard_figure(leaderboard: pd.DataFrame, long: pd.DataFrame, runs: pd.DataFrame, q: float = 0.1,
+                           failure_threshold: float = 1.0):
+    """Estimators (rows, in the leaderboard's order: pooled length-controlled AUROC, highest first) x runs and the
+    pooled column. A cell's colour and large number: the length-controlled AUROC (centred at 0.5 = chance); the
+    small number below: the raw AUROC. Column heads: the run's name and n = trajectories / failures. Length
+    baselines are grey italic rows; the right column marks the estimators whose pooled length-controlled AUROC
+    differs from the best length baseline's after Benjamini-Hochberg at ``q`` (▲ above, ▼ below) with their q-value.
+
+    ``leaderboard``, ``long``, ``runs``: :class:`~agentuq_nb.evaluation.run_leaderboard.RunLeaderboard`'s tables.
+    """
+    use_style()
+    names = list(runs["run"])
+    cols = [*names, POOLED]
+    rows = leaderboard.reset_index(drop=True)
+    lc = long.pivot(index="estimator", columns="run", values="auroc_lc").reindex(index=rows["estimator"], columns=cols)
+    raw = long.pivot(index="estimator", columns="run", values="auroc").reindex(index=rows["estimator"], columns=cols)
+    n_rows, n_runs = len(rows), len(names)
+    gap, text_width = 0.35, 1.6
+    # x edges: one unit per run, a gap, the pooled column, then the column of test marks (text only)
+    edges = np.r_[np.arange(n_runs + 1), n_runs + gap, n_runs + gap + 1]
+    centres = np.r_[np.arange(n_runs) + 0.5, n_runs + gap + 0.5]
+    values = np.column_stack([lc.to_numpy(dtype=float)[:, :n_runs], np.full(n_rows, np.nan),
+                              lc.to_numpy(dtype=float)[:, n_runs]])
+    finite = values[np.isfinite(values)]
+    half = max(0.1, np.ceil(np.abs(finite - 0.5).max() / 0.05) * 0.05) if finite.size else 0.5
+    norm = Normalize(0.5 - half, 0.5 + half)
+
+    label_chars = max([len(_label(r)) for _, r in rows.iterrows()] + [10])
+    width = 0.075 * label_chars + 0.78 * (n_runs + 1 + gap) + text_width * 0.7 + 1.4
+    height = 0.34 * n_rows + 2.9
+    fig, ax = plt.subplots(figsize=(width, height))
+    mesh = ax.pcolormesh(edges, np.arange(n_rows + 1), np.ma.masked_invalid(values), cmap=CMAP, norm=norm,
+                         edgecolors="white", linewidth=0.8)
+    for i in range(n_rows):
+        for j, col in enumerate(cols):
+            v, r = lc.iat[i, j], raw.iat[i, j]
+            x = centres[j]
+            if not np.isfinite(v) and not np.isfinite(r):
+                ax.text(x, i + 0.5, "n/a", ha="center", va="center", fontsize=6, color=PALETTE["neutral"])
+                continue
+            dark = np.isfinite(v) and abs(v - 0.5) > 0.62 * half
+            color = "white" if dark else "black"
+            ax.text(x, i + 0.42, "n/a" if not np.isfinite(v) else f"{v:.2f}", ha="center", va="center",
+                    fontsize=7, color=color, fontweight="bold" if col == POOLED else "normal")
+            ax.text(x, i + 0.78, "" if not np.isfinite(r) else f"({r:.2f})", ha="center", va="center",
+                    fontsize=5.5, color=color)
+    # the test against the best length baseline, one line per estimator right of the pooled column
+    x_text = n_runs + gap + 1.15
+    for i, (_, r) in enumerate(rows.iterrows()):
+        verdict = r.get("verdict")
+        if verdict == BASELINE_VERDICT:
+            is_ref = r["estimator"] == r.get("length_baseline_lc")
+            text, color = ("◆ reference" if is_ref else ""), PALETTE["neutral"]
+        elif pd.notna(r.get("q_value")):
+            mark = MARKS.get(verdict, "")
+            text = f"{mark} q={r['q_value']:.2g}".strip()
+            color = (PALETTE["accent"] if verdict == "beats length" else PALETTE["failure"] if verdict == "below length"
+                     else PALETTE["neutral"])
+        else:
+            text, color = "not tested", PALETTE["neutral"]
+        ax.text(x_text, i + 0.5, text, ha="left", va="center", fontsize=7, color=color)
+    ax.set_xlim(0, n_runs + gap + 1 + text_width)
+    ax.set_ylim(n_rows, 0)
+    ax.grid(False)
+    for side in ("top", "right", "bottom", "left"):
+        ax.spines[side].set_visible(False)
+    ax.tick_params(length=0)
+    ax.set_yticks(np.arange(n_rows) + 0.5, [_label(r) for _, r in rows.iterrows()], fontsize=7)
+    for tick, (_, r) in zip(ax.get_yticklabels(), rows.iterrows()):
+        if r["family"] == "baseline":
+            tick.set_color(PALETTE["neutral"])
+            tick.set_fontstyle("italic")
+    by_run = runs.set_index("run")
+    heads = [f"{_shorten(n)}\nn = {by_run.at[n, 'n_trajectories']} / "
+             f"{by_run.at[n, 'n_failures']} failed" for n in names]
+    total_n, total_f = int(runs["n_trajectories"].sum()), int(runs["n_failures"].sum())
+    heads.append(f"pooled ({n_runs} run{'s' if n_runs != 1 else ''})\nn = {total_n} / {total_f} failed")
+    ax.xaxis.tick_top()
+    ax.set_xticks(centres, heads, fontsize=7, rotation=40, ha="left", rotation_mode="anchor")
+    ax.text(x_text, -0.25, f"vs length\n(BH q ≤ {q:g})", ha="left", va="bottom", fontsize=7)
+    bar = fig.colorbar(mesh, ax=ax, fraction=0.04, pad=0.02, shrink=min(1.0, 8 / max(n_rows, 1)) if n_rows > 8 else 1.0)
+    bar.set_label("length-controlled AUROC (0.5 = chance)", fontsize=8)
+    bar.ax.tick_params(labelsize=7)
+    reference = rows["length_baseline_lc"].dropna().iloc[0] if rows["length_baseline_lc"].notna().any() else None
+    ref_text = (f"▲/▼: pooled length-controlled AUROC above/below the best length baseline ({reference}), "
+                f"paired bootstrap, Benjamini-Hochberg at q = {q:g}." if reference is not None
+                else "No length baseline in every run: nothing tested.")
+    caption = (f"Cell: length-controlled AUROC (within message-count strata), raw AUROC in brackets; failure = "
+               f"reward < {failure_threshold:g}. Pooled: failures compared with successes of the same run (and "
+               f"length stratum) only. {ref_text} n = trajectories / failures of the run.")
+    ax.set_title(f"Estimators across {n_runs} run{'s' if n_runs != 1 else ''}: failure prediction beyond length",
+                 fontsize=10, pad=12)
+    fig.tight_layout()
+    fig.text(0.01, 0.0, textwrap.fill(caption, int(width * 15)), ha="left", va="top", fontsize=7,
+             color=PALETTE["neutral"])
+    return fig
