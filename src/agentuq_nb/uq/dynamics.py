@@ -55,9 +55,13 @@ def agent_turns(turns: pd.DataFrame, rewards: pd.DataFrame | None = None, role: 
 
 
 def read_agent_turns(run_dir: str | Path | RunDir, role: str = "assistant", scorer: str = "self",
-                     value: str = "avg_token_nll", failure_threshold: float = 1.0) -> pd.DataFrame:
+                     value: str = "avg_token_nll", failure_threshold: float = 1.0,
+                     table: str = "turn_summary") -> pd.DataFrame:
+    """:func:`agent_turns` of a run: token statistics from the turn summary, or (``table="blackbox_turns"``,
+    ``scorer="blackbox"``) a per-message black-box signal such as ``tracer_step_risk`` or ``hedging``."""
     run = RunDir.of(run_dir)
-    return agent_turns(read_turn_summary(run), run.rewards(), role, scorer, value, failure_threshold)
+    turns = read_turn_summary(run) if table == "turn_summary" else run.read_frame(table)
+    return agent_turns(turns, run.rewards(), role, scorer, value, failure_threshold)
 
 
 def early_warning_scores(turns: pd.DataFrame, fractions=FRACTIONS) -> pd.DataFrame:
@@ -74,16 +78,17 @@ def early_warning_scores(turns: pd.DataFrame, fractions=FRACTIONS) -> pd.DataFra
 
 
 def compute_early_warning(run_dir: str | Path | RunDir, fractions=FRACTIONS, role: str = "assistant",
-                          scorer: str = "self", value: str = "avg_token_nll", write: bool = True) -> pd.DataFrame:
+                          scorer: str = "self", value: str = "avg_token_nll", write: bool = True,
+                          table: str = "turn_summary") -> pd.DataFrame:
     """Per trajectory of the run (keys, reward, ``early_warning_f{f}`` per fraction); publishes
-    ``early_warning_scores.parquet`` when ``write``. A trajectory without any agent turn has NaN scores."""
+    ``early_warning_scores.parquet`` when ``write``. A trajectory without any agent turn has NaN scores.
+    ``table``/``scorer``/``value``: the per-turn values followed (see :func:`read_agent_turns`)."""
     run = RunDir.of(run_dir)
     with run.lock("early-warning") if write else nullcontext():  # the inputs cannot change before the commit
-        turns = read_agent_turns(run, role, scorer, value)
+        turns = read_agent_turns(run, role, scorer, value, table=table)
         scores = run.rewards().merge(early_warning_scores(turns.drop(columns=["reward", "failed"]), fractions),
                                      on=TRAJECTORY_KEYS, how="left")
         if write:
             with run.commit("early-warning") as commit:
-                commit.write_parquet("early_warning_scores", scores,
-                                     based_on=run.based_on("turn_summary", "trajectories"))
+                commit.write_parquet("early_warning_scores", scores, based_on=run.based_on(table, "trajectories"))
     return scores
