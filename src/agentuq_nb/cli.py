@@ -28,6 +28,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 SCHEDULER_HELP = "run on Dask: a scheduler address (tcp://host:8786) or local:N for N local worker processes"
 API_BASE_HELP = "OpenAI-compatible server for remote models, one per worker with --scheduler (repeat the option)"
 PLUGIN_HELP = "a module or .py file whose estimators register themselves (repeat the option)"
+RESULTS_HELP = ("τ²-bench results (a v0/v1 JSON file or a v1.0.1 results directory) or the original τ-bench's "
+                "results (a JSON list of {task_id, reward, info, traj, trial})")
 
 
 class Embedder(str, Enum):
@@ -35,6 +37,8 @@ class Embedder(str, Enum):
 
     minilm = "minilm"
     hash = "hash"
+
+
 #: errors that are the user's to fix: said in one line, exit code 2, no traceback
 USER_ERRORS = (InputError, FileNotFoundError, ValueError, KeyError, ConnectionError, RunBusyError, MixedRunError,
                StaleArtifactError, ModuleNotFoundError, PermissionError, NotADirectoryError, IsADirectoryError)
@@ -134,7 +138,7 @@ def _load_plugins(plugins: Optional[list[str]]) -> None:
 
 @app.command()
 def extract(
-    results: Path = typer.Argument(..., help="τ²-bench results: a v0/v1 JSON file or a v1.0.1 results directory"),
+    results: Path = typer.Argument(..., help=RESULTS_HELP),
     out: Path = typer.Option(..., "--out", help="run directory to write tokens.parquet and the manifest to"),
     sidecar_dir: Optional[Path] = typer.Option(None, "--sidecar-dir", help="where agentuq sidecar JSONL files are, if not beside the results"),
 ):
@@ -241,7 +245,7 @@ def trials(
 
 @app.command()
 def analyze(
-    results: Path = typer.Argument(..., help="τ²-bench results: a v0/v1 JSON file or a v1.0.1 results directory"),
+    results: Path = typer.Argument(..., help=RESULTS_HELP),
     out: Path = typer.Option(..., "--out", help="run directory to write the tables, summaries and metrics to"),
     sidecar_dir: Optional[Path] = typer.Option(None, "--sidecar-dir", help="where agentuq sidecar JSONL files are, if not beside the results"),
     uncertainty: str = typer.Option("avg_token_nll", help="the estimator evaluated (as for 'agentuq-nb evaluate')"),
@@ -613,7 +617,7 @@ def score_observations(
 
 @app.command()
 def rescore(
-    results: Path = typer.Argument(..., help="any τ²-bench results file or directory, with or without logprobs"),
+    results: Path = typer.Argument(..., help=RESULTS_HELP + ", with or without log-probs"),
     out: Path = typer.Option(..., "--out", help="run directory for tokens.parquet and the manifest"),
     scorer_llm: Optional[str] = typer.Option(None, "--scorer-llm", help="litellm model name (default: the embedded model)"),
     scorer_mode: str = typer.Option("agent_llm", "--scorer-mode", help="agent_llm | auxiliary_llm"),

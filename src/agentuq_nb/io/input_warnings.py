@@ -27,6 +27,13 @@ KIND_PHRASES = {
     "assistant_messages_without_logprobs": "assistant message(s) carry no log-probs",
     "user_messages_without_logprobs": "user message(s) carry no log-probs",
     "simulations_without_reward": "simulation(s) have no reward",
+    "tool_call_arguments_not_json": "tool call(s) whose arguments are not a JSON object (kept as written under "
+                                    "arguments['__malformed_arguments__'])",
+    "tau_bench_runs_raised": "τ-bench entries whose run raised an error (info.error: τ-bench wrote reward 0, "
+                             "usually with an empty trajectory)",
+    "tau_bench_system_prompt_differs": "τ-bench trajectory(ies) whose system prompt differs from the file's first "
+                                       "(each keeps its own as system_prompt; scoring under the agent's prompt uses "
+                                       "the first)",
     "simulations_reward_not_finite": "simulation(s) have a reward that is not a finite number (left out of "
                                      "failure prediction)",
     "tokens_without_chosen_logprob": "token(s) have no chosen log-prob (null)",

@@ -1,4 +1,4 @@
-"""Read τ²-bench results in every layout seen in the wild.
+"""Read τ²-bench results in every layout seen in the wild, and the original τ-bench's.
 
 * ``v0`` – one JSON file ``{timestamp, info, tasks, simulations: [...]}`` (τ²-bench ≤ 0.2,
   agentuq, and this project's simulator).
@@ -6,6 +6,10 @@
   written by newer τ²-bench releases.
 * ``dir`` – a directory (τ²-bench ≥ 1.0.1) holding ``results.json`` (header: timestamp, info,
   tasks, optionally the simulations) and ``simulations/*.json`` (one simulation per file).
+* ``tau_bench`` – the original τ-bench (sierra-research/tau-bench): one JSON *list* of
+  ``{task_id, reward, info, traj, trial}``, recognised by that shape; each entry becomes a simulation
+  and the file gets a τ²-shaped header (domain, the agent's system prompt) as
+  :mod:`agentuq_nb.io.tau_bench` describes.
 
 Simulations are streamed with ijson so that a large results file is never held twice
 (as raw JSON and as models) in memory. Unknown keys are kept on every model.
@@ -20,14 +24,18 @@ from typing import Any
 import ijson
 from pydantic import ValidationError
 
-from agentuq_nb.io.errors import InputError
+from agentuq_nb.io import tau_bench
+from agentuq_nb.io.errors import InputError, InputWarnings
 from agentuq_nb.records import Results, Simulation
 
 HEADER_KEYS = ("timestamp", "info", "tasks")
+NOT_RESULTS = ("top level is neither a JSON object (τ²-bench results) nor a JSON list (the original τ-bench's "
+               "results)")
 
 
 def detect_layout(path: str | Path) -> str:
-    """Return ``"dir"``, ``"v1"`` or ``"v0"``; raise InputError if ``path`` is not τ²-shaped."""
+    """Return ``"dir"``, ``"v1"``, ``"v0"`` or ``"tau_bench"``; raise InputError if ``path`` is neither
+    τ²-bench's results nor the original τ-bench's."""
     path = Path(path)
     if not path.exists():
         raise InputError(path, "results path does not exist")
@@ -35,6 +43,9 @@ def detect_layout(path: str | Path) -> str:
         if not (path / "results.json").is_file() and not (path / "simulations").is_dir():
             raise InputError(path, "directory has neither results.json nor simulations/ (not a τ²-bench results directory)")
         return "dir"
+    if _first_byte(path) == b"[":
+        _tau_bench_header(path)  # checks that the list holds τ-bench entries
+        return tau_bench.LAYOUT
     header = read_header(path)
     # τ²-bench ≥ 1.0 adds a simulation_index (null in single-file results) and a per-simulation
     # ``mode``; some writers name the format
@@ -54,7 +65,8 @@ def detect_layout(path: str | Path) -> str:
 def _json_error(path: Path, err: Exception) -> InputError:
     if path.stat().st_size == 0:
         return InputError(path, "file is empty (expected τ²-bench results JSON)")
-    return InputError(path, f"not valid JSON or truncated: {err}")
+    first_line = next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
+    return InputError(path, f"not valid JSON or truncated: {first_line}")  # the parser's caret drawing left out
 
 
 def _load_nonstandard(path: Path, err: Exception) -> Any:
@@ -65,13 +77,57 @@ def _load_nonstandard(path: Path, err: Exception) -> Any:
         raise _json_error(path, err) from err
 
 
+def _first_byte(path: Path) -> bytes:
+    """The first byte of a file that is not white space (``b""`` for an empty or blank file): ``[`` opens a
+    list (τ-bench), ``{`` an object (τ²-bench)."""
+    with open(path, "rb") as fh:
+        while chunk := fh.read(65536):
+            if stripped := chunk.lstrip():
+                return stripped[:1]
+    return b""
+
+
+def _tau_bench_entries(path: Path) -> Iterator[Any]:
+    """The items of a top-level JSON list, streamed (parsed whole only where the streaming parser refuses
+    Python's NaN/Infinity)."""
+    done = 0
+    try:
+        with open(path, "rb") as fh:
+            for entry in ijson.items(fh, "item", use_float=True):
+                yield entry
+                done += 1
+    except ijson.JSONError as err:
+        data = _load_nonstandard(path, err)
+        for entry in (data if isinstance(data, list) else [])[done:]:
+            yield entry
+
+
+def _tau_bench_header(path: Path) -> dict[str, Any]:
+    """The τ²-shaped header of a τ-bench list (:func:`tau_bench.results_header`), from the first entry whose
+    trajectory opens with the agent's system prompt (entries of runs that raised have none)."""
+    prompt, seen = None, 0
+    for index, entry in enumerate(_tau_bench_entries(path)):
+        tau_bench.check_entry(entry, path, index)
+        seen += 1
+        prompt = tau_bench.system_prompt_of(entry)
+        if prompt is not None or seen >= tau_bench.HEADER_SCAN_ITEMS:
+            break
+    if not seen:
+        raise InputError(path, f"an empty JSON list: no results to read ({tau_bench.EXPECTED}, or τ²-bench's results "
+                               "object)")
+    return tau_bench.results_header(prompt, path)
+
+
 def read_header(path: str | Path) -> dict[str, Any]:
-    """Top-level keys of a results file except ``simulations`` (streamed, cheap on big files)."""
+    """Top-level keys of a results file except ``simulations`` (streamed, cheap on big files); of a τ-bench
+    file, the header :func:`tau_bench.results_header` makes for it."""
     path = Path(path)
     if path.is_dir():
         path = path / "results.json"
         if not path.exists():
             return {}
+    elif path.is_file() and _first_byte(path) == b"[":
+        return _tau_bench_header(path)
     header: dict[str, Any] = {}
     saw_simulations = False
     try:
@@ -94,7 +150,7 @@ def read_header(path: str | Path) -> dict[str, Any]:
                 if prefix == "" and event in ("end_map",):
                     break
                 if builder_key is None:
-                    raise InputError(path, "top level is not a JSON object (not τ²-bench results)")
+                    raise InputError(path, NOT_RESULTS)
                 if builder_key == "simulations":
                     continue
                 if builder is None:
@@ -106,7 +162,7 @@ def read_header(path: str | Path) -> dict[str, Any]:
     except ijson.JSONError as err:
         data = _load_nonstandard(path, err)
         if not isinstance(data, dict):
-            raise InputError(path, "top level is not a JSON object (not τ²-bench results)") from err
+            raise InputError(path, NOT_RESULTS) from err
         saw_simulations = "simulations" in data
         if saw_simulations and not isinstance(data["simulations"], list):
             raise _not_a_list(path, _python_kind(data["simulations"])) from err
@@ -183,10 +239,22 @@ def _has_inline_simulations(results_json: Path) -> bool:
         return False
 
 
-def iter_simulations(path: str | Path) -> Iterator[Simulation]:
-    """Stream the simulations of a results file or directory, in file order."""
+def _iter_tau_bench(path: Path, warnings: InputWarnings | None) -> Iterator[Simulation]:
+    header_prompt = (_tau_bench_header(path)["info"].get("agent_info") or {}).get("system_prompt")
+    for index, entry in enumerate(_tau_bench_entries(path)):
+        yield tau_bench.simulation(entry, path, index, warnings, header_prompt)
+
+
+def iter_simulations(path: str | Path, warnings: InputWarnings | None = None) -> Iterator[Simulation]:
+    """Stream the simulations of a results file or directory, in file order.
+
+    ``warnings`` counts input kept but not as it should be (τ-bench files: malformed tool-call arguments,
+    runs that raised); without it they are not counted (what they concern is still in the simulations)."""
     path = Path(path)
     layout = detect_layout(path)
+    if layout == tau_bench.LAYOUT:
+        yield from _iter_tau_bench(path, warnings)
+        return
     if layout != "dir":
         yield from _iter_file_simulations(path)
         return

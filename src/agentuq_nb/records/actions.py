@@ -11,7 +11,9 @@ call's effect. :func:`canonical_tool_call` gives a call's canonical form:
   (``"5"`` ≠ ``5``: a tool may treat them differently); booleans and null as they are; lists keep
   their order (an order can matter: the items of an exchange);
 * arguments that do not parse (a malformed sampled call) are kept as their raw text under
-  :data:`MALFORMED`, so each distinct malformed call is its own cluster and is counted, never dropped.
+  :data:`MALFORMED`, so each distinct malformed call is its own cluster and is counted, never dropped;
+  a recorded call whose reader kept it that way (``{MALFORMED: raw text}``, the original τ-bench's
+  reader) is the same malformed call.
 
 :func:`action_key` is the hashable key of an action (a call, several calls, or no call): equal keys,
 same effect. A text reply's key is ``("text",)``: replies are told apart by meaning (embeddings),
@@ -65,6 +67,8 @@ def canonical_tool_call(name: str, arguments: Any) -> tuple:
             return (str(name).strip(), (MALFORMED, arguments))
     if arguments is None:
         arguments = {}
+    if isinstance(arguments, Mapping) and len(arguments) == 1 and isinstance(arguments.get(MALFORMED), str):
+        return (str(name).strip(), (MALFORMED, arguments[MALFORMED]))  # a recorded call kept as its raw text
     if not isinstance(arguments, Mapping):
         return (str(name).strip(), (MALFORMED, json.dumps(arguments, sort_keys=True, default=str)))
     return (str(name).strip(), normalize_value(arguments))

@@ -135,7 +135,8 @@ def extract(results_path: str | Path, run_dir: str | Path | RunDir, sidecar_dir:
     try:
         with fewer_collections(), run.commit("extract") as commit, closing(resolver), \
                 BaseTables(commit, results_input(run, results_path)) as tables:
-            for batch, parsed in _batches(iter_simulations(results_path), resolver, batch_bytes):
+            sims = iter_simulations(results_path, report.warnings)
+            for batch, parsed in _batches(sims, resolver, batch_bytes):
                 messages = MessageColumns.of(batch)  # one pass over the messages, for the tokens and the message table
                 raw, sim_pos = batch_raw_tokens(batch, domain, resolver, report.warnings, models, parsed.result(), messages)
                 where = lambda row, batch=batch, sim_pos=sim_pos: f"{results_path} simulation {batch[sim_pos[row]].id}"  # noqa: E731

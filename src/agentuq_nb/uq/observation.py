@@ -288,8 +288,8 @@ def rescore(results: str | Path, out: str | Path | RunDir, **options: Any) -> Sc
         with run.commit("rescore") as commit, BaseTables(commit, results_input(run, results_path)) as tables:
             for part in sorted(checkpoint_dir.glob("*.parquet")):
                 tables.add_tokens(pq.read_table(part))
-            tables.add_simulations(islice(iter_simulations(results_path), config.limit), domain, str(results_path),
-                                   report.warnings)
+            tables.add_simulations(islice(iter_simulations(results_path, report.warnings), config.limit), domain,
+                                   str(results_path), report.warnings)
             tables.close(str(results_path), report.warnings)
             report.num_tokens = tables.num_tokens
             commit.update_manifest(
