@@ -183,7 +183,7 @@ def test_analyze_writes_the_folder_the_three_commands_write(tmp_path, synthetic_
     run("extract", synthetic_results, "--out", three)
     run("aggregate", three)
     run("evaluate", three, "--n-boot", "50")
-    out = run("analyze", synthetic_results, "--out", one, "--n-boot", "50")
+    out = run("analyze", synthetic_results, "--out", one, "--n-boot", "50", "--no-blackbox")
     assert json.loads(out.stdout[out.stdout.index("{"):])["metrics"] == \
         json.loads((one / "eval_metrics.json").read_text())["metrics"]
     files = sorted(p.name for p in three.iterdir() if not p.name.startswith("."))
@@ -198,17 +198,31 @@ def test_analyze_writes_the_folder_the_three_commands_write(tmp_path, synthetic_
     assert _normalized_manifest(three) == _normalized_manifest(one)
 
 
-def test_analyze_refuses_results_without_log_probs(tmp_path):
+def test_analyze_goes_through_results_without_log_probs(tmp_path):
+    """Most real runs carry no log-probs: analyze computes the black-box families and the length baselines, says
+    once which families it left out and how to add each, and exits 0 (issue 28)."""
     from agentuq_nb.io.synthetic import write_synthetic_results
 
-    results = write_synthetic_results(tmp_path / "src", num_simulations=3, forms=("raw",))
+    results = write_synthetic_results(tmp_path / "src", num_simulations=6, forms=("raw",))
     data = json.loads(results.read_text())
     for sim in data["simulations"]:
         for msg in sim["messages"]:
             msg["raw_data"] = None
     results.write_text(json.dumps(data))
-    done = run("analyze", results, "--out", tmp_path / "run", check=False)
-    assert done.returncode == 2 and "no message carried log-probs" in done.stderr
+    done = run("analyze", results, "--out", tmp_path / "run", "--embedder", "hash", "--n-boot", "20")
+    assert "no token log-probs" in done.stdout and "structure.tool_errors" in done.stdout
+    assert done.stderr.count("families not computed for this run") == 1
+    assert "agentuq-nb rescore" in done.stderr and "agentuq-nb score-observations" in done.stderr
+    table = pd.read_csv(tmp_path / "run" / "estimator_table.csv")
+    assert {"structure", "tracer", "baseline"} <= set(table["family"]) and "token" not in set(table["family"])
+    assert not (tmp_path / "run" / "eval_metrics.json").exists()  # no token statistic to evaluate
+
+
+def test_analyze_with_log_probs_adds_the_black_box_families_and_the_estimator_table(tmp_path, synthetic_results):
+    done = run("analyze", synthetic_results, "--out", tmp_path / "run", "--embedder", "hash", "--n-boot", "20")
+    table = pd.read_csv(tmp_path / "run" / "estimator_table.csv")
+    assert {"token", "structure", "tracer", "baseline", "combined"} <= set(table["family"])
+    assert (tmp_path / "run" / "eval_metrics.json").exists() and "black-box signals:" in done.stdout
 
 
 def test_simulate_with_a_policy_records_its_decisions_and_refuses_a_policy_without_a_trigger(tmp_path):

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
+
 from agentuq_nb.io.synthetic import write_synthetic_results
 
 # run the command line with the heavy optional packages made unimportable
@@ -42,8 +44,12 @@ def test_analysis_commands_need_neither_llama_cpp_nor_torch(tmp_path):
     cli("aggregate", run)
     out = cli("evaluate", run, "--n-boot", 50)
     assert json.loads(out.stdout)["n"] == 10
-    cli("compare-estimators", run, "--n-boot", 50)
+    done = cli("compare-estimators", run, "--n-boot", 50)
     assert (run / "estimator_table.csv").stat().st_size > 0
+    # the black-box signals that need no embeddings, and a word on how to get the others
+    families = set(pd.read_csv(run / "estimator_table.csv")["family"])
+    assert "structure" in families and "tracer" not in families
+    assert "pip install 'agentuq_nb[embeddings]'" in done.stderr
     # the LLM layer and the simulator still import (API models need neither), and the embedded model says
     # what to install instead of failing deep in a retry loop
     done = subprocess.run([sys.executable, str(script), "simulate", "--domain", "bookshop", "--out", tmp_path / "sim",

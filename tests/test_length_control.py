@@ -105,7 +105,9 @@ def test_compare_estimators_gains_the_columns_rows_and_order(run_dir):
     finite = np.isfinite(s)
     assert (np.diff(s[finite]) <= 1e-12).all() and not (finite[1:] & ~finite[:-1]).any()
     combined = table[table["family"] == "combined"].set_index("estimator")
-    assert set(combined.index) == {"combined_predictor", "combined_predictor+length"}
+    # the token estimators' combination, and the black-box families' (logistic regression, gradient boosting)
+    assert set(combined.index) == {"combined_predictor", "combined_predictor+length", "blackbox_logistic",
+                                   "blackbox_logistic+length", "blackbox_gbm", "blackbox_gbm+length"}
     assert combined["n"].eq(24).all() and combined["auroc"].between(0, 1).all()
     baselines = table[table["family"] == "baseline"]
     assert table["length_baseline_auroc"].eq(baselines["auroc"].max()).all()

@@ -33,10 +33,12 @@ RESULTS_HELP = ("τ²-bench results (a v0/v1 JSON file or a v1.0.1 results direc
 
 
 class Embedder(str, Enum):
-    """Sentence embeddings of the black-box signals (hash: a bag-of-words hash, fast, for tests)."""
+    """Sentence embeddings of the black-box signals (hash: a bag-of-words hash, fast, for tests; none: only the
+    signals that need none)."""
 
     minilm = "minilm"
     hash = "hash"
+    none = "none"
 
 
 #: errors that are the user's to fix: said in one line, exit code 2, no traceback

@@ -13,6 +13,7 @@ OFFLINE_DEFAULTS = {
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
     "HF_HUB_DISABLE_TELEMETRY": "1",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",  # "Loading weights" bars of transformers 5 on every model load
     "TOKENIZERS_PARALLELISM": "false",
 }
 

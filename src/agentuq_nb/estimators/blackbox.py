@@ -11,14 +11,21 @@ from __future__ import annotations
 import numpy as np
 
 from agentuq_nb.estimators.base import ScoreColumn, register
+from agentuq_nb.io.errors import StaleArtifactError
 from agentuq_nb.io.rundir import RunDir
 
 
 class BlackBoxColumn(ScoreColumn):
-    """A column of a black-box table, listed where some trajectory has a finite value of it."""
+    """A column of a black-box table, listed where some trajectory has a finite value of it and the table is up to
+    date (a stale one that could not be recomputed - its results gone, or no embeddings for TRACER - is left out;
+    ``analyze`` and ``compare-estimators`` say why)."""
 
     def is_available(self, run: RunDir) -> bool:
         if not run.has(self.requires[0]):
+            return False
+        try:
+            run.verify(self.requires[0])
+        except StaleArtifactError:
             return False
         frame = run.read_frame(self.requires[0])
         column = self.column or self.name

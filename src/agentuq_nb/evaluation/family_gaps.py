@@ -44,7 +44,8 @@ def missing_families(run: RunDir, blackbox_skipped: str | None = None) -> list[F
     if "verbalized" not in have:
         gaps.append(FamilyGap("verbalized", "the agent model's stated confidence",
                               f"agentuq-nb verbalized-confidence {run.path}"))
-    if "structure" not in have and "tracer" not in have:
-        gaps.append(FamilyGap("structure, tracer", blackbox_skipped or "the run's messages",
-                              f"agentuq-nb blackbox {run.path} --results RESULTS"))
+    for family in ("structure", "tracer"):
+        if family not in have:
+            gaps.append(FamilyGap(family, blackbox_skipped or "the run's messages",
+                                  f"agentuq-nb blackbox {run.path} --results RESULTS"))
     return gaps

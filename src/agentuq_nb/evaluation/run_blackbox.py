@@ -42,13 +42,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentuq_nb.evaluation.multi_trial import task_labels
 from agentuq_nb.evaluation.tracer_tuning import nested_scores, optimistic_scores
+from agentuq_nb.io.atomic import json_ready
 from agentuq_nb.io.errors import InputError, MixedRunError, StaleArtifactError
 from agentuq_nb.io.results import iter_simulations, read_header
 from agentuq_nb.io.rundir import RunDir
 from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, failure_labels
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
-from agentuq_nb.uq.embeddings import get_embedder, unit_rows
+from agentuq_nb.uq.embeddings import embeddings_available, get_embedder, unit_rows
 from agentuq_nb.uq.structure_signals import MESSAGE_SIGNALS, structure_messages, structure_trajectories
 from agentuq_nb.uq.tracer import (
     COMPONENTS,
@@ -67,6 +68,8 @@ SCORER = "blackbox"
 #: the per-trajectory TRACER columns of ``blackbox_scores`` besides the structure signals
 TRACER_COLUMNS = ("tracer_default", "tracer_repetition", "tracer_action_gap", "tracer_user_gap", "tracer_content_nll")
 TUNED_COLUMNS = ("tracer_nested", "tracer_optimistic")
+NO_EMBEDDINGS = ("TRACER and structure.user_repetition need sentence embeddings, which this install lacks: "
+                 "pip install 'agentuq_nb[embeddings]' (after torch==2.13.0 on a CPU machine)")
 
 
 class BlackBoxConfig(BaseModel):
@@ -77,7 +80,9 @@ class BlackBoxConfig(BaseModel):
     failure_threshold: float = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold")
     seed: int = Field(0, description="seed of the folds of TRACER's nested tuning")
     n_splits: int = Field(5, ge=2, description="folds (by task) of TRACER's nested tuning")
-    embedder: Literal["minilm", "hash"] = Field("minilm", description="sentence embeddings (hash: tests)")
+    embedder: Literal["minilm", "hash", "none"] = Field(
+        "minilm", description="sentence embeddings (hash: a bag-of-words hash, for tests; none: the signals that need "
+        "none, as where the [embeddings] extra is not installed)")
     results: Optional[Path] = Field(None, description="the results to read messages from (default: the run's own)")
 
 
@@ -156,33 +161,52 @@ class TimedEmbedder:
 
 def signal_tables(transcript_frame: pd.DataFrame, embed, u: pd.DataFrame | None, kinds: dict[str, str],
                   trajectories: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(per-message table, per-trajectory table) of the module docstring, for the rows of ``trajectories``."""
+    """(per-message table, per-trajectory table) of the module docstring, for the rows of ``trajectories``.
+    ``embed`` None: the signals that need no embedding only (no TRACER, no user repetition)."""
     t = transcript_frame
     user = (t["role"] == "user").to_numpy()
-    user_text = t.loc[user, "text"].tolist()
-    user_emb = embed(user_text) if user_text else np.zeros((0, 1))
-    if len(user_emb):
-        user_emb = np.where(np.array([bool(x) for x in user_text])[:, None], user_emb, 0.0)  # an empty text is like none
+    user_emb = None
+    if embed is not None:
+        user_text = t.loc[user, "text"].tolist()
+        user_emb = embed(user_text) if user_text else np.zeros((0, 1))
+        if len(user_emb):  # an empty text is like none
+            user_emb = np.where(np.array([bool(x) for x in user_text])[:, None], user_emb, 0.0)
     messages = structure_messages(t, user_emb, kinds)
-    components = tracer_components(t, embed, u)
-    steps = StepArrays.of(components, trajectories)
-    default = TracerParams()
-    turns = messages.assign(scorer=SCORER, **{c: components[c] for c in ("is_step",) + COMPONENTS})
-    risk = step_risk(*(np.nan_to_num(components[c].to_numpy(dtype=float)) for c in COMPONENTS),
-                     default.alpha, default.beta, default.gamma)
-    turns["tracer_step_risk"] = np.where(components["is_step"], risk, np.nan)
     per_traj = structure_trajectories(t, messages)
-    agg = components.groupby(TRAJECTORY_KEYS, dropna=False, sort=False).agg(
-        tracer_repetition=("tracer_da", "max"), tracer_action_gap=("tracer_do_agent", "mean"),
-        tracer_user_gap=("tracer_do_user", "mean"), tracer_content_nll=("tracer_u", "mean")).reset_index()
-    scores = key_dtypes(trajectories[TRAJECTORY_KEYS], deep=False).assign(tracer_default=tracer_scores(steps, default))
-    scores = scores.merge(key_dtypes(per_traj), on=TRAJECTORY_KEYS, how="left")
-    scores = scores.merge(key_dtypes(agg), on=TRAJECTORY_KEYS, how="left")
-    if not np.isfinite(scores["tracer_content_nll"].to_numpy(dtype=float)).any():
-        scores = scores.drop(columns="tracer_content_nll")  # no log-probs: no such estimator
+    scores = key_dtypes(trajectories[TRAJECTORY_KEYS], deep=False).merge(key_dtypes(per_traj), on=TRAJECTORY_KEYS,
+                                                                           how="left")
+    if embed is not None:
+        components = tracer_components(t, embed, u)
+        default = TracerParams()
+        risk = step_risk(*(np.nan_to_num(components[c].to_numpy(dtype=float)) for c in COMPONENTS),
+                         default.alpha, default.beta, default.gamma)
+        components["tracer_step_risk"] = np.where(components["is_step"], risk, np.nan)
+        agg = components.groupby(TRAJECTORY_KEYS, dropna=False, sort=False).agg(
+            tracer_repetition=("tracer_da", "max"), tracer_action_gap=("tracer_do_agent", "mean"),
+            tracer_user_gap=("tracer_do_user", "mean"), tracer_content_nll=("tracer_u", "mean")).reset_index()
+        steps = StepArrays.of(components, trajectories)
+        scores = scores.assign(tracer_default=tracer_scores(steps, default)).merge(key_dtypes(agg),
+                                                                                on=TRAJECTORY_KEYS, how="left")
+        if not np.isfinite(scores["tracer_content_nll"].to_numpy(dtype=float)).any():
+            scores = scores.drop(columns="tracer_content_nll")  # no log-probs: no such estimator
+    else:
+        components = t[TRAJECTORY_KEYS + ["message_idx"]].assign(
+            is_step=t["role"].isin(["assistant", "user"]), **{c: np.nan for c in COMPONENTS + ("tracer_step_risk",)})
+    turns = messages.assign(scorer=SCORER, **{c: components[c].to_numpy() for c in
+                                              ("is_step",) + COMPONENTS + ("tracer_step_risk",)})
     cols = TRAJECTORY_KEYS + ["message_idx", "turn_idx", "role", "scorer"] + list(MESSAGE_SIGNALS) + ["is_step"] \
         + list(COMPONENTS) + ["tracer_step_risk"]
     return turns[cols], scores
+
+
+def effective_embedder(config: BlackBoxConfig, embedder=None) -> str:
+    """The embeddings the signals will be computed with: an embedder object's class name, else ``config``'s,
+    with ``minilm`` becoming ``none`` where the ``[embeddings]`` extra is not installed."""
+    if embedder is not None:
+        return type(embedder).__name__
+    if config.embedder == "minilm" and not embeddings_available():
+        return "none"
+    return config.embedder
 
 
 def compute_signals(run_dir: str | os.PathLike | RunDir, config: BlackBoxConfig = BlackBoxConfig(),
@@ -200,18 +224,21 @@ def compute_signals(run_dir: str | os.PathLike | RunDir, config: BlackBoxConfig 
         check_same_trajectories(run, t, results)
         kinds = tool_types(header)
         u = message_u(run)
-        embed = TimedEmbedder(embedder if embedder is not None else get_embedder(config.embedder))
+        name = effective_embedder(config, embedder)
+        embed = None if name == "none" else TimedEmbedder(embedder if embedder is not None else get_embedder(name))
         turns, scores = signal_tables(t, embed, u, kinds, trajectories)
-        report = {"embedder": config.embedder if embedder is None else type(embedder).__name__,
-                  "results": str(results), "trajectories": len(scores), "messages": len(t),
+        report = {"embedder": name, "results": str(results), "trajectories": len(scores), "messages": len(t),
                   "log_probs": u is not None, "tool_types": "results" if kinds else "name heuristic",
-                  "texts_embedded": embed.texts, "embed_seconds": round(embed.seconds, 3),
+                  "texts_embedded": embed.texts if embed else 0,
+                  "embed_seconds": round(embed.seconds, 3) if embed else 0.0,
                   "seconds": round(time.perf_counter() - start, 3)}
+        if embed is None:
+            report["left_out"] = NO_EMBEDDINGS if config.embedder == "minilm" else "embedder 'none': no TRACER"
         based_on = run.based_on("trajectories", *(["tokens"] if u is not None else []))
         with run.commit("blackbox") as commit:
             commit.write_parquet("blackbox_turns", turns, based_on)
             commit.write_parquet("blackbox_scores", scores, based_on)
-            commit.write_json("blackbox_report", report, based_on)
+            commit.write_json("blackbox_report", json_ready(report), based_on)
     return report
 
 
@@ -257,7 +284,7 @@ def compute_tuning(run_dir: str | os.PathLike | RunDir, config: BlackBoxConfig =
         based_on = run.based_on("blackbox_turns", "trajectories")
         with run.commit("blackbox-tuning") as commit:
             commit.write_parquet("tracer_tuned", tuned, based_on)
-            commit.write_json("tracer_tuning", record, based_on)
+            commit.write_json("tracer_tuning", json_ready(record), based_on)
     return record
 
 
@@ -289,8 +316,8 @@ def ensure_blackbox(run_dir: str | os.PathLike | RunDir, config: BlackBoxConfig 
         status.skipped = f"{run.path} has no trajectories.parquet (extracted by an older version: extract it again)"
         return status
     with run.lock("blackbox"):
-        expected_embedder = config.embedder if embedder is None else type(embedder).__name__
-        if not is_fresh(run, ("blackbox_turns", "blackbox_scores"), "blackbox_report", {"embedder": expected_embedder}):
+        if not is_fresh(run, ("blackbox_turns", "blackbox_scores"), "blackbox_report",
+                        {"embedder": effective_embedder(config, embedder)}):
             try:
                 results_for(run, config)
             except FileNotFoundError as err:
@@ -300,6 +327,9 @@ def ensure_blackbox(run_dir: str | os.PathLike | RunDir, config: BlackBoxConfig 
             status.computed.append("signals")
         else:
             status.report = read_json(run, "blackbox_report")
+        if status.report.get("embedder") == "none":
+            status.skipped = status.report.get("left_out")
+            return status
         expect = {"failure_threshold": config.failure_threshold, "seed": config.seed, "n_splits": config.n_splits}
         if status.computed or not is_fresh(run, ("tracer_tuned",), "tracer_tuning", expect):
             compute_tuning(run, config)

@@ -14,7 +14,6 @@ count``) under the run's lock.
 """
 from __future__ import annotations
 
-import math
 import os
 
 import numpy as np
@@ -38,23 +37,11 @@ from agentuq_nb.evaluation.estimator_table import (
 )
 from agentuq_nb.evaluation.metrics import failure_labels
 from agentuq_nb.evaluation.multi_trial import task_labels
+from agentuq_nb.io.atomic import json_ready
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.rundir import RunDir
 
 BIN_COLUMNS = ["setting", "estimator", "method", "bin", "lo", "hi", "mean_prob", "failure_rate", "count"]
-
-
-def json_ready(obj):
-    """``obj`` with every non-finite float as None (the run's JSON files refuse NaN)."""
-    if isinstance(obj, dict):
-        return {k: json_ready(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [json_ready(v) for v in obj]
-    if isinstance(obj, (float, np.floating)):
-        return float(obj) if math.isfinite(obj) else None
-    if isinstance(obj, np.integer):
-        return int(obj)
-    return obj
 
 
 def labelled_scores(run: RunDir, names: list[str] | None, failure_threshold: float

@@ -80,11 +80,12 @@ def on_training_scale(test: np.ndarray, train: np.ndarray) -> np.ndarray:
 
 
 def nested_scores(grid_scores: np.ndarray, failure, groups, n_splits: int = 5, seed=0,
-                  grid: Grid = GRID) -> Nested:
-    """Out-of-fold TRACER scores, each fold scored by the setting tuned on the other folds (module docstring)."""
+                  grid: Grid = GRID, fold: np.ndarray | None = None) -> Nested:
+    """Out-of-fold TRACER scores, each fold scored by the setting tuned on the other folds (module docstring).
+    ``fold``: the fold of each trajectory (-1: left out), if not drawn here."""
     y = np.asarray(failure, bool)
-    scored = np.isfinite(grid_scores[0])
-    fold = group_folds(np.asarray(groups), n_splits, seed, rows=scored, labels=y)
+    if fold is None:
+        fold = group_folds(np.asarray(groups), n_splits, seed, rows=np.isfinite(grid_scores[0]), labels=y)
     out = np.full(len(y), np.nan)
     choices = []
     for k in range(fold.max() + 1):

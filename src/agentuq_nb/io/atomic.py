@@ -6,12 +6,15 @@ moment never leaves a half-written results file, sidecar or table behind.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
+
+import numpy as np
 
 # mkstemp creates files readable by their owner only; a published file gets the permissions
 # open() would give it (read once at import: os.umask can only be read by setting it)
@@ -61,3 +64,16 @@ def atomic_write_with(path: str | os.PathLike, write: Callable[[Path], None]) ->
     """Let ``write(tmp_path)`` produce the file (e.g. ``df.to_parquet``), then publish it."""
     with atomic_path(path) as tmp:
         write(tmp)
+
+
+def json_ready(obj):
+    """``obj`` with every non-finite float as None (the run's JSON files refuse NaN)."""
+    if isinstance(obj, dict):
+        return {k: json_ready(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_ready(v) for v in obj]
+    if isinstance(obj, (float, np.floating)):
+        return float(obj) if math.isfinite(obj) else None
+    if isinstance(obj, np.integer):
+        return int(obj)
+    return obj

@@ -113,6 +113,19 @@ class HashEmbedder:
         return unit_rows(out + 1e-9)
 
 
+def embeddings_available() -> bool:
+    """Whether the ``[embeddings]`` extra is installed: sentence-transformers, torch and the bundled model."""
+    import importlib.util
+
+    try:
+        if any(importlib.util.find_spec(m) is None for m in ("sentence_transformers", "torch")):
+            return False
+        bundled_model_path()
+    except (ImportError, ValueError, RuntimeError):
+        return False
+    return True
+
+
 def get_embedder(embedder=None):
     """``None``/"default"/"minilm" → the bundled sentence-transformer; "hash" → :class:`HashEmbedder`."""
     if embedder is None or embedder in ("default", "minilm"):

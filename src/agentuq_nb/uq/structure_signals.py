@@ -29,15 +29,16 @@ turns_after_last_write -                     messages after the agent's last wri
                                              talk after the state change that the reward checks
 ====================  =====================  =================================================================
 
-The lexicons are word lists, not a sentiment model: matched case-insensitively on word boundaries, each
-occurrence counted. Hedges follow Hyland's (1998) classes of epistemic hedges as they appear in support
+The lexicons are word lists, not a sentiment model: matched case-insensitively as whole words (``*`` ends a
+stem: "frustrat*" is frustrated, frustrating…), each occurrence counted. Hedges follow Hyland's (1998) classes of epistemic hedges as they appear in support
 dialogue; apology and inability markers are the phrases agents use when refusing or failing; frustration
 cues are those of the customer-service literature (explicit annoyance, repetition claims, "that's not what
 I asked"). They are listed here so that a reader can see, and change, what is counted.
 
 Write tools: a tool the results' own definitions type as ``write`` (τ²-bench's ``ToolType.WRITE``) when
 the file carries them; otherwise a tool whose name starts with a state-changing verb (:data:`WRITE_VERBS`),
-which gives τ²-bench's own tags for every tool of its airline, retail, telecom and mock domains.
+which gives τ²-bench's own tags for every tool of its airline, retail, telecom, mock and banking_knowledge
+domains (v0.2.0 and v1.0.1; tested).
 """
 from __future__ import annotations
 
@@ -52,21 +53,22 @@ from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 HEDGING = ("it seems", "it appears", "seems like", "seems to", "appears to", "might", "may be", "maybe", "perhaps",
            "possibly", "probably", "i think", "i believe", "i assume", "not sure", "not certain", "unsure", "unclear",
            "if i understand", "as far as i can tell")
-APOLOGY = ("sorry", "apologize", "apologise", "apologies", "unfortunately", "regret")
+APOLOGY = ("sorry", "apologi*", "unfortunately", "regret*")
 INABILITY = ("i'm unable", "i am unable", "unable to", "i cannot", "i can't", "i can not", "i'm not able",
              "i am not able", "not able to", "not possible", "isn't possible", "is not possible", "not allowed",
              "not permitted", "cannot be", "can't be")
-FRUSTRATION = ("frustrat", "annoy", "ridiculous", "unacceptable", "disappoint", "upset", "angry", "terrible",
+FRUSTRATION = ("frustrat*", "annoy*", "ridiculous", "unacceptable", "disappoint*", "upset", "angry", "terrible",
                "awful", "useless", "waste of time", "i already", "as i said", "i just said", "i told you",
                "i've told you", "once again", "still not", "still doesn't", "still don't", "that's not what",
-               "that is not what", "not what i asked", "not what i wanted", "you're not listening", "confus",
+               "that is not what", "not what i asked", "not what i wanted", "you're not listening", "confus*",
                "come on", "seriously")
 TRANSFER_TEXT = r"\btransfer(?:ring|red)?\b[^.?!]{0,40}\b(?:human|live|representative|specialist|supervisor)"
 TRANSFER_TOOL = re.compile(r"^transfer_to_human", re.IGNORECASE)
 WRITE_VERBS = ("book", "cancel", "send", "update", "modify", "exchange", "return", "refund", "enable", "disable",
                "refuel", "resume", "suspend", "connect", "disconnect", "grant", "make", "reboot", "reseat", "reset",
                "set", "toggle", "create", "delete", "remove", "add", "change", "pay", "place", "submit", "apply",
-               "assign", "approve", "issue", "upgrade", "downgrade", "activate", "deactivate", "register")
+               "assign", "approve", "issue", "upgrade", "downgrade", "activate", "deactivate", "register", "log",
+               "dismiss", "request", "call")
 
 #: per-message signal columns and the role they belong to
 MESSAGE_SIGNALS = {"tool_error": "tool", "repeated_call": "assistant", "retried_call": "assistant",
@@ -79,9 +81,14 @@ TRAJECTORY_SIGNALS = ("tool_errors", "repeated_tool_calls", "retried_tool_calls"
 
 
 def lexicon_pattern(phrases: Collection[str]) -> str:
-    """A regex matching any of ``phrases`` on word boundaries (a phrase ending in a word stem, like
-    "frustrat", matches the words it begins)."""
-    alternatives = sorted((re.escape(p).replace(r"\ ", r"\s+") for p in phrases), key=len, reverse=True)
+    """A regex matching any of ``phrases`` as whole words (a phrase ending in ``*``, like "frustrat*", matches
+    every word it begins: frustrated, frustrating)."""
+    def one(phrase: str) -> str:
+        stem = phrase.endswith("*")
+        body = re.escape(phrase.rstrip("*")).replace(r"\ ", r"\s+")
+        return body + (r"\w*" if stem else r"\b")
+
+    alternatives = sorted((one(p) for p in phrases), key=len, reverse=True)
     return r"(?i)\b(?:" + "|".join(alternatives) + r")"
 
 
