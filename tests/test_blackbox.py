@@ -339,3 +339,16 @@ def test_analyze_a_run_without_log_probs_exits_0_with_the_black_box_families(pat
     assert {"blackbox_logistic", "blackbox_gbm+length"} <= set(table["estimator"])
     combined = table[table["family"] == "combined"]
     assert combined["ece"].notna().all() and combined["brier"].between(0, 1).all()
+    # the combinations' out-of-fold probabilities are read back as estimators (compare-runs ranks them), with the
+    # table's AUROC, and are not rows of the table a second time
+    from sklearn.metrics import roc_auc_score
+
+    from agentuq_nb.estimators import available, get
+    from agentuq_nb.io.rundir import RunDir
+
+    assert {"blackbox_logistic", "blackbox_gbm+length"} <= set(available(tmp_path / "run"))
+    assert table["estimator"].is_unique
+    run = RunDir(tmp_path / "run")
+    prob = get("blackbox_gbm").scores(run).rename("p").reset_index().merge(run.rewards(), on=list(run.rewards())[:4])
+    expected = table.set_index("estimator").loc["blackbox_gbm", "auroc"]
+    assert roc_auc_score(prob["reward"] < 1, prob["p"]) == pytest.approx(expected)

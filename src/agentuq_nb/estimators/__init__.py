@@ -5,9 +5,19 @@
 package's own: token statistics per role and scorer (:mod:`.token`), resampled
 actions per decision point (:mod:`.actions`), SAUP and early warning
 (:mod:`.propagation`), verbalized confidence (:mod:`.verbalized`), black-box signals that need no
-log-probs (structure and TRACER, :mod:`.blackbox`), length baselines (:mod:`.baselines`). Evaluation (``agentuq_nb.evaluation``) scores any of them by name.
+log-probs (structure and TRACER, :mod:`.blackbox`), the combined predictors' out-of-fold probabilities
+(:mod:`.combined`), length baselines (:mod:`.baselines`). Evaluation (``agentuq_nb.evaluation``) scores any of
+them by name.
 """
-from agentuq_nb.estimators import actions, baselines, blackbox, propagation, token, verbalized  # noqa: F401  (they register)
+from agentuq_nb.estimators import (  # noqa: F401  (they register)
+    actions,
+    baselines,
+    blackbox,
+    combined,
+    propagation,
+    token,
+    verbalized,
+)
 from agentuq_nb.estimators.actions import skipped_action_statistics
 from agentuq_nb.estimators.base import (
     ENTRY_POINT_GROUP,

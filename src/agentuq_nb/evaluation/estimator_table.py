@@ -29,7 +29,6 @@ a score for a trajectory leaves it out of its own metrics (counted in ``n``).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +36,7 @@ import pandas as pd
 
 from agentuq_nb.estimators import BASELINES, Estimator, get
 from agentuq_nb.estimators import estimators as run_estimators
+from agentuq_nb.estimators.combined import BLACKBOX_FAMILIES, COMBINED
 from agentuq_nb.evaluation.bootstrap import paired_bootstrap_pvalue
 from agentuq_nb.evaluation.calibration import calibration_report, cross_fitted_probabilities, oriented
 from agentuq_nb.evaluation.combined_predictor import cross_fitted_combination
@@ -54,28 +54,6 @@ REFERENCE = "assistant.avg_token_nll"
 #: the length every length-controlled AUROC holds fixed
 LENGTH_COLUMN = "num_messages"
 CALIBRATION_COLUMNS = ("ece", "ece_debiased", "brier")
-#: the black-box families: estimators computed from the messages alone
-BLACKBOX_FAMILIES = ("structure", "tracer")
-
-
-@dataclass(frozen=True)
-class Combination:
-    """A combined predictor's row: its model, which estimators it combines, and whether length is an input."""
-
-    model: str  # combined_predictor.MODELS
-    inputs: str  # "chosen" (``combined_input_names``, else DEFAULT_COMBINED_INPUTS) | "blackbox"
-    with_length: bool
-
-
-#: row name -> what it combines
-COMBINED = {
-    "combined_predictor": Combination("logistic", "chosen", False),
-    "combined_predictor+length": Combination("logistic", "chosen", True),
-    "blackbox_logistic": Combination("logistic", "blackbox", False),
-    "blackbox_logistic+length": Combination("logistic", "blackbox", True),
-    "blackbox_gbm": Combination("gbm", "blackbox", False),
-    "blackbox_gbm+length": Combination("gbm", "blackbox", True),
-}
 #: the combined predictor's default inputs, one per kind of signal (those the run holds): the agent's token
 #: NLL, entropy and worst token, the user's NLL, the tools' surprise, resampled actions, structural
 #: uncertainty, SAUP. Not every estimator: ~90 collinear inputs on tens of trajectories only fit noise.
@@ -188,8 +166,11 @@ def evaluate_estimators(table: pd.DataFrame, estimators: list[Estimator], failur
     """The estimator table from a score table (see the module docstring for the columns). The length control
     uses the table's ``num_messages`` column (see :func:`with_length_columns`); without it those columns
     are NaN. ``combine=False`` leaves out the combined predictor's rows; ``combined_input_names`` chooses its
-    inputs (:func:`combined_inputs`)."""
+    inputs (:func:`combined_inputs`). The combinations' out-of-fold probabilities come with the table as
+    ``attrs["combined_scores"]`` (keys + one column each); estimators that read such probabilities back
+    (family ``combined``) are outputs of this table, not rows of it."""
     check_failure_threshold(failure_threshold)  # refused before any work
+    estimators = [e for e in estimators if e.family != "combined"]
     table = table[np.isfinite(table["reward"].to_numpy(dtype=float))].reset_index(drop=True)
     reward = table["reward"].to_numpy(dtype=float)
     failure = failure_labels(reward, failure_threshold)
@@ -198,12 +179,14 @@ def evaluate_estimators(table: pd.DataFrame, estimators: list[Estimator], failur
     ref = _reference(estimators, reference)
     scored = [(est.name, est.family, est, table[est.name].to_numpy(dtype=float), est.invert, False)
               for est in estimators]
+    combined_scores = table[TRAJECTORY_KEYS].copy()
     if combine:
         for name, spec in COMBINED.items():
             features = combined_inputs(table, estimators, spec.with_length, combined_input_names, spec.inputs)
             if features.shape[1] and 0 < failure.sum() < len(failure) and len(np.unique(groups)) >= 2:
                 prob = cross_fitted_combination(features, failure, groups, seed=seed, model=spec.model).prob
                 scored.append((name, "combined", None, prob, False, True))
+                combined_scores[name] = prob
     rows = []
     for name, family, est, u, invert, is_probability in scored:
         rep = failure_metrics(u, reward, failure_threshold=failure_threshold, invert=invert,
@@ -237,7 +220,9 @@ def evaluate_estimators(table: pd.DataFrame, estimators: list[Estimator], failur
     out["length_baseline_auroc"] = best
     out["beats_length_baseline"] = [None if fam == "baseline" else beats_length_baseline(a, best)
                                     for fam, a in zip(out["family"], out["auroc_stratified"])]
-    return out.sort_values("auroc_stratified", ascending=False, na_position="last", kind="stable").reset_index(drop=True)
+    out = out.sort_values("auroc_stratified", ascending=False, na_position="last", kind="stable").reset_index(drop=True)
+    out.attrs["combined_scores"] = combined_scores
+    return out
 
 
 def compare_estimators(run_dir: str | os.PathLike | RunDir, failure_threshold: float = 1.0, n_boot: int = 1000,
@@ -257,9 +242,10 @@ def compare_estimators(run_dir: str | os.PathLike | RunDir, failure_threshold: f
         table, estimators = score_table(run, names)
         out = evaluate_estimators(with_length_columns(run, table), estimators, failure_threshold, n_boot, seed,
                                   n_bins=n_bins, combine=combine, combined_input_names=combined_input_names)
+        based_on = run.based_on(*estimator_inputs(run, [e for e in estimators if e.family != "combined"]))
         with run.commit("compare-estimators") as commit:
-            commit.write_with("estimator_table", lambda p: out.to_csv(p, index=False),
-                              run.based_on(*estimator_inputs(run, estimators)))
+            commit.write_with("estimator_table", lambda p: out.to_csv(p, index=False), based_on)
+            commit.write_parquet("combined_scores", out.attrs["combined_scores"], based_on)
     return out
 
 

@@ -65,9 +65,6 @@ from agentuq_nb.uq.tracer import (
 from agentuq_nb.uq.transcript import transcript
 
 SCORER = "blackbox"
-#: the per-trajectory TRACER columns of ``blackbox_scores`` besides the structure signals
-TRACER_COLUMNS = ("tracer_default", "tracer_repetition", "tracer_action_gap", "tracer_user_gap", "tracer_content_nll")
-TUNED_COLUMNS = ("tracer_nested", "tracer_optimistic")
 NO_EMBEDDINGS = ("TRACER and structure.user_repetition need sentence embeddings, which this install lacks: "
                  "pip install 'agentuq_nb[embeddings]' (after torch==2.13.0 on a CPU machine)")
 
@@ -83,6 +80,8 @@ class BlackBoxConfig(BaseModel):
     embedder: Literal["minilm", "hash", "none"] = Field(
         "minilm", description="sentence embeddings (hash: a bag-of-words hash, for tests; none: the signals that need "
         "none, as where the [embeddings] extra is not installed)")
+    embed_max_tokens: int = Field(128, ge=8, le=512, description="word pieces MiniLM reads of each text: 128, the "
+                                  "length it was trained on (its cost grows with each piece)")
     results: Optional[Path] = Field(None, description="the results to read messages from (default: the run's own)")
 
 
@@ -225,9 +224,11 @@ def compute_signals(run_dir: str | os.PathLike | RunDir, config: BlackBoxConfig 
         kinds = tool_types(header)
         u = message_u(run)
         name = effective_embedder(config, embedder)
-        embed = None if name == "none" else TimedEmbedder(embedder if embedder is not None else get_embedder(name))
+        embed = None if name == "none" else TimedEmbedder(
+            embedder if embedder is not None else get_embedder(name, config.embed_max_tokens))
         turns, scores = signal_tables(t, embed, u, kinds, trajectories)
-        report = {"embedder": name, "results": str(results), "trajectories": len(scores), "messages": len(t),
+        report = {"embedder": name, "embed_max_tokens": config.embed_max_tokens, "results": str(results),
+                  "trajectories": len(scores), "messages": len(t),
                   "log_probs": u is not None, "tool_types": "results" if kinds else "name heuristic",
                   "texts_embedded": embed.texts if embed else 0,
                   "embed_seconds": round(embed.seconds, 3) if embed else 0.0,
@@ -317,7 +318,7 @@ def ensure_blackbox(run_dir: str | os.PathLike | RunDir, config: BlackBoxConfig 
         return status
     with run.lock("blackbox"):
         if not is_fresh(run, ("blackbox_turns", "blackbox_scores"), "blackbox_report",
-                        {"embedder": effective_embedder(config, embedder)}):
+                        {"embedder": effective_embedder(config, embedder), "embed_max_tokens": config.embed_max_tokens}):
             try:
                 results_for(run, config)
             except FileNotFoundError as err:

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from agentuq_nb.estimators import Estimator
+from agentuq_nb.estimators.combined import COMBINED
 from agentuq_nb.evaluation.calibration import (
     METHODS,
     calibration_report,
@@ -29,7 +30,6 @@ from agentuq_nb.evaluation.calibration import (
 )
 from agentuq_nb.evaluation.combined_predictor import cross_fitted_combination
 from agentuq_nb.evaluation.estimator_table import (
-    COMBINED,
     combined_inputs,
     estimator_inputs,
     score_table,
@@ -46,8 +46,10 @@ BIN_COLUMNS = ["setting", "estimator", "method", "bin", "lo", "hi", "mean_prob",
 
 def labelled_scores(run: RunDir, names: list[str] | None, failure_threshold: float
                     ) -> tuple[pd.DataFrame, list[Estimator], np.ndarray]:
-    """The run's score table (finite rewards only, length columns added), its estimators and failure labels."""
+    """The run's score table (finite rewards only, length columns added), its estimators and failure labels; the
+    combined predictors read back from ``compare-estimators`` are left out (calibrate fits them itself)."""
     table, estimators = score_table(run, names)
+    estimators = [e for e in estimators if e.family != "combined"]
     table = with_length_columns(run, table)
     table = table[np.isfinite(table["reward"].to_numpy(dtype=float))].reset_index(drop=True)
     return table, estimators, failure_labels(table["reward"].to_numpy(dtype=float), failure_threshold)

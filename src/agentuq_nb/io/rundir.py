@@ -81,6 +81,7 @@ ARTIFACTS: dict[str, Artifact] = {
     "eval_metrics": Artifact("eval_metrics.json", "agentuq-nb evaluate RUN_DIR"),
     "eval_curves": Artifact("eval_curves.csv", "agentuq-nb evaluate RUN_DIR"),
     "estimator_table": Artifact("estimator_table.csv", "agentuq-nb compare-estimators RUN_DIR"),
+    "combined_scores": Artifact("combined_scores.parquet", "agentuq-nb compare-estimators RUN_DIR"),
     "calibration": Artifact("calibration.json", "agentuq-nb calibrate RUN_DIR"),
     "calibration_bins": Artifact("calibration_bins.csv", "agentuq-nb calibrate RUN_DIR"),
     "saup_scores": Artifact("saup_scores.parquet", "agentuq_nb.uq.saup.saup(RUN_DIR) (notebook 07_dynamics_saup)"),

@@ -44,11 +44,16 @@ def _model():
 
 
 class Embedder:
-    """Normalized embeddings with a content-addressed cache (unit vectors: cosine = dot)."""
+    """Normalized embeddings with a content-addressed cache (unit vectors: cosine = dot).
 
-    def __init__(self, batch_size: int = 64, cache_size: int = 100_000):
+    ``max_tokens``: word pieces read of each text (None: the model's default, 256). all-MiniLM-L6-v2 was trained on
+    128 (its model card: "The sequence length was limited to 128 tokens"), and the transformer's cost grows with
+    every piece it reads."""
+
+    def __init__(self, batch_size: int = 64, cache_size: int = 100_000, max_tokens: int | None = None):
         self.batch_size = batch_size
         self.cache_size = cache_size
+        self.max_tokens = max_tokens
         self._cache: dict[str, np.ndarray] = {}
         self.hits = 0
         self.misses = 0
@@ -64,8 +69,14 @@ class Embedder:
         self.misses += len(todo)
         if todo:
             with _lock:
-                vecs = _model().encode([t for _, t in todo], batch_size=self.batch_size,
-                                       normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
+                model = _model()
+                default_length = model.max_seq_length
+                model.max_seq_length = self.max_tokens or default_length
+                try:
+                    vecs = model.encode([t for _, t in todo], batch_size=self.batch_size, normalize_embeddings=True,
+                                        convert_to_numpy=True, show_progress_bar=False)
+                finally:
+                    model.max_seq_length = default_length
             if len(self._cache) + len(todo) > self.cache_size:
                 self._cache.clear()
             for (k, _), v in zip(todo, vecs):
@@ -78,14 +89,14 @@ def cosine_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return 1.0 - np.sum(a * b, axis=-1)
 
 
-_default: Embedder | None = None
+_defaults: dict[int | None, Embedder] = {}
 
 
-def default_embedder() -> Embedder:
-    global _default
-    if _default is None:
-        _default = Embedder()
-    return _default
+def default_embedder(max_tokens: int | None = None) -> Embedder:
+    """The process's embedder reading ``max_tokens`` word pieces of each text (one cache per length)."""
+    if max_tokens not in _defaults:
+        _defaults[max_tokens] = Embedder(max_tokens=max_tokens)
+    return _defaults[max_tokens]
 
 
 def unit_rows(v: np.ndarray) -> np.ndarray:
@@ -126,10 +137,11 @@ def embeddings_available() -> bool:
     return True
 
 
-def get_embedder(embedder=None):
-    """``None``/"default"/"minilm" → the bundled sentence-transformer; "hash" → :class:`HashEmbedder`."""
+def get_embedder(embedder=None, max_tokens: int | None = None):
+    """``None``/"default"/"minilm" → the bundled sentence-transformer (reading ``max_tokens`` word pieces of a text);
+    "hash" → :class:`HashEmbedder`."""
     if embedder is None or embedder in ("default", "minilm"):
-        return default_embedder()
+        return default_embedder(max_tokens)
     if embedder == "hash":
         return HashEmbedder()
     if isinstance(embedder, str):
