@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import nbformat
+import pandas as pd
 import papermill as pm
 import pytest
 import yaml
@@ -104,3 +105,26 @@ def test_calibration_notebook_runs_on_a_multi_trial_run(tmp_path):
     executed = nbformat.read(run_dir / "notebooks" / "11_calibration.ipynb", as_version=4)
     text = "".join(o.get("text", "") for c in executed.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "10 tasks, 3–3 trials each" in text and "label noise" in text
+
+
+def test_real_runs_notebook_ranks_black_box_estimators_across_runs(tmp_path):
+    """Notebook 13 on two real τ²-bench runs without log-probs (hash embeddings, few resamples: a smoke run of
+    params/real_runs.yaml's study): the leaderboard, its sentences, and the four figures."""
+    from conftest import require_tau2
+
+    files = [str(p) for p in require_tau2()] + [str(tmp_path / "absent.json")]
+    params = tmp_path / "real_runs_smoke.yaml"
+    params.write_text(yaml.safe_dump({"parameters": {"results": files, "n_boot": 50, "embedder": "hash",
+                                                     "example_run": "gpt-4.1_airline_1trial"},
+                                      "notebooks": ["13_real_runs"]}))
+    run_dir = run_study(params, root=ROOT, output_root=tmp_path, log=lambda *_: None)
+    figures_dir = tmp_path / "figures" / "real_runs_smoke"
+    for name in ("real_runs_leaderboard", "tracer_readouts", "real_runs_trajectory", "real_runs_calibration"):
+        assert (figures_dir / f"{name}.png").stat().st_size > 1000, name
+    leaderboard = pd.read_csv(run_dir / "leaderboard" / "run_leaderboard.csv")
+    assert {"tracer.nested", "tracer.optimistic", "structure.tool_errors", "blackbox_gbm"} <= set(leaderboard["estimator"])
+    executed = nbformat.read(run_dir / "notebooks" / "13_real_runs.ipynb", as_version=4)
+    text = "".join(str(o.get("text", "")) + str(o.get("data", {}).get("text/markdown", ""))
+                   for c in executed.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert "skipped absent" in text and "2 runs, 40 trajectories, 17 failures" in text
+    assert "in-sample tuning adds" in text

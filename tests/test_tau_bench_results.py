@@ -281,6 +281,8 @@ def test_extract_trials_and_compare_estimators_on_a_tau_bench_run(tool_calling_r
     assert out.exit_code == 0, out.output
     table = pd.read_csv(run / "estimator_table.csv").set_index("estimator")
     assert {"num_messages", "num_tool_calls", "agent_chars"} <= set(table.index)
+    assert {"structure", "tracer"} <= set(table["family"])  # the black-box families read τ-bench's messages too
+    assert table.loc["structure.tool_errors", "n"] == 12
     scores, _ = score_table(run)
     scores = with_length_columns(RunDir.of(run), scores)
     u, reward = scores["num_messages"].to_numpy(float), scores["reward"].to_numpy(float)

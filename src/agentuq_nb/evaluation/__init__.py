@@ -17,7 +17,10 @@ Modules (one job each):
   success-rate intervals, abstention report, ACI on a stream of runs;
 * :mod:`.calibration` - scores as failure probabilities (Platt, isotonic, cross-fitted by task), ECE,
   Brier decomposition, reliability tables; :mod:`.run_calibration` - a run's report (``calibrate``);
-* :mod:`.combined_predictor` - cross-fitted logistic regression over several estimators;
+* :mod:`.combined_predictor` - cross-fitted logistic regression or gradient boosting over several estimators;
+* :mod:`.tracer_tuning` - TRACER's parameters tuned in-sample (its protocol) and by nested cross-fitting by task;
+  :mod:`.run_blackbox` - the black-box step (``agentuq-nb blackbox``): structure and TRACER signals of a run;
+  :mod:`.family_gaps` - the estimator families a run lacks and the command that adds each;
 * :mod:`.length_control` - AUROC within message-count strata and after regressing out log length;
 * :mod:`.pooled_auroc` - AUROC pooled over runs, stratified by run (and length), its within-run task
   bootstrap, the paired test against the best length baseline and BH over estimators;
@@ -48,4 +51,6 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "length_control": ["beats_length_baseline", "length_controlled", "residual_auroc", "stratified_auroc"],
     "pooled_auroc": ["pooled_leaderboard", "stratified_auroc_batch", "stratum_pair_sums"],
     "run_leaderboard": ["build_run_leaderboard", "compare_runs", "read_run_leaderboard"],
+    "run_blackbox": ["BlackBoxConfig", "compute_signals", "compute_tuning", "ensure_blackbox", "read_blackbox_turns"],
+    "family_gaps": ["missing_families"],
 })

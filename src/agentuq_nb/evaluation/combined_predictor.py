@@ -37,7 +37,7 @@ from sklearn.model_selection import GridSearchCV, GroupKFold
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from agentuq_nb.evaluation.calibration import CrossFit, group_folds, one_blas_thread
+from agentuq_nb.evaluation.calibration import CrossFit, group_folds, one_thread
 
 #: the grid of inverse L2 strengths tried by the inner cross-validation
 C_GRID = tuple(np.logspace(-3, 3, 7))
@@ -98,7 +98,7 @@ def cross_fitted_combination(features: pd.DataFrame, failure, groups, n_splits: 
         raise ValueError(f"features, failure and groups must have one length; got {len(X)}, {len(y)}, {len(g)}")
     fold = group_folds(g, n_splits, seed, labels=y)
     prob = np.full(len(y), np.nan)
-    with one_blas_thread():
+    with one_thread():
         for k in range(fold.max() + 1):
             test, train = fold == k, fold != k
             if y[train].all() or not y[train].any():

@@ -289,6 +289,11 @@ def compute_tuning(run_dir: str | os.PathLike | RunDir, config: BlackBoxConfig =
     return record
 
 
+def read_blackbox_turns(run_dir: str | os.PathLike | RunDir) -> pd.DataFrame:
+    """``blackbox_turns.parquet`` (checked), keys typed alike: one row per message with its black-box signals."""
+    return key_dtypes(RunDir.of(run_dir).read_frame("blackbox_turns"))
+
+
 # --------------------------------------------------------------------------- up to date
 def read_json(run: RunDir, name: str) -> dict:
     run.verify(name)

@@ -10,8 +10,8 @@ false discovery rate over the estimators. The statistics (definitions, bootstrap
   refused): a pooled number then always covers the same runs, so the leaderboard compares like with like. The
   others are listed in the JSON (``left_out``, with the runs that lack them). The length baselines
   (``num_messages``, ``num_tool_calls``, ``agent_chars``) the runs share are always rows - they are the
-  comparators. The estimator table's combined predictors are fitted per run and are not registered estimators:
-  they are not here.
+  comparators. The estimator table's combined predictors are here too, through their out-of-fold probabilities
+  (``combined_scores.parquet``, read back by the ``combined`` estimators): each fitted on its own run.
 * **Per run** the numbers are the estimator table's (``estimator_table.csv``): same trajectories (finite reward),
   same failure label, ``auroc`` = its ``auroc``, ``auroc_lc`` = its ``auroc_stratified`` (the run's
   message-count strata, :func:`~agentuq_nb.evaluation.length_control.length_strata`). Their CIs come from this

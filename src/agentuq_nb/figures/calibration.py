@@ -40,5 +40,5 @@ def reliability_diagram(bins: pd.DataFrame | dict[str, pd.DataFrame], title: str
     if len(tables) > 1 or next(iter(tables)):
         ax.legend(loc="upper left", fontsize=7)
     hist.set(xlabel="predicted failure probability (bin mean)", ylabel="trajectories")
-    hist.yaxis.set_major_locator(MaxNLocator(integer=True))
+    hist.yaxis.set_major_locator(MaxNLocator(nbins=3, integer=True))  # a short panel: a few ticks, not one per count
     return fig

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 from statsmodels.stats.proportion import proportion_confint
 
-from agentuq_nb.evaluation.calibration import Calibrator, fit_calibrator, one_blas_thread
+from agentuq_nb.evaluation.calibration import Calibrator, fit_calibrator, one_thread
 from agentuq_nb.evaluation.conformal import risk_control_threshold
 from agentuq_nb.intervention.outcomes import read_intervention_run, results_source
 from agentuq_nb.io.errors import InputError
@@ -119,7 +119,7 @@ class SignalCalibrator:
     def __call__(self, value):
         scalar = np.ndim(value) == 0
         x = np.asarray(np.nan if value is None else value, dtype=float).reshape(-1)
-        with one_blas_thread():
+        with one_thread():
             prob = self.calibrator.predict(x)
         return float(prob[0]) if scalar else prob
 
@@ -132,7 +132,7 @@ def fit_signal_calibrator(calibration_run, signal_name: str) -> SignalCalibrator
     if not keep.any():
         raise InputError(results_source(calibration_run),
                          f"no simulation has both a defined {signal_name!r} signal and a reward: nothing to calibrate on")
-    with one_blas_thread():
+    with one_thread():
         cal = fit_calibrator(signals["max_signal"].to_numpy(dtype=float)[keep],
                              signals["failure"].to_numpy(dtype=bool, na_value=False)[keep], method="platt")
     return SignalCalibrator(signal_name, cal)
