@@ -4,8 +4,9 @@ For each size (token rows) it writes synthetic agentuq-style results with one si
 trajectory (rows with every key agentuq writes), then times, each in a fresh subprocess so that
 peak memory (max RSS) and imports are its own:
 
-* ours: ``agentuq-nb analyze RESULTS --out RUN_DIR --n-boot 200`` (extract + aggregate + evaluate in one
-  process: all metrics, with 200 bootstrap resamples for the CIs); and ``extract`` alone
+* ours: ``agentuq-nb analyze RESULTS --out RUN_DIR --n-boot 200 --no-blackbox`` (extract + aggregate + evaluate in one
+  process: all metrics, with 200 bootstrap resamples for the CIs; without the black-box families and the estimator
+  table, which AgentUQ's scripts do not compute); and ``extract`` alone
 * AgentUQ: its ``analyze_uq_logprobs.py --input SIDECARS`` then ``evaluate_uq_estimates.py --mode csv``
   (deeplearning-wisc/agentuq, unedited, from ``--agentuq DIR``; skipped with a message if absent),
   two processes as its README runs them; peak memory is the larger of the two
@@ -61,7 +62,7 @@ OURS = """
 import sys
 from agentuq_nb.cli import app
 # standalone_mode=False returns the exit code of a refused input instead of exiting with it
-code = app(["analyze", sys.argv[1], "--out", sys.argv[2], "--n-boot", "200"], standalone_mode=False)
+code = app(["analyze", sys.argv[1], "--out", sys.argv[2], "--n-boot", "200", "--no-blackbox"], standalone_mode=False)
 if code:
     sys.exit(code)
 """
