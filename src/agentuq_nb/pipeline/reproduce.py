@@ -171,8 +171,8 @@ def run_study(
     unused = sorted({k for _, params in study.notebooks for k in params} - set().union(*declared))
     if unused:
         raise InputError(study.params_path, f"parameter(s) {unused} are declared by none of the study's notebooks")
-    out_dir = RunDir(run_dir).file("notebooks")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = RunDir(run_dir).folder("notebooks", make=True)
     for (nb, params), source, names in zip(study.notebooks, sources, declared):
         given = {"run_dir": str(run_dir), "figures_dir": str(figures_dir), **params}
         parameters = {k: v for k, v in given.items() if k in names}
