@@ -8,6 +8,8 @@ import re
 from functools import lru_cache
 from typing import Any
 
+from agentuq_nb.common.limits import MAX_FILE_KEY_CHARS
+
 #: characters a slug keeps as they are (a class of ``re``); every run of other characters becomes one ``_``
 SAFE = r"A-Za-z0-9_.\-"
 
@@ -27,10 +29,16 @@ def file_key(value: Any) -> str:
     """``value`` as a file-name part that keeps distinct values distinct: :func:`slug` when that leaves
     it as it is, else the slug plus 8 hex digits of the value's SHA-1 (``a|b`` and ``a:b`` both slug
     to ``a_b``; as keys they are ``a_b-<hash>``, two names). Plain ids - every built-in task's - are
-    unchanged, so the names of existing runs stay what they were."""
+    unchanged, so the names of existing runs stay what they were. A value whose slug is longer than
+    :data:`~agentuq_nb.common.limits.MAX_FILE_KEY_CHARS` keeps the start of it and 16 hex digits of its
+    hash, ``MAX_FILE_KEY_CHARS`` in all (a 300-character task id still makes a valid file name); no key
+    is longer than ``MAX_FILE_KEY_CHARS + 9``."""
     text = str(value)
     safe = slug(text)
-    return safe if safe == text else f"{safe}-{hashlib.sha1(text.encode('utf-8')).hexdigest()[:8]}"
+    digest = hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()
+    if len(safe) > MAX_FILE_KEY_CHARS:
+        return f"{safe[:MAX_FILE_KEY_CHARS - 17]}-{digest[:16]}"
+    return safe if safe == text else f"{safe}-{digest[:8]}"
 
 
 #: a name that is one file name in its folder: no separator, no ``..``, not hidden, not absolute
