@@ -8,7 +8,7 @@ import re
 from functools import lru_cache
 from typing import Any
 
-from agentuq_nb.common.limits import MAX_FILE_KEY_CHARS
+from agentuq_nb.common.limits import MAX_FILE_KEY_CHARS, MAX_STUDY_NAME_CHARS
 
 #: characters a slug keeps as they are (a class of ``re``); every run of other characters becomes one ``_``
 SAFE = r"A-Za-z0-9_.\-"
@@ -48,6 +48,9 @@ PLAIN_NAME = re.compile(rf"[A-Za-z0-9_][{SAFE}]*")
 def plain_name(value: str, what: str) -> str:
     """``value`` when it is a plain file name (letters, digits, ``_ . -``; not ``..``), else ``ValueError``
     saying ``what`` it names - so that a study or notebook name cannot point outside its folder."""
+    if len(value) > MAX_STUDY_NAME_CHARS:
+        raise ValueError(f"{what} {value[:40]!r}… is {len(value)} characters long, more than the {MAX_STUDY_NAME_CHARS} "
+                         "a name may have (it names a file or folder)")
     if not PLAIN_NAME.fullmatch(value) or ".." in value:
         raise ValueError(f"{what} {value!r} must be a plain name (letters, digits, '_', '.', '-'; no path "
                          "separators or '..'): it names a file inside the project's folder, not a path")
