@@ -36,6 +36,7 @@ LONG_TOKEN_SWITCH = 1 * MiB
 #: what the scanner reads at a time (at least; an item that needs more doubles it)
 SCANNER_READ = 1 * MiB
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
+_NUMBER_CHARS = frozenset("0123456789.eE+-")
 
 
 class LongToken(Exception):
@@ -46,8 +47,8 @@ class GuardedReader:
     """A binary file for ijson that raises :class:`LongToken` when a run of bytes without a ``"`` grows
     past ``switch`` (a string, or a number, that yajl would re-read quadratically)."""
 
-    def __init__(self, fh: BinaryIO, switch: int = LONG_TOKEN_SWITCH):
-        self.fh, self.switch, self.run = fh, switch, 0
+    def __init__(self, fh: BinaryIO, switch: int | None = None):
+        self.fh, self.switch, self.run = fh, LONG_TOKEN_SWITCH if switch is None else switch, 0
 
     def read(self, n: int = -1) -> bytes:
         data = self.fh.read(n)
@@ -126,8 +127,9 @@ class JsonScanner:
                 raise InputError(self.path, f"not valid JSON or truncated: {err.msg}", self.where(err.pos)) from None
             except RecursionError:
                 raise depth_error(self.path, self.where()) from None
-            if end == len(self.buf) and self._more():  # a number may go on in what is not read yet
-                continue
+            number = isinstance(obj, (int, float)) and not isinstance(obj, bool)
+            if number and (end == len(self.buf) or self.buf[end] in _NUMBER_CHARS) and self._more():
+                continue  # a number may go on in what is not read yet ("1" of "1.5", "0." of "0.25")
             self.pos = end
             return obj
 

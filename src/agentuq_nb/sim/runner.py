@@ -48,7 +48,7 @@ from agentuq_nb.io.sidecars import sidecar_name, write_sidecar
 from agentuq_nb.records.config import EMBEDDED_MODEL, ExecutionConfig, SimulationConfig, configs_from_options
 from agentuq_nb.records.tokens import SCHEMA_VERSION
 from agentuq_nb.sim.agent import AGENT_INSTRUCTION, LLMAgent
-from agentuq_nb.sim.decisions import DecisionPolicy
+from agentuq_nb.sim.decisions import DecisionPolicy, check_policy_runs
 from agentuq_nb.sim.domain import Domain, list_domains, load_domain
 from agentuq_nb.sim.orchestrator import Orchestrator, SimulationInterrupted, SimulationResult
 from agentuq_nb.sim.user_simulator import GLOBAL_USER_SIM_GUIDELINES, UserSimulator
@@ -348,8 +348,8 @@ def simulate(config: SimulationConfig, out_dir: str | os.PathLike | RunDir, exec
     from agentuq_nb import llm  # the LLM layer registers the local provider on import
 
     if execution.scheduler is None:  # on a cluster the workers' environment is what counts
-        for model in {config.agent_llm, config.user_llm}:
-            llm.check_model(model)
+        llm.check_model(config.agent_llm, config.agent_llm_args)
+        llm.check_model(config.user_llm, config.user_llm_args)
     retry = llm.RetryPolicy(max_retries=config.retries)
     agent_proto = LLMAgent(llm=config.agent_llm, policy=domain.policy, tools=domain.tool_schemas(),
                            instructions=AGENT_INSTRUCTION, max_tokens=config.agent_max_tokens,
@@ -370,6 +370,8 @@ def simulate(config: SimulationConfig, out_dir: str | os.PathLike | RunDir, exec
                              max_errors=config.max_errors, sidecar_path=f"{ARTIFACT_SIDECARS}/{sidecar}",
                              retry=retry, checkpoint_dir=str(checkpoints), policy=policy)
 
+    keys = [(str(task["id"]), trial, seeds[trial]) for task in tasks for trial in range(config.num_trials)]
+    check_policy_runs(policy, keys)  # before the folder is touched
     with run.lock("simulate"):
         check_run_config(run, run_fingerprint(config, agent_proto, user_proto, policy),
                           legacy_fingerprint(config, agent_proto, user_proto))
