@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -504,3 +504,105 @@ def test_special_files_are_refused_within_bounded_resources(special_files, case)
     assert len(errors) == 1 and "not a regular file" in errors[0], stderr
     assert seconds < WALL_SECONDS and peak_mib < 600, (seconds, peak_mib)
     print(f"{case}: exit 2 in {seconds:.1f} s, peak RSS {peak_mib} MiB")
+
+
+# --------------------------------------------------------------------------- params files and names
+
+def _bomb(levels: int = 9) -> str:
+    text = 'a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]\n'
+    for i in range(1, levels + 1):
+        text += f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]\n"
+    return text + f"notebooks: [01_simulate]\nparameters: {{x: *a{levels}}}\n"
+
+
+HOSTILE_PARAMS = {
+    "alias bomb (9 levels)": (_bomb(), r"expand to more than 100,000 values"),
+    "nested 50,000 deep": ("notebooks: [x]\nparameters: {a: " + "[" * 50_000 + "]" * 50_000 + "}\n",
+                           r"nested more than 64 levels deep"),
+    "a grid of 9 keys x 10 values": ("notebooks: [01_simulate]\ngrid:\n" + "".join(
+        f"  k{i}: [{', '.join(map(str, range(10)))}]\n" for i in range(9)), r"grid expands to 1,000,000,000 studies"),
+    "an alias inside itself": ("notebooks: [x]\nparameters: &p {a: *p}\n", r"refers to a value that contains it"),
+    "broken YAML": ("notebooks: [x\nparameters: {a: 1\n", r"not valid YAML: .* at line \d+, column \d+$"),
+    "too large": ("notebooks: [x]\n# " + "x" * (1 << 20) + "\n", r"more than the 1,048,576 a params file"),
+    "a name longer than a file name": ("name: " + "n" * 300 + "\nnotebooks: [x]\n", r"characters long"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_PARAMS))
+def test_hostile_params_files_are_refused_in_one_line_within_the_limits(tmp_path, case):
+    from agentuq_nb.io.errors import InputError
+    from agentuq_nb.pipeline.reproduce import load_studies
+
+    text, message = HOSTILE_PARAMS[case]
+    path = tmp_path / "study.yaml"
+    path.write_text(text)
+    started = time.monotonic()
+    with pytest.raises(InputError, match=message) as refused:
+        load_studies(path)
+    assert "\n" not in str(refused.value) and str(refused.value).startswith(str(path))
+    assert time.monotonic() - started < 10  # the bomb passed 3 GB in 28 s before
+
+
+def test_a_long_grid_point_name_stays_one_valid_file_name(tmp_path):
+    from agentuq_nb.common.limits import MAX_STUDY_NAME_CHARS
+    from agentuq_nb.pipeline.reproduce import load_studies
+
+    path = tmp_path / "sweep.yaml"
+    path.write_text("notebooks: [01_simulate]\ngrid:\n  task_ids: [['" + "a" * 200 + "'], ['" + "b" * 200 + "']]\n")
+    names = [s.name for s in load_studies(path)]
+    assert len(set(names)) == 2 and all(len(n) <= MAX_STUDY_NAME_CHARS for n in names)
+
+
+TOKENS = {  # the shapes (none of them a real key), and the ones recognised before
+    "GitHub": "ghp_" + "a1B2c3D4e5" * 3 + "f6G7h8",
+    "GitHub fine-grained": "github_pat_11ABCDEFG0" + "123456789_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123",
+    "Slack bot": "xoxb-123456789012-1234567890123-" + "abcdefghijABCDEFGHIJklmn",
+    "Slack user": "xoxp-123456789012-1234567890123-" + "abcdefghij",
+    "Google": "AIza" + "SyA1234567890abcdefghijklmnopqrstuv",
+    "GitLab": "glpat-" + "abcdefghij0123456789",
+    "OpenAI": "sk-proj-" + "abcdefghijklmnopqrstuvwxyz123456",
+    "Hugging Face": "hf_" + "abcdefghijklmnopqrstuvwxyz12345",
+}
+NOT_SECRETS = ["local/smollm2-135m-instruct", "openai/gpt-4.1", "http://127.0.0.1:8000/v1", "bookshop", "300",
+               "The order #W1234567 was placed", "runs/quickstart/figures", "max_tokens: 64"]
+
+
+@pytest.mark.parametrize("kind", sorted(TOKENS))
+def test_secret_shapes_are_refused_in_params_and_masked_in_notebooks(tmp_path, kind):
+    from agentuq_nb.common.redaction import find_secret, mask_secrets
+    from agentuq_nb.io.errors import InputError
+    from agentuq_nb.pipeline.reproduce import load_studies
+
+    token = TOKENS[kind]
+    path = tmp_path / "study.yaml"
+    path.write_text(f"notebooks: [01_simulate]\nparameters: {{model_arg: 'use {token} here'}}\n")
+    with pytest.raises(InputError, match="looks like a secret.*shape of an API key"):
+        load_studies(path)
+    notebook = {"cells": [{"outputs": [{"text": f"calling with {token}\n"}]}]}
+    masked, count = mask_secrets(notebook, secrets=set())
+    assert count == 1 and token not in json.dumps(masked) and "***" in json.dumps(masked)
+    assert find_secret({"x": f"prefix {token} suffix"}, secrets=set()) is not None
+
+
+def test_ordinary_values_are_not_taken_for_secrets():
+    from agentuq_nb.common.redaction import find_secret, redact
+
+    for value in NOT_SECRETS:
+        assert find_secret({"value": value}, secrets=set()) is None, value
+        assert redact(value, secrets=set()) == value
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(a=st.text(max_size=400), b=st.text(max_size=400))
+def test_file_keys_are_bounded_safe_and_keep_values_apart(a, b):
+    from agentuq_nb.common.limits import MAX_FILE_KEY_CHARS
+    from agentuq_nb.common.naming import PLAIN_NAME, file_key
+
+    for value in (a, b):
+        key = file_key(value)
+        assert 0 < len(key.encode()) <= MAX_FILE_KEY_CHARS + 9
+        assert "\x00" not in key and "/" not in key and key not in (".", "..")
+        if PLAIN_NAME.fullmatch(value) and len(value) <= MAX_FILE_KEY_CHARS:
+            assert key == value  # the names of existing runs stay what they were
+    assume(a != b)
+    assert file_key(a) != file_key(b)

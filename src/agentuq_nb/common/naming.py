@@ -38,7 +38,7 @@ def file_key(value: Any) -> str:
     digest = hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()
     if len(safe) > MAX_FILE_KEY_CHARS:
         return f"{safe[:MAX_FILE_KEY_CHARS - 17]}-{digest[:16]}"
-    return safe if safe == text else f"{safe}-{digest[:8]}"
+    return safe if safe == text and text else f"{safe}-{digest[:8]}"  # an empty value gets a name too
 
 
 #: a name that is one file name in its folder: no separator, no ``..``, not hidden, not absolute
