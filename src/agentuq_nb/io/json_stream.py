@@ -77,14 +77,20 @@ class JsonScanner:
     def where(self, pos: int | None = None) -> str:
         return f"character {self.dropped + (self.pos if pos is None else pos):,}"
 
-    def _more(self) -> bool:
-        """Read more of the file into the buffer (as much again as is pending: a long value costs linear time)."""
+    def _more(self, string_from: int | None = None) -> bool:
+        """Read more of the file into the buffer: as much again as is pending (a long value costs linear time);
+        while an unterminated string starting at ``string_from`` is read, not far past the string limit."""
         if self.eof:
             return False
         if self.pos > len(self.buf) // 2:  # drop what is consumed (copied once for every doubling, at most)
             self.dropped += self.pos
+            if string_from is not None:
+                string_from -= self.pos
             self.buf, self.pos = self.buf[self.pos:], 0
-        data = self.fh.read(max(SCANNER_READ, len(self.buf) - self.pos))
+        size = max(SCANNER_READ, len(self.buf) - self.pos)
+        if string_from is not None:
+            size = min(size, max(SCANNER_READ, MAX_JSON_TOKEN_BYTES + SCANNER_READ - (len(self.buf) - string_from)))
+        data = self.fh.read(size)
         try:
             self.buf += self.decoder.decode(data, final=not data)
         except UnicodeDecodeError as err:
@@ -121,8 +127,8 @@ class JsonScanner:
                     raise InputError(self.path, f"holds a string longer than {MAX_JSON_TOKEN_BYTES:,} characters (the "
                                      "limit of one string: no message or tool result is that long)",
                                      self.where(err.pos)) from None
-                at_end = err.pos >= len(self.buf) - 8 or err.msg.startswith("Unterminated string")
-                if at_end and self._more():
+                in_string = err.msg.startswith("Unterminated string")
+                if (in_string or err.pos >= len(self.buf) - 8) and self._more(err.pos if in_string else None):
                     continue
                 raise InputError(self.path, f"not valid JSON or truncated: {err.msg}", self.where(err.pos)) from None
             except RecursionError:
