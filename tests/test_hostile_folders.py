@@ -606,3 +606,34 @@ def test_file_keys_are_bounded_safe_and_keep_values_apart(a, b):
             assert key == value  # the names of existing runs stay what they were
     assume(a != b)
     assert file_key(a) != file_key(b)
+
+
+# --------------------------------------------------------------------------- refused before the work
+
+def _files(run: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(run.iterdir()) if p.is_file() and not p.name.startswith(".")}
+
+
+@pytest.mark.parametrize("manifest", ['{"artifacts": {"x": 5}', '{"artifacts": {"x": 5}}', "[]", ""])
+def test_a_corrupt_manifest_is_refused_before_the_work_with_a_hint_and_no_staging_left(made_run, sandbox, manifest):
+    box, run, sibling = sandbox(made_run)
+    (run / "manifest.json").write_text(manifest)
+    before = _files(run)
+    for command in (["extract", made_run[0], "--out", run], ["analyze", made_run[0], "--out", run, "--n-boot", "0"]):
+        code, stdout, stderr = run_cli(*command)
+        assert_ended_cleanly(code, stdout, stderr)
+        assert code == 2 and "manifest.json" in stderr and "move it away" in stderr, stderr
+        assert "simulations" not in stdout  # refused before extracting anything
+        assert _files(run) == before and not (run / STAGING).exists()
+
+
+def test_analyze_checks_the_estimator_name_before_replacing_any_table(made_run, sandbox):
+    box, run, sibling = sandbox(made_run)
+    before = _files(run)
+    for option, value, said in (("--uncertainty", "nope", "unknown uncertainty 'nope'"),
+                                ("--role", "wizard", "--role 'wizard' is not a role"),
+                                ("--failure-threshold", "nan", "not a finite number")):
+        code, stdout, stderr = run_cli("analyze", made_run[0], "--out", run, option, value, "--n-boot", "0")
+        assert_ended_cleanly(code, stdout, stderr)
+        assert code == 2 and said in stderr, stderr
+        assert _files(run) == before
