@@ -418,6 +418,21 @@ def test_the_streaming_reader_reads_what_json_loads_reads(tmp_path_factory, monk
         assert same(got, sims[: len(got)])
 
 
+def test_deep_nesting_hands_over_to_the_scanner_and_is_refused_past_what_python_nests(tmp_path):
+    """100,000 levels did not end on ijson (its cost grows with the square of the depth); 600 are read, past
+    Python's decoder's recursion limit they are refused in one line."""
+    from agentuq_nb.io.errors import InputError
+
+    path = tmp_path / "r.json"
+    path.write_text('{"simulations": [{"id": "a", "raw": ' + "[" * 600 + "]" * 600 + '}, {"id": "b"}]}')
+    assert [s["id"] for s in stream_items(path, "simulations.item")] == ["a", "b"]
+    path.write_text('{"simulations": [{"id": "a"}, {"id": "b", "raw": ' + "[" * 100_000 + "]" * 100_000 + "}]}")
+    started = time.monotonic()
+    with pytest.raises(InputError, match="nested too deeply"):
+        list(stream_items(path, "simulations.item"))
+    assert time.monotonic() - started < 10
+
+
 def test_a_long_string_is_read_in_linear_time_and_a_string_past_the_limit_refused(tmp_path, monkeypatch):
     from agentuq_nb.io.errors import InputError
 

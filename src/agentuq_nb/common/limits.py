@@ -11,7 +11,8 @@ MiB = 1 << 20
 # ------------------------------------------------------------------ results JSON (io.results)
 #: one JSON string (a message's content, a tool result…) or number token of a results file
 MAX_JSON_TOKEN_BYTES = 64 * MiB
-#: nesting of arrays and objects in a results file (τ²-bench's deepest is ~8)
+#: nesting of arrays and objects in a results file past which the scanner reads it (τ²-bench's deepest is
+#: ~8); the scanner refuses what Python's decoder cannot nest (its recursion limit, ~1,000 levels)
 MAX_JSON_DEPTH = 500
 
 # ------------------------------------------------------------------ sidecars (io.sidecars)
