@@ -186,3 +186,79 @@ def test_the_turn_by_turn_view_takes_the_named_task_or_a_failure_with_most_point
     assert set(trajectory_decisions(turns, rewards, "c")["reward"]) == {1.0}
     with pytest.raises(ValueError, match="task 'z'"):
         trajectory_decisions(turns, rewards, "z")
+
+
+# --------------------------------------------------------------------------- issue 30: resumed runs stay one run
+
+def _no_decision_results(path: Path, n: int = 3) -> Path:
+    """Results whose simulations have no agent decision point (the greeting, then the user): nothing is sampled."""
+    sims = [{"id": f"s{i}", "task_id": str(i), "trial": 0, "seed": 1, "termination_reason": "user_stop",
+             "reward_info": {"reward": 1.0},
+             "messages": [{"role": "assistant", "content": "Hi! How can I help you today?", "turn_idx": 0},
+                          {"role": "user", "content": "Bye.", "turn_idx": 1}]} for i in range(n)]
+    path.write_text(json.dumps({"timestamp": "t", "tasks": [], "simulations": sims,
+                                "info": {"agent_info": {"llm": EMBEDDED_MODEL}, "environment_info": {}}}))
+    return path
+
+
+TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {
+    "type": "object", "properties": {"order": {"type": "string"}}}}}]
+
+
+def test_a_resumed_run_keeps_the_count_of_trajectories_without_decision_points(tmp_path):
+    from agentuq_nb.uq.action_sampling import sample_actions
+
+    results = _no_decision_results(tmp_path / "results.json")
+    for attempt in range(2):  # the second run resumes every trajectory from its checkpoint
+        with pytest.raises(ValueError, match=r"no decision point was sampled \(3 trajectories without"):
+            sample_actions(tmp_path / "run", results=results, k=2, progress=False)
+    assert len(list((tmp_path / "run" / "checkpoints" / "action_samples").glob("*.parquet"))) == 3
+
+
+def test_editing_the_tools_file_between_resumed_runs_is_refused(tmp_path):
+    """The settings fingerprint the --tools content: the same path with other schemas would mix two tool sets."""
+    from agentuq_nb.io.errors import InputError
+    from agentuq_nb.uq.action_sampling import sample_actions
+
+    results = _no_decision_results(tmp_path / "results.json")
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps(TOOLS))
+    with pytest.raises(ValueError, match="no decision point was sampled"):
+        sample_actions(tmp_path / "run", results=results, k=2, tools=str(tools), progress=False)
+    moved = tmp_path / "elsewhere.json"
+    moved.write_text(json.dumps(TOOLS))  # the same schemas from another path: the same run
+    with pytest.raises(ValueError, match="no decision point was sampled"):
+        sample_actions(tmp_path / "run", results=results, k=2, tools=str(moved), progress=False)
+    edited = [{**TOOLS[0], "function": {**TOOLS[0]["function"], "name": "lookup_order"}}]
+    tools.write_text(json.dumps(edited))
+    with pytest.raises(InputError, match="other settings.*tools_sha256"):
+        sample_actions(tmp_path / "run", results=results, k=2, tools=str(tools), progress=False)
+
+
+@pytest.mark.parametrize("schema, problem", [
+    ({"type": "object", "properties": {"a": {"type": "string", "enum": []}}}, r"parameters\.properties\.a\.enum is empty"),
+    ({"type": "object", "properties": {"a": {"type": 5}}}, "not a valid JSON schema"),
+    ("not a schema", "not a JSON schema object"),
+])
+def test_tool_schemas_no_call_could_satisfy_are_refused_before_sampling(tmp_path, schema, problem):
+    from agentuq_nb.io.errors import InputError
+    from agentuq_nb.uq.action_sampling import sample_actions
+
+    results = _no_decision_results(tmp_path / "results.json")
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps([{"type": "function", "function": {"name": "f", "parameters": schema}}]))
+    with pytest.raises(InputError, match=problem):
+        sample_actions(tmp_path / "run", results=results, k=2, tools=str(tools), progress=False)
+    assert not list((tmp_path / "run").glob("checkpoints/action_samples/*.parquet"))
+
+
+def test_an_api_sampler_without_its_key_is_refused_at_once_and_leaves_no_settings(tmp_path, monkeypatch):
+    from agentuq_nb.uq.action_sampling import sample_actions
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    results = _no_decision_results(tmp_path / "results.json")
+    with pytest.raises(ValueError, match="openai/gpt-4.1.*OPENAI_API_KEY is not set"):
+        sample_actions(tmp_path / "run", results=results, k=2, model="openai/gpt-4.1", progress=False)
+    assert not (tmp_path / "run" / "checkpoints" / "action_samples" / "sampler.json").exists()
+    with pytest.raises(ValueError, match="no decision point was sampled"):  # the next run in the folder is not refused
+        sample_actions(tmp_path / "run", results=results, k=2, progress=False)

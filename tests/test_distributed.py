@@ -118,14 +118,56 @@ def test_partitioned_dataset_prunes_folders_and_follows_its_sources(tmp_path, sy
     run = tmp_path / "run"
     extract(synthetic_results, run)
     parts = token_partitions(run)
-    assert [p[0].parent.name for p in parts] == sorted(f"task_id={i}" for i in range(12))
-    assert all(p[0].parent.parent.name == "domain=synthetic" for p in parts)
+    assert [p[0].parent.name for p in parts] == sorted(f"task_key={i}" for i in range(12))
+    assert all(p[0].parent.parent.name == "domain_key=synthetic" for p in parts)
     picked = token_partitions(run, filters=[("task_id", "in", ["3", "7"])])
-    assert [p[0].parent.name for p in picked] == ["task_id=3", "task_id=7"]
+    assert [p[0].parent.name for p in picked] == ["task_key=3", "task_key=7"]
     stamp = (run / PARTITIONED_DIR / "_sources.json").read_text()
     extract(synthetic_results, run)  # rewrites tokens.parquet: the dataset must be rebuilt from it
     token_partitions(run)
     assert (run / PARTITIONED_DIR / "_sources.json").read_text() != stamp
+
+
+def test_task_ids_a_file_name_cannot_hold_keep_their_rows_whole(tmp_path, client):
+    """Issue 30: a NUL cut a task id in its hive folder (that trajectory's reward became NaN on --scheduler) and a
+    300-character id failed with 'File name too long'. Folders are named by bounded file keys; ids stay whole."""
+    from agentuq_nb.io.synthetic import write_synthetic_results
+    from agentuq_nb.io.token_table import read_token_partition
+    from agentuq_nb.uq.extraction import extract
+
+    inline = write_synthetic_results(tmp_path / "src", num_simulations=6, messages_per_simulation=4,
+                                     tokens_per_message=3, forms=("inline",), seed=2)
+    data = json.loads(inline.read_text())
+    odd = ["a\x00b", "a\x00c", "x" * 300, "y" * 300, "../up", "é/ü"]
+    renamed = {}
+    for sim, new_id in zip(data["simulations"], odd):
+        renamed[sim["task_id"]] = new_id
+        sim["task_id"] = new_id
+    bad = inline.parent / "odd_ids.json"
+    bad.write_text(json.dumps(data))
+    run = tmp_path / "run"
+    extract(bad, run)
+    parts = token_partitions(run)
+    assert all(len(p[0].parent.name) <= len("task_key=") + 73 for p in parts)
+    assert all(p[0].parent.parent.parent == run / PARTITIONED_DIR for p in parts)
+    by_task = {}
+    for files in parts:
+        frame = read_token_partition(files)
+        assert frame["task_id"].nunique() == 1  # one task per folder: a\0b and a\0c are not mixed
+        by_task[frame["task_id"].iloc[0]] = len(frame)
+    whole = read_token_table(run)
+    assert by_task == whole.groupby("task_id").size().to_dict()
+    assert set(by_task) == set(odd)
+    picked = token_partitions(run, filters=[("task_id", "==", "a\x00b")])
+    assert len(picked) == 1 and set(read_token_partition(picked[0])["task_id"]) == {"a\x00b"}
+    # on the cluster the summaries equal pandas' (rewards included: a cut id made one NaN)
+    pandas_run = tmp_path / "pandas"
+    shutil.copytree(run, pandas_run)
+    shutil.rmtree(pandas_run / PARTITIONED_DIR)
+    _, trajs_pd = aggregate(pandas_run)
+    _, trajs_dd = aggregate(run, scheduler=client)
+    pd.testing.assert_frame_equal(trajs_dd, trajs_pd)
+    assert trajs_dd["reward"].notna().all() and set(trajs_dd["task_id"]) == set(odd)
 
 
 def test_each_worker_gets_one_of_the_api_bases(client):

@@ -150,6 +150,10 @@ BAD_ROWS = {
     "duplicate_key": lambda row: json.dumps(row)[:-1] + ', "token": "x"}',
     "null": lambda row: "null",
     "empty_object": lambda row: "{}",
+    # issue 30: a RecursionError while locating the line, and refusals without a line number
+    "deep_value": lambda row: json.dumps(row)[:-1] + ', "token": ' + "[" * 3000 + "]" * 3000 + "}",
+    "lone_surrogate": lambda row: json.dumps({**row, "token": "X"}).replace('"X"', '"\\ud800"'),
+    "index_past_int64": lambda row: json.dumps({**row, "token_idx": 10**20}),
 }
 
 
@@ -402,3 +406,19 @@ def test_topk_texts_and_logprobs_of_different_lengths_are_counted(sidecar_run, t
     _rewrite(sidecars[0], [json.dumps(r) for r in rows])
     report, issued = _extract_warned(results, tmp_path / "run")
     assert issued["topk_lengths_differ"].count == 1
+
+
+def test_a_line_past_duckdbs_object_size_is_named_not_an_earlier_trailing_comma(sidecar_run, tmp_path):
+    """Issue 30: a 70 MB line was blamed on a trailing comma (which DuckDB accepts) when DuckDB's 16 MiB
+    maximum_object_size refused it."""
+    from agentuq_nb.common.limits import MAX_SIDECAR_LINE_BYTES
+
+    results, sidecars = sidecar_run
+    rows = [json.loads(line) for line in sidecars[0].read_text().splitlines()]
+    lines = [json.dumps(r) for r in rows]
+    lines[1] = lines[1][:-1] + ",}"  # a trailing comma: beyond the compiled scanner, accepted by DuckDB
+    lines[3] = json.dumps({**rows[3], "token": "z" * (70 << 20)})  # the issue's 70 MB line
+    _rewrite(sidecars[0], lines)
+    with pytest.raises(InputError, match=rf"the line is [\d,]+ bytes, more than the {MAX_SIDECAR_LINE_BYTES:,}.*"
+                                         r"\(at line 4\)$"):
+        extract(results, tmp_path / "run")

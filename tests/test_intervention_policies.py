@@ -156,6 +156,32 @@ def test_oracle_fires_on_the_failed_runs_only(tmp_path):
         build_policy(PolicyConfig(policy="defer", oracle=str(tmp_path / "missing")))
 
 
+def test_an_oracle_run_of_other_tasks_is_refused_before_anything_runs(tmp_path):
+    """Issue 30: --policy-oracle OTHER_RUN whose keys match none of the run's never intervened, silently."""
+    sims = [{"id": f"s{i}", "task_id": t, "trial": 0, "seed": 7, "messages": [], "reward_info": {"reward": 0.0}}
+            for i, t in enumerate(["1", "2", "3"])]
+    (tmp_path / "results.json").write_text(json.dumps({"info": {}, "tasks": [], "simulations": sims}))
+    policy = build_policy(PolicyConfig(policy="defer", oracle=str(tmp_path)))
+    out = tmp_path / "run"
+    with pytest.raises(ValueError, match=r"none of its 3 simulations is one of this run's 1 .*never intervene"):
+        run_simulations("bookshop", out, task_ids=["1"], seed=300, policy=policy, progress=False)
+    assert not out.exists()
+    policy.check_runs([("1", 0, 7), ("9", 0, 7)])  # one of them matches: accepted
+
+
+def test_the_policy_options_are_refused_in_one_line_without_policy_or_with_a_nan_threshold(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(Path(estimators.__file__).resolve().parents[2])}
+    for extra, said in ((["--policy-threshold", "0.5"], "--policy-threshold is used only with --policy"),
+                        (["--policy", "defer", "--policy-threshold", "nan"], "--policy-threshold: threshold is NaN"),
+                        (["--policy", "defer", "--risk", "2"], "--risk: Input should be less than 1"),
+                        (["--policy", "defer"], "--policy: policy 'defer' needs exactly one trigger")):
+        done = subprocess.run([sys.executable, "-m", "agentuq_nb.cli", "simulate", "--domain", "bookshop", "--out",
+                               str(tmp_path / "run"), *extra], capture_output=True, text=True, env=env, timeout=120)
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        assert done.returncode == 2 and lines == [f"error: {lines[0][7:]}"] and said in lines[0], done.stderr
+        assert not (tmp_path / "run").exists()  # no checkpoints/ or sidecars/ left behind
+
+
 def test_majority_ties_go_to_the_proposal_then_to_the_first_seen():
     a, b, c = ("a",), ("b",), ("c",)
     assert majority([a, b, b]) == (b, 1)

@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import openai
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from tests.conftest import free_port, serving_in_thread, wait_until_serving
 
 from agentuq_nb import llm
@@ -151,6 +153,14 @@ BAD_CHAT_REQUESTS = {
              chat_body(tools=[{"type": "function", "function": {"name": "f"}}],
                        tool_choice={"type": "function", "function": {"name": "missing"}})],
     "fit_context": [chat_body(fit_context="yes")],
+    # issue 30: a model that is no string, or none at all, and content parts that are not text were 500s
+    "model": [chat_body(model=[llm.LOCAL_MODEL]), chat_body(model={"name": llm.LOCAL_MODEL}),
+              {"messages": CONVERSATION[:1]}],
+    "content": [chat_body(messages=[{"role": "user", "content": [{"foo": 1}]}]),
+                chat_body(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}])],
+    # 'required' with no tools was a 500 carrying the server's traceback and file paths
+    "tool_choice": [chat_body(tool_choice="required"), chat_body(tool_choice={"type": "function",
+                                                                              "function": {"name": "f"}})],
 }
 BAD_COMPLETION_REQUESTS = {
     "token id": [{"prompt": [999_999]}, {"prompt": [-1]}],
@@ -168,6 +178,7 @@ def test_an_invalid_chat_request_gets_a_400_naming_the_problem(base_url, field):
         assert status == 400, (body, payload)
         assert payload["error"]["type"] == "invalid_request_error" and payload["error"]["message"]
         assert field.split()[0] in payload["error"]["message"] or field == "tool", payload
+        assert_no_server_details(payload["error"]["message"])
 
 
 @pytest.mark.parametrize("field", sorted(BAD_COMPLETION_REQUESTS))
@@ -185,13 +196,54 @@ def test_a_body_that_is_not_a_json_object_and_unknown_routes_get_json_errors(bas
     assert status == 404 and "nowhere" in payload["error"]["message"]
 
 
-def test_an_unexpected_error_is_a_500_with_a_json_body(base_url, monkeypatch):
+def assert_no_server_details(message: str) -> None:
+    """What a client is told never carries a traceback, the server's file paths or more than one line."""
+    assert "Traceback" not in message and ".py" not in message and "\n" not in message, message
+
+
+def test_an_unexpected_error_is_a_500_with_a_json_body_and_no_traceback(base_url, monkeypatch, capfd):
     def broken(**_):
-        raise RuntimeError("a bug")
+        raise RuntimeError(f"a bug in {__file__}")
 
     monkeypatch.setattr(server.litellm, "completion", broken)
     status, payload, _ = post(base_url, "/chat/completions", chat_body())
-    assert status == 500 and payload["error"]["type"] == "server_error" and "a bug" in payload["error"]["message"]
+    assert status == 500 and payload["error"]["type"] == "server_error"
+    message = payload["error"]["message"]
+    assert "RuntimeError" in message and "a bug" not in message
+    assert_no_server_details(message)
+    incident = message.split()[2]  # "internal error <id> (...)": the log has the traceback under the same id
+    log = capfd.readouterr().err
+    assert f"internal error {incident}" in log and "a bug" in log
+
+
+def test_an_empty_enum_in_a_tool_schema_is_a_400(base_url):
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"a": {"type": "string", "enum": []}}}}}]
+    status, payload, _ = post(base_url, "/chat/completions", chat_body(tools=tools, tool_choice="required"))
+    assert status == 400, payload
+    assert_no_server_details(payload["error"]["message"])
+
+
+JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers(-3, 3) | st.floats(allow_nan=False) | st.text(max_size=8),
+                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner,
+                                                                                       max_size=3), max_leaves=8)
+CHAT_FIELDS = ["model", "messages", "tools", "tool_choice", "temperature", "seed", "n", "max_tokens", "logprobs",
+               "top_logprobs", "fit_context", "stream"]
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(changes=st.dictionaries(st.sampled_from(CHAT_FIELDS), JSON_VALUES, max_size=3),
+       dropped=st.lists(st.sampled_from(["model", "messages"]), max_size=2))
+def test_any_chat_body_gets_an_answer_and_never_a_500(changes, dropped):
+    """Hostile bodies (random JSON in the request's fields): 200, 400 or 404, never a 500 or a traceback."""
+    from starlette.testclient import TestClient
+
+    body = {k: v for k, v in {**chat_body(max_tokens=1), **changes}.items() if k not in dropped}
+    with TestClient(server.make_app(max_tokens_cap=1)) as app:
+        response = app.post("/v1/chat/completions", json=body)
+    assert response.status_code in (200, 400, 404), (body, response.text)
+    if response.status_code != 200:
+        assert_no_server_details(response.json()["error"]["message"])
 
 
 def test_forty_concurrent_clients_are_all_answered(base_url):

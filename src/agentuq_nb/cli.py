@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import warnings
 from collections.abc import Callable, Iterator
@@ -16,13 +17,63 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from pydantic import ValidationError
+from typer.core import TyperGroup
 
 from agentuq_nb.io.errors import InputError, MixedRunError, StaleArtifactError
 from agentuq_nb.io.input_warnings import InputDataWarning
 from agentuq_nb.io.run_lock import RunBusyError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+#: set to 1 to see the traceback of an unexpected error (a bug) instead of its one line
+TRACEBACK_ENV = "AGENTUQ_NB_TRACEBACK"
+
+
+class OneLineErrors(TyperGroup):
+    """Every refusal is one line on stderr: a usage error (a missing argument, ``--port abc``) as ``error: …``
+    with exit 2, and an unexpected exception - a bug, not the user's input - as ``error: internal error …``
+    with exit 1, its traceback only with ``AGENTUQ_NB_TRACEBACK=1`` (a command's own errors are said by
+    ``_fail``, exit 2)."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except (typer.Exit, typer.Abort) as done:
+            sys.exit(getattr(done, "exit_code", 1))
+        except KeyboardInterrupt:
+            typer.secho("interrupted", fg=typer.colors.RED, err=True)
+            sys.exit(130)
+        except Exception as err:  # noqa: BLE001 - said in one line, never a traceback
+            ctx = getattr(err, "ctx", None)
+            if type(err).__name__ == "NoArgsIsHelpError":  # the bare command: its help is shown already
+                sys.exit(2)
+            if hasattr(err, "format_message") and hasattr(err, "exit_code"):  # click's usage errors (typer's copy)
+                see = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+                typer.secho(f"error: {one_line(err.format_message())}{see}", fg=typer.colors.RED, err=True)
+                sys.exit(err.exit_code)
+            if os.environ.get(TRACEBACK_ENV):
+                raise
+            typer.secho(f"error: internal error (a bug, not your input): {type(err).__name__}: "
+                        f"{one_line(str(err))[:500]}; set {TRACEBACK_ENV}=1 to see the traceback",
+                        fg=typer.colors.RED, err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, cls=OneLineErrors, pretty_exceptions_enable=False,
                   help="agentuq-nb: uncertainty quantification for LLM agents, one command per step of a study.")
+
+
+def one_line(text: str) -> str:
+    """A message in one line: its lines joined, cut where a traceback starts."""
+    lines = []
+    for line in str(text).splitlines():
+        if line.lstrip().startswith("Traceback (most recent call last)"):
+            break
+        if line.strip():
+            lines.append(line.strip())
+    return " ".join(lines)
 
 
 SCHEDULER_HELP = "run on Dask: a scheduler address (tcp://host:8786) or local:N for N local worker processes"
@@ -47,17 +98,26 @@ USER_ERRORS = (InputError, FileNotFoundError, ValueError, KeyError, ConnectionEr
 
 
 def _fail(err: Exception) -> None:
-    message = err.args[0] if isinstance(err, KeyError) and err.args else err
-    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+    if isinstance(err, ValidationError):  # pydantic's own text spans lines and links to its docs
+        from agentuq_nb.records.config import validation_message
+
+        what, where = validation_message(err)
+        message = f"{err.title}: {what}" + ("" if where == "(top level)" else f" ('{where}')")
+    else:
+        message = err.args[0] if isinstance(err, KeyError) and err.args else err
+    typer.secho(f"error: {one_line(str(message))}", fg=typer.colors.RED, err=True)
     raise typer.Exit(code=2)
 
 
 def _manifest_bytes(run_dir: Path) -> bytes | None:
+    """The manifest as it is before a step (None: none, or not a small regular file - the step says so)."""
+    from agentuq_nb.common.limits import MAX_SMALL_JSON_BYTES
+    from agentuq_nb.io.files import read_limited
     from agentuq_nb.io.rundir import RunDir
 
     try:
-        return RunDir(run_dir).file("manifest").read_bytes()
-    except OSError:
+        return read_limited(RunDir(run_dir).file("manifest"), MAX_SMALL_JSON_BYTES, "manifest")
+    except (OSError, InputError):
         return None
 
 
@@ -263,10 +323,15 @@ def analyze(
 ):
     """Results → RUN_DIR in one process: extract, aggregate and evaluate where the run has token log-probs; the
     black-box families and the estimator table of every family it holds (with or without log-probs)."""
+    from agentuq_nb.estimators.token import check_estimator_name
+    from agentuq_nb.records.outcomes import check_failure_threshold
     from agentuq_nb.uq import aggregate as run_aggregate
     from agentuq_nb.uq import extract as run_extract
 
     _out_folder(out, "analyze")
+    with _reported(lambda: "interrupted: nothing was run"):  # names checked before any table is replaced
+        check_estimator_name(uncertainty, role)
+        check_failure_threshold(failure_threshold)
     with _step("extract", out):
         report = run_extract(results, out, sidecar_dir, progress=True)
     has_tokens = report.num_tokens > 0
@@ -572,17 +637,34 @@ def simulate(
 
     kwargs = {k: v for k, v in dict(agent_llm=agent_llm, user_llm=user_llm, max_steps=max_steps,
                                     temperature=temperature).items() if v is not None}
+    policy_options = {"--policy-threshold": policy_threshold, "--policy-calibration": policy_calibration,
+                      "--risk": risk, "--policy-oracle": policy_oracle, "--policy-rate": policy_rate}
+    if policy is None and any(v is not None for v in policy_options.values()):
+        given = [name for name, v in policy_options.items() if v is not None]
+        _fail(ValueError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} used only with --policy "
+                         "(observe | defer | resample_vote | confirm | random); nothing was run"))
     try:
         decision_policy = None
         if policy is not None:
             from agentuq_nb.intervention import build_policy
             from agentuq_nb.records.config import PolicyConfig
 
-            decision_policy = build_policy(PolicyConfig(
-                policy=policy, signal=policy_signal, threshold=policy_threshold, risk=risk, alpha=policy_alpha,
-                calibration=None if policy_calibration is None else str(policy_calibration),
-                oracle=None if policy_oracle is None else str(policy_oracle), rate=policy_rate,
-                random_action=policy_action, k=policy_k, escalation_cost=escalation_cost))
+            flags = {"policy": "--policy", "signal": "--policy-signal", "threshold": "--policy-threshold",
+                     "risk": "--risk", "alpha": "--policy-alpha", "calibration": "--policy-calibration",
+                     "oracle": "--policy-oracle", "rate": "--policy-rate", "random_action": "--policy-action",
+                     "k": "--policy-k", "escalation_cost": "--escalation-cost"}
+            try:
+                config = PolicyConfig(
+                    policy=policy, signal=policy_signal, threshold=policy_threshold, risk=risk, alpha=policy_alpha,
+                    calibration=None if policy_calibration is None else str(policy_calibration),
+                    oracle=None if policy_oracle is None else str(policy_oracle), rate=policy_rate,
+                    random_action=policy_action, k=policy_k, escalation_cost=escalation_cost)
+            except ValidationError as err:
+                from agentuq_nb.records.config import validation_message
+
+                what, where = validation_message(err)
+                _fail(ValueError(f"{flags.get(where, '--policy')}: {what}" if where in flags else f"--policy: {what}"))
+            decision_policy = build_policy(config)
             typer.echo(f"policy: {json.dumps(decision_policy.describe())}")
         path = run_simulations(domain, out, task_ids=task_ids or None, num_tasks=num_tasks, num_trials=num_trials,
                                top_logprobs=top_logprobs, max_concurrency=max_concurrency, seed=seed,
@@ -718,11 +800,13 @@ def serve_local(
     from agentuq_nb.llm.server import serve_local as run_server
 
     policy = "oldest middle turns dropped on overflow" if fit_context else "exact context (overflow is a 400)"
+    if not 0 <= port <= 65535:
+        _fail(ValueError(f"--port {port} is not a TCP port: give 1-65535 (0: any free port)"))
     typer.echo(f"serving local/smollm2-135m-instruct on http://{host}:{port}/v1, max_tokens ≤ {max_tokens_cap}, "
                f"{policy} (Ctrl-C to stop)")
     try:
         run_server(host=host, port=port, max_tokens_cap=max_tokens_cap, fit_context=fit_context)
-    except OSError as err:
+    except (OSError, ValueError) as err:
         _fail(err)
 
 

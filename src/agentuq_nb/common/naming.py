@@ -8,6 +8,8 @@ import re
 from functools import lru_cache
 from typing import Any
 
+from agentuq_nb.common.limits import MAX_FILE_KEY_CHARS, MAX_STUDY_NAME_CHARS
+
 #: characters a slug keeps as they are (a class of ``re``); every run of other characters becomes one ``_``
 SAFE = r"A-Za-z0-9_.\-"
 
@@ -27,10 +29,16 @@ def file_key(value: Any) -> str:
     """``value`` as a file-name part that keeps distinct values distinct: :func:`slug` when that leaves
     it as it is, else the slug plus 8 hex digits of the value's SHA-1 (``a|b`` and ``a:b`` both slug
     to ``a_b``; as keys they are ``a_b-<hash>``, two names). Plain ids - every built-in task's - are
-    unchanged, so the names of existing runs stay what they were."""
+    unchanged, so the names of existing runs stay what they were. A value whose slug is longer than
+    :data:`~agentuq_nb.common.limits.MAX_FILE_KEY_CHARS` keeps the start of it and 16 hex digits of its
+    hash, ``MAX_FILE_KEY_CHARS`` in all (a 300-character task id still makes a valid file name); no key
+    is longer than ``MAX_FILE_KEY_CHARS + 9``."""
     text = str(value)
     safe = slug(text)
-    return safe if safe == text else f"{safe}-{hashlib.sha1(text.encode('utf-8')).hexdigest()[:8]}"
+    digest = hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()
+    if len(safe) > MAX_FILE_KEY_CHARS:
+        return f"{safe[:MAX_FILE_KEY_CHARS - 17]}-{digest[:16]}"
+    return safe if safe == text and text else f"{safe}-{digest[:8]}"  # an empty value gets a name too
 
 
 #: a name that is one file name in its folder: no separator, no ``..``, not hidden, not absolute
@@ -40,6 +48,9 @@ PLAIN_NAME = re.compile(rf"[A-Za-z0-9_][{SAFE}]*")
 def plain_name(value: str, what: str) -> str:
     """``value`` when it is a plain file name (letters, digits, ``_ . -``; not ``..``), else ``ValueError``
     saying ``what`` it names - so that a study or notebook name cannot point outside its folder."""
+    if len(value) > MAX_STUDY_NAME_CHARS:
+        raise ValueError(f"{what} {value[:40]!r}… is {len(value)} characters long, more than the {MAX_STUDY_NAME_CHARS} "
+                         "a name may have (it names a file or folder)")
     if not PLAIN_NAME.fullmatch(value) or ".." in value:
         raise ValueError(f"{what} {value!r} must be a plain name (letters, digits, '_', '.', '-'; no path "
                          "separators or '..'): it names a file inside the project's folder, not a path")

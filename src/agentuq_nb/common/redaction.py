@@ -2,9 +2,14 @@
 
 A value is a secret when it contains the value of an environment variable whose *name* says it
 holds one (``OPENAI_API_KEY``, ``HF_TOKEN``, ``…_SECRET``, ``…PASSWORD``…), or when it has the shape
-of a common key: OpenAI ``sk-…`` / ``sk-proj-…``, Anthropic ``sk-ant-…``, ``Bearer …``, Hugging Face
-``hf_…``, AWS access key ids ``AKIA…``. A mapping entry whose *key* names a secret (``api_key``,
-``token``, ``authorization``…) is one whatever its value.
+of a known key. The shapes come from a maintained detector, Yelp's detect-secrets (the regular
+expressions of its regex plugins: GitHub ``ghp_…``, GitLab ``glpat-…``, Slack ``xox[bp]-…``, AWS, Stripe,
+JWTs, private keys, npm, PyPI, Twilio, SendGrid… - a list kept up to date upstream), plus the shapes it
+does not know (:data:`EXTRA_KEY_SHAPES`: OpenAI ``sk-…``/``sk-proj-…``, Anthropic ``sk-ant-…``, Hugging
+Face ``hf_…``, Google ``AIza…``, GitHub fine-grained ``github_pat_…``, ``Bearer …``). Its plugins'
+``analyze_line`` is not called: it may verify a key over the network; only their patterns are used.
+A mapping entry whose *key* names a secret (``api_key``, ``token``, ``authorization``…) is one
+whatever its value.
 
 :func:`find_secret` says where the first one is (for a clear refusal), :func:`redact` returns a
 copy with every secret dropped or masked (for recording LLM arguments), :func:`mask_secrets` a copy
@@ -16,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 #: words that make a name (an environment variable's or a mapping key's) name a secret:
@@ -27,13 +33,60 @@ SECRET_PARTS = ("password", "passwd", "secret", "apikey", "accesstoken", "authto
 #: environment variables whose names match but which hold paths, not secrets (``$PWD`` is not a password)
 NOT_SECRETS = frozenset({"PWD", "OLDPWD", "SSH_AUTH_SOCK", "XAUTHORITY", "KRB5CCNAME", "TOKENIZERS_PARALLELISM"})
 _WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
-#: the shapes of common API keys
-KEY_SHAPES = re.compile(
-    r"\b(?:sk-(?:ant-|proj-)?[A-Za-z0-9_\-]{16,}"   # OpenAI / Anthropic
-    r"|hf_[A-Za-z0-9]{20,}"                          # Hugging Face
-    r"|AKIA[0-9A-Z]{16})\b"                          # AWS access key id
-    r"|\b(?i:bearer)\s+[A-Za-z0-9._~+/\-]{8,}=*",     # an Authorization header value (any case)
-)
+#: key shapes detect-secrets 1.5 does not know (its OpenAIDetector matches only the legacy ``…T3BlbkFJ…`` keys)
+EXTRA_KEY_SHAPES = {
+    "OpenAI or Anthropic key": re.compile(r"\bsk-(?:ant-|proj-)?[A-Za-z0-9_\-]{16,}"),
+    "Hugging Face token": re.compile(r"\bhf_[A-Za-z0-9]{20,}\b"),
+    "Google API key": re.compile(r"\bAIza[0-9A-Za-z_\-]{35}"),
+    "GitHub fine-grained token": re.compile(r"\bgithub_pat_[A-Za-z0-9_]{22,}"),
+    "GitHub token": re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}"),
+    "Authorization header value": re.compile(r"\b(?i:bearer)\s+[A-Za-z0-9._~+/\-]{8,}=*"),
+}
+#: detect-secrets plugins left out: a public IP address is no secret (an api_base names one); URL credentials
+#: are masked by URL_CREDENTIALS, keeping the URL readable
+SKIPPED_PLUGINS = frozenset({"IPPublicDetector", "BasicAuthDetector"})
+
+
+@lru_cache(maxsize=1)
+def key_shapes() -> tuple[tuple[str, re.Pattern], ...]:
+    """``(kind, pattern)`` of every key shape: detect-secrets' regex plugins, then :data:`EXTRA_KEY_SHAPES`."""
+    from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
+    from detect_secrets.plugins.base import RegexBasedDetector
+
+    shapes = []
+    for kind, plugin in sorted(get_mapping_from_secret_type_to_class().items()):
+        if issubclass(plugin, RegexBasedDetector) and plugin.__name__ not in SKIPPED_PLUGINS:
+            shapes.extend((kind, pattern) for pattern in plugin.denylist)
+    return tuple(shapes) + tuple(EXTRA_KEY_SHAPES.items())
+
+
+def key_shape(text: str) -> str | None:
+    """The kind of key ``text`` holds (``"GitHub Token"`` …), or None."""
+    return next((kind for kind, pattern in key_shapes() if pattern.search(text)), None)
+
+
+#: characters a detect-secrets pattern may take in around the key (``(?:\s|=|:|"|^)AKC…``): kept when masking
+_CONTEXT = " \t\r\n=:\"'"
+
+
+def mask_key_shapes(text: str) -> str:
+    """``text`` with every key shape's match replaced by :data:`MASK` (the context characters a pattern took in
+    around it are kept)."""
+    for _, pattern in key_shapes():
+        if pattern.search(text):
+            text = pattern.sub(_mask_match, text)
+    return text
+
+
+def _mask_match(match: re.Match) -> str:
+    found = match.group(0)
+    core = found.strip(_CONTEXT)
+    if not core:
+        return found
+    start = found.index(core)
+    return found[:start] + MASK + found[start + len(core):]
+
+
 #: ``scheme://user:password@host`` in a URL
 URL_CREDENTIALS = re.compile(r"//[^/@\s]+:[^/@\s]+@")
 MIN_SECRET_LENGTH = 8  # shorter environment values ("1", "true") are settings, not keys
@@ -60,8 +113,9 @@ def secret_in_text(text: str, secrets: set[str] | None = None) -> str | None:
     secrets = environment_secrets() if secrets is None else secrets
     if any(s in text for s in secrets):
         return "it contains the value of an API key set in the environment"
-    if KEY_SHAPES.search(text):
-        return "it has the shape of an API key"
+    kind = key_shape(text)
+    if kind is not None:
+        return f"it has the shape of an API key ({kind})"
     return None
 
 
@@ -104,7 +158,7 @@ def redact(obj: Any, secrets: set[str] | None = None) -> Any:
         text = URL_CREDENTIALS.sub(f"//{MASK}@", obj)
         for s in sorted(secrets, key=len, reverse=True):
             text = text.replace(s, MASK)
-        return KEY_SHAPES.sub(MASK, text)
+        return mask_key_shapes(text)
     return obj
 
 

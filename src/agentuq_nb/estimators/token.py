@@ -128,3 +128,30 @@ def default_scorer(summary: pd.DataFrame, role: str) -> str:
         raise ValueError(f"no trajectory has role '{role}'; roles present: {sorted(summary['role'].unique())}")
     raise ValueError(f"role '{role}' is scored by several scorers {scorers}; choose one with --scorer")
 
+
+def check_estimator_name(uncertainty: str, role: str = "assistant", invert: bool = False) -> None:
+    """Refuse, before any work, what ``evaluation.run_metrics.resolve_estimator`` could never resolve on a run made by extract and
+    aggregate: a name that is neither a registered estimator, a token statistic, nor a column the trajectory
+    summary has; a statistic of a role no summary has; ``invert`` on a registered estimator."""
+    from agentuq_nb.estimators.base import get
+    from agentuq_nb.records.run_tables import TRAJECTORY_META
+    from agentuq_nb.records.token_statistics import STATISTICS_BY_NAME
+    from agentuq_nb.uq.aggregation import TRAJECTORY_COLUMNS
+
+    if uncertainty in STATISTICS_BY_NAME:
+        if role not in ROLE_ORDER and not role.startswith("observation_"):
+            raise ValueError(f"--role {role!r} is not a role of the token statistics ({', '.join(ROLE_ORDER)})")
+        return
+    try:
+        estimator = get(uncertainty)
+    except KeyError as unknown:
+        if uncertainty in TRAJECTORY_COLUMNS or uncertainty in TRAJECTORY_META:
+            return
+        close = re.search(r"did you mean ([^(]*?) \(", str(unknown.args[0]))
+        hint = f"; did you mean {close.group(1)}?" if close else ""
+        raise ValueError(f"unknown uncertainty '{uncertainty}': not a registered estimator (see 'agentuq-nb estimators "
+                         f"RUN_DIR'), a token statistic ({', '.join(sorted(STATISTICS_BY_NAME))}) or a "
+                         f"trajectory-summary column{hint}; nothing was run") from None
+    if invert:
+        raise ValueError(f"'{estimator.name}' is a registered estimator with its own orientation "
+                         f"({estimator.orientation}); --invert is only for a raw summary column")

@@ -61,16 +61,26 @@ def trigger_of(config: PolicyConfig) -> str | None:
     return None
 
 
-def failed_runs(run: str) -> frozenset[tuple[str, int, int]]:
-    """``(task_id, trial, seed)`` of the simulations of the run folder (or results file) ``run`` whose
-    reward is below 1 (an escalated simulation counts 0)."""
+def oracle_runs(run: str) -> tuple[frozenset[tuple[str, int, int]], frozenset[tuple[str, int, int]]]:
+    """``(all, failed)``: ``(task_id, trial, seed)`` of every simulation of the run folder (or results file)
+    ``run``, and of those whose reward is below 1 (an escalated simulation counts 0)."""
     from agentuq_nb.io.results import iter_simulations
 
     path = Path(run)
     if not path.exists():
         raise FileNotFoundError(f"oracle run {run!r} does not exist (give the folder of an earlier run of the same tasks)")
-    return frozenset((str(s.task_id), int(s.trial or 0), int(s.seed or 0)) for s in iter_simulations(path)
-                     if s.reward is not None and s.reward < 1.0)
+    every, failed = set(), set()
+    for s in iter_simulations(path):
+        key = (str(s.task_id), int(s.trial or 0), int(s.seed or 0))
+        every.add(key)
+        if s.reward is not None and s.reward < 1.0:
+            failed.add(key)
+    return frozenset(every), frozenset(failed)
+
+
+def failed_runs(run: str) -> frozenset[tuple[str, int, int]]:
+    """``(task_id, trial, seed)`` of the simulations of ``run`` whose reward is below 1 (:func:`oracle_runs`)."""
+    return oracle_runs(run)[1]
 
 
 def coin(seed: int, call_seed: int) -> float:
@@ -96,6 +106,7 @@ class InterventionPolicy:
     threshold: float | None = None  # -inf where certification was infeasible
     certificate: dict[str, Any] = field(default_factory=dict)
     oracle_failed: frozenset = frozenset()
+    oracle_all: frozenset = frozenset()  # every (task_id, trial, seed) of the oracle run
 
     @property
     def escalation_cost(self) -> float:
@@ -163,6 +174,20 @@ class InterventionPolicy:
             verdict.action, verdict.replacement = "replace", drawn.samples[first - 1]
             verdict.details["executed_sample"] = first - 1
 
+    # ------------------------------------------------------------------ before the run
+    def check_runs(self, keys: list[tuple[str, int, int]]) -> None:
+        """Refuse a run this policy could never act in: an oracle run none of whose simulations is one of the
+        run's ``(task_id, trial, seed)`` (it would never intervene, silently)."""
+        if self.trigger != "oracle" or not keys:
+            return
+        matched = set(keys) & self.oracle_all
+        if not matched:
+            example = next(iter(sorted(self.oracle_all)), None)
+            raise ValueError(f"--policy-oracle {self.config.oracle}: none of its {len(self.oracle_all)} simulations is "
+                             f"one of this run's {len(keys)} (task, trial, seed), e.g. {keys[0]} is not there"
+                             f"{f' (it holds {example})' if example else ''}; the oracle would never intervene. Give "
+                             "an earlier run of the same tasks, trials and --seed")
+
     # ------------------------------------------------------------------ the description
     def describe(self) -> dict[str, Any]:
         c = self.config
@@ -217,6 +242,7 @@ def build_policy(config: PolicyConfig) -> InterventionPolicy:
         else:
             certificate = certify_threshold(config.calibration, config.signal, config.risk, config.alpha)
             threshold = -math.inf if certificate.get("threshold") is None else float(certificate["threshold"])
+    every = frozenset()
     if config.oracle is not None:
-        failed = failed_runs(config.oracle)
-    return InterventionPolicy(config, signal, threshold, certificate, failed)
+        every, failed = oracle_runs(config.oracle)
+    return InterventionPolicy(config, signal, threshold, certificate, failed, every)

@@ -16,7 +16,7 @@ Simulations are streamed with ijson so that a large results file is never held t
 """
 from __future__ import annotations
 
-import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,8 @@ from pydantic import ValidationError
 
 from agentuq_nb.io import tau_bench
 from agentuq_nb.io.errors import InputError, InputWarnings
+from agentuq_nb.io.files import open_regular
+from agentuq_nb.io.json_stream import GuardedReader, JsonScanner, LongToken, read_json_document, stream_items
 from agentuq_nb.records import Results, Simulation
 
 HEADER_KEYS = ("timestamp", "info", "tasks")
@@ -36,8 +38,17 @@ NOT_RESULTS = ("top level is neither a JSON object (τ²-bench results) nor a JS
 def detect_layout(path: str | Path) -> str:
     """Return ``"dir"``, ``"v1"``, ``"v0"`` or ``"tau_bench"``; raise InputError if ``path`` is neither
     τ²-bench's results nor the original τ-bench's."""
+    layout = layout_before_simulations(path)
+    if layout is not None:
+        return layout
+    return simulation_layout(next(_iter_file_simulations(Path(path)), None))
+
+
+def layout_before_simulations(path: str | Path) -> str | None:
+    """The layout when the file says it without its simulations (None: ``v0`` or ``v1`` by the first
+    simulation, :func:`simulation_layout` - so that a reader streaming them parses the first one once)."""
     path = Path(path)
-    if not path.exists():
+    if not os.path.lexists(path):
         raise InputError(path, "results path does not exist")
     if path.is_dir():
         if not (path / "results.json").is_file() and not (path / "simulations").is_dir():
@@ -53,12 +64,16 @@ def detect_layout(path: str | Path) -> str:
     if any(k in header for k in v1_keys):
         return "v1"
     # the header read stops at the simulations; keys written after them sit in the file's tail
-    with open(path, "rb") as fh:
-        fh.seek(max(0, path.stat().st_size - 65536))
+    with open_regular(path, "results") as fh:
+        fh.seek(max(0, os.fstat(fh.fileno()).st_size - 65536))
         tail = fh.read()
     if any(f'"{k}"'.encode() in tail for k in v1_keys[:2]):
         return "v1"
-    first = next(_iter_file_simulations(path), None)
+    return None
+
+
+def simulation_layout(first: Simulation | None) -> str:
+    """``v1`` when a results file's first simulation has τ²-bench 1.0's ``mode``, else ``v0``."""
     return "v1" if first is not None and "mode" in (first.model_extra or {}) else "v0"
 
 
@@ -69,18 +84,10 @@ def _json_error(path: Path, err: Exception) -> InputError:
     return InputError(path, f"not valid JSON or truncated: {first_line}")  # the parser's caret drawing left out
 
 
-def _load_nonstandard(path: Path, err: Exception) -> Any:
-    """Python's json writes NaN/Infinity, which the streaming parser rejects: parse whole instead."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise _json_error(path, err) from err
-
-
 def _first_byte(path: Path) -> bytes:
     """The first byte of a file that is not white space (``b""`` for an empty or blank file): ``[`` opens a
     list (τ-bench), ``{`` an object (τ²-bench)."""
-    with open(path, "rb") as fh:
+    with open_regular(path, "results") as fh:
         while chunk := fh.read(65536):
             if stripped := chunk.lstrip():
                 return stripped[:1]
@@ -88,18 +95,8 @@ def _first_byte(path: Path) -> bytes:
 
 
 def _tau_bench_entries(path: Path) -> Iterator[Any]:
-    """The items of a top-level JSON list, streamed (parsed whole only where the streaming parser refuses
-    Python's NaN/Infinity)."""
-    done = 0
-    try:
-        with open(path, "rb") as fh:
-            for entry in ijson.items(fh, "item", use_float=True):
-                yield entry
-                done += 1
-    except ijson.JSONError as err:
-        data = _load_nonstandard(path, err)
-        for entry in (data if isinstance(data, list) else [])[done:]:
-            yield entry
+    """The items of a top-level JSON list, streamed (:func:`~agentuq_nb.io.json_stream.stream_items`)."""
+    return stream_items(path, "item")
 
 
 def _tau_bench_header(path: Path) -> dict[str, Any]:
@@ -128,50 +125,75 @@ def read_header(path: str | Path) -> dict[str, Any]:
             return {}
     elif path.is_file() and _first_byte(path) == b"[":
         return _tau_bench_header(path)
-    header: dict[str, Any] = {}
-    saw_simulations = False
     try:
-        with open(path, "rb") as fh:
-            parser = ijson.parse(fh, use_float=True)
-            builder_key, builder = None, None
-            for prefix, event, value in parser:
-                if prefix == "" and event == "start_map":
-                    continue
-                if prefix == "" and event == "map_key":
-                    builder_key, builder = value, None
-                    if value == "simulations":
-                        saw_simulations = True
-                        _, first_event, _ = next(parser, (None, None, None))
-                        if first_event != "start_array":
-                            raise _not_a_list(path, _JSON_KINDS.get(first_event, first_event))
-                        if all(k in header for k in HEADER_KEYS):
-                            break  # the header is complete: don't walk the simulations event by event
-                    continue
-                if prefix == "" and event in ("end_map",):
-                    break
-                if builder_key is None:
-                    raise InputError(path, NOT_RESULTS)
-                if builder_key == "simulations":
-                    continue
-                if builder is None:
-                    builder = ijson.ObjectBuilder()
-                builder.event(event, value)
-                if prefix == builder_key and event in ("end_map", "end_array", "string", "number", "boolean", "null"):
-                    header[builder_key] = builder.value
-                    builder = None
-    except ijson.JSONError as err:
-        data = _load_nonstandard(path, err)
-        if not isinstance(data, dict):
-            raise InputError(path, NOT_RESULTS) from err
-        saw_simulations = "simulations" in data
-        if saw_simulations and not isinstance(data["simulations"], list):
-            raise _not_a_list(path, _python_kind(data["simulations"])) from err
-        header = {k: v for k, v in data.items() if k != "simulations"}
+        header, saw_simulations = _streamed_header(path)
+    except (ijson.JSONError, LongToken):  # NaN/Infinity, or a long string: the scanner reads it (linear, bounded)
+        header, saw_simulations = _scanned_header(path)
     if not saw_simulations and not any(k in header for k in HEADER_KEYS):
         raise InputError(path, "JSON has none of the τ²-bench keys timestamp/info/tasks/simulations")
     if path.name != "results.json" and not saw_simulations:
         raise InputError(path, "no 'simulations' list: not a τ²-bench results file")
     return header
+
+
+def _streamed_header(path: Path) -> tuple[dict[str, Any], bool]:
+    """The header by ijson's events (the fast path); stops at the simulations once the header is complete."""
+    header: dict[str, Any] = {}
+    saw_simulations = False
+    with open_regular(path, "results") as fh:
+        parser = ijson.parse(GuardedReader(fh), use_float=True)
+        builder_key, builder = None, None
+        for prefix, event, value in parser:
+            if prefix == "" and event == "start_map":
+                continue
+            if prefix == "" and event == "map_key":
+                builder_key, builder = value, None
+                if value == "simulations":
+                    saw_simulations = True
+                    _, first_event, _ = next(parser, (None, None, None))
+                    if first_event != "start_array":
+                        raise _not_a_list(path, _JSON_KINDS.get(first_event, first_event))
+                    if all(k in header for k in HEADER_KEYS):
+                        break  # the header is complete: don't walk the simulations event by event
+                continue
+            if prefix == "" and event in ("end_map",):
+                break
+            if builder_key is None:
+                raise InputError(path, NOT_RESULTS)
+            if builder_key == "simulations":
+                continue
+            if builder is None:
+                builder = ijson.ObjectBuilder()
+            builder.event(event, value)
+            if prefix == builder_key and event in ("end_map", "end_array", "string", "number", "boolean", "null"):
+                header[builder_key] = builder.value
+                builder = None
+    return header, saw_simulations
+
+
+def _scanned_header(path: Path) -> tuple[dict[str, Any], bool]:
+    """The header read by the scanner (:class:`~agentuq_nb.io.json_stream.JsonScanner`): the simulations are
+    stepped over one at a time, never held."""
+    header: dict[str, Any] = {}
+    saw_simulations = False
+    with open_regular(path, "results") as fh:
+        scanner = JsonScanner(fh, path)
+        first = scanner.peek()
+        if first != "{":
+            if not first:
+                raise _json_error(path, ValueError("the file holds no JSON value"))
+            raise InputError(path, NOT_RESULTS)
+        for key in scanner.object_keys():
+            if key != "simulations":
+                header[key] = scanner.value()
+                continue
+            saw_simulations = True
+            if scanner.peek() != "[":
+                raise _not_a_list(path, _python_kind(scanner.value()))
+            if all(k in header for k in HEADER_KEYS):
+                break
+            scanner.skip_value()
+    return header, saw_simulations
 
 
 _JSON_KINDS = {"start_map": "an object", "string": "a string", "number": "a number", "boolean": "a boolean",
@@ -200,18 +222,8 @@ def _validate_simulation(raw: Any, path: Path, where: str) -> Simulation:
 
 
 def _iter_file_simulations(path: Path) -> Iterator[Simulation]:
-    done = 0
-    try:
-        with open(path, "rb") as fh:
-            for raw in ijson.items(fh, "simulations.item", use_float=True):
-                yield _validate_simulation(raw, path, f"simulations[{done}]")
-                done += 1
-    except ijson.JSONError as err:
-        data = _load_nonstandard(path, err)
-        sims = data.get("simulations") if isinstance(data, dict) else None
-        for i, raw in enumerate(sims or []):
-            if i >= done:
-                yield _validate_simulation(raw, path, f"simulations[{i}]")
+    for i, raw in enumerate(stream_items(path, "simulations.item")):
+        yield _validate_simulation(raw, path, f"simulations[{i}]")
 
 
 def _simulation_files(directory: Path) -> list[Path]:
@@ -251,7 +263,7 @@ def iter_simulations(path: str | Path, warnings: InputWarnings | None = None) ->
     ``warnings`` counts input kept but not as it should be (τ-bench files: malformed tool-call arguments,
     runs that raised); without it they are not counted (what they concern is still in the simulations)."""
     path = Path(path)
-    layout = detect_layout(path)
+    layout = layout_before_simulations(path)  # v0 or v1 needs no telling apart here: read alike
     if layout == tau_bench.LAYOUT:
         yield from _iter_tau_bench(path, warnings)
         return
@@ -266,10 +278,7 @@ def iter_simulations(path: str | Path, warnings: InputWarnings | None = None) ->
         raise InputError(path, f"holds simulations both inline in results.json and as {len(files)} file(s) in "
                                "simulations/; keep them in one place")
     for file in files:
-        try:
-            raw = json.loads(file.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise _json_error(file, err) from err
+        raw = read_json_document(file)
         if isinstance(raw, dict) and "simulation" in raw and "messages" not in raw:
             raw = raw["simulation"]
         yield _validate_simulation(raw, file, "simulation")

@@ -12,6 +12,7 @@ import fcntl
 import json
 import os
 import socket
+import stat
 import threading
 import time
 from collections.abc import Iterator
@@ -24,8 +25,16 @@ LOCK_NAME = ".lock"
 HOLDER_NAME = ".lock.holder"
 
 
+#: the holder's note is a line of JSON; more is not ours
+HOLDER_BYTES = 4096
+
+
 class RunBusyError(RuntimeError):
     """Another process is writing the run folder."""
+
+
+class RunLockError(RunBusyError):
+    """The run folder's lock file cannot be used (something else is in its place)."""
 
 
 @dataclass
@@ -40,11 +49,49 @@ _GUARD = threading.Lock()
 
 
 def holder(folder: Path) -> dict:
-    """Who holds (or last held) the lock of ``folder``: pid, command, host, since."""
+    """Who holds (or last held) the lock of ``folder``: pid, command, host, since (``{}`` when unknown: the note
+    is missing, is not a small regular file, or is not ours)."""
+    path = Path(folder) / HOLDER_NAME
     try:
-        return json.loads((folder / HOLDER_NAME).read_text())
-    except (OSError, ValueError):
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
         return {}
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return {}
+        info = json.loads(os.read(fd, HOLDER_BYTES))
+        return info if isinstance(info, dict) else {}
+    except (OSError, ValueError, RecursionError):
+        return {}
+    finally:
+        os.close(fd)
+
+
+def _open_lock_file(folder: Path) -> int:
+    """The lock file's descriptor, opened without following a symlink (a planted link cannot make the lock
+    create or hold a file outside the folder); anything but a regular file there is refused."""
+    path = folder / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as err:
+        raise RunLockError(f"{path}: the run folder's lock file cannot be opened ({err.strerror or err}): a "
+                           "symlink or a folder is in its place; remove it and run the command again") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise RunLockError(f"{path}: the run folder's lock file is not a regular file; remove it and run the "
+                           "command again")
+    return fd
+
+
+def _write_holder(folder: Path, info: dict) -> None:
+    """The holder's note, written beside the lock: a new file renamed into place (never through a link)."""
+    tmp = folder / f"{HOLDER_NAME}.{os.getpid()}.{threading.get_ident()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    try:
+        os.write(fd, json.dumps(info).encode())
+    finally:
+        os.close(fd)
+    os.replace(tmp, folder / HOLDER_NAME)
 
 
 def is_locked(folder: Path) -> bool:
@@ -53,9 +100,12 @@ def is_locked(folder: Path) -> bool:
     with _GUARD:
         if key in _HELD:
             return True
-    if not (folder / LOCK_NAME).exists():
+    if not os.path.lexists(folder / LOCK_NAME):
         return False
-    fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fd = _open_lock_file(folder)
+    except RunLockError:
+        return False
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -95,7 +145,7 @@ def run_lock(folder: str | os.PathLike, command: str, on_acquire=None, wait: flo
             held.count += 1
     if held is None:
         folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = _open_lock_file(folder)
         if not _take(fd, wait):
             os.close(fd)
             info = holder(folder)
@@ -105,7 +155,11 @@ def run_lock(folder: str | os.PathLike, command: str, on_acquire=None, wait: flo
                                f"or write to another folder")
         info = {"pid": os.getpid(), "command": command, "host": socket.gethostname(),
                 "since": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-        (folder / HOLDER_NAME).write_text(json.dumps(info))
+        try:
+            _write_holder(folder, info)
+        except BaseException:
+            os.close(fd)
+            raise
         held = _Held(fd, 1, command)
         with _GUARD:
             _HELD[key] = held

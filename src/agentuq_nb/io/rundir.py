@@ -19,15 +19,23 @@ Every artefact of a run has its path here (:data:`ARTIFACTS`), and every step wr
   they record as ``based_on`` is what they read.
 * **A lock.** :meth:`RunDir.lock` lets one process write the folder; a second one is refused with a
   message naming the holder (:mod:`agentuq_nb.io.run_lock`).
+* **Untrusted.** A run folder may come from someone else. A journal names only plain artefact names
+  (:func:`known_file`), each a regular file of its staging folder; the folders the run owns
+  (:data:`OWNED_FOLDERS`: ``.staging``, ``sidecars``, ``checkpoints``, ``tokens_by_task``,
+  ``notebooks``) must be real directories inside it (:meth:`RunDir.folder`: a symlink is refused);
+  recovery removes only entries inside those folders, never through a link; files read from the folder
+  must be regular files (a FIFO or ``/dev/zero`` planted as ``tokens.parquet`` is refused, not read).
+  Anything else is refused with one line naming the path (:class:`InputError`), before any work.
 
 Readers get typed access to what later steps need: :meth:`RunDir.manifest`,
 :meth:`RunDir.results_path`, :meth:`RunDir.rewards`, :meth:`RunDir.read_frame`.
 """
 from __future__ import annotations
 
-import json
 import os
+import re
 import shutil
+import stat
 import time
 import uuid
 from collections.abc import Iterator
@@ -43,8 +51,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agentuq_nb.common.limits import MAX_SMALL_JSON_BYTES
 from agentuq_nb.io.atomic import atomic_write_json
 from agentuq_nb.io.errors import InputError, MixedRunError, StaleArtifactError
+from agentuq_nb.io.files import check_regular, kind_of, read_limited_json
 from agentuq_nb.io.run_lock import RunBusyError, holder, is_locked, run_lock
 from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
@@ -103,6 +113,23 @@ ARTIFACTS: dict[str, Artifact] = {
     "tracer_tuning": Artifact("tracer_tuning.json", "agentuq-nb blackbox RUN_DIR"),
 }
 OBSERVATION_TOKENS_PREFIX = "tokens.observations_"
+#: artefacts that are folders the run owns (its steps write inside them), and the staging root
+FOLDER_ARTIFACTS = frozenset({"sidecars", "checkpoints", "tokens_by_task", "notebooks"})
+OWNED_FOLDERS = frozenset({STAGING} | {ARTIFACTS[name].filename for name in FOLDER_ARTIFACTS})
+#: token tables added beside tokens.parquet (observation scoring: ``tokens.observations_<mode>.parquet``)
+EXTRA_TOKEN_TABLE = re.compile(r"tokens\.[A-Za-z0-9_][A-Za-z0-9_.\-]*\.parquet")
+#: temporary files of killed writers, removed by recovery: ``.<name>.<random>.tmp`` (atomic writes) in the
+#: folder, in ``sidecars/`` and anywhere under ``checkpoints/``; ``.tokens_by_task.*`` (a partitioning under way)
+TEMP_FILE = re.compile(r"\..+\.tmp")
+TEMP_PARTITIONS = re.compile(r"\.tokens_by_task\..+")
+
+
+def known_file(rel: str) -> bool:
+    """Whether ``rel`` is the plain name of a file artefact of a run folder (what a commit may publish)."""
+    if not isinstance(rel, str) or "/" in rel or "\\" in rel or "\x00" in rel or rel in (".", ".."):
+        return False
+    files = {a.filename for name, a in ARTIFACTS.items() if name not in FOLDER_ARTIFACTS}
+    return rel in files or rel == MANIFEST or bool(EXTRA_TOKEN_TABLE.fullmatch(rel))
 
 
 class ArtifactRecord(BaseModel):
@@ -137,13 +164,37 @@ class Manifest(BaseModel):
     artifacts: dict[str, ArtifactRecord] = Field(default_factory=dict)
 
 
+def _first_problem(err: ValidationError) -> tuple[str, str]:
+    first = err.errors()[0]
+    return first["msg"], ".".join(str(p) for p in first["loc"]) or "(top level)"
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+def parquet_error(path: Path, err: Exception) -> InputError:
+    """A Parquet file that cannot be read, said with its name (pyarrow's messages leave it out)."""
+    first = next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
+    return InputError(path, f"is not a readable Parquet file ({first}); run the step that writes it again")
+
+
+def read_parquet_file(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
+    """A Parquet file as a DataFrame; a file that is not one is an :class:`InputError` naming it."""
+    check_regular(path, "a Parquet table")
+    try:
+        return pd.read_parquet(path, columns=columns)
+    except (pa.ArrowException, OSError) as err:
+        raise parquet_error(path, err) from None
+
+
 def parquet_commit(path: Path) -> str | None:
     """The commit id in a Parquet file's footer (None for a file written elsewhere)."""
-    metadata = pq.read_metadata(path).metadata or {}
+    check_regular(path, "a Parquet table")
+    try:
+        metadata = pq.read_metadata(path).metadata or {}
+    except (pa.ArrowException, OSError) as err:
+        raise parquet_error(path, err) from None
     value = metadata.get(STAMP_KEY)
     return None if value is None else value.decode()
 
@@ -158,8 +209,9 @@ class Commit:
     def __init__(self, run: "RunDir", step: str):
         self.run, self.step = run, step
         self.id = uuid.uuid4().hex
-        self.dir = run.path / STAGING / self.id
-        self.dir.mkdir(parents=True)
+        run.manifest(check=False)  # a manifest that cannot be read is said now, before the step's work
+        self.dir = run.folder(STAGING, make=True) / self.id
+        self.dir.mkdir()
         self._based_on: dict[str, dict[str, str]] = {}
         self._manifest_fields: dict[str, Any] = {}
         self._order: list[str] = []
@@ -170,6 +222,8 @@ class Commit:
         rel = self.run.relative(name)
         if rel == MANIFEST:
             raise ValueError("the manifest is written by the commit itself; use update_manifest()")
+        if not known_file(rel):
+            raise ValueError(f"{name!r} is not a file artefact of a run folder (see rundir.ARTIFACTS)")
         if rel not in self._order:
             self._order.append(rel)
         self._based_on[rel] = dict(based_on or {})
@@ -233,17 +287,58 @@ class Commit:
 
 
 def roll_forward(folder: Path, staging: Path) -> None:
-    """Finish publishing a journaled commit: rename what is still staged into place, then drop the staging."""
-    journal = json.loads((staging / JOURNAL).read_text())
-    for rel in journal["files"]:
+    """Finish publishing a journaled commit: rename what is still staged into place, then drop the staging.
+
+    The journal is checked first (:func:`journaled_files`): a planted or damaged one moves nothing."""
+    files = journaled_files(staging)
+    for rel in files:
         source = staging / rel
-        if source.exists():
-            target = folder / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(source, target)
+        if os.path.lexists(source):
+            os.replace(source, folder / rel)  # a plain name: the target is in the folder itself
     _fsync(folder, directory=True)  # the renames themselves
     shutil.rmtree(staging, ignore_errors=True)
     _remove_if_empty(staging.parent)
+
+
+def journaled_files(staging: Path) -> list[str]:
+    """The files a commit's journal (``staging/PUBLISH.json``) publishes, checked: the journal is a regular
+    file (not a link), names only plain artefact names (:func:`known_file`), and each of those still staged
+    is a regular file there. Anything else is an :class:`InputError` that moves nothing."""
+    journal = staging / JOURNAL
+    fix = f"remove {staging} (it was not written by agentuq-nb, or it was damaged) and run the command again"
+    if not stat.S_ISREG(os.lstat(journal).st_mode):
+        raise InputError(journal, f"is {_lkind(journal)}, not a commit journal: {fix}")
+    data = read_limited_json(journal, MAX_SMALL_JSON_BYTES, "commit journal")
+    files = data.get("files") if isinstance(data, dict) else None
+    if not isinstance(files, list) or not files:
+        raise InputError(journal, f"is not a commit journal (no 'files' list): {fix}")
+    for rel in files:
+        if not known_file(rel):
+            raise InputError(journal, f"names {rel!r}, which is not a file of a run folder: {fix}")
+        source = staging / rel
+        if os.path.lexists(source) and not stat.S_ISREG(os.lstat(source).st_mode):
+            raise InputError(source, f"is {_lkind(source)}, not a staged file: {fix}")
+    if len(set(files)) != len(files):
+        raise InputError(journal, f"names a file twice: {fix}")
+    return list(files)
+
+
+def _lkind(path: Path) -> str:
+    """What ``path`` itself is (a symlink is said to be one)."""
+    mode = os.lstat(path).st_mode
+    return "a symlink" if stat.S_ISLNK(mode) else kind_of(mode)
+
+
+def remove_entry(path: Path) -> None:
+    """Remove one entry inside the run folder: a real directory with everything in it, anything else (a file,
+    a symlink - never what it points to - a FIFO) by unlinking it."""
+    try:
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            shutil.rmtree(path, ignore_errors=True)  # rmtree never follows a symlink inside
+        else:
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def _fsync(path: Path, directory: bool = False) -> None:
@@ -252,6 +347,14 @@ def _fsync(path: Path, directory: bool = False) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _lstat_mode(path: Path) -> int:
+    """``st_mode`` of ``path`` itself (not what a symlink points to); 0 when it does not exist."""
+    try:
+        return os.lstat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return 0
 
 
 def _remove_if_empty(folder: Path) -> None:
@@ -304,9 +407,11 @@ class RunDir:
     def require(self, name: str) -> Path:
         """The path of artefact ``name``; a clear FileNotFoundError naming the command that makes it."""
         path = self.file(name)
-        if not path.exists():
+        if not os.path.lexists(path):
             raise FileNotFoundError(f"{self.path}: no {path.name}; run '{self.producer(name)}' first")
-        return path
+        if name in FOLDER_ARTIFACTS:
+            return self.folder(name)
+        return check_regular(path, f"the run's {path.name}")
 
     @property
     def results_json(self) -> Path:
@@ -314,11 +419,11 @@ class RunDir:
 
     @property
     def sidecars(self) -> Path:
-        return self.file("sidecars")
+        return self.folder("sidecars")
 
     def checkpoint_dir(self, step: str) -> Path:
-        """``checkpoints/<step>/``: the per-trajectory checkpoints of a resumable step."""
-        return self.file("checkpoints") / step
+        """``checkpoints/<step>/``: the per-trajectory checkpoints of a resumable step (checked: see :meth:`folder`)."""
+        return self.folder(f"{self.relative('checkpoints')}/{step}")
 
     def observation_tokens(self, suffix: str) -> Path:
         return self.path / f"{OBSERVATION_TOKENS_PREFIX}{suffix}.parquet"
@@ -327,10 +432,10 @@ class RunDir:
         """``tokens.parquet`` (extracted or rescored rows) and every ``tokens.<name>.parquet`` added later
         (observation scoring), in a stable order; none is an error unless not ``required``."""
         main = self.file("tokens")
-        files = ([main] if main.exists() else []) + sorted(self.path.glob("tokens.*.parquet"))
+        files = ([main] if os.path.lexists(main) else []) + sorted(self.path.glob("tokens.*.parquet"))
         if not files and required:
             raise FileNotFoundError(f"{self.path}: no token table (tokens.parquet); run 'agentuq-nb extract' first")
-        return files
+        return [check_regular(f, f"the run's {f.name}") for f in files]
 
     # ---------------------------------------------------------------- lock and commits
     def lock(self, command: str):
@@ -364,33 +469,74 @@ class RunDir:
             except BaseException:
                 commit.discard()
                 raise
-            commit.publish()
+            try:
+                commit.publish()
+            except BaseException:
+                if not (commit.dir / JOURNAL).exists():  # before its commit point: nothing of it is published
+                    commit.discard()
+                raise
 
     def pending(self) -> list[Path]:
         """Staging folders of commits that reached their commit point but were not fully published."""
-        try:
-            return sorted(p for p in (self.path / STAGING).iterdir() if (p / JOURNAL).is_file())
-        except FileNotFoundError:  # no staging (or a publisher just removed it)
+        root = self.path / STAGING
+        if not stat.S_ISDIR(_lstat_mode(root)):  # none (or a planted link, refused when the lock is taken)
             return []
+        try:
+            return sorted(Path(e.path) for e in os.scandir(root)
+                          if e.is_dir(follow_symlinks=False) and os.path.lexists(Path(e.path) / JOURNAL))
+        except FileNotFoundError:  # a publisher just removed it
+            return []
+
+    def folder(self, name: str, make: bool = False) -> Path:
+        """The path of a folder the run owns (``.staging``, an artefact of :data:`FOLDER_ARTIFACTS`, or a path
+        below one such as ``checkpoints/<step>``), checked: each part that exists is a real directory, not
+        a symlink or a file; with ``make`` the missing parts are made."""
+        rel = Path(self.relative(name))
+        if rel.is_absolute() or ".." in rel.parts or not rel.parts or rel.parts[0] not in OWNED_FOLDERS:
+            raise ValueError(f"{name!r} is not a folder of a run folder")
+        path = self.path
+        for part in rel.parts:
+            path = path / part
+            mode = _lstat_mode(path)
+            if mode == 0:
+                if not make:
+                    continue
+                path.mkdir(exist_ok=True)
+            elif not stat.S_ISDIR(mode):
+                what = f"a symlink to {os.path.realpath(path)}" if stat.S_ISLNK(mode) else kind_of(mode)
+                raise InputError(path, f"is {what}, not a folder of this run: the run folder's own folders "
+                                       f"({', '.join(sorted(OWNED_FOLDERS))}) must be real directories inside it; "
+                                       "move it away and run the command again")
+        return self.path / rel
 
     def recover(self) -> None:
         """Roll journaled commits forward; drop unjournaled staging and temp files of killed writers.
 
-        Called with the lock held (when it is taken)."""
+        Called with the lock held (when it is taken). Only entries inside the run's own folders are removed,
+        never through a symlink; a folder that is a link, or a journal that is not one of ours, is refused."""
+        for name in OWNED_FOLDERS:
+            self.folder(name)  # a symlinked or non-folder one is refused before anything is touched
         root = self.path / STAGING
-        if root.is_dir():
-            for staging in sorted(root.iterdir()):
-                if (staging / JOURNAL).is_file():
+        if os.path.isdir(root):
+            for staging in sorted(Path(e.path) for e in os.scandir(root)):
+                if stat.S_ISDIR(_lstat_mode(staging)) and os.path.lexists(staging / JOURNAL):
                     roll_forward(self.path, staging)
-                else:
-                    shutil.rmtree(staging, ignore_errors=True)
+                else:  # a killed writer's staging (or something that is no staging at all): inside the folder
+                    remove_entry(staging)
             _remove_if_empty(root)
-        for pattern in (".*.tmp", "sidecars/.*.tmp", "checkpoints/**/.*.tmp", ".tokens_by_task.*"):
-            for leftover in self.path.glob(pattern):
-                if leftover.is_dir():
-                    shutil.rmtree(leftover, ignore_errors=True)
-                else:
-                    leftover.unlink(missing_ok=True)
+        for entry in os.scandir(self.path):
+            if TEMP_FILE.fullmatch(entry.name) or TEMP_PARTITIONS.fullmatch(entry.name):
+                remove_entry(Path(entry.path))
+        for name in ("sidecars", "checkpoints"):
+            top = self.file(name)
+            if not os.path.isdir(top):
+                continue
+            for parent, dirs, files in os.walk(top):  # os.walk does not descend into symlinked folders
+                if name == "sidecars":
+                    dirs.clear()
+                for leftover in files + [d for d in dirs if os.path.islink(os.path.join(parent, d))]:
+                    if TEMP_FILE.fullmatch(leftover):
+                        remove_entry(Path(parent) / leftover)
         self.forget_cache()
 
     def forget_cache(self) -> None:
@@ -400,15 +546,21 @@ class RunDir:
     def manifest(self, check: bool = True) -> Manifest:
         """``manifest.json`` (an empty one for a folder without it)."""
         path = self.path / MANIFEST
-        if not path.exists():
+        if not os.path.lexists(path):
             self._manifest_key = None
             return Manifest()
+        check_regular(path, "manifest")
         key = self._manifest_key = ("manifest", *self._stat(path))
         if key not in self._cache:
+            hint = ("move it away to take the folder's files as they are (unchecked), or write to a new run "
+                    "folder")
             try:
-                self._cache[key] = Manifest.model_validate(json.loads(path.read_text()))
-            except (ValueError, ValidationError) as err:
-                raise InputError(path, f"not a run manifest: {err}") from err
+                self._cache[key] = Manifest.model_validate(read_limited_json(path, MAX_SMALL_JSON_BYTES, "manifest"))
+            except ValidationError as err:
+                what, where = _first_problem(err)
+                raise InputError(path, f"is not a run manifest ({what} at '{where}'); {hint}") from None
+            except InputError as err:
+                raise InputError(path, f"{err.what}; {hint}") from None
         if check and self.pending():
             self._settle()
             return self.manifest(check=False)
@@ -495,6 +647,7 @@ class RunDir:
         path = self.path / rel
         if not path.exists():
             return "missing"
+        check_regular(path, f"the run's {rel}")
         if rel.endswith(".parquet"):
             found = parquet_commit(path)
             if found == record.commit:
@@ -546,7 +699,7 @@ class RunDir:
             self.verify(name, fresh=fresh)
             key = ("frame", path.name, tuple(columns or ()), *self._stat(path))
             if key not in self._cache:
-                self._cache[key] = pd.read_parquet(path, columns=columns)
+                self._cache[key] = read_parquet_file(path, columns=columns)
             if key == ("frame", path.name, tuple(columns or ()), *self._stat(path)):
                 return self._cache[key]
             self.forget_cache()

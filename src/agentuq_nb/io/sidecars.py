@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from agentuq_nb.common.limits import MAX_SIDECAR_LINE_BYTES
 from agentuq_nb.common.naming import file_key
 from agentuq_nb.io.atomic import atomic_open
 from agentuq_nb.io.errors import InputError, InputWarnings
@@ -40,6 +41,7 @@ _DUCKDB_TYPES = {pa.string(): "VARCHAR", pa.int64(): "BIGINT", pa.float64(): "DO
                  pa.list_(pa.string()): "VARCHAR[]", pa.list_(pa.float64()): "DOUBLE[]"}
 _SIDECAR_COLUMNS = {f.name: _DUCKDB_TYPES[f.type] for f in SIDECAR_SCHEMA}
 _GLOB = re.compile(r"[*?\[{]")
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 # the columns are given, so nothing is sampled to detect them: by default DuckDB opens 32 files for that when
 # the query is bound (~10 ms a query, on the parse thread: 2 s at 10^7 rows)
 ROWS_QUERY = "SELECT * FROM read_ndjson($files, columns=$columns, maximum_sample_files=1)"
@@ -251,9 +253,10 @@ def _sidecar_error(paths: Sequence[Path], names: Sequence[str], err: Exception) 
     match = re.search(r'(?:in|while reading) file "([^"]+)"', message)  # DuckDB words it both ways
     by_name = dict(zip(names, paths))
     named = by_name.get(match.group(1), Path(match.group(1))) if match else None
+    too_long = "maximum_object_size" in message  # DuckDB stops at a line past its object size: name that line
     for path in [named] if named is not None else paths:
         try:
-            found = first_bad_line(path)
+            found = first_bad_line(path, long_lines_only=too_long)
         except OSError as cannot:
             return InputError(path, f"sidecar cannot be read: {cannot.strerror or cannot}")
         if found is not None:
@@ -289,8 +292,11 @@ def _wrong_type(key: str, value: Any) -> str | None:
         if pa.types.is_floating(kind.value_type) and not all(v is None or _is_number(v) for v in value):
             return f"'{key}' holds a value that is not a number"
         return None
-    if pa.types.is_integer(kind) and not _is_number(value, integer=True):
-        return f"'{key}' is {value!r}, expected an integer"
+    if pa.types.is_integer(kind):
+        if not _is_number(value, integer=True):
+            return f"'{key}' is {value!r}, expected an integer"
+        if not INT64_MIN <= (value if isinstance(value, int) else int(float(value))) <= INT64_MAX:
+            return f"'{key}' is {value!r}, outside the range of a 64-bit integer"
     if pa.types.is_floating(kind) and not _is_number(value):
         return f"'{key}' is {value!r}, expected a number"
     if pa.types.is_string(kind) and isinstance(value, (list, dict)):
@@ -318,9 +324,15 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
     return ((number, line) for number, line in _numbered_lines(path) if line.strip())
 
 
-def first_bad_line(path: Path) -> tuple[int, str] | None:
-    """The first line of a sidecar that cannot be a token row, and why (None when every line can)."""
+def first_bad_line(path: Path, long_lines_only: bool = False) -> tuple[int, str] | None:
+    """The first line of a sidecar that cannot be a token row, and why (None when every line can);
+    ``long_lines_only``: the first line longer than :data:`~agentuq_nb.common.limits.MAX_SIDECAR_LINE_BYTES`."""
     for number, line in _lines(path):
+        if len(line) > MAX_SIDECAR_LINE_BYTES:
+            return number, (f"the line is {len(line):,} bytes, more than the {MAX_SIDECAR_LINE_BYTES:,} a sidecar row "
+                            "may have (one token row is a few hundred bytes)")
+        if long_lines_only:
+            continue
         try:
             row = json.loads(line, object_pairs_hook=_no_duplicate_keys)
         except UnicodeDecodeError as err:
@@ -329,12 +341,28 @@ def first_bad_line(path: Path) -> tuple[int, str] | None:
             return number, f"not valid JSON ({err.msg} at column {err.colno})"
         except ValueError as err:  # a duplicate key
             return number, f"not valid JSON ({err})"
+        except RecursionError:
+            return number, "a value is nested too deeply (arrays in arrays, objects in objects) to be a token row"
         if not isinstance(row, dict):
             return number, f"a JSON {type(row).__name__}, not an object"
+        surrogate = _lone_surrogate(row)
+        if surrogate is not None:
+            return number, f"a string holds a lone surrogate ({surrogate}): not valid Unicode text"
         for key in SIDECAR_SCHEMA.names:
             problem = _wrong_type(key, row.get(key))
             if problem is not None:
                 return number, problem
+    return None
+
+
+def _lone_surrogate(row: dict) -> str | None:
+    """The first lone UTF-16 surrogate (``\\ud800``…) in the strings of a parsed row, as an escape; None if none."""
+    try:
+        json.dumps(row, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as err:
+        return f"\\u{ord(err.object[err.start]):04x}"
+    except RecursionError:
+        return None
     return None
 
 

@@ -11,10 +11,15 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from agentuq_nb.common.limits import MAX_SMALL_JSON_BYTES
+from agentuq_nb.common.naming import file_key
 from agentuq_nb.io.atomic import atomic_path
+from agentuq_nb.io.errors import InputError
+from agentuq_nb.io.files import read_limited_json
 from agentuq_nb.io.rundir import RunDir
 from agentuq_nb.records.tokens import TOKEN_SCHEMA
 
@@ -145,20 +150,34 @@ def read_token_table(path: str | os.PathLike, columns: list[str] | None = None, 
 
 
 # ----------------------------------------------------------------------------- partitioned dataset
-# The run's token tables again, as one Parquet dataset partitioned by domain and task
-# (hive layout ``tokens_by_task/domain=<d>/task_id=<t>/<n>-<i>.parquet``), so that a reader
-# that wants some tasks opens only their folders and a Dask job gets one partition per task.
-# It is derived from the single files (which stay the run's primary tables) and rebuilt when
-# they change; ``_sources.json`` records which files, sizes and mtimes it was built from.
+# The run's token tables again, as one Parquet dataset partitioned by domain and task (hive layout
+# ``tokens_by_task/domain_key=<d>/task_key=<t>/<n>-<i>.parquet``), so that a reader that wants some tasks
+# opens only their folders and a Dask job gets one partition per task. A folder is named by the
+# :func:`~agentuq_nb.common.naming.file_key` of the value (a plain id is itself; any other - a NUL, a slash,
+# 300 characters - a bounded name with a hash of the whole), and the files keep the ``domain`` and ``task_id``
+# columns as they are: a value is never cut or changed by a file name. It is derived from the single files
+# (which stay the run's primary tables) and rebuilt when they change; ``_sources.json`` records which files,
+# sizes and mtimes it was built from, and the layout.
 
 PARTITIONED_DIR = RunDir.relative("tokens_by_task")
 PARTITION_KEYS = ["domain", "task_id"]
-HIVE_PARTITIONING = ds.partitioning(pa.schema([TOKEN_SCHEMA.field(k) for k in PARTITION_KEYS]), flavor="hive")
+#: the folder levels: the file key of each of PARTITION_KEYS
+FOLDER_KEYS = {"domain": "domain_key", "task_id": "task_key"}
+HIVE_PARTITIONING = ds.partitioning(pa.schema([(FOLDER_KEYS[k], pa.string()) for k in PARTITION_KEYS]), flavor="hive")
 _SOURCES_STAMP = "_sources.json"  # inside tokens_by_task/: which tables (sizes, mtimes) it was built from
+LAYOUT = 2  # 1: folders named by the values themselves (cut at a NUL, too long for a file name)
 
 
-def _sources_stamp(files: list[Path]) -> list[dict]:
-    return [{"name": f.name, "size": f.stat().st_size, "mtime_ns": f.stat().st_mtime_ns} for f in files]
+def _sources_stamp(files: list[Path]) -> dict:
+    return {"layout": LAYOUT,
+            "sources": [{"name": f.name, "size": f.stat().st_size, "mtime_ns": f.stat().st_mtime_ns} for f in files]}
+
+
+def _stored_stamp(root: Path) -> object:
+    try:
+        return read_limited_json(root / _SOURCES_STAMP, MAX_SMALL_JSON_BYTES, "partition stamp")
+    except InputError:
+        return None
 
 
 def partition_token_tables(run_dir: str | os.PathLike) -> Path:
@@ -170,20 +189,34 @@ def partition_token_tables(run_dir: str | os.PathLike) -> Path:
     """
     run_dir = Path(run_dir)
     files = token_table_files(run_dir)
-    root = run_dir / PARTITIONED_DIR
+    root = RunDir(run_dir).folder("tokens_by_task")
     stamp = _sources_stamp(files)
-    if (root / _SOURCES_STAMP).is_file() and json.loads((root / _SOURCES_STAMP).read_text()) == stamp:
+    if os.path.isdir(root) and _stored_stamp(root) == stamp:
         return root
     with RunDir(run_dir).lock("partition token tables"):
         _write_partitions(run_dir, files, root, stamp)
     return root
 
 
-def _write_partitions(run_dir: Path, files: list[Path], root: Path, stamp: list[dict]) -> None:
+def _keyed_batches(path: Path):
+    """The record batches of a token table with the folder keys of each row (``file_key`` of its domain and task)."""
+    for batch in ds.dataset(str(path), schema=TOKEN_SCHEMA, format="parquet").to_batches():
+        for name in PARTITION_KEYS:
+            values = batch.column(name)
+            unique = pc.unique(values)
+            keys = pa.array([None if v is None else file_key(v) for v in unique.to_pylist()], pa.string())
+            batch = batch.append_column(FOLDER_KEYS[name], pc.take(keys, pc.index_in(values, unique)))
+        yield batch
+
+
+def _write_partitions(run_dir: Path, files: list[Path], root: Path, stamp: dict) -> None:
     tmp = Path(tempfile.mkdtemp(prefix=f".{PARTITIONED_DIR}.", dir=run_dir))
+    schema = TOKEN_SCHEMA
+    for name in PARTITION_KEYS:
+        schema = schema.append(pa.field(FOLDER_KEYS[name], pa.string()))
     try:
         for n, f in enumerate(files):
-            ds.write_dataset(ds.dataset(str(f), schema=TOKEN_SCHEMA, format="parquet"), tmp, format="parquet",
+            ds.write_dataset(_keyed_batches(f), tmp, schema=schema, format="parquet",
                              partitioning=HIVE_PARTITIONING, basename_template=f"{n:04d}-{{i}}.parquet",
                              existing_data_behavior="overwrite_or_ignore", preserve_order=True)
         (tmp / _SOURCES_STAMP).write_text(json.dumps(stamp))
@@ -203,15 +236,39 @@ def _file_order(path: Path) -> tuple[int, int]:
     return int(source), int(part)
 
 
+def _folder_filter(filters) -> ds.Expression | None:
+    """The part of DNF ``filters`` that picks folders: equality and membership on domain/task_id, said on
+    their folder keys (other conditions are applied to the rows when they are read)."""
+    if not isinstance(filters, list) or not filters:
+        return None
+    clauses = filters if isinstance(filters[0], list) else [filters]
+    ors = []
+    for clause in clauses:
+        ands = []
+        for column, op, value in clause:
+            if column not in FOLDER_KEYS or op not in ("=", "==", "in"):
+                continue
+            keys = [file_key(v) for v in (value if op == "in" else [value])]
+            ands.append(pc.field(FOLDER_KEYS[column]).isin(keys))
+        if not ands:
+            return None  # a clause that any folder may satisfy
+        expression = ands[0]
+        for more in ands[1:]:
+            expression = expression & more
+        ors.append(expression)
+    out = ors[0]
+    for more in ors[1:]:
+        out = out | more
+    return out
+
+
 def token_partitions(run_dir: str | os.PathLike, filters=None) -> list[list[Path]]:
     """The partitioned dataset's files, one list per (domain, task) folder in row order,
-    keeping only the folders ``filters`` (DNF tuples or an expression on domain/task_id) can match."""
+    keeping only the folders ``filters`` (DNF tuples; equality or ``in`` on domain/task_id) can match."""
     root = partition_token_tables(run_dir)
-    dataset = ds.dataset(str(root), schema=TOKEN_SCHEMA, format="parquet", partitioning=HIVE_PARTITIONING)
-    if isinstance(filters, list):
-        filters = pq.filters_to_expression(filters)
+    dataset = ds.dataset(str(root), format="parquet", partitioning=HIVE_PARTITIONING)
     folders: dict[Path, list[Path]] = {}
-    for fragment in dataset.get_fragments(filter=filters):
+    for fragment in dataset.get_fragments(filter=_folder_filter(filters)):
         path = Path(fragment.path)
         folders.setdefault(path.parent, []).append(path)
     return [sorted(folders[k], key=_file_order) for k in sorted(folders)]
@@ -219,9 +276,7 @@ def token_partitions(run_dir: str | os.PathLike, filters=None) -> list[list[Path
 
 def read_token_partition(files: list[Path], columns: list[str] | None = None, filters=None) -> pd.DataFrame:
     """One (domain, task) folder of the partitioned dataset, typed as :func:`read_token_table` reads it."""
-    root = files[0].parent.parent.parent
-    dataset = ds.dataset([str(f) for f in files], schema=TOKEN_SCHEMA, format="parquet",
-                         partitioning=HIVE_PARTITIONING, partition_base_dir=str(root))
+    dataset = ds.dataset([str(f) for f in files], schema=TOKEN_SCHEMA, format="parquet")
     if isinstance(filters, list):
         filters = pq.filters_to_expression(filters)
     return dataset.to_table(columns=columns, filter=filters).to_pandas()

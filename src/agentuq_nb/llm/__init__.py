@@ -34,10 +34,24 @@ from agentuq_nb.llm.remote import JinjaChat, PromptLogprobsUnavailable
 register()
 
 
-def check_model(model: str) -> None:
-    """Raise now (not after the first retries) when ``model`` is the embedded one and it cannot run here."""
+def check_model(model: str, llm_args: dict | None = None) -> None:
+    """Raise now (not after the first retries) when ``model`` cannot run here: the embedded model not installed,
+    or an API model whose key (or base URL) is neither in the environment nor in ``llm_args``."""
     if model == LOCAL_MODEL:
         require_local_model()
+        return
+    import litellm
+
+    args = llm_args or {}
+    try:
+        missing = litellm.validate_environment(model=model).get("missing_keys") or []
+    except Exception:  # noqa: BLE001 - a model litellm cannot tell about: its first call says what is wrong
+        return
+    missing = [k for k in missing if not (k.endswith("_API_BASE") and args.get("api_base"))
+               and not (k.endswith("_KEY") and args.get("api_key"))]
+    if missing:
+        raise ValueError(f"model {model!r} cannot be called here: {', '.join(missing)} is not set (export it, or put "
+                         "it in .env); nothing was run")
 
 
 __all__ = [

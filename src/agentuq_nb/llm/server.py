@@ -44,6 +44,7 @@ pydantic models below already do.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import threading
 import time
@@ -56,7 +57,16 @@ from typing import Any, Literal
 import anyio
 import litellm
 import uvicorn
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -90,12 +100,20 @@ class RequestError(Exception):
 
 # ----------------------------------------------------------------------------- request models
 
+class TextPart(BaseModel):
+    """A part of a message's content: text only (the embedded model reads no images or audio)."""
+
+    model_config = ConfigDict(extra="allow")
+    type: Literal["text"]
+    text: str
+
+
 class ChatMessage(BaseModel):
     """One message of a chat request: checked here so that a bad one is a 400 naming it."""
 
     model_config = ConfigDict(extra="allow")
     role: Literal["system", "user", "assistant", "tool"]
-    content: str | list[dict[str, Any]] | None = None
+    content: str | list[TextPart] | None = None
     tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None
 
@@ -127,6 +145,12 @@ class ChatRequest(CompletionRequestBase):
     top_logprobs: StrictInt | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
     fit_context: StrictBool | None = None
 
+    @model_validator(mode="after")
+    def tool_choice_needs_tools(self) -> "ChatRequest":
+        if not self.tools and (self.tool_choice == "required" or isinstance(self.tool_choice, dict)):
+            raise ValueError(f"tool_choice {self.tool_choice!r} needs tools, and the request gives none")
+        return self
+
 
 class TextCompletionRequest(CompletionRequestBase):
     prompt: str | list[StrictInt] | list[str]
@@ -139,7 +163,7 @@ def parse_request(model: type[BaseModel], body: dict) -> Any:
     try:
         return model.model_validate(body)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'body'}: {err['msg']}"
+        problems = "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'body'}: {err['msg'].removeprefix('Value error, ')}"
                              for err in exc.errors(include_url=False))
         raise RequestError(HTTPStatus.BAD_REQUEST, f"invalid request: {problems}") from None
 
@@ -152,6 +176,8 @@ def serve_local(host: str = "127.0.0.1", port: int = 8000, model: str = LOCAL_MO
     """Serve the embedded model until SIGINT (Ctrl-C) or ``shutdown()``; blocks."""
     if max_tokens_cap < 1:
         raise ValueError(f"max_tokens_cap must be at least 1, got {max_tokens_cap}")
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ValueError(f"--port {port} is not a TCP port: give 1-65535 (0: any free port)")
     app = make_app(model, max_tokens_cap=max_tokens_cap, fit_context=fit_context)
     litellm.suppress_debug_info = True  # its "Give Feedback / Get Help" banner is noise in a server's log
     config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False, lifespan="off",
@@ -211,8 +237,14 @@ def make_app(served_name: str = LOCAL_MODEL, max_tokens_cap: int = DEFAULT_MAX_T
     async def answer(request: Request, respond: Callable[[dict, threading.Event], tuple[dict, dict]]) -> Response:
         try:
             body = await read_json(request)
-            if body.get("model") not in accepted:
-                raise RequestError(HTTPStatus.NOT_FOUND, f"model {body.get('model')!r} is not served here; "
+            model = body.get("model")
+            if model is None:
+                raise RequestError(HTTPStatus.BAD_REQUEST, f"invalid request: model is required (use {served_name!r})")
+            if not isinstance(model, str):
+                raise RequestError(HTTPStatus.BAD_REQUEST, f"invalid request: model must be a string, not "
+                                                           f"{type(model).__name__} (use {served_name!r})")
+            if model not in accepted:
+                raise RequestError(HTTPStatus.NOT_FOUND, f"model {model!r} is not served here; "
                                                          f"use {served_name!r}", "model_not_found")
             payload, headers = await run_until_disconnect(request, lambda cancelled: respond(body, cancelled))
             return JSONResponse(payload, headers=headers)
@@ -221,14 +253,13 @@ def make_app(served_name: str = LOCAL_MODEL, max_tokens_cap: int = DEFAULT_MAX_T
         except RequestError as exc:
             return error_response(exc.status, str(exc), exc.code)
         except litellm.ContextWindowExceededError as exc:
-            return error_response(HTTPStatus.BAD_REQUEST, exc.message, "context_length_exceeded")
+            return error_response(HTTPStatus.BAD_REQUEST, client_message(exc.message), "context_length_exceeded")
         except (litellm.UnsupportedParamsError, litellm.BadRequestError) as exc:
-            return error_response(HTTPStatus.BAD_REQUEST, exc.message)
+            return error_response(HTTPStatus.BAD_REQUEST, client_message(exc.message))
         except ValueError as exc:  # the model's own checks (empty prompt, tool_choice naming no tool, ...)
-            return error_response(HTTPStatus.BAD_REQUEST, str(exc))
-        except Exception as exc:  # a bug: the client still gets an answer
-            traceback.print_exc()
-            return error_response(HTTPStatus.INTERNAL_SERVER_ERROR, f"internal error: {type(exc).__name__}: {exc}")
+            return error_response(HTTPStatus.BAD_REQUEST, client_message(str(exc)))
+        except Exception as exc:  # a bug: the client still gets an answer, never the traceback (it is logged)
+            return internal_error(request, exc)
 
     async def run_until_disconnect(request: Request, work: Callable[[threading.Event], Any]) -> Any:
         """``work(cancelled)`` on a worker thread; ``cancelled`` is set when the client goes away."""
@@ -265,7 +296,7 @@ def make_app(served_name: str = LOCAL_MODEL, max_tokens_cap: int = DEFAULT_MAX_T
         return error_response(HTTPStatus(exc.status_code), f"{exc.detail}: {request.method} {request.url.path}")
 
     async def server_error(request: Request, exc: Exception) -> Response:
-        return error_response(HTTPStatus.INTERNAL_SERVER_ERROR, f"internal error: {type(exc).__name__}: {exc}")
+        return internal_error(request, exc)
 
     routes = [Route(path, models, methods=["GET"]) for path in ("/v1/models", "/models")]
     routes += [Route(path, chat, methods=["POST"]) for path in ("/v1/chat/completions", "/chat/completions")]
@@ -294,6 +325,22 @@ async def read_json(request: Request) -> dict:
     if not isinstance(body, dict):
         raise RequestError(HTTPStatus.BAD_REQUEST, "request body must be a JSON object")
     return body
+
+
+def client_message(message: str) -> str:
+    """What a client is told of an error: its first line (litellm appends the provider's traceback to its
+    messages: it names the server's files), without litellm's class prefix."""
+    first = next((line.strip() for line in str(message).splitlines() if line.strip()), "bad request")
+    return re.sub(r"^litellm\.\w+(?:Error|Exception): ", "", first)
+
+
+def internal_error(request: Request, exc: Exception) -> JSONResponse:
+    """A 500 for a bug: the traceback goes to the server's log under an id, the client gets the id only."""
+    incident = uuid.uuid4().hex[:12]
+    print(f"agentuq-nb: internal error {incident} on {request.method} {request.url.path}:", file=sys.stderr)
+    traceback.print_exception(exc)
+    return error_response(HTTPStatus.INTERNAL_SERVER_ERROR, f"internal error {incident} ({type(exc).__name__}); the "
+                                                            "server's log has the details")
 
 
 def error_response(status: HTTPStatus, message: str, code: str | None = None) -> JSONResponse:

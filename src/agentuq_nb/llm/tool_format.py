@@ -113,6 +113,8 @@ def select_tools(tools: list[dict], tool_choice: Any) -> tuple[list[dict], bool]
     if tool_choice == "none":
         return [], False
     if tool_choice == "required":
+        if not tools:
+            raise ValueError("tool_choice 'required' needs at least one tool, and the request gives none")
         return tools, True
     if isinstance(tool_choice, dict):
         name = tool_function(tool_choice).get("name")

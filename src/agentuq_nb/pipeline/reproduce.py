@@ -32,6 +32,12 @@ its own ``runs/<that name>/`` and ``figures/<that name>/``::
       seed: [300, 301]
       num_trials: [1, 2]      # → seeds__seed=300__num_trials=1, …, seeds__seed=301__num_trials=2
 
+Limits (:mod:`agentuq_nb.common.limits`, each refused with one line naming the file): the file is at most
+``MAX_PARAMS_BYTES``, nested at most ``MAX_PARAMS_DEPTH`` levels, its aliases expand to at most
+``MAX_PARAMS_NODES`` values (checked on the composed nodes, before anything is expanded), and a grid
+expands to at most ``MAX_GRID_POINTS`` studies; a grid point's name longer than ``MAX_STUDY_NAME_CHARS``
+is shortened with a hash of the whole.
+
 A grid value overrides ``parameters``; a grid key may not also be set in a notebook's own
 parameters (that notebook would silently not be swept). :func:`run_studies` runs several
 params files and grids: one after the other in-process, or with ``scheduler`` as parallel
@@ -40,7 +46,9 @@ checkout at the same path, e.g. on a shared filesystem).
 """
 from __future__ import annotations
 
+import hashlib
 import itertools
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,10 +57,18 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from agentuq_nb.common.limits import (
+    MAX_GRID_POINTS,
+    MAX_PARAMS_BYTES,
+    MAX_PARAMS_DEPTH,
+    MAX_PARAMS_NODES,
+    MAX_STUDY_NAME_CHARS,
+)
 from agentuq_nb.common.naming import plain_name, slug
 from agentuq_nb.common.redaction import find_secret, redact
 from agentuq_nb.distributed import FanOutFailed, JobRunner
 from agentuq_nb.io.errors import InputError
+from agentuq_nb.io.files import read_limited_text
 from agentuq_nb.io.rundir import RunDir
 from agentuq_nb.pipeline.notebook_run import ProgressRelay, mask_notebook_secrets
 from agentuq_nb.records.config import StudySpec, validation_message
@@ -83,20 +99,100 @@ def _check_no_secrets(params: dict[str, Any], path: Path, where: str = "paramete
 
 
 def _point_name(name: str, point: dict[str, Any]) -> str:
+    """``<name>__<key>=<value>__…``; one longer than MAX_STUDY_NAME_CHARS keeps its start and a hash of the whole
+    (``runs/<name>/`` is one path component, at most 255 bytes)."""
     def text(value: Any) -> str:
         return slug(",".join(map(str, value)) if isinstance(value, list) else value, keep=",+")
 
-    return "__".join([name] + [f"{k}={text(v)}" for k, v in point.items()])
+    full = "__".join([name] + [f"{k}={text(v)}" for k, v in point.items()])
+    if len(full) <= MAX_STUDY_NAME_CHARS:
+        return full
+    digest = hashlib.sha1(repr((name, sorted(point.items(), key=lambda kv: kv[0]))).encode("utf-8", "replace"))
+    return f"{full[:MAX_STUDY_NAME_CHARS - 17]}-{digest.hexdigest()[:16]}"
+
+
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    """A YAML error in one line: what is wrong and where (PyYAML's own text spans several, with a caret drawing)."""
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+    return f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else problem
+
+
+def _yaml_depth(path: Path, text: str) -> None:
+    """Refuse YAML nested deeper than MAX_PARAMS_DEPTH, counted on the scanner's tokens (no recursion: PyYAML's
+    composer recurses once per level, and a file nested 50,000 deep would end in a RecursionError)."""
+    depth = 0
+    opening = (yaml.BlockMappingStartToken, yaml.BlockSequenceStartToken, yaml.FlowMappingStartToken,
+               yaml.FlowSequenceStartToken)
+    closing = (yaml.BlockEndToken, yaml.FlowMappingEndToken, yaml.FlowSequenceEndToken)
+    for token in yaml.scan(text, Loader=yaml.SafeLoader):
+        if isinstance(token, opening):
+            depth += 1
+            if depth > MAX_PARAMS_DEPTH:
+                raise InputError(path, f"params are nested more than {MAX_PARAMS_DEPTH} levels deep (a params file "
+                                       "is a few levels of mappings and lists)", f"line {token.start_mark.line + 1}")
+        elif isinstance(token, closing):
+            depth -= 1
+
+
+def _yaml_expanded_nodes(path: Path, root: yaml.Node | None) -> None:
+    """Refuse YAML whose aliases expand to more than MAX_PARAMS_NODES nodes (a "billion laughs" file: nine
+    levels of aliases passed 3 GB in 28 s) or refer to themselves; counted without expanding anything."""
+    if root is None:
+        return
+    size: dict[int, int] = {}
+    state: dict[int, int] = {}  # 1: being counted, 2: counted
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if isinstance(node, yaml.ScalarNode):
+            size[id(node)] = 1
+            continue
+        children = [c for pair in node.value for c in pair] if isinstance(node, yaml.MappingNode) else list(node.value)
+        if children_done:
+            size[id(node)] = 1 + sum(size[id(c)] for c in children)
+            state[id(node)] = 2
+            if size[id(node)] > MAX_PARAMS_NODES:
+                raise InputError(path, f"the params expand to more than {MAX_PARAMS_NODES:,} values (YAML aliases "
+                                       "repeating aliases): refused before expanding them",
+                                 f"line {node.start_mark.line + 1}")
+            continue
+        if state.get(id(node)) == 2:
+            continue
+        if state.get(id(node)) == 1:
+            raise InputError(path, "a YAML alias refers to a value that contains it (a structure without end)",
+                             f"line {node.start_mark.line + 1}")
+        state[id(node)] = 1
+        stack.append((node, True))
+        for child in children:
+            if state.get(id(child)) == 1:
+                raise InputError(path, "a YAML alias refers to a value that contains it (a structure without end)",
+                                 f"line {child.start_mark.line + 1}")
+            if state.get(id(child)) != 2 and not isinstance(child, yaml.ScalarNode):
+                stack.append((child, False))
+            elif isinstance(child, yaml.ScalarNode):
+                size[id(child)] = 1
+
+
+def read_params_yaml(path: Path) -> Any:
+    """A params file's YAML, checked against the documented limits before it is built: its size
+    (MAX_PARAMS_BYTES), its nesting (MAX_PARAMS_DEPTH) and what its aliases expand to (MAX_PARAMS_NODES)."""
+    text = read_limited_text(path, MAX_PARAMS_BYTES, "params file")
+    try:
+        _yaml_depth(path, text)
+        _yaml_expanded_nodes(path, yaml.compose(text, Loader=yaml.SafeLoader))
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise InputError(path, f"not valid YAML: {_yaml_problem(err)}") from None
+    except RecursionError:  # not reached past the depth check; said, never a traceback
+        raise InputError(path, f"params are nested too deeply (more than {MAX_PARAMS_DEPTH} levels)") from None
 
 
 def read_spec(params_path: Path) -> StudySpec:
     """A params file as a :class:`~agentuq_nb.records.config.StudySpec`; errors name the file and the field."""
-    if not params_path.is_file():
+    if not params_path.exists():
         raise InputError(params_path, "params file does not exist")
-    try:
-        raw = yaml.safe_load(params_path.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise InputError(params_path, f"not valid YAML: {err}") from err
+    raw = read_params_yaml(params_path) or {}
     if not isinstance(raw, dict):
         raise InputError(params_path, "expected a mapping with a non-empty 'notebooks' list")
     try:
@@ -115,6 +211,12 @@ def load_studies(params_path: str | Path) -> list[Study]:
         name = spec.name or plain_name(params_path.stem, "study name (the params file's name)")
     except ValueError as err:
         raise InputError(params_path, str(err), "name") from None
+    if spec.grid:
+        size = math.prod(len(values) for values in spec.grid.values())
+        if size > MAX_GRID_POINTS:
+            shape = " x ".join(f"{len(v)} {k}" for k, v in spec.grid.items())
+            raise InputError(params_path, f"the grid expands to {size:,} studies ({shape}), more than the "
+                                          f"{MAX_GRID_POINTS:,} one params file may run; split it", "grid")
     points = [dict(zip(spec.grid, combo)) for combo in itertools.product(*spec.grid.values())] if spec.grid else [{}]
     studies = []
     for point in points:
@@ -171,8 +273,8 @@ def run_study(
     unused = sorted({k for _, params in study.notebooks for k in params} - set().union(*declared))
     if unused:
         raise InputError(study.params_path, f"parameter(s) {unused} are declared by none of the study's notebooks")
-    out_dir = RunDir(run_dir).file("notebooks")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = RunDir(run_dir).folder("notebooks", make=True)
     for (nb, params), source, names in zip(study.notebooks, sources, declared):
         given = {"run_dir": str(run_dir), "figures_dir": str(figures_dir), **params}
         parameters = {k: v for k, v in given.items() if k in names}

@@ -6,6 +6,7 @@ schedules work), and a rerun with another fingerprint is refused rather than mix
 """
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -125,8 +126,8 @@ class ActionSamplingConfig(_Config):
 
     def fingerprint(self) -> dict[str, Any]:
         """What shapes the samples (``limit`` selects trajectories; ``conceptual_partials`` only what is computed
-        from them)."""
-        return self.model_dump(mode="json", exclude={"limit", "conceptual_partials"})
+        from them; ``tools`` names a file, whose content the sampler fingerprints: a path says nothing of it)."""
+        return self.model_dump(mode="json", exclude={"limit", "conceptual_partials", "tools"})
 
 
 POLICIES = ("observe", "defer", "resample_vote", "confirm", "random")
@@ -161,6 +162,13 @@ class PolicyConfig(_Config):
     sample_temperature: float = Field(1.0, gt=0.0)
     escalation_cost: float = Field(1.0, ge=0.0, description="the cost of one hand-off to a human, in study units")
     seed: int = 0
+
+    @field_validator("threshold")
+    @classmethod
+    def _threshold_is_a_number(cls, value):
+        if value is not None and math.isnan(value):
+            raise ValueError("threshold is NaN: give the signal's value above which the policy intervenes")
+        return value
 
     @property
     def action(self) -> str | None:

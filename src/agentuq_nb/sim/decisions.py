@@ -135,6 +135,16 @@ class DecisionPolicy(Protocol):
         """The policy as recorded in the run's fingerprint and in each simulation (JSON, no secrets)."""
         ...
 
+    # optional: ``check_runs(keys)`` - raise ValueError, before anything runs, when the policy could never act on
+    # the run's ``(task_id, trial, seed)`` keys (an oracle run of other tasks); see :func:`check_policy_runs`
+
+
+def check_policy_runs(policy: Any, keys: list[tuple[str, int, int]]) -> None:
+    """Let ``policy`` refuse the run's keys before any simulation (policies without ``check_runs`` accept any)."""
+    check = getattr(policy, "check_runs", None)
+    if check is not None:
+        check(keys)
+
 
 def describe_message(message: dict[str, Any]) -> str:
     """A short label of an agent message: its tool calls as canonical JSON, else its text."""

@@ -36,16 +36,19 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from agentuq_nb.common.limits import MAX_SMALL_JSON_BYTES
 from agentuq_nb.common.naming import file_key, slug
 from agentuq_nb.common.redaction import redact
 from agentuq_nb.distributed import FanOutFailed, JobRunner, with_worker_api_base
 from agentuq_nb.io.atomic import atomic_write_json
+from agentuq_nb.io.errors import InputError
+from agentuq_nb.io.files import open_regular, read_limited_json
 from agentuq_nb.io.rundir import RunDir
 from agentuq_nb.io.sidecars import sidecar_name, write_sidecar
 from agentuq_nb.records.config import EMBEDDED_MODEL, ExecutionConfig, SimulationConfig, configs_from_options
 from agentuq_nb.records.tokens import SCHEMA_VERSION
 from agentuq_nb.sim.agent import AGENT_INSTRUCTION, LLMAgent
-from agentuq_nb.sim.decisions import DecisionPolicy
+from agentuq_nb.sim.decisions import DecisionPolicy, check_policy_runs
 from agentuq_nb.sim.domain import Domain, list_domains, load_domain
 from agentuq_nb.sim.orchestrator import Orchestrator, SimulationInterrupted, SimulationResult
 from agentuq_nb.sim.user_simulator import GLOBAL_USER_SIM_GUIDELINES, UserSimulator
@@ -162,8 +165,8 @@ def check_run_config(run: RunDir, fingerprint: dict[str, Any], legacy: dict[str,
     path = run.file("run_config")
     if path.is_file():
         try:
-            old = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError:
+            old = read_limited_json(path, MAX_SMALL_JSON_BYTES, "run configuration")
+        except InputError:
             old = None
         if old is not None and legacy is not None and "simulation" not in old:  # written by an older version
             if old == as_stored(legacy):
@@ -233,7 +236,7 @@ def tool_signatures(domain: Domain) -> dict[str, dict[str, Any]]:
 def load_checkpoint(run: RunDir, job: "SimulationJob") -> dict[str, Any] | None:
     """The finished simulation of ``job``, or None. A checkpoint of an older version (no seed in its
     name) counts when it holds this very simulation (the run's fingerprint, seed included, matched)."""
-    checkpoints = run.file("checkpoints")
+    checkpoints = run.folder("checkpoints")
     for name in (job.checkpoint_name, legacy_checkpoint_name(*job.key)):
         data = _read_checkpoint(checkpoints / name)
         sim = (data or {}).get("simulation") or {}
@@ -244,9 +247,10 @@ def load_checkpoint(run: RunDir, job: "SimulationJob") -> dict[str, Any] | None:
 
 def _read_checkpoint(path: Path) -> dict[str, Any] | None:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None  # unreadable: treat as not done (writes are atomic, so this means foreign damage)
+        with open_regular(path, "simulation checkpoint") as fh:
+            data = json.load(fh)
+    except (InputError, OSError, ValueError, RecursionError):
+        return None  # missing or unreadable: treat as not done (writes are atomic, so this means foreign damage)
     return data if isinstance(data, dict) and "simulation" in data else None
 
 
@@ -313,7 +317,7 @@ def simulate_on_worker(job: SimulationJob) -> SimulationResult:
 def _save_simulation(run: RunDir, job: SimulationJob, result: SimulationResult) -> None:
     """The sidecar first, then the checkpoint: a checkpoint implies its token rows."""
     write_sidecar(run.path / job.sidecar_path, result.token_rows)
-    atomic_write_json(run.file("checkpoints") / job.checkpoint_name, {"simulation": result.simulation})
+    atomic_write_json(run.folder("checkpoints") / job.checkpoint_name, {"simulation": result.simulation})
 
 
 def run_simulations(domain: str | Domain, out_dir: str | os.PathLike | RunDir, policy: DecisionPolicy | None = None,
@@ -344,8 +348,8 @@ def simulate(config: SimulationConfig, out_dir: str | os.PathLike | RunDir, exec
     from agentuq_nb import llm  # the LLM layer registers the local provider on import
 
     if execution.scheduler is None:  # on a cluster the workers' environment is what counts
-        for model in {config.agent_llm, config.user_llm}:
-            llm.check_model(model)
+        llm.check_model(config.agent_llm, config.agent_llm_args)
+        llm.check_model(config.user_llm, config.user_llm_args)
     retry = llm.RetryPolicy(max_retries=config.retries)
     agent_proto = LLMAgent(llm=config.agent_llm, policy=domain.policy, tools=domain.tool_schemas(),
                            instructions=AGENT_INSTRUCTION, max_tokens=config.agent_max_tokens,
@@ -356,7 +360,7 @@ def simulate(config: SimulationConfig, out_dir: str | os.PathLike | RunDir, exec
                                temperature=config.temperature, top_logprobs=config.top_logprobs,
                                llm_args=dict(config.user_llm_args))
     seeds = trial_seeds(config.seed, config.num_trials)
-    checkpoints = run.file("checkpoints")
+    checkpoints = run.folder("checkpoints")
     builtin = domain.name in list_domains() and load_domain(domain.name) is domain
 
     def job_of(task: dict[str, Any], trial: int) -> SimulationJob:
@@ -366,11 +370,13 @@ def simulate(config: SimulationConfig, out_dir: str | os.PathLike | RunDir, exec
                              max_errors=config.max_errors, sidecar_path=f"{ARTIFACT_SIDECARS}/{sidecar}",
                              retry=retry, checkpoint_dir=str(checkpoints), policy=policy)
 
+    keys = [(str(task["id"]), trial, seeds[trial]) for task in tasks for trial in range(config.num_trials)]
+    check_policy_runs(policy, keys)  # before the folder is touched
     with run.lock("simulate"):
-        run.sidecars.mkdir(parents=True, exist_ok=True)
-        checkpoints.mkdir(parents=True, exist_ok=True)
         check_run_config(run, run_fingerprint(config, agent_proto, user_proto, policy),
                           legacy_fingerprint(config, agent_proto, user_proto))
+        run.folder("sidecars", make=True)
+        run.folder("checkpoints", make=True)
         all_jobs = [job_of(task, trial) for task in tasks for trial in range(config.num_trials)]
         pending = [job for job in all_jobs if load_checkpoint(run, job) is None]
         runner = JobRunner(label="simulate", desc=f"simulate {domain.name}", unit="sim", noun="simulations",

@@ -25,6 +25,7 @@ jobs run through the common executor (threads or Dask).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import zlib
 from collections import Counter
@@ -37,9 +38,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from agentuq_nb.common.limits import MAX_SMALL_JSON_BYTES
 from agentuq_nb.distributed import JobRunner, with_worker_api_base
 from agentuq_nb.io.atomic import atomic_write_with
 from agentuq_nb.io.errors import InputError, InputWarnings
+from agentuq_nb.io.files import check_regular, read_limited_json
 from agentuq_nb.io.input_warnings import emit_input_warnings
 from agentuq_nb.io.results import iter_simulations, read_header
 from agentuq_nb.io.rundir import RunDir
@@ -148,14 +151,13 @@ def agent_tools(info: dict, results_path: Path, tools_file: str | None, warnings
     """``(tools, source)``: from ``tools_file``, else as recorded, else inferred (counted as a warning)."""
     if tools_file:
         path = Path(tools_file)
-        try:
-            tools = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as err:
-            raise InputError(path, f"cannot read the tool schemas: {err}") from None
+        tools = read_limited_json(path, MAX_SMALL_JSON_BYTES, "tool schemas file")
         tools = list(tools.values()) if isinstance(tools, dict) else tools
         if not isinstance(tools, list) or not all(isinstance(t, dict) and ("function" in t or "name" in t) for t in tools):
             raise InputError(path, "expected a JSON list of OpenAI tool schemas ({'type': 'function', 'function': {...}})")
-        return [t if "function" in t else {"type": "function", "function": t} for t in tools], "file"
+        tools = [t if "function" in t else {"type": "function", "function": t} for t in tools]
+        check_tool_schemas(tools, path)
+        return tools, "file"
     tools = recorded_tools(info)
     if tools:
         return tools, "recorded"
@@ -163,6 +165,46 @@ def agent_tools(info: dict, results_path: Path, tools_file: str | None, warnings
     warnings.add("tools_inferred_from_calls", f"{results_path}: environment_info.tool_defs is empty; "
                  f"{len(tools)} tool schema(s) inferred from the recorded calls (pass --tools FILE for the real ones)")
     return tools, "inferred"
+
+
+def check_tool_schemas(tools: list[dict], path: Path) -> None:
+    """Refuse tool schemas no call could satisfy, naming the tool and the place: a function without a name,
+    parameters that are not an object schema, an empty ``enum`` (no value is allowed), a schema that is not a
+    valid JSON schema."""
+    from jsonschema import Draft202012Validator, SchemaError
+
+    for i, tool in enumerate(tools):
+        function = tool.get("function")
+        name = function.get("name") if isinstance(function, dict) else None
+        if not isinstance(name, str) or not name:
+            raise InputError(path, "a tool schema has no function name", f"tool {i}")
+        params = function.get("parameters", {"type": "object"})
+        if not isinstance(params, dict):
+            raise InputError(path, f"tool '{name}': parameters is a {type(params).__name__}, not a JSON schema object")
+        stack = [("parameters", params)]
+        while stack:  # iteratively: a hostile schema may nest deeply
+            where, node = stack.pop()
+            if isinstance(node, dict):
+                if "enum" in node and (not isinstance(node["enum"], list) or not node["enum"]):
+                    raise InputError(path, f"tool '{name}': {where}.enum is empty (or not a list): no value could be "
+                                           "given there, so no call of the tool could be sampled")
+                stack.extend((f"{where}.{k}", v) for k, v in node.items())
+            elif isinstance(node, list):
+                stack.extend((f"{where}[{j}]", v) for j, v in enumerate(node))
+        try:
+            Draft202012Validator.check_schema(params)
+        except SchemaError as err:
+            at = "/".join(str(p) for p in err.absolute_path) or "(top)"
+            raise InputError(path, f"tool '{name}': parameters is not a valid JSON schema: {err.message} at "
+                                   f"parameters/{at}") from None
+        except RecursionError:
+            raise InputError(path, f"tool '{name}': parameters nest too deeply to be a schema") from None
+
+
+def tools_digest(tools: list[dict]) -> str:
+    """SHA-256 of the tool schemas' content (canonical JSON): what a resumed run must have been sampled with."""
+    text = json.dumps(tools, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 # --------------------------------------------------------------------------- sampling one trajectory
@@ -187,6 +229,8 @@ class SamplingJob:
 @dataclass
 class SampledTrajectory:
     table: pa.Table
+    without_decisions: int = 0  # 1: the trajectory has no selected decision point
+    where: str = ""  # the trajectory, for the warning that says so
     decisions: int = 0
     overflow_decisions: int = 0  # skipped: the context does not fit the sampler's window
     fitted_decisions: int = 0  # sampled after leaving the oldest turns out (context policy)
@@ -259,7 +303,8 @@ def sample_one(job: SamplingJob) -> SampledTrajectory:
     history = [agent_visible(m) for m in conversation(sim)]
     keys = {"domain": job.domain, "task_id": str(sim.task_id), "trial": sim.trial, "seed": sim.seed}
     overflow = context_overflow_errors()
-    out = SampledTrajectory(ACTION_SAMPLE_SCHEMA.empty_table())
+    out = SampledTrajectory(ACTION_SAMPLE_SCHEMA.empty_table(), without_decisions=int(not job.decisions),
+                            where=job.where)
     rows: list[dict] = []
     for d in job.decisions:
         base_seed = decision_seed(config.seed, sim, d.decision_idx)
@@ -349,38 +394,44 @@ def _jobs(results_path: Path, checkpoint_dir: Path, config: ActionSamplingConfig
         if out.exists():
             report.skipped += 1
             continue
-        decisions = decision_points(sim, config, tiny)
-        if not decisions:
-            report.without_decisions += 1
-            report.warnings.add("trajectories_without_decision_points",
-                                f"{results_path} simulation {sim.id}: no agent decision point (turns={config.turns})")
+        decisions = decision_points(sim, config, tiny)  # none: counted from its checkpoint (a resumed run too)
         yield out, SamplingJob(sim=sim, domain=domain, where=f"{results_path} simulation {sim.id}", system=system,
                                tools=tools, decisions=decisions, model=model, sampler_kind=report.sampler_kind,
                                config=config, max_tokens=max_tokens)
 
 
-COUNTS = ("decisions", "overflow_decisions", "fitted_decisions", "dropped_messages", "cost")
+COUNTS = ("without_decisions", "decisions", "overflow_decisions", "fitted_decisions", "dropped_messages", "cost")
 COUNTS_KEY = b"agentuq_nb.action_sampling"
 
 
 def _save(out: Path, sampled: SampledTrajectory, report: ActionSamplingReport) -> None:
     if out.exists():  # dedupe by trajectory: the first result written wins
         return
-    counts = json.dumps({name: getattr(sampled, name) for name in COUNTS}).encode()
+    counts = json.dumps({**{name: getattr(sampled, name) for name in COUNTS}, "where": sampled.where}).encode()
     table = sampled.table.replace_schema_metadata({COUNTS_KEY: counts})  # a resumed run still reports them
     atomic_write_with(out, lambda p: pq.write_table(table, p))
     report.sampled += 1
 
 
-def _read_checkpoints(checkpoints: list[Path], report: ActionSamplingReport) -> pa.Table:
+def _read_checkpoints(checkpoints: list[Path], report: ActionSamplingReport, turns: str) -> pa.Table:
     """Every finished trajectory's samples (of this run and the ones it resumes), each file read once,
-    with their counts added to the report's totals."""
+    with their counts added to the report's totals (and the warning for trajectories without a decision point)."""
     tables = []
     for part in checkpoints:
-        table = pq.read_table(part)
-        counts = json.loads((table.schema.metadata or {}).get(COUNTS_KEY, b"{}"))
+        check_regular(part, "a sampling checkpoint")
+        try:
+            table = pq.read_table(part)
+            counts = json.loads((table.schema.metadata or {}).get(COUNTS_KEY, b"{}"))
+        except (pa.ArrowException, OSError, ValueError) as err:
+            raise InputError(part, f"is not a readable sampling checkpoint ({str(err).splitlines()[0]}); delete it "
+                                   "and run the command again to sample that trajectory anew") from None
+        if not counts.get("without_decisions") and table.num_rows == 0 and "without_decisions" not in counts:
+            counts["without_decisions"] = 1  # written before the count was kept: an empty table is one
         for name in COUNTS:
             setattr(report, name, getattr(report, name) + counts.get(name, 0))
+        if counts.get("without_decisions"):
+            report.warnings.add("trajectories_without_decision_points",
+                                f"{counts.get('where') or part.name}: no agent decision point (turns={turns})")
         report.samples += table.num_rows
         tables.append(table.replace_schema_metadata(None).cast(ACTION_SAMPLE_SCHEMA))
     return pa.concat_tables(tables) if tables else ACTION_SAMPLE_SCHEMA.empty_table()
@@ -404,21 +455,22 @@ def sample_actions(run_dir: str | Path | RunDir, results: str | Path | None = No
         results_path = Path(results) if results else run.results_path()
         info = read_header(results_path).get("info") or {}
         model, kind = sampler_for(info, config.model)
-        if execution.scheduler is None:
+        if execution.scheduler is None:  # on a cluster the workers' environment is what counts
             llm.check_model(model)
         report = ActionSamplingReport(run.path, sampler_model=model, sampler_kind=kind)
         tools, report.tools_source = agent_tools(info, results_path, config.tools, report.warnings)
-        checkpoint_dir = run.checkpoint_dir("action_samples")
-        checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        checkpoint_dir = run.folder(f"{run.relative('checkpoints')}/action_samples", make=True)
+        # the tools' content, not the file's path: an edited --tools file between two runs is another setting
         check_checkpoint_settings(checkpoint_dir / "sampler.json",
-                                  {**config.fingerprint(), "model": model, "results": str(results_path.resolve())})
+                                  {**config.fingerprint(), "tools_sha256": tools_digest(tools), "model": model,
+                                   "results": str(results_path.resolve())})
         runner = JobRunner(label="sample_actions", desc=f"sample actions (K={config.k})", unit="traj",
                            noun="trajectories", kept_as=f"checkpointed in {checkpoint_dir}",
                            **execution.runner_options())
         runner.run(sample_one, _jobs(results_path, checkpoint_dir, config, report, info, tools, model),
                    lambda out, sampled: _save(out, sampled, report), total=config.limit,
                    done=lambda: report.skipped, worker_fn=sample_on_worker)
-        samples = _read_checkpoints(sorted(checkpoint_dir.glob("*.parquet")), report)
+        samples = _read_checkpoints(sorted(checkpoint_dir.glob("*.parquet")), report, config.turns)
         if samples.num_rows == 0:
             raise ValueError(f"{results_path}: no decision point was sampled ({report.without_decisions} trajectories "
                              f"without an agent decision point under turns={config.turns!r}, "

@@ -24,7 +24,7 @@ import pyarrow as pa
 from agentuq_nb.common.collector import fewer_collections
 from agentuq_nb.io.errors import InputError, InputWarnings
 from agentuq_nb.io.input_warnings import emit_input_warnings
-from agentuq_nb.io.results import detect_layout, iter_simulations, read_header
+from agentuq_nb.io.results import iter_simulations, layout_before_simulations, read_header, simulation_layout
 from agentuq_nb.io.rundir import RunDir
 from agentuq_nb.io.sidecars import release_scanner_memory
 from agentuq_nb.io.token_sources import SidecarResolver, batch_raw_tokens
@@ -62,6 +62,13 @@ def results_input(run: RunDir, results_path: Path) -> dict[str, str]:
     if results_path.resolve() == run.results_json.resolve():
         return run.based_on("results")
     return {}
+
+
+def _remember_first(sims: Iterable[Simulation], first: list[Simulation]) -> Iterator[Simulation]:
+    for sim in sims:
+        if not first:
+            first.append(sim)
+        yield sim
 
 
 def _batches(sims: Iterable[Simulation], resolver: SidecarResolver, batch_bytes: int) -> Iterator[tuple[list[Simulation], Future]]:
@@ -120,7 +127,7 @@ def extract(results_path: str | Path, run_dir: str | Path | RunDir, sidecar_dir:
         raise InputError(run.path, "is a file, not a run folder: give --out a folder (new or holding a run)")
     if sidecar_dir is not None and not Path(sidecar_dir).is_dir():
         raise InputError(sidecar_dir, "--sidecar-dir " + ("is not a directory" if Path(sidecar_dir).exists() else "does not exist"))
-    layout = detect_layout(results_path)
+    layout = layout_before_simulations(results_path)  # v0 or v1: told by the first simulation, as it streams
     header = read_header(results_path)
     domain = Results.domain_of(header.get("info"))
     models = models_by_role(header)
@@ -135,7 +142,8 @@ def extract(results_path: str | Path, run_dir: str | Path | RunDir, sidecar_dir:
     try:
         with fewer_collections(), run.commit("extract") as commit, closing(resolver), \
                 BaseTables(commit, results_input(run, results_path)) as tables:
-            sims = iter_simulations(results_path, report.warnings)
+            first: list[Simulation] = []
+            sims = _remember_first(iter_simulations(results_path, report.warnings), first)
             for batch, parsed in _batches(sims, resolver, batch_bytes):
                 messages = MessageColumns.of(batch)  # one pass over the messages, for the tokens and the message table
                 raw, sim_pos = batch_raw_tokens(batch, domain, resolver, report.warnings, models, parsed.result(), messages)
@@ -153,7 +161,8 @@ def extract(results_path: str | Path, run_dir: str | Path | RunDir, sidecar_dir:
             tables.close(str(results_path), report.warnings)
             report.num_tokens = tables.num_tokens
             commit.update_manifest(
-                step="extract", results=str(results_path.resolve()), layout=layout,
+                step="extract", results=str(results_path.resolve()),
+                layout=layout or simulation_layout(first[0] if first else None),
                 sidecar_dir=str(Path(sidecar_dir).resolve()) if sidecar_dir else None, domain=domain, models=models,
                 num_simulations=report.num_simulations, num_tokens=report.num_tokens,
                 warnings=report.warnings.as_dict(), scoring=None)

@@ -21,7 +21,7 @@ the same as an in-process run's.
 """
 from __future__ import annotations
 
-import json
+import os
 from dataclasses import dataclass, field, replace
 from itertools import islice
 from pathlib import Path
@@ -30,9 +30,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from agentuq_nb.common.limits import MAX_SMALL_JSON_BYTES
 from agentuq_nb.distributed import JobRunner, with_worker_api_base
 from agentuq_nb.io.atomic import atomic_write_json, atomic_write_with
 from agentuq_nb.io.errors import InputError, InputWarnings
+from agentuq_nb.io.files import read_limited_json
 from agentuq_nb.io.results import iter_simulations, read_header
 from agentuq_nb.io.rundir import RunDir
 from agentuq_nb.io.sidecars import trajectory_table_name
@@ -229,13 +231,15 @@ def _consolidate(checkpoint_dir: Path, out_path: Path, metadata: dict) -> int:
 def check_checkpoint_settings(state_path: Path, state: dict) -> None:
     """Refuse to resume checkpointed work with other settings (another scorer or sampler, other results),
     which would mix two runs' rows; the first run records its settings in ``state_path``."""
-    if state_path.exists():
-        old = json.loads(state_path.read_text())
+    holds_work = any(state_path.parent.glob("*.parquet"))
+    if os.path.lexists(state_path) and holds_work:
+        old = read_limited_json(state_path, MAX_SMALL_JSON_BYTES, "checkpoint settings")
+        old = old if isinstance(old, dict) else {}
         changed = {k: (old.get(k), v) for k, v in state.items() if old.get(k) != v}
         if changed:
             raise InputError(state_path, f"these checkpoints were made with other settings {changed}; "
                              "use a new run directory or delete the checkpoints to start again")
-    else:
+    else:  # no checkpoint yet (a first run, or one that stopped before its first): nothing could be mixed
         atomic_write_json(state_path, state)
 
 
