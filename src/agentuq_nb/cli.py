@@ -578,8 +578,10 @@ def list_estimators(
         if not found:
             raise InputError(run_dir, "holds no table an estimator reads (no trajectory summary or score file); "
                                       f"run 'agentuq-nb aggregate {run_dir}' after extract")
-    for e in found:
-        typer.echo(f"{e.name:45s} {e.family:14s} {e.orientation:32s} {', '.join(e.requires)}")
+        run = RunDir(run_dir)
+        rows = [(e, ", ".join(e.reads(run))) for e in found]
+    for e, reads in rows:
+        typer.echo(f"{e.name:45s} {e.family:14s} {e.orientation:32s} {reads}")
 
 
 @app.command()
