@@ -68,6 +68,22 @@ def test_an_inspect_log_without_the_extra_is_one_line_naming_it(tmp_path):
         assert len(lines) == 1 and str(log) in lines[0] and "[inspect]" in lines[0] and "Traceback" not in done.stderr
 
 
+def test_inspect_logs_are_recognised_by_shape_and_tau2_results_are_not(tmp_path, synthetic_results):
+    from agentuq_nb.io.inspect_logs import is_inspect_log
+    from agentuq_nb.io.results import detect_layout
+
+    json_log = tmp_path / "old-style.json"  # Inspect's .json logs open with version, status, eval
+    json_log.write_text(json.dumps({"version": 2, "status": "success", "eval": {"task": "t"}, "samples": []}))
+    zipped = tmp_path / "renamed.log"  # an .eval log is a zip archive, whatever its name
+    with zipfile.ZipFile(zipped, "w") as zf:
+        zf.writestr("header.json", "{}")
+    assert detect_layout(json_log) == detect_layout(zipped) == "inspect"
+    assert not is_inspect_log(synthetic_results) and detect_layout(synthetic_results) in ("v0", "v1")
+    truncated = tmp_path / "truncated.json"  # τ²-bench results cut short: its reader says what is wrong
+    truncated.write_text('{"timestamp": "2026-11-26", "simula')
+    assert not is_inspect_log(truncated)
+
+
 def test_score_is_refused_for_results_with_one_reward(tmp_path):
     from agentuq_nb.io.synthetic import write_synthetic_results
 

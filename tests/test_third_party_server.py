@@ -87,6 +87,17 @@ def results_file(path: Path, simulations: list[dict]) -> Path:
     return path
 
 
+def test_token_offsets_are_walked_where_a_server_counts_no_characters_for_special_tokens():
+    from agentuq_nb.llm.remote import token_offsets
+
+    text = "<|im_start|>user\nHi there<|im_end|>\n"
+    tokens = ["", "user", "\n", "Hi", " there", "", "\n", "!"]  # llama-cpp-python: specials are "", then one generated
+    theirs = [0, 0, 4, 5, 7, 13, 13, 14]  # its text_offset: each special token counted as 0 characters
+    assert token_offsets(text, tokens, theirs) == [0, 12, 16, 17, 19, 25, 35, len(text)]
+    right = [0, 12, 16, 17, 19, 25, 35, len(text)]  # vLLM's and serve-local's: kept as they are
+    assert token_offsets(text, tokens, right) is right
+
+
 @pytest.mark.slow
 def test_rescore_through_llama_cpp_servers_completions_echo_matches_in_process_teacher_forcing(llama_server, tmp_path):
     results = results_file(tmp_path / "results.json", [{

@@ -159,7 +159,8 @@ def token_offsets(text: str, tokens: list[str], offsets: list[int]) -> list[int]
     message would be assigned to the one before. Walking: a token's string is looked for from the end of the
     previous one; the text skipped is what the empty (special) tokens stand for; a token not found (the one
     generated after the prompt) starts past the end."""
-    if len(offsets) == len(tokens) and all(text.startswith(tok, at) for tok, at in zip(tokens, offsets) if tok):
+    if len(offsets) == len(tokens) and all(text.startswith(tok, at) for tok, at in zip(tokens, offsets)
+                                           if tok and at < len(text)):  # past the end: the generated token
         return offsets
     walked, cursor = [], 0
     for tok in tokens:
