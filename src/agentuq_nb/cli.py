@@ -79,8 +79,11 @@ def one_line(text: str) -> str:
 SCHEDULER_HELP = "run on Dask: a scheduler address (tcp://host:8786) or local:N for N local worker processes"
 API_BASE_HELP = "OpenAI-compatible server for remote models, one per worker with --scheduler (repeat the option)"
 PLUGIN_HELP = "a module or .py file whose estimators register themselves (repeat the option)"
-RESULTS_HELP = ("τ²-bench results (a v0/v1 JSON file or a v1.0.1 results directory) or the original τ-bench's "
-                "results (a JSON list of {task_id, reward, info, traj, trial})")
+RESULTS_HELP = ("τ²-bench results (a v0/v1 JSON file or a v1.0.1 results directory), the original τ-bench's "
+                "results (a JSON list of {task_id, reward, info, traj, trial}) or an Inspect AI log (.eval; the "
+                "[inspect] extra)")
+SCORE_HELP = ("Inspect AI logs: the scorer whose value is the reward, NAME or NAME:KEY for a dict-valued score "
+              "(default: the eval's first scorer; C/P/I/N → 1/0.5/0/0, numbers as they are)")
 
 
 class Embedder(str, Enum):
@@ -203,13 +206,14 @@ def extract(
     results: Path = typer.Argument(..., help=RESULTS_HELP),
     out: Path = typer.Option(..., "--out", help="run directory to write tokens.parquet and the manifest to"),
     sidecar_dir: Optional[Path] = typer.Option(None, "--sidecar-dir", help="where agentuq sidecar JSONL files are, if not beside the results"),
+    score: Optional[str] = typer.Option(None, "--score", help=SCORE_HELP),
 ):
     """Token rows from results + sidecars → RUN_DIR/tokens.parquet."""
     from agentuq_nb.uq import extract as run_extract
 
     _out_folder(out, "extract")
     with _step("extract", out):
-        report = run_extract(results, out, sidecar_dir, progress=True)
+        report = run_extract(results, out, sidecar_dir, progress=True, score=score)
     typer.echo(f"{report.num_simulations} simulations, {report.num_tokens} token rows → {out / 'tokens.parquet'}")
     if report.num_tokens == 0:
         typer.secho(f"note: no message carried log-probs, so there is nothing to aggregate; 'agentuq-nb rescore "
@@ -320,6 +324,7 @@ def analyze(
                                   "TRACER: from the messages, no log-probs needed) and the estimator table of every "
                                   "family the run holds; --no-blackbox: extract, aggregate, evaluate only"),
     embedder: Embedder = typer.Option("minilm", help="sentence embeddings of the black-box signals"),
+    score: Optional[str] = typer.Option(None, "--score", help=SCORE_HELP),
 ):
     """Results → RUN_DIR in one process: extract, aggregate and evaluate where the run has token log-probs; the
     black-box families and the estimator table of every family it holds (with or without log-probs)."""
@@ -333,7 +338,7 @@ def analyze(
         check_estimator_name(uncertainty, role)
         check_failure_threshold(failure_threshold)
     with _step("extract", out):
-        report = run_extract(results, out, sidecar_dir, progress=True)
+        report = run_extract(results, out, sidecar_dir, progress=True, score=score)
     has_tokens = report.num_tokens > 0
     if has_tokens:
         with _step("aggregate", out):

@@ -10,6 +10,9 @@
   ``{task_id, reward, info, traj, trial}``, recognised by that shape; each entry becomes a simulation
   and the file gets a τ²-shaped header (domain, the agent's system prompt) as
   :mod:`agentuq_nb.io.tau_bench` describes.
+* ``inspect`` – an Inspect AI evaluation log (``.eval``, or the older ``.json``), read through inspect-ai's own
+  reader (the ``[inspect]`` extra): each sample and epoch becomes a simulation as
+  :mod:`agentuq_nb.io.inspect_logs` describes; ``score`` picks the score that is the reward.
 
 Simulations are streamed with ijson so that a large results file is never held twice
 (as raw JSON and as models) in memory. Unknown keys are kept on every model.
@@ -24,7 +27,7 @@ from typing import Any
 import ijson
 from pydantic import ValidationError
 
-from agentuq_nb.io import tau_bench
+from agentuq_nb.io import inspect_logs, tau_bench
 from agentuq_nb.io.errors import InputError, InputWarnings
 from agentuq_nb.io.files import open_regular
 from agentuq_nb.io.json_stream import GuardedReader, JsonScanner, LongToken, read_json_document, stream_items
@@ -36,8 +39,8 @@ NOT_RESULTS = ("top level is neither a JSON object (τ²-bench results) nor a JS
 
 
 def detect_layout(path: str | Path) -> str:
-    """Return ``"dir"``, ``"v1"``, ``"v0"`` or ``"tau_bench"``; raise InputError if ``path`` is neither
-    τ²-bench's results nor the original τ-bench's."""
+    """Return ``"dir"``, ``"v1"``, ``"v0"``, ``"tau_bench"`` or ``"inspect"``; raise InputError if ``path`` is
+    neither τ²-bench's results, nor the original τ-bench's, nor an Inspect AI log."""
     layout = layout_before_simulations(path)
     if layout is not None:
         return layout
@@ -50,6 +53,8 @@ def layout_before_simulations(path: str | Path) -> str | None:
     path = Path(path)
     if not os.path.lexists(path):
         raise InputError(path, "results path does not exist")
+    if inspect_logs.is_inspect_log(path):
+        return inspect_logs.LAYOUT
     if path.is_dir():
         if not (path / "results.json").is_file() and not (path / "simulations").is_dir():
             raise InputError(path, "directory has neither results.json nor simulations/ (not a τ²-bench results directory)")
@@ -115,10 +120,14 @@ def _tau_bench_header(path: Path) -> dict[str, Any]:
     return tau_bench.results_header(prompt, path)
 
 
-def read_header(path: str | Path) -> dict[str, Any]:
+def read_header(path: str | Path, score: str | None = None) -> dict[str, Any]:
     """Top-level keys of a results file except ``simulations`` (streamed, cheap on big files); of a τ-bench
-    file, the header :func:`tau_bench.results_header` makes for it."""
+    file, the header :func:`tau_bench.results_header` makes for it; of an Inspect log, the one
+    :func:`inspect_logs.results_header` makes (``score``: as for :func:`iter_simulations`)."""
     path = Path(path)
+    if inspect_logs.is_inspect_log(path):
+        return inspect_logs.results_header(path, score)
+    _score_only_for_inspect(path, score)
     if path.is_dir():
         path = path / "results.json"
         if not path.exists():
@@ -257,13 +266,26 @@ def _iter_tau_bench(path: Path, warnings: InputWarnings | None) -> Iterator[Simu
         yield tau_bench.simulation(entry, path, index, warnings, header_prompt)
 
 
-def iter_simulations(path: str | Path, warnings: InputWarnings | None = None) -> Iterator[Simulation]:
+def _score_only_for_inspect(path: Path, score: str | None) -> None:
+    if score is not None:
+        raise InputError(path, f"--score '{score}' chooses among the scores of an Inspect AI log; these results "
+                               "carry one reward per simulation")
+
+
+def iter_simulations(path: str | Path, warnings: InputWarnings | None = None,
+                     score: str | None = None) -> Iterator[Simulation]:
     """Stream the simulations of a results file or directory, in file order.
 
     ``warnings`` counts input kept but not as it should be (τ-bench files: malformed tool-call arguments,
-    runs that raised); without it they are not counted (what they concern is still in the simulations)."""
+    runs that raised); without it they are not counted (what they concern is still in the simulations).
+    ``score`` (Inspect logs only): the scorer whose value is the reward, ``NAME`` or ``NAME:KEY`` (default: the
+    eval's first scorer)."""
     path = Path(path)
     layout = layout_before_simulations(path)  # v0 or v1 needs no telling apart here: read alike
+    if layout == inspect_logs.LAYOUT:
+        yield from inspect_logs.iter_simulations(path, warnings, score)
+        return
+    _score_only_for_inspect(path, score)
     if layout == tau_bench.LAYOUT:
         yield from _iter_tau_bench(path, warnings)
         return

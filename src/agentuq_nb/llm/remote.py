@@ -136,6 +136,7 @@ def echo_score(segments: list[Segment], model: str, top_logprobs: int = 5,
             "teacher-force. Use backend='chat_replay' (log-probs of the scorer's own continuation) instead.")
     tokens = list(logprobs.tokens)
     tops = list(logprobs.top_logprobs or [None] * len(tokens))
+    offsets = token_offsets(text, tokens, offsets)
     ends = offsets[1:] + [len(text) + 1]
     out: dict[int, list[TokenLogprob]] = {idx: [] for _, _, idx in spans}
     for tok, lp, top, start, end in zip(tokens, token_lps, tops, offsets, ends):
@@ -147,6 +148,29 @@ def echo_score(segments: list[Segment], model: str, top_logprobs: int = 5,
             out[owner].append(TokenLogprob(tok, list(tok.encode("utf-8")), float(lp),
                                            [(t, list(t.encode("utf-8")), float(v)) for t, v in ranked], None))
     return out
+
+
+def token_offsets(text: str, tokens: list[str], offsets: list[int]) -> list[int]:
+    """Where each echoed token starts in ``text``: the server's ``text_offset`` where every token's string is
+    found there (vLLM's, serve-local's), else found by walking the token strings through the text.
+
+    llama-cpp-python's server counts no characters for special tokens (``<|im_start|>`` …): it detokenizes
+    them to empty strings, so its offsets fall behind by each special token's length and the tokens of one
+    message would be assigned to the one before. Walking: a token's string is looked for from the end of the
+    previous one; the text skipped is what the empty (special) tokens stand for; a token not found (the one
+    generated after the prompt) starts past the end."""
+    if len(offsets) == len(tokens) and all(text.startswith(tok, at) for tok, at in zip(tokens, offsets)
+                                           if tok and at < len(text)):  # past the end: the generated token
+        return offsets
+    walked, cursor = [], 0
+    for tok in tokens:
+        at = text.find(tok, cursor) if tok else cursor
+        if at < 0:
+            at = cursor = len(text)
+        else:
+            cursor = at + len(tok)
+        walked.append(at)
+    return walked
 
 
 def replay_messages(context: list, target_role: str, system: str | None) -> list[dict]:

@@ -119,18 +119,20 @@ def _batches(sims: Iterable[Simulation], resolver: SidecarResolver, batch_bytes:
 
 
 def extract(results_path: str | Path, run_dir: str | Path | RunDir, sidecar_dir: str | Path | None = None,
-            progress: bool = False, batch_bytes: int = BATCH_BYTES) -> ExtractReport:
+            progress: bool = False, batch_bytes: int = BATCH_BYTES, score: str | None = None) -> ExtractReport:
     """Publish ``tokens.parquet``, ``turn_partials.parquet``, ``messages.parquet``, ``trajectories.parquet``
-    and the manifest in ``run_dir``, as one commit."""
+    and the manifest in ``run_dir``, as one commit. ``score``: which of an Inspect AI log's scores is the
+    reward (:func:`~agentuq_nb.io.results.iter_simulations`; recorded in the manifest as ``reward_from``)."""
     results_path, run = Path(results_path), RunDir.of(run_dir)
     if run.path.exists() and not run.path.is_dir():
         raise InputError(run.path, "is a file, not a run folder: give --out a folder (new or holding a run)")
     if sidecar_dir is not None and not Path(sidecar_dir).is_dir():
         raise InputError(sidecar_dir, "--sidecar-dir " + ("is not a directory" if Path(sidecar_dir).exists() else "does not exist"))
     layout = layout_before_simulations(results_path)  # v0 or v1: told by the first simulation, as it streams
-    header = read_header(results_path)
+    header = read_header(results_path, score)
     domain = Results.domain_of(header.get("info"))
     models = models_by_role(header)
+    reward_from = (header.get("info") or {}).get("reward_from")
     resolver = SidecarResolver(results_path if results_path.is_file() else results_path / "results.json",
                                Path(sidecar_dir) if sidecar_dir else None)
     report = ExtractReport(run.path)
@@ -143,7 +145,7 @@ def extract(results_path: str | Path, run_dir: str | Path | RunDir, sidecar_dir:
         with fewer_collections(), run.commit("extract") as commit, closing(resolver), \
                 BaseTables(commit, results_input(run, results_path)) as tables:
             first: list[Simulation] = []
-            sims = _remember_first(iter_simulations(results_path, report.warnings), first)
+            sims = _remember_first(iter_simulations(results_path, report.warnings, score), first)
             for batch, parsed in _batches(sims, resolver, batch_bytes):
                 messages = MessageColumns.of(batch)  # one pass over the messages, for the tokens and the message table
                 raw, sim_pos = batch_raw_tokens(batch, domain, resolver, report.warnings, models, parsed.result(), messages)
@@ -165,7 +167,8 @@ def extract(results_path: str | Path, run_dir: str | Path | RunDir, sidecar_dir:
                 layout=layout or simulation_layout(first[0] if first else None),
                 sidecar_dir=str(Path(sidecar_dir).resolve()) if sidecar_dir else None, domain=domain, models=models,
                 num_simulations=report.num_simulations, num_tokens=report.num_tokens,
-                warnings=report.warnings.as_dict(), scoring=None)
+                warnings=report.warnings.as_dict(), scoring=None,
+                **({"reward_from": reward_from} if reward_from else {}))
     finally:
         if bar is not None:
             bar.close()
