@@ -23,16 +23,17 @@ def _draw_dynamics(ax, counts_ax, curve: pd.DataFrame, min_trajectories: int, le
         ok = np.isfinite(c["mean"].to_numpy(dtype=float)) & (c["n_trajectories"].to_numpy() >= min_trajectories)
         mean = np.where(ok, c["mean"], np.nan)  # NaN breaks the line: no segment across an empty bin
         lo, hi = np.where(ok, c["lo"], np.nan), np.where(ok, c["hi"], np.nan)
-        ax.plot(c["bin_center"], mean, marker="o", ms=4, lw=2, color=PALETTE[outcome],
-                label=f"{outcome}: mean over the trajectories in a bin" if legend else None)
-        ax.fill_between(c["bin_center"], lo, hi, color=PALETTE[outcome], alpha=0.2, lw=0)
+        # the band as an interval per bin (a filled band would vanish at bins with no drawn neighbour)
+        ax.errorbar(c["bin_center"] + (k - 0.5) * width * 0.12, mean, yerr=[mean - lo, hi - mean], marker="o", ms=4,
+                    lw=2, capsize=3, elinewidth=1.2, color=PALETTE[outcome],
+                    label=f"{outcome}: mean over the trajectories in a bin, with its band" if legend else None)
         offset = (k - 0.5) * width * 0.4
         counts_ax.bar(c["bin_center"] + offset, c["n_trajectories"], width=width * 0.4, color=PALETTE[outcome],
                       alpha=0.8)
     counts_ax.axhline(min_trajectories, ls=":", color=PALETTE["neutral"], lw=1)
 
 
-def dynamics_figure(curve: pd.DataFrame, ylabel: str = "agent turn NLL (mean token NLL)",
+def dynamics_figure(curve: pd.DataFrame, ylabel: str = "agent turn: mean token NLL",
                     min_trajectories: int = MIN_TRAJECTORIES, band: str | None = None,
                     n_trajectories: dict | None = None):
     """Mean per bin of the normalized turn index for successes vs failures (``evaluation.dynamics_curve``), with
@@ -45,7 +46,7 @@ def dynamics_figure(curve: pd.DataFrame, ylabel: str = "agent turn NLL (mean tok
                                      gridspec_kw={"height_ratios": [3, 1.1]})
     _draw_dynamics(ax, counts, curve, min_trajectories)
     band = band or curve.attrs.get("band", "95% interval of the mean")
-    ax.plot([], [], color=PALETTE["neutral"], alpha=0.3, lw=6, label=f"band: {band}")
+    ax.plot([], [], ls="", label=f"band: {band}")
     ax.set(ylabel=ylabel, xlim=(0, 1))
     n_text = ""
     n_trajectories = n_trajectories or curve.attrs.get("n_trajectories")
@@ -88,7 +89,7 @@ def dynamics_grid_figure(curves: dict, ylabel: str = "agent turn NLL", min_traje
                 ax.set_ylabel(ylabel)
                 counts.set_ylabel("trajectories")
             counts.yaxis.set_major_locator(plt.MaxNLocator(nbins=3, integer=True))
-    axes[0][0].plot([], [], color=PALETTE["neutral"], alpha=0.3, lw=6, label=f"band: {band}")
+    axes[0][0].plot([], [], ls="", label=f"band: {band}")
     axes[1][0].plot([], [], ls=":", color=PALETTE["neutral"],
                     label=f"bins under {min_trajectories} trajectories: not drawn")
     legend_below(fig, ncol=2)
