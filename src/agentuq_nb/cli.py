@@ -338,12 +338,12 @@ def _estimator_table(run_dir: Path, failure_threshold: float, n_boot: int, seed:
                      combined_input_names=None, blackbox: bool = True, embedder: Embedder = Embedder.minilm) -> None:
     """compare-estimators' work and report (``analyze`` ends with it too): the black-box families brought up to
     date, the table, and the families the run lacks with the command that adds each."""
+    import pyarrow.parquet as pq
+
     from agentuq_nb.evaluation import compare_estimators as run_compare
     from agentuq_nb.evaluation.family_gaps import missing_families
     from agentuq_nb.evaluation.run_blackbox import BlackBoxConfig, ensure_blackbox
     from agentuq_nb.io.rundir import RunDir
-
-    import pyarrow.parquet as pq
 
     skipped = None
     run = RunDir(run_dir)

@@ -10,7 +10,7 @@ import pandas as pd
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.uq.action_uq import saturation
 
-#: the share of decision points at the maximum spread from which the action estimators are called saturated
+#: above this share of decision points at the maximum spread the action estimators are called saturated (most points)
 SATURATED_SHARE = 0.5
 
 
@@ -54,7 +54,7 @@ def action_findings(turns: pd.DataFrame, rewards: pd.DataFrame, table: pd.DataFr
     by = {o: saturation(keyed[keyed["failed"] == (o == "failure")]) for o in ("success", "failure")}
     verdict = (f"**The action estimators saturate at K = {k} and temperature {temperature:g}**: at most decision "
                "points the samples are spread as far as K allows, whatever the outcome, so they can tell little apart."
-               if sat["share_all_distinct"] >= SATURATED_SHARE else
+               if sat["share_all_distinct"] > SATURATED_SHARE else
                f"The action estimators do not saturate at K = {k} and temperature {temperature:g}: most decision points "
                "leave room for more or less spread.")
     lines.append(
