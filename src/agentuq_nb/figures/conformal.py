@@ -151,10 +151,12 @@ def risk_coverage_figure(report: dict, label: str = "uncertainty"):
     if cand is not None and len(cand) and cal.get("n"):
         cov = cand["n_accepted"] / cal["n"]
         rej = cand["rejected"].astype(bool)
-        ax.scatter(cov[rej], cand["risk"][rej], s=18, color=PALETTE["success"], zorder=3,
-                   label="calibration: certified thresholds")
-        ax.scatter(cov[~rej], cand["risk"][~rej], s=18, facecolor="white", edgecolor=PALETTE["success"],
-                   zorder=3, label="calibration: not certified")
+        if rej.any():  # no legend entry for a set that is empty
+            ax.scatter(cov[rej], cand["risk"][rej], s=18, color=PALETTE["success"], zorder=3,
+                       label="calibration: certified thresholds")
+        if (~rej).any():
+            ax.scatter(cov[~rej], cand["risk"][~rej], s=18, facecolor="white", edgecolor=PALETTE["success"],
+                       zorder=3, label="calibration: candidate thresholds, not certified")
     ax.axhline(alpha, ls="--", color=PALETTE["failure"], lw=1, label=f"target risk α = {alpha:g}")
     held = report.get("heldout") or {}
     if report["feasible"]:

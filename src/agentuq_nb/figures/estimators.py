@@ -13,7 +13,7 @@ from agentuq_nb.figures.style import PALETTE, SERIES, legend_below, use_style
 
 #: family -> colour; the order families are drawn in (top to bottom), length baselines last
 FAMILY_COLORS = {"token": PALETTE["success"], "structure": SERIES[5], "tracer": PALETTE["secondary"],
-                 "action": PALETTE["failure"], "saup": PALETTE["accent"], "early_warning": SERIES[6],
+                 "action": PALETTE["failure"], "saup": PALETTE["accent"], "early_warning": "#8C7A00",  # dark yellow: legible on white
                  "verbalized": PALETTE["highlight"], "combined": "#000000", "baseline": PALETTE["neutral"]}
 FAMILY_LABELS = {"token": "token log-probs", "structure": "structure (black-box)", "tracer": "TRACER (black-box)",
                  "action": "resampled actions", "saup": "SAUP", "early_warning": "early warning",
