@@ -41,7 +41,7 @@ def test_action_findings_count_what_was_sampled_and_say_whether_the_estimators_s
     assert "**The action estimators saturate at K = 4 and temperature 1**" in text
     assert "`action_semantic_entropy.mean` 0.700 [0.52, 0.94] (n = 10)" in text
     assert "ranks 1 of the 5" in text and "`action_semantic_entropy.max`" in text  # its alias is named
-    assert "1 of the 2 action intervals exclude chance" in text
+    assert "1 of the 2 action intervals excludes chance" in text
     calm = action_findings(_turns(False), _rewards(), _table(), k=4, temperature=0.5)
     assert "do not saturate at K = 4 and temperature 0.5" in calm and "At 5 of 10 decision points (50%)" in calm
 
@@ -52,11 +52,14 @@ def test_calibration_findings_and_the_curves_worth_drawing():
          "ece": ece, "ece_debiased": deb}
         for e, f, b, r, ece, deb in (("combined_predictor", "combined", 0.15, 0.02, 0.05, 0.08),
                                      ("num_messages", "baseline", 0.17, 0.0, 0.02, 0.0),
-                                     ("agent_chars", "baseline", 0.16, 0.01, 0.04, 0.03))])
+                                     ("agent_chars", "baseline", 0.16, 0.01, 0.04, 0.03),
+                                     ("tracer.optimistic", "tracer", 0.10, 0.05, 0.01, 0.01))])
+    # tracer.optimistic is tuned on the run's own labels: never the curve shown, however low its Brier score
     assert diagram_estimators(calibrated) == ["combined_predictor", "agent_chars"]
     report = {"n": 135, "n_failures": 108, "cross_fitting": "5-fold StratifiedGroupKFold by task (domain, task_id)"}
     text = calibration_findings(report, calibrated, n_bins=10)
     assert "**135 trajectories, 108 failures** (failure rate 0.80)" in text and "5-fold StratifiedGroupKFold" in text
     se = np.sqrt(0.8 * 0.2 / 13.5)
     assert f"sampling standard error of about {se:.2f}" in text
-    assert "Best: `combined_predictor` (platt) Brier 0.150" in text and "exceeds `ece` in 1 of 3 rows" in text
+    assert "Best: `combined_predictor` (platt) Brier 0.150" in text and "`tracer.optimistic`, left out" in text
+    assert "exceeds `ece` in 1 of 4 rows" in text

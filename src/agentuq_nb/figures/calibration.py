@@ -49,7 +49,7 @@ def reliability_diagram(bins: pd.DataFrame | dict[str, pd.DataFrame], title: str
     means = np.sort(np.concatenate([t["mean_prob"].to_numpy(dtype=float) for t in tables.values()] or [[]]))
     gaps = np.diff(means)
     gap = float(gaps[gaps > 0].min()) if (gaps > 0).any() else (hi - lo) / 10
-    width = min(gap, (hi - lo) / 12) * 0.8 / max(len(tables), 1)
+    width = max(min(gap, (hi - lo) / 12) * 0.8, (hi - lo) / 60) / max(len(tables), 1)  # visible when bins crowd
     for i, (label, t) in enumerate(tables.items()):
         color = SERIES[i % len(SERIES)]
         t = t.sort_values("mean_prob")

@@ -81,16 +81,29 @@ def action_findings(turns: pd.DataFrame, rewards: pd.DataFrame, table: pd.DataFr
             + f". The best, `{best['estimator']}`, ranks {rank} of the {len(ranked)} estimators with a defined "
             f"AUROC{alias}. Against: the agent's mean token NLL {_auroc(table, 'assistant.avg_token_nll')}"
             + (f"; the best length baseline {_auroc(table, base.iloc[0]['estimator'])}" if len(base) else "")
-            + f". {len(excl)} of the {len(actions)} action intervals exclude chance (0.5)"
+            + f". {len(excl)} of the {len(actions)} action intervals exclude{'s' if len(excl) == 1 else ''} chance (0.5)"
             + (": with this few scored trajectories a ranking to test on a larger sample, not evidence."
                if len(excl) == 0 or n_traj < 100 else "."))
     return "\n\n".join(lines)
 
 
+def _tuned_in_sample(name: str) -> bool:
+    """An estimator fitted on the labels of the run it scores (TRACER's in-sample readout), not out of fold."""
+    from agentuq_nb.estimators import get
+
+    try:
+        est = get(name)
+    except KeyError:  # combined predictors are rows of the table, not all registered under their row's name
+        return False
+    return bool(est.uses_labels) and est.family != "combined"
+
+
 def diagram_estimators(calibrated: pd.DataFrame, method: str = "platt") -> list[str]:
     """The reliability curves worth drawing: the estimator with the lowest cross-fitted Brier score (the most
-    useful failure probability) and the length baseline with the lowest (what length alone gives)."""
+    useful failure probability; never one tuned on the run's own labels, such as ``tracer.optimistic``) and the
+    length baseline with the lowest (what length alone gives)."""
     t = calibrated[(calibrated["setting"] == "cross_fitted") & calibrated["method"].isin([method, "logistic"])]
+    t = t[~t["estimator"].map(_tuned_in_sample)]
     t = t.dropna(subset=["brier"]).sort_values("brier", kind="stable")
     chosen = []
     for part in (t[t["family"] != "baseline"], t[t["family"] == "baseline"]):
@@ -113,13 +126,16 @@ def calibration_findings(report: dict, calibrated: pd.DataFrame, n_bins: int) ->
              f"sampling standard error of about {se:.2f} at this failure rate: scatter of that size around the "
              "diagonal is noise, not miscalibration."]
     t = calibrated[calibrated["setting"] == "cross_fitted"].dropna(subset=["brier"])
-    if len(t):
-        best, worst = t.sort_values("brier").iloc[0], t.sort_values("brier").iloc[-1]
+    honest = t[~t["estimator"].map(_tuned_in_sample)]  # not tuned on this run's own labels
+    if len(honest):
+        best, worst = honest.sort_values("brier").iloc[0], honest.sort_values("brier").iloc[-1]
         lines.append(
             f"The table is ordered by the Brier score (lower is better), not by ECE: a predictor that always says "
             f"the base rate has an ECE near 0 and no resolution. Best: `{best['estimator']}` ({best['method']}) "
             f"Brier {best['brier']:.3f}, resolution {best['resolution']:.4f}; worst: `{worst['estimator']}` "
-            f"({worst['method']}) Brier {worst['brier']:.3f}; the base rate alone scores {rate * (1 - rate):.3f}.")
+            f"({worst['method']}) Brier {worst['brier']:.3f}; the base rate alone scores {rate * (1 - rate):.3f}"
+            + (" (estimators tuned on this run's own labels, such as `tracer.optimistic`, left out)."
+               if len(honest) < len(t) else "."))
         above = t[t["ece_debiased"] > t["ece"]]
         lines.append(
             f"`ece_debiased` exceeds `ece` in {len(above)} of {len(t)} rows. They measure different things: `ece` is "
