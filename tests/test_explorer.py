@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -99,8 +100,8 @@ def _browser():
     return sync_api.sync_playwright()
 
 
-def _hover_a_token_and_read_the_tip(page) -> str:
-    page.wait_for_selector(".agentuq-explorer .aq-tok", timeout=60_000)
+def _hover_a_token_and_read_the_tip(page, timeout: float = 60_000) -> str:
+    page.wait_for_selector(".agentuq-explorer .aq-tok", timeout=timeout)
     token = page.locator(".agentuq-explorer .aq-tok").nth(2)
     token.hover()
     tip = page.locator(".agentuq-explorer .aq-tip")
@@ -193,11 +194,14 @@ def test_the_widget_works_in_jupyterlab(run_dir, tmp_path):
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.goto(f"http://127.0.0.1:{port}/lab/tree/explore.ipynb")
             page.wait_for_selector(".jp-Notebook .jp-Cell .cm-content", timeout=60_000)
+            page.get_by_text(re.compile(r"\| Idle")).first.wait_for(timeout=60_000)  # the kernel is up (status bar)
             page.locator(".jp-Notebook .jp-Cell .cm-content").first.click()
             page.keyboard.press("Shift+Enter")  # run the cell: the widget renders in its output
-            text = _hover_a_token_and_read_the_tip(page)
+            try:
+                text = _hover_a_token_and_read_the_tip(page, timeout=120_000)
+            finally:
+                page.screenshot(path=str(tmp_path / "jupyterlab_explorer_hover.png"))
             assert "top-k alternative" in text and "NLL" in text
-            page.screenshot(path=str(tmp_path / "jupyterlab_explorer_hover.png"))
             browser.close()
     finally:
         lab.terminate()

@@ -167,10 +167,12 @@ def explorer_data(run_dir: str | os.PathLike | RunDir, estimators: list[str] | N
     decisions = _decisions(run)
 
     failed = failure_labels(scores["reward"].to_numpy(dtype=float), failure_threshold)
+    by_trajectory = {k: g.sort_values("message_idx") for k, g in messages.groupby("key", sort=False)}
+    empty = messages.iloc[:0]
     trajectories = []
     for (_, row), fail in zip(scores.iterrows(), failed):
         key = row["key"]
-        mine = messages[messages["key"] == key].sort_values("message_idx")
+        mine = by_trajectory.get(key, empty)
         dps = decisions.get(key, [])
         entropy_at = {d["message"]: d["entropy"] for d in dps}
         shown = []
