@@ -236,6 +236,7 @@ def cases(runs) -> dict:
 
 @pytest.fixture(scope="module")
 def drawn(cases):
+    plt.rcParams["figure.max_open_warning"] = 0  # every figure stays open until its check has run
     out = {}
     for name, draw in cases.items():
         made = draw()
