@@ -7,7 +7,12 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PARAMS ?= params/quickstart.yaml
 
-.PHONY: setup reproduce test test-fast lint lab strip clean-runs
+.PHONY: setup reproduce test test-fast lint lab strip clean-runs browser
+
+# Debian's chromium for the explorer's browser tests (Playwright drives it through /usr/bin/chromium; its own
+# browser download is not used). Installed with apt-get when missing (as root, or with sudo where it is set up).
+CHROMIUM := /usr/bin/chromium
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # setup.py and the C source: the sidecar scanner is compiled by the install (a few seconds)
 $(STAMP): pyproject.toml requirements.lock setup.py src/agentuq_nb/io/sidecar_scan.c
@@ -20,7 +25,10 @@ $(STAMP): pyproject.toml requirements.lock setup.py src/agentuq_nb/io/sidecar_sc
 	$(BIN)/pip install --quiet -c requirements.lock -e ".[all,dev]"
 	touch $(STAMP)
 
-setup: $(STAMP)
+setup: $(STAMP) browser
+
+browser:
+	@test -x $(CHROMIUM) || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium; }
 
 reproduce: setup
 	$(BIN)/agentuq-nb reproduce $(PARAMS)

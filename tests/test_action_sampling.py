@@ -262,3 +262,19 @@ def test_an_api_sampler_without_its_key_is_refused_at_once_and_leaves_no_setting
     assert not (tmp_path / "run" / "checkpoints" / "action_samples" / "sampler.json").exists()
     with pytest.raises(ValueError, match="no decision point was sampled"):  # the next run in the folder is not refused
         sample_actions(tmp_path / "run", results=results, k=2, progress=False)
+
+
+def test_the_turn_by_turn_view_passes_over_malformed_taken_actions_and_saturation_is_counted():
+    from agentuq_nb.uq.action_uq import saturation, trajectory_decisions
+
+    keys = {"domain": "d", "trial": 0, "seed": 1, "k": 4}
+    rows = [{**keys, "task_id": "a", "decision_idx": i, "taken_kind": "malformed" if i == 0 else "tool_call",
+             "action_agreement": 0.0, "action_clusters": 4} for i in range(3)]
+    rows += [{**keys, "task_id": "b", "decision_idx": i, "taken_kind": "tool_call", "action_agreement": 0.25 * i,
+              "action_clusters": 4 - i} for i in range(2)]
+    turns = pd.DataFrame(rows)
+    rewards = pd.DataFrame([{**keys, "task_id": t, "reward": 0.0} for t in ("a", "b")])
+    assert set(trajectory_decisions(turns, rewards)["task_id"]) == {"b"}  # "a" has more points, but a malformed one
+    sat = saturation(turns)
+    assert (sat["points"], sat["all_distinct"], sat["no_agreement"], sat["taken_malformed"]) == (5, 4, 4, 1)
+    assert sat["share_all_distinct"] == 0.8 and sat["median_clusters"] == 4.0

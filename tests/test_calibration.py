@@ -236,9 +236,20 @@ def test_reliability_diagram_shows_bins_with_counts():
     p, y = _calibrated(400, 7)
     table, skewed = reliability_table(p, y, 5, "uniform"), reliability_table(p ** 3, y, 5, "uniform")
     fig = reliability_diagram({"platt": table, "raw": skewed})
-    ax = fig.axes[0]
-    assert sorted(int(t.get_text()) for t in ax.texts) == sorted(table["count"].tolist() + skewed["count"].tolist())
+    ax, hist = fig.axes
+    assert not ax.texts  # counts are in the panel below, not written over the points
+    heights = sorted(int(p.get_height()) for p in hist.patches)
+    assert heights == sorted(table["count"].tolist() + skewed["count"].tolist())
     assert sum(len(c.get_offsets()) for c in ax.collections) == 10
+    assert [t.get_text() for t in fig.legends[0].get_texts()][1:] == ["platt (n = 400)", "raw (n = 400)"]
+    labelled = reliability_diagram({"platt": table}, annotate_counts=True).axes[0]
+    assert sorted(int(t.get_text()) for t in labelled.texts) == sorted(table["count"].tolist())
+    # the axes span the bins (with a margin), not all of [0, 1], unless asked
+    q = 0.7 + 0.2 * p
+    narrow = reliability_table(q, np.random.default_rng(1).uniform(size=len(q)) < q, 5, "uniform")
+    lo, hi = reliability_diagram(narrow).axes[0].get_xlim()
+    assert lo >= 0.5 and hi <= 1.0
+    assert reliability_diagram(narrow, full_range=True).axes[0].get_xlim() == (0.0, 1.0)
     with pytest.raises(ValueError, match="count"):
         reliability_diagram(table.drop(columns="count"))
 

@@ -22,9 +22,12 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "08_conformal.ipynb"
 TAU2 = ROOT.parent / "shared" / "data" / "tau2"
 TAU2_FILES = [TAU2 / "gpt-4.1_airline_1trial.json", TAU2 / "ft-gpt-4.1_airline_1trial.json"]
+#: the figures of the small run (the only agent, a synthetic ACI stream); with the τ²-bench files as the only agents
+#: the leaderboard figures are ``other_runs_…`` (figures of other data say so in their file names)
 FIGURES = ["conformal_leaderboard", "conformal_success_rates", "conformal_risk_coverage",
-           "conformal_aci_stream", "conformal_aci_coverage", "conformal_split_coverage",
-           "conformal_interval_widths"]
+           "synthetic_conformal_aci_stream", "synthetic_conformal_aci_coverage", "synthetic_split_coverage",
+           "synthetic_interval_widths"]
+OTHER_RUNS_FIGURES = ["other_runs_conformal_leaderboard", "other_runs_conformal_success_rates", *FIGURES[2:]]
 
 
 def _tau2_or_skip():
@@ -60,8 +63,10 @@ def test_leaderboard_runs_includes_run_only_when_it_shares_tasks(small_run, tmp_
     df, note = rc.leaderboard_runs([other, tmp_path / "missing.json"], small_run, ["other"])
     assert set(df["agent"]) == {"other", "this run (run)"}   # same domain and task ids 0..5
     assert "skipped missing" in note and "included the run's own results" in note
+    assert rc.leaderboard_subject(df)["about"] == "this run vs 1 other results file"
     alone, note = rc.leaderboard_runs([], small_run)
     assert alone["agent"].nunique() == 1 and len(alone) == 12
+    assert rc.leaderboard_subject(alone) == {"prefix": "", "about": "this run", "trials": "1 trial per task"}
 
 
 def test_leaderboard_runs_with_real_tau2_files_excludes_the_synthetic_run(small_run):
@@ -70,6 +75,8 @@ def test_leaderboard_runs_with_real_tau2_files_excludes_the_synthetic_run(small_
     assert df["agent"].nunique() == 2 and len(df) == 40
     assert set(df["domain"]) == {"airline"}
     assert "share no task" in note
+    assert rc.leaderboard_subject(df) == {"prefix": "other_runs_", "about": "2 other results files, not this run",
+                                          "trials": "1 trial per task"}
     per_agent = df.groupby("agent")["reward"].sum()
     assert per_agent["gpt-4.1_airline_1trial"] == 10 and per_agent["ft-gpt-4.1_airline_1trial"] == 13
 
@@ -146,11 +153,12 @@ def test_notebook_is_stripped_and_thin():
             assert "def " not in cell.source and "class " not in cell.source
 
 
-def _execute(run_dir, figures_dir, out, leaderboard_results):
+def _execute(run_dir, figures_dir, out, leaderboard_results, expected=FIGURES):
     pm.execute_notebook(str(NOTEBOOK), str(out), cwd=str(ROOT), kernel_name="python3", progress_bar=False,
                         parameters=dict(run_dir=str(run_dir), figures_dir=str(figures_dir),
                                         leaderboard_results=leaderboard_results))
-    for name in FIGURES:
+    assert sorted(p.stem for p in figures_dir.glob("*.png")) == sorted(expected)
+    for name in expected:
         for ext in ("png", "pdf"):
             path = figures_dir / f"{name}.{ext}"
             assert path.exists(), f"missing figure {path.name}"
@@ -172,7 +180,7 @@ def test_notebook_runs_on_a_small_synthetic_run_with_the_run_as_the_only_agent(s
 
 def test_notebook_runs_with_the_real_tau2_leaderboard(small_run, tmp_path):
     files = _tau2_or_skip()
-    nb = _execute(small_run, tmp_path / "figures", tmp_path / "out.ipynb", files)
+    nb = _execute(small_run, tmp_path / "figures", tmp_path / "out.ipynb", files, OTHER_RUNS_FIGURES)
     text = _outputs(nb)
     assert "2 agent(s), 40 runs" in text
     assert "ft-gpt-4.1_airline_1trial" in text

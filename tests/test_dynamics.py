@@ -92,7 +92,7 @@ def test_notebook_07_runs_under_papermill(run_dir, tmp_path):
     pm.execute_notebook(str(ROOT / "notebooks" / "07_dynamics_saup.ipynb"), str(out), kernel_name="python3",
                         parameters={"run_dir": str(run_dir), "figures_dir": str(figs), "embedder": "minilm",
                                     "n_boot": 50, "k_folds": 3}, progress_bar=False)
-    for name in ("dynamics_agent_nll", "early_warning", "estimator_forest"):
+    for name in ("dynamics_agent_nll", "early_warning", "estimator_forest_saup", "saup_turn_view"):
         assert (figs / f"{name}.png").stat().st_size > 1000 and (figs / f"{name}.pdf").exists()
     table = pd.read_csv(run_dir / "estimator_table.csv")
     assert {"saup_rms", "saup_position", "saup_distance", "saup_hmm", "early_warning_f0.5"} <= set(table["estimator"])

@@ -19,7 +19,8 @@ def test_smoke_study_writes_figures_and_never_leaks_keys(tmp_path, monkeypatch):
     run_dir = run_study(ROOT / "params" / "smoke.yaml", root=ROOT, output_root=tmp_path, log=lambda *_: None)
     figures_dir = tmp_path / "figures" / "smoke"
     for name in ("simulation_outcomes", "token_nll_by_role", "agent_turn_nll", "roc", "accuracy_rejection",
-                 "observation_user_nll_density", "observation_tool_surprise", "estimator_forest"):
+                 "observation_user_nll_density", "observation_tool_surprise", "estimator_forest_evaluate",
+                 "estimator_forest_saup", "dynamics_agent_nll", "saup_turn_view"):
         assert (figures_dir / f"{name}.png").stat().st_size > 1000, name
     results = json.loads((run_dir / "results.json").read_text())
     assert [s["task_id"] for s in results["simulations"]] == ["1", "2", "3"]

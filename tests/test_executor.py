@@ -61,3 +61,25 @@ def test_a_job_error_propagates_after_earlier_results_are_kept():
     with pytest.raises(RuntimeError, match="boom"):
         JobRunner(progress=False).run(job, ((i, i) for i in range(6)), lambda k, v: saved.append(k))
     assert saved == [0, 1, 2]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_bar_counts_jobs_done_before_as_the_lazy_jobs_skip_them(threads, capsys):
+    skipped = []
+
+    def jobs(n_done: int, total: int):
+        for i in range(total):
+            if i < n_done:  # checkpointed by an earlier run: counted, not yielded
+                skipped.append(i)
+                continue
+            yield i, i
+
+    runner = JobRunner(label="score", unit="traj", threads=threads, progress=True)
+    runner.run(_square, jobs(5, 8), lambda k, v: None, total=8, done=lambda: len(skipped))
+    assert "8/8" in capsys.readouterr().err
+    skipped.clear()
+    runner.run(_square, jobs(8, 8), lambda k, v: None, total=8, done=lambda: len(skipped))  # all done before
+    err = capsys.readouterr().err
+    assert "8/8" in err and "0/8" not in err.splitlines()[-1]
+    runner.run(_square, ((i, i) for i in range(3)), lambda k, v: None, total=5, done=2)
+    assert "5/5" in capsys.readouterr().err

@@ -122,16 +122,19 @@ def test_compare_estimators_gains_the_columns_rows_and_order(run_dir):
 
 def test_forest_plot_marks_estimators_that_do_not_beat_the_length_baseline(run_dir):
     from agentuq_nb.evaluation import read_estimator_table
-    from agentuq_nb.figures.estimators import estimator_forest_figure
+    from agentuq_nb.figures.estimators import estimator_forest_figure, forest_rows
 
     compare_estimators(run_dir, n_boot=20)
     table = read_estimator_table(run_dir)
-    weak = int(table["beats_length_baseline"].astype(str).eq("False").sum())
-    assert weak > 0
-    labels = [t.get_text() for t in estimator_forest_figure(table).axes[0].get_yticklabels()]
-    assert sum("(≤ length)" in label for label in labels) == weak
+    rows = forest_rows(table)
+    weak = rows["beats_length_baseline"].astype(str).eq("False").to_numpy()
+    assert weak.any()
+    fig = estimator_forest_figure(table)
+    points = [line for line in fig.axes[0].lines if len(line.get_xdata()) == 1]  # one marker per row
+    assert len(points) == len(rows)
+    assert [p.get_markerfacecolor() == "white" for p in points] == list(weak)  # hollow = not beyond length
     old = estimator_forest_figure(table.drop(columns=["beats_length_baseline"]))  # an older table still draws
-    assert not any("(≤ length)" in t.get_text() for t in old.axes[0].get_yticklabels())
+    assert not any(line.get_markerfacecolor() == "white" for line in old.axes[0].lines if len(line.get_xdata()) == 1)
 
 
 def test_combined_inputs_are_oriented_and_never_a_length_only_or_repeated_predictor(run_dir):

@@ -74,7 +74,7 @@ def test_analysis_study_runs_under_papermill(tmp_path, synthetic_results):
     for name in ("roc", "accuracy_rejection", "uncertainty_by_outcome", "agent_turn_nll", "token_nll_by_role"):
         assert (figures_dir / f"{name}.png").stat().st_size > 1000
         assert (figures_dir / f"{name}.pdf").exists()
-    assert list(figures_dir.glob("token_view_task*.html"))
+    assert (figures_dir / "token_view.html").stat().st_size > 1000
     metrics = json.loads((run_dir / "eval_metrics.json").read_text())
     assert metrics["n"] == 12 and 0.0 <= metrics["metrics"]["auroc"] <= 1.0
     executed = nbformat.read(run_dir / "notebooks" / "04_evaluate.ipynb", as_version=4)
@@ -98,13 +98,17 @@ def test_calibration_notebook_runs_on_a_multi_trial_run(tmp_path):
     run_dir = run_results_study(tmp_path, "calibration_study", results,
                                 ["02_extract", "03_aggregate", "11_calibration"], n_boot=100)
     figures_dir = tmp_path / "figures" / "calibration_study"
-    for name in ("reliability", "estimator_forest_length"):
+    for name in ("reliability", "estimator_forest"):
         assert (figures_dir / f"{name}.png").stat().st_size > 1000
     report = json.loads((run_dir / "calibration.json").read_text())
     assert report["n"] == 30 and report["estimators"]
     executed = nbformat.read(run_dir / "notebooks" / "11_calibration.ipynb", as_version=4)
     text = "".join(o.get("text", "") for c in executed.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "10 tasks, 3–3 trials each" in text and "label noise" in text
+    # the prose's numbers are rendered from the run: the folds actually used, the bins' noise, the Brier order
+    rendered = json.dumps([o.get("data", {}).get("text/markdown", "") for c in executed.cells
+                           if c.cell_type == "code" for o in c.get("outputs", [])])
+    assert "30 trajectories" in rendered and "5-fold StratifiedGroupKFold" in rendered and "Brier" in rendered
 
 
 def test_real_runs_notebook_ranks_black_box_estimators_across_runs(tmp_path):

@@ -10,3 +10,17 @@ from agentuq_nb.common.offline import ensure_offline_env
 ensure_offline_env()
 
 __version__ = "0.1.0"
+
+
+def explore(run_dir, estimators=None, scorer=None, failure_threshold: float = 1.0, export=None):
+    """Explore a run folder's trajectories in JupyterLab: pick one by outcome or an estimator's value, read its
+    messages with each token coloured by its NLL (hover: the top-k alternatives and their probabilities), per-message
+    sparklines of a token, a black-box and an action signal, the K resampled actions at each decision point, the
+    outcome. Returns the widget (anywidget); ``widget.export("view.html")`` (or ``export=`` here) writes the same
+    view as one standalone HTML file. See :mod:`agentuq_nb.figures.explorer`."""
+    from agentuq_nb.figures.explorer import explorer_data, explorer_widget, export_html
+
+    data = explorer_data(run_dir, estimators=estimators, scorer=scorer, failure_threshold=failure_threshold)
+    if export is not None:
+        export_html(data, export)
+    return explorer_widget(data)

@@ -230,7 +230,22 @@ def aggregate(
 
     with _step("aggregate", run_dir):
         turns, trajs = run_aggregate(run_dir, scheduler=scheduler)
-    typer.echo(f"{len(turns)} turn rows, {len(trajs)} trajectory rows → {run_dir}")
+    typer.echo(f"{_summary_counts(turns, trajs)} → {run_dir}")
+
+
+def _summary_counts(turns, trajs) -> str:
+    """What aggregate wrote, counted by what it counts: "20 trajectories: 510 turn rows (one per message, role and
+    scorer), 100 trajectory rows (20 trajectories × 5 role rows: assistant, combined, …)"."""
+    from agentuq_nb.records.tokens import TRAJECTORY_KEYS
+
+    n = len(trajs.drop_duplicates(TRAJECTORY_KEYS)) if len(trajs) else 0
+    roles = sorted(trajs["role"].dropna().unique()) if len(trajs) else []
+    scorers = sorted(trajs["scorer"].dropna().unique()) if "scorer" in trajs and len(trajs) else []
+    per = f"{len(roles)} role row{'s' if len(roles) != 1 else ''} ({', '.join(roles)})"
+    if len(scorers) > 1:
+        per += f" over {len(scorers)} scorers ({', '.join(scorers)})"
+    return (f"{n} trajectories: {len(turns)} turn rows (one per scored message, role and scorer), {len(trajs)} "
+            f"trajectory rows ({n} trajectories × {per}, where a trajectory has them)")
 
 
 @app.command()
@@ -325,9 +340,11 @@ def analyze(
                                   "family the run holds; --no-blackbox: extract, aggregate, evaluate only"),
     embedder: Embedder = typer.Option("minilm", help="sentence embeddings of the black-box signals"),
     score: Optional[str] = typer.Option(None, "--score", help=SCORE_HELP),
+    figures: bool = typer.Option(True, "--figures/--no-figures", help="draw the estimator forest (and, with "
+                                 "log-probs, the ROC and accuracy-rejection curves) into RUN_DIR/figures"),
 ):
     """Results → RUN_DIR in one process: extract, aggregate and evaluate where the run has token log-probs; the
-    black-box families and the estimator table of every family it holds (with or without log-probs)."""
+    black-box families and the estimator table of every family it holds (with or without log-probs); its figures."""
     from agentuq_nb.estimators.token import check_estimator_name
     from agentuq_nb.records.outcomes import check_failure_threshold
     from agentuq_nb.uq import aggregate as run_aggregate
@@ -343,7 +360,7 @@ def analyze(
     if has_tokens:
         with _step("aggregate", out):
             turns, trajs = run_aggregate(out)
-            num_turns, num_trajectories = len(turns), len(trajs)
+            summary_counts = _summary_counts(turns, trajs)
             del turns, trajs  # the summaries are on disk: not resident while evaluate runs
     # imported only now: scipy and sklearn (~80 MiB) are then not resident during extract's peak
     from agentuq_nb.evaluation import evaluate as run_evaluate
@@ -351,13 +368,19 @@ def analyze(
     if has_tokens:
         with _step("evaluate", out):
             result = run_evaluate(out, role, uncertainty, failure_threshold, False, scorer, n_boot, seed)
-        typer.echo(f"{report.num_simulations} simulations, {report.num_tokens} token rows, {num_turns} turn rows, "
-                   f"{num_trajectories} trajectory rows → {out}")
+        typer.echo(f"{report.num_simulations} simulations, {report.num_tokens} token rows; {summary_counts} → {out}")
         _show_evaluation(result)
     else:
         typer.echo(f"{report.num_simulations} simulations, no token log-probs → {out}")
     if blackbox or not has_tokens:
         _estimator_table(out, failure_threshold, n_boot, seed, blackbox=blackbox, embedder=embedder)
+    if figures:
+        from agentuq_nb.pipeline.analysis import analysis_figures
+
+        with _reported(lambda: f"interrupted while drawing the figures; {out} holds its tables, complete"):
+            drawn = analysis_figures(out)
+        typer.echo(f"figures → {out / 'figures'}: {', '.join(p.stem for p in drawn)} (PNG and PDF); every trajectory, "
+                   f"interactively: agentuq-nb explore {out}")
 
 
 @app.command("compare-estimators")
@@ -384,12 +407,25 @@ def _estimator_table(run_dir: Path, failure_threshold: float, n_boot: int, seed:
                      combined_input_names=None, blackbox: bool = True, embedder: Embedder = Embedder.minilm) -> None:
     """compare-estimators' work and report (``analyze`` ends with it too): the black-box families brought up to
     date, the table, and the families the run lacks with the command that adds each."""
+    import pyarrow.parquet as pq
+
     from agentuq_nb.evaluation import compare_estimators as run_compare
     from agentuq_nb.evaluation.family_gaps import missing_families
     from agentuq_nb.evaluation.run_blackbox import BlackBoxConfig, ensure_blackbox
     from agentuq_nb.io.rundir import RunDir
 
     skipped = None
+    run = RunDir(run_dir)
+    if (run.path.is_dir() and not run.has("trajectory_summary")
+            and any(pq.read_metadata(f).num_rows for f in run.token_tables())):
+        # token rows without summaries (e.g. straight after rescore): the token estimators need them
+        typer.secho(f"{run_dir} has token rows but no turn or trajectory summaries: running 'agentuq-nb aggregate "
+                    f"{run_dir}' first", fg=typer.colors.YELLOW, err=True)
+        from agentuq_nb.uq import aggregate as run_aggregate
+
+        with _step("aggregate", run_dir):
+            turns, trajs = run_aggregate(run_dir)
+        typer.echo(_summary_counts(turns, trajs), err=True)
     with _step("compare-estimators", run_dir):
         if blackbox:
             config = BlackBoxConfig(failure_threshold=failure_threshold, seed=seed, embedder=Embedder(embedder).value)
@@ -590,6 +626,25 @@ def list_estimators(
 
 
 @app.command()
+def explore(
+    run_dir: Path = typer.Argument(..., help="run directory (after analyze, or any step that writes one)"),
+    out: Path = typer.Option(..., "--out", help="the HTML file to write (one standalone file, opens offline)"),
+    estimator: Optional[list[str]] = typer.Option(None, "--estimator", help="estimators offered in the filter "
+                                                  "(repeat; default: every one the run holds)"),
+    failure_threshold: float = typer.Option(1.0, help="failure = reward < threshold"),
+):
+    """Every trajectory of a run in one HTML page: filter by outcome or an estimator, tokens coloured by NLL with the
+    alternatives on hover, per-message sparklines, the resampled actions at each decision point (in JupyterLab:
+    agentuq_nb.explore(RUN_DIR))."""
+    from agentuq_nb.figures.explorer import explorer_data, export_html
+
+    with _reported(lambda: f"interrupted: {out} not written"):
+        data = explorer_data(run_dir, estimators=estimator or None, failure_threshold=failure_threshold)
+        path = export_html(data, out)
+    typer.echo(f"{len(data['trajectories'])} trajectories → {path}")
+
+
+@app.command()
 def reproduce(
     params: list[Path] = typer.Argument(..., help="params YAML file(s), e.g. params/quickstart.yaml"),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help=SCHEDULER_HELP + "; studies run in parallel"),
@@ -612,7 +667,8 @@ def simulate(
     agent_llm: Optional[str] = typer.Option(None, "--agent-llm", help="litellm model name (default: the embedded model)"),
     user_llm: Optional[str] = typer.Option(None, "--user-llm", help="litellm model name (default: the embedded model)"),
     num_tasks: Optional[int] = typer.Option(None, "--num-tasks", help="first N tasks of the domain"),
-    task_ids: Optional[list[str]] = typer.Option(None, "--task-ids", help="run only these task ids (repeat the option)"),
+    task_ids: Optional[list[str]] = typer.Option(None, "--task-ids", help="run only these task ids: repeat the option "
+                                                 "(--task-ids 1 --task-ids 2) or separate them by commas (--task-ids 1,2)"),
     num_trials: int = typer.Option(1, "--num-trials"),
     top_logprobs: int = typer.Option(5, "--top-logprobs"),
     max_concurrency: int = typer.Option(1, "--max-concurrency", help="simulations in flight (helps remote APIs)"),
@@ -673,6 +729,7 @@ def simulate(
                 _fail(ValueError(f"{flags.get(where, '--policy')}: {what}" if where in flags else f"--policy: {what}"))
             decision_policy = build_policy(config)
             typer.echo(f"policy: {json.dumps(decision_policy.describe())}")
+        task_ids = [t.strip() for value in task_ids or [] for t in value.split(",") if t.strip()]
         path = run_simulations(domain, out, task_ids=task_ids or None, num_tasks=num_tasks, num_trials=num_trials,
                                top_logprobs=top_logprobs, max_concurrency=max_concurrency, seed=seed,
                                scheduler=scheduler, api_bases=api_base or None, policy=decision_policy, **kwargs)
@@ -704,6 +761,13 @@ def score_observations(
     except (*USER_ERRORS, FanOutFailed) as err:
         _fail(err)
     typer.echo(json.dumps(report.as_dict(), indent=2))
+    _explain(report)
+
+
+def _explain(report) -> None:
+    """The scoring report's terms, said where the report is printed."""
+    for line in report.explain():
+        typer.echo(f"  {line}", err=True)
 
 
 @app.command()
@@ -721,6 +785,10 @@ def rescore(
     from agentuq_nb.uq import rescore as run_rescore
 
     _out_folder(out, "rescore")
+    if scheduler is None and (os.cpu_count() or 1) > 1:
+        typer.secho(f"note: scoring in this one process; --scheduler local:{os.cpu_count()} scores on "
+                    f"{os.cpu_count()} worker processes, each with its own copy of the scorer (the embedded model "
+                    "scores one trajectory per core)", fg=typer.colors.YELLOW, err=True)
     try:
         with _step("rescore", out):
             report = run_rescore(results, out, scorer_llm=scorer_llm, scorer_mode=scorer_mode, backend=backend,
@@ -728,6 +796,8 @@ def rescore(
     except FanOutFailed as err:
         _fail(err)
     typer.echo(json.dumps(report.as_dict(), indent=2))
+    _explain(report)
+    typer.echo(f"next: agentuq-nb aggregate {out}, then agentuq-nb compare-estimators {out}", err=True)
 
 
 @app.command("sample-actions")

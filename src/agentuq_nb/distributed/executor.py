@@ -60,12 +60,19 @@ class JobRunner:
                        unit=self.unit, file=sys.stderr)
         handled = 0
 
+        def show() -> None:
+            """The bar at the results handled plus those done before (counted as the lazy jobs skip them)."""
+            if bar is not None and callable(done):
+                bar.n = done() + handled
+                bar.refresh()
+            elif bar is not None:
+                bar.update(handled + done - bar.n)
+
         def handle(key: Hashable, result: Any) -> None:
             nonlocal handled
             on_result(key, result)
             handled += 1
-            if bar is not None:
-                bar.update(1)
+            show()
 
         try:
             if self.scheduler is not None:
@@ -86,6 +93,7 @@ class JobRunner:
             raise KeyboardInterrupt from None
         finally:
             if bar is not None:
+                show()  # a resumed run whose jobs were all done before: the bar says so (N/N, not 0/N)
                 bar.close()
         return handled
 

@@ -47,7 +47,13 @@ def dynamics_curve(turns: pd.DataFrame, n_bins: int = 10, band: str = "se", n_bo
                          "bin_hi": edges[b + 1], "bin_center": (edges[b] + edges[b + 1]) / 2, "mean": mean,
                          "lo": lo, "hi": hi, "n_trajectories": int(len(v)),
                          "n_turns": int(((t["failed"] == failed) & (t["bin"] == b)).sum())})
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    # trajectories with a turn, per outcome: what the figure's n counts (a bin holds only some of them)
+    per_outcome = t.drop_duplicates(TRAJECTORY_KEYS)["failed"].astype(bool).value_counts()
+    out.attrs["n_trajectories"] = {"success": int(per_outcome.get(False, 0)), "failure": int(per_outcome.get(True, 0))}
+    out.attrs["band"] = ("mean ± 1.96 standard errors across trajectories" if band == "se"
+                         else "95% bootstrap interval of the mean (trajectories resampled)")
+    return out
 
 
 def early_warning_table(run_dir: str | os.PathLike | RunDir, fractions=FRACTIONS, role: str = "assistant",

@@ -12,6 +12,8 @@ trials), the bootstrap resamples tasks with all their trials (``groups``, :mod:`
 * length control (:mod:`.length_control`): ``auroc_stratified`` (within message-count strata),
   ``auroc_residual`` (after regressing on log message count), ``length_baseline_auroc`` (the best raw
   AUROC of a length baseline) and ``beats_length_baseline``;
+* ``same_scores_as``: the estimator whose oriented scores this one repeats exactly (one estimator under two names,
+  :func:`same_scores_as`), else empty;
 * rows of family ``combined`` (:mod:`.combined_predictor`, :data:`COMBINED`), each with and without the length
   baselines among its inputs (``…+length``), evaluated on their out-of-fold failure probabilities (their CIs
   hold the resampling, not the refitting): ``combined_predictor``, the cross-fitted logistic regression
@@ -216,12 +218,33 @@ def evaluate_estimators(table: pd.DataFrame, estimators: list[Estimator], failur
             out[c] = out[c].astype(float)
     for c in ("auroc_diff_vs_reference", "p_value_vs_reference") + CALIBRATION_COLUMNS:
         out[c] = out[c].astype(float)
+    out["same_scores_as"] = same_scores_as([(name, family, oriented(u, invert))
+                                            for name, family, _, u, invert, _ in scored])
     best = best_length_baseline_auroc(table, failure)
     out["length_baseline_auroc"] = best
     out["beats_length_baseline"] = [None if fam == "baseline" else beats_length_baseline(a, best)
                                     for fam, a in zip(out["family"], out["auroc_stratified"])]
     out = out.sort_values("auroc_stratified", ascending=False, na_position="last", kind="stable").reset_index(drop=True)
     out.attrs["combined_scores"] = combined_scores
+    return out
+
+
+def same_scores_as(scores: list[tuple[str, str, np.ndarray]]) -> list[str | None]:
+    """Per ``(name, family, oriented scores)``, in order: the name of the first earlier estimator of the same family
+    whose oriented scores are identical on every trajectory (missing ones included), else None. Such estimators are
+    one estimator under several names (e.g. ``action_agreement.mean``, ``.min`` and ``.first3`` when every
+    trajectory has one decision point); the forest plot draws them as one row. An estimator without any finite
+    score is no one's alias; across families nothing is (a length baseline stays a row of its own)."""
+    first: dict[tuple[str, bytes], str] = {}
+    out: list[str | None] = []
+    for name, family, u in scores:
+        v = np.asarray(u, dtype=float) + 0.0  # -0.0 == 0.0
+        if not np.isfinite(v).any():  # no score at all: nothing to be the same as
+            out.append(None)
+            continue
+        key = (family, np.where(np.isnan(v), np.nan, v).tobytes())  # one bit pattern for every NaN
+        out.append(first.get(key))
+        first.setdefault(key, name)
     return out
 
 

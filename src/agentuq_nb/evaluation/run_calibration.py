@@ -134,7 +134,7 @@ def calibrate(run_dir: str | os.PathLike | RunDir, names: list[str] | None = Non
         table, estimators, failure = labelled_scores(run, names, failure_threshold)
         report = {"run": str(run.path), "failure_threshold": float(failure_threshold), "n_bins": int(n_bins),
                   "bins": "quantile (equal mass)", "methods": list(methods), "n_splits": int(n_splits),
-                  "seed": seed, "cross_fitting": "GroupKFold by task (domain, task_id)",
+                  "seed": seed, "cross_fitting": cross_fitting_text(n_splits),
                   "n": int(len(table)), "n_failures": int(failure.sum())}
         report["estimators"], bins = _cross_fitted(table, estimators, failure, methods, n_bins, n_splits, seed,
                                                    combine, combined_input_names)
@@ -166,10 +166,19 @@ CALIBRATION_TABLE_COLUMNS = ["n", "n_failures", "ece", "ece_debiased", "brier", 
                              "uncertainty", "log_loss"]
 
 
+def cross_fitting_text(n_splits: int) -> str:
+    """How the calibration maps are cross-fitted, as :func:`~agentuq_nb.evaluation.calibration.group_folds` does it
+    (the report's ``cross_fitting``)."""
+    return (f"{n_splits}-fold StratifiedGroupKFold by task (domain, task_id) and failure label; GroupKFold by task "
+            f"for an estimator whose rarer class has fewer scored trajectories than {n_splits}")
+
+
 def calibration_table(report: dict) -> pd.DataFrame:
     """The report of :func:`calibrate` as one row per (setting, estimator, method): ``setting`` is
     ``cross_fitted`` (this run, by task) or ``transfer`` (fitted on this run, evaluated on the other); an
-    estimator whose calibration is undefined keeps a row with the reason. Ordered by ECE within a setting."""
+    estimator whose calibration is undefined keeps a row with the reason. Ordered by the Brier score within a
+    setting (lowest first): ECE alone would put first a predictor that always says the base rate (ECE near 0, no
+    resolution)."""
     sections = [("cross_fitted", report.get("estimators") or {})]
     if report.get("transfer"):
         sections.append(("transfer", report["transfer"]["estimators"]))
@@ -185,4 +194,4 @@ def calibration_table(report: dict) -> pd.DataFrame:
     columns = ["setting", "estimator", "family", "method", *CALIBRATION_TABLE_COLUMNS, "undefined"]
     frame = pd.DataFrame(rows, columns=columns)
     frame[CALIBRATION_TABLE_COLUMNS] = frame[CALIBRATION_TABLE_COLUMNS].astype(float)
-    return frame.sort_values(["setting", "ece"], na_position="last", kind="stable").reset_index(drop=True)
+    return frame.sort_values(["setting", "brier"], na_position="last", kind="stable").reset_index(drop=True)

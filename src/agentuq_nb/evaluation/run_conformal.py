@@ -31,6 +31,10 @@ from agentuq_nb.io.rundir import RunDir
 REWARD_COLUMNS = ["agent", "domain", "task_id", "task", "trial", "reward"]
 
 
+#: the ``source`` of a leaderboard row: the run's own results or another results file
+THIS_RUN, OTHER_FILE = "this run", "other file"
+
+
 def _domain(path: Path) -> str:
     try:
         info = read_header(path).get("info") or {}
@@ -69,7 +73,8 @@ def per_task_rewards(results_paths, labels=None) -> pd.DataFrame:
 
 def leaderboard_runs(leaderboard_results, run_dir=None, labels=None,
                      run_label: str | None = None) -> tuple[pd.DataFrame, str]:
-    """Rewards of the agents to compare and a sentence saying which were included.
+    """Rewards of the agents to compare (``source``: "this run" or "other file") and a sentence saying which were
+    included.
 
     The files in ``leaderboard_results`` are always included (missing files are skipped and
     named in the note); the run's ``results.json`` joins when it shares at least one task
@@ -81,13 +86,14 @@ def leaderboard_runs(leaderboard_results, run_dir=None, labels=None,
     if labels:
         labels = [lab for p, lab in zip(given, labels) if p.exists()]
     df = per_task_rewards(present, labels or None) if present else pd.DataFrame(columns=REWARD_COLUMNS)
+    df["source"] = OTHER_FILE
     notes = []
     if missing:
         notes.append(f"skipped missing file(s): {', '.join(missing)}")
     own = RunDir.of(run_dir).results_json if run_dir is not None else None
     if own is not None and own.exists():
         label = run_label or f"this run ({Path(run_dir).name})"
-        mine = per_task_rewards([own], [label])
+        mine = per_task_rewards([own], [label]).assign(source=THIS_RUN)
         shared = set(mine["task"]) & set(df["task"])
         if df.empty or shared:
             df = pd.concat([df, mine], ignore_index=True)
@@ -98,6 +104,25 @@ def leaderboard_runs(leaderboard_results, run_dir=None, labels=None,
                          "not on the leaderboard")
     notes.insert(0, f"{df['agent'].nunique()} agent(s), {len(df)} runs")
     return df, "; ".join(notes)
+
+
+def leaderboard_subject(rewards: pd.DataFrame) -> dict:
+    """What the leaderboard figures are about, for their file names and titles: ``prefix`` ("" when the run's own
+    results are on the board, ``other_runs_`` when only other files are), ``about`` (a phrase for the title) and
+    ``trials`` ("1 trial per task", "5 trials per task", "1–5 trials per task")."""
+    own = bool((rewards.get("source", pd.Series(dtype=object)) == THIS_RUN).any())
+    others = sorted(set(rewards.loc[rewards.get("source", pd.Series(OTHER_FILE, index=rewards.index)) == OTHER_FILE,
+                                    "agent"]))
+    if own and others:
+        about = f"this run vs {len(others)} other results file{'s' if len(others) != 1 else ''}"
+    elif own:
+        about = "this run"
+    else:
+        about = f"{len(others)} other results file{'s' if len(others) != 1 else ''}, not this run"
+    per_task = rewards.groupby(["agent", "task"]).size() if len(rewards) else pd.Series([0])
+    lo, hi = int(per_task.min()), int(per_task.max())
+    trials = f"{lo} trial{'s' if lo != 1 else ''} per task" if lo == hi else f"{lo}–{hi} trials per task"
+    return {"prefix": "" if own else "other_runs_", "about": about, "trials": trials}
 
 
 def run_uncertainty(run_dir, estimator: str = "assistant.avg_token_nll") -> pd.DataFrame:

@@ -1,54 +1,158 @@
-"""Forest plot of the estimator table: AUROC with bootstrap CI per estimator, baselines marked."""
+"""Forest plot of the estimator table: the best few estimators of each family beside the length baselines, AUROC
+with its bootstrap CI and n per row, sized for a paper's column (3.4 in)."""
 from __future__ import annotations
+
+import textwrap
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.lines import Line2D
 
-from agentuq_nb.figures.style import PALETTE, use_style
+from agentuq_nb.figures.style import PALETTE, SERIES, legend_below, use_style
 
-FAMILY_COLORS = {"token": PALETTE["success"], "saup": PALETTE["accent"], "early_warning": PALETTE["secondary"],
-                 "verbalized": PALETTE["highlight"], "baseline": PALETTE["neutral"],
-                 "action": PALETTE["failure"], "combined": "#000000"}
+#: family -> colour; the order families are drawn in (top to bottom), length baselines last
+FAMILY_COLORS = {"token": PALETTE["success"], "structure": SERIES[5], "tracer": PALETTE["secondary"],
+                 "action": PALETTE["failure"], "saup": PALETTE["accent"], "early_warning": "#8C7A00",  # dark yellow: legible on white
+                 "verbalized": PALETTE["highlight"], "combined": "#000000", "baseline": PALETTE["neutral"]}
+FAMILY_LABELS = {"token": "token log-probs", "structure": "structure (black-box)", "tracer": "TRACER (black-box)",
+                 "action": "resampled actions", "saup": "SAUP", "early_warning": "early warning",
+                 "verbalized": "verbalized confidence", "combined": "combined (cross-fitted)",
+                 "baseline": "length baselines"}
+#: a label longer than this wraps onto a second line at a separator
+LABEL_CHARS = 30
+#: figure width in inches: one column of a two-column paper
+COLUMN_WIDTH = 3.4
+#: aliases named on a row (the rest counted; the CSV's ``same_scores_as`` has them all)
+MAX_ALIASES = 3
 
 
-def estimator_forest_figure(table: pd.DataFrame, metric: str = "auroc", max_rows: int | None = None,
-                            mark_length: bool = True):
-    """One row per estimator (``evaluation.compare_estimators`` output), sorted by ``metric``.
+def alias_groups(table: pd.DataFrame) -> dict[str, list[str]]:
+    """{representative: [aliases]} from the table's ``same_scores_as`` column (estimators whose oriented scores are
+    identical, e.g. ``.mean``/``.max``/``.first3`` of an action statistic with one decision point per trajectory)."""
+    if "same_scores_as" not in table:
+        return {}
+    same = table.dropna(subset=["same_scores_as"])
+    groups: dict[str, list[str]] = {}
+    for alias, rep in zip(same["estimator"], same["same_scores_as"]):
+        groups.setdefault(str(rep), []).append(str(alias))
+    return groups
 
-    Baselines (message count, tool calls, agent characters) are grey squares; inverted estimators
-    are marked with "(inv.)"; undefined metrics are left out. With ``mark_length`` and a table that has
-    ``beats_length_baseline`` (see :mod:`agentuq_nb.evaluation.length_control`), an estimator that does not
-    beat the best length baseline is drawn hollow with a grey interval and "(≤ length)" in its label.
-    """
+
+def short_alias(name: str, representative: str) -> str:
+    """An alias as the part that differs from its representative (``.max`` for ``x.max`` beside ``x.mean``)."""
+    stem = representative.rsplit(".", 1)[0]
+    return name[len(stem):] if "." in representative and name.startswith(stem + ".") else name
+
+
+def forest_rows(table: pd.DataFrame, metric: str = "auroc", per_family: int = 3,
+                families: list[str] | None = None) -> pd.DataFrame:
+    """The rows a forest draws: identical-score estimators collapsed into their representative (``aliases``), then
+    the best ``per_family`` of each family by ``metric`` and every length baseline, families in
+    :data:`FAMILY_COLORS` order (others after them, baselines last), best first within a family. ``shown_of`` is how
+    many estimators of the family had a defined ``metric`` (aliases counted). ``families``: only these (and the
+    length baselines, always)."""
+    t = table[np.isfinite(pd.to_numeric(table[metric], errors="coerce").to_numpy(dtype=float))].copy()
+    t.attrs = {}  # compare_estimators' table carries the combined scores there: not rows of the forest
+    if families is not None:
+        t = t[t["family"].isin([*families, "baseline"])]
+    defined = t["family"].value_counts()
+    groups = alias_groups(t)
+    if "same_scores_as" in t:
+        t = t[t["same_scores_as"].isna()]
+    t["aliases"] = [groups.get(e, []) for e in t["estimator"]]
+    order = [f for f in FAMILY_COLORS if f != "baseline"]
+    order += sorted(set(t["family"]) - set(FAMILY_COLORS)) + ["baseline"]
+    parts = []
+    for family in order:
+        f = t[t["family"] == family].sort_values(metric, ascending=False, kind="stable")
+        if f.empty:
+            continue
+        kept = f if family == "baseline" else f.head(per_family)
+        parts.append(kept.assign(shown_of=int(defined[family]), shown=len(kept) + int(kept["aliases"].map(len).sum())))
+    return pd.concat(parts, ignore_index=True) if parts else t.assign(shown_of=0).iloc[:0]
+
+
+def _wrap(name: str, limit: int = LABEL_CHARS) -> str:
+    if len(name) <= limit:
+        return name
+    for sep in ("@", ".", "_"):
+        cut = name.rfind(sep, 0, limit)
+        if cut > 0:
+            return name[:cut] + "\n" + _wrap(name[cut:], limit)
+    return "\n".join(textwrap.wrap(name, limit))
+
+
+def _label(row) -> str:
+    name = str(row["estimator"]) + (" (inv.)" if bool(row.get("invert", False)) else "")
+    label = _wrap(name)
+    aliases = [short_alias(a, str(row["estimator"])) for a in row["aliases"]]
+    if aliases:
+        more = len(aliases) - MAX_ALIASES
+        label += "\n" + _wrap("= " + ", ".join(aliases[:MAX_ALIASES]) + (f" +{more} more" if more > 0 else ""))
+    return label
+
+
+def estimator_forest_figure(table: pd.DataFrame, metric: str = "auroc", per_family: int = 3,
+                            mark_length: bool = True, title: str = "Failure prediction by estimator family",
+                            width: float = COLUMN_WIDTH, families: list[str] | None = None):
+    """A forest of the estimator table (``evaluation.compare_estimators`` output): the best ``per_family``
+    estimators of each family by ``metric`` and every length baseline, coloured by family (legend below), each
+    with its 95% bootstrap CI and, on the right, n (trajectories scored) and failures. Estimators whose scores are
+    identical are one row naming its aliases. With ``mark_length`` and a ``beats_length_baseline`` column, an
+    estimator whose length-controlled AUROC does not beat the best length baseline is hollow. The full table stays
+    in ``estimator_table.csv``; the title says how many estimators it holds. ``families``: draw only these (and the
+    length baselines)."""
     use_style()
-    t = table[np.isfinite(table[metric].to_numpy(dtype=float))].sort_values(metric, ascending=True)
-    if max_rows is not None:
-        t = t.tail(max_rows)
-    fig, ax = plt.subplots(figsize=(5.6, 0.6 + 0.24 * max(len(t), 1)))
-    marked = (t["beats_length_baseline"].astype(str).eq("False").to_numpy()
-              if mark_length and "beats_length_baseline" in t else np.zeros(len(t), bool))
-    for y, ((_, r), weak) in enumerate(zip(t.iterrows(), marked)):
-        base = r["family"] == "baseline"
+    rows = forest_rows(table, metric, per_family, families)
+    labels = [_label(r) for _, r in rows.iterrows()]
+    heights = np.array([1.0 + 0.55 * label.count("\n") for label in labels])
+    gap = 0.6  # between families
+    new_family = rows["family"].ne(rows["family"].shift()).to_numpy() if len(rows) else np.zeros(0, bool)
+    y = np.cumsum(heights / 2 + np.r_[0, heights[:-1] / 2] + np.where(new_family, gap, 0)) if len(rows) else np.zeros(0)
+    total = float(y[-1] + heights[-1] / 2) if len(rows) else 1.0
+    fig, ax = plt.subplots(figsize=(width, 0.17 * total + 1.9), layout="constrained")
+    weak = (rows["beats_length_baseline"].astype(str).eq("False").to_numpy()
+            if mark_length and "beats_length_baseline" in rows else np.zeros(len(rows), bool))
+    for yi, (_, r), hollow in zip(y, rows.iterrows(), weak):
         color = FAMILY_COLORS.get(r["family"], PALETTE["neutral"])
         lo, hi = r.get(f"{metric}_lo"), r.get(f"{metric}_hi")
-        if np.isfinite(lo) and np.isfinite(hi):
-            ax.plot([lo, hi], [y, y], color=PALETTE["neutral"] if weak else color, lw=1.5, alpha=0.5 if weak else 1)
-        ax.plot(r[metric], y, marker="s" if base else "o", ms=5, color=color, mfc="white" if weak else color)
-    labels = [f"{e}{' (inv.)' if inv else ''}{' [baseline]' if fam == 'baseline' else ''}{' (≤ length)' if weak else ''}"
-              for e, inv, fam, weak in zip(t["estimator"], t["invert"].astype(bool), t["family"], marked)]
-    ax.set_yticks(range(len(t)), labels, fontsize=7)
+        if pd.notna(lo) and pd.notna(hi):
+            ax.plot([lo, hi], [yi, yi], color=color, lw=1.4, alpha=0.55 if hollow else 1.0, solid_capstyle="butt")
+        ax.plot(r[metric], yi, marker="s" if r["family"] == "baseline" else "o", ms=4.5, color=color,
+                mfc="white" if hollow else color, mew=1.2)
+    ax.set_yticks(y, labels, fontsize=7)
+    ax.set_ylim(total + 0.3, -0.3)
     if metric == "auroc":
-        ax.axvline(0.5, ls="--", color=PALETTE["neutral"], lw=1)
+        ax.axvline(0.5, ls="--", color=PALETTE["neutral"], lw=0.8)
         ax.set_xlim(0, 1)
-    base = t[t["family"] == "baseline"]
+        ax.set_xticks([0, 0.25, 0.5, 0.75, 1.0], ["0", ".25", ".5", ".75", "1"])
+    base = rows[rows["family"] == "baseline"]
     if len(base):
-        ax.axvline(base[metric].max(), ls=":", color=PALETTE["neutral"], lw=1, label="best baseline")
-    if marked.any():
-        ax.plot([], [], marker="o", ls="", color=PALETTE["neutral"], mfc="white",
-                label="length-controlled AUROC ≤ best length baseline")
-    if len(base) or marked.any():
-        ax.legend(loc="best", fontsize=7)
-    ax.set(xlabel=f"{metric.upper()} (95% bootstrap CI)", title="Estimators: failure prediction")
+        ax.axvline(base[metric].max(), ls=":", color=PALETTE["neutral"], lw=1)
+    ax.tick_params(axis="x", labelsize=7)
     ax.grid(axis="y", alpha=0)
+    # n per row on the right, outside the data
+    right = ax.twinx()
+    right.set_ylim(ax.get_ylim())
+    right.set_yticks(y, [f"{int(n)} ({int(f)})" if pd.notna(n) and pd.notna(f) else "" for n, f in
+                         zip(rows.get("n", [np.nan] * len(rows)), rows.get("n_failures", [np.nan] * len(rows)))],
+                     fontsize=6.5)
+    right.tick_params(axis="y", length=0, pad=2)
+    right.grid(False)
+    right.spines["right"].set_visible(False)
+    right.set_ylabel("n scored (failures)", fontsize=7)
+    ax.set_xlabel(f"{metric.upper()}, 95% bootstrap CI", fontsize=8)
+    n_total = int(np.isfinite(pd.to_numeric(table[metric], errors="coerce").to_numpy(dtype=float)).sum())
+    ax.set_title(f"{title}\nbest {per_family} per family of {n_total} estimators (all: estimator_table.csv)",
+                 fontsize=8)
+    handles = [Line2D([], [], ls="", marker="s" if f == "baseline" else "o", ms=4.5, color=FAMILY_COLORS.get(
+               f, PALETTE["neutral"]), label=f"{FAMILY_LABELS.get(f, f)} ({shown} of {n})")
+               for f, n, shown in rows.drop_duplicates("family")[["family", "shown_of", "shown"]].itertuples(index=False)]
+    if len(base):
+        handles.append(Line2D([], [], ls=":", color=PALETTE["neutral"], label="best length baseline"))
+    if weak.any():
+        handles.append(Line2D([], [], ls="", marker="o", ms=4.5, color=PALETTE["neutral"], mfc="white",
+                              label="hollow: length-controlled AUROC\n≤ best length baseline"))
+    legend_below(fig, handles=handles, ncol=2, fontsize=6.5, columnspacing=0.8, handletextpad=0.3)
     return fig

@@ -4,14 +4,14 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
-from agentuq_nb.figures.style import PALETTE, use_style
+from agentuq_nb.figures.style import PALETTE, legend_below, use_style
 
 
 def probe_sparklines_figure(result):
     """Per choice: normalized top-k entropy and partial-response distance along the tokens."""
     use_style()
     n = len(result.choices)
-    fig, axes = plt.subplots(n, 1, figsize=(6.5, 0.9 * n + 0.8), sharex=True, squeeze=False)
+    fig, axes = plt.subplots(n, 1, figsize=(6.5, 1.0 * n + 1.2), sharex=True, squeeze=False, layout="constrained")
     for ax, choice in zip(axes[:, 0], result.choices):
         x = np.arange(len(choice.token_entropy))
         ax.plot(x, choice.token_entropy, color=PALETTE["failure"], lw=1.2, label="normalized entropy")
@@ -19,10 +19,12 @@ def probe_sparklines_figure(result):
         ax.set_ylim(0, 1.05)
         ax.set_yticks([])
         ax.grid(False)
-        ax.text(0, 1.0, choice.text[:80].replace("\n", " "), fontsize=7, va="bottom", transform=ax.transAxes)
-    axes[0, 0].legend(loc="upper right", fontsize=7, ncol=2)
+        text = choice.text.replace("\n", " ")
+        ax.set_title(text if len(text) <= 90 else text[:89] + "…", fontsize=7, loc="left")
+    legend_below(fig, ax=axes[0, 0], ncol=2)
     axes[-1, 0].set_xlabel("token")
-    fig.suptitle(f"{result.prompt!r}: structural {result.structural:.2f}, conceptual {result.conceptual:.2f}", fontsize=9)
+    fig.suptitle(f"{result.prompt!r}: structural {result.structural:.2f}, conceptual {result.conceptual:.2f} "
+                 f"({n} sampled responses)", fontsize=9)
     return fig
 
 

@@ -52,3 +52,24 @@ def save(fig, name: str, figures_dir: str | Path) -> list[Path]:
         atomic_write_with(path, lambda p, ext=ext, md=metadata: fig.savefig(p, format=ext, bbox_inches="tight", metadata=md))
         paths.append(path)
     return paths
+
+
+def legend_below(fig, handles=None, labels=None, ax=None, ncol: int = 1, fontsize: float = 7, **kwargs):
+    """The figure's legend under its axes, off the data. ``fig`` must be made with ``layout="constrained"``, which
+    makes room for it; ``handles``/``labels`` default to those of ``ax`` (or of every axes of ``fig``)."""
+    if handles is None:
+        axes = [ax] if ax is not None else fig.axes
+        pairs = [hl for a in axes for hl in zip(*a.get_legend_handles_labels())]
+        labels_seen: dict[str, object] = {}
+        for h, lab in pairs:
+            labels_seen.setdefault(lab, h)
+        handles, labels = list(labels_seen.values()), list(labels_seen)
+    if not handles:
+        return None
+    return fig.legend(handles, labels if labels is not None else [h.get_label() for h in handles],
+                      loc="outside lower center", ncol=ncol, fontsize=fontsize, **kwargs)
+
+
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``"1 trajectory"``, ``"96 trajectories"``: a count with what it counts."""
+    return f"{n} {noun if n == 1 else (plural or noun + 's')}"

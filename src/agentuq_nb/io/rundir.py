@@ -102,6 +102,7 @@ ARTIFACTS: dict[str, Artifact] = {
     "verbalized_confidence_parquet": Artifact("verbalized_confidence.parquet", "a table of your own (keys + verbalized_confidence)"),
     "tokens_by_task": Artifact("tokens_by_task", "agentuq-nb aggregate RUN_DIR --scheduler S"),
     "notebooks": Artifact("notebooks", "agentuq-nb reproduce PARAMS"),
+    "figures": Artifact("figures", "agentuq-nb analyze RESULTS --out RUN_DIR"),
     "paper_auroc_table": Artifact("paper_auroc_table.csv", "notebook 09_paper_figures"),
     "action_samples": Artifact("action_samples.parquet", "agentuq-nb sample-actions RUN_DIR --k K"),
     "action_turns": Artifact("action_turns.parquet", "agentuq-nb sample-actions RUN_DIR --k K"),

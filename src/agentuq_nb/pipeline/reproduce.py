@@ -82,12 +82,36 @@ class Study:
 
 
 def project_root(start: Path | None = None) -> Path:
-    """The checkout holding ``notebooks/`` (searching upwards from ``start`` or the cwd)."""
+    """The checkout holding ``notebooks/``: searched upwards from ``start`` (a params file's folder), then from the
+    working directory, then from where this package is installed from (an editable install of a checkout)."""
     here = (start or Path.cwd()).resolve()
-    for cand in [here, *here.parents]:
-        if (cand / "notebooks").is_dir() and (cand / "params").is_dir():
-            return cand
-    raise FileNotFoundError(f"no project root (a folder with notebooks/ and params/) above {here}")
+    starts = [here, Path.cwd().resolve(), Path(__file__).resolve().parent]
+    for origin in starts:
+        for cand in [origin, *origin.parents]:
+            if (cand / "notebooks").is_dir() and (cand / "params").is_dir():
+                return cand
+    raise FileNotFoundError(f"no project root (a folder with notebooks/ and params/) above {here}, the working "
+                            "directory or the installed package: the notebooks a study runs live in a checkout of "
+                            "agentuq_nb; run 'agentuq-nb reproduce' from inside one (cd /path/to/agentuq_nb), or "
+                            "analyse a results file without a study: agentuq-nb analyze RESULTS --out RUN_DIR")
+
+
+def resolve_against_file(params: dict[str, Any], params_path: Path, root: Path) -> dict[str, Any]:
+    """A params file outside the project: its relative paths (string values, also in lists, that name an existing
+    file or folder beside the file) made absolute, so they mean what they meant where the file was written. Inside
+    the project, relative paths stay relative to its root, as before."""
+    folder = params_path.resolve().parent
+    if folder.is_relative_to(root.resolve()):
+        return params
+
+    def resolved(value: Any) -> Any:
+        if isinstance(value, list):
+            return [resolved(v) for v in value]
+        if isinstance(value, str) and value and not Path(value).is_absolute() and (folder / value).exists():
+            return str((folder / value).resolve())
+        return value
+
+    return {k: resolved(v) for k, v in params.items()}
 
 
 def _check_no_secrets(params: dict[str, Any], path: Path, where: str = "parameters") -> None:
@@ -263,6 +287,7 @@ def run_study(
     figures_dir = output_root / "figures" / study.name
     inside(run_dir, output_root / "runs", study)
     inside(figures_dir, output_root / "figures", study)
+    study.notebooks = [(nb, resolve_against_file(params, study.params_path, root)) for nb, params in study.notebooks]
     sources = [root / "notebooks" / (nb if nb.endswith(".ipynb") else f"{nb}.ipynb") for nb, _ in study.notebooks]
     for source in sources:
         inside(source, root / "notebooks", study)

@@ -18,7 +18,7 @@ from agentuq_nb.common.lazy import lazy_exports
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "extraction": ["extract", "ExtractReport"],
     "aggregation": ["aggregate", "read_summary", "read_turn_summary", "read_trajectory_summary", "turn_summary",
-                    "trajectory_summary"],
+                    "trajectory_summary", "example_trajectory", "read_trajectory_tokens"],
     "recorded_summary": ["summarize_recorded", "has_recorded_summary"],
     "observation": ["rescore", "score_observations", "ScoringReport"],
     "dynamics": ["agent_turns", "read_agent_turns", "compute_early_warning", "early_warning_scores", "FRACTIONS"],

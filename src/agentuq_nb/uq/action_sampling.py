@@ -53,7 +53,7 @@ from agentuq_nb.records.config import EMBEDDED_MODEL, ActionSamplingConfig, conf
 from agentuq_nb.records.toolcall_spans import TOOL_CALL_OPEN
 from agentuq_nb.sim.agent import agent_visible
 from agentuq_nb.uq.extraction import results_input
-from agentuq_nb.uq.observation import agent_system_prompt, check_checkpoint_settings, conversation
+from agentuq_nb.uq.observation import agent_system_prompt, check_checkpoint_settings, conversation, simulation_count
 
 DEFAULT_MAX_TOKENS = 128  # per sample, where the results do not record the agent's max_tokens
 JSON_TYPES = {str: "string", bool: "boolean", int: "integer", float: "number", list: "array", dict: "object"}
@@ -468,7 +468,8 @@ def sample_actions(run_dir: str | Path | RunDir, results: str | Path | None = No
                            noun="trajectories", kept_as=f"checkpointed in {checkpoint_dir}",
                            **execution.runner_options())
         runner.run(sample_one, _jobs(results_path, checkpoint_dir, config, report, info, tools, model),
-                   lambda out, sampled: _save(out, sampled, report), total=config.limit,
+                   lambda out, sampled: _save(out, sampled, report),
+                   total=simulation_count(results_path, config.limit),
                    done=lambda: report.skipped, worker_fn=sample_on_worker)
         samples = _read_checkpoints(sorted(checkpoint_dir.glob("*.parquet")), report, config.turns)
         if samples.num_rows == 0:

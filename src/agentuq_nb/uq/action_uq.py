@@ -376,16 +376,45 @@ def turn_clusters(turns: pd.DataFrame) -> pd.DataFrame:
     return long.drop(columns=["taken_cluster"])
 
 
+def saturation(turns: pd.DataFrame) -> dict:
+    """How often the K samples of a decision point are spread as far as K allows (rows of ``action_turns``):
+    ``all_distinct`` points where every sample is a cluster of its own (``action_clusters == k``: the semantic
+    entropy is at its maximum log K), ``no_agreement`` points where no sample joined the agent's action
+    (``action_agreement == 0``), ``taken_malformed`` points whose taken action is a malformed call, their shares of
+    ``points``, the median clusters and the mean agreement. When most points are at the maximum for successes and
+    failures alike, the estimators built on them cannot tell the two apart."""
+    n = len(turns)
+    if n == 0:
+        return {"points": 0, "all_distinct": 0, "no_agreement": 0, "taken_malformed": 0, "share_all_distinct": np.nan,
+                "share_no_agreement": np.nan, "median_clusters": np.nan, "mean_agreement": np.nan}
+    distinct = int((turns["action_clusters"] >= turns["k"]).sum())
+    none = int((turns["action_agreement"] == 0).sum())
+    return {"points": n, "all_distinct": distinct, "no_agreement": none,
+            "taken_malformed": int(turns["taken_kind"].eq("malformed").sum()) if "taken_kind" in turns else 0,
+            "share_all_distinct": distinct / n, "share_no_agreement": none / n,
+            "median_clusters": float(turns["action_clusters"].median()),
+            "mean_agreement": float(turns["action_agreement"].mean())}
+
+
 def trajectory_decisions(turns: pd.DataFrame, rewards: pd.DataFrame, task_id: str | None = None) -> pd.DataFrame:
     """One trajectory's rows of ``turns`` with its ``reward`` (from ``rewards``: keys + reward), for a turn-by-turn
-    view: task ``task_id``'s (its first trial), else a lowest-reward trajectory with the most decision points."""
+    view: task ``task_id``'s (its first trial), else a lowest-reward trajectory whose taken actions are all
+    well-formed (none ``malformed``: a malformed call is a cluster of its own that no sample joins, which shows
+    nothing of the method), with the most decision points, preferring one where some sample agrees with the agent;
+    when every trajectory has a malformed taken action, the same order over all of them."""
     keys = ["domain", "task_id", "trial", "seed"]
     rows = turns.merge(rewards[[*keys, "reward"]], on=keys, how="left")
     if rows.empty:
         raise ValueError("no decision point to show")
     if task_id is None:
-        sizes = rows.groupby(keys, dropna=False).agg(n=("decision_idx", "size"), reward=("reward", "first"))
-        chosen = sizes.sort_values(["reward", "n"], ascending=[True, False]).index[0]
+        marks = rows.assign(
+            malformed=rows["taken_kind"].eq("malformed") if "taken_kind" in rows else False,
+            agreed=rows["action_agreement"].gt(0) if "action_agreement" in rows else False)
+        sizes = marks.groupby(keys, dropna=False).agg(n=("decision_idx", "size"), reward=("reward", "first"),
+                                                      malformed=("malformed", "any"), agreed=("agreed", "any"))
+        well_formed = sizes[~sizes["malformed"]]
+        pool = well_formed if len(well_formed) else sizes
+        chosen = pool.sort_values(["reward", "agreed", "n"], ascending=[True, False, False], kind="stable").index[0]
     else:
         matching = rows[rows["task_id"] == str(task_id)]
         if matching.empty:

@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 
 from agentuq_nb.io.errors import StaleArtifactError
 from agentuq_nb.io.rundir import RunDir
-from agentuq_nb.io.token_table import read_token_dataset
+from agentuq_nb.io.token_table import read_token_dataset, read_token_table
 from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.run_tables import TRAJECTORY_META
 from agentuq_nb.records.token_statistics import (
@@ -266,3 +266,34 @@ def read_trajectory_summary(run_dir: str | Path | RunDir) -> pd.DataFrame:
 
 def read_turn_summary(run_dir: str | Path | RunDir) -> pd.DataFrame:
     return read_summary(run_dir, "turn_summary")
+
+
+def example_trajectory(turns: pd.DataFrame, rewards: pd.DataFrame, task_id: str | None = None,
+                       failure_threshold: float = 1.0) -> tuple:
+    """The keys ``(domain, task_id, trial, seed)`` of one trajectory to show token by token: task ``task_id``'s
+    first trial with an agent turn, else the first failed trajectory (in key order) with an agent turn, else the
+    first with one. ``turns``: the turn summary; ``rewards``: keys + ``reward``."""
+    agent = turns[(turns["role"] == "assistant") & (turns["scorer"] == "self")]
+    candidates = key_dtypes(agent.drop_duplicates(TRAJECTORY_KEYS)[TRAJECTORY_KEYS]).merge(
+        key_dtypes(rewards[[*TRAJECTORY_KEYS, "reward"]]), on=TRAJECTORY_KEYS, how="left")
+    candidates = candidates.sort_values(TRAJECTORY_KEYS, kind="stable")
+    if candidates.empty:
+        raise ValueError("no trajectory has an agent turn to show")
+    if task_id is not None:
+        mine = candidates[candidates["task_id"] == str(task_id)]
+        if mine.empty:
+            raise ValueError(f"task {task_id!r} has no trajectory with an agent turn")
+        return tuple(mine.iloc[0][TRAJECTORY_KEYS])
+    failed = candidates[candidates["reward"].astype(float) < failure_threshold]
+    return tuple((failed if len(failed) else candidates).iloc[0][TRAJECTORY_KEYS])
+
+
+def read_trajectory_tokens(run_dir: str | Path | RunDir, keys: tuple, scorer: str | None = "self") -> pd.DataFrame:
+    """The token rows of the one trajectory ``keys`` = ``(domain, task_id, trial, seed)`` (of ``scorer``; None: every
+    scorer), in message and token order; a missing seed matches a missing seed."""
+    domain, task_id, trial, seed = keys
+    filters = [("task_id", "=", str(task_id))] + ([("scorer", "=", scorer)] if scorer is not None else [])
+    tokens = key_dtypes(read_token_table(RunDir.of(run_dir).path, filters=filters))
+    same_seed = tokens["seed"].isna() if pd.isna(seed) else tokens["seed"] == seed
+    mine = tokens[(tokens["domain"] == domain) & (tokens["trial"] == trial) & same_seed]
+    return mine.sort_values(["message_idx", "token_idx"], kind="stable").reset_index(drop=True)

@@ -122,6 +122,34 @@ class ScoringReport:
                 "sliding_window_truncations": self.truncations,
                 "truncated_trajectories": self.truncated_trajectories, "warnings": self.warnings.as_dict()}
 
+    def explain(self) -> list[str]:
+        """One line per term of :meth:`as_dict` with a value worth explaining (what it counts, what follows)."""
+        values = self.as_dict()
+        return [f"{term}: {values[term]}: {text}" for term, text in REPORT_TERMS.items() if values.get(term)]
+
+
+#: what the scoring report's terms count (said beside the report where it is printed)
+REPORT_TERMS = {
+    "scored": "trajectories scored by this call",
+    "skipped_already_scored": "trajectories already scored by an earlier, interrupted call (their checkpoints are "
+                              "kept and reused)",
+    "num_tokens": "token rows in the published table",
+    "sliding_window_truncations": "times a conversation longer than the scorer's context window had its oldest "
+                                  "text dropped while it was scored: the tokens after each cut are conditioned on the "
+                                  "system prompt and the most recent half window only, not on the whole history",
+    "truncated_trajectories": "trajectories with at least one such cut (their later tokens' NLL is not a "
+                              "full-history NLL)",
+}
+
+
+def simulation_count(results_path: str | Path, limit: int | None = None) -> int:
+    """How many simulations a results file holds (at most ``limit``): the total of a progress bar, so that it shows an
+    ETA. One more streamed pass over the file, a small fraction of what scoring or sampling them costs."""
+    n = 0
+    for _ in islice(iter_simulations(results_path), limit):
+        n += 1
+    return n
+
 
 def _rows_table(rows: list[dict], sim: Simulation, domain: str, roles: set[str], mode: str) -> pa.Table:
     keys = {"domain": domain, "task_id": str(sim.task_id), "trial": sim.trial, "seed": sim.seed}
@@ -218,7 +246,8 @@ def _score_results(results_path: Path, checkpoint_dir: Path, config: ScoringConf
     runner = JobRunner(label=f"score_{config.scorer_mode}", desc=f"score {config.scorer_mode}", unit="traj",
                        noun="trajectories", kept_as=f"checkpointed in {checkpoint_dir}", **execution.runner_options())
     runner.run(score_one, jobs, lambda out, scored: _save_scored(out, scored, report),
-               total=config.limit, done=lambda: report.skipped, worker_fn=score_on_worker)
+               total=simulation_count(results_path, config.limit), done=lambda: report.skipped,
+               worker_fn=score_on_worker)
 
 
 def _consolidate(checkpoint_dir: Path, out_path: Path, metadata: dict) -> int:

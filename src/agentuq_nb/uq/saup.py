@@ -280,14 +280,18 @@ def actor_breakdown(scores: pd.DataFrame) -> pd.DataFrame:
 
 
 def turn_table(steps: pd.DataFrame, task_id=None, trial=None, seed=None) -> pd.DataFrame:
-    """Turn-by-turn view of one trajectory (the first one if no key is given).
+    """Turn-by-turn view of one trajectory: the given one, else the one with the most steps among those with
+    steps of both actors (agent and user; ties: the first), else the first.
 
     Per step: actor, U, D_a, D_o, the three weights and the running SAUP of its actor after the step.
     """
     s = steps
     if task_id is None:
-        first = s.iloc[0]
-        task_id, trial, seed = first["task_id"], first["trial"], first["seed"]
+        keys = ["task_id", "trial", "seed"]
+        sizes = s.groupby(keys, sort=False).agg(steps=("actor", "size"), actors=("actor", "nunique"))
+        both = sizes[sizes["actors"] >= 2]
+        chosen = (both if len(both) else sizes)["steps"].idxmax()
+        task_id, trial, seed = chosen
     s = s[(s["task_id"] == str(task_id)) & (s["trial"] == trial) & (s["seed"] == seed)].copy()
     parts = []
     for actor, a in s.groupby("actor", sort=False):

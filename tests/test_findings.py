@@ -1,0 +1,65 @@
+"""The sentences notebooks 10 and 11 write from their run's numbers (pipeline.findings)."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from agentuq_nb.pipeline.findings import action_findings, calibration_findings, diagram_estimators
+
+KEYS = {"domain": "bookshop", "seed": 300}
+
+
+def _turns(saturated: bool) -> pd.DataFrame:
+    rows = []
+    for t in range(10):
+        clusters = 4 if saturated or t % 2 else 2
+        rows.append({**KEYS, "task_id": str(t), "trial": 0, "decision_idx": 0, "k": 4, "action_clusters": clusters,
+                     "action_agreement": 0.0 if clusters == 4 else 0.5, "taken_kind": "tool_call",
+                     "sampler_model": "local/smollm2-135m-instruct", "sampler_kind": "agent"})
+    return pd.DataFrame(rows)
+
+
+def _rewards() -> pd.DataFrame:
+    return pd.DataFrame([{**KEYS, "task_id": str(t), "trial": 0, "reward": float(t < 3)} for t in range(14)])
+
+
+def _table() -> pd.DataFrame:
+    rows = [("action_semantic_entropy.mean", "action", 0.70, 0.52, 0.94, 10), ("action_agreement.mean", "action",
+            0.55, 0.30, 0.80, 10), ("assistant.avg_token_nll", "token", 0.46, 0.30, 0.67, 14),
+            ("num_messages", "baseline", 0.51, 0.35, 0.68, 14), ("action_semantic_entropy.max", "action", 0.70, 0.52,
+                                                                  0.94, 10)]
+    t = pd.DataFrame(rows, columns=["estimator", "family", "auroc", "auroc_lo", "auroc_hi", "n"])
+    t["same_scores_as"] = [None, None, None, None, "action_semantic_entropy.mean"]
+    return t
+
+
+def test_action_findings_count_what_was_sampled_and_say_whether_the_estimators_saturate():
+    text = action_findings(_turns(True), _rewards(), _table(), k=4, temperature=1.0, limit=12)
+    assert "**12 simulations sampled, 10 decision points in 10 trajectories of them** (7 failed, 3 succeeded; 2 " \
+           "have no decision point" in text
+    assert "At 10 of 10 decision points (100%) every sample fell in a cluster of its own" in text
+    assert "**The action estimators saturate at K = 4 and temperature 1**" in text
+    assert "`action_semantic_entropy.mean` 0.700 [0.52, 0.94] (n = 10)" in text
+    assert "ranks 1 of the 5" in text and "`action_semantic_entropy.max`" in text  # its alias is named
+    assert "1 of the 2 action intervals excludes chance" in text
+    calm = action_findings(_turns(False), _rewards(), _table(), k=4, temperature=0.5)
+    assert "do not saturate at K = 4 and temperature 0.5" in calm and "At 5 of 10 decision points (50%)" in calm
+
+
+def test_calibration_findings_and_the_curves_worth_drawing():
+    calibrated = pd.DataFrame([
+        {"setting": "cross_fitted", "estimator": e, "family": f, "method": "platt", "brier": b, "resolution": r,
+         "ece": ece, "ece_debiased": deb}
+        for e, f, b, r, ece, deb in (("combined_predictor", "combined", 0.15, 0.02, 0.05, 0.08),
+                                     ("num_messages", "baseline", 0.17, 0.0, 0.02, 0.0),
+                                     ("agent_chars", "baseline", 0.16, 0.01, 0.04, 0.03),
+                                     ("tracer.optimistic", "tracer", 0.10, 0.05, 0.01, 0.01))])
+    # tracer.optimistic is tuned on the run's own labels: never the curve shown, however low its Brier score
+    assert diagram_estimators(calibrated) == ["combined_predictor", "agent_chars"]
+    report = {"n": 135, "n_failures": 108, "cross_fitting": "5-fold StratifiedGroupKFold by task (domain, task_id)"}
+    text = calibration_findings(report, calibrated, n_bins=10)
+    assert "**135 trajectories, 108 failures** (failure rate 0.80)" in text and "5-fold StratifiedGroupKFold" in text
+    se = np.sqrt(0.8 * 0.2 / 13.5)
+    assert f"sampling standard error of about {se:.2f}" in text
+    assert "Best: `combined_predictor` (platt) Brier 0.150" in text and "`tracer.optimistic`, left out" in text
+    assert "exceeds `ece` in 1 of 4 rows" in text
