@@ -149,7 +149,7 @@ def test_paper_params_on_a_stand_in_with_the_release_layout(tmp_path):
     run_dir = run_study(params, root=ROOT, output_root=tmp_path, log=lambda *_: None)
 
     figures_dir = tmp_path / "figures" / "paper"
-    for name in ("observation_user_nll_density_gpt-4.1", "observation_user_nll_density_Kimi-K2.5", "dynamics_agent_nll"):
+    for name in ("observation_user_nll_density_gpt-4.1", "observation_user_nll_density_Kimi-K2.5", "paper_dynamics_agent_nll"):
         assert (figures_dir / f"{name}.png").stat().st_size > 1000, name
         assert (figures_dir / f"{name}.pdf").exists()
     table = pd.read_csv(RunDir(run_dir).file("paper_auroc_table"))

@@ -41,7 +41,7 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "metrics": ["HIGHER_IS_BETTER", "METRICS", "UndefinedMetricError", "auarc", "auarc_tie_mean", "auroc", "aurc", "correlation",
                 "failure_curves", "failure_labels", "prr"],
     "run_metrics": ["evaluate", "estimator_rows", "estimator_metrics"],
-    "estimator_table": ["compare_estimators", "evaluate_estimators", "score_table", "read_estimator_table",
+    "estimator_table": ["compare_estimators", "evaluate_estimators", "evaluate_estimators_and_combinations", "score_table", "read_estimator_table",
                         "REPORTED_METRICS"],
     "dynamics": ["dynamics_curve", "early_warning_table"],
     "calibration": ["brier_decomposition", "calibration_report", "cross_fitted_probabilities",

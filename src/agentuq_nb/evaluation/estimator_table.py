@@ -168,9 +168,21 @@ def evaluate_estimators(table: pd.DataFrame, estimators: list[Estimator], failur
     """The estimator table from a score table (see the module docstring for the columns). The length control
     uses the table's ``num_messages`` column (see :func:`with_length_columns`); without it those columns
     are NaN. ``combine=False`` leaves out the combined predictor's rows; ``combined_input_names`` chooses its
-    inputs (:func:`combined_inputs`). The combinations' out-of-fold probabilities come with the table as
-    ``attrs["combined_scores"]`` (keys + one column each); estimators that read such probabilities back
-    (family ``combined``) are outputs of this table, not rows of it."""
+    inputs (:func:`combined_inputs`). Estimators that read the combinations' probabilities back (family
+    ``combined``) are outputs of this table, not rows of it; :func:`evaluate_estimators_and_combinations`
+    returns those probabilities too."""
+    return evaluate_estimators_and_combinations(table, estimators, failure_threshold, n_boot, seed, reference,
+                                                n_bins, combine, combined_input_names)[0]
+
+
+def evaluate_estimators_and_combinations(table: pd.DataFrame, estimators: list[Estimator],
+                                         failure_threshold: float = 1.0, n_boot: int = 1000, seed=0,
+                                         reference: str = REFERENCE, n_bins: int = 10, combine: bool = True,
+                                         combined_input_names: list[str] | None = None
+                                         ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """:func:`evaluate_estimators`, and the combinations' out-of-fold probabilities (trajectory keys + one
+    column each). Returned apart, not in the table's ``attrs``: pandas compares attrs when it concatenates
+    tables, and a frame there makes that comparison raise."""
     check_failure_threshold(failure_threshold)  # refused before any work
     estimators = [e for e in estimators if e.family != "combined"]
     table = table[np.isfinite(table["reward"].to_numpy(dtype=float))].reset_index(drop=True)
@@ -225,8 +237,7 @@ def evaluate_estimators(table: pd.DataFrame, estimators: list[Estimator], failur
     out["beats_length_baseline"] = [None if fam == "baseline" else beats_length_baseline(a, best)
                                     for fam, a in zip(out["family"], out["auroc_stratified"])]
     out = out.sort_values("auroc_stratified", ascending=False, na_position="last", kind="stable").reset_index(drop=True)
-    out.attrs["combined_scores"] = combined_scores
-    return out
+    return out, combined_scores
 
 
 def same_scores_as(scores: list[tuple[str, str, np.ndarray]]) -> list[str | None]:
@@ -263,12 +274,13 @@ def compare_estimators(run_dir: str | os.PathLike | RunDir, failure_threshold: f
             config = blackbox if isinstance(blackbox, BlackBoxConfig) else BlackBoxConfig()
             ensure_blackbox(run, config.model_copy(update={"failure_threshold": failure_threshold, "seed": seed}))
         table, estimators = score_table(run, names)
-        out = evaluate_estimators(with_length_columns(run, table), estimators, failure_threshold, n_boot, seed,
-                                  n_bins=n_bins, combine=combine, combined_input_names=combined_input_names)
+        out, combined_scores = evaluate_estimators_and_combinations(
+            with_length_columns(run, table), estimators, failure_threshold, n_boot, seed,
+            n_bins=n_bins, combine=combine, combined_input_names=combined_input_names)
         based_on = run.based_on(*estimator_inputs(run, [e for e in estimators if e.family != "combined"]))
         with run.commit("compare-estimators") as commit:
             commit.write_with("estimator_table", lambda p: out.to_csv(p, index=False), based_on)
-            commit.write_parquet("combined_scores", out.attrs["combined_scores"], based_on)
+            commit.write_parquet("combined_scores", combined_scores, based_on)
     return out
 
 
