@@ -120,6 +120,29 @@ def test_a_plugin_file_shows_up_in_both_commands_with_its_orientation(run_dir, t
     assert missing.returncode == 2 and "no estimator named 'assistant.steadiest_turn'" in missing.stderr
 
 
+def test_a_plugins_inputs_are_stamped_and_a_stale_one_is_refused(run_dir, tmp_path):
+    """The table's ``based_on`` is what its estimators read: the plugin's turn_summary is stamped although the
+    only other estimator chosen (num_messages) reads the trajectories alone; replacing it makes the table stale."""
+    import shutil
+
+    from agentuq_nb.io.rundir import RunDir, StaleArtifactError
+
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    plugin = tmp_path / "my_estimators.py"
+    plugin.write_text(PLUGIN)
+    done = _cli("compare-estimators", run, "--plugin", plugin, "--estimator", "num_messages",
+                "--estimator", "assistant.steadiest_turn", "--no-blackbox", "--n-boot", 20)
+    assert done.returncode == 0, done.stderr
+    stamped = RunDir(run).manifest().artifacts["estimator_table.csv"].based_on
+    assert set(stamped) == {"trajectories.parquet", "turn_summary.parquet"}
+    table = evaluation.read_estimator_table(run)
+    assert set(table.loc[table["family"] != "combined", "estimator"]) == {"num_messages", "assistant.steadiest_turn"}
+    aggregate(run)  # a new turn_summary: the plugin's scores no longer match the table
+    with pytest.raises(StaleArtifactError, match="estimator_table.csv was computed from an earlier turn_summary"):
+        evaluation.read_estimator_table(run)
+
+
 def test_a_plugin_package_registers_through_its_entry_point(run_dir, tmp_path):
     site = tmp_path / "site"
     (site / "steady_plugin").mkdir(parents=True)
