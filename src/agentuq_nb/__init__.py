@@ -6,13 +6,14 @@ with ``distributed`` (the job executor, Dask) beside them. Notebooks use the fac
 ``agentuq_nb.uq``, ``agentuq_nb.estimators`` and ``agentuq_nb.evaluation``.
 """
 from agentuq_nb.common.offline import ensure_offline_env
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD
 
 ensure_offline_env()
 
 __version__ = "0.1.0"
 
 
-def explore(run_dir, estimators=None, scorer=None, failure_threshold: float = 1.0, export=None):
+def explore(run_dir, estimators=None, scorer=None, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD, export=None):
     """Explore a run folder's trajectories in JupyterLab: pick one by outcome or an estimator's value, read its
     messages with each token coloured by its NLL (hover: the top-k alternatives and their probabilities), per-message
     sparklines of a token, a black-box and an action signal, the K resampled actions at each decision point, the

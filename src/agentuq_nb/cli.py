@@ -23,6 +23,14 @@ from typer.core import TyperGroup
 from agentuq_nb.io.errors import InputError, MixedRunError, StaleArtifactError
 from agentuq_nb.io.input_warnings import InputDataWarning
 from agentuq_nb.io.run_lock import RunBusyError
+from agentuq_nb.records.config import (
+    ActionSamplingConfig,
+    BlackBoxConfig,
+    ExecutionConfig,
+    PolicyConfig,
+    ScoringConfig,
+    SimulationConfig,
+)
 
 #: set to 1 to see the traceback of an unexpected error (a bug) instead of its one line
 TRACEBACK_ENV = "AGENTUQ_NB_TRACEBACK"
@@ -93,6 +101,27 @@ class Embedder(str, Enum):
     minilm = "minilm"
     hash = "hash"
     none = "none"
+
+
+def config_option(config: type, field: str, *flags: str, **extra):
+    """A typer option whose default (and help, unless given) is the pydantic config field's: each default is
+    written once, in its config. Hand-written because typer builds options from signatures, not from pydantic
+    models (typer-pydantic adapters on PyPI are unmaintained); a test checks every such option's default."""
+    info = config.model_fields[field]
+    extra.setdefault("help", info.description)
+    return typer.Option(info.get_default(call_default_factory=True), *flags, **extra)
+
+
+def failure_threshold_option(help: str = "failure = reward < threshold"):
+    from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD
+
+    return typer.Option(DEFAULT_FAILURE_THRESHOLD, "--failure-threshold", help=help)
+
+
+def n_boot_option(help: str = "bootstrap resamples for the 95% CIs (0: none)"):
+    from agentuq_nb.evaluation.bootstrap import DEFAULT_N_BOOT
+
+    return typer.Option(DEFAULT_N_BOOT, "--n-boot", min=0, help=help)
 
 
 #: errors that are the user's to fix: said in one line, exit code 2, no traceback
@@ -257,8 +286,8 @@ def evaluate(
     scorer: Optional[str] = typer.Option(None, help="scorer of a token statistic (default: self, else the only one)"),
     invert: bool = typer.Option(False, "--invert", help="only for a raw column: it is a confidence (higher = success); "
                                 "registered estimators carry their own orientation"),
-    failure_threshold: float = typer.Option(1.0, help="failure = reward < threshold"),
-    n_boot: int = typer.Option(1000, min=0, help="bootstrap resamples for the 95% CIs (0: none)"),
+    failure_threshold: float = failure_threshold_option(),
+    n_boot: int = n_boot_option("bootstrap resamples for the 95% CIs (0: none)"),
     seed: int = typer.Option(0),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help=SCHEDULER_HELP),
     plugin: Optional[list[str]] = typer.Option(None, "--plugin", help=PLUGIN_HELP),
@@ -295,8 +324,8 @@ def trials(
     run_dir: Path = typer.Argument(...),
     k: Optional[list[int]] = typer.Option(None, "--k", help="the k of pass^k (repeat the option; default 1 .. the "
                                           "fewest trials of a task)"),
-    failure_threshold: float = typer.Option(1.0, help="failure = reward < threshold"),
-    n_boot: int = typer.Option(1000, min=0, help="bootstrap resamples of tasks for the 95% CIs (0: none)"),
+    failure_threshold: float = failure_threshold_option(),
+    n_boot: int = n_boot_option("bootstrap resamples of tasks for the 95% CIs (0: none)"),
     seed: int = typer.Option(0),
 ):
     """Multi-trial labels of a run: pass^k as τ²-bench defines it (CIs resample tasks) and label noise (prints only)."""
@@ -332,13 +361,14 @@ def analyze(
     uncertainty: str = typer.Option("avg_token_nll", help="the estimator evaluated (as for 'agentuq-nb evaluate')"),
     role: str = typer.Option("assistant", help="role of a token statistic"),
     scorer: Optional[str] = typer.Option(None, help="scorer of a token statistic (default: self, else the only one)"),
-    failure_threshold: float = typer.Option(1.0, help="failure = reward < threshold"),
-    n_boot: int = typer.Option(1000, min=0, help="bootstrap resamples for the 95% CIs (0: none)"),
+    failure_threshold: float = failure_threshold_option(),
+    n_boot: int = n_boot_option("bootstrap resamples for the 95% CIs (0: none)"),
     seed: int = typer.Option(0),
     blackbox: bool = typer.Option(True, "--blackbox/--no-blackbox", help="also the black-box families (structure, "
                                   "TRACER: from the messages, no log-probs needed) and the estimator table of every "
                                   "family the run holds; --no-blackbox: extract, aggregate, evaluate only"),
-    embedder: Embedder = typer.Option("minilm", help="sentence embeddings of the black-box signals"),
+    embedder: Embedder = config_option(BlackBoxConfig, "embedder", "--embedder",
+                                       help="sentence embeddings of the black-box signals"),
     score: Optional[str] = typer.Option(None, "--score", help=SCORE_HELP),
     figures: bool = typer.Option(True, "--figures/--no-figures", help="draw the estimator forest (and, with "
                                  "log-probs, the ROC and accuracy-rejection curves) into RUN_DIR/figures"),
@@ -386,15 +416,16 @@ def analyze(
 @app.command("compare-estimators")
 def compare_estimators(
     run_dir: Path = typer.Argument(...),
-    failure_threshold: float = typer.Option(1.0, help="failure = reward < threshold"),
-    n_boot: int = typer.Option(1000, min=0, help="bootstrap resamples for CIs and paired p-values (0: none)"),
+    failure_threshold: float = failure_threshold_option(),
+    n_boot: int = n_boot_option("bootstrap resamples for CIs and paired p-values (0: none)"),
     seed: int = typer.Option(0),
     estimator: Optional[list[str]] = typer.Option(None, "--estimator", help="only these estimators (repeat the option)"),
     combine_input: Optional[list[str]] = typer.Option(None, "--combine-input", help="an input of the combined predictor "
                                                       "(repeat; default: one estimator per kind of signal)"),
     blackbox: bool = typer.Option(True, "--blackbox/--no-blackbox", help="bring the black-box families (structure, "
                                   "TRACER) up to date first"),
-    embedder: Embedder = typer.Option("minilm", help="sentence embeddings of the black-box signals"),
+    embedder: Embedder = config_option(BlackBoxConfig, "embedder", "--embedder",
+                                       help="sentence embeddings of the black-box signals"),
     plugin: Optional[list[str]] = typer.Option(None, "--plugin", help=PLUGIN_HELP),
 ):
     """Every estimator in the run vs failure (AUROC, AUARC, AURC, PRR, Spearman, CIs, p vs avg NLL) → estimator_table.csv."""
@@ -457,9 +488,9 @@ def _estimator_table(run_dir: Path, failure_threshold: float, n_boot: int, seed:
 def blackbox(
     run_dir: Path = typer.Argument(..., help="run directory (its manifest names the results)"),
     results: Optional[Path] = typer.Option(None, "--results", help="results file, if not the one the run was made from"),
-    failure_threshold: float = typer.Option(1.0, help="failure = reward < threshold (TRACER's tuned readouts)"),
-    seed: int = typer.Option(0, help="seed of the folds of TRACER's nested tuning"),
-    embedder: Embedder = typer.Option("minilm", help="sentence embeddings (hash: a bag-of-words hash, for tests)"),
+    failure_threshold: float = failure_threshold_option("failure = reward < threshold (TRACER's tuned readouts)"),
+    seed: int = config_option(BlackBoxConfig, "seed", "--seed"),
+    embedder: Embedder = config_option(BlackBoxConfig, "embedder", "--embedder"),
     force: bool = typer.Option(False, "--force", help="recompute even when the tables are up to date"),
 ):
     """Uncertainty from the messages alone (no log-probs): structure signals and TRACER → blackbox_*.parquet, tracer_tuned.parquet."""
@@ -489,8 +520,8 @@ def blackbox(
 def compare_runs(
     run_dirs: list[Path] = typer.Argument(..., help="run folders to compare the estimators across (read only)"),
     out: Path = typer.Option(..., "--out", help="output folder for the leaderboard (a plain folder, not a run folder)"),
-    failure_threshold: float = typer.Option(1.0, help="failure = reward < threshold"),
-    n_boot: int = typer.Option(1000, min=0, help="bootstrap resamples (tasks within each run) for CIs and p-values"),
+    failure_threshold: float = failure_threshold_option(),
+    n_boot: int = n_boot_option("bootstrap resamples (tasks within each run) for CIs and p-values"),
     seed: int = typer.Option(0),
     estimator: Optional[list[str]] = typer.Option(None, "--estimator", help="only these estimators (repeat the "
                                                   "option; each must be in every run; length baselines always)"),
@@ -565,7 +596,7 @@ def calibrate(
     transfer_to: Optional[Path] = typer.Option(None, "--transfer-to", help="another run folder: maps fitted on "
                                                "RUN_DIR are evaluated on it"),
     n_bins: int = typer.Option(10, min=1, help="equal-mass bins of the ECE, the Brier decomposition and the diagram"),
-    failure_threshold: float = typer.Option(1.0, help="failure = reward < threshold"),
+    failure_threshold: float = failure_threshold_option(),
     seed: int = typer.Option(0),
     combine_input: Optional[list[str]] = typer.Option(None, "--combine-input", help="an input of the combined predictor "
                                                       "(repeat; default: one estimator per kind of signal)"),
@@ -631,7 +662,7 @@ def explore(
     out: Path = typer.Option(..., "--out", help="the HTML file to write (one standalone file, opens offline)"),
     estimator: Optional[list[str]] = typer.Option(None, "--estimator", help="estimators offered in the filter "
                                                   "(repeat; default: every one the run holds)"),
-    failure_threshold: float = typer.Option(1.0, help="failure = reward < threshold"),
+    failure_threshold: float = failure_threshold_option(),
 ):
     """Every trajectory of a run in one HTML page: filter by outcome or an estimator, tokens coloured by NLL with the
     alternatives on hover, per-message sparklines, the resampled actions at each decision point (in JupyterLab:
@@ -664,33 +695,36 @@ def reproduce(
 def simulate(
     domain: str = typer.Option(..., "--domain", help="built-in domain, e.g. bookshop"),
     out: Path = typer.Option(..., "--out", help="run directory: results.json, sidecars/, checkpoints/"),
-    agent_llm: Optional[str] = typer.Option(None, "--agent-llm", help="litellm model name (default: the embedded model)"),
-    user_llm: Optional[str] = typer.Option(None, "--user-llm", help="litellm model name (default: the embedded model)"),
+    agent_llm: str = config_option(SimulationConfig, "agent_llm", "--agent-llm", help="litellm model name"),
+    user_llm: str = config_option(SimulationConfig, "user_llm", "--user-llm", help="litellm model name"),
     num_tasks: Optional[int] = typer.Option(None, "--num-tasks", help="first N tasks of the domain"),
     task_ids: Optional[list[str]] = typer.Option(None, "--task-ids", help="run only these task ids: repeat the option "
                                                  "(--task-ids 1 --task-ids 2) or separate them by commas (--task-ids 1,2)"),
-    num_trials: int = typer.Option(1, "--num-trials"),
-    top_logprobs: int = typer.Option(5, "--top-logprobs"),
-    max_concurrency: int = typer.Option(1, "--max-concurrency", help="simulations in flight (helps remote APIs)"),
-    seed: int = typer.Option(300, "--seed"),
-    max_steps: Optional[int] = typer.Option(None, "--max-steps"),
-    temperature: Optional[float] = typer.Option(None, "--temperature", help="sampling temperature of both LLMs (default 0)"),
+    num_trials: int = config_option(SimulationConfig, "num_trials", "--num-trials"),
+    top_logprobs: int = config_option(SimulationConfig, "top_logprobs", "--top-logprobs"),
+    max_concurrency: int = config_option(ExecutionConfig, "max_concurrency", "--max-concurrency",
+                                         help="simulations in flight (helps remote APIs)"),
+    seed: int = config_option(SimulationConfig, "seed", "--seed"),
+    max_steps: int = config_option(SimulationConfig, "max_steps", "--max-steps"),
+    temperature: float = config_option(SimulationConfig, "temperature", "--temperature",
+                                       help="sampling temperature of both LLMs"),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help=SCHEDULER_HELP),
     api_base: Optional[list[str]] = typer.Option(None, "--api-base", help=API_BASE_HELP),
     policy: Optional[str] = typer.Option(None, "--policy", help="act on uncertainty at each agent decision point: "
                                          "observe | defer | resample_vote | confirm | random"),
-    policy_signal: str = typer.Option("turn_avg_nll", "--policy-signal", help="the online signal (higher = more uncertain)"),
+    policy_signal: str = config_option(PolicyConfig, "signal", "--policy-signal"),
     policy_threshold: Optional[float] = typer.Option(None, "--policy-threshold", help="intervene where the signal exceeds it"),
     policy_calibration: Optional[Path] = typer.Option(None, "--policy-calibration", help="an earlier observe run: "
                                                       "certifies the threshold (with --risk), fits calibrated: signals"),
     risk: Optional[float] = typer.Option(None, "--risk", help="δ: failure rate allowed among the runs left unflagged"),
-    policy_alpha: float = typer.Option(0.1, "--policy-alpha", help="the certificate holds with probability 1 - alpha"),
+    policy_alpha: float = config_option(PolicyConfig, "alpha", "--policy-alpha"),
     policy_oracle: Optional[Path] = typer.Option(None, "--policy-oracle", help="an earlier run: intervene on the runs "
                                                  "that failed in it"),
     policy_rate: Optional[float] = typer.Option(None, "--policy-rate", help="random: probability per decision point"),
-    policy_action: str = typer.Option("defer", "--policy-action", help="random: what an intervention does"),
-    policy_k: int = typer.Option(5, "--policy-k", help="resampled actions (resample_vote, action signals)"),
-    escalation_cost: float = typer.Option(1.0, "--escalation-cost", help="the cost of one hand-off to a human"),
+    policy_action: str = config_option(PolicyConfig, "random_action", "--policy-action",
+                                       help="random: what an intervention does"),
+    policy_k: int = config_option(PolicyConfig, "k", "--policy-k"),
+    escalation_cost: float = config_option(PolicyConfig, "escalation_cost", "--escalation-cost"),
 ):
     """Simulate agent ↔ user ↔ tools with logprob capture → RUN_DIR/results.json + sidecars/ (resumable).
 
@@ -742,11 +776,11 @@ def simulate(
 def score_observations(
     run_dir: Path = typer.Argument(..., help="run directory (its manifest or results.json names the results)"),
     results: Optional[Path] = typer.Option(None, "--results", help="results file, if not the run's own"),
-    scorer_mode: str = typer.Option("agent_llm", "--scorer-mode", help="agent_llm | auxiliary_llm"),
-    scorer_llm: Optional[str] = typer.Option(None, "--scorer-llm", help="litellm model name (default: the embedded model)"),
-    backend: str = typer.Option("teacher_forced", "--backend", help="teacher_forced | echo | chat_replay"),
-    user_messages: bool = typer.Option(True, "--user-messages/--no-user-messages"),
-    tool_messages: bool = typer.Option(True, "--tool-messages/--no-tool-messages"),
+    scorer_mode: str = config_option(ScoringConfig, "scorer_mode", "--scorer-mode", help="agent_llm | auxiliary_llm"),
+    scorer_llm: str = config_option(ScoringConfig, "scorer_llm", "--scorer-llm", help="litellm model name"),
+    backend: str = config_option(ScoringConfig, "backend", "--backend", help="teacher_forced | echo | chat_replay"),
+    user_messages: bool = config_option(ScoringConfig, "user_messages", "--user-messages/--no-user-messages"),
+    tool_messages: bool = config_option(ScoringConfig, "tool_messages", "--tool-messages/--no-tool-messages"),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help=SCHEDULER_HELP),
     api_base: Optional[list[str]] = typer.Option(None, "--api-base", help=API_BASE_HELP),
 ):
@@ -774,9 +808,9 @@ def _explain(report) -> None:
 def rescore(
     results: Path = typer.Argument(..., help=RESULTS_HELP + ", with or without log-probs"),
     out: Path = typer.Option(..., "--out", help="run directory for tokens.parquet and the manifest"),
-    scorer_llm: Optional[str] = typer.Option(None, "--scorer-llm", help="litellm model name (default: the embedded model)"),
-    scorer_mode: str = typer.Option("agent_llm", "--scorer-mode", help="agent_llm | auxiliary_llm"),
-    backend: str = typer.Option("teacher_forced", "--backend", help="teacher_forced | echo | chat_replay"),
+    scorer_llm: str = config_option(ScoringConfig, "scorer_llm", "--scorer-llm", help="litellm model name"),
+    scorer_mode: str = config_option(ScoringConfig, "scorer_mode", "--scorer-mode", help="agent_llm | auxiliary_llm"),
+    backend: str = config_option(ScoringConfig, "backend", "--backend", help="teacher_forced | echo | chat_replay"),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help=SCHEDULER_HELP),
     api_base: Optional[list[str]] = typer.Option(None, "--api-base", help=API_BASE_HELP),
 ):
@@ -804,20 +838,21 @@ def rescore(
 def sample_actions(
     run_dir: Path = typer.Argument(..., help="run directory (its manifest or results.json names the results)"),
     results: Optional[Path] = typer.Option(None, "--results", help="results file, if not the run's own"),
-    k: int = typer.Option(..., "--k", help="samples per decision point (at least 2)"),
+    k: int = config_option(ActionSamplingConfig, "k", "--k"),
     model: Optional[str] = typer.Option(None, "--model", help="sampler (default: the agent's own model; "
                                         "another model is an observer, labelled as such)"),
-    temperature: float = typer.Option(1.0, "--temperature", help="sampling temperature (> 0)"),
-    turns: str = typer.Option("all", "--turns", help="all | tool | first:N decision points of each trajectory"),
+    temperature: float = config_option(ActionSamplingConfig, "temperature", "--temperature"),
+    turns: str = config_option(ActionSamplingConfig, "turns", "--turns"),
     limit: Optional[int] = typer.Option(None, "--limit", help="only the first N simulations"),
     max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="per sample (default: the agent's, else 128)"),
     tools: Optional[Path] = typer.Option(None, "--tools", help="JSON file of the agent's tool schemas, where the "
                                          "results do not record them (else they are inferred from the calls)"),
-    seed: int = typer.Option(0, "--seed"),
-    conceptual_partials: bool = typer.Option(True, "--conceptual-partials/--no-conceptual-partials",
-                                             help="embed every partial response (conceptual uncertainty's costly half)"),
+    seed: int = config_option(ActionSamplingConfig, "seed", "--seed"),
+    conceptual_partials: bool = config_option(ActionSamplingConfig, "conceptual_partials",
+                                              "--conceptual-partials/--no-conceptual-partials"),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help=SCHEDULER_HELP),
-    max_concurrency: int = typer.Option(1, "--max-concurrency", help="trajectories in flight (remote samplers)"),
+    max_concurrency: int = config_option(ExecutionConfig, "max_concurrency", "--max-concurrency",
+                                         help="trajectories in flight (remote samplers)"),
     api_base: Optional[list[str]] = typer.Option(None, "--api-base", help=API_BASE_HELP),
 ):
     """K alternative next actions at every agent decision point → RUN_DIR/action_samples.parquet, action_turns.parquet."""

@@ -32,6 +32,7 @@ from statsmodels.stats.proportion import proportion_confint
 from agentuq_nb.evaluation.bootstrap import mean_ci, mean_difference, mean_difference_ci
 from agentuq_nb.evaluation.conformal import aci, bh, bh_adjusted, risk_control_threshold
 from agentuq_nb.evaluation.metrics import risk_coverage_batch
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD
 
 
 class Leaderboard(NamedTuple):
@@ -134,7 +135,7 @@ def leaderboard(per_task_rewards: pd.DataFrame, q: float = 0.1, n_boot: int = 20
     return Leaderboard(table, pairs[cols])
 
 
-def success_rate_intervals(runs: pd.DataFrame, by="agent", failure_threshold: float = 1.0,
+def success_rate_intervals(runs: pd.DataFrame, by="agent", failure_threshold: float = DEFAULT_FAILURE_THRESHOLD,
                            method: str = "wilson", alpha: float = 0.05,
                            reward_col: str = "reward") -> pd.DataFrame:
     """Success rate (reward >= ``failure_threshold``) over trials with a binomial CI.
@@ -158,7 +159,7 @@ def success_rate_intervals(runs: pd.DataFrame, by="agent", failure_threshold: fl
 
 
 def abstention_report(runs: pd.DataFrame, alpha: float = 0.1, delta: float = 0.1,
-                      cal_fraction: float = 0.5, seed=0, failure_threshold: float = 1.0,
+                      cal_fraction: float = 0.5, seed=0, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD,
                       invert: bool = False, min_coverage: float = 0.1,
                       uncertainty_col: str = "uncertainty", reward_col: str = "reward",
                       group_col: str | None = "task_id") -> dict:

@@ -35,9 +35,13 @@ from agentuq_nb.evaluation.metrics import (
     metrics_batch,
     point_metrics,
 )
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD
 
 #: resampled matrices are processed in chunks of about this many elements; small chunks stay in
 #: CPU cache (measured ~2x faster than 10^6-element chunks at n = 1000)
+#: bootstrap resamples for a 95 % interval or a paired p-value, wherever none is asked for (one home)
+DEFAULT_N_BOOT = 1000
+
 CHUNK_ELEMENTS = 50_000
 
 
@@ -121,8 +125,8 @@ def resample_batches(n: int, n_boot: int, seed=0, codes: np.ndarray | None = Non
         done += counts.shape[0]
 
 
-def bootstrap_samples(u: np.ndarray, r: np.ndarray, failure_threshold: float = 1.0,
-                      names=METRICS, n_boot: int = 1000, seed=0, groups=None) -> dict[str, np.ndarray]:
+def bootstrap_samples(u: np.ndarray, r: np.ndarray, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD,
+                      names=METRICS, n_boot: int = DEFAULT_N_BOOT, seed=0, groups=None) -> dict[str, np.ndarray]:
     """Bootstrap distribution of each metric: ``{name: (n_boot,) array}``, NaN = undefined resample.
 
     ``u`` and ``r`` are cleaned arrays (finite, already inverted if needed); higher ``u`` = more
@@ -200,8 +204,8 @@ def percentile_ci(samples: np.ndarray, ci: float = 0.95) -> list[float] | None:
 
 
 def paired_bootstrap_pvalue(unc_a, unc_b, reward, metric: str = "auroc",
-                            failure_threshold: float = 1.0, invert_a: bool = False,
-                            invert_b: bool = False, n_boot: int = 1000, ci: float = 0.95,
+                            failure_threshold: float = DEFAULT_FAILURE_THRESHOLD, invert_a: bool = False,
+                            invert_b: bool = False, n_boot: int = DEFAULT_N_BOOT, ci: float = 0.95,
                             seed=0, groups=None) -> dict:
     """Two-sided paired bootstrap test of ``metric(a) - metric(b)`` on the same trajectories.
 

@@ -15,14 +15,15 @@ import os
 import numpy as np
 import pandas as pd
 
-from agentuq_nb.evaluation.bootstrap import mean_bootstrap
+from agentuq_nb.evaluation.bootstrap import DEFAULT_N_BOOT, mean_bootstrap
 from agentuq_nb.evaluation.failure_report import failure_metrics
 from agentuq_nb.io.rundir import RunDir
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.uq.dynamics import FRACTIONS, compute_early_warning, read_agent_turns
 
 
-def dynamics_curve(turns: pd.DataFrame, n_bins: int = 10, band: str = "se", n_boot: int = 1000,
+def dynamics_curve(turns: pd.DataFrame, n_bins: int = 10, band: str = "se", n_boot: int = DEFAULT_N_BOOT,
                    seed: int = 0) -> pd.DataFrame:
     """Binned mean and band of ``value`` over ``position``, per outcome (see module docstring)."""
     if band not in ("se", "bootstrap"):
@@ -57,8 +58,8 @@ def dynamics_curve(turns: pd.DataFrame, n_bins: int = 10, band: str = "se", n_bo
 
 
 def early_warning_table(run_dir: str | os.PathLike | RunDir, fractions=FRACTIONS, role: str = "assistant",
-                        scorer: str = "self", value: str = "avg_token_nll", failure_threshold: float = 1.0,
-                        n_boot: int = 1000, seed=0, write: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+                        scorer: str = "self", value: str = "avg_token_nll", failure_threshold: float = DEFAULT_FAILURE_THRESHOLD,
+                        n_boot: int = DEFAULT_N_BOOT, seed=0, write: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(AUROC per fraction with CI, per-trajectory scores); the scores are published when ``write``.
 
     Scored over all trajectories of the run: a trajectory without any agent turn has NaN scores and

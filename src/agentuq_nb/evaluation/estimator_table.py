@@ -39,7 +39,7 @@ import pandas as pd
 from agentuq_nb.estimators import BASELINES, Estimator, get
 from agentuq_nb.estimators import estimators as run_estimators
 from agentuq_nb.estimators.combined import BLACKBOX_FAMILIES, COMBINED
-from agentuq_nb.evaluation.bootstrap import paired_bootstrap_pvalue
+from agentuq_nb.evaluation.bootstrap import DEFAULT_N_BOOT, paired_bootstrap_pvalue
 from agentuq_nb.evaluation.calibration import calibration_report, cross_fitted_probabilities, oriented
 from agentuq_nb.evaluation.combined_predictor import cross_fitted_combination
 from agentuq_nb.evaluation.failure_report import failure_metrics
@@ -48,7 +48,7 @@ from agentuq_nb.evaluation.metrics import auroc, failure_labels
 from agentuq_nb.evaluation.multi_trial import task_labels
 from agentuq_nb.evaluation.run_blackbox import BlackBoxConfig, ensure_blackbox
 from agentuq_nb.io.rundir import RunDir
-from agentuq_nb.records.outcomes import check_failure_threshold
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, check_failure_threshold
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 
 REPORTED_METRICS = ("auroc", "auarc", "auarc_tie_mean", "aurc", "prr", "spearman")
@@ -162,8 +162,8 @@ def _reference(estimators: list[Estimator], reference: str) -> Estimator | None:
     return ref
 
 
-def evaluate_estimators(table: pd.DataFrame, estimators: list[Estimator], failure_threshold: float = 1.0,
-                        n_boot: int = 1000, seed=0, reference: str = REFERENCE, n_bins: int = 10,
+def evaluate_estimators(table: pd.DataFrame, estimators: list[Estimator], failure_threshold: float = DEFAULT_FAILURE_THRESHOLD,
+                        n_boot: int = DEFAULT_N_BOOT, seed=0, reference: str = REFERENCE, n_bins: int = 10,
                         combine: bool = True, combined_input_names: list[str] | None = None) -> pd.DataFrame:
     """The estimator table from a score table (see the module docstring for the columns). The length control
     uses the table's ``num_messages`` column (see :func:`with_length_columns`); without it those columns
@@ -176,7 +176,7 @@ def evaluate_estimators(table: pd.DataFrame, estimators: list[Estimator], failur
 
 
 def evaluate_estimators_and_combinations(table: pd.DataFrame, estimators: list[Estimator],
-                                         failure_threshold: float = 1.0, n_boot: int = 1000, seed=0,
+                                         failure_threshold: float = DEFAULT_FAILURE_THRESHOLD, n_boot: int = DEFAULT_N_BOOT, seed=0,
                                          reference: str = REFERENCE, n_bins: int = 10, combine: bool = True,
                                          combined_input_names: list[str] | None = None
                                          ) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -259,7 +259,7 @@ def same_scores_as(scores: list[tuple[str, str, np.ndarray]]) -> list[str | None
     return out
 
 
-def compare_estimators(run_dir: str | os.PathLike | RunDir, failure_threshold: float = 1.0, n_boot: int = 1000,
+def compare_estimators(run_dir: str | os.PathLike | RunDir, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD, n_boot: int = DEFAULT_N_BOOT,
                        seed=0, names: list[str] | None = None, n_bins: int = 10, combine: bool = True,
                        combined_input_names: list[str] | None = None,
                        blackbox: bool | BlackBoxConfig = True) -> pd.DataFrame:

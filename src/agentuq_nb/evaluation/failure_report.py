@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from agentuq_nb.evaluation.bootstrap import bootstrap_samples, cluster_codes, percentile_ci
+from agentuq_nb.evaluation.bootstrap import DEFAULT_N_BOOT, bootstrap_samples, cluster_codes, percentile_ci
 from agentuq_nb.evaluation.metrics import METRICS, clean_inputs, failure_labels, point_metrics
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD
 
 
-def failure_metrics(uncertainty, reward, failure_threshold: float = 1.0, invert: bool = False,
-                    n_boot: int = 1000, ci: float = 0.95, seed=0, groups=None) -> dict:
+def failure_metrics(uncertainty, reward, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD, invert: bool = False,
+                    n_boot: int = DEFAULT_N_BOOT, ci: float = 0.95, seed=0, groups=None) -> dict:
     """How well ``uncertainty`` predicts failure, with percentile bootstrap CIs.
 
     Contract: **higher uncertainty = more likely failure**; pass ``invert=True`` for scores where

@@ -44,7 +44,10 @@ import pandas as pd
 from scipy import stats
 from sklearn.metrics import roc_auc_score, roc_curve
 
-from agentuq_nb.records.outcomes import failure_labels  # the failure definition lives with the data contracts
+from agentuq_nb.records.outcomes import (
+    DEFAULT_FAILURE_THRESHOLD,
+    failure_labels,  # the failure definition lives with the data contracts
+)
 
 METRICS: tuple[str, ...] = ("auroc", "auarc", "auarc_tie_mean", "aurc", "prr", "pearson", "spearman", "kendall")
 CORRELATIONS = ("pearson", "spearman", "kendall")
@@ -75,7 +78,7 @@ def clean_inputs(uncertainty, reward, invert: bool = False):
 
 
 def undefined_reason(name: str, u: np.ndarray, fail: np.ndarray, reward: np.ndarray,
-                     failure_threshold: float = 1.0) -> str | None:
+                     failure_threshold: float = DEFAULT_FAILURE_THRESHOLD) -> str | None:
     """Why metric ``name`` is undefined on this (cleaned) input, or ``None`` if it is defined."""
     n = len(u)
     if n < 2:
@@ -472,7 +475,7 @@ def correlation(uncertainty, reward, kind: str = "spearman") -> float:
     return float(fn(u, -r).statistic)
 
 
-def point_metrics(u: np.ndarray, r: np.ndarray, failure_threshold: float = 1.0,
+def point_metrics(u: np.ndarray, r: np.ndarray, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD,
                   names=METRICS) -> tuple[dict[str, float | None], dict[str, str]]:
     """Point estimates on cleaned arrays: ``({name: value or None}, {name: reason})``."""
     f = failure_labels(r, failure_threshold)
@@ -501,7 +504,7 @@ def point_metrics(u: np.ndarray, r: np.ndarray, failure_threshold: float = 1.0,
 
 
 # --------------------------------------------------------------------------- curves
-def failure_curves(uncertainty, reward, failure_threshold: float = 1.0,
+def failure_curves(uncertainty, reward, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD,
                    invert: bool = False) -> pd.DataFrame:
     """Long-format curves for plots and ``eval_curves.csv``: columns ``curve, x, y``.
 

@@ -33,9 +33,9 @@ import numpy as np
 import pandas as pd
 from scipy.special import comb
 
-from agentuq_nb.evaluation.bootstrap import cluster_count_chunks, mean_ci, percentile_ci
+from agentuq_nb.evaluation.bootstrap import DEFAULT_N_BOOT, cluster_count_chunks, mean_ci, percentile_ci
 from agentuq_nb.io.rundir import RunDir
-from agentuq_nb.records.outcomes import check_failure_threshold, failure_labels
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, check_failure_threshold, failure_labels
 
 TASK_KEYS = ["domain", "task_id"]
 CLUSTER_METHOD = "percentile, resampling tasks (clusters)"
@@ -59,7 +59,7 @@ def tasks_repeat(rows: pd.DataFrame) -> bool:
     return bool(labels.size and np.unique(labels).size < labels.size)
 
 
-def task_outcomes(rows: pd.DataFrame, failure_threshold: float = 1.0) -> pd.DataFrame:
+def task_outcomes(rows: pd.DataFrame, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD) -> pd.DataFrame:
     """Per task: ``n_trials``, ``n_successes``, ``n_failures``, ``success_rate``, ``failure_rate``
     (rows with a non-finite reward are left out)."""
     check_failure_threshold(failure_threshold)
@@ -163,8 +163,8 @@ def read_rows(source) -> pd.DataFrame:
     raise TypeError(f"source must be a run folder or a DataFrame, got {type(source).__name__}")
 
 
-def multi_trial_report(source, k_values=None, failure_threshold: float = 1.0, uncertainty: str | None = None,
-                       invert: bool = False, probability: str | None = None, n_boot: int = 1000, ci: float = 0.95,
+def multi_trial_report(source, k_values=None, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD, uncertainty: str | None = None,
+                       invert: bool = False, probability: str | None = None, n_boot: int = DEFAULT_N_BOOT, ci: float = 0.95,
                        seed=0) -> tuple[dict, pd.DataFrame]:
     """Multi-trial readout of a run folder, or of rows with ``task_id``, ``reward`` (and ``domain``).
 

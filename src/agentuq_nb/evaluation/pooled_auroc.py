@@ -47,7 +47,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from agentuq_nb.evaluation.bootstrap import cluster_count_chunks, percentile_ci, shifted_pvalue
+from agentuq_nb.evaluation.bootstrap import DEFAULT_N_BOOT, cluster_count_chunks, percentile_ci, shifted_pvalue
 from agentuq_nb.evaluation.conformal import bh, bh_adjusted
 
 #: the name of the pooled rows of the long table and of the pooled columns of the leaderboard
@@ -233,7 +233,7 @@ def _best(point: dict[str, dict], names: Sequence[str], key: str) -> str | None:
 
 
 def pooled_leaderboard(frame: pd.DataFrame, estimators: Sequence[str], baselines: Sequence[str],
-                       n_boot: int = 1000, seed=0, q: float = 0.1, ci: float = 0.95,
+                       n_boot: int = DEFAULT_N_BOOT, seed=0, q: float = 0.1, ci: float = 0.95,
                        runs: Sequence[str] | None = None) -> PooledLeaderboard:
     """The statistics of the module docstring for the candidate ``estimators`` and the length ``baselines``
     (columns of ``frame`` with oriented scores). ``runs`` fixes the order of the runs (default: as they come)."""

@@ -33,12 +33,11 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Optional
 
 import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
-from pydantic import BaseModel, ConfigDict, Field
 
 from agentuq_nb.evaluation.multi_trial import task_labels
 from agentuq_nb.evaluation.tracer_tuning import nested_scores, optimistic_scores
@@ -46,8 +45,9 @@ from agentuq_nb.io.atomic import json_ready
 from agentuq_nb.io.errors import InputError, MixedRunError, StaleArtifactError
 from agentuq_nb.io.results import iter_simulations, read_header
 from agentuq_nb.io.rundir import RunDir
+from agentuq_nb.records.config import BlackBoxConfig
 from agentuq_nb.records.keys import key_dtypes
-from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, failure_labels
+from agentuq_nb.records.outcomes import failure_labels
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.uq.embeddings import embeddings_available, get_embedder, unit_rows
 from agentuq_nb.uq.structure_signals import MESSAGE_SIGNALS, structure_messages, structure_trajectories
@@ -67,22 +67,6 @@ from agentuq_nb.uq.transcript import transcript
 SCORER = "blackbox"
 NO_EMBEDDINGS = ("TRACER and structure.user_repetition need sentence embeddings, which this install lacks: "
                  "pip install 'agentuq_nb[embeddings]' (after torch==2.13.0 on a CPU machine)")
-
-
-class BlackBoxConfig(BaseModel):
-    """What the black-box step computes with; the tuned readouts depend on the first three."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    failure_threshold: float = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold")
-    seed: int = Field(0, description="seed of the folds of TRACER's nested tuning")
-    n_splits: int = Field(5, ge=2, description="folds (by task) of TRACER's nested tuning")
-    embedder: Literal["minilm", "hash", "none"] = Field(
-        "minilm", description="sentence embeddings (hash: a bag-of-words hash, for tests; none: the signals that need "
-        "none, as where the [embeddings] extra is not installed)")
-    embed_max_tokens: int = Field(128, ge=8, le=512, description="word pieces MiniLM reads of each text: 128, the "
-                                  "length it was trained on (its cost grows with each piece)")
-    results: Optional[Path] = Field(None, description="the results to read messages from (default: the run's own)")
 
 
 @dataclass

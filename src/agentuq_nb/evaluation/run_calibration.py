@@ -40,6 +40,7 @@ from agentuq_nb.evaluation.multi_trial import task_labels
 from agentuq_nb.io.atomic import json_ready
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.rundir import RunDir
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD
 
 BIN_COLUMNS = ["setting", "estimator", "method", "bin", "lo", "hi", "mean_prob", "failure_rate", "count"]
 
@@ -113,7 +114,7 @@ def _transfer(table, estimators, failure, other: RunDir, methods, n_bins, failur
 
 def calibrate(run_dir: str | os.PathLike | RunDir, names: list[str] | None = None, methods=METHODS,
               transfer_to: str | os.PathLike | RunDir | None = None, n_bins: int = 10,
-              failure_threshold: float = 1.0, n_splits: int = 5, seed=0, combine: bool = True,
+              failure_threshold: float = DEFAULT_FAILURE_THRESHOLD, n_splits: int = 5, seed=0, combine: bool = True,
               combined_input_names: list[str] | None = None) -> dict:
     """The calibration report of ``run_dir`` (see the module docstring); publishes ``calibration.json`` and
     ``calibration_bins.csv`` in ``run_dir`` and returns the report."""

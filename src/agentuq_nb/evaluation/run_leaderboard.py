@@ -39,6 +39,7 @@ import pandas as pd
 
 from agentuq_nb.estimators import BASELINES, Estimator, get
 from agentuq_nb.estimators import estimators as run_estimators
+from agentuq_nb.evaluation.bootstrap import DEFAULT_N_BOOT
 from agentuq_nb.evaluation.calibration import oriented
 from agentuq_nb.evaluation.estimator_table import LENGTH_COLUMN, score_table, with_length_columns
 from agentuq_nb.evaluation.length_control import DEFAULT_STRATA, length_strata
@@ -49,7 +50,7 @@ from agentuq_nb.io.atomic import atomic_write_json, atomic_write_with
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.run_lock import RunBusyError
 from agentuq_nb.io.rundir import RunDir
-from agentuq_nb.records.outcomes import check_failure_threshold
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, check_failure_threshold
 
 COMMAND = "compare-runs"
 #: the files written to the output folder (the figure's are the caller's: ``FIGURE_NAME``.png/.pdf)
@@ -192,7 +193,7 @@ def read_run(run: RunDir, name: str, estimators: Sequence[Estimator],
                    "tables": {rel: before.get(rel) for rel in (run.relative(t) for t in tables)}}
 
 
-def build_run_leaderboard(run_dirs: Sequence[str | os.PathLike], failure_threshold: float = 1.0, n_boot: int = 1000,
+def build_run_leaderboard(run_dirs: Sequence[str | os.PathLike], failure_threshold: float = DEFAULT_FAILURE_THRESHOLD, n_boot: int = DEFAULT_N_BOOT,
                     seed: int = 0, names: Sequence[str] | None = None, q: float = 0.1) -> RunLeaderboard:
     """Read the runs and compute the leaderboard (see the module docstring); writes nothing."""
     check_failure_threshold(failure_threshold)
@@ -298,8 +299,8 @@ def write_run_leaderboard(result: RunLeaderboard, out: str | os.PathLike,
     return [*written, out / OUTPUTS["inputs"]]
 
 
-def compare_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, failure_threshold: float = 1.0,
-                 n_boot: int = 1000, seed: int = 0, names: Sequence[str] | None = None, q: float = 0.1,
+def compare_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD,
+                 n_boot: int = DEFAULT_N_BOOT, seed: int = 0, names: Sequence[str] | None = None, q: float = 0.1,
                  figure: Callable[[RunLeaderboard, Path], list[Path]] | None = None) -> RunLeaderboard:
     """``agentuq-nb compare-runs``: refuse a bad ``out`` before any work, compute, write (see the module docstring)."""
     check_out_folder(out, run_dirs)

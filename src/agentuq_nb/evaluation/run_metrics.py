@@ -28,11 +28,12 @@ import pandas as pd
 
 from agentuq_nb.estimators import Estimator, TokenEstimator, default_scorer, get, token_estimator_name
 from agentuq_nb.estimators.token import summary_column
+from agentuq_nb.evaluation.bootstrap import DEFAULT_N_BOOT
 from agentuq_nb.evaluation.failure_report import failure_metrics
 from agentuq_nb.evaluation.metrics import failure_curves
 from agentuq_nb.evaluation.multi_trial import multi_trial_report, task_labels, tasks_repeat
 from agentuq_nb.io.rundir import RunDir
-from agentuq_nb.records.outcomes import check_failure_threshold
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, check_failure_threshold
 from agentuq_nb.records.token_statistics import STATISTICS_BY_NAME
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.uq.aggregation import read_trajectory_summary
@@ -116,7 +117,7 @@ def estimator_rows(run_dir: str | os.PathLike | RunDir, estimator: Estimator | s
 
 
 def evaluate(run_dir: str | os.PathLike | RunDir, role: str = "assistant", uncertainty: str = "avg_token_nll",
-             failure_threshold: float = 1.0, invert: bool = False, scorer: str | None = None, n_boot: int = 1000,
+             failure_threshold: float = DEFAULT_FAILURE_THRESHOLD, invert: bool = False, scorer: str | None = None, n_boot: int = DEFAULT_N_BOOT,
              seed: int = 0, scheduler: Any = None, estimator: str | None = None) -> dict:
     """Failure-prediction metrics of one estimator with bootstrap CIs; publishes ``eval_metrics.json``
     and ``eval_curves.csv``. ``estimator`` (a registry name) or ``role``/``uncertainty``/``scorer``
@@ -166,8 +167,8 @@ def _summary_role(uncertainty: str, role: str) -> str:
         return role
 
 
-def estimator_metrics(run_dir: str | os.PathLike | RunDir, parts: dict[str, str], failure_threshold: float = 1.0,
-                      n_boot: int = 1000, seed: int = 0, min_rows: int = 2) -> pd.DataFrame:
+def estimator_metrics(run_dir: str | os.PathLike | RunDir, parts: dict[str, str], failure_threshold: float = DEFAULT_FAILURE_THRESHOLD,
+                      n_boot: int = DEFAULT_N_BOOT, seed: int = 0, min_rows: int = 2) -> pd.DataFrame:
     """AUROC (with CI) and AUARC of several estimators, one row per ``{label: estimator name}``;
     an estimator the run has no data for, or fewer than ``min_rows`` trajectories, is left out.
     ``resampled`` says what the bootstrap drew: ``trajectories``, or ``tasks`` when a task repeats

@@ -31,7 +31,7 @@ from agentuq_nb.io.rundir import RunDir
 from agentuq_nb.io.token_table import read_token_table
 from agentuq_nb.records import Results
 from agentuq_nb.records.keys import key_dtypes
-from agentuq_nb.records.outcomes import failure_labels
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, failure_labels
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.uq.transcript import transcript
 
@@ -125,7 +125,7 @@ def _decisions(run: RunDir) -> dict[str, list[dict]]:
 
 
 def explorer_data(run_dir: str | os.PathLike | RunDir, estimators: list[str] | None = None, scorer: str | None = None,
-                  failure_threshold: float = 1.0, top_k: int = 5, max_trajectories: int | None = None) -> dict:
+                  failure_threshold: float = DEFAULT_FAILURE_THRESHOLD, top_k: int = 5, max_trajectories: int | None = None) -> dict:
     """What the explorer shows, as one JSON-ready dict: per trajectory its keys, outcome, estimator values,
     messages (tokens with NLL and top-``top_k`` alternatives where the run has token rows of ``scorer``, else the
     text), per-message signals for the sparklines and its decision points. ``estimators``: those offered in the

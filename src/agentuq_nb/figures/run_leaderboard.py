@@ -10,6 +10,7 @@ from matplotlib.colors import Normalize
 
 from agentuq_nb.evaluation.pooled_auroc import BASELINE_VERDICT, POOLED
 from agentuq_nb.figures.style import PALETTE, use_style
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD
 
 #: a diverging map, white at 0.5 (chance), readable in greyscale and with colour-vision deficiency
 CMAP = "PuOr_r"
@@ -33,7 +34,7 @@ def _label(row) -> str:
 
 
 def run_leaderboard_figure(leaderboard: pd.DataFrame, long: pd.DataFrame, runs: pd.DataFrame, q: float = 0.1,
-                           failure_threshold: float = 1.0):
+                           failure_threshold: float = DEFAULT_FAILURE_THRESHOLD):
     """Estimators (rows, in the leaderboard's order: pooled length-controlled AUROC, highest first) x runs and the
     pooled column. A cell's colour and large number: the length-controlled AUROC (centred at 0.5 = chance); the
     small number below: the raw AUROC. Column heads: the run's name and n = trajectories / failures. Length

@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 
 from agentuq_nb.figures.style import PALETTE, counted, legend_below, use_style
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 
 ROLE_COLORS = {"assistant": PALETTE["success"], "user": PALETTE["secondary"], "tool": PALETTE["neutral"]}
@@ -17,7 +18,7 @@ def _task_order(task_ids) -> list:
     return sorted(pd.unique(task_ids), key=lambda s: (0, int(s), "") if str(s).lstrip("-").isdigit() else (1, 0, str(s)))
 
 
-def simulation_outcomes_figure(outcomes: pd.DataFrame, failure_threshold: float = 1.0):
+def simulation_outcomes_figure(outcomes: pd.DataFrame, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD):
     """Left: per task, how many of its simulations (trials) succeeded and failed (stacked bars; tick labels thinned
     to stay legible). Right: how the simulations ended (termination reason). ``outcomes``: one row per simulation
     with ``task_id``, ``reward`` and ``termination``."""
@@ -68,7 +69,7 @@ def token_nll_by_role_figure(tokens: pd.DataFrame, bins: int = 60):
     return fig
 
 
-def agent_turn_nll_figure(turns: pd.DataFrame, rewards: pd.DataFrame, failure_threshold: float = 1.0):
+def agent_turn_nll_figure(turns: pd.DataFrame, rewards: pd.DataFrame, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD):
     """The agent's mean token NLL turn by turn, one line per trajectory (its own turns, scorer ``self``), coloured by
     outcome. ``turns``: the turn summary; ``rewards``: keys + ``reward`` per trajectory."""
     use_style()

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import brentq
 
-from agentuq_nb.evaluation.bootstrap import cluster_codes, percentile_ci, resample_batches
+from agentuq_nb.evaluation.bootstrap import DEFAULT_N_BOOT, cluster_codes, percentile_ci, resample_batches
 from agentuq_nb.evaluation.multi_trial import task_labels
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.results import iter_simulations, read_header
@@ -210,7 +210,7 @@ def ratio(weighted: np.ndarray, weights: np.ndarray, axis: int) -> np.ndarray:
         return np.where(den > 0, weighted.sum(axis=axis) / np.where(den > 0, den, 1.0), np.nan)
 
 
-def summarize_rows(rows: pd.DataFrame, n_boot: int = 1000, seed=0, ci: float = 0.95,
+def summarize_rows(rows: pd.DataFrame, n_boot: int = DEFAULT_N_BOOT, seed=0, ci: float = 0.95,
                    clustered: bool = True) -> dict[str, Any]:
     """The statistics of one policy setting's trajectories with percentile intervals of the bootstrap
     that resamples tasks (clusters, :func:`agentuq_nb.evaluation.bootstrap.resample_batches` with the
@@ -233,7 +233,7 @@ def summarize_rows(rows: pd.DataFrame, n_boot: int = 1000, seed=0, ci: float = 0
     return out
 
 
-def policy_summary(outcomes: pd.DataFrame, n_boot: int = 1000, seed=0, ci: float = 0.95,
+def policy_summary(outcomes: pd.DataFrame, n_boot: int = DEFAULT_N_BOOT, seed=0, ci: float = 0.95,
                    clustered: bool = True) -> pd.DataFrame:
     """One row per policy setting (:data:`SETTING_COLUMNS`) of ``outcomes`` (one or several
     :func:`outcome_table` frames concatenated): ``n``, ``n_tasks``, ``n_escalated`` and every statistic of
@@ -283,7 +283,7 @@ def oracle_outcomes(observe_outcomes: pd.DataFrame, escalation_cost: float = 1.0
                              trigger="oracle", threshold=np.nan, rate=np.nan)
 
 
-def oracle_defer_summary(observe_outcomes: pd.DataFrame, n_boot: int = 1000, seed=0, ci: float = 0.95,
+def oracle_defer_summary(observe_outcomes: pd.DataFrame, n_boot: int = DEFAULT_N_BOOT, seed=0, ci: float = 0.95,
                          escalation_cost: float = 1.0, clustered: bool = True) -> pd.DataFrame:
     """The defer oracle, computed exactly from an observe run's :func:`outcome_table`: it escalates exactly
     the runs that fail and have a decision point, so success over all tasks = the observe run's, and over
@@ -292,7 +292,7 @@ def oracle_defer_summary(observe_outcomes: pd.DataFrame, n_boot: int = 1000, see
     return policy_summary(oracle_outcomes(observe_outcomes, escalation_cost), n_boot, seed, ci, clustered)
 
 
-def defer_curve_from_observe(observe_run, thresholds, escalation_cost: float = 1.0, n_boot: int = 1000, seed=0,
+def defer_curve_from_observe(observe_run, thresholds, escalation_cost: float = 1.0, n_boot: int = DEFAULT_N_BOOT, seed=0,
                              ci: float = 0.95, clustered: bool = True) -> pd.DataFrame:
     """The ``defer`` policy's summary at every threshold, computed exactly from an observe run (one
     :func:`policy_summary` row per threshold, ``run`` = "<observe run> (defer, exact)").

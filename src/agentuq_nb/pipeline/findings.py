@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.uq.action_uq import saturation
 
@@ -32,7 +33,7 @@ def _plural(n: int, noun: str, plural: str | None = None) -> str:
 
 
 def action_findings(turns: pd.DataFrame, rewards: pd.DataFrame, table: pd.DataFrame, k: int, temperature: float,
-                    limit: int | None = None, failure_threshold: float = 1.0) -> str:
+                    limit: int | None = None, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD) -> str:
     """Notebook 10's findings from ``action_turns`` (``turns``), the run's rewards (keys + ``reward``) and the
     estimator table: what was sampled, whether the action estimators saturate at this ``k`` and ``temperature``,
     and how the action estimators (mean over decision points) rank against the token NLL and length."""

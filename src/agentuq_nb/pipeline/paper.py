@@ -37,12 +37,13 @@ import pandas as pd
 
 from agentuq_nb.common.naming import slug
 from agentuq_nb.evaluation import compare_estimators, dynamics_curve
+from agentuq_nb.evaluation.bootstrap import DEFAULT_N_BOOT
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.results import iter_simulations, read_header
 from agentuq_nb.io.rundir import RunDir
 from agentuq_nb.io.token_sources import SidecarResolver, uq_logprobs_ref
 from agentuq_nb.records import Results
-from agentuq_nb.records.outcomes import failure_labels
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, failure_labels
 from agentuq_nb.uq import aggregate, extract, read_turn_summary, score_observations
 from agentuq_nb.uq.dynamics import read_agent_turns
 from agentuq_nb.uq.recorded_summary import STEP as RECORDED_SUMMARY_STEP
@@ -263,7 +264,7 @@ def sidecar_needs(runs: dict[ResultSet, Path]) -> str | None:
             f"For those figures download the sidecars too: {DOWNLOAD_COMMAND}")
 
 
-def inventory(runs: dict[ResultSet, Path], failure_threshold: float = 1.0) -> pd.DataFrame:
+def inventory(runs: dict[ResultSet, Path], failure_threshold: float = DEFAULT_FAILURE_THRESHOLD) -> pd.DataFrame:
     """One row per result set: model, user model, domain, trajectories, failures, token rows, and the
     source of its uncertainty (``token sidecars`` or ``recorded uq_summary``)."""
     rows = []
@@ -285,16 +286,16 @@ def turns_of_model(runs: dict[ResultSet, Path], model: str) -> pd.DataFrame:
                      ignore_index=True)
 
 
-def dynamics_curves(runs: dict[ResultSet, Path], failure_threshold: float = 1.0, n_bins: int = 10,
-                    n_boot: int = 1000, seed: int = 0) -> dict[tuple[str, str], pd.DataFrame]:
+def dynamics_curves(runs: dict[ResultSet, Path], failure_threshold: float = DEFAULT_FAILURE_THRESHOLD, n_bins: int = 10,
+                    n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -> dict[tuple[str, str], pd.DataFrame]:
     """(model, domain) → the binned per-turn agent-NLL curve of successes vs failures."""
     return {(s.model, s.domain): dynamics_curve(read_agent_turns(run, failure_threshold=failure_threshold),
                                                 n_bins=n_bins, n_boot=n_boot, seed=seed)
             for s, run in with_token_rows(runs).items()}
 
 
-def auroc_table(runs: dict[ResultSet, Path], estimators: list[str] | None = None, failure_threshold: float = 1.0,
-                n_boot: int = 1000, seed: int = 0, out_dir: str | Path | None = None) -> pd.DataFrame:
+def auroc_table(runs: dict[ResultSet, Path], estimators: list[str] | None = None, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD,
+                n_boot: int = DEFAULT_N_BOOT, seed: int = 0, out_dir: str | Path | None = None) -> pd.DataFrame:
     """AUROC with 95% CI per model × domain × estimator (``compare_estimators`` of each run), and the
     published agent-NLL AUROC beside ``assistant.avg_token_nll``; written to ``out_dir/paper_auroc_table.csv``."""
     parts = []

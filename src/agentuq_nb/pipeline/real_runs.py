@@ -17,12 +17,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from agentuq_nb.evaluation.bootstrap import DEFAULT_N_BOOT
 from agentuq_nb.evaluation.calibration import reliability_table
 from agentuq_nb.evaluation.estimator_table import compare_estimators
 from agentuq_nb.evaluation.run_blackbox import BlackBoxConfig, ensure_blackbox, read_json
 from agentuq_nb.io.rundir import RunDir
 from agentuq_nb.records.keys import key_dtypes
-from agentuq_nb.records.outcomes import failure_labels
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, failure_labels
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.uq.extraction import extract
 
@@ -48,8 +49,8 @@ class AnalysedRuns:
         return pd.DataFrame(rows)
 
 
-def analyse_results(files: list[str | os.PathLike], run_dir: str | os.PathLike, failure_threshold: float = 1.0,
-                    n_boot: int = 1000, seed: int = 0, embedder: str = "minilm") -> AnalysedRuns:
+def analyse_results(files: list[str | os.PathLike], run_dir: str | os.PathLike, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD,
+                    n_boot: int = DEFAULT_N_BOOT, seed: int = 0, embedder: str = "minilm") -> AnalysedRuns:
     """Each results file → ``run_dir/runs/<stem>``: extract, black-box families, estimator table."""
     out = AnalysedRuns()
     config = BlackBoxConfig(failure_threshold=failure_threshold, seed=seed, embedder=embedder)
@@ -69,7 +70,7 @@ def analyse_results(files: list[str | os.PathLike], run_dir: str | os.PathLike, 
     return out
 
 
-def pooled_predictions(runs: dict[str, Path], estimator: str, failure_threshold: float = 1.0) -> pd.DataFrame:
+def pooled_predictions(runs: dict[str, Path], estimator: str, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD) -> pd.DataFrame:
     """One row per trajectory of every run: ``run``, the keys, ``failed`` and the estimator's score."""
     from agentuq_nb.estimators import get
 
@@ -93,7 +94,7 @@ def pooled_reliability(predictions: pd.DataFrame, n_bins: int = 10) -> pd.DataFr
                              n_bins)
 
 
-def example_trajectory(run: str | os.PathLike, rank: int = 0, failure_threshold: float = 1.0) -> tuple:
+def example_trajectory(run: str | os.PathLike, rank: int = 0, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD) -> tuple:
     """The keys of a failed trajectory of ``run`` to show turn by turn: the ``rank``-th riskiest by TRACER's default
     score among failures with at least one agent and one user message."""
     r = RunDir(run)

@@ -7,12 +7,14 @@ schedules work), and a rerun with another fingerprint is refused rather than mix
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any, ClassVar, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agentuq_nb.common.naming import plain_name
 from agentuq_nb.common.redaction import redact
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD
 
 #: the embedded SmolLM2-135M-Instruct, a litellm provider registered by ``agentuq_nb.llm``
 EMBEDDED_MODEL = "local/smollm2-135m-instruct"
@@ -262,6 +264,23 @@ class ScoringConfig(_Config):
 
     def observation_table_suffix(self) -> str:
         return f"{self.scorer_mode}_replay" if self.source == "chat_replay" else self.scorer_mode
+
+
+class BlackBoxConfig(BaseModel):
+    """What the black-box step (``evaluation.run_blackbox``) computes with; the tuned readouts depend on the
+    first three."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    failure_threshold: float = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold")
+    seed: int = Field(0, description="seed of the folds of TRACER's nested tuning")
+    n_splits: int = Field(5, ge=2, description="folds (by task) of TRACER's nested tuning")
+    embedder: Literal["minilm", "hash", "none"] = Field(
+        "minilm", description="sentence embeddings (hash: a bag-of-words hash, for tests; none: the signals that need "
+        "none, as where the [embeddings] extra is not installed)")
+    embed_max_tokens: int = Field(128, ge=8, le=512, description="word pieces MiniLM reads of each text: 128, the "
+                                  "length it was trained on (its cost grows with each piece)")
+    results: Optional[Path] = Field(None, description="the results to read messages from (default: the run's own)")
 
 
 class NotebookEntry(_Config):

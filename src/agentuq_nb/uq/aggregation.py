@@ -33,6 +33,7 @@ from agentuq_nb.io.errors import StaleArtifactError
 from agentuq_nb.io.rundir import RunDir
 from agentuq_nb.io.token_table import read_token_dataset, read_token_table
 from agentuq_nb.records.keys import key_dtypes
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD
 from agentuq_nb.records.run_tables import TRAJECTORY_META
 from agentuq_nb.records.token_statistics import (
     SPAN_COLUMN,
@@ -269,7 +270,7 @@ def read_turn_summary(run_dir: str | Path | RunDir) -> pd.DataFrame:
 
 
 def example_trajectory(turns: pd.DataFrame, rewards: pd.DataFrame, task_id: str | None = None,
-                       failure_threshold: float = 1.0) -> tuple:
+                       failure_threshold: float = DEFAULT_FAILURE_THRESHOLD) -> tuple:
     """The keys ``(domain, task_id, trial, seed)`` of one trajectory to show token by token: task ``task_id``'s
     first trial with an agent turn, else the first failed trajectory (in key order) with an agent turn, else the
     first with one. ``turns``: the turn summary; ``rewards``: keys + ``reward``."""

@@ -24,7 +24,7 @@ import pandas as pd
 
 from agentuq_nb.io.rundir import RunDir
 from agentuq_nb.records.keys import key_dtypes
-from agentuq_nb.records.outcomes import failure_labels
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, failure_labels
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.uq.aggregation import read_turn_summary
 
@@ -37,7 +37,7 @@ def normalized_positions(n: int) -> np.ndarray:
 
 
 def agent_turns(turns: pd.DataFrame, rewards: pd.DataFrame | None = None, role: str = "assistant",
-                scorer: str = "self", value: str = "avg_token_nll", failure_threshold: float = 1.0) -> pd.DataFrame:
+                scorer: str = "self", value: str = "avg_token_nll", failure_threshold: float = DEFAULT_FAILURE_THRESHOLD) -> pd.DataFrame:
     """Per-turn values of one role/scorer with ``position`` in [0, 1] and ``failed`` (if rewards given)."""
     t = key_dtypes(turns[(turns["role"] == role) & (turns["scorer"] == scorer)])
     t = t[np.isfinite(t[value].to_numpy(dtype=float))]
@@ -55,7 +55,7 @@ def agent_turns(turns: pd.DataFrame, rewards: pd.DataFrame | None = None, role: 
 
 
 def read_agent_turns(run_dir: str | Path | RunDir, role: str = "assistant", scorer: str = "self",
-                     value: str = "avg_token_nll", failure_threshold: float = 1.0,
+                     value: str = "avg_token_nll", failure_threshold: float = DEFAULT_FAILURE_THRESHOLD,
                      table: str = "turn_summary") -> pd.DataFrame:
     """:func:`agent_turns` of a run: token statistics from the turn summary, or (``table="blackbox_turns"``,
     ``scorer="blackbox"``) a per-message black-box signal such as ``tracer_step_risk`` or ``hedging``."""

@@ -45,7 +45,7 @@ import pandas as pd
 from agentuq_nb.io.results import iter_simulations
 from agentuq_nb.io.rundir import RunDir
 from agentuq_nb.records.keys import key_dtypes
-from agentuq_nb.records.outcomes import failure_labels
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, failure_labels
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.uq.aggregation import read_turn_summary
 from agentuq_nb.uq.embeddings import cosine_distance, get_embedder, unit_rows
@@ -226,7 +226,7 @@ def saup_hmm_scores(sequences: list[np.ndarray], u_seqs: list[np.ndarray], faile
 
 
 # --------------------------------------------------------------------------- scores
-def saup_from_steps(steps: pd.DataFrame, rewards: pd.DataFrame | None = None, failure_threshold: float = 1.0,
+def saup_from_steps(steps: pd.DataFrame, rewards: pd.DataFrame | None = None, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD,
                     k_folds: int = 5, seed: int = 0, stratify: bool = True, hmm: bool = True) -> pd.DataFrame:
     """Per-trajectory SAUP scores from a step table (agent ``saup_*``, user ``user_saup_*``)."""
     rows = []
@@ -254,7 +254,7 @@ def saup_from_steps(steps: pd.DataFrame, rewards: pd.DataFrame | None = None, fa
     return out
 
 
-def saup(run_dir: str | Path | RunDir, embedder=None, failure_threshold: float = 1.0, k_folds: int = 5,
+def saup(run_dir: str | Path | RunDir, embedder=None, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD, k_folds: int = 5,
          seed: int = 0, hmm: bool = True, write: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(per-trajectory scores, step table) for a run; publishes ``saup_scores.parquet`` when ``write``."""
     run = RunDir.of(run_dir)
