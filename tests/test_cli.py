@@ -225,6 +225,34 @@ def test_analyze_with_log_probs_adds_the_black_box_families_and_the_estimator_ta
     assert (tmp_path / "run" / "eval_metrics.json").exists() and "black-box signals:" in done.stdout
 
 
+def test_saup_and_early_warning_are_commands_and_their_families_reach_the_estimator_table(tmp_path, synthetic_results):
+    """SAUP and early warning had only notebook 07; now each is a command whose scores compare-estimators reads."""
+    import numpy as np
+    from sklearn.metrics import roc_auc_score
+
+    run_dir = tmp_path / "run"
+    run("analyze", synthetic_results, "--out", run_dir, "--no-blackbox", "--no-figures", "--n-boot", "0")
+    gaps = run("compare-estimators", run_dir, "--no-blackbox", "--n-boot", "0").stderr
+    assert f"agentuq-nb saup {run_dir}" in gaps and f"agentuq-nb early-warning {run_dir}" in gaps
+    done = run("saup", run_dir, "--embedder", "hash", "--no-hmm")
+    assert "saup_scores.parquet" in done.stdout and "assistant" in done.stdout
+    saup_scores = pd.read_parquet(run_dir / "saup_scores.parquet")
+    assert len(saup_scores) == 12 and np.isfinite(saup_scores["saup_rms"]).sum() >= 10
+    done = run("early-warning", run_dir, "--fraction", "0.5", "--fraction", "1", "--n-boot", "20")
+    lines = [line.split() for line in done.stdout.splitlines()[1:3]]
+    assert [float(line[0]) for line in lines] == [0.5, 1.0]
+    # at fraction 1 the score is the mean agent turn NLL over the whole trajectory: sklearn on it is the reference
+    turns = pd.read_parquet(run_dir / "turn_summary.parquet")
+    agent = turns[(turns["role"] == "assistant") & (turns["scorer"] == "self")]
+    mean_nll = agent.groupby("task_id")["avg_token_nll"].mean()
+    reward = pd.read_parquet(run_dir / "trajectories.parquet").set_index("task_id")["reward"]
+    assert abs(float(lines[1][1]) - roc_auc_score(reward.loc[mean_nll.index] < 1, mean_nll)) <= 5e-4
+    run("compare-estimators", run_dir, "--no-blackbox", "--n-boot", "0")
+    table = pd.read_csv(run_dir / "estimator_table.csv")
+    assert {"saup", "early_warning"} <= set(table["family"])
+    assert "early_warning_f0.5" in set(table["estimator"])
+
+
 def test_simulate_with_a_policy_records_its_decisions_and_refuses_a_policy_without_a_trigger(tmp_path):
     out = tmp_path / "defer"
     done = run("simulate", "--domain", "bookshop", "--out", out, "--task-ids", "1", "--policy", "defer",

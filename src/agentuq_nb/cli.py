@@ -516,6 +516,64 @@ def blackbox(
     typer.echo(json.dumps({"signals": report, "tracer_tuning": tuning}, indent=2))
 
 
+@app.command()
+def saup(
+    run_dir: Path = typer.Argument(..., help="run directory with token rows (after aggregate)"),
+    embedder: Embedder = typer.Option("minilm", help="sentence embeddings of the steps' drift (D_a, D_o)"),
+    failure_threshold: float = failure_threshold_option("failure = reward < threshold (the HMM's state weights)"),
+    k_folds: int = typer.Option(5, min=2, help="folds (by task) of the cross-fitted HMM weighting"),
+    seed: int = typer.Option(0),
+    hmm: bool = typer.Option(True, "--hmm/--no-hmm", help="also the 3-state HMM weighting (saup_hmm)"),
+):
+    """SAUP: each step's uncertainty weighted by its drift from the task and the dialogue, propagated per actor
+    → RUN_DIR/saup_scores.parquet (family saup in compare-estimators)."""
+    from agentuq_nb.uq.saup import actor_breakdown
+    from agentuq_nb.uq.saup import saup as run_saup
+
+    with _step("saup", run_dir):
+        scores, steps = run_saup(run_dir, embedder=Embedder(embedder).value, failure_threshold=failure_threshold,
+                                 k_folds=k_folds, seed=seed, hmm=hmm)
+    summary = actor_breakdown(scores).groupby(["actor", "weighting"])["saup"].describe()
+    typer.echo(f"{len(scores)} trajectories, {len(steps)} steps ({int((steps['actor'] == 'assistant').sum())} agent)")
+    typer.echo(summary[["count", "mean", "50%", "max"]].to_string(float_format=lambda x: f"{x:.3f}"))
+    from agentuq_nb.io.rundir import RunDir
+
+    typer.echo(f"→ {RunDir(run_dir).file('saup_scores')}")
+
+
+@app.command("early-warning")
+def early_warning(
+    run_dir: Path = typer.Argument(..., help="run directory (after aggregate, or after blackbox for --table "
+                                   "blackbox_turns)"),
+    fraction: Optional[list[float]] = typer.Option(None, "--fraction", help="share of the trajectory seen (repeat; "
+                                                   "default 0.25 0.5 0.75 1)"),
+    role: str = typer.Option("assistant", help="whose turns are followed"),
+    scorer: str = typer.Option("self", help="scorer of the per-turn values (blackbox for --table blackbox_turns)"),
+    value: str = typer.Option("avg_token_nll", help="the per-turn value, a column of --table"),
+    table: str = typer.Option("turn_summary", help="turn_summary (token statistics) | blackbox_turns (per-message "
+                              "black-box signals, e.g. --value tracer_step_risk --scorer blackbox)"),
+    failure_threshold: float = failure_threshold_option(),
+    n_boot: int = n_boot_option(),
+    seed: int = typer.Option(0),
+):
+    """How early failure shows: the mean per-turn uncertainty of the first f of each trajectory vs failure, per
+    fraction → RUN_DIR/early_warning_scores.parquet (family early_warning in compare-estimators)."""
+    from agentuq_nb.evaluation.dynamics import early_warning_table
+    from agentuq_nb.uq.dynamics import FRACTIONS
+
+    if table not in ("turn_summary", "blackbox_turns"):
+        _fail(ValueError(f"--table must be turn_summary or blackbox_turns, got {table!r}"))
+    with _step("early-warning", run_dir):
+        aurocs, _ = early_warning_table(run_dir, tuple(fraction) if fraction else FRACTIONS, role=role, scorer=scorer,
+                                        value=value, failure_threshold=failure_threshold, n_boot=n_boot, seed=seed,
+                                        table=table)
+    cols = ["fraction", "auroc", "auroc_lo", "auroc_hi", "n", "n_failures", "mean_turns_seen"]
+    typer.echo(aurocs[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    from agentuq_nb.io.rundir import RunDir
+
+    typer.echo(f"→ {RunDir(run_dir).file('early_warning_scores')}")
+
+
 @app.command("compare-runs")
 def compare_runs(
     run_dirs: list[Path] = typer.Argument(..., help="run folders to compare the estimators across (read only)"),

@@ -44,6 +44,15 @@ def missing_families(run: RunDir, blackbox_skipped: str | None = None) -> list[F
     if "verbalized" not in have:
         gaps.append(FamilyGap("verbalized", "the agent model's stated confidence",
                               f"agentuq-nb verbalized-confidence {run.path}"))
+    has_tokens = bool(roles & {"assistant", "user", "combined"})
+    if "saup" not in have:
+        gaps.append(FamilyGap("saup", "agent and user token rows (rescore first)" if not has_tokens else
+                              "each step's uncertainty weighted by its drift", f"agentuq-nb saup {run.path}"))
+    if "early_warning" not in have:
+        gaps.append(FamilyGap("early_warning", "how early failure shows in the per-turn values",
+                              f"agentuq-nb early-warning {run.path}" + ("" if has_tokens else
+                                                                         " --table blackbox_turns --scorer blackbox "
+                                                                         "--value tracer_step_risk")))
     for family in ("structure", "tracer"):
         if family not in have:
             gaps.append(FamilyGap(family, blackbox_skipped or "the run's messages",
