@@ -1,13 +1,13 @@
 # Two commands do everything on a fresh machine:
 #   make reproduce   set up .venv and run the quickstart study (figures → figures/quickstart/)
-#   make test        set up .venv and run the test suite
+#   make test        set up .venv and run the test suite (ruff, the documentation site, pytest)
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PARAMS ?= params/quickstart.yaml
 
-.PHONY: setup reproduce test test-fast lint lab strip clean-runs browser
+.PHONY: setup reproduce test test-fast lint docs lab strip clean-runs browser
 
 # Debian's chromium for the explorer's browser tests (Playwright drives it through /usr/bin/chromium; its own
 # browser download is not used). Installed with apt-get when missing (as root, or with sudo where it is set up).
@@ -33,15 +33,20 @@ browser:
 reproduce: setup
 	$(BIN)/agentuq-nb reproduce $(PARAMS)
 
-test: setup lint
+test: setup lint docs
 	$(BIN)/python -m pytest
 
-test-fast: setup lint
+test-fast: setup lint docs
 	$(BIN)/python -m pytest -m "not slow"
 
 # pyflakes and import order (ruff); the layers contract is checked by the tests (tests/test_layers.py)
 lint: setup
 	$(BIN)/ruff check src tests benchmarks
+
+# the documentation site (mkdocs.yml, docs/, the API reference from the docstrings) into site/, git-ignored;
+# --strict: a broken link or anchor, a page left out of the navigation or an unreadable docstring fails it
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 lab: setup
 	$(BIN)/python -m ipykernel install --user --name agentuq-nb --display-name "agentuq_nb (.venv)"
