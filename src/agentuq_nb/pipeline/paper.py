@@ -107,7 +107,7 @@ def published_auroc(model: str, domain: str) -> float | None:
 def _missing(artifacts_dir, what: str) -> FileNotFoundError:
     return FileNotFoundError(
         f"{artifacts_dir}: {what}. Download the AgentUQ artifacts first:\n    {DOWNLOAD_COMMAND}\n"
-        "and set artifacts_dir in params/paper.yaml to that folder (README: 'Reproducing the AgentUQ paper figures')."
+        "and set artifacts_dir in params/paper.yaml to that folder (docs/paper-figures.md)."
     )
 
 
