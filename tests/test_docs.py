@@ -1,17 +1,31 @@
-"""The README is a guide of at most 250 lines whose links all lead somewhere: each relative link names a file that
-exists (a page of the documentation site under docs/, or another file of the project), each #anchor a heading of
-its target, and every page of the site is linked from it. The site itself is checked by `mkdocs build --strict`
-(`make docs`, which `make test` runs before these tests)."""
+"""The README is a guide of at most 250 lines: what it is, the two commands exactly as the Makefile has them, your own
+run in three commands of the CLI, the notebook table with every notebook, the headline result with links to its
+evidence, and links into the site that all lead somewhere (each relative link names a file that exists, each
+#anchor a heading of its target, every page of the site linked). The site's navigation and its pages are in step,
+and the measurement history (dates, clock-precise timings, sessions) stays out of the README and the guide: it
+lives, dated, in benchmarks/RESULTS.md. The site itself is built by `mkdocs build --strict` (`make docs`, which
+`make test` runs before these tests)."""
 from __future__ import annotations
 
 import re
 from pathlib import Path
+
+import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 MAX_README_LINES = 250
 LINK = re.compile(r"\[([^\]]*)\]\(([^)\s]+)\)")
+# the pages whose job is the measurements themselves: the current benchmark table (with a "measured" column) and the
+# site's view of benchmarks/RESULTS.md
+MEASUREMENT_PAGES = {DOCS / "benchmarks.md", DOCS / "benchmark-history.md"}
+MEASUREMENT_LOG = {
+    "an ISO date": re.compile(r"\b20\d\d-[01]\d-[0-3]\d\b"),
+    "a session number": re.compile(r"\bsession \d+", re.I),
+    "a clock-precise timing": re.compile(r"\b\d+ min \d+(?:\.\d+)? s\b"),
+}
 
 
 def links(markdown: str) -> list[str]:
@@ -67,3 +81,204 @@ def test_every_page_of_the_site_is_linked_from_the_readme():
     unlinked = [str(p.relative_to(ROOT)) for p in pages if p.resolve() not in linked
                 and p.name != "benchmark-history.md"]  # the site's view of benchmarks/RESULTS.md, linked as that
     assert not unlinked, f"pages of the site the README does not link: {unlinked}"
+
+
+def section(markdown: str, heading: str) -> str:
+    """The text under a level-2 heading of a Markdown file, up to the next level-2 heading."""
+    match = re.search(rf"^## {re.escape(heading)}\s*$(.*?)(?=^## |\Z)", markdown, flags=re.M | re.S)
+    assert match, f"no section '## {heading}'"
+    return match.group(1)
+
+
+def code_lines(markdown: str) -> list[str]:
+    """The command lines of a text's ```bash blocks, comments and blank lines left out."""
+    blocks = re.findall(r"```(?:bash|sh)\n(.*?)```", markdown, flags=re.S)
+    lines = [line.split("#", 1)[0].strip() for block in blocks for line in block.splitlines()]
+    return [line for line in lines if line]
+
+
+def test_section_and_code_lines_read_what_they_say():
+    text = "## A\nx\n```bash\nmake test   # the tests\n\n# only a comment\n```\n## B\ny\n"
+    assert code_lines(section(text, "A")) == ["make test"]
+    assert section(text, "B").strip() == "y"
+    with pytest.raises(AssertionError, match="no section"):
+        section(text, "C")
+
+
+@pytest.mark.parametrize("heading", ["Your own run in three commands", "The two commands", "Notebooks",
+                                     "What it shows", "Documentation"])
+def test_the_readme_has_its_sections(heading):
+    assert section(README.read_text(), heading).strip()
+
+
+def test_the_readme_says_what_it_is_before_its_first_section():
+    intro = README.read_text().split("\n## ", 1)[0]
+    assert "uncertainty" in intro.lower() and "agent" in intro.lower()
+    assert len(re.sub(r"<!--.*?-->|\s+", " ", intro).split()) >= 40, "the README opens without saying what it is"
+
+
+def test_the_two_commands_are_the_makefiles():
+    makefile = (ROOT / "Makefile").read_text()
+    announced = re.findall(r"^#\s+(make \w+)\s", makefile, flags=re.M)  # the Makefile's own header
+    assert announced == ["make reproduce", "make test"]
+    for command in announced:
+        assert re.search(rf"^{command.split()[1]}:", makefile, flags=re.M), f"no target for {command}"
+    assert code_lines(section(README.read_text(), "The two commands")) == announced
+    assert (ROOT / ".ci" / "run").read_text().strip().endswith("make test")  # CI runs exactly the README's command
+
+
+def test_make_test_builds_the_site_strictly_into_an_ignored_folder():
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^test:.*\bdocs\b", makefile, flags=re.M), "make test does not build the site"
+    recipe = re.search(r"^docs:.*\n((?:\t.*\n)+)", makefile, flags=re.M).group(1)
+    assert "mkdocs build --strict" in recipe
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    site_dir = config.get("site_dir", "site")
+    assert f"{site_dir}/" in (ROOT / ".gitignore").read_text().splitlines()
+
+
+def test_your_own_run_is_three_commands_of_the_cli():
+    import typer.main
+
+    from agentuq_nb.cli import app
+
+    commands = set(typer.main.get_command(app).commands)
+    lines = code_lines(section(README.read_text(), "Your own run in three commands"))
+    assert len(lines) == 3, lines
+    ours = [line.split()[1] for line in lines if line.startswith("agentuq-nb ")]
+    assert ours[:2] == ["analyze", "explore"], lines
+    assert set(ours) <= commands, f"not commands of agentuq-nb: {set(ours) - commands}"
+
+
+def test_every_notebook_is_in_the_readme_table_and_no_other():
+    table = section(README.read_text(), "Notebooks")
+    listed = re.findall(r"^\| `(\d\d_\w+)` \|", table, flags=re.M)
+    on_disk = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    assert on_disk, "no notebooks/NN_*.ipynb"
+    assert listed == on_disk
+
+
+def test_the_headline_links_to_its_evidence():
+    shows = section(README.read_text(), "What it shows")
+    assert re.search(r"AUROC [01]\.\d+ \[|AUROC of [01]\.\d+ \[", shows), "no measured result with its interval"
+    evidence = [t for t in links(shows) if t.startswith("docs/")]
+    assert len(evidence) >= 2, "the headline points to no page with its evidence"
+    assert all((ROOT / t.partition("#")[0]).is_file() for t in evidence)
+
+
+def nav_pages(nav) -> list[str]:
+    """Every page file named in an mkdocs nav (nested sections flattened), external links left out."""
+    if isinstance(nav, str):
+        return [] if re.match(r"[a-z]+://", nav) else [nav]
+    if isinstance(nav, dict):
+        return [page for value in nav.values() for page in nav_pages(value)]
+    return [page for item in nav for page in nav_pages(item)]
+
+
+def test_nav_pages_reads_nested_sections():
+    assert nav_pages([{"Home": "index.md"}, {"Guide": [{"A": "g/a.md"}, "g/b.md"]}, {"x": "https://e.org"}]) == [
+        "index.md", "g/a.md", "g/b.md"]
+
+
+def test_the_navigation_and_the_pages_are_in_step():
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    docs_dir = ROOT / config.get("docs_dir", "docs")
+    in_nav = nav_pages(config["nav"])
+    assert len(in_nav) == len(set(in_nav)), "a page is twice in the navigation"
+    missing = [page for page in in_nav if not (docs_dir / page).is_file()]
+    assert not missing, f"in mkdocs.yml's nav but no such page: {missing}"
+    pages = {str(p.relative_to(docs_dir)) for p in docs_dir.rglob("*.md")}
+    assert not pages - set(in_nav), f"pages left out of mkdocs.yml's nav: {sorted(pages - set(in_nav))}"
+
+
+SNIPPET = re.compile(r'^--8<-- "([^":]+)(?::([\w-]+))?"\s*$', flags=re.M)
+
+
+def expanded(page: Path) -> str:
+    """A page as the site shows it: each pymdownx.snippets line (`--8<-- "FILE"` or `--8<-- "FILE:SECTION"`, paths
+    from the project root as mkdocs.yml's base_path) replaced by what it includes."""
+    def include(match: re.Match) -> str:
+        path, name = match.groups()
+        text = (ROOT / path).read_text()
+        if name:
+            start, end = f"<!-- --8<-- [start:{name}] -->", f"<!-- --8<-- [end:{name}] -->"
+            assert start in text and end in text, f"{page.name}: no section {name} in {path}"
+            text = text.split(start, 1)[1].split(end, 1)[0]
+        return text
+    return SNIPPET.sub(include, page.read_text())
+
+
+def test_expanded_includes_files_and_named_sections(tmp_path):
+    page = tmp_path / "p.md"
+    page.write_text('# P\n--8<-- "README.md:notebooks"\n--8<-- "benchmarks/RESULTS.md"\n')
+    text = expanded(page)
+    assert "`13_real_runs`" in text and "# Measurement history" in text and "--8<--" not in text
+
+
+def test_no_page_is_empty():
+    empty = [str(p.relative_to(ROOT)) for p in DOCS.rglob("*.md")
+             if len(re.sub(r"^#.*$", "", expanded(p), flags=re.M).split()) < 20]
+    assert not empty, f"pages with a title and next to nothing: {empty}"
+
+
+def test_every_included_readme_section_exists():
+    includes = [p for p in DOCS.rglob("*.md") if re.search(r'--8<-- "README\.md:\w+"', p.read_text())]
+    assert includes, "no page includes a section of the README"
+    for page in includes:
+        assert "--8<--" not in expanded(page)  # expanded() fails on a section the README no longer has
+
+
+def measurement_log(text: str) -> list[str]:
+    return [f"{what}: {m.group(0)!r}" for what, pattern in MEASUREMENT_LOG.items() for m in pattern.finditer(text)]
+
+
+def test_measurement_log_finds_dates_sessions_and_precise_timings():
+    assert measurement_log("measured 2026-11-25 in session 10: 11 min 16 s") == [
+        "an ISO date: '2026-11-25'", "a session number: 'session 10'", "a clock-precise timing: '11 min 16 s'"]
+    assert measurement_log("about 12 minutes on 2 cores; 0.690 [0.53, 0.87]; seed 300; 3 min") == []
+
+
+def test_no_measurement_history_in_the_readme_or_the_guide():
+    pages = [README, *(p for p in sorted(DOCS.rglob("*.md")) if p not in MEASUREMENT_PAGES)]
+    found = [f"{p.relative_to(ROOT)}: {hit}" for p in pages for hit in measurement_log(p.read_text())]
+    assert not found, "dated measurements belong in benchmarks/RESULTS.md:\n" + "\n".join(found)
+
+
+def test_the_measurement_history_is_dated():
+    history = (ROOT / "benchmarks" / "RESULTS.md").read_text()
+    dates = re.findall(r"^## (20\d\d-[01]\d-[0-3]\d)\s*$", history, flags=re.M)
+    assert dates, "benchmarks/RESULTS.md has no dated section"
+    assert dates == sorted(dates, reverse=True), "benchmarks/RESULTS.md is not newest first"
+
+
+def cli_synopsis() -> dict[str, str]:
+    """The command line page's synopsis: each `agentuq-nb COMMAND` with the text that follows it up to the next."""
+    block = re.search(r"```\n(agentuq-nb .*?)```", (DOCS / "guide" / "cli.md").read_text(), flags=re.S).group(1)
+    parts = re.split(r"^agentuq-nb ([\w-]+)", block, flags=re.M)
+    return dict(zip(parts[1::2], parts[2::2]))
+
+
+def test_the_command_line_page_names_every_command_with_its_real_options_and_defaults():
+    import typer.main
+
+    from agentuq_nb.cli import app
+
+    commands = typer.main.get_command(app).commands
+    synopsis = cli_synopsis()
+    # calibrate has its own page; every other command is in the synopsis
+    assert set(commands) - set(synopsis) <= {"calibrate"}, f"commands missing: {set(commands) - set(synopsis)}"
+    assert set(synopsis) <= set(commands), f"not commands: {set(synopsis) - set(commands)}"
+    wrong = []
+    for name, text in synopsis.items():
+        options = {opt: param for param in commands[name].params if param.param_type_name == "option"
+                   for opt in param.opts + param.secondary_opts}
+        prose = "\n".join(line.split("#", 1)[0] for line in text.splitlines())
+        for option, value in re.findall(r"\[(--[\w-]+)(?: ([\w.]+))?\]", prose):
+            if option not in options:
+                wrong.append(f"{name} {option}: no such option")
+            elif re.fullmatch(r"\d+(\.\d+)?", value or "") and float(value) != float(options[option].default):
+                wrong.append(f"{name} {option} {value}: its default is {options[option].default}")
+        for option in re.findall(r"(?<![\w\[])(--[\w-]+)", prose):
+            if option not in options:
+                wrong.append(f"{name} {option}: no such option")
+    assert not wrong, "\n".join(wrong)
