@@ -15,7 +15,7 @@ CHROMIUM := /usr/bin/chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # setup.py and the C source: the sidecar scanner is compiled by the install (a few seconds)
-$(STAMP): pyproject.toml requirements.lock setup.py src/agentuq_nb/io/sidecar_scan.c
+$(STAMP): pyproject.toml requirements.lock setup.py src/agentuq_nb/io/ingest/sidecar_scan.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	# torch first, pinned: the CPU build on this machine's disk, not a multi-GB CUDA build

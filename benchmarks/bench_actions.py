@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from agentuq_nb import llm
-from agentuq_nb.io.results import iter_simulations
+from agentuq_nb.io.ingest.results import iter_simulations
 from agentuq_nb.llm.local_model import get_local_model
 from agentuq_nb.sim.domain import load_domain
 from agentuq_nb.uq.observation import agent_system_prompt, conversation

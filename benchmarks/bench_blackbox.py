@@ -66,8 +66,8 @@ def embedded_texts(run: str) -> list[str]:
     """The distinct texts the step embeds for ``run`` (recomputed with a recording embedder)."""
     import numpy as np
 
-    from agentuq_nb.io.results import iter_simulations
-    from agentuq_nb.io.rundir import RunDir
+    from agentuq_nb.io.ingest.results import iter_simulations
+    from agentuq_nb.io.store.rundir import RunDir
     from agentuq_nb.uq.tracer import tracer_components
     from agentuq_nb.uq.transcript import transcript
 

@@ -15,7 +15,7 @@ peak memory (max RSS) and imports are its own:
   column materialized as Arrow record batches (``SELECT *``), what DuckDB's path in ``extract`` needs first;
   and DuckDB converting the same sidecars to one Parquet file (``COPY (SELECT * ...) TO ... (FORMAT parquet)``,
   its defaults): the nearest DuckDB equivalent of extract's job, without the placing and the token metrics
-* our compiled sidecar scanner alone (``io.sidecar_scan``, one thread, the files in extract's 32 MiB batches,
+* our compiled sidecar scanner alone (``io.ingest.sidecar_scan``, one thread, the files in extract's 32 MiB batches,
   every column built as Arrow), and ``extract`` with the scanner switched off (DuckDB parses every batch, as
   before the scanner): what the scanner changes, in the same run
 * ``--plain``: our own straw man (``plain_pipeline.py``: per-row Python, json.loads per line); not
@@ -74,7 +74,7 @@ extract(sys.argv[1], sys.argv[2])
 # the same, with the scanner standing aside for every batch: DuckDB's JSON reader parses them all
 OURS_EXTRACT_DUCKDB = """
 import sys
-import agentuq_nb.io.sidecars as sidecars
+import agentuq_nb.io.ingest.sidecars as sidecars
 sidecars.scan_sidecars = lambda paths: None
 from agentuq_nb.uq.extraction import extract
 extract(sys.argv[1], sys.argv[2])
@@ -82,7 +82,7 @@ extract(sys.argv[1], sys.argv[2])
 OURS_SCAN = """
 import sys
 from pathlib import Path
-from agentuq_nb.io.sidecars import scan_sidecars
+from agentuq_nb.io.ingest.sidecars import scan_sidecars
 files, batch, size, n = sorted(Path(sys.argv[1]).glob("*.jsonl")), [], 0, 0
 for i, path in enumerate(files):
     batch.append(path)
@@ -97,7 +97,7 @@ print(n)
 DUCKDB_SIDECARS = """
 import sys, duckdb
 from pathlib import Path
-from agentuq_nb.io.sidecars import SIDECAR_SCHEMA
+from agentuq_nb.io.ingest.sidecars import SIDECAR_SCHEMA
 types = {"string": "VARCHAR", "int64": "BIGINT", "double": "DOUBLE", "list<item: string>": "VARCHAR[]",
          "list<item: double>": "DOUBLE[]"}
 columns = {f.name: types[str(f.type)] for f in SIDECAR_SCHEMA}
@@ -153,7 +153,7 @@ def run_measured(code: str, *args: str) -> tuple[float, float]:
 
 def prepare(src: Path, n_sims: int, tokens_per_message: int, seed: int) -> None:
     """Synthetic results + sidecars in ``src`` (kept between runs), and AgentUQ's joinable copy."""
-    from agentuq_nb.io.synthetic import write_synthetic_results
+    from agentuq_nb.testing.synthetic import write_synthetic_results
 
     if not (src / "results.json").exists():
         write_synthetic_results(src, num_simulations=n_sims, messages_per_simulation=MESSAGES_PER_SIMULATION,

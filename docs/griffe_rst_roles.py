@@ -1,8 +1,8 @@
-"""A griffe extension for the API reference (mkdocs.yml loads it): the package's docstrings cross-reference with
-reStructuredText roles (:func:`slug`, :mod:`.offline`, :class:`~agentuq_nb.io.rundir.RunDir`), which Markdown shows
-with the role's name in front. Each becomes inline code of its target (`slug`, `.offline`, `RunDir`: a leading ``~``
-keeps the last name, as Sphinx shows it). Written here because neither griffe nor mkdocstrings-python translates
-Sphinx roles: their "sphinx" docstring style parses field lists (``:param x:``) only."""
+"""A griffe extension for the API reference (mkdocs.yml loads it): the package's docstrings cross-reference
+with reStructuredText roles (:func:`slug`, :mod:`.offline`, :class:`~agentuq_nb.io.store.rundir.RunDir`), which
+Markdown shows with the role's name in front. Each becomes inline code of its target (`slug`, `.offline`, `RunDir`:
+a leading ``~`` keeps the last name, as Sphinx shows it). Written here because neither griffe nor mkdocstrings-python
+translates Sphinx roles: their "sphinx" docstring style parses field lists (``:param x:``) only."""
 import re
 
 import griffe

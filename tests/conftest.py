@@ -26,14 +26,14 @@ def tau2_files() -> list[Path]:
 
 @pytest.fixture
 def synthetic_results(tmp_path) -> Path:
-    from agentuq_nb.io.synthetic import write_synthetic_results
+    from agentuq_nb.testing.synthetic import write_synthetic_results
 
     return write_synthetic_results(tmp_path / "src", num_simulations=12, messages_per_simulation=14, tokens_per_message=7)
 
 
 def make_aggregated_run(tmp: Path, **synthetic) -> Path:
     """Synthetic results → extract → aggregate in ``tmp/run`` (shared by the estimator tests)."""
-    from agentuq_nb.io.synthetic import write_synthetic_results
+    from agentuq_nb.testing.synthetic import write_synthetic_results
     from agentuq_nb.uq.aggregation import aggregate
     from agentuq_nb.uq.extraction import extract
 

@@ -262,7 +262,7 @@ def real_run(tmp_path_factory):
 
 def test_the_step_publishes_signals_and_tuned_readouts(real_run):
     from agentuq_nb.estimators import available, get
-    from agentuq_nb.io.rundir import RunDir
+    from agentuq_nb.io.store.rundir import RunDir
 
     config = BlackBoxConfig(embedder="hash", seed=3)
     status = ensure_blackbox(real_run, config)
@@ -344,7 +344,7 @@ def test_analyze_a_run_without_log_probs_exits_0_with_the_black_box_families(pat
     from sklearn.metrics import roc_auc_score
 
     from agentuq_nb.estimators import available, get
-    from agentuq_nb.io.rundir import RunDir
+    from agentuq_nb.io.store.rundir import RunDir
 
     assert {"blackbox_logistic", "blackbox_gbm+length"} <= set(available(tmp_path / "run"))
     assert table["estimator"].is_unique

@@ -24,7 +24,7 @@ from agentuq_nb.evaluation.calibration import (
 )
 from agentuq_nb.evaluation.combined_predictor import combination_model, cross_fitted_combination
 from agentuq_nb.evaluation.run_calibration import calibration_table
-from agentuq_nb.io.rundir import RunDir
+from agentuq_nb.io.store.rundir import RunDir
 
 from conftest import require_tau2
 

@@ -120,7 +120,7 @@ def test_aggregate_of_a_run_without_logprobs_points_to_rescore(tmp_path, synthet
 
 
 def test_input_warnings_are_said_once_per_kind_with_their_count(tmp_path):
-    from agentuq_nb.io.synthetic import write_synthetic_results
+    from agentuq_nb.testing.synthetic import write_synthetic_results
 
     results = write_synthetic_results(tmp_path / "src", num_simulations=6, messages_per_simulation=6,
                                       tokens_per_message=3, forms=("sidecar",))
@@ -201,7 +201,7 @@ def test_analyze_writes_the_folder_the_three_commands_write(tmp_path, synthetic_
 def test_analyze_goes_through_results_without_log_probs(tmp_path):
     """Most real runs carry no log-probs: analyze computes the black-box families and the length baselines, says
     once which families it left out and how to add each, and exits 0 (issue 28)."""
-    from agentuq_nb.io.synthetic import write_synthetic_results
+    from agentuq_nb.testing.synthetic import write_synthetic_results
 
     results = write_synthetic_results(tmp_path / "src", num_simulations=6, forms=("raw",))
     data = json.loads(results.read_text())

@@ -35,7 +35,7 @@ from agentuq_nb.evaluation.run_leaderboard import (
     write_run_leaderboard,
 )
 from agentuq_nb.io.errors import InputError
-from agentuq_nb.io.synthetic import write_synthetic_results
+from agentuq_nb.testing.synthetic import write_synthetic_results
 from agentuq_nb.uq import aggregate, extract
 
 from conftest import TAU2_FILES

@@ -103,7 +103,7 @@ def test_paths_in_the_environment_are_not_secrets_and_run_together_names_are(tmp
 
 
 def test_a_run_of_an_older_version_resumes_and_another_is_refused(tmp_path):
-    from agentuq_nb.io.rundir import RunDir
+    from agentuq_nb.io.store.rundir import RunDir
     from agentuq_nb.sim.agent import LLMAgent
     from agentuq_nb.sim.runner import RunConfigMismatch, check_run_config, legacy_fingerprint, run_fingerprint
     from agentuq_nb.sim.user_simulator import UserSimulator
@@ -125,7 +125,7 @@ def test_a_run_of_an_older_version_resumes_and_another_is_refused(tmp_path):
 
 def test_file_keys_keep_distinct_ids_distinct_and_plain_ids_as_they_are():
     from agentuq_nb.common.naming import file_key
-    from agentuq_nb.io.sidecars import sidecar_name
+    from agentuq_nb.io.ingest.sidecars import sidecar_name
     from agentuq_nb.sim.runner import checkpoint_name
 
     ids = ["a|b", "a:b", "a_b", "task 1", "task/1", "[svc]x|y", "[svc]x:y"]

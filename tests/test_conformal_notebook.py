@@ -12,7 +12,7 @@ import papermill as pm
 import pytest
 
 from agentuq_nb.evaluation import run_conformal as rc
-from agentuq_nb.io.synthetic import write_synthetic_results
+from agentuq_nb.testing.synthetic import write_synthetic_results
 from agentuq_nb.uq.aggregation import aggregate
 from agentuq_nb.uq.extraction import extract
 

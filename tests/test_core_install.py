@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from agentuq_nb.io.synthetic import write_synthetic_results
+from agentuq_nb.testing.synthetic import write_synthetic_results
 
 # run the command line with the heavy optional packages made unimportable
 BLOCKED_MAIN = """

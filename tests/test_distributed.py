@@ -21,7 +21,7 @@ import yaml
 from agentuq_nb.distributed import connect, parse_scheduler
 from agentuq_nb.evaluation import evaluate
 from agentuq_nb.io.errors import InputError
-from agentuq_nb.io.token_table import PARTITIONED_DIR, read_token_table, token_partitions
+from agentuq_nb.io.store.token_table import PARTITIONED_DIR, read_token_table, token_partitions
 from agentuq_nb.pipeline.reproduce import load_studies, load_study
 from agentuq_nb.sim import run_simulations
 from agentuq_nb.sim.runner import CHECKPOINT_DIR, checkpoint_name, trial_seeds, without_wall_clock
@@ -131,8 +131,8 @@ def test_partitioned_dataset_prunes_folders_and_follows_its_sources(tmp_path, sy
 def test_task_ids_a_file_name_cannot_hold_keep_their_rows_whole(tmp_path, client):
     """Issue 30: a NUL cut a task id in its hive folder (that trajectory's reward became NaN on --scheduler) and a
     300-character id failed with 'File name too long'. Folders are named by bounded file keys; ids stay whole."""
-    from agentuq_nb.io.synthetic import write_synthetic_results
-    from agentuq_nb.io.token_table import read_token_partition
+    from agentuq_nb.io.store.token_table import read_token_partition
+    from agentuq_nb.testing.synthetic import write_synthetic_results
     from agentuq_nb.uq.extraction import extract
 
     inline = write_synthetic_results(tmp_path / "src", num_simulations=6, messages_per_simulation=4,

@@ -8,7 +8,7 @@ from sklearn.metrics import roc_auc_score
 
 from agentuq_nb.estimators import BASELINES
 from agentuq_nb.evaluation import compare_estimators, score_table
-from agentuq_nb.io.rundir import RunDir
+from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records import token_statistics
 
 from conftest import make_aggregated_run

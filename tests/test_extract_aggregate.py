@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from agentuq_nb.io.errors import InputError
-from agentuq_nb.io.rundir import RunDir
-from agentuq_nb.io.token_table import read_token_table
+from agentuq_nb.io.store.rundir import RunDir
+from agentuq_nb.io.store.token_table import read_token_table
 from agentuq_nb.records.summary import uq_summary
 from agentuq_nb.uq.aggregation import aggregate
 from agentuq_nb.uq.extraction import extract
@@ -193,7 +193,7 @@ def test_observation_roles_and_total_follow_the_chain_rule():
 
 def test_message_table_rows_and_no_simulations(synthetic_results):
     """One row per message, numbered within its simulation; a batch of no simulations gives an empty table."""
-    from agentuq_nb.io.results import iter_simulations
+    from agentuq_nb.io.ingest.results import iter_simulations
     from agentuq_nb.records.run_tables import MESSAGE_SCHEMA, MessageColumns, message_table
 
     sims = list(iter_simulations(synthetic_results))[:3]

@@ -47,7 +47,7 @@ def runs(tmp_path_factory):
     (hash embeddings); the first also through SAUP and the estimator table; and compare-runs across them."""
     from agentuq_nb import evaluation
     from agentuq_nb.evaluation.run_blackbox import BlackBoxConfig, ensure_blackbox
-    from agentuq_nb.io.synthetic import write_synthetic_results
+    from agentuq_nb.testing.synthetic import write_synthetic_results
     from agentuq_nb.uq import saup
     from agentuq_nb.uq.aggregation import aggregate
     from agentuq_nb.uq.extraction import extract
@@ -109,7 +109,7 @@ def _cases(runs) -> dict:
     from agentuq_nb.figures import (
         saup as saup_figures,
     )
-    from agentuq_nb.io.rundir import RunDir
+    from agentuq_nb.io.store.rundir import RunDir
     from agentuq_nb.uq import dynamics as uq_dynamics
     from agentuq_nb.uq import read_trajectory_summary, read_turn_summary, saup
 

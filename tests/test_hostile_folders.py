@@ -32,10 +32,10 @@ from typer.testing import CliRunner
 
 import agentuq_nb
 from agentuq_nb.cli import app
-from agentuq_nb.io import json_stream
-from agentuq_nb.io.json_stream import stream_items
-from agentuq_nb.io.rundir import JOURNAL, OWNED_FOLDERS, STAGING
-from agentuq_nb.io.synthetic import write_synthetic_results
+from agentuq_nb.io.ingest import json_stream
+from agentuq_nb.io.ingest.json_stream import stream_items
+from agentuq_nb.io.store.rundir import JOURNAL, OWNED_FOLDERS, STAGING
+from agentuq_nb.testing.synthetic import write_synthetic_results
 from agentuq_nb.uq import aggregate, extract
 
 SRC = Path(agentuq_nb.__file__).resolve().parents[1]
@@ -265,7 +265,7 @@ def test_a_symlinked_owned_folder_is_refused_by_name_and_its_target_kept(made_ru
     if "/" in owned:  # checkpoints/<step>: recovery does not walk through it; the step that uses it refuses it
         assert code == 0, stderr
         from agentuq_nb.io.errors import InputError
-        from agentuq_nb.io.rundir import RunDir
+        from agentuq_nb.io.store.rundir import RunDir
 
         with pytest.raises(InputError, match="is a symlink to .*not a folder of this run"):
             RunDir(run).checkpoint_dir(owned.split("/")[1])

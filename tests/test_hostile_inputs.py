@@ -16,9 +16,9 @@ import agentuq_nb
 from agentuq_nb.evaluation import evaluate
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.input_warnings import InputDataWarning
-from agentuq_nb.io.rundir import RunDir
-from agentuq_nb.io.synthetic import write_synthetic_results
-from agentuq_nb.io.token_table import read_token_table
+from agentuq_nb.io.store.rundir import RunDir
+from agentuq_nb.io.store.token_table import read_token_table
+from agentuq_nb.testing.synthetic import write_synthetic_results
 from agentuq_nb.uq import aggregate, extract
 
 SRC = Path(agentuq_nb.__file__).resolve().parents[1]  # the children run the code under test
@@ -271,7 +271,7 @@ def test_a_table_that_still_holds_a_repeated_key_is_refused_by_aggregate_and_eva
 # a child that runs the command line and interrupts itself (SIGINT, as Ctrl-C does) at a chosen point
 INTERRUPT = """
 import os, signal, sys
-from agentuq_nb.io import rundir
+from agentuq_nb.io.store import rundir
 from agentuq_nb.uq import base_tables
 
 # a process started in the background by a shell without job control inherits SIGINT ignored, and Python

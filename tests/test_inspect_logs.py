@@ -69,8 +69,8 @@ def test_an_inspect_log_without_the_extra_is_one_line_naming_it(tmp_path):
 
 
 def test_inspect_logs_are_recognised_by_shape_and_tau2_results_are_not(tmp_path, synthetic_results):
-    from agentuq_nb.io.inspect_logs import is_inspect_log
-    from agentuq_nb.io.results import detect_layout
+    from agentuq_nb.io.ingest.inspect_logs import is_inspect_log
+    from agentuq_nb.io.ingest.results import detect_layout
 
     json_log = tmp_path / "old-style.json"  # Inspect's .json logs open with version, status, eval
     json_log.write_text(json.dumps({"version": 2, "status": "success", "eval": {"task": "t"}, "samples": []}))
@@ -85,7 +85,7 @@ def test_inspect_logs_are_recognised_by_shape_and_tau2_results_are_not(tmp_path,
 
 
 def test_score_is_refused_for_results_with_one_reward(tmp_path):
-    from agentuq_nb.io.synthetic import write_synthetic_results
+    from agentuq_nb.testing.synthetic import write_synthetic_results
 
     results = write_synthetic_results(tmp_path / "src", num_simulations=2, messages_per_simulation=4)
     done = agentuq("extract", str(results), "--out", str(tmp_path / "run"), "--score", "includes", timeout=120)
@@ -149,7 +149,7 @@ print(json.dumps(out))
 
 READ_OURS = """
 import json, sys
-from agentuq_nb.io.results import iter_simulations, read_header
+from agentuq_nb.io.ingest.results import iter_simulations, read_header
 score = sys.argv[2] or None
 print(json.dumps({"header": read_header(sys.argv[1], score),
                   "sims": [s.model_dump(mode="json") for s in iter_simulations(sys.argv[1], score=score)]}))

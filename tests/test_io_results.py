@@ -6,7 +6,7 @@ import json
 import pytest
 
 from agentuq_nb.io.errors import InputError
-from agentuq_nb.io.results import detect_layout, iter_simulations, load_results
+from agentuq_nb.io.ingest.results import detect_layout, iter_simulations, load_results
 
 
 def test_real_tau2_files_load_with_all_messages_and_rewards(tau2_files):

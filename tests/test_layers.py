@@ -3,6 +3,8 @@ crossing modules, package facades that load lazily."""
 from __future__ import annotations
 
 import ast
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,12 +16,30 @@ PACKAGE = ROOT / "src" / "agentuq_nb"
 SOURCES = sorted(PACKAGE.rglob("*.py"))
 
 
-def test_the_layers_contract_is_kept():
+def _lint_imports(cwd: Path, **env) -> subprocess.CompletedProcess:
     lint = Path(sys.executable).with_name("lint-imports")
-    done = subprocess.run([str(lint), "--config", str(ROOT / "pyproject.toml")], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run([str(lint), "--no-cache", str(ROOT / "pyproject.toml")], cwd=cwd, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, **env})
+
+
+def test_the_layers_contract_is_kept():
+    """The layers, distributed beside them, io's two rooms independent, nothing importing agentuq_nb.testing."""
+    done = _lint_imports(ROOT)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    assert "Contracts: 2 kept, 0 broken." in done.stdout
+    assert "Contracts: 4 kept, 0 broken." in done.stdout
+
+
+def test_the_contracts_catch_a_room_importing_the_other_and_the_toolkit_importing_testing(tmp_path):
+    shutil.copytree(PACKAGE, tmp_path / "agentuq_nb", ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    with open(tmp_path / "agentuq_nb" / "io" / "ingest" / "tau_bench.py", "a") as f:
+        f.write("\nimport agentuq_nb.io.store.rundir  # noqa\n")
+    with open(tmp_path / "agentuq_nb" / "uq" / "saup.py", "a") as f:
+        f.write("\nimport agentuq_nb.testing.synthetic  # noqa\n")
+    done = _lint_imports(tmp_path, PYTHONPATH=str(tmp_path))
+    assert done.returncode != 0, done.stdout[-4000:]
+    assert "Contracts: 2 kept, 2 broken." in done.stdout, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "agentuq_nb.io.ingest is not allowed to import agentuq_nb.io.store" in done.stdout
+    assert "agentuq_nb.uq is not allowed to import agentuq_nb.testing" in done.stdout
 
 
 def _imports(path: Path):

@@ -217,7 +217,7 @@ def trials_run(tmp_path):
 
 def test_evaluate_resamples_tasks_when_tasks_repeat(trials_run):
     from agentuq_nb.evaluation import estimator_metrics, evaluate
-    from agentuq_nb.io.rundir import RunDir
+    from agentuq_nb.io.store.rundir import RunDir
 
     rewards = RunDir.of(trials_run).rewards()
     assert len(rewards) == 24 and rewards.groupby("task_id").size().eq(3).all()
@@ -237,7 +237,7 @@ def test_cli_trials_and_evaluate_print_the_multi_trial_readout(trials_run):
     from typer.testing import CliRunner
 
     from agentuq_nb.cli import app
-    from agentuq_nb.io.rundir import RunDir
+    from agentuq_nb.io.store.rundir import RunDir
 
     runner = CliRunner()
     out = runner.invoke(app, ["trials", str(trials_run), "--n-boot", "100"])

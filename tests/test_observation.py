@@ -8,7 +8,7 @@ import pytest
 
 from agentuq_nb import llm
 from agentuq_nb.evaluation import evaluate
-from agentuq_nb.io.token_table import read_token_table
+from agentuq_nb.io.store.token_table import read_token_table
 from agentuq_nb.records import Simulation
 from agentuq_nb.uq.aggregation import aggregate
 from agentuq_nb.uq.observation import agent_system_prompt, conversation, rescore, score_observations

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _without_log_probs(tmp_path: Path) -> Path:
-    from agentuq_nb.io.synthetic import write_synthetic_results
+    from agentuq_nb.testing.synthetic import write_synthetic_results
 
     results = write_synthetic_results(tmp_path / "src", num_simulations=8, forms=("raw",))
     data = json.loads(results.read_text())

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from agentuq_nb.io.errors import InputError
-from agentuq_nb.io.rundir import RunDir
+from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.pipeline import paper
 from agentuq_nb.pipeline.reproduce import load_study, run_study
 
@@ -92,7 +92,7 @@ def test_published_values_are_found_by_model_name(model, domain, value):
 
 
 def test_sidecars_with_the_same_names_are_told_apart_by_model(tmp_path):
-    from agentuq_nb.io.synthetic import write_synthetic_results
+    from agentuq_nb.testing.synthetic import write_synthetic_results
 
     results = write_synthetic_results(tmp_path / "sim", num_simulations=2, messages_per_simulation=4,
                                       tokens_per_message=3, forms=("sidecar",), domain="bookshop")

@@ -91,7 +91,7 @@ def test_a_failing_notebook_is_reported_by_study_notebook_and_cell_error(tmp_pat
 
 
 def test_calibration_notebook_runs_on_a_multi_trial_run(tmp_path):
-    from agentuq_nb.io.synthetic import write_synthetic_results
+    from agentuq_nb.testing.synthetic import write_synthetic_results
 
     results = write_synthetic_results(tmp_path / "src", num_simulations=30, messages_per_simulation=8,
                                       tokens_per_message=5, trials=3, signal=1.0)

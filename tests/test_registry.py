@@ -16,8 +16,8 @@ from sklearn.metrics import roc_auc_score
 
 from agentuq_nb import estimators, evaluation
 from agentuq_nb.estimators import Estimator, register
-from agentuq_nb.io.synthetic import write_synthetic_results
 from agentuq_nb.records.token_statistics import TOKEN_STATISTICS
+from agentuq_nb.testing.synthetic import write_synthetic_results
 from agentuq_nb.uq import aggregate, extract, saup
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,7 +125,7 @@ def test_a_plugins_inputs_are_stamped_and_a_stale_one_is_refused(run_dir, tmp_pa
     only other estimator chosen (num_messages) reads the trajectories alone; replacing it makes the table stale."""
     import shutil
 
-    from agentuq_nb.io.rundir import RunDir, StaleArtifactError
+    from agentuq_nb.io.store.rundir import RunDir, StaleArtifactError
 
     run = tmp_path / "run"
     shutil.copytree(run_dir, run)

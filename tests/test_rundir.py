@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 
 from agentuq_nb.io.errors import InputError, MixedRunError, StaleArtifactError
-from agentuq_nb.io.run_lock import RunBusyError
-from agentuq_nb.io.rundir import RunDir, parquet_commit
-from agentuq_nb.io.synthetic import write_synthetic_results
+from agentuq_nb.io.store.run_lock import RunBusyError
+from agentuq_nb.io.store.rundir import RunDir, parquet_commit
+from agentuq_nb.testing.synthetic import write_synthetic_results
 from agentuq_nb.uq import aggregate, extract, read_trajectory_summary
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -156,7 +156,7 @@ def test_a_listed_table_replaced_by_hand_is_refused_until_forgotten(run_a):
 
 def test_a_second_writer_is_refused_with_the_holder_named(run_a, two_results, tmp_path):
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from agentuq_nb.io.rundir import RunDir\n"
+        [sys.executable, "-c", "import sys; from agentuq_nb.io.store.rundir import RunDir\n"
          "with RunDir(sys.argv[1]).lock('simulate'):\n    print('locked', flush=True); sys.stdin.read()", str(run_a)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
     try:
@@ -175,7 +175,7 @@ def test_a_second_writer_is_refused_with_the_holder_named(run_a, two_results, tm
 
 def test_a_killed_holder_leaves_no_lock_and_its_leftovers_are_removed(run_a, two_results):
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from agentuq_nb.io.rundir import RunDir\n"
+        [sys.executable, "-c", "import sys, time; from agentuq_nb.io.store.rundir import RunDir\n"
          "with RunDir(sys.argv[1]).lock('extract'):\n    print('locked', flush=True); time.sleep(600)", str(run_a)],
         stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
     assert holder.stdout.readline().strip() == "locked"
@@ -200,7 +200,7 @@ def test_the_lock_is_held_until_the_last_thread_inside_it_leaves(run_a):
             inside.set()
             leave_b.wait(60)
 
-    probe = [sys.executable, "-c", "import sys; from agentuq_nb.io.rundir import RunDir\n"
+    probe = [sys.executable, "-c", "import sys; from agentuq_nb.io.store.rundir import RunDir\n"
              "with RunDir(sys.argv[1]).lock('probe'): pass", str(run_a)]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     with rd.lock("a"):

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from agentuq_nb.io.rundir import RunDir
+from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.uq import saup
 from agentuq_nb.uq.embeddings import HashEmbedder
 

@@ -16,11 +16,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentuq_nb.io.errors import InputError, InputWarnings
-from agentuq_nb.io.sidecars import SidecarReader
-from agentuq_nb.io.synthetic import write_synthetic_results
-from agentuq_nb.io.token_sources import SidecarResolver
-from agentuq_nb.io.token_table import read_token_table
+from agentuq_nb.io.ingest.sidecars import SidecarReader
+from agentuq_nb.io.ingest.token_sources import SidecarResolver
+from agentuq_nb.io.store.token_table import read_token_table
 from agentuq_nb.records.tokens import topk_statistics
+from agentuq_nb.testing.synthetic import write_synthetic_results
 from agentuq_nb.uq.aggregation import aggregate, trajectory_summary, turn_summary
 from agentuq_nb.uq.extraction import extract
 from agentuq_nb.uq.token_metrics import topk_stats
@@ -246,8 +246,8 @@ def test_aggregation_does_not_need_rows_in_turn_order(tmp_path):
 
 
 def test_stored_partials_equal_a_scan_and_go_stale_with_the_table(tmp_path):
-    from agentuq_nb.io.rundir import RunDir
-    from agentuq_nb.io.token_table import write_token_table
+    from agentuq_nb.io.store.rundir import RunDir
+    from agentuq_nb.io.store.token_table import write_token_table
     from agentuq_nb.uq.turn_partials import stored_partials
 
     PARTIALS_FILE = RunDir.relative("turn_partials")

@@ -1,4 +1,4 @@
-"""The compiled sidecar scanner (``io.sidecar_scan``) against DuckDB's reader, which it stands in for.
+"""The compiled sidecar scanner (``io.ingest.sidecar_scan``) against DuckDB's reader, which it stands in for.
 
 Wherever the scanner gives a table, it is DuckDB's table value for value (floats bit for bit); whatever
 it does not take, DuckDB reads or refuses as before (the same table, the same error naming the file);
@@ -19,11 +19,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentuq_nb.io import sidecar_scan
 from agentuq_nb.io.errors import InputError, InputWarnings
-from agentuq_nb.io.sidecars import SIDECAR_SCHEMA, SidecarReader, scan_sidecars, write_sidecar
-from agentuq_nb.io.synthetic import write_synthetic_results
+from agentuq_nb.io.ingest import sidecar_scan
+from agentuq_nb.io.ingest.sidecars import SIDECAR_SCHEMA, SidecarReader, scan_sidecars, write_sidecar
 from agentuq_nb.records.tokens import make_token_row
+from agentuq_nb.testing.synthetic import write_synthetic_results
 
 
 def _canonical(value):

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from agentuq_nb.cli import app
 from agentuq_nb.io.errors import InputError, InputWarnings
-from agentuq_nb.io.results import detect_layout, iter_simulations, load_results, read_header
+from agentuq_nb.io.ingest.results import detect_layout, iter_simulations, load_results, read_header
 from agentuq_nb.records.actions import MALFORMED, action_key, is_malformed
 
 RETAIL_POLICY = ("# Retail agent policy\n\nAs a retail agent, you help users cancel pending orders.\n\n"
@@ -245,7 +245,7 @@ def test_extract_trials_and_compare_estimators_on_a_tau_bench_run(tool_calling_r
     from agentuq_nb.evaluation.estimator_table import score_table, with_length_columns
     from agentuq_nb.evaluation.failure_report import failure_metrics
     from agentuq_nb.evaluation.multi_trial import multi_trial_report, task_labels, tasks_repeat
-    from agentuq_nb.io.rundir import RunDir
+    from agentuq_nb.io.store.rundir import RunDir
 
     runner, run = CliRunner(), tmp_path / "run"
     out = runner.invoke(app, ["extract", str(tool_calling_run), "--out", str(run)])

@@ -22,7 +22,7 @@ from typer.core import TyperGroup
 
 from agentuq_nb.io.errors import InputError, MixedRunError, StaleArtifactError
 from agentuq_nb.io.input_warnings import InputDataWarning
-from agentuq_nb.io.run_lock import RunBusyError
+from agentuq_nb.io.store.run_lock import RunBusyError
 from agentuq_nb.records.config import (
     ActionSamplingConfig,
     BlackBoxConfig,
@@ -145,7 +145,7 @@ def _manifest_bytes(run_dir: Path) -> bytes | None:
     """The manifest as it is before a step (None: none, or not a small regular file - the step says so)."""
     from agentuq_nb.common.limits import MAX_SMALL_JSON_BYTES
     from agentuq_nb.io.files import read_limited
-    from agentuq_nb.io.rundir import RunDir
+    from agentuq_nb.io.store.rundir import RunDir
 
     try:
         return read_limited(RunDir(run_dir).file("manifest"), MAX_SMALL_JSON_BYTES, "manifest")
@@ -155,7 +155,7 @@ def _manifest_bytes(run_dir: Path) -> bytes | None:
 
 def _after_interrupt(step: str, run_dir: Path, manifest_before: bytes | None) -> str:
     """What a Ctrl-C during ``step`` left in ``run_dir``, after finishing or discarding its publication."""
-    from agentuq_nb.io.rundir import RunDir
+    from agentuq_nb.io.store.rundir import RunDir
 
     if not run_dir.is_dir():
         return f"interrupted: '{step}' stopped before it wrote anything"
@@ -212,7 +212,7 @@ def _step(step: str, run_dir: Path) -> Iterator[None]:
 
 def _out_folder(out: Path, command: str) -> None:
     """Refuse an ``--out`` that is a file, or that a file is in the way of, before any work."""
-    from agentuq_nb.io.rundir import RunDir
+    from agentuq_nb.io.store.rundir import RunDir
 
     try:
         RunDir(out).require_folder(command, new=True)
@@ -443,7 +443,7 @@ def _estimator_table(run_dir: Path, failure_threshold: float, n_boot: int, seed:
     from agentuq_nb.evaluation import compare_estimators as run_compare
     from agentuq_nb.evaluation.family_gaps import missing_families
     from agentuq_nb.evaluation.run_blackbox import BlackBoxConfig, ensure_blackbox
-    from agentuq_nb.io.rundir import RunDir
+    from agentuq_nb.io.store.rundir import RunDir
 
     skipped = None
     run = RunDir(run_dir)
@@ -501,7 +501,7 @@ def blackbox(
         ensure_blackbox,
         read_json,
     )
-    from agentuq_nb.io.rundir import RunDir
+    from agentuq_nb.io.store.rundir import RunDir
 
     with _step("blackbox", run_dir):
         config = BlackBoxConfig(failure_threshold=failure_threshold, seed=seed, embedder=embedder.value,
@@ -536,7 +536,7 @@ def saup(
     summary = actor_breakdown(scores).groupby(["actor", "weighting"])["saup"].describe()
     typer.echo(f"{len(scores)} trajectories, {len(steps)} steps ({int((steps['actor'] == 'assistant').sum())} agent)")
     typer.echo(summary[["count", "mean", "50%", "max"]].to_string(float_format=lambda x: f"{x:.3f}"))
-    from agentuq_nb.io.rundir import RunDir
+    from agentuq_nb.io.store.rundir import RunDir
 
     typer.echo(f"→ {RunDir(run_dir).file('saup_scores')}")
 
@@ -569,7 +569,7 @@ def early_warning(
                                         table=table)
     cols = ["fraction", "auroc", "auroc_lo", "auroc_hi", "n", "n_failures", "mean_turns_seen"]
     typer.echo(aurocs[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
-    from agentuq_nb.io.rundir import RunDir
+    from agentuq_nb.io.store.rundir import RunDir
 
     typer.echo(f"→ {RunDir(run_dir).file('early_warning_scores')}")
 
@@ -700,7 +700,7 @@ def list_estimators(
     from agentuq_nb.estimators import estimators
 
     _load_plugins(plugin)
-    from agentuq_nb.io.rundir import RunDir
+    from agentuq_nb.io.store.rundir import RunDir
 
     with _step("estimators", run_dir):
         RunDir(run_dir).require_folder("estimators")

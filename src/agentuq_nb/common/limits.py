@@ -8,14 +8,14 @@ from __future__ import annotations
 
 MiB = 1 << 20
 
-# ------------------------------------------------------------------ results JSON (io.results)
+# ------------------------------------------------------------------ results JSON (io.ingest.results)
 #: one JSON string (a message's content, a tool result…) or number token of a results file
 MAX_JSON_TOKEN_BYTES = 64 * MiB
 #: nesting of arrays and objects in a results file past which the scanner reads it (τ²-bench's deepest is
 #: ~8); the scanner refuses what Python's decoder cannot nest (its recursion limit, ~1,000 levels)
 MAX_JSON_DEPTH = 500
 
-# ------------------------------------------------------------------ sidecars (io.sidecars)
+# ------------------------------------------------------------------ sidecars (io.ingest.sidecars)
 #: one line of a sidecar JSONL file (one token row: a few hundred bytes; DuckDB itself stops at 16 MiB)
 MAX_SIDECAR_LINE_BYTES = 16 * MiB
 

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from agentuq_nb.estimators.base import Estimator, EstimatorFamily, by_trajectory, register
-from agentuq_nb.io.rundir import RunDir
+from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.action_samples import ACTION_TURN_STATISTICS
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 

@@ -3,7 +3,7 @@ the calculators in ``agentuq_nb.uq``; an estimator is a small named class that r
 
 An estimator has a ``name``, a ``family``, an orientation (``higher_is_uncertain``: False for a
 confidence such as the lowest token probability or a verbalized confidence), what the run must hold
-(``requires``: artefact names of :class:`~agentuq_nb.io.rundir.RunDir`) and
+(``requires``: artefact names of :class:`~agentuq_nb.io.store.rundir.RunDir`) and
 ``scores(run) -> pandas.Series`` indexed by the trajectory keys (``domain, task_id, trial, seed``).
 
 Two ways to add one:
@@ -44,7 +44,7 @@ from typing import ClassVar
 
 import pandas as pd
 
-from agentuq_nb.io.rundir import RunDir
+from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from agentuq_nb.estimators.base import Estimator, by_trajectory, register
-from agentuq_nb.io.rundir import RunDir
+from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.uq.aggregation import read_trajectory_summary

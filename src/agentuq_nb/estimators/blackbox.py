@@ -12,7 +12,7 @@ import numpy as np
 
 from agentuq_nb.estimators.base import ScoreColumn, register
 from agentuq_nb.io.errors import StaleArtifactError
-from agentuq_nb.io.rundir import RunDir
+from agentuq_nb.io.store.rundir import RunDir
 
 
 class BlackBoxColumn(ScoreColumn):

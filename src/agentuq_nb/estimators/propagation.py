@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from agentuq_nb.estimators.base import Estimator, EstimatorFamily, ScoreColumn, register
-from agentuq_nb.io.rundir import RunDir
+from agentuq_nb.io.store.rundir import RunDir
 
 EARLY_WARNING_PREFIX = "early_warning_f"
 _FRACTION = re.compile(rf"^{EARLY_WARNING_PREFIX}(\d+(?:\.\d+)?|\.\d+)$")

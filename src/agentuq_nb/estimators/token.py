@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from agentuq_nb.estimators.base import Estimator, EstimatorFamily, by_trajectory, register
-from agentuq_nb.io.rundir import RunDir
+from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.token_statistics import STATISTICS_BY_NAME, TOKEN_STATISTICS, TokenStatistic
 from agentuq_nb.uq.aggregation import read_trajectory_summary
 

@@ -17,7 +17,7 @@ import pandas as pd
 
 from agentuq_nb.evaluation.bootstrap import DEFAULT_N_BOOT, mean_bootstrap
 from agentuq_nb.evaluation.failure_report import failure_metrics
-from agentuq_nb.io.rundir import RunDir
+from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.uq.dynamics import FRACTIONS, compute_early_warning, read_agent_turns

@@ -47,7 +47,7 @@ from agentuq_nb.evaluation.length_control import beats_length_baseline, length_c
 from agentuq_nb.evaluation.metrics import auroc, failure_labels
 from agentuq_nb.evaluation.multi_trial import task_labels
 from agentuq_nb.evaluation.run_blackbox import BlackBoxConfig, ensure_blackbox
-from agentuq_nb.io.rundir import RunDir
+from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, check_failure_threshold
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 

@@ -43,8 +43,8 @@ from agentuq_nb.evaluation.multi_trial import task_labels
 from agentuq_nb.evaluation.tracer_tuning import nested_scores, optimistic_scores
 from agentuq_nb.io.atomic import json_ready
 from agentuq_nb.io.errors import InputError, MixedRunError, StaleArtifactError
-from agentuq_nb.io.results import iter_simulations, read_header
-from agentuq_nb.io.rundir import RunDir
+from agentuq_nb.io.ingest.results import iter_simulations, read_header
+from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.config import BlackBoxConfig
 from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.outcomes import failure_labels

@@ -39,7 +39,7 @@ from agentuq_nb.evaluation.metrics import failure_labels
 from agentuq_nb.evaluation.multi_trial import task_labels
 from agentuq_nb.io.atomic import json_ready
 from agentuq_nb.io.errors import InputError
-from agentuq_nb.io.rundir import RunDir
+from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD
 
 BIN_COLUMNS = ["setting", "estimator", "method", "bin", "lo", "hi", "mean_prob", "failure_rate", "count"]

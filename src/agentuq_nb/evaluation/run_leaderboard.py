@@ -16,7 +16,7 @@ false discovery rate over the estimators. The statistics (definitions, bootstrap
   same failure label, ``auroc`` = its ``auroc``, ``auroc_lc`` = its ``auroc_stratified`` (the run's
   message-count strata, :func:`~agentuq_nb.evaluation.length_control.length_strata`). Their CIs come from this
   command's own resampling (tasks within the run), not bit-identical to the table's.
-* **Reading only.** Runs are read through :class:`~agentuq_nb.io.rundir.RunDir` (checked reads), never locked
+* **Reading only.** Runs are read through :class:`~agentuq_nb.io.store.rundir.RunDir` (checked reads), never locked
   or written; the commits of the tables read are taken from each manifest before and after reading, and a run
   whose tables were replaced meanwhile is refused (read again).
 * **Output** (a plain folder, not a run folder; refused when it is an input run folder, inside one, a run folder
@@ -48,8 +48,8 @@ from agentuq_nb.evaluation.multi_trial import task_labels
 from agentuq_nb.evaluation.pooled_auroc import POOLED, check_fdr_level, leaderboard_table, pooled_leaderboard
 from agentuq_nb.io.atomic import atomic_write_json, atomic_write_with
 from agentuq_nb.io.errors import InputError
-from agentuq_nb.io.run_lock import RunBusyError
-from agentuq_nb.io.rundir import RunDir
+from agentuq_nb.io.store.run_lock import RunBusyError
+from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, check_failure_threshold
 
 COMMAND = "compare-runs"

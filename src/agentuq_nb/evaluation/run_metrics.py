@@ -32,7 +32,7 @@ from agentuq_nb.evaluation.bootstrap import DEFAULT_N_BOOT
 from agentuq_nb.evaluation.failure_report import failure_metrics
 from agentuq_nb.evaluation.metrics import failure_curves
 from agentuq_nb.evaluation.multi_trial import multi_trial_report, task_labels, tasks_repeat
-from agentuq_nb.io.rundir import RunDir
+from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, check_failure_threshold
 from agentuq_nb.records.token_statistics import STATISTICS_BY_NAME
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS

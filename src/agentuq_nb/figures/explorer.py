@@ -26,9 +26,9 @@ import pandas as pd
 from agentuq_nb.estimators import estimators as run_estimators
 from agentuq_nb.evaluation.estimator_table import score_table
 from agentuq_nb.io.atomic import atomic_write_text
-from agentuq_nb.io.results import iter_simulations, read_header
-from agentuq_nb.io.rundir import RunDir
-from agentuq_nb.io.token_table import read_token_table
+from agentuq_nb.io.ingest.results import iter_simulations, read_header
+from agentuq_nb.io.store.rundir import RunDir
+from agentuq_nb.io.store.token_table import read_token_table
 from agentuq_nb.records import Results
 from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, failure_labels

@@ -1,7 +1,7 @@
 """The outcome accounting of intervention runs: what each simulation's ``intervention`` block says.
 
 :func:`read_intervention_run` streams a run's simulations once (the project's reader,
-:func:`agentuq_nb.io.results.iter_simulations`) into two tables: one row per simulation (keys,
+:func:`agentuq_nb.io.ingest.results.iter_simulations`) into two tables: one row per simulation (keys,
 rewards, escalation, tokens, the trajectory's max online signal) and one row per decision point.
 Everything else here is table work on those.
 """
@@ -17,8 +17,8 @@ from scipy.optimize import brentq
 from agentuq_nb.evaluation.bootstrap import DEFAULT_N_BOOT, cluster_codes, percentile_ci, resample_batches
 from agentuq_nb.evaluation.multi_trial import task_labels
 from agentuq_nb.io.errors import InputError
-from agentuq_nb.io.results import iter_simulations, read_header
-from agentuq_nb.io.rundir import RunDir
+from agentuq_nb.io.ingest.results import iter_simulations, read_header
+from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.tau2 import Results
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS

@@ -64,7 +64,7 @@ def trigger_of(config: PolicyConfig) -> str | None:
 def oracle_runs(run: str) -> tuple[frozenset[tuple[str, int, int]], frozenset[tuple[str, int, int]]]:
     """``(all, failed)``: ``(task_id, trial, seed)`` of every simulation of the run folder (or results file)
     ``run``, and of those whose reward is below 1 (an escalated simulation counts 0)."""
-    from agentuq_nb.io.results import iter_simulations
+    from agentuq_nb.io.ingest.results import iter_simulations
 
     path = Path(run)
     if not path.exists():

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from agentuq_nb.io.sidecars import SIDECAR_SCHEMA
+from agentuq_nb.io.ingest.sidecars import SIDECAR_SCHEMA
 from agentuq_nb.records.config import PolicyConfig
 from agentuq_nb.sim.decisions import DecisionPoint
 

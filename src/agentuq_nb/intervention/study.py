@@ -42,7 +42,7 @@ from agentuq_nb.intervention.outcomes import (
 )
 from agentuq_nb.intervention.policies import build_policy
 from agentuq_nb.io.atomic import atomic_write_json, atomic_write_text
-from agentuq_nb.io.run_lock import run_lock
+from agentuq_nb.io.store.run_lock import run_lock
 from agentuq_nb.records.config import ExecutionConfig, InterventionStudyConfig, PolicyConfig, SimulationConfig
 from agentuq_nb.sim.runner import simulate
 

@@ -14,7 +14,7 @@ from agentuq_nb.evaluation.estimator_table import read_estimator_table
 from agentuq_nb.figures.estimators import estimator_forest_figure
 from agentuq_nb.figures.failure_prediction import accuracy_rejection_figure, roc_figure
 from agentuq_nb.figures.style import save
-from agentuq_nb.io.rundir import RunDir
+from agentuq_nb.io.store.rundir import RunDir
 
 
 def analysis_figures(run_dir: str | os.PathLike | RunDir) -> list[Path]:

@@ -39,9 +39,9 @@ from agentuq_nb.common.naming import slug
 from agentuq_nb.evaluation import compare_estimators, dynamics_curve
 from agentuq_nb.evaluation.bootstrap import DEFAULT_N_BOOT
 from agentuq_nb.io.errors import InputError
-from agentuq_nb.io.results import iter_simulations, read_header
-from agentuq_nb.io.rundir import RunDir
-from agentuq_nb.io.token_sources import SidecarResolver, uq_logprobs_ref
+from agentuq_nb.io.ingest.results import iter_simulations, read_header
+from agentuq_nb.io.ingest.token_sources import SidecarResolver, uq_logprobs_ref
+from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records import Results
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, failure_labels
 from agentuq_nb.uq import aggregate, extract, read_turn_summary, score_observations

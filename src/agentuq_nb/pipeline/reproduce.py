@@ -69,7 +69,7 @@ from agentuq_nb.common.redaction import find_secret, redact
 from agentuq_nb.distributed import FanOutFailed, JobRunner
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.files import read_limited_text
-from agentuq_nb.io.rundir import RunDir
+from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.pipeline.notebook_run import ProgressRelay, mask_notebook_secrets
 from agentuq_nb.records.config import StudySpec, validation_message
 

@@ -1,6 +1,6 @@
 """The run's small tables besides tokens, one row per message and one per trajectory, made from
 τ²-bench simulations; ``extract`` and ``rescore`` write them with these schemas (one writer each,
-``io.rundir``), so later estimators need not re-read the results."""
+``io.store.rundir``), so later estimators need not re-read the results."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence

@@ -1,6 +1,6 @@
 """Run a domain's tasks × trials and write a τ²-bench v0 results file plus agentuq sidecars.
 
-Layout of the run folder (:class:`~agentuq_nb.io.rundir.RunDir`)::
+Layout of the run folder (:class:`~agentuq_nb.io.store.rundir.RunDir`)::
 
     results.json                 τ²-bench v0: timestamp, info, tasks, simulations (task order)
     sidecars/logprobs_{domain}_{task_id}_trial{t}_seed{s}.jsonl   token rows per simulation
@@ -43,8 +43,8 @@ from agentuq_nb.distributed import FanOutFailed, JobRunner, with_worker_api_base
 from agentuq_nb.io.atomic import atomic_write_json
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.files import open_regular, read_limited_json
-from agentuq_nb.io.rundir import RunDir
-from agentuq_nb.io.sidecars import sidecar_name, write_sidecar
+from agentuq_nb.io.ingest.sidecars import sidecar_name, write_sidecar
+from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.config import EMBEDDED_MODEL, ExecutionConfig, SimulationConfig, configs_from_options
 from agentuq_nb.records.tokens import SCHEMA_VERSION
 from agentuq_nb.sim.agent import AGENT_INSTRUCTION, LLMAgent

@@ -43,10 +43,10 @@ from agentuq_nb.distributed import JobRunner, with_worker_api_base
 from agentuq_nb.io.atomic import atomic_write_with
 from agentuq_nb.io.errors import InputError, InputWarnings
 from agentuq_nb.io.files import check_regular, read_limited_json
+from agentuq_nb.io.ingest.results import iter_simulations, read_header
+from agentuq_nb.io.ingest.sidecars import trajectory_table_name
 from agentuq_nb.io.input_warnings import emit_input_warnings
-from agentuq_nb.io.results import iter_simulations, read_header
-from agentuq_nb.io.rundir import RunDir
-from agentuq_nb.io.sidecars import trajectory_table_name
+from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records import Results, Simulation
 from agentuq_nb.records.action_samples import ACTION_SAMPLE_SCHEMA
 from agentuq_nb.records.config import EMBEDDED_MODEL, ActionSamplingConfig, configs_from_options

@@ -72,7 +72,7 @@ from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.special import logsumexp
 from scipy.stats import entropy as scipy_entropy
 
-from agentuq_nb.io.rundir import RunDir
+from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.action_samples import ACTION_TURN_STATISTICS, DECISION_KEYS
 from agentuq_nb.records.actions import TEXT_ACTION, action_key, is_malformed
 from agentuq_nb.records.tokens import TOKEN_SCHEMA

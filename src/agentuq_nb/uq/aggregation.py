@@ -13,7 +13,7 @@ trajectory; with clean input every mean is exactly agentuq's (sum / number of to
 
 With ``scheduler`` the per-turn partials are computed by ``dask.dataframe`` on the cluster,
 one partition per (domain, task) of the partitioned token dataset
-(:func:`agentuq_nb.io.token_table.read_token_dataset`); a turn never spans two tasks, so each
+(:func:`agentuq_nb.io.store.token_table.read_token_dataset`); a turn never spans two tasks, so each
 partial sums the same rows in the same order as the pandas path and the summaries are equal.
 ``filters`` (DNF tuples on any token column, e.g. ``[("task_id", "in", ["1", "2"])]``) reads
 only the matching rows; on the dataset, filters on domain/task_id skip whole folders.
@@ -30,8 +30,8 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from agentuq_nb.io.errors import StaleArtifactError
-from agentuq_nb.io.rundir import RunDir
-from agentuq_nb.io.token_table import read_token_dataset, read_token_table
+from agentuq_nb.io.store.rundir import RunDir
+from agentuq_nb.io.store.token_table import read_token_dataset, read_token_table
 from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD
 from agentuq_nb.records.run_tables import TRAJECTORY_META

@@ -13,8 +13,8 @@ from collections.abc import Iterable
 import pyarrow as pa
 
 from agentuq_nb.io.errors import InputError, InputWarnings
-from agentuq_nb.io.rundir import Commit
-from agentuq_nb.io.token_table import TokenTableWriter
+from agentuq_nb.io.store.rundir import Commit
+from agentuq_nb.io.store.token_table import TokenTableWriter
 from agentuq_nb.records import Simulation
 from agentuq_nb.records.run_tables import (
     MESSAGE_SCHEMA,

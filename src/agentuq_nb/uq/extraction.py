@@ -2,13 +2,13 @@
 
 Simulations stream from the results (ijson) in batches of about ``batch_bytes`` of sidecar
 JSON; a batch's sidecars are parsed on a thread of their own (the compiled scanner, or DuckDB for
-files beyond its scope: :mod:`agentuq_nb.io.sidecars`) while the previous batch is joined,
+files beyond its scope: :mod:`agentuq_nb.io.ingest.sidecars`) while the previous batch is joined,
 measured and written, and every step works on the whole batch at once (Arrow and numpy). Memory
 is bounded by two batches and one Parquet row group, not by the number of simulations or sidecar
 files.
 
 The tables and the manifest are published as one commit of the run folder
-(:class:`~agentuq_nb.io.rundir.RunDir`): an input that turns out to be bad, a kill or a Ctrl-C at
+(:class:`~agentuq_nb.io.store.rundir.RunDir`): an input that turns out to be bad, a kill or a Ctrl-C at
 any moment leaves the folder's previous run as it was, never half replaced.
 """
 from __future__ import annotations
@@ -23,11 +23,11 @@ import pyarrow as pa
 
 from agentuq_nb.common.collector import fewer_collections
 from agentuq_nb.io.errors import InputError, InputWarnings
+from agentuq_nb.io.ingest.results import iter_simulations, layout_before_simulations, read_header, simulation_layout
+from agentuq_nb.io.ingest.sidecars import release_scanner_memory
+from agentuq_nb.io.ingest.token_sources import SidecarResolver, batch_raw_tokens
 from agentuq_nb.io.input_warnings import emit_input_warnings
-from agentuq_nb.io.results import iter_simulations, layout_before_simulations, read_header, simulation_layout
-from agentuq_nb.io.rundir import RunDir
-from agentuq_nb.io.sidecars import release_scanner_memory
-from agentuq_nb.io.token_sources import SidecarResolver, batch_raw_tokens
+from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records import Results, Simulation
 from agentuq_nb.records.run_tables import MessageColumns
 from agentuq_nb.uq.base_tables import BaseTables
@@ -122,7 +122,7 @@ def extract(results_path: str | Path, run_dir: str | Path | RunDir, sidecar_dir:
             progress: bool = False, batch_bytes: int = BATCH_BYTES, score: str | None = None) -> ExtractReport:
     """Publish ``tokens.parquet``, ``turn_partials.parquet``, ``messages.parquet``, ``trajectories.parquet``
     and the manifest in ``run_dir``, as one commit. ``score``: which of an Inspect AI log's scores is the
-    reward (:func:`~agentuq_nb.io.results.iter_simulations`; recorded in the manifest as ``reward_from``)."""
+    reward (:func:`~agentuq_nb.io.ingest.results.iter_simulations`; recorded in the manifest as ``reward_from``)."""
     results_path, run = Path(results_path), RunDir.of(run_dir)
     if run.path.exists() and not run.path.is_dir():
         raise InputError(run.path, "is a file, not a run folder: give --out a folder (new or holding a run)")

@@ -35,11 +35,11 @@ from agentuq_nb.distributed import JobRunner, with_worker_api_base
 from agentuq_nb.io.atomic import atomic_write_json, atomic_write_with
 from agentuq_nb.io.errors import InputError, InputWarnings
 from agentuq_nb.io.files import read_limited_json
-from agentuq_nb.io.results import iter_simulations, read_header
-from agentuq_nb.io.rundir import RunDir
-from agentuq_nb.io.sidecars import trajectory_table_name
-from agentuq_nb.io.token_sources import RAW_COLUMNS, RAW_SCHEMA
-from agentuq_nb.io.token_table import TokenTableWriter
+from agentuq_nb.io.ingest.results import iter_simulations, read_header
+from agentuq_nb.io.ingest.sidecars import trajectory_table_name
+from agentuq_nb.io.ingest.token_sources import RAW_COLUMNS, RAW_SCHEMA
+from agentuq_nb.io.store.rundir import RunDir
+from agentuq_nb.io.store.token_table import TokenTableWriter
 from agentuq_nb.records import Results, Simulation
 from agentuq_nb.records.config import EMBEDDED_MODEL, ExecutionConfig, ScoringConfig, configs_from_options
 from agentuq_nb.uq.base_tables import BaseTables

@@ -29,9 +29,9 @@ import numpy as np
 import pandas as pd
 
 from agentuq_nb.io.errors import InputError, InputWarnings
+from agentuq_nb.io.ingest.results import iter_simulations, read_header
 from agentuq_nb.io.input_warnings import emit_input_warnings
-from agentuq_nb.io.results import iter_simulations, read_header
-from agentuq_nb.io.rundir import RunDir
+from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records import Results
 from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.run_tables import TRAJECTORY_META, trajectory_record, trajectory_table

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from agentuq_nb.io.rundir import RunDir, parquet_commit
+from agentuq_nb.io.store.rundir import RunDir, parquet_commit
 from agentuq_nb.records.token_statistics import (
     NEGATED_VALUES,
     SPAN_COLUMN,

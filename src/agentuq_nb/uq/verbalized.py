@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from agentuq_nb.io.results import iter_simulations, read_header
-from agentuq_nb.io.rundir import RunDir
+from agentuq_nb.io.ingest.results import iter_simulations, read_header
+from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records import Results
 from agentuq_nb.records.config import EMBEDDED_MODEL
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS

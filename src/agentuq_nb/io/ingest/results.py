@@ -9,10 +9,10 @@
 * ``tau_bench`` – the original τ-bench (sierra-research/tau-bench): one JSON *list* of
   ``{task_id, reward, info, traj, trial}``, recognised by that shape; each entry becomes a simulation
   and the file gets a τ²-shaped header (domain, the agent's system prompt) as
-  :mod:`agentuq_nb.io.tau_bench` describes.
+  :mod:`agentuq_nb.io.ingest.tau_bench` describes.
 * ``inspect`` – an Inspect AI evaluation log (``.eval``, or the older ``.json``), read through inspect-ai's own
   reader (the ``[inspect]`` extra): each sample and epoch becomes a simulation as
-  :mod:`agentuq_nb.io.inspect_logs` describes; ``score`` picks the score that is the reward.
+  :mod:`agentuq_nb.io.ingest.inspect_logs` describes; ``score`` picks the score that is the reward.
 
 Simulations are streamed with ijson so that a large results file is never held twice
 (as raw JSON and as models) in memory. Unknown keys are kept on every model.
@@ -27,10 +27,10 @@ from typing import Any
 import ijson
 from pydantic import ValidationError
 
-from agentuq_nb.io import inspect_logs, tau_bench
 from agentuq_nb.io.errors import InputError, InputWarnings
 from agentuq_nb.io.files import open_regular
-from agentuq_nb.io.json_stream import GuardedReader, JsonScanner, LongToken, read_json_document, stream_items
+from agentuq_nb.io.ingest import inspect_logs, tau_bench
+from agentuq_nb.io.ingest.json_stream import GuardedReader, JsonScanner, LongToken, read_json_document, stream_items
 from agentuq_nb.records import Results, Simulation
 
 HEADER_KEYS = ("timestamp", "info", "tasks")
@@ -100,7 +100,7 @@ def _first_byte(path: Path) -> bytes:
 
 
 def _tau_bench_entries(path: Path) -> Iterator[Any]:
-    """The items of a top-level JSON list, streamed (:func:`~agentuq_nb.io.json_stream.stream_items`)."""
+    """The items of a top-level JSON list, streamed (:func:`~agentuq_nb.io.ingest.json_stream.stream_items`)."""
     return stream_items(path, "item")
 
 
@@ -181,7 +181,7 @@ def _streamed_header(path: Path) -> tuple[dict[str, Any], bool]:
 
 
 def _scanned_header(path: Path) -> tuple[dict[str, Any], bool]:
-    """The header read by the scanner (:class:`~agentuq_nb.io.json_stream.JsonScanner`): the simulations are
+    """The header read by the scanner (:class:`~agentuq_nb.io.ingest.json_stream.JsonScanner`): the simulations are
     stepped over one at a time, never held."""
     header: dict[str, Any] = {}
     saw_simulations = False

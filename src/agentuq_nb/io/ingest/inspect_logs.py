@@ -20,7 +20,7 @@ sample at a time. What a sample becomes (:func:`simulation`):
   a ``ModelEvent`` whose output message has the id of the message in the conversation, and whose choice
   carries ``logprobs`` in OpenAI's shape (``{content: [{token, logprob, bytes, top_logprobs}]}``) when the
   model returned them (``--logprobs --top-logprobs K``). They go into the message's ``raw_data.logprobs``
-  with the call's ``model`` and ``stop_reason`` (the form :mod:`~agentuq_nb.io.token_sources` reads as an
+  with the call's ``model`` and ``stop_reason`` (the form :mod:`~agentuq_nb.io.ingest.token_sources` reads as an
   OpenAI choice), the call's ``usage`` into ``usage``. Logs of older Inspect versions without message ids
   are matched by text and tool calls, in order;
 * the **reward** is one of the sample's scores (:func:`reward_of`): the scorer named by ``score`` (``NAME``,

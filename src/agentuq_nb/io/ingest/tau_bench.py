@@ -1,7 +1,7 @@
 """The original τ-bench's results (sierra-research/tau-bench) as τ²-bench simulations.
 
 τ-bench's ``run.py`` writes one JSON **list** per run: an entry per task and trial,
-``{task_id, reward, info, traj, trial}`` (its ``EnvRunResult``). :mod:`agentuq_nb.io.results` streams
+``{task_id, reward, info, traj, trial}`` (its ``EnvRunResult``). :mod:`agentuq_nb.io.ingest.results` streams
 the list; this module checks each entry's shape and turns it into a :class:`~agentuq_nb.records.Simulation`,
 so that everything downstream reads one kind of trajectory. What an entry becomes:
 

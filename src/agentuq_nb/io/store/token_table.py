@@ -20,7 +20,7 @@ from agentuq_nb.common.naming import file_key
 from agentuq_nb.io.atomic import atomic_path
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.files import read_limited_json
-from agentuq_nb.io.rundir import RunDir
+from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.tokens import TOKEN_SCHEMA
 
 

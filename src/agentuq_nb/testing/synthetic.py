@@ -1,4 +1,4 @@
-"""Synthetic τ²-bench results with token log-probs, for tests, benchmarks and tutorials.
+"""Synthetic τ²-bench results with token log-probs, for tests and benchmarks.
 
 Trajectories alternate assistant/user/tool messages; each generated message carries tokens
 with top-k log-probs in one of the three forms the readers accept: ``sidecar`` (agentuq JSONL
@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from agentuq_nb.io.atomic import atomic_open, atomic_write_json
-from agentuq_nb.io.sidecars import sidecar_name
+from agentuq_nb.io.ingest.sidecars import sidecar_name
 
 FORMS = ("sidecar", "raw", "message")
 

@@ -1,7 +1,7 @@
-/* sidecar_scan: agentuq sidecar JSONL files -> the Arrow buffers of io.sidecars.SIDECAR_SCHEMA's columns.
+/* sidecar_scan: agentuq sidecar JSONL files -> the Arrow buffers of io.ingest.sidecars.SIDECAR_SCHEMA's columns.
 
    Written by hand because no library turns JSON lines into Arrow columns near the cost of reading them:
-   DuckDB's read_ndjson (io.sidecars' general path) spends ~1.4 us of CPU per 630-byte agentuq token row,
+   DuckDB's read_ndjson (io.ingest.sidecars' general path) spends ~1.4 us of CPU per 630-byte agentuq token row,
    pyarrow.json ~2.3x that and polars.read_ndjson ~3x (benchmarks/bench_pipeline.py); this scanner reads
    each byte once, with the GIL released.
 
@@ -59,7 +59,7 @@ typedef struct {
     int kind;
 } column_spec;
 
-/* io.sidecars.SIDECAR_SCHEMA, in its order (checked there at import) */
+/* io.ingest.sidecars.SIDECAR_SCHEMA, in its order (checked there at import) */
 static const column_spec COLUMNS[] = {
     {"message_timestamp", K_STR}, {"model", K_STR},         {"role", K_STR},
     {"turn_idx", K_I64},          {"message_idx", K_I64},   {"token_idx", K_I64},
@@ -811,7 +811,7 @@ static PyBufferProcs Block_as_buffer = {(getbufferproc)Block_getbuffer, NULL};
 
 static PyTypeObject BlockType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "agentuq_nb.io.sidecar_scan.Block",
+    .tp_name = "agentuq_nb.io.ingest.sidecar_scan.Block",
     .tp_basicsize = sizeof(Block),
     .tp_dealloc = (destructor)Block_dealloc,
     .tp_as_buffer = &Block_as_buffer,
@@ -999,7 +999,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "sidecar_scan",
-    "agentuq sidecar JSONL -> Arrow column buffers (the fast path of io.sidecars; see the C source's header).",
+    "agentuq sidecar JSONL -> Arrow column buffers (the fast path of io.ingest.sidecars; see the C source's header).",
     -1, methods,
 };
 
@@ -1017,7 +1017,7 @@ PyMODINIT_FUNC PyInit_sidecar_scan(void) {
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     Unsupported = PyErr_NewExceptionWithDoc(
-        "agentuq_nb.io.sidecar_scan.Unsupported",
+        "agentuq_nb.io.ingest.sidecar_scan.Unsupported",
         "The files hold something beyond the scanner's scope: args (file index, line, reason).",
         PyExc_ValueError, NULL);
     if (Unsupported == NULL || PyModule_AddObjectRef(m, "Unsupported", Unsupported) < 0) {

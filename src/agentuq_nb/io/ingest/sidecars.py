@@ -1,6 +1,6 @@
 """agentuq-compatible sidecar JSONL files: one token row per line, one file per trajectory.
 
-Reading has two paths that give the same table. The compiled scanner (:mod:`agentuq_nb.io.sidecar_scan`,
+Reading has two paths that give the same table. The compiled scanner (:mod:`agentuq_nb.io.ingest.sidecar_scan`,
 C) reads the rows agentuq and this project write - standard JSON, each column's value of its own type -
 at a fraction of any JSON reader's cost (``benchmarks/bench_pipeline.py``); whatever else a file holds
 makes it stop, and the files are parsed by DuckDB's JSON reader, which accepts more (it casts values,
@@ -49,7 +49,7 @@ JOINED_FILE_BYTES = 4 << 20  # sidecar bytes per temporary file DuckDB parses (i
 #: file names DuckDB reads as compressed (``compression='auto'`` goes by the name)
 COMPRESSED_SUFFIXES = {".gz", ".zst", ".zstd"}
 try:
-    from agentuq_nb.io import sidecar_scan  # compiled by the install (setup.py)
+    from agentuq_nb.io.ingest import sidecar_scan  # compiled by the install (setup.py)
 except ImportError:  # only where its build is optional (Windows): DuckDB reads every sidecar
     if os.name != "nt":
         raise
@@ -58,7 +58,8 @@ _SCANNER_TYPES = {"string": pa.string(), "int64": pa.int64(), "double": pa.float
                   "list<string>": pa.list_(pa.string()), "list<double>": pa.list_(pa.float64())}
 if sidecar_scan is not None and [(name, _SCANNER_TYPES[kind]) for name, kind in sidecar_scan.COLUMNS] != \
         list(zip(SIDECAR_SCHEMA.names, SIDECAR_SCHEMA.types)):
-    raise ImportError("agentuq_nb.io.sidecar_scan reads other columns than SIDECAR_SCHEMA: rebuild it (pip install -e .)")
+    raise ImportError("agentuq_nb.io.ingest.sidecar_scan reads other columns than SIDECAR_SCHEMA: "
+                      "rebuild it (pip install -e .)")
 
 
 def _validity(mask, n: int) -> tuple[pa.Buffer | None, int]:

@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from agentuq_nb.io.errors import InputError, InputWarnings
-from agentuq_nb.io.sidecars import SidecarReader, blank
+from agentuq_nb.io.ingest.sidecars import SidecarReader, blank
 from agentuq_nb.records import Simulation
 from agentuq_nb.records.run_tables import MessageColumns
 from agentuq_nb.records.tokens import TOKEN_SCHEMA

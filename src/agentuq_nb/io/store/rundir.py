@@ -18,7 +18,7 @@ Every artefact of a run has its path here (:data:`ARTIFACTS`), and every step wr
   Steps that derive a table from others hold the lock from their first read to their commit, so what
   they record as ``based_on`` is what they read.
 * **A lock.** :meth:`RunDir.lock` lets one process write the folder; a second one is refused with a
-  message naming the holder (:mod:`agentuq_nb.io.run_lock`).
+  message naming the holder (:mod:`agentuq_nb.io.store.run_lock`).
 * **Untrusted.** A run folder may come from someone else. A journal names only plain artefact names
   (:func:`known_file`), each a regular file of its staging folder; the folders the run owns
   (:data:`OWNED_FOLDERS`: ``.staging``, ``sidecars``, ``checkpoints``, ``tokens_by_task``,
@@ -55,7 +55,7 @@ from agentuq_nb.common.limits import MAX_SMALL_JSON_BYTES
 from agentuq_nb.io.atomic import atomic_write_json
 from agentuq_nb.io.errors import InputError, MixedRunError, StaleArtifactError
 from agentuq_nb.io.files import check_regular, kind_of, read_limited_json
-from agentuq_nb.io.run_lock import RunBusyError, holder, is_locked, run_lock
+from agentuq_nb.io.store.run_lock import RunBusyError, holder, is_locked, run_lock
 from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 
