@@ -51,9 +51,9 @@ def worker(run: str, max_tokens: int) -> None:
     compute_tuning(run, config)
     tuning_wall = time.perf_counter() - tuning_start
     total_wall = time.perf_counter() - wall0
-    from agentuq_nb.uq.embeddings import _model
+    from agentuq_nb.uq.embeddings import sentence_model
 
-    tokenizer = _model().tokenizer
+    tokenizer = sentence_model().tokenizer
     texts = embedded_texts(run)
     pieces = sum(len(ids) for ids in tokenizer(texts, truncation=True, max_length=max_tokens)["input_ids"])
     print(json.dumps({"wall": total_wall, "signals_wall": signals_wall, "signals_cpu": signals_cpu,

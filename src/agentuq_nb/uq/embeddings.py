@@ -34,7 +34,8 @@ def bundled_model_path() -> Path:
 
 
 @lru_cache(maxsize=1)
-def _model():
+def sentence_model():
+    """The bundled all-MiniLM-L6-v2 as a sentence-transformers model on the CPU, loaded once per process."""
     ensure_offline_env()
     import torch
     from sentence_transformers import SentenceTransformer
@@ -69,7 +70,7 @@ class Embedder:
         self.misses += len(todo)
         if todo:
             with _lock:
-                model = _model()
+                model = sentence_model()
                 default_length = model.max_seq_length
                 model.max_seq_length = self.max_tokens or default_length
                 try:
