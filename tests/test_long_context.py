@@ -86,9 +86,9 @@ def test_context_shift_scores_every_token_once_with_the_system_prompt_pinned(sma
     decoded = []
     real_decode = small._decode
 
-    def counting_decode(seq, tokens, n_past, out_rows, cancelled=None):
+    def counting_decode(seq, tokens, n_past, out_rows, *rest):
         decoded.append((n_past, len(tokens)))
-        return real_decode(seq, tokens, n_past, out_rows, cancelled)
+        return real_decode(seq, tokens, n_past, out_rows, *rest)
 
     small._decode = counting_decode
     try:

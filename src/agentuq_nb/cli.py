@@ -857,9 +857,12 @@ def score_observations(
 
 
 def _explain(report) -> None:
-    """The scoring report's terms, said where the report is printed."""
+    """The scoring report's terms, said where the report is printed, then what the scoring cost."""
     for line in report.explain():
         typer.echo(f"  {line}", err=True)
+    cost = report.cost.line()
+    if cost:
+        typer.echo(f"cost: {cost}", err=True)
 
 
 @app.command()

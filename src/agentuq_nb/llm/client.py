@@ -25,6 +25,7 @@ from typing import Any
 import litellm
 
 from agentuq_nb.llm.chat_format import SMOLLM2_CHAT, normalize_message, normalize_tool_call, to_openai_message
+from agentuq_nb.llm.local_model import PrefixReuse
 from agentuq_nb.llm.local_provider import LOCAL_MODEL, PROVIDER, TokenLogprob
 from agentuq_nb.llm.local_scoring import score_segments
 from agentuq_nb.llm.remote import JinjaChat, echo_score, render_for_remote, replay_messages
@@ -58,11 +59,13 @@ class Generation:
 
 
 class ScoredTokens(list):
-    """Token rows of a scored conversation; ``truncations`` counts sliding-window cuts."""
+    """Token rows of a scored conversation; ``truncations`` counts sliding-window cuts; ``reuse`` (the embedded
+    model only, else None) the tokens it decoded and those it took from its cache (``local_model.PrefixReuse``)."""
 
-    def __init__(self, rows: list[dict] = (), truncations: int = 0):
+    def __init__(self, rows: list[dict] = (), truncations: int = 0, reuse: PrefixReuse | None = None):
         super().__init__(rows)
         self.truncations = truncations
+        self.reuse = reuse
 
 
 @dataclass
@@ -308,8 +311,8 @@ def score(
     keys = dict(model=model, scorer=scorer or model, source=backend)
     if backend == "chat_replay":
         return _chat_replay(context, target["role"], idx, system, top_logprobs, keys, request)
-    scored, _ = _teacher_forced(context + [target], model, system, tools, top_logprobs, {idx},
-                                chat_template, request)
+    scored, _, _ = _teacher_forced(context + [target], model, system, tools, top_logprobs, {idx},
+                                   chat_template, request)
     return _rows(scored, [target], keys, offset=idx)
 
 
@@ -340,8 +343,9 @@ def score_trajectory(
             if msg["role"] != "system":
                 rows.extend(_chat_replay(msgs[:i], msg["role"], i, system, top_logprobs, keys, request))
         return ScoredTokens(rows)
-    scored, truncations = _teacher_forced(msgs, model, system, tools, top_logprobs, None, chat_template, request)
-    return ScoredTokens(_rows(scored, msgs, keys, offset=0), truncations)
+    scored, truncations, reuse = _teacher_forced(msgs, model, system, tools, top_logprobs, None, chat_template,
+                                                 request)
+    return ScoredTokens(_rows(scored, msgs, keys, offset=0), truncations, reuse)
 
 
 def _check_backend(backend: str) -> None:
@@ -359,9 +363,9 @@ def _teacher_forced(msgs, model, system, tools, k, score_messages, chat_template
             raise ValueError(f"{model} is scored in-process; chat_template/request options do not apply")
         result = score_segments(SMOLLM2_CHAT.render(msgs, system=system, tools=tools), k,
                                 score_messages=score_messages)
-        return result.tokens, result.truncations
+        return result.tokens, result.truncations, result.reuse
     segments = render_for_remote(msgs, system, tools, chat_template)
-    return echo_score(segments, model, k, score_messages=score_messages, **request), 0
+    return echo_score(segments, model, k, score_messages=score_messages, **request), 0, None
 
 
 def _rows(scored: dict[int, list[TokenLogprob]], msgs: list[dict], keys: dict, offset: int) -> list[dict]:

@@ -27,6 +27,30 @@ This module drives llama.cpp's batch API directly and does the math with numpy:
   other sequences, and that changes the sums by up to ~0.03 nats.
   ``LocalModel(prefix_cache=False)`` or ``$AGENTUQ_NB_PREFIX_CACHE=0`` clears the
   cache at every request instead.
+* **A prefix shared with another slot is copied, not decoded again.** Requests of a
+  batch of work share a long prompt prefix without one continuing the other: every
+  trajectory of a results file starts with its domain's system prompt (the policy)
+  and tools, every decision point of a trajectory with its history. When another
+  slot shares a longer prefix with the request than the slot it runs in (by at
+  least ``PREFIX_COPY_MIN`` tokens), that slot's buffer is copied into the request's
+  (``llama_memory_seq_cp``), cut back to the shared prefix, and only the rest is
+  decoded: within one process the domain's prompt is evaluated once, by the first
+  trajectory, and each later one decodes its own tokens only. Sequences, not state
+  save/restore: a copy between two sequences of one context is a copy of the
+  source's buffer inside llama.cpp (the whole buffer: across the separate buffers
+  of ``kv_unified=False`` llama.cpp copies nothing less; ~0.19 GB at 8,192 tokens
+  adds ~0.07 s to the next decode, where airline's 1,877-token prompt takes ~12 s
+  to decode), with no round trip through host memory and no extra KV memory: the
+  source is whichever slot holds the prefix, not a sequence reserved for it, so
+  nothing has to say in advance where the shared part ends. Saving the state
+  (``llama_state_seq_get_data``) is kept for what sequences cannot do: moving a
+  prompt into another context (``local_sampling``). The copied cells are those the
+  source decoded at the same positions from the same tokens, each one computed on
+  the multi-token path, so the numbers are those of a fresh decode (tested to
+  1e-4 in ``tests/test_shared_prefix.py``; measured equal bit for bit on real
+  trajectories by ``benchmarks/bench_observation.py --shared-prefix``).
+  ``LocalModel.reuse`` (and each session's ``reuse``) counts the tokens decoded
+  and those taken from the cache instead.
 * **Log-prob math from logits**: log-softmax, top-k (``argpartition``) and the
   full-vocabulary entropy, for one row while generating or for blocks of rows
   while scoring. Logits are only requested for rows whose next token is scored.
@@ -89,6 +113,7 @@ GRAMMAR_CANDIDATES = 64  # candidates offered to the grammar per check
 SMALL_BATCH = 8  # batches up to this size run on the generation thread count
 TUNED_BATCH = 64  # batches from this size on are timed for the thread tuner
 CACHE_SLOTS = 3  # cached sequences: agent, user simulator, and one for scoring / other prompts
+PREFIX_COPY_MIN = 64  # tokens a copy from another slot must spare (it copies that slot's whole buffer)
 
 
 def locate_model_file() -> Path:
@@ -220,6 +245,29 @@ class ThreadTuner:
         self.cost[threads] = per_token if old is None else old + self.smoothing * (per_token - old)
 
 
+@dataclass
+class PrefixReuse:
+    """Prompt tokens a model or a session decoded (``evaluated``) and took from its cache instead (``reused``,
+    ``copied`` of them out of another slot, in ``copies`` copies)."""
+
+    evaluated: int = 0
+    reused: int = 0
+    copied: int = 0
+    copies: int = 0
+
+    def add(self, other: "PrefixReuse") -> None:
+        self.evaluated += other.evaluated
+        self.reused += other.reused
+        self.copied += other.copied
+        self.copies += other.copies
+
+    @property
+    def share(self) -> float:
+        """Share of the tokens that were reused (0 when nothing ran)."""
+        total = self.evaluated + self.reused
+        return self.reused / total if total else 0.0
+
+
 # ----------------------------------------------------------------------------- the model
 
 class LocalModel:
@@ -262,6 +310,7 @@ class LocalModel:
         self._batch = llama_cpp.llama_batch_init(N_BATCH + 1, 0, 1)
         self._memory = llama_cpp.llama_get_memory(self.ctx)
         self._pieces: dict[int, bytes] = {}
+        self.reuse = PrefixReuse()  # since the model was loaded
         self.parallel = None  # local_sampling.ParallelContext: K samples decoded together, created on first use
 
     def close(self) -> None:
@@ -358,21 +407,52 @@ class LocalModel:
         differ = np.flatnonzero(np.asarray(cached[:n]) != np.asarray(tokens[:n]))
         return int(differ[0]) if len(differ) else n
 
+    def _borrow_prefix(self, seq: int, tokens: list[int], n_past: int, limit: int, skip: int) -> int:
+        """Copy into slot ``seq`` the slot sharing the longest prefix with its first ``n_past`` tokens + ``tokens``,
+        when it spares at least ``PREFIX_COPY_MIN`` more tokens than ``skip``; the new ``skip``.
+
+        At most ``limit`` tokens (the first wanted row) and never all of ``tokens``: the copy
+        is carried out by the next decode, so one must follow.
+        """
+        cached = self._slots[seq]
+        wanted = cached[:n_past] + tokens[:min(limit, len(tokens) - 1)]
+        source, shared = None, n_past + skip + PREFIX_COPY_MIN - 1
+        for other, held in enumerate(self._slots):
+            if other != seq and len(held) > shared:
+                common = self._common_prefix(held, wanted)
+                if common > shared:
+                    source, shared = other, common
+        if source is None:
+            return skip
+        llama_cpp.llama_memory_seq_cp(self._memory, source, seq, -1, -1)  # the whole buffer (see module docstring)
+        llama_cpp.llama_memory_seq_rm(self._memory, seq, shared, -1)
+        cached[:] = self._slots[source][:shared]
+        return shared - n_past
+
     def _decode(self, seq: int, tokens: list[int], n_past: int, out_rows: np.ndarray,
-                cancelled: threading.Event | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+                cancelled: threading.Event | None = None,
+                counts: PrefixReuse | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """Decode ``tokens`` at positions ``n_past...`` of slot ``seq``; yield (row indices, logits) per chunk.
 
         ``out_rows`` are sorted indices into ``tokens`` whose logits are wanted. Leading
-        tokens whose keys/values are already cached at their positions are skipped (up
-        to the first wanted row). A chunk of one token gets an unflagged pad token so
-        that every batch takes the multi-token kernel path (see module docstring). The
-        logits view is only valid until the next chunk is decoded.
+        tokens whose keys/values are already cached at their positions, in this slot or
+        (copied, see ``_borrow_prefix``) in another, are skipped (up to the first wanted
+        row). A chunk of one token gets an unflagged pad token so that every batch takes
+        the multi-token kernel path (see module docstring). The logits view is only valid
+        until the next chunk is decoded. ``counts`` (and ``self.reuse``) add the tokens
+        decoded and skipped.
         """
         cached = self._slots[seq]
         limit = int(out_rows[0]) if len(out_rows) else len(tokens)
-        skip = self._common_prefix(cached[n_past:n_past + limit], tokens) if self.prefix_cache else 0
+        skip = own = self._common_prefix(cached[n_past:n_past + limit], tokens) if self.prefix_cache else 0
+        if self.prefix_cache and len(tokens) > 1:
+            skip = self._borrow_prefix(seq, tokens, n_past, limit, own)
         llama_cpp.llama_memory_seq_rm(self._memory, seq, n_past + skip, -1)
         del cached[n_past + skip:]
+        done = PrefixReuse(evaluated=len(tokens) - skip, reused=skip, copied=skip - own, copies=int(skip > own))
+        self.reuse.add(done)
+        if counts is not None:
+            counts.add(done)
         batch = self._batch
         for start in range(skip, len(tokens), N_BATCH):
             if cancelled is not None and cancelled.is_set():  # the cache still matches ``cached``
@@ -426,11 +506,12 @@ class Session:
         self.cancelled = cancelled
         self.tokens: list[int] = []
         self.slot: int | None = None
+        self.reuse = PrefixReuse()  # this request's tokens decoded and taken from the cache
 
     def _decode(self, tokens: list[int], n_past: int, out_rows: np.ndarray):
         if self.slot is None:
             self.slot = self.model._pick_slot(tokens)
-        return self.model._decode(self.slot, tokens, n_past, out_rows, self.cancelled)
+        return self.model._decode(self.slot, tokens, n_past, out_rows, self.cancelled, self.reuse)
 
     def truncate(self, n: int) -> None:
         """Forget all but the first ``n`` tokens (the next decode overwrites the rest)."""

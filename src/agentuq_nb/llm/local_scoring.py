@@ -7,7 +7,12 @@ rendering and the decode path (see ``local_model``), the log-probs of a message
 the model generated are reproduced exactly.
 
 A conversation that fits the context window (8192 tokens) is one call, so its
-numbers are those of a fresh full-context decode, whatever was cached before.
+numbers are those of a fresh full-context decode, whatever was cached before. What
+was cached before is what saves time: the trajectories of one results file share
+their system prompt, which the model takes from its cache (from another slot if need
+be, see ``local_model``) instead of decoding it again, so within one process it is
+decoded once per file, not once per trajectory. ``ScoredConversation.reuse`` says how
+many tokens were decoded and how many came from the cache.
 
 Longer conversations (policy "context shift", since issue 16): the system prompt
 is pinned at positions ``0…P-1``; the rest, the body, is scored in one pass in
@@ -33,12 +38,12 @@ too little room to score anything.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from agentuq_nb.llm.chat_format import Segment
-from agentuq_nb.llm.local_model import LocalModel, Session, TokenStats, get_local_model
+from agentuq_nb.llm.local_model import LocalModel, PrefixReuse, Session, TokenStats, get_local_model
 from agentuq_nb.llm.local_provider import TokenLogprob, stats_to_logprobs
 
 
@@ -47,6 +52,7 @@ class ScoredConversation:
     tokens: dict[int, list[TokenLogprob]]  # message_idx -> its body tokens, in order
     truncations: int
     n_tokens: int
+    reuse: PrefixReuse = field(default_factory=PrefixReuse)  # tokens decoded, and taken from the cache instead
 
 
 def score_segments(segments: list[Segment], top_logprobs: int = 5, model: LocalModel | None = None,
@@ -69,11 +75,12 @@ def score_segments(segments: list[Segment], top_logprobs: int = 5, model: LocalM
         raise ValueError("a message body cannot be the first token of the conversation")
     with model.session() as session:
         stats, truncations = _score_windows(session, ids, targets, n_pinned, top_logprobs)
+        reuse = session.reuse
     per_message: dict[int, list[TokenLogprob]] = {}
     target_ids = [ids[t] for t in targets]
     for pos, lp in zip(targets, stats_to_logprobs(model, target_ids, stats)):
         per_message.setdefault(int(owner_arr[pos]), []).append(lp)
-    return ScoredConversation(per_message, truncations, len(ids))
+    return ScoredConversation(per_message, truncations, len(ids), reuse)
 
 
 def _score_windows(session: Session, ids: list[int], targets: np.ndarray, n_pinned: int,

@@ -22,6 +22,7 @@ the same as an in-process run's.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field, replace
 from itertools import islice
 from pathlib import Path
@@ -108,6 +109,45 @@ def _check_trajectory(sim: Simulation, where: str, warnings: InputWarnings) -> N
 
 
 @dataclass
+class ScoringCost:
+    """What a scoring call cost: its wall time, each trajectory's scoring time where it ran, and the tokens the
+    embedded model decoded and took from its cache instead (the prompt prefix the trajectories share: within one
+    process a domain's system prompt is decoded once, see ``llm.local_model``; 0 for a remote scorer).
+
+    Not part of :meth:`ScoringReport.as_dict`: it depends on the machine and on how the jobs were spread."""
+
+    trajectories: int = 0
+    wall_seconds: float = 0.0
+    scoring_seconds: float = 0.0
+    tokens_evaluated: int = 0
+    tokens_reused: int = 0
+
+    def add(self, scored: "ScoredTrajectory") -> None:
+        self.trajectories += 1
+        self.scoring_seconds += scored.seconds
+        self.tokens_evaluated += scored.tokens_evaluated
+        self.tokens_reused += scored.tokens_reused
+
+    @property
+    def reused_share(self) -> float:
+        total = self.tokens_evaluated + self.tokens_reused
+        return self.tokens_reused / total if total else 0.0
+
+    def line(self) -> str | None:
+        """One line for the user: time per trajectory and prefix reuse (None when nothing was scored)."""
+        n = self.trajectories
+        if not n:
+            return None
+        text = (f"{n} trajectories in {self.wall_seconds:.0f} s: {self.wall_seconds / n:.1f} s per trajectory "
+                f"({self.scoring_seconds / n:.1f} s of scoring each where it ran)")
+        if self.tokens_evaluated:
+            text += (f"; tokens decoded {self.tokens_evaluated:,}, taken from the cache instead {self.tokens_reused:,} "
+                     f"({100 * self.reused_share:.1f} %: the prompt prefix the trajectories share, decoded once "
+                     "per process)")
+        return text
+
+
+@dataclass
 class ScoringReport:
     run_dir: Path
     scored: int = 0
@@ -116,6 +156,7 @@ class ScoringReport:
     truncations: int = 0
     truncated_trajectories: int = 0
     warnings: InputWarnings = field(default_factory=InputWarnings)
+    cost: ScoringCost = field(default_factory=ScoringCost)
 
     def as_dict(self) -> dict:
         return {"scored": self.scored, "skipped_already_scored": self.skipped, "num_tokens": self.num_tokens,
@@ -185,17 +226,24 @@ class ScoredTrajectory:
     table: pa.Table
     truncations: int
     warnings: InputWarnings
+    seconds: float = 0.0  # scoring it took where it ran
+    tokens_evaluated: int = 0  # the embedded model's tokens decoded ...
+    tokens_reused: int = 0  # ... and taken from its cache instead
 
 
 def score_one(job: ScoringJob) -> ScoredTrajectory:
     """Teacher-forced (or replayed) token rows of one trajectory, with token metrics."""
     from agentuq_nb import llm
 
+    began = time.perf_counter()
     rows = llm.score_trajectory(conversation(job.sim), model=job.model, system=job.system, backend=job.source,
                                 top_logprobs=job.top_logprobs, scorer=job.mode, **job.request)
+    seconds = time.perf_counter() - began
     warnings = InputWarnings()
     table = with_token_metrics(_rows_table(rows, job.sim, job.domain, set(job.roles), job.mode), job.where, warnings)
-    return ScoredTrajectory(table, rows.truncations, warnings)
+    reuse = getattr(rows, "reuse", None)
+    return ScoredTrajectory(table, rows.truncations, warnings, seconds,
+                            reuse.evaluated if reuse else 0, reuse.reused if reuse else 0)
 
 
 def score_on_worker(job: ScoringJob) -> ScoredTrajectory:
@@ -233,6 +281,7 @@ def _save_scored(out: Path, scored: ScoredTrajectory, report: ScoringReport) -> 
         report.truncated_trajectories += 1
     report.scored += 1
     report.num_tokens += scored.table.num_rows
+    report.cost.add(scored)
 
 
 def _score_results(results_path: Path, checkpoint_dir: Path, config: ScoringConfig, roles: set[str],
@@ -245,9 +294,13 @@ def _score_results(results_path: Path, checkpoint_dir: Path, config: ScoringConf
     jobs = _scoring_jobs(results_path, checkpoint_dir, config, roles, report)
     runner = JobRunner(label=f"score_{config.scorer_mode}", desc=f"score {config.scorer_mode}", unit="traj",
                        noun="trajectories", kept_as=f"checkpointed in {checkpoint_dir}", **execution.runner_options())
-    runner.run(score_one, jobs, lambda out, scored: _save_scored(out, scored, report),
-               total=simulation_count(results_path, config.limit), done=lambda: report.skipped,
-               worker_fn=score_on_worker)
+    began = time.perf_counter()
+    try:
+        runner.run(score_one, jobs, lambda out, scored: _save_scored(out, scored, report),
+                   total=simulation_count(results_path, config.limit), done=lambda: report.skipped,
+                   worker_fn=score_on_worker)
+    finally:
+        report.cost.wall_seconds += time.perf_counter() - began
 
 
 def _consolidate(checkpoint_dir: Path, out_path: Path, metadata: dict) -> int:
