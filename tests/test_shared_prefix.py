@@ -9,7 +9,7 @@ import pytest
 from tests.test_llm_local import TOOLS
 
 from agentuq_nb import llm
-from agentuq_nb.io.token_table import read_token_table
+from agentuq_nb.io.store.token_table import read_token_table
 from agentuq_nb.llm.chat_format import SMOLLM2_CHAT
 from agentuq_nb.llm.local_model import PREFIX_COPY_MIN, LocalModel
 from agentuq_nb.llm.local_provider import chat_samples
