@@ -139,10 +139,9 @@ class ParallelContext:
 
     def move(self, src: int, dst: int) -> None:
         """Sequence ``src`` becomes ``dst`` (its whole buffer is copied; ``src`` is emptied)."""
-        llama_cpp.llama_memory_seq_rm(self.memory, dst, -1, -1)
-        llama_cpp.llama_memory_seq_cp(self.memory, src, dst, -1, -1)
+        self.copy(src, dst)
         llama_cpp.llama_memory_seq_rm(self.memory, src, -1, -1)
-        self.tokens[dst], self.tokens[src] = self.tokens[src], []
+        self.tokens[src] = []
 
     def feed(self, seq: int, tokens: list[int], keep: int, rows: np.ndarray) -> list[np.ndarray]:
         """Keep ``keep`` tokens of ``seq``, append ``tokens``, return copies of the logits at ``rows``."""

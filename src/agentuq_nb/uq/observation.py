@@ -241,7 +241,7 @@ def score_one(job: ScoringJob) -> ScoredTrajectory:
     seconds = time.perf_counter() - began
     warnings = InputWarnings()
     table = with_token_metrics(_rows_table(rows, job.sim, job.domain, set(job.roles), job.mode), job.where, warnings)
-    reuse = getattr(rows, "reuse", None)
+    reuse = rows.reuse  # llm.ScoredTokens: None for a remote scorer
     return ScoredTrajectory(table, rows.truncations, warnings, seconds,
                             reuse.evaluated if reuse else 0, reuse.reused if reuse else 0)
 
