@@ -42,7 +42,7 @@ def worker(run: str, max_tokens: int) -> None:
         return r.ru_utime + r.ru_stime
 
     wall0, cpu0 = time.perf_counter(), cpu()
-    from agentuq_nb.evaluation.run_blackbox import BlackBoxConfig, compute_signals, compute_tuning
+    from agentuq_nb.steps.blackbox import BlackBoxConfig, compute_signals, compute_tuning
 
     config = BlackBoxConfig(embed_max_tokens=max_tokens)
     report = compute_signals(run, config)
@@ -104,7 +104,7 @@ def main() -> None:
         return worker(args.worker[0], int(args.worker[1]))
     if not args.files:
         sys.exit(f"no results files given and none found in {SHARED}")
-    from agentuq_nb.uq.extraction import extract
+    from agentuq_nb.steps.extract import extract
 
     gflops = matmul_gflops()
     print(f"load average {os.getloadavg()[0]:.2f}; fp32 matmul {gflops:.0f} GFLOP/s on {os.cpu_count()} cores "

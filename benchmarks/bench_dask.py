@@ -24,7 +24,7 @@ from pathlib import Path
 from agentuq_nb.distributed import connect, fan_out
 from agentuq_nb.sim import load_domain, run_simulations
 from agentuq_nb.sim.runner import without_wall_clock
-from agentuq_nb.uq.observation import rescore
+from agentuq_nb.steps.rescore import rescore
 
 
 def noop(x):

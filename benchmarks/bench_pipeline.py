@@ -68,7 +68,7 @@ if code:
 """
 OURS_EXTRACT = """
 import sys
-from agentuq_nb.uq.extraction import extract
+from agentuq_nb.steps.extract import extract
 extract(sys.argv[1], sys.argv[2])
 """
 # the same, with the scanner standing aside for every batch: DuckDB's JSON reader parses them all
@@ -76,7 +76,7 @@ OURS_EXTRACT_DUCKDB = """
 import sys
 import agentuq_nb.io.ingest.sidecars as sidecars
 sidecars.scan_sidecars = lambda paths: None
-from agentuq_nb.uq.extraction import extract
+from agentuq_nb.steps.extract import extract
 extract(sys.argv[1], sys.argv[2])
 """
 OURS_SCAN = """

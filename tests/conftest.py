@@ -33,9 +33,9 @@ def synthetic_results(tmp_path) -> Path:
 
 def make_aggregated_run(tmp: Path, **synthetic) -> Path:
     """Synthetic results → extract → aggregate in ``tmp/run`` (shared by the estimator tests)."""
+    from agentuq_nb.steps.aggregate import aggregate
+    from agentuq_nb.steps.extract import extract
     from agentuq_nb.testing.synthetic import write_synthetic_results
-    from agentuq_nb.uq.aggregation import aggregate
-    from agentuq_nb.uq.extraction import extract
 
     results = write_synthetic_results(tmp / "src", **synthetic)
     extract(results, tmp / "run")

@@ -30,7 +30,7 @@ def tau2_simulations(path: Path) -> list[Simulation]:
 def small_run(tmp_path_factory) -> Path:
     """Three bookshop simulations of our own, extracted (so that the run has rewards)."""
     from agentuq_nb.sim import run_simulations
-    from agentuq_nb.uq.extraction import extract
+    from agentuq_nb.steps.extract import extract
 
     out = tmp_path_factory.mktemp("sim")
     run_simulations("bookshop", out, **SIM_PARAMS)
@@ -80,7 +80,7 @@ def test_calls_are_stored_as_name_and_arguments():
 
 
 def test_bad_settings_are_refused_with_the_option_named(tmp_path):
-    from agentuq_nb.uq.action_sampling import sample_actions
+    from agentuq_nb.steps.sample_actions import sample_actions
 
     with pytest.raises(ValueError, match="K must be at least 2"):
         sample_actions(tmp_path, k=1)
@@ -91,7 +91,7 @@ def test_bad_settings_are_refused_with_the_option_named(tmp_path):
 
 
 def test_the_agents_own_model_must_be_runnable_or_an_observer_named(tmp_path, tau2_files, monkeypatch):
-    from agentuq_nb.uq.action_sampling import sample_actions
+    from agentuq_nb.steps.sample_actions import sample_actions
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     with pytest.raises(ValueError, match="gpt-4.1.*cannot be run here.*--model local/smollm2"):
@@ -102,7 +102,7 @@ def test_the_agents_own_model_must_be_runnable_or_an_observer_named(tmp_path, ta
 
 @pytest.mark.slow
 def test_sample_actions_on_our_run_writes_k_rows_per_decision_and_resumes(small_run):
-    from agentuq_nb.uq.action_sampling import sample_actions
+    from agentuq_nb.steps.sample_actions import sample_actions
 
     report = sample_actions(small_run, k=3, turns="first:2", limit=2, max_tokens=12, progress=False)
     assert (report.sampler_model, report.sampler_kind, report.tools_source) == (EMBEDDED_MODEL, "self", "recorded")
@@ -144,7 +144,7 @@ def test_samples_are_reproducible_per_decision_point(small_run, tmp_path):
     """The same settings in a fresh folder draw the same samples (seeds depend on the decision point only)."""
     import shutil
 
-    from agentuq_nb.uq.action_sampling import sample_actions
+    from agentuq_nb.steps.sample_actions import sample_actions
 
     other = tmp_path / "copy"
     shutil.copytree(small_run, other, ignore=shutil.ignore_patterns("checkpoints", "action_*"))
@@ -206,7 +206,7 @@ TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {
 
 
 def test_a_resumed_run_keeps_the_count_of_trajectories_without_decision_points(tmp_path):
-    from agentuq_nb.uq.action_sampling import sample_actions
+    from agentuq_nb.steps.sample_actions import sample_actions
 
     results = _no_decision_results(tmp_path / "results.json")
     for attempt in range(2):  # the second run resumes every trajectory from its checkpoint
@@ -218,7 +218,7 @@ def test_a_resumed_run_keeps_the_count_of_trajectories_without_decision_points(t
 def test_editing_the_tools_file_between_resumed_runs_is_refused(tmp_path):
     """The settings fingerprint the --tools content: the same path with other schemas would mix two tool sets."""
     from agentuq_nb.io.errors import InputError
-    from agentuq_nb.uq.action_sampling import sample_actions
+    from agentuq_nb.steps.sample_actions import sample_actions
 
     results = _no_decision_results(tmp_path / "results.json")
     tools = tmp_path / "tools.json"
@@ -242,7 +242,7 @@ def test_editing_the_tools_file_between_resumed_runs_is_refused(tmp_path):
 ])
 def test_tool_schemas_no_call_could_satisfy_are_refused_before_sampling(tmp_path, schema, problem):
     from agentuq_nb.io.errors import InputError
-    from agentuq_nb.uq.action_sampling import sample_actions
+    from agentuq_nb.steps.sample_actions import sample_actions
 
     results = _no_decision_results(tmp_path / "results.json")
     tools = tmp_path / "tools.json"
@@ -253,7 +253,7 @@ def test_tool_schemas_no_call_could_satisfy_are_refused_before_sampling(tmp_path
 
 
 def test_an_api_sampler_without_its_key_is_refused_at_once_and_leaves_no_settings(tmp_path, monkeypatch):
-    from agentuq_nb.uq.action_sampling import sample_actions
+    from agentuq_nb.steps.sample_actions import sample_actions
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     results = _no_decision_results(tmp_path / "results.json")

@@ -15,9 +15,9 @@ from scipy.stats import entropy
 
 from agentuq_nb import estimators
 from agentuq_nb.estimators.actions import ActionEstimator, skipped_action_statistics
-from agentuq_nb.evaluation.estimator_table import compare_estimators
 from agentuq_nb.records.action_samples import ACTION_SAMPLE_COLUMNS, ACTION_SAMPLE_SCHEMA, ACTION_TURN_STATISTICS
 from agentuq_nb.records.actions import action_key
+from agentuq_nb.steps.compare_estimators import compare_estimators
 from agentuq_nb.uq.action_uq import (
     TEXT_SIMILARITY_THRESHOLD,
     action_turn_table,

@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from agentuq_nb.evaluation.run_blackbox import BlackBoxConfig, compute_signals, compute_tuning, ensure_blackbox
 from agentuq_nb.evaluation.tracer_tuning import best_setting, nested_scores, optimistic_scores
 from agentuq_nb.records import Simulation
+from agentuq_nb.steps.blackbox import BlackBoxConfig, compute_signals, compute_tuning, ensure_blackbox
 from agentuq_nb.uq.embeddings import HashEmbedder
 from agentuq_nb.uq.structure_signals import (
     TRAJECTORY_SIGNALS,
@@ -251,7 +251,7 @@ def test_the_optimistic_readout_is_at_least_any_fixed_setting_in_sample():
 # --------------------------------------------------------------------------- the step on real runs
 @pytest.fixture(scope="module")
 def real_run(tmp_path_factory):
-    from agentuq_nb.uq.extraction import extract
+    from agentuq_nb.steps.extract import extract
 
     path = require_tau2()[-1]  # gpt-4.1 airline: 20 trajectories, 10 failures
     run = tmp_path_factory.mktemp("bb") / "run"
@@ -286,7 +286,7 @@ def test_the_step_publishes_signals_and_tuned_readouts(real_run):
 
 
 def test_re_extracting_makes_the_signals_stale_and_they_are_recomputed(tmp_path):
-    from agentuq_nb.uq.extraction import extract
+    from agentuq_nb.steps.extract import extract
 
     path = require_tau2()[0]
     with pytest.warns(Warning):
@@ -305,13 +305,13 @@ def test_per_message_signals_feed_the_dynamics_and_early_warning(real_run):
     ensure_blackbox(real_run, BlackBoxConfig(embedder="hash"))
     turns = read_agent_turns(real_run, scorer="blackbox", value="tracer_step_risk", table="blackbox_turns")
     assert len(turns) and turns["position"].between(0, 1).all() and turns["failed"].any()
-    scores = compute_early_warning(real_run, scorer="blackbox", value="tracer_step_risk", table="blackbox_turns",
-                                   write=False)
+    scores = compute_early_warning(real_run, scorer="blackbox", value="tracer_step_risk", table="blackbox_turns")
     assert np.isfinite(scores["early_warning_f1"]).all()
 
 
 def test_combined_predictors_never_take_a_readout_tuned_on_the_labels(real_run):
-    from agentuq_nb.evaluation.estimator_table import combined_inputs, score_table, with_length_columns
+    from agentuq_nb.estimators.scores import score_table, with_length_columns
+    from agentuq_nb.evaluation.estimator_table import combined_inputs
 
     ensure_blackbox(real_run, BlackBoxConfig(embedder="hash"))
     table, estimators = score_table(real_run)

@@ -23,8 +23,8 @@ from agentuq_nb.evaluation.calibration import (
     reliability_table,
 )
 from agentuq_nb.evaluation.combined_predictor import combination_model, cross_fitted_combination
-from agentuq_nb.evaluation.run_calibration import calibration_table
 from agentuq_nb.io.store.rundir import RunDir
+from agentuq_nb.steps.calibrate import calibration_table
 
 from conftest import require_tau2
 
@@ -173,7 +173,7 @@ def test_combined_predictor_is_cross_fitted_by_task_and_uses_its_inputs():
 @pytest.fixture(scope="module")
 def tau2_runs(tmp_path_factory):
     """The two real τ²-bench result files, extracted (length baselines only: they carry no log-probs)."""
-    from agentuq_nb.uq.extraction import extract
+    from agentuq_nb.steps.extract import extract
 
     files = require_tau2()
     tmp = tmp_path_factory.mktemp("tau2")

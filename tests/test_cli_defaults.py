@@ -9,15 +9,20 @@ import typer
 
 from agentuq_nb.cli import app
 from agentuq_nb.evaluation.bootstrap import DEFAULT_N_BOOT
-from agentuq_nb.records.config import (
-    ActionSamplingConfig,
-    BlackBoxConfig,
-    ExecutionConfig,
-    PolicyConfig,
-    ScoringConfig,
-    SimulationConfig,
-)
+from agentuq_nb.intervention.config import PolicyConfig
+from agentuq_nb.records.config import ActionSamplingConfig, ExecutionConfig, ScoringConfig, SimulationConfig
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD
+from agentuq_nb.steps.analyze import AnalyzeConfig
+from agentuq_nb.steps.blackbox import BlackBoxConfig
+from agentuq_nb.steps.calibrate import CalibrateConfig
+from agentuq_nb.steps.compare_estimators import CompareEstimatorsConfig
+from agentuq_nb.steps.compare_runs import CompareRunsConfig
+from agentuq_nb.steps.early_warning import EarlyWarningConfig
+from agentuq_nb.steps.evaluate import EvaluateConfig
+from agentuq_nb.steps.probe import ProbeConfig
+from agentuq_nb.steps.saup import SaupConfig
+from agentuq_nb.steps.trials import TrialsConfig
+from agentuq_nb.steps.verbalized import VerbalizedConfig
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "agentuq_nb"
 
@@ -28,8 +33,16 @@ COMMAND_CONFIGS = {
     "score-observations": [(ScoringConfig, ""), (ExecutionConfig, "")],
     "rescore": [(ScoringConfig, "")],
     "blackbox": [(BlackBoxConfig, "")],
-    "analyze": [(BlackBoxConfig, "")],
-    "compare-estimators": [(BlackBoxConfig, "")],
+    "analyze": [(AnalyzeConfig, ""), (BlackBoxConfig, "")],
+    "compare-estimators": [(CompareEstimatorsConfig, ""), (BlackBoxConfig, "")],
+    "evaluate": [(EvaluateConfig, "")],
+    "calibrate": [(CalibrateConfig, "")],
+    "saup": [(SaupConfig, "")],
+    "early-warning": [(EarlyWarningConfig, "")],
+    "trials": [(TrialsConfig, "")],
+    "compare-runs": [(CompareRunsConfig, "")],
+    "probe": [(ProbeConfig, "")],
+    "verbalized-confidence": [(VerbalizedConfig, "")],
 }
 #: options whose None means "not asked for" where the field has a value: the policy is off without --policy,
 #: and a random policy's action is named differently on the command line

@@ -17,7 +17,6 @@ from sklearn.metrics import roc_auc_score
 from statsmodels.stats.multitest import multipletests
 
 from agentuq_nb.estimators import Estimator, by_trajectory, register, unregister
-from agentuq_nb.evaluation import compare_estimators
 from agentuq_nb.evaluation.length_control import length_strata, stratified_auroc
 from agentuq_nb.evaluation.pooled_auroc import (
     POOLED,
@@ -27,16 +26,18 @@ from agentuq_nb.evaluation.pooled_auroc import (
     stratum_pair_sums,
     within_run_task_counts,
 )
-from agentuq_nb.evaluation.run_leaderboard import (
+from agentuq_nb.io.errors import InputError
+from agentuq_nb.steps.aggregate import aggregate
+from agentuq_nb.steps.compare_estimators import compare_estimators
+from agentuq_nb.steps.compare_runs import (
     OUTPUTS,
     build_run_leaderboard,
     compare_runs,
     run_names,
     write_run_leaderboard,
 )
-from agentuq_nb.io.errors import InputError
+from agentuq_nb.steps.extract import extract
 from agentuq_nb.testing.synthetic import write_synthetic_results
-from agentuq_nb.uq import aggregate, extract
 
 from conftest import TAU2_FILES
 

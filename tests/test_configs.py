@@ -10,7 +10,8 @@ from agentuq_nb.common.naming import slug
 from agentuq_nb.common.redaction import find_secret, names_secret, redact
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.pipeline.reproduce import load_studies
-from agentuq_nb.records.config import EMBEDDED_MODEL, ScoringConfig, SimulationConfig, StudySpec
+from agentuq_nb.pipeline.spec import StudySpec
+from agentuq_nb.records.config import EMBEDDED_MODEL, ScoringConfig, SimulationConfig
 from agentuq_nb.sim import run_simulations
 
 

@@ -11,10 +11,10 @@ import pandas as pd
 import papermill as pm
 import pytest
 
-from agentuq_nb.evaluation import run_conformal as rc
+from agentuq_nb.pipeline import conformal as rc
+from agentuq_nb.steps.aggregate import aggregate
+from agentuq_nb.steps.extract import extract
 from agentuq_nb.testing.synthetic import write_synthetic_results
-from agentuq_nb.uq.aggregation import aggregate
-from agentuq_nb.uq.extraction import extract
 
 matplotlib.use("Agg")
 

@@ -19,14 +19,15 @@ import pytest
 import yaml
 
 from agentuq_nb.distributed import connect, parse_scheduler
-from agentuq_nb.evaluation import evaluate
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.store.token_table import PARTITIONED_DIR, read_token_table, token_partitions
 from agentuq_nb.pipeline.reproduce import load_studies, load_study
 from agentuq_nb.sim import run_simulations
 from agentuq_nb.sim.runner import CHECKPOINT_DIR, checkpoint_name, trial_seeds, without_wall_clock
-from agentuq_nb.uq.aggregation import aggregate
-from agentuq_nb.uq.observation import rescore, score_observations
+from agentuq_nb.steps.aggregate import aggregate
+from agentuq_nb.steps.evaluate import evaluate
+from agentuq_nb.steps.rescore import rescore
+from agentuq_nb.steps.score_observations import score_observations
 
 # three short bookshop conversations: enough for both workers to have work, small enough for CI
 SIM_PARAMS = dict(task_ids=["2", "10", "1"], max_steps=4, max_errors=3, agent_max_tokens=32, user_max_tokens=24,
@@ -113,7 +114,7 @@ def test_grid_expands_to_one_study_per_point(tmp_path):
 
 
 def test_partitioned_dataset_prunes_folders_and_follows_its_sources(tmp_path, synthetic_results):
-    from agentuq_nb.uq.extraction import extract
+    from agentuq_nb.steps.extract import extract
 
     run = tmp_path / "run"
     extract(synthetic_results, run)
@@ -132,8 +133,8 @@ def test_task_ids_a_file_name_cannot_hold_keep_their_rows_whole(tmp_path, client
     """Issue 30: a NUL cut a task id in its hive folder (that trajectory's reward became NaN on --scheduler) and a
     300-character id failed with 'File name too long'. Folders are named by bounded file keys; ids stay whole."""
     from agentuq_nb.io.store.token_table import read_token_partition
+    from agentuq_nb.steps.extract import extract
     from agentuq_nb.testing.synthetic import write_synthetic_results
-    from agentuq_nb.uq.extraction import extract
 
     inline = write_synthetic_results(tmp_path / "src", num_simulations=6, messages_per_simulation=4,
                                      tokens_per_message=3, forms=("inline",), seed=2)
@@ -184,7 +185,7 @@ def test_each_worker_gets_one_of_the_api_bases(client):
 # ----------------------------------------------------------------------------- dask.dataframe == pandas
 
 def test_dask_aggregate_and_evaluate_equal_pandas(tmp_path, synthetic_results, client):
-    from agentuq_nb.uq.extraction import extract
+    from agentuq_nb.steps.extract import extract
 
     pandas_run, dask_run = tmp_path / "pandas", tmp_path / "dask"
     extract(synthetic_results, pandas_run)

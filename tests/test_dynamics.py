@@ -11,6 +11,7 @@ from sklearn.metrics import roc_auc_score
 
 from agentuq_nb import evaluation
 from agentuq_nb.io.store.rundir import RunDir
+from agentuq_nb.steps.early_warning import early_warning
 from agentuq_nb.uq import dynamics
 
 from conftest import make_aggregated_run
@@ -71,7 +72,7 @@ def test_dynamics_curve_mean_and_se_band():
 
 
 def test_early_warning_on_a_run_matches_sklearn(run_dir):
-    table, scores = evaluation.early_warning_table(run_dir, n_boot=100)
+    table, scores = early_warning(run_dir, n_boot=100)
     assert RunDir(run_dir).file("early_warning_scores").exists()
     assert list(table["fraction"]) == [0.25, 0.5, 0.75, 1.0]
     turns = pd.read_parquet(run_dir / "turn_summary.parquet")

@@ -7,9 +7,10 @@ import pytest
 from sklearn.metrics import roc_auc_score
 
 from agentuq_nb.estimators import BASELINES
-from agentuq_nb.evaluation import compare_estimators, score_table
+from agentuq_nb.estimators.scores import score_table
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records import token_statistics
+from agentuq_nb.steps.compare_estimators import compare_estimators
 
 from conftest import make_aggregated_run
 

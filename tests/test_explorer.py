@@ -31,13 +31,13 @@ ESTIMATORS = ["assistant.avg_token_nll", "tracer.default", "action_semantic_entr
 def run_dir(tmp_path_factory) -> Path:
     """A synthetic run (8 trajectories) through extract, aggregate, the black-box families (hash embeddings), with K = 3
     resampled actions at two decision points of its first trajectory (clustered by the package's own code)."""
-    from agentuq_nb.evaluation.run_blackbox import BlackBoxConfig, ensure_blackbox
     from agentuq_nb.records.action_samples import ACTION_SAMPLE_SCHEMA
+    from agentuq_nb.steps.aggregate import aggregate
+    from agentuq_nb.steps.blackbox import BlackBoxConfig, ensure_blackbox
+    from agentuq_nb.steps.extract import extract
     from agentuq_nb.testing.synthetic import write_synthetic_results
     from agentuq_nb.uq.action_uq import action_turn_table
-    from agentuq_nb.uq.aggregation import aggregate
     from agentuq_nb.uq.embeddings import get_embedder
-    from agentuq_nb.uq.extraction import extract
 
     tmp = tmp_path_factory.mktemp("explorer")
     results = write_synthetic_results(tmp / "src", num_simulations=8, messages_per_simulation=6, tokens_per_message=8)

@@ -14,8 +14,8 @@ from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.io.store.token_table import read_token_table
 from agentuq_nb.records.summary import uq_summary
-from agentuq_nb.uq.aggregation import aggregate
-from agentuq_nb.uq.extraction import extract
+from agentuq_nb.steps.aggregate import aggregate
+from agentuq_nb.steps.extract import extract
 
 
 def independent_token_rows(results_path: Path) -> list[dict]:

@@ -25,6 +25,9 @@ import pytest  # noqa: E402
 
 import agentuq_nb.figures as figures_pkg  # noqa: E402
 from agentuq_nb.figures.layout import layout_problems, legend_overlaps, text_overlaps  # noqa: E402
+from agentuq_nb.steps.compare_estimators import compare_estimators, read_estimator_table
+from agentuq_nb.steps.compare_runs import compare_runs
+from agentuq_nb.steps.evaluate import estimator_rows, evaluate
 
 ROOT = Path(__file__).resolve().parents[1]
 KEYS = ["domain", "task_id", "trial", "seed"]
@@ -45,12 +48,11 @@ def figure_functions() -> set[str]:
 def runs(tmp_path_factory):
     """Two synthetic runs (10 and 6 tasks × 3 trials), taken through extract, aggregate and the black-box families
     (hash embeddings); the first also through SAUP and the estimator table; and compare-runs across them."""
-    from agentuq_nb import evaluation
-    from agentuq_nb.evaluation.run_blackbox import BlackBoxConfig, ensure_blackbox
+    from agentuq_nb.steps.aggregate import aggregate
+    from agentuq_nb.steps.blackbox import BlackBoxConfig, ensure_blackbox
+    from agentuq_nb.steps.extract import extract
+    from agentuq_nb.steps.saup import saup as run_saup
     from agentuq_nb.testing.synthetic import write_synthetic_results
-    from agentuq_nb.uq import saup
-    from agentuq_nb.uq.aggregation import aggregate
-    from agentuq_nb.uq.extraction import extract
 
     tmp = tmp_path_factory.mktemp("figures")
     out = {}
@@ -62,9 +64,9 @@ def runs(tmp_path_factory):
         aggregate(run)
         ensure_blackbox(run, BlackBoxConfig(embedder="hash"))
         out[name] = run
-    saup.saup(out["run_a"], embedder="hash", k_folds=3)
-    evaluation.compare_estimators(out["run_a"], n_boot=20, blackbox=False)
-    out["board"] = evaluation.compare_runs([out["run_a"], out["run_b"]], tmp / "board", n_boot=20)
+    run_saup(out["run_a"], embedder="hash", k_folds=3)
+    compare_estimators(out["run_a"], n_boot=20, blackbox=False)
+    out["board"] = compare_runs([out["run_a"], out["run_b"]], tmp / "board", n_boot=20)
     return out
 
 
@@ -86,7 +88,6 @@ def _synthetic_turns(seed: int = 0) -> pd.DataFrame:
 def _cases(runs) -> dict:
     """``{module.function: a callable drawing it}``."""
     from agentuq_nb import evaluation
-    from agentuq_nb.evaluation import run_conformal as rc
     from agentuq_nb.evaluation.agent_comparison import aci_stream, leaderboard, success_rate_intervals
     from agentuq_nb.evaluation.calibration import reliability_table
     from agentuq_nb.evaluation.metrics import failure_curves
@@ -110,22 +111,23 @@ def _cases(runs) -> dict:
         saup as saup_figures,
     )
     from agentuq_nb.io.store.rundir import RunDir
+    from agentuq_nb.pipeline import conformal as rc
     from agentuq_nb.uq import dynamics as uq_dynamics
     from agentuq_nb.uq import read_trajectory_summary, read_turn_summary, saup
 
     run = runs["run_a"]
-    table = evaluation.read_estimator_table(run)
+    table = read_estimator_table(run)
     turns = read_turn_summary(run)
     trajectories = read_trajectory_summary(run)
     rewards = trajectories.drop_duplicates(KEYS)
-    result = evaluation.evaluate(run, n_boot=20)
+    result = evaluate(run, n_boot=20)
     curves = pd.read_csv(run / "eval_curves.csv")
-    rows = evaluation.estimator_rows(run, "assistant.avg_token_nll")
+    rows = estimator_rows(run, "assistant.avg_token_nll")
     failed = rows["reward"] < 1.0
     agent = uq_dynamics.read_agent_turns(run)
     curve = evaluation.dynamics_curve(agent, n_bins=5)
-    warning, _ = evaluation.early_warning_table(run, n_boot=20, write=False)
-    _, steps = saup.saup(run, embedder="hash", k_folds=3, write=False)
+    warning, _ = evaluation.early_warning_table(run, n_boot=20)
+    _, steps = saup.saup(run, embedder="hash", k_folds=3)
     rng = np.random.default_rng(0)
     prob = rng.uniform(0.55, 0.95, 120)
     labels = rng.uniform(size=120) < prob

@@ -35,8 +35,9 @@ from agentuq_nb.cli import app
 from agentuq_nb.io.ingest import json_stream
 from agentuq_nb.io.ingest.json_stream import stream_items
 from agentuq_nb.io.store.rundir import JOURNAL, OWNED_FOLDERS, STAGING
+from agentuq_nb.steps.aggregate import aggregate
+from agentuq_nb.steps.extract import extract
 from agentuq_nb.testing.synthetic import write_synthetic_results
-from agentuq_nb.uq import aggregate, extract
 
 SRC = Path(agentuq_nb.__file__).resolve().parents[1]
 HUNT = settings(max_examples=25, deadline=None, derandomize=True,

@@ -13,13 +13,14 @@ import pandas as pd
 import pytest
 
 import agentuq_nb
-from agentuq_nb.evaluation import evaluate
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.input_warnings import InputDataWarning
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.io.store.token_table import read_token_table
+from agentuq_nb.steps.aggregate import aggregate
+from agentuq_nb.steps.evaluate import evaluate
+from agentuq_nb.steps.extract import extract
 from agentuq_nb.testing.synthetic import write_synthetic_results
-from agentuq_nb.uq import aggregate, extract
 
 SRC = Path(agentuq_nb.__file__).resolve().parents[1]  # the children run the code under test
 TOKENS_PER_MESSAGE = 4
@@ -350,8 +351,8 @@ def test_every_failure_split_refuses_a_threshold_that_is_not_a_number(tmp_path, 
     """The check lives where failures are labelled, so compare-estimators, SAUP and notebooks get it too."""
     from tests.conftest import make_aggregated_run
 
-    from agentuq_nb.evaluation import compare_estimators
     from agentuq_nb.records.outcomes import failure_labels
+    from agentuq_nb.steps.compare_estimators import compare_estimators
 
     with pytest.raises(ValueError, match="failure threshold .* is not a finite number"):
         failure_labels([0.0, 1.0], threshold)

@@ -23,6 +23,7 @@ from scipy import stats
 
 from agentuq_nb import estimators
 from agentuq_nb.intervention.certify import certify_threshold, fit_signal_calibrator
+from agentuq_nb.intervention.config import PolicyConfig
 from agentuq_nb.intervention.policies import InterventionPolicy, build_policy, coin, majority
 from agentuq_nb.intervention.signals import (
     TURN_SIGNALS,
@@ -33,11 +34,13 @@ from agentuq_nb.intervention.signals import (
     online_signal,
     token_table,
 )
-from agentuq_nb.records.config import EMBEDDED_MODEL, ExecutionConfig, PolicyConfig, SimulationConfig
+from agentuq_nb.records.config import EMBEDDED_MODEL, ExecutionConfig, SimulationConfig
 from agentuq_nb.sim import load_domain, run_simulations
 from agentuq_nb.sim.decisions import TRANSFER_MESSAGE, DecisionPoint, canonical_calls, describe_message
 from agentuq_nb.sim.runner import RunConfigMismatch, simulate, without_wall_clock
-from agentuq_nb.uq import aggregate, extract, turn_summary
+from agentuq_nb.steps.aggregate import aggregate
+from agentuq_nb.steps.extract import extract
+from agentuq_nb.uq import turn_summary
 
 TASKS = ["1", "2"]
 SHOP = load_domain("bookshop")
@@ -443,7 +446,8 @@ def test_a_context_that_does_not_fit_leaves_the_action_signal_undefined_and_the_
 _CHILD = """
 import sys
 from agentuq_nb.intervention.policies import build_policy
-from agentuq_nb.records.config import EMBEDDED_MODEL, ExecutionConfig, PolicyConfig, SimulationConfig
+from agentuq_nb.records.config import EMBEDDED_MODEL, ExecutionConfig, SimulationConfig
+from agentuq_nb.intervention.config import PolicyConfig
 from agentuq_nb.sim.runner import simulate
 simulate(SimulationConfig(domain="bookshop", task_ids={tasks!r}), sys.argv[1], ExecutionConfig(progress=False),
          policy=build_policy(PolicyConfig.model_validate_json(sys.argv[2])))

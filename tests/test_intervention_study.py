@@ -16,9 +16,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from agentuq_nb.intervention.study import BASELINE, CALIBRATION, run_name, run_study
+from agentuq_nb.intervention.study import BASELINE, CALIBRATION, InterventionStudyConfig, run_name, run_study
 from agentuq_nb.pipeline.reproduce import run_study as run_params_study
-from agentuq_nb.records.config import InterventionStudyConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = dict(task_ids=["1", "2", "4"], rates=[0.5], policies=["defer", "confirm"], k=2, n_boot=200, risk=0.9)

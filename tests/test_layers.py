@@ -68,11 +68,39 @@ def test_file_names_of_a_run_folder_live_in_rundir_only():
 
 
 def test_facades_load_their_modules_on_first_use():
-    code = ("import sys, agentuq_nb.uq, agentuq_nb.evaluation\n"
+    code = ("import sys, agentuq_nb.uq, agentuq_nb.evaluation, agentuq_nb.steps\n"
             "heavy = [m for m in ('sentence_transformers', 'torch', 'llama_cpp', 'litellm', 'statsmodels') if m in sys.modules]\n"
             "assert not heavy, heavy\n"
             "from agentuq_nb import uq, evaluation\n"
-            "assert callable(uq.extract) and callable(uq.aggregate) and callable(evaluation.compare_estimators)\n"
-            "assert 'agentuq_nb.uq.observation' not in sys.modules\n")
+            "assert callable(uq.turn_summary) and callable(uq.read_trajectory_summary)\n"
+            "assert callable(evaluation.evaluate_estimators)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+COMMITTING_CALLS = (".commit(", ".lock(", "update_manifest(")
+
+
+@pytest.mark.parametrize("package", ["uq", "evaluation", "estimators", "figures"])
+def test_calculators_and_statistics_commit_nothing(package):
+    """Reading, locking and committing a run folder is a step's (``agentuq_nb.steps``): the layers below compute."""
+    for path in sorted((PACKAGE / package).rglob("*.py")):
+        text = path.read_text()
+        found = [call for call in COMMITTING_CALLS if call in text]
+        assert not found, f"{path.relative_to(PACKAGE)} calls {found}: a step's work (move it to agentuq_nb.steps)"
+
+
+def test_every_step_module_declares_its_step_config_and_run():
+    import importlib
+    import inspect
+
+    from agentuq_nb.steps import STEP_MODULES
+    from agentuq_nb.steps.base import Step, StepConfig
+
+    for name in STEP_MODULES:
+        module = importlib.import_module(f"agentuq_nb.steps.{name}")
+        assert isinstance(module.STEP, Step), name
+        configs = [v for v in vars(module).values() if inspect.isclass(v) and issubclass(v, StepConfig)
+                   and v is not StepConfig and v.__module__ == module.__name__]
+        assert configs or name == "recorded_summary", f"steps.{name} defines no StepConfig"
+        assert callable(getattr(module, "run", None)) or name == "recorded_summary", f"steps.{name} has no run()"

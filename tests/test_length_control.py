@@ -11,13 +11,13 @@ import pytest
 import statsmodels.api as sm
 from sklearn.metrics import roc_auc_score
 
-from agentuq_nb.evaluation import compare_estimators
 from agentuq_nb.evaluation.length_control import (
     beats_length_baseline,
     length_strata,
     residual_auroc,
     stratified_auroc,
 )
+from agentuq_nb.steps.compare_estimators import compare_estimators
 
 from conftest import make_aggregated_run
 
@@ -121,8 +121,8 @@ def test_compare_estimators_gains_the_columns_rows_and_order(run_dir):
 
 
 def test_forest_plot_marks_estimators_that_do_not_beat_the_length_baseline(run_dir):
-    from agentuq_nb.evaluation import read_estimator_table
     from agentuq_nb.figures.estimators import estimator_forest_figure, forest_rows
+    from agentuq_nb.steps.compare_estimators import read_estimator_table
 
     compare_estimators(run_dir, n_boot=20)
     table = read_estimator_table(run_dir)
@@ -138,7 +138,8 @@ def test_forest_plot_marks_estimators_that_do_not_beat_the_length_baseline(run_d
 
 
 def test_combined_inputs_are_oriented_and_never_a_length_only_or_repeated_predictor(run_dir):
-    from agentuq_nb.evaluation.estimator_table import combined_inputs, score_table
+    from agentuq_nb.estimators.scores import score_table
+    from agentuq_nb.evaluation.estimator_table import combined_inputs
 
     table, estimators = score_table(run_dir)
     plain = combined_inputs(table, estimators, with_length=False)
@@ -154,7 +155,8 @@ def test_combined_inputs_are_oriented_and_never_a_length_only_or_repeated_predic
 
 
 def test_combined_inputs_default_to_one_estimator_per_signal_and_can_be_chosen(run_dir):
-    from agentuq_nb.evaluation.estimator_table import DEFAULT_COMBINED_INPUTS, combined_inputs, score_table
+    from agentuq_nb.estimators.scores import score_table
+    from agentuq_nb.evaluation.estimator_table import DEFAULT_COMBINED_INPUTS, combined_inputs
 
     table, estimators = score_table(run_dir)
     held = {e.name for e in estimators}

@@ -216,8 +216,8 @@ def trials_run(tmp_path):
 
 
 def test_evaluate_resamples_tasks_when_tasks_repeat(trials_run):
-    from agentuq_nb.evaluation import estimator_metrics, evaluate
     from agentuq_nb.io.store.rundir import RunDir
+    from agentuq_nb.steps.evaluate import estimator_metrics, evaluate
 
     rewards = RunDir.of(trials_run).rewards()
     assert len(rewards) == 24 and rewards.groupby("task_id").size().eq(3).all()
@@ -263,7 +263,8 @@ def test_evaluate_and_the_estimator_table_give_one_estimator_one_interval(tmp_pa
     evaluate reads the estimator's rows in another order than the estimator table; both resample the
     same tasks from one seed."""
     sys.path.insert(0, str(Path(__file__).parent))
-    from agentuq_nb.evaluation import compare_estimators, evaluate
+    from agentuq_nb.steps.compare_estimators import compare_estimators
+    from agentuq_nb.steps.evaluate import evaluate
 
     from conftest import make_aggregated_run
 

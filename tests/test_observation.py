@@ -7,11 +7,13 @@ import math
 import pytest
 
 from agentuq_nb import llm
-from agentuq_nb.evaluation import evaluate
 from agentuq_nb.io.store.token_table import read_token_table
 from agentuq_nb.records import Simulation
-from agentuq_nb.uq.aggregation import aggregate
-from agentuq_nb.uq.observation import agent_system_prompt, conversation, rescore, score_observations
+from agentuq_nb.steps.aggregate import aggregate
+from agentuq_nb.steps.evaluate import evaluate
+from agentuq_nb.steps.rescore import rescore
+from agentuq_nb.steps.score_observations import score_observations
+from agentuq_nb.uq.observation import agent_system_prompt, conversation
 
 pytestmark = pytest.mark.slow
 

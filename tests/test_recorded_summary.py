@@ -16,13 +16,16 @@ import pytest
 import yaml
 
 from agentuq_nb.estimators import available
-from agentuq_nb.evaluation import compare_estimators
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.pipeline import paper
 from agentuq_nb.records.summary import AGENTUQ_SUMMARY, uq_summary
+from agentuq_nb.steps.aggregate import aggregate
+from agentuq_nb.steps.compare_estimators import compare_estimators
+from agentuq_nb.steps.extract import extract
+from agentuq_nb.steps.recorded_summary import summarize_recorded
 from agentuq_nb.testing.synthetic import write_synthetic_results
-from agentuq_nb.uq import aggregate, extract, read_trajectory_summary, summarize_recorded
+from agentuq_nb.uq import read_trajectory_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDED = ["total_tokens", *AGENTUQ_SUMMARY]

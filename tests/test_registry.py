@@ -14,11 +14,16 @@ import pandas as pd
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from agentuq_nb import estimators, evaluation
+from agentuq_nb import estimators
 from agentuq_nb.estimators import Estimator, register
 from agentuq_nb.records.token_statistics import TOKEN_STATISTICS
+from agentuq_nb.steps.aggregate import aggregate
+from agentuq_nb.steps.compare_estimators import compare_estimators, read_estimator_table
+from agentuq_nb.steps.early_warning import early_warning
+from agentuq_nb.steps.evaluate import evaluate
+from agentuq_nb.steps.extract import extract
+from agentuq_nb.steps.saup import saup as run_saup
 from agentuq_nb.testing.synthetic import write_synthetic_results
-from agentuq_nb.uq import aggregate, extract, saup
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "data" / "golden_synthetic"
@@ -84,7 +89,7 @@ def test_every_estimator_states_its_orientation_and_is_found_by_name(run_dir):
 
 
 def test_a_confidence_is_inverted_without_being_asked(run_dir):
-    result = evaluation.evaluate(run_dir, uncertainty="min_chosen_prob", n_boot=50)
+    result = evaluate(run_dir, uncertainty="min_chosen_prob", n_boot=50)
     tok = pd.read_parquet(run_dir / "tokens.parquet")
     tok = tok[tok["role"] == "assistant"]
     traj = pd.read_parquet(run_dir / "trajectories.parquet").set_index("task_id")
@@ -92,8 +97,8 @@ def test_a_confidence_is_inverted_without_being_asked(run_dir):
     expected = roc_auc_score(traj.loc[lowest.index, "reward"] < 1, -lowest)  # low probability = uncertain
     assert result["invert"] and result["metrics"]["auroc"] == pytest.approx(expected)
     with pytest.raises(ValueError, match="own orientation"):
-        evaluation.evaluate(run_dir, uncertainty="min_chosen_prob", invert=True, n_boot=50)
-    raw = evaluation.evaluate(run_dir, uncertainty="total_tokens", invert=True, n_boot=50)  # not an estimator
+        evaluate(run_dir, uncertainty="min_chosen_prob", invert=True, n_boot=50)
+    raw = evaluate(run_dir, uncertainty="total_tokens", invert=True, n_boot=50)  # not an estimator
     assert raw["invert"] and raw["uncertainty"] == "total_tokens"
 
 
@@ -136,11 +141,11 @@ def test_a_plugins_inputs_are_stamped_and_a_stale_one_is_refused(run_dir, tmp_pa
     assert done.returncode == 0, done.stderr
     stamped = RunDir(run).manifest().artifacts["estimator_table.csv"].based_on
     assert set(stamped) == {"trajectories.parquet", "turn_summary.parquet"}
-    table = evaluation.read_estimator_table(run)
+    table = read_estimator_table(run)
     assert set(table.loc[table["family"] != "combined", "estimator"]) == {"num_messages", "assistant.steadiest_turn"}
     aggregate(run)  # a new turn_summary: the plugin's scores no longer match the table
     with pytest.raises(StaleArtifactError, match="estimator_table.csv was computed from an earlier turn_summary"):
-        evaluation.read_estimator_table(run)
+        read_estimator_table(run)
 
 
 def test_a_plugin_package_registers_through_its_entry_point(run_dir, tmp_path):
@@ -174,7 +179,7 @@ def test_a_registered_class_in_this_process(run_dir):
 
     try:
         assert "test.longest_conversation" in estimators.available(run_dir)
-        table = evaluation.compare_estimators(run_dir, n_boot=20, names=["test.longest_conversation", "num_messages"])
+        table = compare_estimators(run_dir, n_boot=20, names=["test.longest_conversation", "num_messages"])
         auroc = table.set_index("estimator")["auroc"]
         assert auroc["test.longest_conversation"] == pytest.approx(auroc["num_messages"])  # same ranking
     finally:
@@ -201,9 +206,9 @@ def test_a_registered_name_overrides_a_family_member_everywhere(run_dir):
 
 def test_a_misspelled_role_or_scorer_says_what_exists(run_dir):
     with pytest.raises(ValueError, match=r"no rows for role 'asistant'.*assistant.avg_token_nll"):
-        evaluation.evaluate(run_dir, uncertainty="asistant.avg_token_nll", n_boot=10)
+        evaluate(run_dir, uncertainty="asistant.avg_token_nll", n_boot=10)
     with pytest.raises(ValueError, match="no rows for role 'assistant' and scorer 'agnet_llm'"):
-        evaluation.evaluate(run_dir, uncertainty="avg_token_nll", scorer="agnet_llm", n_boot=10)
+        evaluate(run_dir, uncertainty="avg_token_nll", scorer="agnet_llm", n_boot=10)
 
 
 def test_the_estimator_table_of_a_held_out_run_equals_the_pre_registry_one(tmp_path):
@@ -213,13 +218,13 @@ def test_the_estimator_table_of_a_held_out_run_equals_the_pre_registry_one(tmp_p
     run = tmp_path / "run"
     extract(results, run)
     aggregate(run)
-    saup.saup(run, embedder="hash", k_folds=3, seed=0)
-    evaluation.early_warning_table(run, n_boot=200, seed=0)
+    run_saup(run, embedder="hash", k_folds=3, seed=0)
+    early_warning(run, n_boot=200, seed=0)
     traj = pd.read_parquet(run / "trajectories.parquet")
     conf = np.clip(np.where(traj["reward"] < 1, 0.4, 0.7) + np.random.default_rng(7).normal(0, 0.2, len(traj)), 0, 1)
     traj[["domain", "task_id", "trial", "seed"]].assign(verbalized_confidence=conf).to_csv(
         run / "verbalized_confidence.csv", index=False)
-    got = evaluation.compare_estimators(run, n_boot=200, seed=0)
+    got = compare_estimators(run, n_boot=200, seed=0)
     golden = pd.read_csv(GOLDEN / "estimator_table.csv")
     # the table has since gained calibration and length-control columns, the combined predictor's rows and
     # an order by the length-controlled AUROC: the golden rows and columns are unchanged
@@ -232,7 +237,7 @@ def test_the_estimator_table_of_a_held_out_run_equals_the_pre_registry_one(tmp_p
     assert set(added["family"]) == {"combined", "structure", "tracer"} and (added["family"] == "combined").sum() == 6
     for role, statistic in (("assistant", "avg_token_nll"), ("assistant", "min_chosen_prob"),
                             ("user", "mean_topk_entropy")):
-        evaluation.evaluate(run, role, statistic, n_boot=200, seed=0)
+        evaluate(run, role=role, uncertainty=statistic, n_boot=200, seed=0)
         _assert_close(_without(json.loads((run / "eval_metrics.json").read_text()), METRICS_ADDED_SINCE_GOLDEN),
                       json.loads((GOLDEN / f"eval_metrics.{role}.{statistic}.json").read_text()))
         pd.testing.assert_frame_equal(pd.read_csv(run / "eval_curves.csv"),

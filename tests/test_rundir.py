@@ -15,8 +15,10 @@ import pytest
 from agentuq_nb.io.errors import InputError, MixedRunError, StaleArtifactError
 from agentuq_nb.io.store.run_lock import RunBusyError
 from agentuq_nb.io.store.rundir import RunDir, parquet_commit
+from agentuq_nb.steps.aggregate import aggregate
+from agentuq_nb.steps.extract import extract
 from agentuq_nb.testing.synthetic import write_synthetic_results
-from agentuq_nb.uq import aggregate, extract, read_trajectory_summary
+from agentuq_nb.uq import read_trajectory_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE_TABLES = ("tokens", "turn_partials", "messages", "trajectories")
@@ -33,7 +35,7 @@ def replace(src, dst):
     real_replace(src, dst)
 
 os.replace = replace
-from agentuq_nb.uq import extract
+from agentuq_nb.steps.extract import extract
 extract(sys.argv[1], sys.argv[2])
 print(count[0])
 """
@@ -124,7 +126,8 @@ def test_files_of_another_run_are_refused(run_a, two_results, tmp_path):
 
 
 def test_a_summary_of_replaced_tokens_is_stale(run_a, two_results):
-    from agentuq_nb.evaluation import compare_estimators, evaluate
+    from agentuq_nb.steps.compare_estimators import compare_estimators
+    from agentuq_nb.steps.evaluate import evaluate
 
     extract(two_results[1], run_a)
     for step in (lambda: evaluate(run_a, n_boot=10), lambda: compare_estimators(run_a, n_boot=10)):

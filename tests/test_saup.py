@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from agentuq_nb.io.store.rundir import RunDir
+from agentuq_nb.steps.saup import saup as run_saup
 from agentuq_nb.uq import saup
 from agentuq_nb.uq.embeddings import HashEmbedder
 
@@ -17,7 +18,7 @@ def run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("saup")
     make_aggregated_run(tmp, num_simulations=15, messages_per_simulation=10,
                                       tokens_per_message=6, seed=7, signal=0.4)
-    scores, steps = saup.saup(tmp / "run", embedder="minilm", k_folds=3)
+    scores, steps = run_saup(tmp / "run", embedder="minilm", k_folds=3)
     return tmp / "run", scores, steps
 
 

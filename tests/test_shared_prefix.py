@@ -14,7 +14,7 @@ from agentuq_nb.llm.chat_format import SMOLLM2_CHAT
 from agentuq_nb.llm.local_model import PREFIX_COPY_MIN, LocalModel
 from agentuq_nb.llm.local_provider import chat_samples
 from agentuq_nb.llm.local_scoring import score_segments
-from agentuq_nb.uq.observation import rescore
+from agentuq_nb.steps.rescore import rescore
 
 TOL = 1e-4  # measured: 0 (bit for bit) on these inputs and on real trajectories
 POLICY = ("You are a customer service agent for an online bookshop. Follow the policy below exactly. "

@@ -20,9 +20,10 @@ from agentuq_nb.io.ingest.sidecars import SidecarReader
 from agentuq_nb.io.ingest.token_sources import SidecarResolver
 from agentuq_nb.io.store.token_table import read_token_table
 from agentuq_nb.records.tokens import topk_statistics
+from agentuq_nb.steps.aggregate import aggregate
+from agentuq_nb.steps.extract import extract
 from agentuq_nb.testing.synthetic import write_synthetic_results
-from agentuq_nb.uq.aggregation import aggregate, trajectory_summary, turn_summary
-from agentuq_nb.uq.extraction import extract
+from agentuq_nb.uq.aggregation import trajectory_summary, turn_summary
 from agentuq_nb.uq.token_metrics import topk_stats
 
 

@@ -242,7 +242,7 @@ def expected_pass_hat_k(k: int, n: int = 4) -> float:
 
 
 def test_extract_trials_and_compare_estimators_on_a_tau_bench_run(tool_calling_run, tmp_path):
-    from agentuq_nb.evaluation.estimator_table import score_table, with_length_columns
+    from agentuq_nb.estimators.scores import score_table, with_length_columns
     from agentuq_nb.evaluation.failure_report import failure_metrics
     from agentuq_nb.evaluation.multi_trial import multi_trial_report, task_labels, tasks_repeat
     from agentuq_nb.io.store.rundir import RunDir
@@ -312,7 +312,7 @@ def test_rescore_renders_a_tau_bench_trajectory_with_the_agents_prompt_once(tool
 
 @pytest.mark.slow
 def test_rescore_scores_a_tau_bench_trajectory_with_the_embedded_model(tool_calling_run, tmp_path):
-    from agentuq_nb.uq.observation import rescore
+    from agentuq_nb.steps.rescore import rescore
 
     report = rescore(tool_calling_run, tmp_path / "rescored", limit=1, progress=False)
     assert report.scored == 1 and report.num_tokens > 0

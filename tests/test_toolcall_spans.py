@@ -184,8 +184,8 @@ def test_the_other_statistics_are_unchanged_and_old_tables_load(span_tokens):
 @pytest.fixture(scope="module")
 def simulated_run(tmp_path_factory) -> Path:
     from agentuq_nb.sim import run_simulations
-    from agentuq_nb.uq.aggregation import aggregate
-    from agentuq_nb.uq.extraction import extract
+    from agentuq_nb.steps.aggregate import aggregate
+    from agentuq_nb.steps.extract import extract
 
     out = tmp_path_factory.mktemp("spans_sim")
     results = run_simulations("bookshop", out / "sim", task_ids=["1", "2", "10"], max_steps=6, max_errors=3,
@@ -224,7 +224,7 @@ def test_real_simulated_rows_are_labelled(simulated_run):
 
 @pytest.mark.slow
 def test_rescored_rows_are_labelled(simulated_run):
-    from agentuq_nb.uq.observation import rescore
+    from agentuq_nb.steps.rescore import rescore
 
     rescore(simulated_run / "sim" / "results.json", simulated_run / "rescored")
     tokens = pd.read_parquet(simulated_run / "rescored" / "tokens.parquet")

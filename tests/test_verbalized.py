@@ -6,7 +6,8 @@ import json
 import pandas as pd
 import pytest
 
-from agentuq_nb.uq.verbalized import parse_confidence, verbalized_confidence
+from agentuq_nb.steps.verbalized import verbalized_confidence
+from agentuq_nb.uq.verbalized import parse_confidence
 
 
 @pytest.mark.parametrize("text, value", [

@@ -20,17 +20,23 @@ import typer
 from pydantic import ValidationError
 from typer.core import TyperGroup
 
+from agentuq_nb.intervention.config import PolicyConfig
 from agentuq_nb.io.errors import InputError, MixedRunError, StaleArtifactError
 from agentuq_nb.io.input_warnings import InputDataWarning
 from agentuq_nb.io.store.run_lock import RunBusyError
-from agentuq_nb.records.config import (
-    ActionSamplingConfig,
-    BlackBoxConfig,
-    ExecutionConfig,
-    PolicyConfig,
-    ScoringConfig,
-    SimulationConfig,
-)
+from agentuq_nb.records.config import ActionSamplingConfig, ExecutionConfig, ScoringConfig, SimulationConfig
+from agentuq_nb.steps.analyze import AnalyzeConfig
+from agentuq_nb.steps.base import Reporter
+from agentuq_nb.steps.blackbox import BlackBoxConfig
+from agentuq_nb.steps.calibrate import CalibrateConfig
+from agentuq_nb.steps.compare_estimators import CompareEstimatorsConfig
+from agentuq_nb.steps.compare_runs import CompareRunsConfig
+from agentuq_nb.steps.early_warning import EarlyWarningConfig
+from agentuq_nb.steps.evaluate import EvaluateConfig
+from agentuq_nb.steps.probe import ProbeConfig
+from agentuq_nb.steps.saup import SaupConfig
+from agentuq_nb.steps.trials import TrialsConfig
+from agentuq_nb.steps.verbalized import VerbalizedConfig
 
 #: set to 1 to see the traceback of an unexpected error (a bug) instead of its one line
 TRACEBACK_ENV = "AGENTUQ_NB_TRACEBACK"
@@ -238,11 +244,12 @@ def extract(
     score: Optional[str] = typer.Option(None, "--score", help=SCORE_HELP),
 ):
     """Token rows from results + sidecars → RUN_DIR/tokens.parquet."""
-    from agentuq_nb.uq import extract as run_extract
+    from agentuq_nb.steps.extract import ExtractConfig
+    from agentuq_nb.steps.extract import run as run_extract
 
     _out_folder(out, "extract")
     with _step("extract", out):
-        report = run_extract(results, out, sidecar_dir, progress=True, score=score)
+        report = run_extract(out, ExtractConfig(results=results, sidecar_dir=sidecar_dir, progress=True, score=score))
     typer.echo(f"{report.num_simulations} simulations, {report.num_tokens} token rows → {out / 'tokens.parquet'}")
     if report.num_tokens == 0:
         typer.secho(f"note: no message carried log-probs, so there is nothing to aggregate; 'agentuq-nb rescore "
@@ -255,49 +262,35 @@ def aggregate(
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help=SCHEDULER_HELP + "; reads the token table partitioned by task"),
 ):
     """Turn and trajectory summaries → RUN_DIR/{turn,trajectory}_summary.{csv,parquet}."""
-    from agentuq_nb.uq import aggregate as run_aggregate
+    from agentuq_nb.steps.aggregate import aggregate as run_aggregate
+    from agentuq_nb.steps.aggregate import summary_counts
 
     with _step("aggregate", run_dir):
         turns, trajs = run_aggregate(run_dir, scheduler=scheduler)
-    typer.echo(f"{_summary_counts(turns, trajs)} → {run_dir}")
-
-
-def _summary_counts(turns, trajs) -> str:
-    """What aggregate wrote, counted by what it counts: "20 trajectories: 510 turn rows (one per message, role and
-    scorer), 100 trajectory rows (20 trajectories × 5 role rows: assistant, combined, …)"."""
-    from agentuq_nb.records.tokens import TRAJECTORY_KEYS
-
-    n = len(trajs.drop_duplicates(TRAJECTORY_KEYS)) if len(trajs) else 0
-    roles = sorted(trajs["role"].dropna().unique()) if len(trajs) else []
-    scorers = sorted(trajs["scorer"].dropna().unique()) if "scorer" in trajs and len(trajs) else []
-    per = f"{len(roles)} role row{'s' if len(roles) != 1 else ''} ({', '.join(roles)})"
-    if len(scorers) > 1:
-        per += f" over {len(scorers)} scorers ({', '.join(scorers)})"
-    return (f"{n} trajectories: {len(turns)} turn rows (one per scored message, role and scorer), {len(trajs)} "
-            f"trajectory rows ({n} trajectories × {per}, where a trajectory has them)")
+    typer.echo(f"{summary_counts(turns, trajs)} → {run_dir}")
 
 
 @app.command()
 def evaluate(
     run_dir: Path = typer.Argument(...),
-    uncertainty: str = typer.Option("avg_token_nll", help="a registered estimator's name (see 'agentuq-nb estimators "
-                                    "RUN_DIR'), a token statistic of --role, or a raw trajectory-summary column"),
-    role: str = typer.Option("assistant", help="role of a token statistic (assistant, user, combined, observation_*, total)"),
-    scorer: Optional[str] = typer.Option(None, help="scorer of a token statistic (default: self, else the only one)"),
-    invert: bool = typer.Option(False, "--invert", help="only for a raw column: it is a confidence (higher = success); "
-                                "registered estimators carry their own orientation"),
-    failure_threshold: float = failure_threshold_option(),
-    n_boot: int = n_boot_option("bootstrap resamples for the 95% CIs (0: none)"),
-    seed: int = typer.Option(0),
+    uncertainty: str = config_option(EvaluateConfig, "uncertainty", "--uncertainty"),
+    role: str = config_option(EvaluateConfig, "role", "--role"),
+    scorer: Optional[str] = config_option(EvaluateConfig, "scorer", "--scorer"),
+    invert: bool = config_option(EvaluateConfig, "invert", "--invert"),
+    failure_threshold: float = config_option(EvaluateConfig, "failure_threshold", "--failure-threshold"),
+    n_boot: int = config_option(EvaluateConfig, "n_boot", "--n-boot", min=0),
+    seed: int = config_option(EvaluateConfig, "seed", "--seed"),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help=SCHEDULER_HELP),
     plugin: Optional[list[str]] = typer.Option(None, "--plugin", help=PLUGIN_HELP),
 ):
     """Failure prediction metrics of one estimator with bootstrap CIs → RUN_DIR/eval_metrics.json, eval_curves.csv."""
-    from agentuq_nb.evaluation import evaluate as run_evaluate
+    from agentuq_nb.steps.evaluate import run as run_evaluate
 
     _load_plugins(plugin)
     with _step("evaluate", run_dir):
-        result = run_evaluate(run_dir, role, uncertainty, failure_threshold, invert, scorer, n_boot, seed, scheduler=scheduler)
+        result = run_evaluate(run_dir, EvaluateConfig(role=role, uncertainty=uncertainty, failure_threshold=failure_threshold,
+                                                      invert=invert, scorer=scorer, n_boot=n_boot, seed=seed,
+                                                      scheduler=scheduler))
     _show_evaluation(result)
 
 
@@ -324,16 +317,16 @@ def trials(
     run_dir: Path = typer.Argument(...),
     k: Optional[list[int]] = typer.Option(None, "--k", help="the k of pass^k (repeat the option; default 1 .. the "
                                           "fewest trials of a task)"),
-    failure_threshold: float = failure_threshold_option(),
-    n_boot: int = n_boot_option("bootstrap resamples of tasks for the 95% CIs (0: none)"),
-    seed: int = typer.Option(0),
+    failure_threshold: float = config_option(TrialsConfig, "failure_threshold", "--failure-threshold"),
+    n_boot: int = config_option(TrialsConfig, "n_boot", "--n-boot", min=0),
+    seed: int = config_option(TrialsConfig, "seed", "--seed"),
 ):
     """Multi-trial labels of a run: pass^k as τ²-bench defines it (CIs resample tasks) and label noise (prints only)."""
-    from agentuq_nb.evaluation.multi_trial import multi_trial_report
+    from agentuq_nb.steps.trials import run as run_trials
 
     with _step("trials", run_dir):
-        report, _ = multi_trial_report(run_dir, k_values=k or None, failure_threshold=failure_threshold,
-                                       n_boot=n_boot, seed=seed)
+        report = run_trials(run_dir, TrialsConfig(k_values=k or None, failure_threshold=failure_threshold,
+                                                  n_boot=n_boot, seed=seed))
     trials_per_task = report["trials_per_task"]
     typer.echo(f"{report['n_trajectories']} trajectories, {report['n_tasks']} tasks, trials per task "
                f"{trials_per_task['min']}–{trials_per_task['max']}; mean task success rate "
@@ -357,68 +350,70 @@ def trials(
 def analyze(
     results: Path = typer.Argument(..., help=RESULTS_HELP),
     out: Path = typer.Option(..., "--out", help="run directory to write the tables, summaries and metrics to"),
-    sidecar_dir: Optional[Path] = typer.Option(None, "--sidecar-dir", help="where agentuq sidecar JSONL files are, if not beside the results"),
-    uncertainty: str = typer.Option("avg_token_nll", help="the estimator evaluated (as for 'agentuq-nb evaluate')"),
-    role: str = typer.Option("assistant", help="role of a token statistic"),
-    scorer: Optional[str] = typer.Option(None, help="scorer of a token statistic (default: self, else the only one)"),
-    failure_threshold: float = failure_threshold_option(),
-    n_boot: int = n_boot_option("bootstrap resamples for the 95% CIs (0: none)"),
-    seed: int = typer.Option(0),
-    blackbox: bool = typer.Option(True, "--blackbox/--no-blackbox", help="also the black-box families (structure, "
-                                  "TRACER: from the messages, no log-probs needed) and the estimator table of every "
-                                  "family the run holds; --no-blackbox: extract, aggregate, evaluate only"),
-    embedder: Embedder = config_option(BlackBoxConfig, "embedder", "--embedder",
+    sidecar_dir: Optional[Path] = config_option(AnalyzeConfig, "sidecar_dir", "--sidecar-dir"),
+    uncertainty: str = config_option(AnalyzeConfig, "uncertainty", "--uncertainty"),
+    role: str = config_option(AnalyzeConfig, "role", "--role"),
+    scorer: Optional[str] = config_option(AnalyzeConfig, "scorer", "--scorer"),
+    failure_threshold: float = config_option(AnalyzeConfig, "failure_threshold", "--failure-threshold"),
+    n_boot: int = config_option(AnalyzeConfig, "n_boot", "--n-boot", min=0),
+    seed: int = config_option(AnalyzeConfig, "seed", "--seed"),
+    blackbox: bool = config_option(AnalyzeConfig, "blackbox", "--blackbox/--no-blackbox"),
+    embedder: Embedder = config_option(AnalyzeConfig, "embedder", "--embedder",
                                        help="sentence embeddings of the black-box signals"),
-    score: Optional[str] = typer.Option(None, "--score", help=SCORE_HELP),
-    figures: bool = typer.Option(True, "--figures/--no-figures", help="draw the estimator forest (and, with "
-                                 "log-probs, the ROC and accuracy-rejection curves) into RUN_DIR/figures"),
+    score: Optional[str] = config_option(AnalyzeConfig, "score", "--score"),
+    figures: bool = config_option(AnalyzeConfig, "figures", "--figures/--no-figures"),
 ):
     """Results → RUN_DIR in one process: extract, aggregate and evaluate where the run has token log-probs; the
     black-box families and the estimator table of every family it holds (with or without log-probs); its figures."""
-    from agentuq_nb.estimators.token import check_estimator_name
-    from agentuq_nb.records.outcomes import check_failure_threshold
-    from agentuq_nb.uq import aggregate as run_aggregate
-    from agentuq_nb.uq import extract as run_extract
+    from agentuq_nb.steps.analyze import run as run_analyze
 
     _out_folder(out, "analyze")
-    with _reported(lambda: "interrupted: nothing was run"):  # names checked before any table is replaced
-        check_estimator_name(uncertainty, role)
-        check_failure_threshold(failure_threshold)
-    with _step("extract", out):
-        report = run_extract(results, out, sidecar_dir, progress=True, score=score)
-    has_tokens = report.num_tokens > 0
-    if has_tokens:
-        with _step("aggregate", out):
-            turns, trajs = run_aggregate(out)
-            summary_counts = _summary_counts(turns, trajs)
-            del turns, trajs  # the summaries are on disk: not resident while evaluate runs
-    # imported only now: scipy and sklearn (~80 MiB) are then not resident during extract's peak
-    from agentuq_nb.evaluation import evaluate as run_evaluate
+    with _reported(lambda: "interrupted: nothing was run"):
+        config = AnalyzeConfig(results=results, sidecar_dir=sidecar_dir, score=score, uncertainty=uncertainty, role=role,
+                               scorer=scorer, failure_threshold=failure_threshold, n_boot=n_boot, seed=seed,
+                               blackbox=blackbox, embedder=Embedder(embedder).value, figures=figures)
+    report = run_analyze(out, config, CommandLine())
+    if report.figures:
+        typer.echo(f"figures → {out / 'figures'}: {', '.join(p.stem for p in report.figures)} (PNG and PDF); every "
+                   f"trajectory, interactively: agentuq-nb explore {out}")
 
-    if has_tokens:
-        with _step("evaluate", out):
-            result = run_evaluate(out, role, uncertainty, failure_threshold, False, scorer, n_boot, seed)
-        typer.echo(f"{report.num_simulations} simulations, {report.num_tokens} token rows; {summary_counts} → {out}")
-        _show_evaluation(result)
-    else:
-        typer.echo(f"{report.num_simulations} simulations, no token log-probs → {out}")
-    if blackbox or not has_tokens:
-        _estimator_table(out, failure_threshold, n_boot, seed, blackbox=blackbox, embedder=embedder)
-    if figures:
-        from agentuq_nb.pipeline.analysis import analysis_figures
 
-        with _reported(lambda: f"interrupted while drawing the figures; {out} holds its tables, complete"):
-            drawn = analysis_figures(out)
-        typer.echo(f"figures → {out / 'figures'}: {', '.join(p.stem for p in drawn)} (PNG and PDF); every trajectory, "
-                   f"interactively: agentuq-nb explore {out}")
+class CommandLine(Reporter):
+    """How a step that runs others (``analyze``, ``compare-estimators``) talks here: notes on stderr, each inner
+    step wrapped by :func:`_step` (one-line errors, a Ctrl-C answered with the state it left), results printed."""
+
+    def say(self, text: str, warn: bool = False) -> None:
+        if warn:
+            typer.secho(text, fg=typer.colors.YELLOW, err=True)
+        else:
+            typer.echo(text)
+
+    def stage(self, step: str, run_dir: Path):
+        if step == "check":
+            return _reported(lambda: "interrupted: nothing was run")
+        if step == "figures":
+            return _reported(lambda: f"interrupted while drawing the figures; {run_dir} holds its tables, complete")
+        return _step(step, run_dir)
+
+    def show(self, what: str, value) -> None:
+        if what == "evaluate":
+            extracted = value.extracted
+            if value.evaluation is not None:
+                typer.echo(f"{extracted.num_simulations} simulations, {extracted.num_tokens} token rows; "
+                           f"{value.summary_counts} → {extracted.run_dir}")
+                _show_evaluation(value.evaluation)
+            else:
+                typer.echo(f"{extracted.num_simulations} simulations, no token log-probs → {extracted.run_dir}")
+        elif what == "compare-estimators":
+            _show_estimator_table(value)
 
 
 @app.command("compare-estimators")
 def compare_estimators(
     run_dir: Path = typer.Argument(...),
-    failure_threshold: float = failure_threshold_option(),
-    n_boot: int = n_boot_option("bootstrap resamples for CIs and paired p-values (0: none)"),
-    seed: int = typer.Option(0),
+    failure_threshold: float = config_option(CompareEstimatorsConfig, "failure_threshold", "--failure-threshold"),
+    n_boot: int = config_option(CompareEstimatorsConfig, "n_boot", "--n-boot", min=0),
+    seed: int = config_option(CompareEstimatorsConfig, "seed", "--seed"),
     estimator: Optional[list[str]] = typer.Option(None, "--estimator", help="only these estimators (repeat the option)"),
     combine_input: Optional[list[str]] = typer.Option(None, "--combine-input", help="an input of the combined predictor "
                                                       "(repeat; default: one estimator per kind of signal)"),
@@ -429,115 +424,76 @@ def compare_estimators(
     plugin: Optional[list[str]] = typer.Option(None, "--plugin", help=PLUGIN_HELP),
 ):
     """Every estimator in the run vs failure (AUROC, AUARC, AURC, PRR, Spearman, CIs, p vs avg NLL) → estimator_table.csv."""
+    from agentuq_nb.steps.compare_estimators import estimator_table
+
     _load_plugins(plugin)
-    _estimator_table(run_dir, failure_threshold, n_boot, seed, names=estimator, combined_input_names=combine_input,
-                     blackbox=blackbox, embedder=embedder)
+    with _reported(lambda: "interrupted: nothing was run"):
+        config = CompareEstimatorsConfig(failure_threshold=failure_threshold, n_boot=n_boot, seed=seed,
+                                         names=estimator or None, combined_input_names=combine_input or None,
+                                         blackbox=BlackBoxConfig(embedder=Embedder(embedder).value) if blackbox else False)
+    _show_estimator_table(estimator_table(run_dir, config, CommandLine()))
 
 
-def _estimator_table(run_dir: Path, failure_threshold: float, n_boot: int, seed: int, names=None,
-                     combined_input_names=None, blackbox: bool = True, embedder: Embedder = Embedder.minilm) -> None:
-    """compare-estimators' work and report (``analyze`` ends with it too): the black-box families brought up to
-    date, the table, and the families the run lacks with the command that adds each."""
-    import pyarrow.parquet as pq
-
-    from agentuq_nb.evaluation import compare_estimators as run_compare
-    from agentuq_nb.evaluation.family_gaps import missing_families
-    from agentuq_nb.evaluation.run_blackbox import BlackBoxConfig, ensure_blackbox
-    from agentuq_nb.io.store.rundir import RunDir
-
-    skipped = None
-    run = RunDir(run_dir)
-    if (run.path.is_dir() and not run.has("trajectory_summary")
-            and any(pq.read_metadata(f).num_rows for f in run.token_tables())):
-        # token rows without summaries (e.g. straight after rescore): the token estimators need them
-        typer.secho(f"{run_dir} has token rows but no turn or trajectory summaries: running 'agentuq-nb aggregate "
-                    f"{run_dir}' first", fg=typer.colors.YELLOW, err=True)
-        from agentuq_nb.uq import aggregate as run_aggregate
-
-        with _step("aggregate", run_dir):
-            turns, trajs = run_aggregate(run_dir)
-        typer.echo(_summary_counts(turns, trajs), err=True)
-    with _step("compare-estimators", run_dir):
-        if blackbox:
-            config = BlackBoxConfig(failure_threshold=failure_threshold, seed=seed, embedder=Embedder(embedder).value)
-            status = ensure_blackbox(run_dir, config)
-            skipped = status.skipped
-            if status.report and "signals" in status.computed:
-                r = status.report
-                typer.echo(f"black-box signals: {r['trajectories']} trajectories, {r['messages']} messages in "
-                           f"{r['seconds']:.1f} s ({r['embed_seconds']:.1f} s embedding {r['texts_embedded']} texts)")
-        table = run_compare(run_dir, failure_threshold=failure_threshold, n_boot=n_boot, seed=seed,
-                            names=names or None, combined_input_names=combined_input_names or None, blackbox=False)
-        gaps = missing_families(RunDir(run_dir), skipped)
+def _show_estimator_table(report) -> None:
+    """What compare-estimators (and analyze) print of the table: its main columns, where it is, the estimators whose
+    trajectories hold one class, and the families the run lacks with the command that adds each."""
+    table = report.table
     cols = [c for c in ("estimator", "orientation", "n", "auroc", "auroc_lo", "auroc_hi", "auroc_stratified",
                         "auroc_residual", "ece", "brier", "beats_length_baseline", "p_value_vs_reference") if c in table]
     typer.echo(table[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
-    typer.echo(f"→ {RunDir(run_dir).file('estimator_table')}")
+    typer.echo(f"→ {report.path}")
     one_class = table[(table["n_failures"] == 0) | (table["n_failures"] == table["n"])]
     if len(one_class):
         row = one_class.iloc[0]
         typer.secho(f"note: AUROC and the other ranking metrics are null for {len(one_class)} estimator(s): their "
                     f"trajectories hold one class only ({int(row['n_failures'])} failures of {int(row['n'])} at "
-                    f"failure threshold {failure_threshold:g})", fg=typer.colors.YELLOW, err=True)
-    if gaps:
+                    f"failure threshold {report.failure_threshold:g})", fg=typer.colors.YELLOW, err=True)
+    if report.gaps:
         typer.secho("families not computed for this run (what each needs: the command that adds it):\n"
-                    + "\n".join(f"  - {gap}" for gap in gaps), fg=typer.colors.YELLOW, err=True)
+                    + "\n".join(f"  - {gap}" for gap in report.gaps), fg=typer.colors.YELLOW, err=True)
 
 
 @app.command()
 def blackbox(
     run_dir: Path = typer.Argument(..., help="run directory (its manifest names the results)"),
     results: Optional[Path] = typer.Option(None, "--results", help="results file, if not the one the run was made from"),
-    failure_threshold: float = failure_threshold_option("failure = reward < threshold (TRACER's tuned readouts)"),
+    failure_threshold: float = config_option(BlackBoxConfig, "failure_threshold", "--failure-threshold",
+                                             help="failure = reward < threshold (TRACER's tuned readouts)"),
     seed: int = config_option(BlackBoxConfig, "seed", "--seed"),
     embedder: Embedder = config_option(BlackBoxConfig, "embedder", "--embedder"),
-    force: bool = typer.Option(False, "--force", help="recompute even when the tables are up to date"),
+    force: bool = config_option(BlackBoxConfig, "force", "--force", help="recompute even when the tables are up to date"),
 ):
     """Uncertainty from the messages alone (no log-probs): structure signals and TRACER → blackbox_*.parquet, tracer_tuned.parquet."""
-    from agentuq_nb.evaluation.run_blackbox import (
-        BlackBoxConfig,
-        compute_signals,
-        compute_tuning,
-        ensure_blackbox,
-        read_json,
-    )
-    from agentuq_nb.io.store.rundir import RunDir
+    from agentuq_nb.steps.blackbox import run as run_blackbox
 
     with _step("blackbox", run_dir):
-        config = BlackBoxConfig(failure_threshold=failure_threshold, seed=seed, embedder=embedder.value,
-                                results=results)
-        if force:
-            report, tuning = compute_signals(run_dir, config), compute_tuning(run_dir, config)
-        else:
-            status = ensure_blackbox(run_dir, config)
-            if status.skipped:
-                raise FileNotFoundError(status.skipped)
-            report, tuning = status.report, read_json(RunDir(run_dir), "tracer_tuning")
-    typer.echo(json.dumps({"signals": report, "tracer_tuning": tuning}, indent=2))
+        done = run_blackbox(run_dir, BlackBoxConfig(failure_threshold=failure_threshold, seed=seed,
+                                                    embedder=embedder.value, results=results, force=force))
+    typer.echo(json.dumps(done, indent=2))
 
 
 @app.command()
 def saup(
     run_dir: Path = typer.Argument(..., help="run directory with token rows (after aggregate)"),
-    embedder: Embedder = typer.Option("minilm", help="sentence embeddings of the steps' drift (D_a, D_o)"),
-    failure_threshold: float = failure_threshold_option("failure = reward < threshold (the HMM's state weights)"),
-    k_folds: int = typer.Option(5, min=2, help="folds (by task) of the cross-fitted HMM weighting"),
-    seed: int = typer.Option(0),
-    hmm: bool = typer.Option(True, "--hmm/--no-hmm", help="also the 3-state HMM weighting (saup_hmm)"),
+    embedder: Embedder = config_option(SaupConfig, "embedder", "--embedder",
+                                       help="sentence embeddings of the steps' drift (D_a, D_o)"),
+    failure_threshold: float = config_option(SaupConfig, "failure_threshold", "--failure-threshold"),
+    k_folds: int = config_option(SaupConfig, "k_folds", "--k-folds", min=2),
+    seed: int = config_option(SaupConfig, "seed", "--seed"),
+    hmm: bool = config_option(SaupConfig, "hmm", "--hmm/--no-hmm"),
 ):
     """SAUP: each step's uncertainty weighted by its drift from the task and the dialogue, propagated per actor
     → RUN_DIR/saup_scores.parquet (family saup in compare-estimators)."""
+    from agentuq_nb.io.store.rundir import RunDir
+    from agentuq_nb.steps.saup import run as run_saup
     from agentuq_nb.uq.saup import actor_breakdown
-    from agentuq_nb.uq.saup import saup as run_saup
 
     with _step("saup", run_dir):
-        scores, steps = run_saup(run_dir, embedder=Embedder(embedder).value, failure_threshold=failure_threshold,
-                                 k_folds=k_folds, seed=seed, hmm=hmm)
+        scores, steps = run_saup(run_dir, SaupConfig(embedder=Embedder(embedder).value, failure_threshold=failure_threshold,
+                                                     k_folds=k_folds, seed=seed, hmm=hmm))
     summary = actor_breakdown(scores).groupby(["actor", "weighting"])["saup"].describe()
     typer.echo(f"{len(scores)} trajectories, {len(steps)} steps ({int((steps['actor'] == 'assistant').sum())} agent)")
     typer.echo(summary[["count", "mean", "50%", "max"]].to_string(float_format=lambda x: f"{x:.3f}"))
-    from agentuq_nb.io.store.rundir import RunDir
-
     typer.echo(f"→ {RunDir(run_dir).file('saup_scores')}")
 
 
@@ -547,30 +503,29 @@ def early_warning(
                                    "blackbox_turns)"),
     fraction: Optional[list[float]] = typer.Option(None, "--fraction", help="share of the trajectory seen (repeat; "
                                                    "default 0.25 0.5 0.75 1)"),
-    role: str = typer.Option("assistant", help="whose turns are followed"),
-    scorer: str = typer.Option("self", help="scorer of the per-turn values (blackbox for --table blackbox_turns)"),
-    value: str = typer.Option("avg_token_nll", help="the per-turn value, a column of --table"),
-    table: str = typer.Option("turn_summary", help="turn_summary (token statistics) | blackbox_turns (per-message "
-                              "black-box signals, e.g. --value tracer_step_risk --scorer blackbox)"),
-    failure_threshold: float = failure_threshold_option(),
-    n_boot: int = n_boot_option(),
-    seed: int = typer.Option(0),
+    role: str = config_option(EarlyWarningConfig, "role", "--role"),
+    scorer: str = config_option(EarlyWarningConfig, "scorer", "--scorer"),
+    value: str = config_option(EarlyWarningConfig, "value", "--value"),
+    table: str = config_option(EarlyWarningConfig, "table", "--table"),
+    failure_threshold: float = config_option(EarlyWarningConfig, "failure_threshold", "--failure-threshold"),
+    n_boot: int = config_option(EarlyWarningConfig, "n_boot", "--n-boot", min=0),
+    seed: int = config_option(EarlyWarningConfig, "seed", "--seed"),
 ):
     """How early failure shows: the mean per-turn uncertainty of the first f of each trajectory vs failure, per
     fraction → RUN_DIR/early_warning_scores.parquet (family early_warning in compare-estimators)."""
-    from agentuq_nb.evaluation.dynamics import early_warning_table
-    from agentuq_nb.uq.dynamics import FRACTIONS
+    from agentuq_nb.io.store.rundir import RunDir
+    from agentuq_nb.steps.early_warning import run as run_early_warning
 
     if table not in ("turn_summary", "blackbox_turns"):
         _fail(ValueError(f"--table must be turn_summary or blackbox_turns, got {table!r}"))
     with _step("early-warning", run_dir):
-        aurocs, _ = early_warning_table(run_dir, tuple(fraction) if fraction else FRACTIONS, role=role, scorer=scorer,
-                                        value=value, failure_threshold=failure_threshold, n_boot=n_boot, seed=seed,
-                                        table=table)
+        options = dict(role=role, scorer=scorer, value=value, failure_threshold=failure_threshold, n_boot=n_boot,
+                       seed=seed, table=table)
+        if fraction:
+            options["fractions"] = tuple(fraction)
+        aurocs, _ = run_early_warning(run_dir, EarlyWarningConfig(**options))
     cols = ["fraction", "auroc", "auroc_lo", "auroc_hi", "n", "n_failures", "mean_turns_seen"]
     typer.echo(aurocs[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
-    from agentuq_nb.io.store.rundir import RunDir
-
     typer.echo(f"→ {RunDir(run_dir).file('early_warning_scores')}")
 
 
@@ -578,40 +533,25 @@ def early_warning(
 def compare_runs(
     run_dirs: list[Path] = typer.Argument(..., help="run folders to compare the estimators across (read only)"),
     out: Path = typer.Option(..., "--out", help="output folder for the leaderboard (a plain folder, not a run folder)"),
-    failure_threshold: float = failure_threshold_option(),
-    n_boot: int = n_boot_option("bootstrap resamples (tasks within each run) for CIs and p-values"),
-    seed: int = typer.Option(0),
+    failure_threshold: float = config_option(CompareRunsConfig, "failure_threshold", "--failure-threshold"),
+    n_boot: int = config_option(CompareRunsConfig, "n_boot", "--n-boot", min=0),
+    seed: int = config_option(CompareRunsConfig, "seed", "--seed"),
     estimator: Optional[list[str]] = typer.Option(None, "--estimator", help="only these estimators (repeat the "
                                                   "option; each must be in every run; length baselines always)"),
-    q: float = typer.Option(0.1, "--q", help="false discovery rate of the Benjamini-Hochberg step over estimators"),
+    q: float = config_option(CompareRunsConfig, "q", "--q"),
     plugin: Optional[list[str]] = typer.Option(None, "--plugin", help=PLUGIN_HELP),
 ):
     """One estimator leaderboard across runs: AUROC and length-controlled AUROC per run and pooled (within-run pairs
     only), vs the best length baseline with BH-FDR → OUT/run_leaderboard.{csv,png,pdf,json}, run_leaderboard_long.csv."""
-    from agentuq_nb.evaluation.run_leaderboard import OUTPUTS
-    from agentuq_nb.evaluation.run_leaderboard import compare_runs as run_compare
+    from agentuq_nb.steps.compare_runs import OUTPUTS
+    from agentuq_nb.steps.compare_runs import run as run_compare
 
     _load_plugins(plugin)
     with _reported(lambda: f"interrupted: the run folders are untouched; in {out}, {OUTPUTS['inputs']} (written "
                            "last) is there only beside the complete set of files it lists"):
-        result = run_compare(run_dirs, out, failure_threshold=failure_threshold, n_boot=n_boot, seed=seed,
-                             names=estimator or None, q=q, figure=_draw_run_leaderboard)
+        result = run_compare(CompareRunsConfig(run_dirs=run_dirs, out=out, failure_threshold=failure_threshold,
+                                               n_boot=n_boot, seed=seed, names=estimator or None, q=q, figure=True))
     _show_run_leaderboard(result, out)
-
-
-def _draw_run_leaderboard(result, folder: Path) -> list[Path]:
-    import matplotlib.pyplot as plt
-
-    from agentuq_nb.evaluation.run_leaderboard import FIGURE_NAME
-    from agentuq_nb.figures import save
-    from agentuq_nb.figures.run_leaderboard import run_leaderboard_figure
-
-    fig = run_leaderboard_figure(result.leaderboard, result.long, result.runs, q=result.q,
-                                 failure_threshold=result.failure_threshold)
-    try:
-        return save(fig, FIGURE_NAME, folder)
-    finally:
-        plt.close(fig)
 
 
 #: rows of the leaderboard printed by compare-runs (the CSV holds them all)
@@ -621,7 +561,7 @@ SHOWN_ROWS = 20
 def _show_run_leaderboard(result, out: Path) -> None:
     """What compare-runs prints: the runs, the top of the leaderboard (pooled columns), where the files are, notes."""
     from agentuq_nb.evaluation.pooled_auroc import POOLED
-    from agentuq_nb.evaluation.run_leaderboard import FIGURE_NAME, OUTPUTS
+    from agentuq_nb.steps.compare_runs import FIGURE_NAME, OUTPUTS
 
     typer.echo(f"{len(result.runs)} run(s): " + ", ".join(f"{r.run} (n={r.n_trajectories}, {r.n_failures} failed)"
                                                          for r in result.runs.itertuples()))
@@ -653,16 +593,16 @@ def calibrate(
     method: str = typer.Option("both", help="platt | isotonic | both"),
     transfer_to: Optional[Path] = typer.Option(None, "--transfer-to", help="another run folder: maps fitted on "
                                                "RUN_DIR are evaluated on it"),
-    n_bins: int = typer.Option(10, min=1, help="equal-mass bins of the ECE, the Brier decomposition and the diagram"),
-    failure_threshold: float = failure_threshold_option(),
-    seed: int = typer.Option(0),
+    n_bins: int = config_option(CalibrateConfig, "n_bins", "--n-bins", min=1),
+    failure_threshold: float = config_option(CalibrateConfig, "failure_threshold", "--failure-threshold"),
+    seed: int = config_option(CalibrateConfig, "seed", "--seed"),
     combine_input: Optional[list[str]] = typer.Option(None, "--combine-input", help="an input of the combined predictor "
                                                       "(repeat; default: one estimator per kind of signal)"),
     plugin: Optional[list[str]] = typer.Option(None, "--plugin", help=PLUGIN_HELP),
 ):
     """Estimators as failure probabilities (Platt, isotonic; cross-fitted by task): ECE, debiased ECE, Brier and its
     decomposition, log loss, reliability bins → RUN_DIR/calibration.json, calibration_bins.csv."""
-    from agentuq_nb.evaluation.run_calibration import calibrate as run_calibrate
+    from agentuq_nb.steps.calibrate import calibrate as run_calibrate
 
     if method not in ("platt", "isotonic", "both"):
         _fail(ValueError(f"--method must be platt, isotonic or both, not {method!r}"))
@@ -802,7 +742,7 @@ def simulate(
         decision_policy = None
         if policy is not None:
             from agentuq_nb.intervention import build_policy
-            from agentuq_nb.records.config import PolicyConfig
+            from agentuq_nb.intervention.config import PolicyConfig
 
             flags = {"policy": "--policy", "signal": "--policy-signal", "threshold": "--policy-threshold",
                      "risk": "--risk", "alpha": "--policy-alpha", "calibration": "--policy-calibration",
@@ -844,7 +784,7 @@ def score_observations(
 ):
     """Surprise of every user and tool message under a scorer → RUN_DIR/tokens.observations_<mode>.parquet."""
     from agentuq_nb.distributed import FanOutFailed
-    from agentuq_nb.uq import score_observations as run_scoring
+    from agentuq_nb.steps.score_observations import score_observations as run_scoring
 
     try:
         report = run_scoring(run_dir, results, scorer_mode=scorer_mode, scorer_llm=scorer_llm, backend=backend,
@@ -877,7 +817,7 @@ def rescore(
 ):
     """Teacher-forced token rows for every message of a results file → OUT/tokens.parquet (then aggregate, evaluate)."""
     from agentuq_nb.distributed import FanOutFailed
-    from agentuq_nb.uq import rescore as run_rescore
+    from agentuq_nb.steps.rescore import rescore as run_rescore
 
     _out_folder(out, "rescore")
     if scheduler is None and (os.cpu_count() or 1) > 1:
@@ -918,7 +858,7 @@ def sample_actions(
 ):
     """K alternative next actions at every agent decision point → RUN_DIR/action_samples.parquet, action_turns.parquet."""
     from agentuq_nb.distributed import FanOutFailed
-    from agentuq_nb.uq.action_sampling import sample_actions as run_sampling
+    from agentuq_nb.steps.sample_actions import sample_actions as run_sampling
 
     try:
         with _step("sample-actions", run_dir):
@@ -936,25 +876,23 @@ def sample_actions(
 @app.command()
 def probe(
     prompt: str = typer.Argument(..., help="the prompt to probe"),
-    n: int = typer.Option(5, "--n", help="sampled responses"),
-    model: Optional[str] = typer.Option(None, "--model", help="litellm model name (default: the embedded model)"),
-    max_tokens: int = typer.Option(48, "--max-tokens"),
-    temperature: float = typer.Option(1.0, "--temperature"),
-    seed: int = typer.Option(0, "--seed"),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="also save the sparklines figure here (.png/.pdf)"),
+    n: int = config_option(ProbeConfig, "n", "--n"),
+    model: Optional[str] = config_option(ProbeConfig, "model", "--model"),
+    max_tokens: int = config_option(ProbeConfig, "max_tokens", "--max-tokens"),
+    temperature: float = config_option(ProbeConfig, "temperature", "--temperature"),
+    seed: int = config_option(ProbeConfig, "seed", "--seed"),
+    plot: Optional[Path] = config_option(ProbeConfig, "plot", "--plot"),
 ):
     """Structural and conceptual uncertainty of one prompt, with per-token sparklines."""
-    from agentuq_nb.uq.structural import probe as run_probe
+    from agentuq_nb.steps.probe import run as run_probe
 
     try:
-        result = run_probe(prompt, n=n, model=model, temperature=temperature, seed=seed, max_tokens=max_tokens)
+        result = run_probe(ProbeConfig(prompt=prompt, n=n, model=model, temperature=temperature, seed=seed,
+                                       max_tokens=max_tokens, plot=plot))
     except USER_ERRORS as err:
         _fail(err)
     typer.echo(result.summary())
     if plot is not None:
-        from agentuq_nb.figures.structural import probe_sparklines_figure
-
-        probe_sparklines_figure(result).savefig(plot, bbox_inches="tight")
         typer.echo(f"figure → {plot}")
 
 
@@ -987,16 +925,16 @@ def serve_local(
 def verbalized_confidence(
     run_dir: Path = typer.Argument(..., help="run directory (its manifest or results.json names the results)"),
     results: Optional[Path] = typer.Option(None, "--results", help="results file, if not the run's own"),
-    mode: str = typer.Option("per_turn", "--mode", help="per_turn (after each agent turn) | final (once at the end)"),
-    model: Optional[str] = typer.Option(None, "--model", help="litellm model name (default: the embedded model)"),
-    limit: Optional[int] = typer.Option(None, "--limit", help="ask about the first N simulations only"),
+    mode: str = config_option(VerbalizedConfig, "mode", "--mode"),
+    model: Optional[str] = config_option(VerbalizedConfig, "model", "--model"),
+    limit: Optional[int] = config_option(VerbalizedConfig, "limit", "--limit"),
 ):
     """Ask the agent's model how likely its actions were correct → RUN_DIR/verbalized_confidence.csv."""
-    from agentuq_nb.uq import missing_rate
-    from agentuq_nb.uq import verbalized_confidence as run_verbalized
+    from agentuq_nb.steps.verbalized import run as run_verbalized
+    from agentuq_nb.uq.verbalized import missing_rate
 
     try:
-        per_traj = run_verbalized(run_dir, results=results, model=model, mode=mode, limit=limit)
+        per_traj = run_verbalized(run_dir, VerbalizedConfig(results=results, model=model, mode=mode, limit=limit))
     except USER_ERRORS as err:
         _fail(err)
     typer.echo(f"{len(per_traj)} trajectories, {int(per_traj['num_asked'].sum())} questions, "

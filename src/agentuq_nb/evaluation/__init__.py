@@ -16,15 +16,17 @@ Modules (one job each):
 * :mod:`.agent_comparison` - the same tools applied to agents: leaderboard with FDR marks,
   success-rate intervals, abstention report, ACI on a stream of runs;
 * :mod:`.calibration` - scores as failure probabilities (Platt, isotonic, cross-fitted by task), ECE,
-  Brier decomposition, reliability tables; :mod:`.run_calibration` - a run's report (``calibrate``);
+  Brier decomposition, reliability tables;
+* :mod:`.estimator_table` - every estimator of a score table on equal footing (metrics, CIs, calibration,
+  length control, combined predictors);
 * :mod:`.combined_predictor` - cross-fitted logistic regression or gradient boosting over several estimators;
 * :mod:`.tracer_tuning` - TRACER's parameters tuned in-sample (its protocol) and by nested cross-fitting by task;
-  :mod:`.run_blackbox` - the black-box step (``agentuq-nb blackbox``): structure and TRACER signals of a run;
-  :mod:`.family_gaps` - the estimator families a run lacks and the command that adds each;
 * :mod:`.length_control` - AUROC within message-count strata and after regressing out log length;
 * :mod:`.pooled_auroc` - AUROC pooled over runs, stratified by run (and length), its within-run task
-  bootstrap, the paired test against the best length baseline and BH over estimators;
-  :mod:`.run_leaderboard` - the leaderboard across run folders (``compare-runs``).
+  bootstrap, the paired test against the best length baseline and BH over estimators.
+
+What reads and commits run folders (``evaluate``, ``compare-estimators``, ``calibrate``, ``blackbox``,
+``compare-runs``) is a step: :mod:`agentuq_nb.steps`.
 """
 from agentuq_nb.common.lazy import lazy_exports
 
@@ -40,17 +42,11 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "failure_report": ["failure_metrics"],
     "metrics": ["HIGHER_IS_BETTER", "METRICS", "UndefinedMetricError", "auarc", "auarc_tie_mean", "auroc", "aurc", "correlation",
                 "failure_curves", "failure_labels", "prr"],
-    "run_metrics": ["evaluate", "estimator_rows", "estimator_metrics"],
-    "estimator_table": ["compare_estimators", "evaluate_estimators", "evaluate_estimators_and_combinations", "score_table", "read_estimator_table",
-                        "REPORTED_METRICS"],
+    "estimator_table": ["evaluate_estimators", "evaluate_estimators_and_combinations", "REPORTED_METRICS"],
     "dynamics": ["dynamics_curve", "early_warning_table"],
     "calibration": ["brier_decomposition", "calibration_report", "cross_fitted_probabilities",
                     "expected_calibration_error", "fit_calibrator", "reliability_table"],
-    "run_calibration": ["calibrate", "calibration_table", "read_calibration_bins"],
     "combined_predictor": ["cross_fitted_combination"],
     "length_control": ["beats_length_baseline", "length_controlled", "residual_auroc", "stratified_auroc"],
     "pooled_auroc": ["pooled_leaderboard", "stratified_auroc_batch", "stratum_pair_sums"],
-    "run_leaderboard": ["build_run_leaderboard", "compare_runs", "read_run_leaderboard"],
-    "run_blackbox": ["BlackBoxConfig", "compute_signals", "compute_tuning", "ensure_blackbox", "read_blackbox_turns"],
-    "family_gaps": ["missing_families"],
 })

@@ -59,16 +59,16 @@ def dynamics_curve(turns: pd.DataFrame, n_bins: int = 10, band: str = "se", n_bo
 
 def early_warning_table(run_dir: str | os.PathLike | RunDir, fractions=FRACTIONS, role: str = "assistant",
                         scorer: str = "self", value: str = "avg_token_nll", failure_threshold: float = DEFAULT_FAILURE_THRESHOLD,
-                        n_boot: int = DEFAULT_N_BOOT, seed=0, write: bool = True,
+                        n_boot: int = DEFAULT_N_BOOT, seed=0,
                         table: str = "turn_summary") -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(AUROC per fraction with CI, per-trajectory scores); the scores are published when ``write``.
+    """(AUROC per fraction with CI, per-trajectory scores); the ``early-warning`` step publishes the scores.
 
     Scored over all trajectories of the run: a trajectory without any agent turn has NaN scores and
     is dropped by the metrics (counted in ``n``). ``table``/``scorer``/``value``: the per-turn values followed
     (``table="blackbox_turns"``, ``scorer="blackbox"`` for a run without log-probs; see ``read_agent_turns``).
     """
     run = RunDir.of(run_dir)
-    scores = compute_early_warning(run, fractions, role, scorer, value, write=write, table=table)
+    scores = compute_early_warning(run, fractions, role, scorer, value, table=table)
     turns = read_agent_turns(run, role, scorer, value, failure_threshold, table=table)
     rows = []
     for f in fractions:

@@ -23,21 +23,17 @@ trials), the bootstrap resamples tasks with all their trials (``groups``, :mod:`
 
 Rows are ordered by ``auroc_stratified``, the length-controlled AUROC (descending, undefined last).
 Written to ``RUN_DIR/estimator_table.csv`` by :func:`compare_estimators` (``agentuq-nb compare-estimators``),
-which first brings the black-box families up to date (:func:`~agentuq_nb.evaluation.run_blackbox.ensure_blackbox`).
+which first brings the black-box families up to date (:func:`~agentuq_nb.steps.blackbox.ensure_blackbox`).
 
 Every trajectory of the run is a row (its reward from ``trajectories.parquet``); an estimator without
 a score for a trajectory leaves it out of its own metrics (counted in ``n``).
 """
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 
-from agentuq_nb.estimators import BASELINES, Estimator, get
-from agentuq_nb.estimators import estimators as run_estimators
+from agentuq_nb.estimators import BASELINES, Estimator
 from agentuq_nb.estimators.combined import BLACKBOX_FAMILIES, COMBINED
 from agentuq_nb.evaluation.bootstrap import DEFAULT_N_BOOT, paired_bootstrap_pvalue
 from agentuq_nb.evaluation.calibration import calibration_report, cross_fitted_probabilities, oriented
@@ -46,8 +42,6 @@ from agentuq_nb.evaluation.failure_report import failure_metrics
 from agentuq_nb.evaluation.length_control import beats_length_baseline, length_controlled
 from agentuq_nb.evaluation.metrics import auroc, failure_labels
 from agentuq_nb.evaluation.multi_trial import task_labels
-from agentuq_nb.evaluation.run_blackbox import BlackBoxConfig, ensure_blackbox
-from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, check_failure_threshold
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 
@@ -62,35 +56,6 @@ CALIBRATION_COLUMNS = ("ece", "ece_debiased", "brier")
 DEFAULT_COMBINED_INPUTS = ("assistant.avg_token_nll", "assistant.mean_topk_entropy", "assistant.min_chosen_prob",
                            "user.avg_token_nll", "observation_tool.avg_token_nll@agent_llm",
                            "action_semantic_entropy.mean", "structural.mean", "saup_rms")
-
-
-def score_table(run_dir: str | os.PathLike | RunDir, names: list[str] | None = None) -> tuple[pd.DataFrame, list[Estimator]]:
-    """One row per trajectory (keys + ``reward``) and one column per estimator (all the run holds, or
-    ``names``); and the estimators, in table order."""
-    run = RunDir.of(run_dir)
-    chosen = run_estimators(run) if names is None else [get(name) for name in names]
-    table = run.rewards().reset_index(drop=True)
-    for estimator in chosen:
-        scores = estimator.scores(run).rename(estimator.name).reset_index()
-        table = table.merge(scores.drop_duplicates(TRAJECTORY_KEYS), on=TRAJECTORY_KEYS, how="left")
-    return table, chosen
-
-
-def estimator_inputs(run: RunDir, estimators: list[Estimator]) -> list[str]:
-    """The artefacts a table of ``estimators`` was computed from (what each one :meth:`~Estimator.reads`, plugins'
-    too, and the trajectories the rewards come from), those the run holds: the ``based_on`` of a derived table."""
-    names = dict.fromkeys(["trajectories"] + [r for e in estimators for r in e.reads(run)])
-    return [name for name in names if run.has(name)]
-
-
-def with_length_columns(run: RunDir, table: pd.DataFrame) -> pd.DataFrame:
-    """``table`` with every length baseline the run holds as a column (for the length control), also when
-    the chosen estimators leave them out."""
-    for name in BASELINES:
-        if name not in table.columns and get(name).is_available(run):
-            scores = get(name).scores(run).rename(name).reset_index()
-            table = table.merge(scores.drop_duplicates(TRAJECTORY_KEYS), on=TRAJECTORY_KEYS, how="left")
-    return table
 
 
 def best_length_baseline_auroc(table: pd.DataFrame, failure: np.ndarray) -> float:
@@ -257,35 +222,3 @@ def same_scores_as(scores: list[tuple[str, str, np.ndarray]]) -> list[str | None
         out.append(first.get(key))
         first.setdefault(key, name)
     return out
-
-
-def compare_estimators(run_dir: str | os.PathLike | RunDir, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD, n_boot: int = DEFAULT_N_BOOT,
-                       seed=0, names: list[str] | None = None, n_bins: int = 10, combine: bool = True,
-                       combined_input_names: list[str] | None = None,
-                       blackbox: bool | BlackBoxConfig = True) -> pd.DataFrame:
-    """Evaluate every estimator available in the run (or ``names``); publish ``RUN_DIR/estimator_table.csv``.
-
-    ``blackbox``: first bring the black-box families up to date (:func:`ensure_blackbox`; a config, or True for
-    the default one), with this call's failure threshold and seed."""
-    run = RunDir.of(run_dir)
-    run.require_folder("compare-estimators")
-    with run.lock("compare-estimators"):  # from the first read to the commit: based_on is what was read
-        if blackbox is not False:
-            config = blackbox if isinstance(blackbox, BlackBoxConfig) else BlackBoxConfig()
-            ensure_blackbox(run, config.model_copy(update={"failure_threshold": failure_threshold, "seed": seed}))
-        table, estimators = score_table(run, names)
-        out, combined_scores = evaluate_estimators_and_combinations(
-            with_length_columns(run, table), estimators, failure_threshold, n_boot, seed,
-            n_bins=n_bins, combine=combine, combined_input_names=combined_input_names)
-        based_on = run.based_on(*estimator_inputs(run, [e for e in estimators if e.family != "combined"]))
-        with run.commit("compare-estimators") as commit:
-            commit.write_with("estimator_table", lambda p: out.to_csv(p, index=False), based_on)
-            commit.write_parquet("combined_scores", combined_scores, based_on)
-    return out
-
-
-def read_estimator_table(run_dir: str | os.PathLike | RunDir) -> pd.DataFrame:
-    run = RunDir.of(run_dir)
-    path = run.require("estimator_table")
-    run.verify("estimator_table")
-    return pd.read_csv(Path(path))

@@ -1,5 +1,5 @@
 """Tuning TRACER's five parameters, honestly and as TRACER does (pure statistics; the run step is
-:mod:`agentuq_nb.evaluation.run_blackbox`).
+:mod:`agentuq_nb.steps.blackbox`).
 
 TRACER's ``optimize_tracer_parameters.py`` searches a grid (:data:`agentuq_nb.uq.tracer.GRID`) for the
 setting with the highest AUROC **on the file it then reports on**. Two readouts of that search:

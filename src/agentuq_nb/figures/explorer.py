@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from agentuq_nb.estimators import estimators as run_estimators
-from agentuq_nb.evaluation.estimator_table import score_table
+from agentuq_nb.estimators.scores import score_table
 from agentuq_nb.io.atomic import atomic_write_text
 from agentuq_nb.io.ingest.results import iter_simulations, read_header
 from agentuq_nb.io.store.rundir import RunDir

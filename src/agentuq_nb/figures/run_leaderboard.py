@@ -41,7 +41,7 @@ def run_leaderboard_figure(leaderboard: pd.DataFrame, long: pd.DataFrame, runs: 
     baselines are grey italic rows; the right column marks the estimators whose pooled length-controlled AUROC
     differs from the best length baseline's after Benjamini-Hochberg at ``q`` (▲ above, ▼ below) with their q-value.
 
-    ``leaderboard``, ``long``, ``runs``: :class:`~agentuq_nb.evaluation.run_leaderboard.RunLeaderboard`'s tables.
+    ``leaderboard``, ``long``, ``runs``: :class:`~agentuq_nb.steps.compare_runs.RunLeaderboard`'s tables.
     """
     use_style()
     names = list(runs["run"])

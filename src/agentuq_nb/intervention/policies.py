@@ -1,6 +1,6 @@
 """Policies that act on the agent's uncertainty inside the loop (``sim.decisions.DecisionPolicy``).
 
-:func:`build_policy` makes one from a :class:`~agentuq_nb.records.config.PolicyConfig`: the online
+:func:`build_policy` makes one from a :class:`~agentuq_nb.intervention.config.PolicyConfig`: the online
 signal (:mod:`.signals`), the trigger and what an intervention does.
 
 Trigger (when a decision point is *flagged*):
@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from agentuq_nb.intervention.config import PolicyConfig
 from agentuq_nb.intervention.signals import (
     ActionSamples,
     CalibratedSignal,
@@ -41,7 +42,6 @@ from agentuq_nb.intervention.signals import (
     key_label,
     online_signal,
 )
-from agentuq_nb.records.config import PolicyConfig
 from agentuq_nb.sim.decisions import DecisionPoint, Verdict
 
 #: the certification summary recorded in the description

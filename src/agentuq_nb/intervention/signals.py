@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from agentuq_nb.intervention.config import PolicyConfig
 from agentuq_nb.io.ingest.sidecars import SIDECAR_SCHEMA
-from agentuq_nb.records.config import PolicyConfig
 from agentuq_nb.sim.decisions import DecisionPoint
 
 #: the fixed signals' names (the estimators' and ``calibrated:<base>`` come on top)

@@ -26,12 +26,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Optional
 
 import pandas as pd
+from pydantic import Field, field_validator
 
 from agentuq_nb.distributed.cluster import connect
 from agentuq_nb.intervention.certify import certify_threshold, heldout_risk
+from agentuq_nb.intervention.config import PolicyConfig
 from agentuq_nb.intervention.outcomes import (
     defer_curve_from_observe,
     oracle_defer_summary,
@@ -43,11 +45,50 @@ from agentuq_nb.intervention.outcomes import (
 from agentuq_nb.intervention.policies import build_policy
 from agentuq_nb.io.atomic import atomic_write_json, atomic_write_text
 from agentuq_nb.io.store.run_lock import run_lock
-from agentuq_nb.records.config import ExecutionConfig, InterventionStudyConfig, PolicyConfig, SimulationConfig
+from agentuq_nb.records.config import Config, ExecutionConfig, SimulationConfig
 from agentuq_nb.sim.runner import simulate
 
 CALIBRATION = "calibration"
 BASELINE = "baseline"
+
+
+class InterventionStudyConfig(Config):
+    """The intervention study (``intervention.run_study``, notebook 12): a calibration run and a held-out
+    baseline run under the ``observe`` policy, then each of ``policies`` at the thresholds that flag
+    ``rates`` of the calibration run's trajectories, ``random`` at the same rates, ``defer`` at the threshold
+    certified for ``risk``, and the oracle. Held-out runs share their seed: they differ only by the policy."""
+
+    domain: str = "bookshop"
+    task_ids: Optional[list[str]] = None
+    num_tasks: Optional[int] = Field(None, ge=1)
+    num_trials: int = Field(1, ge=1)
+    seed: int = Field(300, description="the held-out runs (baseline and every policy)")
+    calibration_seed: int = Field(301, description="the calibration run: the same tasks, other trial seeds")
+    temperature: float = Field(0.5, ge=0.0)
+    signal: str = "turn_avg_nll"
+    policies: list[Literal["defer", "resample_vote", "confirm"]] = Field(
+        default_factory=lambda: ["defer", "resample_vote", "confirm"])
+    rates: list[float] = Field(default_factory=lambda: [0.25, 0.5],
+                               description="target shares of trajectories flagged (thresholds from the calibration run)")
+    risk: float = Field(0.7, gt=0.0, lt=1.0, description="δ for the certified defer threshold")
+    alpha: float = Field(0.1, gt=0.0, lt=1.0)
+    k: int = Field(4, ge=2)
+    escalation_cost: float = Field(1.0, ge=0.0)
+    oracle: bool = Field(True, description="also run resample_vote and confirm on exactly the baseline's failures")
+    n_boot: int = Field(1000, ge=100)
+
+    @field_validator("task_ids", mode="before")
+    @classmethod
+    def _ids_as_text(cls, value):
+        return None if value is None else [str(v) for v in value]
+
+    @field_validator("rates")
+    @classmethod
+    def _rates_in_unit_interval(cls, value):
+        if not value or any(not 0.0 < r < 1.0 for r in value):
+            raise ValueError(f"rates must be shares strictly between 0 and 1, got {value}")
+        return sorted(value)
+
 
 
 def run_name(policy: str, trigger: str, value: float | None = None) -> str:

@@ -36,7 +36,7 @@ from pathlib import Path
 import pandas as pd
 
 from agentuq_nb.common.naming import slug
-from agentuq_nb.evaluation import compare_estimators, dynamics_curve
+from agentuq_nb.evaluation import dynamics_curve
 from agentuq_nb.evaluation.bootstrap import DEFAULT_N_BOOT
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.ingest.results import iter_simulations, read_header
@@ -44,10 +44,14 @@ from agentuq_nb.io.ingest.token_sources import SidecarResolver, uq_logprobs_ref
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records import Results
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, failure_labels
-from agentuq_nb.uq import aggregate, extract, read_turn_summary, score_observations
+from agentuq_nb.steps.aggregate import aggregate
+from agentuq_nb.steps.compare_estimators import compare_estimators
+from agentuq_nb.steps.extract import extract
+from agentuq_nb.steps.recorded_summary import STEP as RECORDED_SUMMARY_STEP
+from agentuq_nb.steps.recorded_summary import has_recorded_summary, summarize_recorded
+from agentuq_nb.steps.score_observations import score_observations
+from agentuq_nb.uq import read_turn_summary
 from agentuq_nb.uq.dynamics import read_agent_turns
-from agentuq_nb.uq.recorded_summary import STEP as RECORDED_SUMMARY_STEP
-from agentuq_nb.uq.recorded_summary import has_recorded_summary, summarize_recorded
 
 DATASET = "changdae/tau2-uq-artifacts"
 DOWNLOAD_COMMAND = f"huggingface-cli download {DATASET} --repo-type dataset --local-dir data/tau2-uq-artifacts"

@@ -19,13 +19,13 @@ import pandas as pd
 
 from agentuq_nb.evaluation.bootstrap import DEFAULT_N_BOOT
 from agentuq_nb.evaluation.calibration import reliability_table
-from agentuq_nb.evaluation.estimator_table import compare_estimators
-from agentuq_nb.evaluation.run_blackbox import BlackBoxConfig, ensure_blackbox, read_json
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, failure_labels
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
-from agentuq_nb.uq.extraction import extract
+from agentuq_nb.steps.blackbox import BlackBoxConfig, ensure_blackbox, read_json
+from agentuq_nb.steps.compare_estimators import compare_estimators
+from agentuq_nb.steps.extract import extract
 
 
 @dataclass

@@ -71,7 +71,8 @@ from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.files import read_limited_text
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.pipeline.notebook_run import ProgressRelay, mask_notebook_secrets
-from agentuq_nb.records.config import StudySpec, validation_message
+from agentuq_nb.pipeline.spec import StudySpec
+from agentuq_nb.records.config import validation_message
 
 
 @dataclass
@@ -213,7 +214,7 @@ def read_params_yaml(path: Path) -> Any:
 
 
 def read_spec(params_path: Path) -> StudySpec:
-    """A params file as a :class:`~agentuq_nb.records.config.StudySpec`; errors name the file and the field."""
+    """A params file as a :class:`~agentuq_nb.pipeline.spec.StudySpec`; errors name the file and the field."""
     if not params_path.exists():
         raise InputError(params_path, "params file does not exist")
     raw = read_params_yaml(params_path) or {}

@@ -1,4 +1,7 @@
-"""Typed configurations (pydantic): a simulation, how jobs run, a scoring pass, a study (params file).
+"""Typed configurations (pydantic) the lower layers share: a simulation, how jobs run, a scoring pass, action sampling.
+
+A step's own options live with the step (``agentuq_nb.steps``), a policy's with the policies
+(``agentuq_nb.intervention.config``), a params file's with the studies (``agentuq_nb.pipeline.spec``).
 
 Each validates on construction and names the field that is wrong; a run folder records the
 *fingerprint* of the configuration that made it (the model's dump, minus what only selects or
@@ -6,25 +9,23 @@ schedules work), and a rerun with another fingerprint is refused rather than mix
 """
 from __future__ import annotations
 
-import math
-from pathlib import Path
 from typing import Any, ClassVar, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from agentuq_nb.common.naming import plain_name
 from agentuq_nb.common.redaction import redact
-from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD
 
 #: the embedded SmolLM2-135M-Instruct, a litellm provider registered by ``agentuq_nb.llm``
 EMBEDDED_MODEL = "local/smollm2-135m-instruct"
 
 
-class _Config(BaseModel):
+class Config(BaseModel):
+    """A configuration: unknown names refused, each field validated on construction and assignment."""
+
     model_config = ConfigDict(extra="forbid", validate_assignment=True, arbitrary_types_allowed=True)
 
 
-class SimulationConfig(_Config):
+class SimulationConfig(Config):
     """What a simulation run is: the domain, the two LLMs and everything that shapes their messages."""
 
     domain: str = Field(min_length=1, description="a built-in domain's name (or a custom Domain's)")
@@ -67,7 +68,7 @@ class SimulationConfig(_Config):
         return dump
 
 
-class ExecutionConfig(_Config):
+class ExecutionConfig(Config):
     """How jobs run: in this process (``max_concurrency`` threads) or on a Dask cluster; never what they compute."""
 
     max_concurrency: int = Field(1, ge=1, description="jobs in flight in this process (threads)")
@@ -85,7 +86,7 @@ class ExecutionConfig(_Config):
 TURN_SELECTIONS = ("all", "tool")
 
 
-class ActionSamplingConfig(_Config):
+class ActionSamplingConfig(Config):
     """Resampling the agent's next action at its decision points (``uq.action_sampling``)."""
 
     k: int = Field(5, description="samples per decision point (at least 2)")
@@ -132,110 +133,10 @@ class ActionSamplingConfig(_Config):
         return self.model_dump(mode="json", exclude={"limit", "conceptual_partials", "tools"})
 
 
-POLICIES = ("observe", "defer", "resample_vote", "confirm", "random")
-POLICY_ACTIONS = ("defer", "resample_vote", "confirm")
-
-
-class PolicyConfig(_Config):
-    """Acting on the agent's uncertainty inside the loop (``agentuq_nb.intervention``, ``sim.decisions``).
-
-    ``policy`` says what is done when the trigger fires at a decision point: ``observe`` never acts (it
-    records the online signal at every decision point: the baseline and calibration run), ``defer``
-    hands the task to a human, ``resample_vote`` executes the majority of ``k`` resampled actions,
-    ``confirm`` asks the user before a write tool call, ``random`` does ``random_action`` with
-    probability ``rate`` at each decision point (the baseline at equal intervention rate). The trigger
-    of the other three: ``signal > threshold``, the threshold given, or certified from the earlier run
-    ``calibration`` by Learn-then-Test so that the failure rate of unflagged runs is <= ``risk`` with
-    probability >= 1 - ``alpha``; or ``oracle``: every decision point of the runs that failed in the
-    earlier run ``oracle`` (same tasks, trials and seeds).
-    """
-
-    policy: Literal["observe", "defer", "resample_vote", "confirm", "random"] = "observe"
-    signal: str = Field("turn_avg_nll", min_length=1, description="the online signal (higher = more uncertain)")
-    threshold: Optional[float] = Field(None, description="intervene where the signal exceeds it")
-    calibration: Optional[str] = Field(None, description="an earlier run folder (observe policy, same signal): "
-                                                         "certifies the threshold, fits calibrated signals")
-    risk: Optional[float] = Field(None, gt=0.0, lt=1.0, description="δ: the failure rate allowed among unflagged runs")
-    alpha: float = Field(0.1, gt=0.0, lt=1.0, description="the certificate fails with probability at most alpha")
-    oracle: Optional[str] = Field(None, description="an earlier run folder: intervene on the runs that failed in it")
-    rate: Optional[float] = Field(None, ge=0.0, le=1.0, description="random: the probability per decision point")
-    random_action: Literal["defer", "resample_vote", "confirm"] = "defer"
-    k: int = Field(5, ge=2, description="resampled actions (resample_vote, and the action signals)")
-    sample_temperature: float = Field(1.0, gt=0.0)
-    escalation_cost: float = Field(1.0, ge=0.0, description="the cost of one hand-off to a human, in study units")
-    seed: int = 0
-
-    @field_validator("threshold")
-    @classmethod
-    def _threshold_is_a_number(cls, value):
-        if value is not None and math.isnan(value):
-            raise ValueError("threshold is NaN: give the signal's value above which the policy intervenes")
-        return value
-
-    @property
-    def action(self) -> str | None:
-        """What an intervention does (None for ``observe``)."""
-        return None if self.policy == "observe" else self.random_action if self.policy == "random" else self.policy
-
-    def model_post_init(self, context: Any) -> None:
-        if self.policy == "random":
-            if self.rate is None:
-                raise ValueError("policy 'random' needs rate (the intervention probability per decision point)")
-            return
-        if self.rate is not None:
-            raise ValueError(f"rate is for policy 'random', not {self.policy!r}")
-        if self.policy == "observe":
-            return
-        triggers = [self.threshold is not None, self.risk is not None, self.oracle is not None]
-        if sum(triggers) != 1:
-            raise ValueError(f"policy {self.policy!r} needs exactly one trigger: threshold, risk (with calibration) "
-                             f"or oracle")
-        if self.risk is not None and self.calibration is None:
-            raise ValueError("risk needs calibration: the earlier run the threshold is certified on")
-
-
-class InterventionStudyConfig(_Config):
-    """The intervention study (``intervention.run_study``, notebook 12): a calibration run and a held-out
-    baseline run under the ``observe`` policy, then each of ``policies`` at the thresholds that flag
-    ``rates`` of the calibration run's trajectories, ``random`` at the same rates, ``defer`` at the threshold
-    certified for ``risk``, and the oracle. Held-out runs share their seed: they differ only by the policy."""
-
-    domain: str = "bookshop"
-    task_ids: Optional[list[str]] = None
-    num_tasks: Optional[int] = Field(None, ge=1)
-    num_trials: int = Field(1, ge=1)
-    seed: int = Field(300, description="the held-out runs (baseline and every policy)")
-    calibration_seed: int = Field(301, description="the calibration run: the same tasks, other trial seeds")
-    temperature: float = Field(0.5, ge=0.0)
-    signal: str = "turn_avg_nll"
-    policies: list[Literal["defer", "resample_vote", "confirm"]] = Field(
-        default_factory=lambda: ["defer", "resample_vote", "confirm"])
-    rates: list[float] = Field(default_factory=lambda: [0.25, 0.5],
-                               description="target shares of trajectories flagged (thresholds from the calibration run)")
-    risk: float = Field(0.7, gt=0.0, lt=1.0, description="δ for the certified defer threshold")
-    alpha: float = Field(0.1, gt=0.0, lt=1.0)
-    k: int = Field(4, ge=2)
-    escalation_cost: float = Field(1.0, ge=0.0)
-    oracle: bool = Field(True, description="also run resample_vote and confirm on exactly the baseline's failures")
-    n_boot: int = Field(1000, ge=100)
-
-    @field_validator("task_ids", mode="before")
-    @classmethod
-    def _ids_as_text(cls, value):
-        return None if value is None else [str(v) for v in value]
-
-    @field_validator("rates")
-    @classmethod
-    def _rates_in_unit_interval(cls, value):
-        if not value or any(not 0.0 < r < 1.0 for r in value):
-            raise ValueError(f"rates must be shares strictly between 0 and 1, got {value}")
-        return sorted(value)
-
-
 BACKEND_SOURCES = {"teacher_forced": "teacher_forced", "echo": "teacher_forced", "chat_replay": "chat_replay"}
 
 
-class ScoringConfig(_Config):
+class ScoringConfig(Config):
     """A teacher-forced (or replayed) scoring pass over recorded trajectories."""
 
     scorer_mode: Literal["agent_llm", "auxiliary_llm"] = "agent_llm"
@@ -264,71 +165,6 @@ class ScoringConfig(_Config):
 
     def observation_table_suffix(self) -> str:
         return f"{self.scorer_mode}_replay" if self.source == "chat_replay" else self.scorer_mode
-
-
-class BlackBoxConfig(BaseModel):
-    """What the black-box step (``evaluation.run_blackbox``) computes with; the tuned readouts depend on the
-    first three."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    failure_threshold: float = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold")
-    seed: int = Field(0, description="seed of the folds of TRACER's nested tuning")
-    n_splits: int = Field(5, ge=2, description="folds (by task) of TRACER's nested tuning")
-    embedder: Literal["minilm", "hash", "none"] = Field(
-        "minilm", description="sentence embeddings (hash: a bag-of-words hash, for tests; none: the signals that need "
-        "none, as where the [embeddings] extra is not installed)")
-    embed_max_tokens: int = Field(128, ge=8, le=512, description="word pieces MiniLM reads of each text: 128, the "
-                                  "length it was trained on (its cost grows with each piece)")
-    results: Optional[Path] = Field(None, description="the results to read messages from (default: the run's own)")
-
-
-class NotebookEntry(_Config):
-    name: str = Field(min_length=1, description="a notebook of the project's notebooks/ folder, by file name")
-    parameters: dict[str, Any] = Field(default_factory=dict)
-
-    @field_validator("name")
-    @classmethod
-    def _in_notebooks_folder(cls, value):
-        return plain_name(value, "notebook")
-
-
-class StudySpec(_Config):
-    """A params file: ``name``, ``parameters`` for every notebook, the ``notebooks`` in order, an optional ``grid``."""
-
-    name: Optional[str] = None
-    parameters: dict[str, Any] = Field(default_factory=dict)
-    notebooks: list[NotebookEntry] = Field(min_length=1)
-    grid: Optional[dict[str, list[Any]]] = None
-
-    @field_validator("name")
-    @classmethod
-    def _inside_runs_and_figures(cls, value):
-        return value if value is None else plain_name(value, "study name")
-
-    @field_validator("parameters", mode="before")
-    @classmethod
-    def _no_parameters(cls, value):
-        return {} if value is None else value
-
-    @field_validator("notebooks", mode="before")
-    @classmethod
-    def _names_as_entries(cls, value):
-        if not isinstance(value, list):
-            return value
-        return [{"name": v} if isinstance(v, str) else
-                ({**v, "parameters": v.get("parameters") or {}} if isinstance(v, dict) else v) for v in value]
-
-    @field_validator("grid")
-    @classmethod
-    def _grid_lists_not_empty(cls, grid):
-        if grid is not None:
-            if not grid:
-                raise ValueError("'grid' must map parameter names to non-empty lists of values")
-            for key, values in grid.items():
-                if not values:
-                    raise ValueError(f"grid values of '{key}' must be a non-empty list")
-        return grid
 
 
 def configs_from_options(options: dict[str, Any], config_type: type[BaseModel], label: str,

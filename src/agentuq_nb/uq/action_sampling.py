@@ -30,30 +30,23 @@ import json
 import zlib
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field, replace
-from itertools import islice
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from agentuq_nb.common.limits import MAX_SMALL_JSON_BYTES
-from agentuq_nb.distributed import JobRunner, with_worker_api_base
-from agentuq_nb.io.atomic import atomic_write_with
+from agentuq_nb.distributed import with_worker_api_base
 from agentuq_nb.io.errors import InputError, InputWarnings
-from agentuq_nb.io.files import check_regular, read_limited_json
-from agentuq_nb.io.ingest.results import iter_simulations, read_header
-from agentuq_nb.io.ingest.sidecars import trajectory_table_name
-from agentuq_nb.io.input_warnings import emit_input_warnings
-from agentuq_nb.io.store.rundir import RunDir
-from agentuq_nb.records import Results, Simulation
+from agentuq_nb.io.files import read_limited_json
+from agentuq_nb.io.ingest.results import iter_simulations
+from agentuq_nb.records import Simulation
 from agentuq_nb.records.action_samples import ACTION_SAMPLE_SCHEMA
-from agentuq_nb.records.config import EMBEDDED_MODEL, ActionSamplingConfig, configs_from_options
+from agentuq_nb.records.config import EMBEDDED_MODEL, ActionSamplingConfig
 from agentuq_nb.records.toolcall_spans import TOOL_CALL_OPEN
 from agentuq_nb.sim.agent import agent_visible
-from agentuq_nb.uq.extraction import results_input
-from agentuq_nb.uq.observation import agent_system_prompt, check_checkpoint_settings, conversation, simulation_count
+from agentuq_nb.uq.observation import conversation
 
 DEFAULT_MAX_TOKENS = 128  # per sample, where the results do not record the agent's max_tokens
 JSON_TYPES = {str: "string", bool: "boolean", int: "integer", float: "number", list: "array", dict: "object"}
@@ -336,151 +329,3 @@ def sample_on_worker(job: SamplingJob) -> SampledTrajectory:
     if job.model != EMBEDDED_MODEL:
         job = replace(job, request=with_worker_api_base(job.request))
     return sample_one(job)
-
-
-# --------------------------------------------------------------------------- the command
-
-@dataclass
-class ActionSamplingReport:
-    run_dir: Path
-    sampler_model: str = ""
-    sampler_kind: str = ""
-    tools_source: str = ""
-    sampled: int = 0  # trajectories sampled now
-    skipped: int = 0  # trajectories already sampled (a resumed run)
-    without_decisions: int = 0  # trajectories with no selected agent decision point
-    decisions: int = 0
-    samples: int = 0
-    overflow_decisions: int = 0
-    fitted_decisions: int = 0
-    dropped_messages: int = 0
-    cost: float = 0.0
-    warnings: InputWarnings = field(default_factory=InputWarnings)
-
-    def as_dict(self) -> dict:
-        out = asdict(self)
-        out["run_dir"] = str(self.run_dir)
-        out["warnings"] = self.warnings.as_dict()
-        return out
-
-
-def sampler_for(info: dict, model: str | None) -> tuple[str, str]:
-    """``(model, sampler_kind)``: the agent's own model unless another is given (then an observer).
-    A clear error when the agent's model cannot be run here (no API key for it)."""
-    import litellm
-
-    agent_model = str((info.get("agent_info") or {}).get("llm") or "")
-    if model is None:
-        if not agent_model:
-            raise ValueError("the results do not name the agent's model (info.agent_info.llm); pass --model")
-        if agent_model != EMBEDDED_MODEL:
-            missing = litellm.validate_environment(model=agent_model).get("missing_keys") or []
-            if missing:
-                raise ValueError(f"the agent's model {agent_model!r} cannot be run here (missing {', '.join(missing)}); "
-                                 f"pass --model {EMBEDDED_MODEL} to sample with the embedded model as an observer")
-        model = agent_model
-    return model, ("self" if model == agent_model else "observer")
-
-
-def _jobs(results_path: Path, checkpoint_dir: Path, config: ActionSamplingConfig, report: ActionSamplingReport,
-          info: dict, tools: list[dict], model: str):
-    domain = Results.domain_of(info)
-    system = agent_system_prompt(info)
-    agent = info.get("agent_info") or {}
-    tiny = agent.get("style") == "tiny"
-    max_tokens = config.max_tokens or int((agent.get("llm_args") or {}).get("max_tokens") or DEFAULT_MAX_TOKENS)
-    for sim in islice(iter_simulations(results_path), config.limit):
-        out = checkpoint_dir / trajectory_table_name(domain, sim.task_id, sim.trial, sim.seed)
-        if out.exists():
-            report.skipped += 1
-            continue
-        decisions = decision_points(sim, config, tiny)  # none: counted from its checkpoint (a resumed run too)
-        yield out, SamplingJob(sim=sim, domain=domain, where=f"{results_path} simulation {sim.id}", system=system,
-                               tools=tools, decisions=decisions, model=model, sampler_kind=report.sampler_kind,
-                               config=config, max_tokens=max_tokens)
-
-
-COUNTS = ("without_decisions", "decisions", "overflow_decisions", "fitted_decisions", "dropped_messages", "cost")
-COUNTS_KEY = b"agentuq_nb.action_sampling"
-
-
-def _save(out: Path, sampled: SampledTrajectory, report: ActionSamplingReport) -> None:
-    if out.exists():  # dedupe by trajectory: the first result written wins
-        return
-    counts = json.dumps({**{name: getattr(sampled, name) for name in COUNTS}, "where": sampled.where}).encode()
-    table = sampled.table.replace_schema_metadata({COUNTS_KEY: counts})  # a resumed run still reports them
-    atomic_write_with(out, lambda p: pq.write_table(table, p))
-    report.sampled += 1
-
-
-def _read_checkpoints(checkpoints: list[Path], report: ActionSamplingReport, turns: str) -> pa.Table:
-    """Every finished trajectory's samples (of this run and the ones it resumes), each file read once,
-    with their counts added to the report's totals (and the warning for trajectories without a decision point)."""
-    tables = []
-    for part in checkpoints:
-        check_regular(part, "a sampling checkpoint")
-        try:
-            table = pq.read_table(part)
-            counts = json.loads((table.schema.metadata or {}).get(COUNTS_KEY, b"{}"))
-        except (pa.ArrowException, OSError, ValueError) as err:
-            raise InputError(part, f"is not a readable sampling checkpoint ({str(err).splitlines()[0]}); delete it "
-                                   "and run the command again to sample that trajectory anew") from None
-        if not counts.get("without_decisions") and table.num_rows == 0 and "without_decisions" not in counts:
-            counts["without_decisions"] = 1  # written before the count was kept: an empty table is one
-        for name in COUNTS:
-            setattr(report, name, getattr(report, name) + counts.get(name, 0))
-        if counts.get("without_decisions"):
-            report.warnings.add("trajectories_without_decision_points",
-                                f"{counts.get('where') or part.name}: no agent decision point (turns={turns})")
-        report.samples += table.num_rows
-        tables.append(table.replace_schema_metadata(None).cast(ACTION_SAMPLE_SCHEMA))
-    return pa.concat_tables(tables) if tables else ACTION_SAMPLE_SCHEMA.empty_table()
-
-
-def sample_actions(run_dir: str | Path | RunDir, results: str | Path | None = None, embedder: Any = None,
-                   **options: Any) -> ActionSamplingReport:
-    """K alternative next actions at every decision point → ``RUN_DIR/action_samples.parquet`` and the
-    per-decision-point statistics → ``RUN_DIR/action_turns.parquet``, one commit.
-
-    ``options``: fields of :class:`~agentuq_nb.records.config.ActionSamplingConfig` (``k``, ``model``,
-    ``temperature``, ``turns``, ``limit``, ``max_tokens``, ``top_logprobs``, ``seed``, ``tools``) and of
-    :class:`~agentuq_nb.records.config.ExecutionConfig` (``scheduler``, ``max_concurrency``, ``progress`` …).
-    Resumable per trajectory; a rerun with other settings is refused; the run folder is locked meanwhile."""
-    from agentuq_nb import llm
-    from agentuq_nb.uq.action_uq import action_turn_table
-
-    config, execution = configs_from_options(options, ActionSamplingConfig, "sampling")
-    run = RunDir.of(run_dir)
-    with run.lock("sample-actions"):
-        results_path = Path(results) if results else run.results_path()
-        info = read_header(results_path).get("info") or {}
-        model, kind = sampler_for(info, config.model)
-        if execution.scheduler is None:  # on a cluster the workers' environment is what counts
-            llm.check_model(model)
-        report = ActionSamplingReport(run.path, sampler_model=model, sampler_kind=kind)
-        tools, report.tools_source = agent_tools(info, results_path, config.tools, report.warnings)
-        checkpoint_dir = run.folder(f"{run.relative('checkpoints')}/action_samples", make=True)
-        # the tools' content, not the file's path: an edited --tools file between two runs is another setting
-        check_checkpoint_settings(checkpoint_dir / "sampler.json",
-                                  {**config.fingerprint(), "tools_sha256": tools_digest(tools), "model": model,
-                                   "results": str(results_path.resolve())})
-        runner = JobRunner(label="sample_actions", desc=f"sample actions (K={config.k})", unit="traj",
-                           noun="trajectories", kept_as=f"checkpointed in {checkpoint_dir}",
-                           **execution.runner_options())
-        runner.run(sample_one, _jobs(results_path, checkpoint_dir, config, report, info, tools, model),
-                   lambda out, sampled: _save(out, sampled, report),
-                   total=simulation_count(results_path, config.limit),
-                   done=lambda: report.skipped, worker_fn=sample_on_worker)
-        samples = _read_checkpoints(sorted(checkpoint_dir.glob("*.parquet")), report, config.turns)
-        if samples.num_rows == 0:
-            raise ValueError(f"{results_path}: no decision point was sampled ({report.without_decisions} trajectories "
-                             f"without an agent decision point under turns={config.turns!r}, "
-                             f"{report.overflow_decisions} decision points whose context does not fit)")
-        turns = action_turn_table(samples.to_pandas(), embedder=embedder, conceptual_partials=config.conceptual_partials)
-        with run.commit("sample-actions") as commit:
-            based_on = results_input(run, results_path)
-            commit.write_parquet("action_samples", samples, based_on)
-            commit.write_parquet("action_turns", turns, based_on)  # made from the samples published with it
-            commit.write_json("action_sampling_report", {"settings": config.fingerprint(), **report.as_dict()}, based_on)
-    emit_input_warnings(report.warnings)
-    return report

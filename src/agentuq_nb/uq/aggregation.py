@@ -21,17 +21,15 @@ only the matching rows; on the dataset, filters on domain/task_id skip whole fol
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 import pyarrow as pa
-import pyarrow.csv as pacsv
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from agentuq_nb.io.errors import StaleArtifactError
 from agentuq_nb.io.store.rundir import RunDir
-from agentuq_nb.io.store.token_table import read_token_dataset, read_token_table
+from agentuq_nb.io.store.token_table import read_token_table
 from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD
 from agentuq_nb.records.run_tables import TRAJECTORY_META
@@ -51,7 +49,6 @@ from agentuq_nb.uq.turn_partials import (
     TURN_KEYS,
     finalize_partials,
     merge_partials,
-    stored_partials,
     token_partials,
 )
 
@@ -72,8 +69,8 @@ class NoTokenRowsError(ValueError):
 NO_TOKENS = "the token table is empty (no message carried log-probs); nothing to aggregate"
 
 
-def _merged(parts) -> pd.DataFrame:
-    """Partials (per batch, per file…) merged per turn."""
+def merged_partials(parts) -> pd.DataFrame:
+    """Partials (per batch, per file…) merged per turn; NoTokenRowsError when there are none."""
     parts = [p for p in parts if len(p)]
     if not parts:
         raise NoTokenRowsError(NO_TOKENS)
@@ -83,23 +80,13 @@ def _merged(parts) -> pd.DataFrame:
     return merge_partials(partials, TURN_GROUP)
 
 
-def _turn_partials(batches) -> pd.DataFrame:
-    return _merged(token_partials(b) for b in batches if len(b))
+def turn_partials_of(batches) -> pd.DataFrame:
+    """Turn partials of token batches, merged per turn."""
+    return merged_partials(token_partials(b) for b in batches if len(b))
 
 
-def _run_partials(run: RunDir, batch_rows: int, filters=None) -> pd.DataFrame:
-    """The merged partials of a run's token tables: stored ones where ``extract`` left them with the
-    table (same commit, no filter), else computed from the table's rows."""
-    parts = []
-    for path in run.token_tables():
-        run.verify(path)
-        stored = stored_partials(run, path) if filters is None else None
-        parts.extend([stored] if stored is not None else
-                     (token_partials(b) for b in _token_batches([path], batch_rows, filters) if len(b)))
-    return _merged(parts)
-
-
-def _turn_summary_from(turn_partials: pd.DataFrame) -> pd.DataFrame:
+def turn_summary_from(turn_partials: pd.DataFrame) -> pd.DataFrame:
+    """The turn summary of merged turn partials."""
     # one row per turn: the intermediate frames share columns; the only copy is the sorted result
     out = key_dtypes(finalize_partials(turn_partials, "turn"), deep=False)
     return sorted_rows(out, TURN_KEYS, TURN_COLUMNS)
@@ -112,7 +99,8 @@ def sorted_rows(df: pd.DataFrame, keys: list[str], columns: list[str]) -> pd.Dat
     return df[columns].take(order).reset_index(drop=True)
 
 
-def _trajectory_summary_from(turn_partials: pd.DataFrame, trajectories: pd.DataFrame | None) -> pd.DataFrame:
+def trajectory_summary_from(turn_partials: pd.DataFrame, trajectories: pd.DataFrame | None) -> pd.DataFrame:
+    """The trajectory summary of merged turn partials (``trajectories`` adds reward etc.)."""
     turns = turn_partials.copy(deep=False)  # shares the partials' columns (one row per turn: no copy)
     turns["num_turns"] = 1
     parts = [merge_partials(turns, ROLE_KEYS)]
@@ -160,15 +148,16 @@ def _total_turns(turns: pd.DataFrame, is_obs: pd.Series) -> pd.DataFrame:
 
 def turn_summary(tokens: pd.DataFrame | pa.Table) -> pd.DataFrame:
     """Turn summary of an in-memory token table."""
-    return _turn_summary_from(_turn_partials([tokens]))
+    return turn_summary_from(turn_partials_of([tokens]))
 
 
 def trajectory_summary(tokens: pd.DataFrame | pa.Table, trajectories: pd.DataFrame | None = None) -> pd.DataFrame:
     """Trajectory summary of an in-memory token table (``trajectories`` adds reward etc.)."""
-    return _trajectory_summary_from(_turn_partials([tokens]), trajectories)
+    return trajectory_summary_from(turn_partials_of([tokens]), trajectories)
 
 
-def _token_batches(files: list[Path], batch_rows: int, filters=None):
+def token_batches(files: list[Path], batch_rows: int, filters=None):
+    """The token rows of ``files`` in Arrow batches of ``batch_rows`` (only the columns the partials read)."""
     # string keys are read as dictionaries: no string is materialized per row, runs compare codes
     strings = [k for k in TURN_GROUP + [SPAN_COLUMN] if pa.types.is_string(TOKEN_SCHEMA.field(k).type)]
     parquet = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=strings))
@@ -181,69 +170,6 @@ def _token_batches(files: list[Path], batch_rows: int, filters=None):
                                     batch_readahead=1, fragment_readahead=1, use_threads=False,
                                     fragment_scan_options=ds.ParquetFragmentScanOptions(pre_buffer=False)):
         yield batch
-
-
-def _turn_partials_on_cluster(run: RunDir, scheduler: Any, filters=None) -> pd.DataFrame:
-    """:func:`_turn_partials` with the per-task partials computed by dask.dataframe on the cluster."""
-    import dask
-
-    from agentuq_nb.distributed import connect
-
-    run.verify(*run.token_tables())
-    with connect(scheduler) as client, dask.config.set({"dataframe.convert-string": False}):
-        tokens = read_token_dataset(run.path, columns=TOKEN_COLUMNS_READ, filters=filters)
-        partials = tokens.map_partitions(token_partials, meta=token_partials(tokens._meta))
-        parts = client.compute(partials).result()
-    if parts.empty:
-        raise NoTokenRowsError(NO_TOKENS)
-    return merge_partials(parts, TURN_GROUP)
-
-
-def csv_writer(df: pd.DataFrame | pa.Table):
-    """``write(path)`` for a summary table as CSV (Arrow's writer)."""
-    # Arrow's CSV writer: the same text as pandas' to_csv for these columns, 6x faster
-    table = df if isinstance(df, pa.Table) else pa.Table.from_pandas(df, preserve_index=False)
-    return lambda path: pacsv.write_csv(table, path, pacsv.WriteOptions(quoting_style="needed"))
-
-
-def aggregate(run_dir: str | Path | RunDir, batch_rows: int = 262_144, scheduler: Any = None,
-              filters=None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Stream a run's token tables; publish turn and trajectory summaries (CSV + Parquet) as one commit.
-
-    ``scheduler`` (a Dask address, ``local:N`` or a ``distributed.Client``): compute on the
-    cluster over the partitioned dataset; ``filters``: only the matching token rows."""
-    run = RunDir.of(run_dir)
-    run.require_folder("aggregate")
-    with run.lock("aggregate"):
-        try:
-            if scheduler is None:
-                partials = _run_partials(run, batch_rows, filters)
-            else:
-                partials = _turn_partials_on_cluster(run, scheduler, filters)
-        except NoTokenRowsError as err:
-            results = run.manifest().results or "RESULTS"
-            raise NoTokenRowsError(f"{run.path}: {err}. Score the messages with a model instead - 'agentuq-nb "
-                                   f"rescore {results} --out RUN_DIR' computes teacher-forced log-probs - then "
-                                   "aggregate that run") from err
-        except ValueError as err:
-            raise ValueError(err if str(run.path) in str(err) else f"{run.path}: {err}") from err
-        trajectories = run.read_frame("trajectories") if run.has("trajectories") else None
-        if trajectories is not None:
-            run.rewards()  # refuses a table that holds two trajectories under one key (their tokens would merge)
-        turns = _turn_summary_from(partials)
-        trajs = _trajectory_summary_from(partials, trajectories)
-        del partials  # (one row per turn) before the summaries are written
-        inputs = run.based_on(*run.token_tables(), "trajectories")
-        with run.commit("aggregate") as commit:
-            for name, df in (("turn_summary", turns), ("trajectory_summary", trajs)):
-                table = pa.Table.from_pandas(df, preserve_index=False)  # once, for the CSV and the Parquet file
-                commit.write_with(f"{name}_csv", csv_writer(table), based_on=inputs)
-                commit.write_parquet(name, table, based_on=inputs)
-                del table
-    # hand the freed Arrow buffers back to the system (mimalloc keeps them otherwise), so that the steps run
-    # after aggregate in the same process (``agentuq-nb analyze``) start from a lower peak
-    pa.default_memory_pool().release_unused()
-    return turns, trajs
 
 
 def read_summary(run_dir: str | Path | RunDir, name: str) -> pd.DataFrame:

@@ -16,7 +16,6 @@ evaluation (:mod:`agentuq_nb.evaluation.dynamics`).
 """
 from __future__ import annotations
 
-from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -78,17 +77,11 @@ def early_warning_scores(turns: pd.DataFrame, fractions=FRACTIONS) -> pd.DataFra
 
 
 def compute_early_warning(run_dir: str | Path | RunDir, fractions=FRACTIONS, role: str = "assistant",
-                          scorer: str = "self", value: str = "avg_token_nll", write: bool = True,
-                          table: str = "turn_summary") -> pd.DataFrame:
-    """Per trajectory of the run (keys, reward, ``early_warning_f{f}`` per fraction); publishes
-    ``early_warning_scores.parquet`` when ``write``. A trajectory without any agent turn has NaN scores.
-    ``table``/``scorer``/``value``: the per-turn values followed (see :func:`read_agent_turns`)."""
+                          scorer: str = "self", value: str = "avg_token_nll", table: str = "turn_summary") -> pd.DataFrame:
+    """Per trajectory of the run (keys, reward, ``early_warning_f{f}`` per fraction; the ``early-warning`` step
+    publishes them). A trajectory without any agent turn has NaN scores. ``table``/``scorer``/``value``: the
+    per-turn values followed (see :func:`read_agent_turns`)."""
     run = RunDir.of(run_dir)
-    with run.lock("early-warning") if write else nullcontext():  # the inputs cannot change before the commit
-        turns = read_agent_turns(run, role, scorer, value, table=table)
-        scores = run.rewards().merge(early_warning_scores(turns.drop(columns=["reward", "failed"]), fractions),
-                                     on=TRAJECTORY_KEYS, how="left")
-        if write:
-            with run.commit("early-warning") as commit:
-                commit.write_parquet("early_warning_scores", scores, based_on=run.based_on(table, "trajectories"))
-    return scores
+    turns = read_agent_turns(run, role, scorer, value, table=table)
+    return run.rewards().merge(early_warning_scores(turns.drop(columns=["reward", "failed"]), fractions),
+                               on=TRAJECTORY_KEYS, how="left")

@@ -21,30 +21,18 @@ the same as an in-process run's.
 """
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field, replace
-from itertools import islice
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from agentuq_nb.common.limits import MAX_SMALL_JSON_BYTES
-from agentuq_nb.distributed import JobRunner, with_worker_api_base
-from agentuq_nb.io.atomic import atomic_write_json, atomic_write_with
-from agentuq_nb.io.errors import InputError, InputWarnings
-from agentuq_nb.io.files import read_limited_json
-from agentuq_nb.io.ingest.results import iter_simulations, read_header
-from agentuq_nb.io.ingest.sidecars import trajectory_table_name
+from agentuq_nb.distributed import with_worker_api_base
+from agentuq_nb.io.errors import InputWarnings
 from agentuq_nb.io.ingest.token_sources import RAW_COLUMNS, RAW_SCHEMA
-from agentuq_nb.io.store.rundir import RunDir
-from agentuq_nb.io.store.token_table import TokenTableWriter
-from agentuq_nb.records import Results, Simulation
-from agentuq_nb.records.config import EMBEDDED_MODEL, ExecutionConfig, ScoringConfig, configs_from_options
-from agentuq_nb.uq.base_tables import BaseTables
-from agentuq_nb.uq.extraction import results_input
+from agentuq_nb.records import Simulation
+from agentuq_nb.records.config import EMBEDDED_MODEL
 from agentuq_nb.uq.token_metrics import with_token_metrics
 
 SCORER_MODES = ("agent_llm", "auxiliary_llm")
@@ -98,7 +86,8 @@ def conversation(sim: Simulation) -> list[dict]:
     return out
 
 
-def _check_trajectory(sim: Simulation, where: str, warnings: InputWarnings) -> None:
+def check_trajectory(sim: Simulation, where: str, warnings: InputWarnings) -> None:
+    """Count (in ``warnings``) what of a trajectory cannot be scored as recorded."""
     answered = {m.id for m in sim.messages if m.role == "tool"}
     for m in sim.messages:
         if m.role != "tool" and not (m.content or "").strip() and not m.tool_calls:
@@ -183,16 +172,8 @@ REPORT_TERMS = {
 }
 
 
-def simulation_count(results_path: str | Path, limit: int | None = None) -> int:
-    """How many simulations a results file holds (at most ``limit``): the total of a progress bar, so that it shows an
-    ETA. One more streamed pass over the file, a small fraction of what scoring or sampling them costs."""
-    n = 0
-    for _ in islice(iter_simulations(results_path), limit):
-        n += 1
-    return n
-
-
-def _rows_table(rows: list[dict], sim: Simulation, domain: str, roles: set[str], mode: str) -> pa.Table:
+def rows_table(rows: list[dict], sim: Simulation, domain: str, roles: set[str], mode: str) -> pa.Table:
+    """The raw token table of one trajectory's scored rows of ``roles``, with its keys and scorer ``mode``."""
     keys = {"domain": domain, "task_id": str(sim.task_id), "trial": sim.trial, "seed": sim.seed}
     kept = [r for r in rows if r["role"] in roles]
     cols = {name: [] for name in RAW_COLUMNS}
@@ -240,7 +221,7 @@ def score_one(job: ScoringJob) -> ScoredTrajectory:
                                 top_logprobs=job.top_logprobs, scorer=job.mode, **job.request)
     seconds = time.perf_counter() - began
     warnings = InputWarnings()
-    table = with_token_metrics(_rows_table(rows, job.sim, job.domain, set(job.roles), job.mode), job.where, warnings)
+    table = with_token_metrics(rows_table(rows, job.sim, job.domain, set(job.roles), job.mode), job.where, warnings)
     reuse = rows.reuse  # llm.ScoredTokens: None for a remote scorer
     return ScoredTrajectory(table, rows.truncations, warnings, seconds,
                             reuse.evaluated if reuse else 0, reuse.reused if reuse else 0)
@@ -251,137 +232,3 @@ def score_on_worker(job: ScoringJob) -> ScoredTrajectory:
     if job.model != EMBEDDED_MODEL:
         job = replace(job, request=with_worker_api_base(job.request))
     return score_one(job)
-
-
-def _scoring_jobs(results_path: Path, checkpoint_dir: Path, config: ScoringConfig, roles: set[str],
-                  report: ScoringReport):
-    """``(checkpoint path, job)`` for every simulation not scored yet, in file order."""
-    info = read_header(results_path).get("info") or {}
-    domain = Results.domain_of(info)
-    system = scorer_system_prompt(config.scorer_mode, info)
-    for sim in islice(iter_simulations(results_path), config.limit):
-        out = checkpoint_dir / trajectory_table_name(domain, sim.task_id, sim.trial, sim.seed)
-        if out.exists():
-            report.skipped += 1
-            continue
-        where = f"{results_path} simulation {sim.id}"
-        _check_trajectory(sim, where, report.warnings)
-        yield out, ScoringJob(sim=sim, domain=domain, where=where, mode=config.scorer_mode, model=config.scorer_llm,
-                              system=system, source=config.source, roles=frozenset(roles),
-                              top_logprobs=config.top_logprobs)
-
-
-def _save_scored(out: Path, scored: ScoredTrajectory, report: ScoringReport) -> None:
-    if out.exists():  # dedupe by trajectory: the first result written wins
-        return
-    atomic_write_with(out, lambda p: pq.write_table(scored.table, p))
-    report.warnings.merge(scored.warnings)
-    if scored.truncations:
-        report.truncations += scored.truncations
-        report.truncated_trajectories += 1
-    report.scored += 1
-    report.num_tokens += scored.table.num_rows
-    report.cost.add(scored)
-
-
-def _score_results(results_path: Path, checkpoint_dir: Path, config: ScoringConfig, roles: set[str],
-                   report: ScoringReport, execution: ExecutionConfig) -> None:
-    """Score every simulation into ``checkpoint_dir/<trajectory>.parquet``, skipping done ones."""
-    from agentuq_nb import llm
-
-    if execution.scheduler is None:  # on a cluster the workers' environment is what counts
-        llm.check_model(config.scorer_llm)
-    jobs = _scoring_jobs(results_path, checkpoint_dir, config, roles, report)
-    runner = JobRunner(label=f"score_{config.scorer_mode}", desc=f"score {config.scorer_mode}", unit="traj",
-                       noun="trajectories", kept_as=f"checkpointed in {checkpoint_dir}", **execution.runner_options())
-    began = time.perf_counter()
-    try:
-        runner.run(score_one, jobs, lambda out, scored: _save_scored(out, scored, report),
-                   total=simulation_count(results_path, config.limit), done=lambda: report.skipped,
-                   worker_fn=score_on_worker)
-    finally:
-        report.cost.wall_seconds += time.perf_counter() - began
-
-
-def _consolidate(checkpoint_dir: Path, out_path: Path, metadata: dict) -> int:
-    with TokenTableWriter(out_path, metadata=metadata) as writer:
-        for part in sorted(checkpoint_dir.glob("*.parquet")):
-            writer.write(pq.read_table(part))
-        return writer.num_rows
-
-
-def check_checkpoint_settings(state_path: Path, state: dict) -> None:
-    """Refuse to resume checkpointed work with other settings (another scorer or sampler, other results),
-    which would mix two runs' rows; the first run records its settings in ``state_path``."""
-    holds_work = any(state_path.parent.glob("*.parquet"))
-    if os.path.lexists(state_path) and holds_work:
-        old = read_limited_json(state_path, MAX_SMALL_JSON_BYTES, "checkpoint settings")
-        old = old if isinstance(old, dict) else {}
-        changed = {k: (old.get(k), v) for k, v in state.items() if old.get(k) != v}
-        if changed:
-            raise InputError(state_path, f"these checkpoints were made with other settings {changed}; "
-                             "use a new run directory or delete the checkpoints to start again")
-    else:  # no checkpoint yet (a first run, or one that stopped before its first): nothing could be mixed
-        atomic_write_json(state_path, state)
-
-
-def score_observations(run_dir: str | Path | RunDir, results: str | Path | None = None, **options: Any) -> ScoringReport:
-    """Token rows of every user and tool message → ``RUN_DIR/tokens.observations_<mode>[_replay].parquet``.
-
-    ``options``: fields of :class:`~agentuq_nb.records.config.ScoringConfig` (``scorer_mode``,
-    ``scorer_llm``, ``backend``, ``user_messages``, ``tool_messages``, ``top_logprobs``, ``limit``) and
-    of :class:`~agentuq_nb.records.config.ExecutionConfig` (``scheduler``: one job per trajectory on a
-    Dask cluster, ``api_bases``: one scorer server per worker, ``progress`` …); the tables are the
-    same however the jobs run. Resumable per trajectory; the run folder is locked meanwhile."""
-    config, execution = configs_from_options(options, ScoringConfig, "scoring")
-    roles = config.observation_roles()
-    run = RunDir.of(run_dir)
-    with run.lock("score-observations"):
-        results_path = Path(results) if results else run.results_path()
-        suffix = config.observation_table_suffix()
-        checkpoint_dir = run.checkpoint_dir(f"observations_{suffix}")
-        checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        check_checkpoint_settings(checkpoint_dir / "scorer.json", {"model": config.scorer_llm, "backend": config.source,
-                                                             "roles": sorted(roles),
-                                                             "results": str(results_path.resolve())})
-        report = ScoringReport(run.path)
-        _score_results(results_path, checkpoint_dir, config, roles, report, execution)
-        with run.commit("score-observations") as commit:
-            table = run.observation_tokens(suffix).name
-            report.num_tokens = _consolidate(checkpoint_dir, commit.stage(table, run.based_on("tokens")),
-                                             commit.metadata)
-        atomic_write_json(checkpoint_dir / "report.json", report.as_dict())
-    return report
-
-
-def rescore(results: str | Path, out: str | Path | RunDir, **options: Any) -> ScoringReport:
-    """Rows for every message of a results file → ``OUT``'s base tables (tokens, partials, messages,
-    trajectories) and manifest, published as one commit, so that ``aggregate`` and ``evaluate`` work on
-    any recorded run.
-
-    ``options`` as in :func:`score_observations`; ``limit`` scores only the first N simulations (a quick
-    look at a large file)."""
-    config, execution = configs_from_options(options, ScoringConfig, "scoring")
-    results_path, run = Path(results), RunDir.of(out)
-    with run.lock("rescore"):
-        checkpoint_dir = run.checkpoint_dir(f"rescore_{config.scorer_mode}")
-        checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        check_checkpoint_settings(checkpoint_dir / "scorer.json", {"model": config.scorer_llm, "backend": config.source,
-                                                             "results": str(results_path.resolve())})
-        report = ScoringReport(run.path)
-        _score_results(results_path, checkpoint_dir, config, {"assistant", "user", "tool"}, report, execution)
-        domain = Results.domain_of(read_header(results_path).get("info"))
-        with run.commit("rescore") as commit, BaseTables(commit, results_input(run, results_path)) as tables:
-            for part in sorted(checkpoint_dir.glob("*.parquet")):
-                tables.add_tokens(pq.read_table(part))
-            tables.add_simulations(islice(iter_simulations(results_path, report.warnings), config.limit), domain,
-                                   str(results_path), report.warnings)
-            tables.close(str(results_path), report.warnings)
-            report.num_tokens = tables.num_tokens
-            commit.update_manifest(
-                step="rescore", results=str(results_path.resolve()), layout=None, sidecar_dir=None, domain=domain,
-                models={}, num_simulations=len(tables.trajectories), num_tokens=report.num_tokens,
-                warnings=report.warnings.as_dict(),
-                scoring={"scorer_llm": config.scorer_llm, "scorer_mode": config.scorer_mode, "backend": config.source,
-                         **report.as_dict()})
-    return report

@@ -36,7 +36,6 @@ confusion).  ``saup`` writes ``RUN_DIR/saup_scores.parquet`` for ``compare-estim
 from __future__ import annotations
 
 import json
-from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -255,16 +254,11 @@ def saup_from_steps(steps: pd.DataFrame, rewards: pd.DataFrame | None = None, fa
 
 
 def saup(run_dir: str | Path | RunDir, embedder=None, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD, k_folds: int = 5,
-         seed: int = 0, hmm: bool = True, write: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(per-trajectory scores, step table) for a run; publishes ``saup_scores.parquet`` when ``write``."""
+         seed: int = 0, hmm: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(per-trajectory scores, step table) of a run (the ``saup`` step publishes the scores)."""
     run = RunDir.of(run_dir)
-    with run.lock("saup") if write else nullcontext():  # the inputs cannot change before the commit
-        steps = saup_steps(run, embedder)
-        scores = saup_from_steps(steps, run.rewards(), failure_threshold, k_folds, seed, hmm=hmm)
-        if write:
-            with run.commit("saup") as commit:
-                commit.write_parquet("saup_scores", scores, based_on=run.based_on("turn_summary", "trajectories"))
-    return scores, steps
+    steps = saup_steps(run, embedder)
+    return saup_from_steps(steps, run.rewards(), failure_threshold, k_folds, seed, hmm=hmm), steps
 
 
 def actor_breakdown(scores: pd.DataFrame) -> pd.DataFrame:

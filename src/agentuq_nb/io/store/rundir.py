@@ -38,9 +38,8 @@ import shutil
 import stat
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -66,56 +65,53 @@ JOURNAL = "PUBLISH.json"
 MANIFEST = "manifest.json"
 
 
-@dataclass(frozen=True)
-class Artifact:
-    """One kind of file of a run folder: its name there and the command that makes it."""
-
-    filename: str
-    producer: str
-
-
-ARTIFACTS: dict[str, Artifact] = {
-    "results": Artifact("results.json", "agentuq-nb simulate --out RUN_DIR"),
-    "run_config": Artifact("run_config.json", "agentuq-nb simulate --out RUN_DIR"),
-    "sidecars": Artifact("sidecars", "agentuq-nb simulate --out RUN_DIR"),
-    "checkpoints": Artifact("checkpoints", "agentuq-nb simulate | rescore | score-observations"),
-    "manifest": Artifact(MANIFEST, "agentuq-nb extract RESULTS --out RUN_DIR"),
-    "tokens": Artifact("tokens.parquet", "agentuq-nb extract RESULTS --out RUN_DIR (or rescore)"),
-    "messages": Artifact("messages.parquet", "agentuq-nb extract RESULTS --out RUN_DIR (or rescore)"),
-    "trajectories": Artifact("trajectories.parquet", "agentuq-nb extract RESULTS --out RUN_DIR (or rescore)"),
-    "turn_partials": Artifact("turn_partials.parquet", "agentuq-nb extract RESULTS --out RUN_DIR"),
-    "turn_summary": Artifact("turn_summary.parquet", "agentuq-nb aggregate RUN_DIR"),
-    "trajectory_summary": Artifact("trajectory_summary.parquet", "agentuq-nb aggregate RUN_DIR"),
-    "turn_summary_csv": Artifact("turn_summary.csv", "agentuq-nb aggregate RUN_DIR"),
-    "trajectory_summary_csv": Artifact("trajectory_summary.csv", "agentuq-nb aggregate RUN_DIR"),
-    "eval_metrics": Artifact("eval_metrics.json", "agentuq-nb evaluate RUN_DIR"),
-    "eval_curves": Artifact("eval_curves.csv", "agentuq-nb evaluate RUN_DIR"),
-    "estimator_table": Artifact("estimator_table.csv", "agentuq-nb compare-estimators RUN_DIR"),
-    "combined_scores": Artifact("combined_scores.parquet", "agentuq-nb compare-estimators RUN_DIR"),
-    "calibration": Artifact("calibration.json", "agentuq-nb calibrate RUN_DIR"),
-    "calibration_bins": Artifact("calibration_bins.csv", "agentuq-nb calibrate RUN_DIR"),
-    "saup_scores": Artifact("saup_scores.parquet", "agentuq-nb saup RUN_DIR"),
-    "early_warning_scores": Artifact("early_warning_scores.parquet", "agentuq-nb early-warning RUN_DIR"),
-    "verbalized_confidence": Artifact("verbalized_confidence.csv", "agentuq-nb verbalized-confidence RUN_DIR"),
-    "verbalized_confidence_turns": Artifact("verbalized_confidence_turns.csv", "agentuq-nb verbalized-confidence RUN_DIR"),
-    "verbalized_confidence_parquet": Artifact("verbalized_confidence.parquet", "a table of your own (keys + verbalized_confidence)"),
-    "tokens_by_task": Artifact("tokens_by_task", "agentuq-nb aggregate RUN_DIR --scheduler S"),
-    "notebooks": Artifact("notebooks", "agentuq-nb reproduce PARAMS"),
-    "figures": Artifact("figures", "agentuq-nb analyze RESULTS --out RUN_DIR"),
-    "paper_auroc_table": Artifact("paper_auroc_table.csv", "notebook 09_paper_figures"),
-    "action_samples": Artifact("action_samples.parquet", "agentuq-nb sample-actions RUN_DIR --k K"),
-    "action_turns": Artifact("action_turns.parquet", "agentuq-nb sample-actions RUN_DIR --k K"),
-    "action_sampling_report": Artifact("action_sampling.json", "agentuq-nb sample-actions RUN_DIR --k K"),
-    "blackbox_turns": Artifact("blackbox_turns.parquet", "agentuq-nb blackbox RUN_DIR"),
-    "blackbox_scores": Artifact("blackbox_scores.parquet", "agentuq-nb blackbox RUN_DIR"),
-    "blackbox_report": Artifact("blackbox.json", "agentuq-nb blackbox RUN_DIR"),
-    "tracer_tuned": Artifact("tracer_tuned.parquet", "agentuq-nb blackbox RUN_DIR"),
-    "tracer_tuning": Artifact("tracer_tuning.json", "agentuq-nb blackbox RUN_DIR"),
+#: every artefact of a run folder, by name: its file (or folder) name there. The store keeps every name - recovery
+#: must know all files a journal may publish, whatever step made them; the command that makes each is said by
+#: its step (``agentuq_nb.steps``), which registers it here (:func:`register_producer`).
+ARTIFACTS: dict[str, str] = {
+    "results": "results.json",
+    "run_config": "run_config.json",
+    "sidecars": "sidecars",
+    "checkpoints": "checkpoints",
+    "manifest": MANIFEST,
+    "tokens": "tokens.parquet",
+    "messages": "messages.parquet",
+    "trajectories": "trajectories.parquet",
+    "turn_partials": "turn_partials.parquet",
+    "turn_summary": "turn_summary.parquet",
+    "trajectory_summary": "trajectory_summary.parquet",
+    "turn_summary_csv": "turn_summary.csv",
+    "trajectory_summary_csv": "trajectory_summary.csv",
+    "eval_metrics": "eval_metrics.json",
+    "eval_curves": "eval_curves.csv",
+    "estimator_table": "estimator_table.csv",
+    "combined_scores": "combined_scores.parquet",
+    "calibration": "calibration.json",
+    "calibration_bins": "calibration_bins.csv",
+    "saup_scores": "saup_scores.parquet",
+    "early_warning_scores": "early_warning_scores.parquet",
+    "verbalized_confidence": "verbalized_confidence.csv",
+    "verbalized_confidence_turns": "verbalized_confidence_turns.csv",
+    "verbalized_confidence_parquet": "verbalized_confidence.parquet",
+    "tokens_by_task": "tokens_by_task",
+    "notebooks": "notebooks",
+    "figures": "figures",
+    "paper_auroc_table": "paper_auroc_table.csv",
+    "action_samples": "action_samples.parquet",
+    "action_turns": "action_turns.parquet",
+    "action_sampling_report": "action_sampling.json",
+    "blackbox_turns": "blackbox_turns.parquet",
+    "blackbox_scores": "blackbox_scores.parquet",
+    "blackbox_report": "blackbox.json",
+    "tracer_tuned": "tracer_tuned.parquet",
+    "tracer_tuning": "tracer_tuning.json",
 }
+#: artefact name -> the command that makes it, registered by the layers above (steps, studies)
+PRODUCERS: dict[str, str] = {}
 OBSERVATION_TOKENS_PREFIX = "tokens.observations_"
 #: artefacts that are folders the run owns (its steps write inside them), and the staging root
 FOLDER_ARTIFACTS = frozenset({"sidecars", "checkpoints", "tokens_by_task", "notebooks"})
-OWNED_FOLDERS = frozenset({STAGING} | {ARTIFACTS[name].filename for name in FOLDER_ARTIFACTS})
+OWNED_FOLDERS = frozenset({STAGING} | {ARTIFACTS[name] for name in FOLDER_ARTIFACTS})
 #: token tables added beside tokens.parquet (observation scoring: ``tokens.observations_<mode>.parquet``)
 EXTRA_TOKEN_TABLE = re.compile(r"tokens\.[A-Za-z0-9_][A-Za-z0-9_.\-]*\.parquet")
 #: temporary files of killed writers, removed by recovery: ``.<name>.<random>.tmp`` (atomic writes) in the
@@ -128,8 +124,22 @@ def known_file(rel: str) -> bool:
     """Whether ``rel`` is the plain name of a file artefact of a run folder (what a commit may publish)."""
     if not isinstance(rel, str) or "/" in rel or "\\" in rel or "\x00" in rel or rel in (".", ".."):
         return False
-    files = {a.filename for name, a in ARTIFACTS.items() if name not in FOLDER_ARTIFACTS}
+    files = {filename for name, filename in ARTIFACTS.items() if name not in FOLDER_ARTIFACTS}
     return rel in files or rel == MANIFEST or bool(EXTRA_TOKEN_TABLE.fullmatch(rel))
+
+
+def register_producer(command: str, names: Iterable[str]) -> None:
+    """Say that ``command`` (``RUN_DIR`` stands for the run folder) makes the artefacts ``names``: called by each
+    step of ``agentuq_nb.steps`` beside its code. Several steps may make one artefact (``checkpoints``): their
+    commands are joined with ``|``."""
+    for name in names:
+        if name not in ARTIFACTS and name != "observation_tokens":
+            raise ValueError(f"{name!r} is not an artefact of a run folder (see rundir.ARTIFACTS)")
+        known = PRODUCERS.get(name)
+        if known is None or command in known.split(" | "):
+            PRODUCERS[name] = known or command
+        else:
+            PRODUCERS[name] = f"{known} | {command}"
 
 
 class ArtifactRecord(BaseModel):
@@ -387,7 +397,7 @@ class RunDir:
     @staticmethod
     def relative(name: str) -> str:
         """The file name (relative to the run folder) of artefact ``name`` (or ``name`` itself)."""
-        return ARTIFACTS[name].filename if name in ARTIFACTS else name
+        return ARTIFACTS.get(name, name)
 
     def file(self, name: str) -> Path:
         return self.path / self.relative(name)
@@ -396,13 +406,14 @@ class RunDir:
         return self.file(name).exists()
 
     def producer(self, name: str) -> str:
+        """The command that makes artefact ``name`` of this run (as its step registered it)."""
         rel = self.relative(name)
-        for artifact in ARTIFACTS.values():
-            if artifact.filename == rel:
-                return artifact.producer.replace("RUN_DIR", str(self.path))
-        if rel.startswith(OBSERVATION_TOKENS_PREFIX):
-            return f"agentuq-nb score-observations {self.path}"
-        return "the step that wrote it"
+        for artifact, filename in ARTIFACTS.items():
+            if filename == rel and artifact in PRODUCERS:
+                return PRODUCERS[artifact].replace("RUN_DIR", str(self.path))
+        if rel.startswith(OBSERVATION_TOKENS_PREFIX) and "observation_tokens" in PRODUCERS:
+            return PRODUCERS["observation_tokens"].replace("RUN_DIR", str(self.path))
+        return f"the step that writes {rel} (see 'agentuq-nb --help')"
 
     def require(self, name: str) -> Path:
         """The path of artefact ``name``; a clear FileNotFoundError naming the command that makes it."""

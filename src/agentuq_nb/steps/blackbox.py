@@ -33,11 +33,12 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
+from pydantic import Field
 
 from agentuq_nb.evaluation.multi_trial import task_labels
 from agentuq_nb.evaluation.tracer_tuning import nested_scores, optimistic_scores
@@ -45,10 +46,10 @@ from agentuq_nb.io.atomic import json_ready
 from agentuq_nb.io.errors import InputError, MixedRunError, StaleArtifactError
 from agentuq_nb.io.ingest.results import iter_simulations, read_header
 from agentuq_nb.io.store.rundir import RunDir
-from agentuq_nb.records.config import BlackBoxConfig
 from agentuq_nb.records.keys import key_dtypes
-from agentuq_nb.records.outcomes import failure_labels
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, failure_labels
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
+from agentuq_nb.steps.base import Step, StepConfig
 from agentuq_nb.uq.embeddings import embeddings_available, get_embedder, unit_rows
 from agentuq_nb.uq.structure_signals import MESSAGE_SIGNALS, structure_messages, structure_trajectories
 from agentuq_nb.uq.tracer import (
@@ -64,7 +65,25 @@ from agentuq_nb.uq.tracer import (
 )
 from agentuq_nb.uq.transcript import transcript
 
+STEP = Step("blackbox", "agentuq-nb blackbox RUN_DIR",
+            ("blackbox_turns", "blackbox_scores", "blackbox_report", "tracer_tuned", "tracer_tuning"))
 SCORER = "blackbox"
+
+
+class BlackBoxConfig(StepConfig):
+    """What the black-box step computes with; the tuned readouts depend on the first three."""
+
+    failure_threshold: float = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold")
+    seed: int = Field(0, description="seed of the folds of TRACER's nested tuning")
+    n_splits: int = Field(5, ge=2, description="folds (by task) of TRACER's nested tuning")
+    embedder: Literal["minilm", "hash", "none"] = Field(
+        "minilm", description="sentence embeddings (hash: a bag-of-words hash, for tests; none: the signals that need "
+        "none, as where the [embeddings] extra is not installed)")
+    embed_max_tokens: int = Field(128, ge=8, le=512, description="word pieces MiniLM reads of each text: 128, the "
+                                  "length it was trained on (its cost grows with each piece)")
+    results: Optional[Path] = Field(None, description="the results to read messages from (default: the run's own)")
+    force: bool = Field(False, description="recompute even when the tables are up to date (the command's --force)")
+
 NO_EMBEDDINGS = ("TRACER and structure.user_repetition need sentence embeddings, which this install lacks: "
                  "pip install 'agentuq_nb[embeddings]' (after torch==2.13.0 on a CPU machine)")
 
@@ -325,3 +344,15 @@ def ensure_blackbox(run_dir: str | os.PathLike | RunDir, config: BlackBoxConfig 
             compute_tuning(run, config)
             status.computed.append("tuning")
     return status
+
+
+def run(run_dir: str | os.PathLike | RunDir, config: BlackBoxConfig = BlackBoxConfig()) -> dict[str, Any]:
+    """The black-box step: the signals and TRACER's tuned readouts brought up to date (recomputed with
+    ``config.force``); returns ``{"signals": report, "tracer_tuning": tuning}``. Where the run cannot have them
+    (no trajectories table, no results at hand) a FileNotFoundError says why."""
+    if config.force:
+        return {"signals": compute_signals(run_dir, config), "tracer_tuning": compute_tuning(run_dir, config)}
+    status = ensure_blackbox(run_dir, config)
+    if status.skipped:
+        raise FileNotFoundError(status.skipped)
+    return {"signals": status.report, "tracer_tuning": read_json(RunDir.of(run_dir), "tracer_tuning")}

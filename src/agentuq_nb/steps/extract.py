@@ -18,8 +18,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Optional
 
 import pyarrow as pa
+from pydantic import Field
 
 from agentuq_nb.common.collector import fewer_collections
 from agentuq_nb.io.errors import InputError, InputWarnings
@@ -30,12 +32,31 @@ from agentuq_nb.io.input_warnings import emit_input_warnings
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records import Results, Simulation
 from agentuq_nb.records.run_tables import MessageColumns
+from agentuq_nb.steps.base import Step, StepConfig
 from agentuq_nb.uq.base_tables import BaseTables
 from agentuq_nb.uq.token_metrics import with_token_metrics
 
 BATCH_BYTES = 32 << 20  # sidecar JSON per batch: few batches (each costs a query), small enough that two in
 # memory stay well under AgentUQ's own peak (with base_tables.TOKEN_ROW_GROUP_ROWS; see there)
 BATCH_SIMULATIONS = 512  # and at most this many simulations (log-probs inline in the results have no sidecar bytes)
+
+STEP = Step("extract", "agentuq-nb extract RESULTS --out RUN_DIR",
+            ("manifest", "tokens", "messages", "trajectories", "turn_partials"))
+
+
+class ExtractConfig(StepConfig):
+    """What is extracted: the results, where their sidecars are, which score is the reward."""
+
+    results: Path = Field(description="τ²-bench results (a v0/v1 JSON file or a v1.0.1 results directory), the "
+                          "original τ-bench's results (a JSON list of {task_id, reward, info, traj, trial}) or an "
+                          "Inspect AI log (.eval; the [inspect] extra)")
+    sidecar_dir: Optional[Path] = Field(None, description="where agentuq sidecar JSONL files are, if not beside the "
+                                        "results")
+    score: Optional[str] = Field(None, description="Inspect AI logs: the scorer whose value is the reward, NAME or "
+                                 "NAME:KEY for a dict-valued score (default: the eval's first scorer; C/P/I/N → "
+                                 "1/0.5/0/0, numbers as they are)")
+    progress: bool = Field(False, description="show a progress bar")
+    batch_bytes: int = Field(BATCH_BYTES, ge=1, description="sidecar JSON per batch (memory is bounded by two)")
 
 
 @dataclass
@@ -118,11 +139,11 @@ def _batches(sims: Iterable[Simulation], resolver: SidecarResolver, batch_bytes:
         executor.shutdown(wait=True, cancel_futures=True)
 
 
-def extract(results_path: str | Path, run_dir: str | Path | RunDir, sidecar_dir: str | Path | None = None,
-            progress: bool = False, batch_bytes: int = BATCH_BYTES, score: str | None = None) -> ExtractReport:
+def run(run_dir: str | Path | RunDir, config: ExtractConfig) -> ExtractReport:
     """Publish ``tokens.parquet``, ``turn_partials.parquet``, ``messages.parquet``, ``trajectories.parquet``
-    and the manifest in ``run_dir``, as one commit. ``score``: which of an Inspect AI log's scores is the
-    reward (:func:`~agentuq_nb.io.ingest.results.iter_simulations`; recorded in the manifest as ``reward_from``)."""
+    and the manifest in ``run_dir``, as one commit, from ``config.results``."""
+    results_path, sidecar_dir, progress, batch_bytes, score = (
+        config.results, config.sidecar_dir, config.progress, config.batch_bytes, config.score)
     results_path, run = Path(results_path), RunDir.of(run_dir)
     if run.path.exists() and not run.path.is_dir():
         raise InputError(run.path, "is a file, not a run folder: give --out a folder (new or holding a run)")
@@ -142,7 +163,7 @@ def extract(results_path: str | Path, run_dir: str | Path | RunDir, sidecar_dir:
 
         bar = tqdm(desc="extract", unit="sim")
     try:
-        with fewer_collections(), run.commit("extract") as commit, closing(resolver), \
+        with fewer_collections(), run.commit(STEP.name) as commit, closing(resolver), \
                 BaseTables(commit, results_input(run, results_path)) as tables:
             first: list[Simulation] = []
             sims = _remember_first(iter_simulations(results_path, report.warnings, score), first)
@@ -163,7 +184,7 @@ def extract(results_path: str | Path, run_dir: str | Path | RunDir, sidecar_dir:
             tables.close(str(results_path), report.warnings)
             report.num_tokens = tables.num_tokens
             commit.update_manifest(
-                step="extract", results=str(results_path.resolve()),
+                step=STEP.name, results=str(results_path.resolve()),
                 layout=layout or simulation_layout(first[0] if first else None),
                 sidecar_dir=str(Path(sidecar_dir).resolve()) if sidecar_dir else None, domain=domain, models=models,
                 num_simulations=report.num_simulations, num_tokens=report.num_tokens,
@@ -179,3 +200,8 @@ def extract(results_path: str | Path, run_dir: str | Path | RunDir, sidecar_dir:
     pa.default_memory_pool().release_unused()
     release_scanner_memory()
     return report
+
+
+def extract(results_path: str | Path, run_dir: str | Path | RunDir, **options: Any) -> ExtractReport:
+    """:func:`run` with ``results_path`` and the other :class:`ExtractConfig` fields as keywords."""
+    return run(run_dir, ExtractConfig(results=results_path, **options))

@@ -38,12 +38,15 @@ from agentuq_nb.records.run_tables import TRAJECTORY_META, trajectory_record, tr
 from agentuq_nb.records.summary import AGENTUQ_SUMMARY
 from agentuq_nb.records.token_statistics import TRAJECTORY_COUNT
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
-from agentuq_nb.uq.aggregation import TRAJECTORY_COLUMNS, csv_writer
+from agentuq_nb.steps.aggregate import csv_writer
+from agentuq_nb.steps.base import Step
+from agentuq_nb.steps.extract import models_by_role, results_input
+from agentuq_nb.uq.aggregation import TRAJECTORY_COLUMNS
 from agentuq_nb.uq.base_tables import duplicate_key_error
-from agentuq_nb.uq.extraction import models_by_role, results_input
 from agentuq_nb.uq.turn_partials import ROLE_KEYS
 
-STEP = "recorded_summary"
+#: a part of ``analyze`` (when the results carry no log-probs but a recorded ``uq_summary``), not a command
+STEP = Step("recorded_summary", "agentuq-nb analyze RESULTS --out RUN_DIR")
 SELF = "self"
 #: the uq_summary fields read, per role
 RECORDED_FIELDS = (TRAJECTORY_COUNT, *AGENTUQ_SUMMARY)
@@ -142,18 +145,18 @@ def summarize_recorded(results_path: str | Path, run_dir: str | Path | RunDir) -
     summary = summary.sort_values(ROLE_KEYS, kind="stable", ignore_index=True)
     if not np.isfinite(summary[list(AGENTUQ_SUMMARY)].to_numpy(dtype=float)).any():
         raise InputError(results_path, "the recorded uq_summary holds no statistic with a value")
-    with run.lock(STEP):
+    with run.lock(STEP.name):
         held = [p.name for p in run.token_tables(required=False)]
         if held:
             raise InputError(run.path, f"holds token tables ({', '.join(held)}) of an extracted run; write the "
                                        "recorded summary into a new run folder")
         based_on = results_input(run, results_path)
-        with run.commit(STEP) as commit:
+        with run.commit(STEP.name) as commit:
             commit.write_parquet("trajectories", table, based_on)
             made_from = {**based_on, run.relative("trajectories"): commit.id}
             commit.write_with("trajectory_summary_csv", csv_writer(summary), based_on=made_from)
             commit.write_parquet("trajectory_summary", summary, based_on=made_from)
-            commit.update_manifest(step=STEP, results=str(results_path.resolve()), layout=None, sidecar_dir=None,
+            commit.update_manifest(step=STEP.name, results=str(results_path.resolve()), layout=None, sidecar_dir=None,
                                    domain=domain, models=models_by_role(header), num_simulations=len(trajectories),
                                    num_tokens=0, warnings=warnings.as_dict(), scoring=None,
                                    summary_source="uq_summary")

@@ -15,12 +15,15 @@ count``) under the run's lock.
 from __future__ import annotations
 
 import os
+from typing import Any, Optional
 
 import numpy as np
 import pandas as pd
+from pydantic import Field
 
 from agentuq_nb.estimators import Estimator
 from agentuq_nb.estimators.combined import COMBINED
+from agentuq_nb.estimators.scores import estimator_inputs, score_table, with_length_columns
 from agentuq_nb.evaluation.calibration import (
     METHODS,
     calibration_report,
@@ -29,18 +32,32 @@ from agentuq_nb.evaluation.calibration import (
     reliability_table,
 )
 from agentuq_nb.evaluation.combined_predictor import cross_fitted_combination
-from agentuq_nb.evaluation.estimator_table import (
-    combined_inputs,
-    estimator_inputs,
-    score_table,
-    with_length_columns,
-)
+from agentuq_nb.evaluation.estimator_table import combined_inputs
 from agentuq_nb.evaluation.metrics import failure_labels
 from agentuq_nb.evaluation.multi_trial import task_labels
 from agentuq_nb.io.atomic import json_ready
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD
+from agentuq_nb.steps.base import Step, StepConfig
+
+STEP = Step("calibrate", "agentuq-nb calibrate RUN_DIR", ("calibration", "calibration_bins"))
+
+
+class CalibrateConfig(StepConfig):
+    """What is calibrated (estimators, methods), on what bins and folds, and where the maps are carried to."""
+
+    names: Optional[list[str]] = Field(None, description="only these estimators (default: every one the run holds)")
+    methods: tuple[str, ...] = Field(METHODS, description="platt, isotonic or both")
+    transfer_to: Any = Field(None, description="another run folder: maps fitted on RUN_DIR are evaluated on it")
+    n_bins: int = Field(10, description="equal-mass bins of the ECE, the Brier decomposition and the diagram")
+    failure_threshold: float = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold")
+    n_splits: int = Field(5, ge=2, description="folds (by task) of the cross-fitting")
+    seed: int = Field(0, description="seed of the folds")
+    combine: bool = Field(True, description="report the combined predictor beside the estimators")
+    combined_input_names: Optional[list[str]] = Field(None, description="inputs of the combined predictor (default: "
+                                                      "one estimator per kind of signal)")
+
 
 BIN_COLUMNS = ["setting", "estimator", "method", "bin", "lo", "hi", "mean_prob", "failure_rate", "count"]
 
@@ -112,12 +129,12 @@ def _transfer(table, estimators, failure, other: RunDir, methods, n_bins, failur
     return sections, bins
 
 
-def calibrate(run_dir: str | os.PathLike | RunDir, names: list[str] | None = None, methods=METHODS,
-              transfer_to: str | os.PathLike | RunDir | None = None, n_bins: int = 10,
-              failure_threshold: float = DEFAULT_FAILURE_THRESHOLD, n_splits: int = 5, seed=0, combine: bool = True,
-              combined_input_names: list[str] | None = None) -> dict:
+def run(run_dir: str | os.PathLike | RunDir, config: CalibrateConfig = CalibrateConfig()) -> dict:
     """The calibration report of ``run_dir`` (see the module docstring); publishes ``calibration.json`` and
     ``calibration_bins.csv`` in ``run_dir`` and returns the report."""
+    (names, methods, transfer_to, n_bins, failure_threshold, n_splits, seed, combine, combined_input_names) = (
+        config.names, config.methods, config.transfer_to, config.n_bins, config.failure_threshold, config.n_splits,
+        config.seed, config.combine, config.combined_input_names)
     methods = tuple(methods)
     bad = [m for m in methods if m not in METHODS]
     if bad or not methods:
@@ -125,13 +142,13 @@ def calibrate(run_dir: str | os.PathLike | RunDir, names: list[str] | None = Non
     if n_bins < 1:
         raise ValueError(f"--n-bins must be at least 1, not {n_bins}")
     run = RunDir.of(run_dir)
-    run.require_folder("calibrate")
+    run.require_folder(STEP.name)
     other = None if transfer_to is None else RunDir.of(transfer_to)
     if other is not None:
         other.require_folder("calibrate --transfer-to")
         if other.path.resolve() == run.path.resolve():
             raise InputError(other.path, "is the run being calibrated: --transfer-to needs another run")
-    with run.lock("calibrate"):  # from the first read to the commit: based_on is what was read
+    with run.lock(STEP.name):  # from the first read to the commit: based_on is what was read
         table, estimators, failure = labelled_scores(run, names, failure_threshold)
         report = {"run": str(run.path), "failure_threshold": float(failure_threshold), "n_bins": int(n_bins),
                   "bins": "quantile (equal mass)", "methods": list(methods), "n_splits": int(n_splits),
@@ -148,11 +165,16 @@ def calibrate(run_dir: str | os.PathLike | RunDir, names: list[str] | None = Non
             bins += transfer_bins
         report = json_ready(report)
         frame = pd.concat(bins, ignore_index=True)[BIN_COLUMNS] if bins else pd.DataFrame(columns=BIN_COLUMNS)
-        with run.commit("calibrate") as commit:
+        with run.commit(STEP.name) as commit:
             based_on = run.based_on(*estimator_inputs(run, estimators))
             commit.write_json("calibration", report, based_on)
             commit.write_with("calibration_bins", lambda p: frame.to_csv(p, index=False), based_on)
     return report
+
+
+def calibrate(run_dir: str | os.PathLike | RunDir, **options: Any) -> dict:
+    """:func:`run` with the :class:`CalibrateConfig` fields as keywords."""
+    return run(run_dir, CalibrateConfig(**options))
 
 
 def read_calibration_bins(run_dir: str | os.PathLike | RunDir) -> pd.DataFrame:

@@ -21,10 +21,11 @@ scores (:mod:`agentuq_nb.evaluation.multi_trial`).
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import pandas as pd
+from pydantic import Field
 
 from agentuq_nb.estimators import Estimator, TokenEstimator, default_scorer, get, token_estimator_name
 from agentuq_nb.estimators.token import summary_column
@@ -36,7 +37,27 @@ from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, check_failure_threshold
 from agentuq_nb.records.token_statistics import STATISTICS_BY_NAME
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
+from agentuq_nb.steps.base import Step, StepConfig
 from agentuq_nb.uq.aggregation import read_trajectory_summary
+
+STEP = Step("evaluate", "agentuq-nb evaluate RUN_DIR", ("eval_metrics", "eval_curves"))
+
+
+class EvaluateConfig(StepConfig):
+    """Which estimator is evaluated (``estimator``, or ``role``/``uncertainty``/``scorer``) and how."""
+
+    uncertainty: str = Field("avg_token_nll", description="a registered estimator's name (see 'agentuq-nb estimators "
+                             "RUN_DIR'), a token statistic of --role, or a raw trajectory-summary column")
+    role: str = Field("assistant", description="role of a token statistic (assistant, user, combined, "
+                      "observation_*, total)")
+    scorer: Optional[str] = Field(None, description="scorer of a token statistic (default: self, else the only one)")
+    invert: bool = Field(False, description="only for a raw column: it is a confidence (higher = success); "
+                         "registered estimators carry their own orientation")
+    estimator: Optional[str] = Field(None, description="a registered estimator's name (instead of role/uncertainty)")
+    failure_threshold: float = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold")
+    n_boot: int = Field(DEFAULT_N_BOOT, ge=0, description="bootstrap resamples for the 95% CIs (0: none)")
+    seed: int = Field(0, description="seed of the bootstrap")
+    scheduler: Any = Field(None, description="a Dask scheduler: the summary rows of the role are read on it")
 
 
 class RawColumn(Estimator):
@@ -116,45 +137,50 @@ def estimator_rows(run_dir: str | os.PathLike | RunDir, estimator: Estimator | s
     return rows.merge(rewards, on=TRAJECTORY_KEYS, how="inner")
 
 
-def evaluate(run_dir: str | os.PathLike | RunDir, role: str = "assistant", uncertainty: str = "avg_token_nll",
-             failure_threshold: float = DEFAULT_FAILURE_THRESHOLD, invert: bool = False, scorer: str | None = None, n_boot: int = DEFAULT_N_BOOT,
-             seed: int = 0, scheduler: Any = None, estimator: str | None = None) -> dict:
+def run(run_dir: str | os.PathLike | RunDir, config: EvaluateConfig = EvaluateConfig()) -> dict:
     """Failure-prediction metrics of one estimator with bootstrap CIs; publishes ``eval_metrics.json``
-    and ``eval_curves.csv``. ``estimator`` (a registry name) or ``role``/``uncertainty``/``scorer``
+    and ``eval_curves.csv``. ``config.estimator`` (a registry name) or ``role``/``uncertainty``/``scorer``
     (see :func:`resolve_estimator`) choose it."""
-    check_failure_threshold(failure_threshold)
+    c = config
+    check_failure_threshold(c.failure_threshold)
     run = RunDir.of(run_dir)
-    run.require_folder("evaluate")
-    with run.lock("evaluate"):  # from the first read to the commit: based_on is what was read
-        if scheduler is not None and estimator is None:
-            summary = _role_rows_on_cluster(run, _summary_role(uncertainty, role), scheduler)
+    run.require_folder(STEP.name)
+    with run.lock(STEP.name):  # from the first read to the commit: based_on is what was read
+        if c.scheduler is not None and c.estimator is None:
+            summary = _role_rows_on_cluster(run, _summary_role(c.uncertainty, c.role), c.scheduler)
         else:
-            summary = read_trajectory_summary(run) if run.has("trajectory_summary") or estimator is None else None
-        chosen = get(estimator) if estimator is not None else resolve_estimator(uncertainty, role, scorer, invert, summary)
+            summary = read_trajectory_summary(run) if run.has("trajectory_summary") or c.estimator is None else None
+        chosen = (get(c.estimator) if c.estimator is not None
+                  else resolve_estimator(c.uncertainty, c.role, c.scorer, c.invert, summary))
         from_summary = summary if isinstance(chosen, (TokenEstimator, RawColumn)) else None
         rows = estimator_rows(run, chosen, from_summary)
         if rows.empty:
             raise ValueError(f"{run.path}: estimator '{chosen.name}' scores no trajectory with a reward")
         u, r = rows["uncertainty"].to_numpy(dtype=float), rows["reward"].to_numpy(dtype=float)
         repeated = tasks_repeat(rows)
-        result = failure_metrics(u, r, failure_threshold=failure_threshold, invert=chosen.invert, n_boot=n_boot,
-                                 seed=seed, groups=task_labels(rows) if repeated else None)
+        result = failure_metrics(u, r, failure_threshold=c.failure_threshold, invert=chosen.invert, n_boot=c.n_boot,
+                                 seed=c.seed, groups=task_labels(rows) if repeated else None)
         result.update(role=chosen.role, scorer=chosen.scorer, uncertainty=chosen.statistic or chosen.name,
-                      invert=chosen.invert, failure_threshold=failure_threshold, n_boot=n_boot, seed=seed)
+                      invert=chosen.invert, failure_threshold=c.failure_threshold, n_boot=c.n_boot, seed=c.seed)
         if repeated:
             result["bootstrap"]["clusters"] = "tasks (domain, task_id): trajectories of one task are resampled together"
         if tasks_repeat(all_rewards := run.rewards()):  # task rates over every trial, scored or not
             scored = all_rewards.merge(rows[TRAJECTORY_KEYS + ["uncertainty"]], on=TRAJECTORY_KEYS, how="left")
-            result["multi_trial"] = multi_trial_report(scored, failure_threshold=failure_threshold,
+            result["multi_trial"] = multi_trial_report(scored, failure_threshold=c.failure_threshold,
                                                        uncertainty="uncertainty", invert=chosen.invert,
-                                                       n_boot=n_boot, seed=seed)[0]
-        curves = failure_curves(u, r, failure_threshold=failure_threshold, invert=chosen.invert)
+                                                       n_boot=c.n_boot, seed=c.seed)[0]
+        curves = failure_curves(u, r, failure_threshold=c.failure_threshold, invert=chosen.invert)
         inputs = [name for name in ("trajectory_summary", "trajectories", *chosen.requires) if run.has(name)]
-        with run.commit("evaluate") as commit:
+        with run.commit(STEP.name) as commit:
             based_on = run.based_on(*inputs)
             commit.write_json("eval_metrics", result, based_on)
             commit.write_with("eval_curves", lambda p: curves.to_csv(p, index=False), based_on)
     return result
+
+
+def evaluate(run_dir: str | os.PathLike | RunDir, **options: Any) -> dict:
+    """:func:`run` with the :class:`EvaluateConfig` fields as keywords (``evaluate(run, n_boot=200)``)."""
+    return run(run_dir, EvaluateConfig(**options))
 
 
 def _summary_role(uncertainty: str, role: str) -> str:

@@ -21,7 +21,7 @@ false discovery rate over the estimators. The statistics (definitions, bootstrap
   whose tables were replaced meanwhile is refused (read again).
 * **Output** (a plain folder, not a run folder; refused when it is an input run folder, inside one, a run folder
   or a file): ``run_leaderboard.csv`` (one row per estimator), ``run_leaderboard_long.csv`` (estimator x run and
-  ``pooled``), the figure the caller draws (``figure``), and ``run_leaderboard.json`` last: the inputs (run
+  ``pooled``), the figure (:func:`draw_run_leaderboard`), and ``run_leaderboard.json`` last: the inputs (run
   paths, their manifests' source and the commits of the tables read), threshold, seed, q, and the SHA-256 of
   every file written with it.
 """
@@ -33,15 +33,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any, Optional
 
 import numpy as np
 import pandas as pd
+from pydantic import Field
 
 from agentuq_nb.estimators import BASELINES, Estimator, get
 from agentuq_nb.estimators import estimators as run_estimators
+from agentuq_nb.estimators.scores import score_table, with_length_columns
 from agentuq_nb.evaluation.bootstrap import DEFAULT_N_BOOT
 from agentuq_nb.evaluation.calibration import oriented
-from agentuq_nb.evaluation.estimator_table import LENGTH_COLUMN, score_table, with_length_columns
+from agentuq_nb.evaluation.estimator_table import LENGTH_COLUMN
 from agentuq_nb.evaluation.length_control import DEFAULT_STRATA, length_strata
 from agentuq_nb.evaluation.metrics import failure_labels
 from agentuq_nb.evaluation.multi_trial import task_labels
@@ -51,8 +54,9 @@ from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.store.run_lock import RunBusyError
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, check_failure_threshold
+from agentuq_nb.steps.base import Step, StepConfig
 
-COMMAND = "compare-runs"
+STEP = Step("compare-runs", "agentuq-nb compare-runs RUN_DIR ... --out OUT")
 #: the files written to the output folder (the figure's are the caller's: ``FIGURE_NAME``.png/.pdf)
 OUTPUTS = {"leaderboard": "run_leaderboard.csv", "long": "run_leaderboard_long.csv", "inputs": "run_leaderboard.json"}
 FIGURE_NAME = "run_leaderboard"
@@ -102,7 +106,7 @@ def check_out_folder(out: str | os.PathLike, run_dirs: Sequence[str | os.PathLik
     returns it resolved. Nothing is made here."""
     out = Path(out)
     if out.exists() and not out.is_dir():
-        raise InputError(out, f"is a file: '{COMMAND} --out' takes a folder for the leaderboard")
+        raise InputError(out, f"is a file: '{STEP.name} --out' takes a folder for the leaderboard")
     blocking = next((p for p in out.parents if p.exists() and not p.is_dir()), None)
     if blocking is not None:
         raise InputError(out, f"cannot be made: {blocking} is a file, not a folder")
@@ -111,21 +115,21 @@ def check_out_folder(out: str | os.PathLike, run_dirs: Sequence[str | os.PathLik
         run_path = Path(run).resolve()
         if resolved == run_path or run_path in resolved.parents:
             where = "is" if resolved == run_path else "is inside"
-            raise InputError(out, f"{where} the input run folder {run}: '{COMMAND}' only reads run folders; "
+            raise InputError(out, f"{where} the input run folder {run}: '{STEP.name}' only reads run folders; "
                                   "write the leaderboard to a folder of its own")
     if RunDir(out).has("manifest"):
-        raise InputError(out, f"is a run folder (it holds a manifest): '{COMMAND}' writes a plain output folder; "
+        raise InputError(out, f"is a run folder (it holds a manifest): '{STEP.name}' writes a plain output folder; "
                               "choose another --out")
     return resolved
 
 
 def _check_runs(run_dirs: Sequence[str | os.PathLike]) -> list[RunDir]:
     if not run_dirs:
-        raise ValueError(f"'{COMMAND}' needs at least one run folder")
+        raise ValueError(f"'{STEP.name}' needs at least one run folder")
     runs, seen = [], {}
     for path in run_dirs:
         run = RunDir(path)
-        run.require_folder(COMMAND)
+        run.require_folder(STEP.name)
         key = run.path.resolve()
         if key in seen:
             raise InputError(run.path, f"is given twice (also as {seen[key]}): each run counts once")
@@ -153,7 +157,7 @@ def shared_estimators(runs: Sequence[RunDir], names: Sequence[str] | None = None
             get(name)  # an unknown name: KeyError with the close names
             for run, f in zip(runs, found):
                 if name not in f:
-                    raise InputError(run.path, f"holds no data for estimator {name!r}: '{COMMAND}' compares an "
+                    raise InputError(run.path, f"holds no data for estimator {name!r}: '{STEP.name}' compares an "
                                                "estimator on every run given")
         candidates = [found[0][name] for name in dict.fromkeys(names) if name not in BASELINES]
     else:
@@ -178,7 +182,7 @@ def read_run(run: RunDir, name: str, estimators: Sequence[Estimator],
     table = table[np.isfinite(table["reward"].to_numpy(dtype=float))].reset_index(drop=True)
     run.forget_cache()
     if run.based_on(*tables) != before:
-        raise RunBusyError(f"{run.path}: its tables were replaced while '{COMMAND}' read them; run it again")
+        raise RunBusyError(f"{run.path}: its tables were replaced while '{STEP.name}' read them; run it again")
     if table.empty:
         raise InputError(run.path, "holds no trajectory with a finite reward")
     frame = pd.DataFrame({"run": name, "task": task_labels(table),
@@ -227,7 +231,7 @@ def build_run_leaderboard(run_dirs: Sequence[str | os.PathLike], failure_thresho
         info.update(n_trajectories=int(row["n_trajectories"]), n_failures=int(row["n_failures"]),
                     n_tasks=int(row["n_tasks"]))
     notes = _notes(run_info, candidates, baselines, left_out, result.baselines, failure_threshold)
-    inputs = {"command": COMMAND, "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    inputs = {"command": STEP.name, "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "runs": read, "failure_threshold": float(failure_threshold), "n_boot": int(n_boot), "seed": int(seed),
               "q": float(q), "ci": 0.95, "length_strata": DEFAULT_STRATA, "estimators": [e.name for e in candidates],
               "length_baselines": [e.name for e in baselines], "left_out": left_out,
@@ -299,14 +303,49 @@ def write_run_leaderboard(result: RunLeaderboard, out: str | os.PathLike,
     return [*written, out / OUTPUTS["inputs"]]
 
 
-def compare_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD,
-                 n_boot: int = DEFAULT_N_BOOT, seed: int = 0, names: Sequence[str] | None = None, q: float = 0.1,
-                 figure: Callable[[RunLeaderboard, Path], list[Path]] | None = None) -> RunLeaderboard:
+class CompareRunsConfig(StepConfig):
+    """The runs compared, where the leaderboard goes, and how it is computed."""
+
+    run_dirs: list[Path] = Field(min_length=1, description="run folders to compare the estimators across (read only)")
+    out: Path = Field(description="output folder for the leaderboard (a plain folder, not a run folder)")
+    failure_threshold: float = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold")
+    n_boot: int = Field(DEFAULT_N_BOOT, ge=0, description="bootstrap resamples (tasks within each run) for CIs and "
+                        "p-values")
+    seed: int = Field(0, description="seed of the bootstrap")
+    names: Optional[list[str]] = Field(None, description="only these estimators (each must be in every run; length "
+                                       "baselines always)")
+    q: float = Field(0.1, gt=0.0, lt=1.0, description="false discovery rate of the Benjamini-Hochberg step over "
+                     "estimators")
+    figure: bool = Field(False, description="draw the estimators x runs figure beside the tables (the command does)")
+
+
+def draw_run_leaderboard(result: RunLeaderboard, folder: Path) -> list[Path]:
+    """The estimators x runs figure of ``result`` in ``folder`` (PNG and PDF)."""
+    import matplotlib.pyplot as plt
+
+    from agentuq_nb.figures import save
+    from agentuq_nb.figures.run_leaderboard import run_leaderboard_figure
+
+    fig = run_leaderboard_figure(result.leaderboard, result.long, result.runs, q=result.q,
+                                 failure_threshold=result.failure_threshold)
+    try:
+        return save(fig, FIGURE_NAME, folder)
+    finally:
+        plt.close(fig)
+
+
+def run(config: CompareRunsConfig) -> RunLeaderboard:
     """``agentuq-nb compare-runs``: refuse a bad ``out`` before any work, compute, write (see the module docstring)."""
-    check_out_folder(out, run_dirs)
-    result = build_run_leaderboard(run_dirs, failure_threshold, n_boot, seed, names, q)
-    write_run_leaderboard(result, out, figure)
+    c = config
+    check_out_folder(c.out, c.run_dirs)
+    result = build_run_leaderboard(c.run_dirs, c.failure_threshold, c.n_boot, c.seed, c.names, c.q)
+    write_run_leaderboard(result, c.out, draw_run_leaderboard if c.figure else None)
     return result
+
+
+def compare_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, **options: Any) -> RunLeaderboard:
+    """:func:`run` with the :class:`CompareRunsConfig` fields as keywords."""
+    return run(CompareRunsConfig(run_dirs=run_dirs, out=out, **options))
 
 
 def read_run_leaderboard(out: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame]:

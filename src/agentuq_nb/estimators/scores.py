@@ -1,0 +1,46 @@
+"""A run's scores: one row per trajectory and one column per estimator, read through the estimators themselves.
+
+What the estimator table, the calibration and the explorer share: :func:`score_table` (keys, ``reward``, one
+column per estimator), :func:`with_length_columns` (every length baseline beside them) and
+:func:`estimator_inputs` (the artefacts such a table was computed from: its ``based_on``).
+"""
+from __future__ import annotations
+
+import os
+
+import pandas as pd
+
+from agentuq_nb.estimators.base import Estimator, get
+from agentuq_nb.estimators.base import estimators as run_estimators
+from agentuq_nb.estimators.baselines import BASELINES
+from agentuq_nb.io.store.rundir import RunDir
+from agentuq_nb.records.tokens import TRAJECTORY_KEYS
+
+
+def score_table(run_dir: str | os.PathLike | RunDir, names: list[str] | None = None) -> tuple[pd.DataFrame, list[Estimator]]:
+    """One row per trajectory (keys + ``reward``) and one column per estimator (all the run holds, or
+    ``names``); and the estimators, in table order."""
+    run = RunDir.of(run_dir)
+    chosen = run_estimators(run) if names is None else [get(name) for name in names]
+    table = run.rewards().reset_index(drop=True)
+    for estimator in chosen:
+        scores = estimator.scores(run).rename(estimator.name).reset_index()
+        table = table.merge(scores.drop_duplicates(TRAJECTORY_KEYS), on=TRAJECTORY_KEYS, how="left")
+    return table, chosen
+
+
+def estimator_inputs(run: RunDir, estimators: list[Estimator]) -> list[str]:
+    """The artefacts a table of ``estimators`` was computed from (what each one :meth:`~Estimator.reads`, plugins'
+    too, and the trajectories the rewards come from), those the run holds: the ``based_on`` of a derived table."""
+    names = dict.fromkeys(["trajectories"] + [r for e in estimators for r in e.reads(run)])
+    return [name for name in names if run.has(name)]
+
+
+def with_length_columns(run: RunDir, table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with every length baseline the run holds as a column (for the length control), also when
+    the chosen estimators leave them out."""
+    for name in BASELINES:
+        if name not in table.columns and get(name).is_available(run):
+            scores = get(name).scores(run).rename(name).reset_index()
+            table = table.merge(scores.drop_duplicates(TRAJECTORY_KEYS), on=TRAJECTORY_KEYS, how="left")
+    return table

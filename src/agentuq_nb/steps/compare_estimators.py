@@ -1,0 +1,120 @@
+"""``compare-estimators``: the estimator table of a run (:mod:`agentuq_nb.evaluation.estimator_table`) →
+``RUN_DIR/estimator_table.csv`` and the combined predictors' out-of-fold probabilities ``combined_scores.parquet``.
+
+The black-box families are brought up to date first (:func:`agentuq_nb.steps.blackbox.ensure_blackbox`).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import pandas as pd
+from pydantic import Field
+
+from agentuq_nb.estimators.scores import estimator_inputs, score_table, with_length_columns
+from agentuq_nb.evaluation.bootstrap import DEFAULT_N_BOOT
+from agentuq_nb.evaluation.estimator_table import evaluate_estimators_and_combinations
+from agentuq_nb.io.store.rundir import RunDir
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD
+from agentuq_nb.steps.base import Reporter, Step, StepConfig
+from agentuq_nb.steps.blackbox import BlackBoxConfig, ensure_blackbox
+
+STEP = Step("compare-estimators", "agentuq-nb compare-estimators RUN_DIR", ("estimator_table", "combined_scores"))
+
+
+class CompareEstimatorsConfig(StepConfig):
+    """How the estimator table is computed: labels, bootstrap, calibration bins, combined predictors, black-box step."""
+
+    failure_threshold: float = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold")
+    n_boot: int = Field(DEFAULT_N_BOOT, ge=0, description="bootstrap resamples for the 95% CIs (0: none)")
+    seed: int = Field(0, description="seed of the bootstrap, the folds and the black-box tuning")
+    names: Optional[list[str]] = Field(None, description="only these estimators (default: every one the run holds)")
+    n_bins: int = Field(10, ge=1, description="equal-mass bins of the ECE")
+    combine: bool = Field(True, description="add the combined predictors' rows")
+    combined_input_names: Optional[list[str]] = Field(None, description="inputs of the combined predictor (default: "
+                                                      "one estimator per kind of signal)")
+    blackbox: bool | BlackBoxConfig = Field(True, description="bring the black-box families up to date first "
+                                         "(a config, or True for the default one)")
+
+
+def run(run_dir: str | os.PathLike | RunDir, config: CompareEstimatorsConfig = CompareEstimatorsConfig()) -> pd.DataFrame:
+    """Evaluate every estimator available in the run (or ``names``); publish ``RUN_DIR/estimator_table.csv``.
+
+    ``blackbox``: first bring the black-box families up to date (:func:`ensure_blackbox`; a config, or True for
+    the default one), with this call's failure threshold and seed."""
+    (failure_threshold, n_boot, seed, names, n_bins, combine, combined_input_names, blackbox) = (
+        config.failure_threshold, config.n_boot, config.seed, config.names, config.n_bins, config.combine,
+        config.combined_input_names, config.blackbox)
+    run = RunDir.of(run_dir)
+    run.require_folder(STEP.name)
+    with run.lock(STEP.name):  # from the first read to the commit: based_on is what was read
+        if blackbox is not False:
+            signals = blackbox if isinstance(blackbox, BlackBoxConfig) else BlackBoxConfig()
+            ensure_blackbox(run, signals.model_copy(update={"failure_threshold": failure_threshold, "seed": seed}))
+        table, estimators = score_table(run, names)
+        out, combined_scores = evaluate_estimators_and_combinations(
+            with_length_columns(run, table), estimators, failure_threshold, n_boot, seed,
+            n_bins=n_bins, combine=combine, combined_input_names=combined_input_names)
+        based_on = run.based_on(*estimator_inputs(run, [e for e in estimators if e.family != "combined"]))
+        with run.commit(STEP.name) as commit:
+            commit.write_with("estimator_table", lambda p: out.to_csv(p, index=False), based_on)
+            commit.write_parquet("combined_scores", combined_scores, based_on)
+    return out
+
+
+def compare_estimators(run_dir: str | os.PathLike | RunDir, **options: Any) -> pd.DataFrame:
+    """:func:`run` with the :class:`CompareEstimatorsConfig` fields as keywords."""
+    return run(run_dir, CompareEstimatorsConfig(**options))
+
+
+def read_estimator_table(run_dir: str | os.PathLike | RunDir) -> pd.DataFrame:
+    run = RunDir.of(run_dir)
+    path = run.require("estimator_table")
+    run.verify("estimator_table")
+    return pd.read_csv(Path(path))
+
+
+@dataclass
+class EstimatorTableReport:
+    """What ``compare-estimators`` (and ``analyze``) tell about a run's estimator table."""
+
+    table: pd.DataFrame
+    path: Path  # where the table was published
+    failure_threshold: float
+    gaps: list = field(default_factory=list)
+    blackbox: Any = None  # the black-box step's status
+
+
+def estimator_table(run_dir: str | os.PathLike | RunDir, config: CompareEstimatorsConfig = CompareEstimatorsConfig(),
+                    reporter: Reporter = Reporter()) -> EstimatorTableReport:
+    """The table with what a user needs around it: the summaries made first where the run has token rows but no
+    summaries (straight after rescore), the black-box families brought up to date, and the families the run lacks
+    with the command that adds each (:func:`~agentuq_nb.steps.family_gaps.missing_families`)."""
+    import pyarrow.parquet as pq
+
+    from agentuq_nb.steps.aggregate import aggregate, summary_counts
+    from agentuq_nb.steps.family_gaps import missing_families
+
+    folder = RunDir.of(run_dir)
+    if (folder.path.is_dir() and not folder.has("trajectory_summary")
+            and any(pq.read_metadata(f).num_rows for f in folder.token_tables())):
+        reporter.say(f"{folder.path} has token rows but no turn or trajectory summaries: running 'agentuq-nb aggregate "
+                     f"{folder.path}' first", warn=True)
+        with reporter.stage("aggregate", folder.path):
+            turns, trajs = aggregate(folder)
+        reporter.say(summary_counts(turns, trajs), warn=True)
+    status = None
+    with reporter.stage(STEP.name, folder.path):
+        if config.blackbox is not False:
+            signals = config.blackbox if isinstance(config.blackbox, BlackBoxConfig) else BlackBoxConfig()
+            status = ensure_blackbox(folder, signals.model_copy(update={"failure_threshold": config.failure_threshold,
+                                                                     "seed": config.seed}))
+            if status.report and "signals" in status.computed:
+                r = status.report
+                reporter.say(f"black-box signals: {r['trajectories']} trajectories, {r['messages']} messages in "
+                             f"{r['seconds']:.1f} s ({r['embed_seconds']:.1f} s embedding {r['texts_embedded']} texts)")
+        table = run(folder, config.model_copy(update={"blackbox": False}))
+        gaps = missing_families(folder, status.skipped if status is not None else None)
+    return EstimatorTableReport(table, folder.file("estimator_table"), config.failure_threshold, gaps, status)

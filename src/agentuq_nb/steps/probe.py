@@ -1,0 +1,46 @@
+"""``probe``: structural and conceptual uncertainty of one prompt (:func:`agentuq_nb.uq.structural.probe`), with
+per-token sparklines; no run folder."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+from pydantic import Field
+
+from agentuq_nb.steps.base import Step, StepConfig
+from agentuq_nb.uq.structural import ProbeResult, probe
+
+STEP = Step("probe", "agentuq-nb probe PROMPT")
+
+
+class ProbeConfig(StepConfig):
+    """The prompt, how many responses are sampled and how."""
+
+    prompt: str = Field(min_length=1, description="the prompt to probe")
+    n: int = Field(5, ge=2, description="sampled responses")
+    model: Optional[str] = Field(None, description="litellm model name (default: the embedded model)")
+    max_tokens: int = Field(48, ge=1, description="tokens per response")
+    temperature: float = Field(1.0, gt=0.0, description="sampling temperature")
+    seed: int = Field(0, description="seed of the first response (the i-th: seed + i)")
+    plot: Optional[Path] = Field(None, description="also save the sparklines figure here (.png/.pdf)")
+
+
+def run(config: ProbeConfig) -> ProbeResult:
+    """Sample and measure; with ``config.plot`` the sparklines figure is saved there."""
+    result = probe(**config.model_dump(exclude={"plot"}))
+    if config.plot is not None:
+        import matplotlib.pyplot as plt
+
+        from agentuq_nb.figures.structural import probe_sparklines_figure
+
+        fig = probe_sparklines_figure(result)
+        try:
+            fig.savefig(config.plot, bbox_inches="tight")
+        finally:
+            plt.close(fig)
+    return result
+
+
+def probe_prompt(prompt: str, **options: Any) -> ProbeResult:
+    """:func:`run` with the :class:`ProbeConfig` fields as keywords."""
+    return run(ProbeConfig(prompt=prompt, **options))

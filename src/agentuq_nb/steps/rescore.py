@@ -1,0 +1,72 @@
+"""``rescore``: rows for every message of any results file (assistant actions, tool calls as their serialized
+JSON, observations) scored teacher-forced by a model → the run's base tables and manifest, so that ``aggregate``
+and ``evaluate`` work on a run recorded without log-probs (see :mod:`agentuq_nb.uq.observation`).
+"""
+from __future__ import annotations
+
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+from pydantic import Field
+
+from agentuq_nb.io.ingest.results import iter_simulations, read_header
+from agentuq_nb.io.store.rundir import RunDir
+from agentuq_nb.records import Results
+from agentuq_nb.records.config import ExecutionConfig, ScoringConfig, configs_from_options
+from agentuq_nb.steps.base import Step, StepConfig
+from agentuq_nb.steps.extract import results_input
+from agentuq_nb.steps.scoring_jobs import check_checkpoint_settings, score_results
+from agentuq_nb.uq.base_tables import BaseTables
+from agentuq_nb.uq.observation import ScoringReport
+
+STEP = Step("rescore", "agentuq-nb rescore RESULTS --out RUN_DIR",
+            ("manifest", "tokens", "messages", "trajectories", "turn_partials", "checkpoints"))
+
+
+class RescoreConfig(StepConfig):
+    """The results rescored, what is scored and how the jobs run."""
+
+    results: Path = Field(description="the results file whose messages are scored")
+    scoring: ScoringConfig = Field(default_factory=ScoringConfig)
+    execution: ExecutionConfig = Field(default_factory=ExecutionConfig)
+
+
+def run(out: str | Path | RunDir, config: RescoreConfig) -> ScoringReport:
+    """Rows for every message of a results file → ``OUT``'s base tables (tokens, partials, messages,
+    trajectories) and manifest, published as one commit, so that ``aggregate`` and ``evaluate`` work on
+    any recorded run.
+
+    ``config.scoring`` and ``config.execution`` as in ``score-observations``; ``limit`` scores only the first N
+    simulations (a quick look at a large file)."""
+    results_path, run = Path(config.results), RunDir.of(out)
+    config, execution = config.scoring, config.execution
+    with run.lock(STEP.name):
+        checkpoint_dir = run.checkpoint_dir(f"rescore_{config.scorer_mode}")
+        checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        check_checkpoint_settings(checkpoint_dir / "scorer.json", {"model": config.scorer_llm, "backend": config.source,
+                                                             "results": str(results_path.resolve())})
+        report = ScoringReport(run.path)
+        score_results(results_path, checkpoint_dir, config, {"assistant", "user", "tool"}, report, execution)
+        domain = Results.domain_of(read_header(results_path).get("info"))
+        with run.commit(STEP.name) as commit, BaseTables(commit, results_input(run, results_path)) as tables:
+            for part in sorted(checkpoint_dir.glob("*.parquet")):
+                tables.add_tokens(pq.read_table(part))
+            tables.add_simulations(islice(iter_simulations(results_path, report.warnings), config.limit), domain,
+                                   str(results_path), report.warnings)
+            tables.close(str(results_path), report.warnings)
+            report.num_tokens = tables.num_tokens
+            commit.update_manifest(
+                step=STEP.name, results=str(results_path.resolve()), layout=None, sidecar_dir=None, domain=domain,
+                models={}, num_simulations=len(tables.trajectories), num_tokens=report.num_tokens,
+                warnings=report.warnings.as_dict(),
+                scoring={"scorer_llm": config.scorer_llm, "scorer_mode": config.scorer_mode, "backend": config.source,
+                         **report.as_dict()})
+    return report
+
+
+def rescore(results: str | Path, out: str | Path | RunDir, **options: Any) -> ScoringReport:
+    """:func:`run` with the fields of ``ScoringConfig`` and ``ExecutionConfig`` as keywords."""
+    scoring, execution = configs_from_options(options, ScoringConfig, "scoring")
+    return run(out, RescoreConfig(results=results, scoring=scoring, execution=execution))

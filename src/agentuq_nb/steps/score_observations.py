@@ -1,0 +1,61 @@
+"""``score-observations``: how surprising each user message and tool result is under a scorer (see
+:mod:`agentuq_nb.uq.observation`) → ``RUN_DIR/tokens.observations_<mode>[_replay].parquet``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+from pydantic import Field
+
+from agentuq_nb.io.atomic import atomic_write_json
+from agentuq_nb.io.store.rundir import RunDir
+from agentuq_nb.records.config import ExecutionConfig, ScoringConfig, configs_from_options
+from agentuq_nb.steps.base import Step, StepConfig
+from agentuq_nb.steps.scoring_jobs import check_checkpoint_settings, consolidate, score_results
+from agentuq_nb.uq.observation import ScoringReport
+
+STEP = Step("score-observations", "agentuq-nb score-observations RUN_DIR", ("observation_tokens", "checkpoints"))
+
+
+class ScoreObservationsConfig(StepConfig):
+    """The results scored (default: the run's own), what is scored and how the jobs run."""
+
+    results: Optional[Path] = Field(None, description="the results file (default: the one the run was extracted from)")
+    scoring: ScoringConfig = Field(default_factory=ScoringConfig)
+    execution: ExecutionConfig = Field(default_factory=ExecutionConfig)
+
+
+def run(run_dir: str | Path | RunDir, config: ScoreObservationsConfig = ScoreObservationsConfig()) -> ScoringReport:
+    """Token rows of every user and tool message → ``RUN_DIR/tokens.observations_<mode>[_replay].parquet``.
+
+    ``config.scoring`` (:class:`~agentuq_nb.records.config.ScoringConfig`: ``scorer_mode``, ``scorer_llm``,
+    ``backend``, ``user_messages``, ``tool_messages``, ``top_logprobs``, ``limit``) says what is scored,
+    ``config.execution`` (``scheduler``: one job per trajectory on a Dask cluster, ``api_bases``: one scorer
+    server per worker, ``progress`` …) how; the tables are the same however the jobs run. Resumable per
+    trajectory; the run folder is locked meanwhile."""
+    results, config, execution = config.results, config.scoring, config.execution
+    roles = config.observation_roles()
+    run = RunDir.of(run_dir)
+    with run.lock(STEP.name):
+        results_path = Path(results) if results else run.results_path()
+        suffix = config.observation_table_suffix()
+        checkpoint_dir = run.checkpoint_dir(f"observations_{suffix}")
+        checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        check_checkpoint_settings(checkpoint_dir / "scorer.json", {"model": config.scorer_llm, "backend": config.source,
+                                                             "roles": sorted(roles),
+                                                             "results": str(results_path.resolve())})
+        report = ScoringReport(run.path)
+        score_results(results_path, checkpoint_dir, config, roles, report, execution)
+        with run.commit(STEP.name) as commit:
+            table = run.observation_tokens(suffix).name
+            report.num_tokens = consolidate(checkpoint_dir, commit.stage(table, run.based_on("tokens")),
+                                             commit.metadata)
+        atomic_write_json(checkpoint_dir / "report.json", report.as_dict())
+    return report
+
+
+def score_observations(run_dir: str | Path | RunDir, results: str | Path | None = None, **options: Any) -> ScoringReport:
+    """:func:`run` with the fields of ``ScoringConfig`` and ``ExecutionConfig`` as keywords."""
+    scoring, execution = configs_from_options(options, ScoringConfig, "scoring")
+    return run(run_dir, ScoreObservationsConfig(results=results, scoring=scoring, execution=execution))
