@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from agentuq_nb.cli import app
-from agentuq_nb.evaluation.bootstrap import DEFAULT_N_BOOT
+from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.intervention.config import PolicyConfig
 from agentuq_nb.records.config import ActionSamplingConfig, ExecutionConfig, ScoringConfig, SimulationConfig
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from agentuq_nb.intervention.study import BASELINE, CALIBRATION, InterventionStudyConfig, run_name, run_study
+from agentuq_nb.pipeline.intervention_study import BASELINE, CALIBRATION, InterventionStudyConfig, run_name, run_study
 from agentuq_nb.pipeline.reproduce import run_study as run_params_study
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -102,5 +102,7 @@ def test_every_step_module_declares_its_step_config_and_run():
         assert isinstance(module.STEP, Step), name
         configs = [v for v in vars(module).values() if inspect.isclass(v) and issubclass(v, StepConfig)
                    and v is not StepConfig and v.__module__ == module.__name__]
-        assert configs or name == "recorded_summary", f"steps.{name} defines no StepConfig"
-        assert callable(getattr(module, "run", None)) or name == "recorded_summary", f"steps.{name} has no run()"
+        assert len(configs) == 1, f"steps.{name} defines {len(configs)} StepConfig classes, not one"
+        assert callable(getattr(module, "run", None)), f"steps.{name} has no run()"
+        first = next(iter(inspect.signature(module.run).parameters))
+        assert first in ("run_dir", "out", "config"), f"steps.{name}.run takes {first} first"

@@ -5,6 +5,7 @@ them, so ``agentuq-nb --help`` and the analysis commands start fast.
 """
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import os
@@ -14,7 +15,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
-from typing import Optional
+from types import UnionType
+from typing import Literal, Optional, Union, get_args, get_origin
 
 import typer
 from pydantic import ValidationError
@@ -125,7 +127,7 @@ def failure_threshold_option(help: str = "failure = reward < threshold"):
 
 
 def n_boot_option(help: str = "bootstrap resamples for the 95% CIs (0: none)"):
-    from agentuq_nb.evaluation.bootstrap import DEFAULT_N_BOOT
+    from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 
     return typer.Option(DEFAULT_N_BOOT, "--n-boot", min=0, help=help)
 
@@ -728,7 +730,10 @@ def simulate(
 
     With --policy the agent's uncertainty is acted on while it runs (defer to a human, resample and vote,
     confirm a write with the user, or at random); each simulation records its decisions."""
-    from agentuq_nb.sim import SimulationFailed, run_simulations
+    from agentuq_nb.records.config import configs_from_options
+    from agentuq_nb.sim import SimulationFailed
+    from agentuq_nb.steps.simulate import SimulateConfig
+    from agentuq_nb.steps.simulate import run as run_simulate
 
     kwargs = {k: v for k, v in dict(agent_llm=agent_llm, user_llm=user_llm, max_steps=max_steps,
                                     temperature=temperature).items() if v is not None}
@@ -762,9 +767,13 @@ def simulate(
             decision_policy = build_policy(config)
             typer.echo(f"policy: {json.dumps(decision_policy.describe())}")
         task_ids = [t.strip() for value in task_ids or [] for t in value.split(",") if t.strip()]
-        path = run_simulations(domain, out, task_ids=task_ids or None, num_tasks=num_tasks, num_trials=num_trials,
-                               top_logprobs=top_logprobs, max_concurrency=max_concurrency, seed=seed,
-                               scheduler=scheduler, api_bases=api_base or None, policy=decision_policy, **kwargs)
+        simulation, execution = configs_from_options(
+            dict(task_ids=task_ids or None, num_tasks=num_tasks, num_trials=num_trials, top_logprobs=top_logprobs,
+                 max_concurrency=max_concurrency, seed=seed, scheduler=scheduler, api_bases=api_base or None, **kwargs),
+            SimulationConfig, "simulation", domain=domain)
+        path = run_simulate(out, SimulateConfig(simulation=simulation, execution=execution,
+                                                policy=None if decision_policy is None else config),
+                            policy=decision_policy)
     except (*USER_ERRORS, SimulationFailed) as err:
         _fail(err)
     typer.echo(f"results → {path}")
@@ -939,6 +948,63 @@ def verbalized_confidence(
         _fail(err)
     typer.echo(f"{len(per_traj)} trajectories, {int(per_traj['num_asked'].sum())} questions, "
                f"{missing_rate(per_traj):.0%} unparsed → {run_dir / 'verbalized_confidence.csv'}")
+
+
+#: field types a made command offers as options (others keep their config default)
+PLAIN_TYPES = (str, int, float, bool, Path)
+
+
+def _option_type(annotation):
+    """The option type of a config field's annotation, or None when it is not a plain value."""
+    if annotation in PLAIN_TYPES:
+        return annotation
+    args = [a for a in get_args(annotation) if a is not type(None)]
+    if get_origin(annotation) is Literal:
+        return str
+    if get_origin(annotation) in (Union, UnionType) and len(args) == 1 and args[0] in PLAIN_TYPES:
+        return Optional[args[0]]
+    return None
+
+
+def step_command(module):
+    """A command for a step module that has none written here (a new family's step): ``RUN_DIR`` and one option
+    per plain field of its config (default and help from the field), running ``module.run(RUN_DIR, config)`` and
+    printing what it returns (its ``describe(result)`` when the module has one). Why by hand: typer builds
+    commands from signatures, so the signature is made from the config's fields."""
+    from agentuq_nb.steps.base import step_config
+
+    config_type = step_config(module)
+    fields = {name: _option_type(field.annotation) for name, field in config_type.model_fields.items()}
+    fields = {name: kind for name, kind in fields.items() if kind is not None}
+    parameters = [inspect.Parameter("run_dir", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Path,
+                                    default=typer.Argument(..., help="run directory"))]
+    for name, kind in fields.items():
+        flag = "--" + name.replace("_", "-")
+        flags = (f"{flag}/--no-{name.replace('_', '-')}",) if kind is bool else (flag,)
+        parameters.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=kind,
+                                            default=config_option(config_type, name, *flags)))
+
+    def command(run_dir: Path, **options):
+        with _step(module.STEP.name, run_dir):
+            result = module.run(run_dir, config_type(**options))
+        typer.echo(module.describe(result) if hasattr(module, "describe") else result)
+
+    command.__signature__ = inspect.Signature(parameters)
+    command.__doc__ = (module.__doc__ or module.STEP.command).strip().split("\n\n")[0]
+    return command
+
+
+def add_step_commands() -> None:
+    """Every step with a command line of its own but no command written above gets one made from its config."""
+    from agentuq_nb.steps import step_modules
+
+    written = {info.name or info.callback.__name__.replace("_", "-") for info in app.registered_commands}
+    for module in step_modules():
+        if module.STEP.command_line and module.STEP.name not in written:
+            app.command(module.STEP.name)(step_command(module))
+
+
+add_step_commands()
 
 
 def main() -> None:  # pragma: no cover - console entry

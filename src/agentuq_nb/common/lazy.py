@@ -1,6 +1,6 @@
 """Package facades that import a submodule only when one of its names is first used (PEP 562).
 
-A notebook imports ``from agentuq_nb import uq`` and calls ``uq.extract(...)`` without paying for the
+A notebook imports ``from agentuq_nb import uq`` and calls ``uq.turn_summary(...)`` without paying for the
 embedding model or the LLM layer it does not use; a command line run starts fast.
 """
 from __future__ import annotations

@@ -7,17 +7,16 @@ actions per decision point (:mod:`.actions`), SAUP and early warning
 (:mod:`.propagation`), verbalized confidence (:mod:`.verbalized`), black-box signals that need no
 log-probs (structure and TRACER, :mod:`.blackbox`), the combined predictors' out-of-fold probabilities
 (:mod:`.combined`), length baselines (:mod:`.baselines`). Evaluation (``agentuq_nb.evaluation``) scores any of
-them by name.
+them by name. A new module here is imported with the package (and so registers its estimators).
 """
-from agentuq_nb.estimators import (  # noqa: F401  (they register)
-    actions,
-    baselines,
-    blackbox,
-    combined,
-    propagation,
-    token,
-    verbalized,
-)
+import importlib as _importlib
+import pkgutil as _pkgutil
+
+# every module of this package is imported (in name order) and registers its estimators: a new family's module
+# is found here, not listed
+for _module in sorted(m.name for m in _pkgutil.iter_modules(__path__)):
+    _importlib.import_module(f"{__name__}.{_module}")
+
 from agentuq_nb.estimators.actions import skipped_action_statistics
 from agentuq_nb.estimators.base import (
     ENTRY_POINT_GROUP,

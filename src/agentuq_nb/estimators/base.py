@@ -175,7 +175,8 @@ def unregister(name: str) -> Estimator:
         raise KeyError(f"no estimator registered under {name!r}") from None
 
 
-def _rank(family: str) -> int:
+def family_rank(family: str) -> int:
+    """Where a family sorts among the others (a family without a rank of its own: after the built-in ones)."""
     return FAMILY_RANK.get(family, CUSTOM_RANK)
 
 
@@ -235,12 +236,12 @@ def estimators(run: RunDir | str | os.PathLike) -> list[Estimator]:
     found: list[tuple[int, int, Estimator]] = []  # (family rank, order of registration/discovery, estimator)
     for estimator in _FIXED.values():
         if estimator.is_available(run):
-            found.append((_rank(estimator.family), len(found), estimator))
+            found.append((family_rank(estimator.family), len(found), estimator))
     for family in _FAMILIES:
         for estimator in family.discover(run):
             if estimator.name in _FIXED:  # registered under this name: the registered one, as get() says
                 continue
-            found.append((_rank(estimator.family), len(found), estimator))
+            found.append((family_rank(estimator.family), len(found), estimator))
     return [estimator for _, _, estimator in sorted(found, key=lambda t: (t[0], t[1]))]
 
 

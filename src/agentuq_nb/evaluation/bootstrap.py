@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.evaluation.metrics import (
     MAX_KENDALL_MATRIX_N,
     MAX_LEVELS,
@@ -39,9 +40,6 @@ from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD
 
 #: resampled matrices are processed in chunks of about this many elements; small chunks stay in
 #: CPU cache (measured ~2x faster than 10^6-element chunks at n = 1000)
-#: bootstrap resamples for a 95 % interval or a paired p-value, wherever none is asked for (one home)
-DEFAULT_N_BOOT = 1000
-
 CHUNK_ELEMENTS = 50_000
 
 

@@ -37,7 +37,8 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 
-METHODS = ("platt", "isotonic")
+from agentuq_nb.evaluation.defaults import METHODS
+
 #: inverse L2 strength of Platt scaling on the standardized score: near-unpenalized, finite on separable data
 PLATT_C = 100.0
 BIN_STRATEGIES = ("quantile", "uniform")

@@ -15,7 +15,8 @@ import os
 import numpy as np
 import pandas as pd
 
-from agentuq_nb.evaluation.bootstrap import DEFAULT_N_BOOT, mean_bootstrap
+from agentuq_nb.evaluation.bootstrap import mean_bootstrap
+from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.evaluation.failure_report import failure_metrics
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD

@@ -35,9 +35,10 @@ import pandas as pd
 
 from agentuq_nb.estimators import BASELINES, Estimator
 from agentuq_nb.estimators.combined import BLACKBOX_FAMILIES, COMBINED
-from agentuq_nb.evaluation.bootstrap import DEFAULT_N_BOOT, paired_bootstrap_pvalue
+from agentuq_nb.evaluation.bootstrap import paired_bootstrap_pvalue
 from agentuq_nb.evaluation.calibration import calibration_report, cross_fitted_probabilities, oriented
 from agentuq_nb.evaluation.combined_predictor import cross_fitted_combination
+from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.evaluation.failure_report import failure_metrics
 from agentuq_nb.evaluation.length_control import beats_length_baseline, length_controlled
 from agentuq_nb.evaluation.metrics import auroc, failure_labels

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from agentuq_nb.evaluation.bootstrap import DEFAULT_N_BOOT, bootstrap_samples, cluster_codes, percentile_ci
+from agentuq_nb.evaluation.bootstrap import bootstrap_samples, cluster_codes, percentile_ci
+from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.evaluation.metrics import METRICS, clean_inputs, failure_labels, point_metrics
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD
 

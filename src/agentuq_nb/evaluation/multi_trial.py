@@ -33,7 +33,8 @@ import numpy as np
 import pandas as pd
 from scipy.special import comb
 
-from agentuq_nb.evaluation.bootstrap import DEFAULT_N_BOOT, cluster_count_chunks, mean_ci, percentile_ci
+from agentuq_nb.evaluation.bootstrap import cluster_count_chunks, mean_ci, percentile_ci
+from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, check_failure_threshold, failure_labels
 

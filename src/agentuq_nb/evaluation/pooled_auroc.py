@@ -47,8 +47,9 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from agentuq_nb.evaluation.bootstrap import DEFAULT_N_BOOT, cluster_count_chunks, percentile_ci, shifted_pvalue
+from agentuq_nb.evaluation.bootstrap import cluster_count_chunks, percentile_ci, shifted_pvalue
 from agentuq_nb.evaluation.conformal import bh, bh_adjusted
+from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 
 #: the name of the pooled rows of the long table and of the pooled columns of the leaderboard
 POOLED = "pooled"

@@ -14,5 +14,4 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
                  "defer_curve_from_observe", "random_rate_for", "threshold_grid"],
     "signals": ["OnlineSignal", "SignalValue", "online_signal", "signal_names"],
     "policies": ["InterventionPolicy", "build_policy"],
-    "study": ["run_study", "StudyResult", "run_name"],
 })

@@ -14,7 +14,8 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import brentq
 
-from agentuq_nb.evaluation.bootstrap import DEFAULT_N_BOOT, cluster_codes, percentile_ci, resample_batches
+from agentuq_nb.evaluation.bootstrap import cluster_codes, percentile_ci, resample_batches
+from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.evaluation.multi_trial import task_labels
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.ingest.results import iter_simulations, read_header

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from agentuq_nb.evaluation.bootstrap import DEFAULT_N_BOOT
 from agentuq_nb.evaluation.calibration import reliability_table
+from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, failure_labels

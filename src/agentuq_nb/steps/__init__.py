@@ -12,11 +12,18 @@ imports every step module, so each has registered its artefacts' producer with t
 from __future__ import annotations
 
 import importlib
+import pkgutil
+from types import ModuleType
 
-#: the step modules, in the order a study runs them
-STEP_MODULES = ("simulate", "extract", "rescore", "aggregate", "score_observations", "sample_actions", "verbalized",
-                "blackbox", "saup", "early_warning", "evaluate", "compare_estimators", "calibrate", "trials",
-                "compare_runs", "probe", "analyze", "recorded_summary")
+#: modules of this package that are not steps (shared by several)
+SHARED = frozenset({"base", "scoring_jobs", "family_gaps"})
 
-for _module in STEP_MODULES:  # each declares its STEP: the store learns who makes what
-    importlib.import_module(f"{__name__}.{_module}")
+
+def step_modules() -> list[ModuleType]:
+    """Every step module of this package (each declares its ``STEP``), imported; a new one is found, not listed."""
+    names = sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name not in SHARED)
+    return [importlib.import_module(f"{__name__}.{name}") for name in names]
+
+
+#: the step modules' names (all imported here: each declares its STEP, so the store knows who makes what)
+STEP_MODULES = tuple(module.__name__.rsplit(".", 1)[1] for module in step_modules())

@@ -11,7 +11,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field
 
-from agentuq_nb.evaluation.bootstrap import DEFAULT_N_BOOT
+from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, check_failure_threshold
 from agentuq_nb.steps.base import Reporter, Step, StepConfig

@@ -1,16 +1,19 @@
 """What every step shares: a typed config (:class:`StepConfig`) and a declaration (:class:`Step`) of the name its
 commits are recorded under, the command a user types and the artefacts it makes.
 
-A step module is one command: ``STEP = Step(...)``, a ``Config`` (pydantic: each default written once, the
-command line's options made from its fields) and ``run(run_dir, config)``. Declaring a step registers its
+A step module is one command: ``STEP = Step(...)``, a config (a :class:`StepConfig`: each default written once,
+the command line's options made from its fields) and ``run(run_dir, config)``. Declaring a step registers its
 command as the producer of its artefacts with the store, so a reader missing one says what to run
-(``io.store.rundir.register_producer``: the store knows every artefact's file name, not who makes it).
+(``io.store.rundir.register_producer``: the store knows every artefact's file name, not who makes it), and the
+estimator families it adds (:class:`FamilyHint`), so ``compare-estimators`` says how to get a missing one. A step
+without a command of its own in ``agentuq_nb.cli`` gets one made from its config.
 """
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 from pydantic import BaseModel, ConfigDict
 
@@ -23,17 +26,46 @@ class StepConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, arbitrary_types_allowed=True)
 
 
+def step_config(module: ModuleType) -> type[StepConfig] | None:
+    """The config class a step module defines (its one :class:`StepConfig` subclass of its own), or None."""
+    found = [v for v in vars(module).values() if isinstance(v, type) and issubclass(v, StepConfig)
+             and v is not StepConfig and v.__module__ == module.__name__]
+    return found[0] if len(found) == 1 else None
+
+
+@dataclass(frozen=True)
+class FamilyHint:
+    """The estimator family a step adds to a run that lacks it: what the family needs and the command that adds it
+    (``RUN_DIR`` and ``RESULTS`` stand for the run folder and its results); the ``*_without_tokens`` variants are
+    said to a run without token rows."""
+
+    family: str
+    needs: str
+    command: str
+    needs_without_tokens: str | None = None
+    command_without_tokens: str | None = None
+
+
+#: every declared step by name (filled as the step modules are imported: ``import agentuq_nb.steps`` imports all)
+STEPS: dict[str, Step] = {}
+
+
 @dataclass(frozen=True)
 class Step:
-    """A step: ``name`` is what its commits record (``manifest.json``'s ``step``), ``command`` how to run it
-    (``RUN_DIR`` stands for the run folder), ``produces`` the artefacts (``rundir.ARTIFACTS`` names) it writes."""
+    """A step: ``name`` is what its commits record (``manifest.json``'s ``step``) and the command's name,
+    ``command`` how to run it (``RUN_DIR`` stands for the run folder), ``produces`` the artefacts (``rundir.ARTIFACTS``
+    names, or a family's ``<name>_scores``) it writes, ``adds`` the estimator families it gives a run that lacks them
+    (said by ``compare-estimators``), ``command_line``: whether it is a command of its own (else a part of one)."""
 
     name: str
     command: str
     produces: tuple[str, ...] = ()
+    adds: tuple[FamilyHint, ...] = ()
+    command_line: bool = True
 
     def __post_init__(self) -> None:
         register_producer(self.command, self.produces)
+        STEPS[self.name] = self
 
 
 class Reporter:

@@ -40,8 +40,6 @@ import pandas as pd
 import pyarrow.parquet as pq
 from pydantic import Field
 
-from agentuq_nb.evaluation.multi_trial import task_labels
-from agentuq_nb.evaluation.tracer_tuning import nested_scores, optimistic_scores
 from agentuq_nb.io.atomic import json_ready
 from agentuq_nb.io.errors import InputError, MixedRunError, StaleArtifactError
 from agentuq_nb.io.ingest.results import iter_simulations, read_header
@@ -49,7 +47,7 @@ from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, failure_labels
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
-from agentuq_nb.steps.base import Step, StepConfig
+from agentuq_nb.steps.base import FamilyHint, Step, StepConfig
 from agentuq_nb.uq.embeddings import embeddings_available, get_embedder, unit_rows
 from agentuq_nb.uq.structure_signals import MESSAGE_SIGNALS, structure_messages, structure_trajectories
 from agentuq_nb.uq.tracer import (
@@ -66,7 +64,9 @@ from agentuq_nb.uq.tracer import (
 from agentuq_nb.uq.transcript import transcript
 
 STEP = Step("blackbox", "agentuq-nb blackbox RUN_DIR",
-            ("blackbox_turns", "blackbox_scores", "blackbox_report", "tracer_tuned", "tracer_tuning"))
+            ("blackbox_turns", "blackbox_scores", "blackbox_report", "tracer_tuned", "tracer_tuning"),
+            adds=tuple(FamilyHint(family, "the run's messages", "agentuq-nb blackbox RUN_DIR --results RESULTS")
+                       for family in ("structure", "tracer")))
 SCORER = "blackbox"
 
 
@@ -249,6 +249,9 @@ def compute_signals(run_dir: str | os.PathLike | RunDir, config: BlackBoxConfig 
 # --------------------------------------------------------------------------- TRACER's tuned readouts
 def tuning_tables(turns: pd.DataFrame, rewards: pd.DataFrame, config: BlackBoxConfig) -> tuple[pd.DataFrame, dict]:
     """(``tracer_tuned`` rows, ``tracer_tuning.json``) from the per-message table and the rewards."""
+    from agentuq_nb.evaluation.multi_trial import task_labels
+    from agentuq_nb.evaluation.tracer_tuning import nested_scores, optimistic_scores
+
     rewards = key_dtypes(rewards)
     reward = rewards["reward"].to_numpy(dtype=float)
     labelled = np.isfinite(reward)

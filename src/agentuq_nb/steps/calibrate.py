@@ -24,17 +24,7 @@ from pydantic import Field
 from agentuq_nb.estimators import Estimator
 from agentuq_nb.estimators.combined import COMBINED
 from agentuq_nb.estimators.scores import estimator_inputs, score_table, with_length_columns
-from agentuq_nb.evaluation.calibration import (
-    METHODS,
-    calibration_report,
-    cross_fitted_probabilities,
-    fit_calibrator,
-    reliability_table,
-)
-from agentuq_nb.evaluation.combined_predictor import cross_fitted_combination
-from agentuq_nb.evaluation.estimator_table import combined_inputs
-from agentuq_nb.evaluation.metrics import failure_labels
-from agentuq_nb.evaluation.multi_trial import task_labels
+from agentuq_nb.evaluation.defaults import METHODS
 from agentuq_nb.io.atomic import json_ready
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.store.rundir import RunDir
@@ -66,6 +56,8 @@ def labelled_scores(run: RunDir, names: list[str] | None, failure_threshold: flo
                     ) -> tuple[pd.DataFrame, list[Estimator], np.ndarray]:
     """The run's score table (finite rewards only, length columns added), its estimators and failure labels; the
     combined predictors read back from ``compare-estimators`` are left out (calibrate fits them itself)."""
+    from agentuq_nb.evaluation.metrics import failure_labels
+
     table, estimators = score_table(run, names)
     estimators = [e for e in estimators if e.family != "combined"]
     table = with_length_columns(run, table)
@@ -74,10 +66,17 @@ def labelled_scores(run: RunDir, names: list[str] | None, failure_threshold: flo
 
 
 def _bins(prob, failure, n_bins, **labels) -> pd.DataFrame:
+    from agentuq_nb.evaluation.calibration import reliability_table
+
     return reliability_table(prob, failure, n_bins).assign(**labels)
 
 
 def _cross_fitted(table, estimators, failure, methods, n_bins, n_splits, seed, combine, combined_input_names):
+    from agentuq_nb.evaluation.calibration import calibration_report, cross_fitted_probabilities
+    from agentuq_nb.evaluation.combined_predictor import cross_fitted_combination
+    from agentuq_nb.evaluation.estimator_table import combined_inputs
+    from agentuq_nb.evaluation.multi_trial import task_labels
+
     groups = task_labels(table)
     sections, bins = {}, []
     scored = [(e.name, e.family, e.invert, table[e.name].to_numpy(dtype=float), None) for e in estimators]
@@ -108,6 +107,8 @@ def _cross_fitted(table, estimators, failure, methods, n_bins, n_splits, seed, c
 
 
 def _transfer(table, estimators, failure, other: RunDir, methods, n_bins, failure_threshold):
+    from agentuq_nb.evaluation.calibration import calibration_report, fit_calibrator
+
     available = [e for e in estimators if e.is_available(other)]
     sections, bins = {}, []
     table2, _, failure2 = (labelled_scores(other, [e.name for e in available], failure_threshold) if available

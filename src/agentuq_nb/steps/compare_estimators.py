@@ -14,8 +14,7 @@ import pandas as pd
 from pydantic import Field
 
 from agentuq_nb.estimators.scores import estimator_inputs, score_table, with_length_columns
-from agentuq_nb.evaluation.bootstrap import DEFAULT_N_BOOT
-from agentuq_nb.evaluation.estimator_table import evaluate_estimators_and_combinations
+from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD
 from agentuq_nb.steps.base import Reporter, Step, StepConfig
@@ -44,6 +43,8 @@ def run(run_dir: str | os.PathLike | RunDir, config: CompareEstimatorsConfig = C
 
     ``blackbox``: first bring the black-box families up to date (:func:`ensure_blackbox`; a config, or True for
     the default one), with this call's failure threshold and seed."""
+    from agentuq_nb.evaluation.estimator_table import evaluate_estimators_and_combinations
+
     (failure_threshold, n_boot, seed, names, n_bins, combine, combined_input_names, blackbox) = (
         config.failure_threshold, config.n_boot, config.seed, config.names, config.n_bins, config.combine,
         config.combined_input_names, config.blackbox)

@@ -42,13 +42,7 @@ from pydantic import Field
 from agentuq_nb.estimators import BASELINES, Estimator, get
 from agentuq_nb.estimators import estimators as run_estimators
 from agentuq_nb.estimators.scores import score_table, with_length_columns
-from agentuq_nb.evaluation.bootstrap import DEFAULT_N_BOOT
-from agentuq_nb.evaluation.calibration import oriented
-from agentuq_nb.evaluation.estimator_table import LENGTH_COLUMN
-from agentuq_nb.evaluation.length_control import DEFAULT_STRATA, length_strata
-from agentuq_nb.evaluation.metrics import failure_labels
-from agentuq_nb.evaluation.multi_trial import task_labels
-from agentuq_nb.evaluation.pooled_auroc import POOLED, check_fdr_level, leaderboard_table, pooled_leaderboard
+from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.io.atomic import atomic_write_json, atomic_write_with
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.store.run_lock import RunBusyError
@@ -89,6 +83,8 @@ class RunLeaderboard:
 def run_names(paths: Sequence[Path]) -> list[str]:
     """A short distinct name per run folder: its folder name, with as many parent folders as it takes to tell
     runs apart (and never ``pooled``, the name of the pooled rows)."""
+    from agentuq_nb.evaluation.pooled_auroc import POOLED
+
     parts = [Path(p).resolve().parts for p in paths]
     depth = {i: 1 for i in range(len(parts))}
     while True:
@@ -175,6 +171,12 @@ def read_run(run: RunDir, name: str, estimators: Sequence[Estimator],
              failure_threshold: float) -> tuple[pd.DataFrame, dict]:
     """One run's rows of the leaderboard frame (:mod:`.pooled_auroc`: run, task, failure, length_stratum and the
     oriented score of each estimator) and what was read ``{"tables": {file: commit}, ...}``."""
+    from agentuq_nb.evaluation.calibration import oriented
+    from agentuq_nb.evaluation.estimator_table import LENGTH_COLUMN
+    from agentuq_nb.evaluation.length_control import DEFAULT_STRATA, length_strata
+    from agentuq_nb.evaluation.metrics import failure_labels
+    from agentuq_nb.evaluation.multi_trial import task_labels
+
     tables = _inputs_read(run, estimators)
     before = run.based_on(*tables)
     table, _ = score_table(run, [e.name for e in estimators])
@@ -200,6 +202,9 @@ def read_run(run: RunDir, name: str, estimators: Sequence[Estimator],
 def build_run_leaderboard(run_dirs: Sequence[str | os.PathLike], failure_threshold: float = DEFAULT_FAILURE_THRESHOLD, n_boot: int = DEFAULT_N_BOOT,
                     seed: int = 0, names: Sequence[str] | None = None, q: float = 0.1) -> RunLeaderboard:
     """Read the runs and compute the leaderboard (see the module docstring); writes nothing."""
+    from agentuq_nb.evaluation.length_control import DEFAULT_STRATA
+    from agentuq_nb.evaluation.pooled_auroc import check_fdr_level, leaderboard_table, pooled_leaderboard
+
     check_failure_threshold(failure_threshold)
     check_fdr_level(q)
     if n_boot < 0:
@@ -314,7 +319,7 @@ class CompareRunsConfig(StepConfig):
     seed: int = Field(0, description="seed of the bootstrap")
     names: Optional[list[str]] = Field(None, description="only these estimators (each must be in every run; length "
                                        "baselines always)")
-    q: float = Field(0.1, gt=0.0, lt=1.0, description="false discovery rate of the Benjamini-Hochberg step over "
+    q: float = Field(0.1, description="false discovery rate of the Benjamini-Hochberg step over "
                      "estimators")
     figure: bool = Field(False, description="draw the estimators x runs figure beside the tables (the command does)")
 

@@ -9,14 +9,16 @@ from typing import Any, Literal
 import pandas as pd
 from pydantic import Field
 
-from agentuq_nb.evaluation.bootstrap import DEFAULT_N_BOOT
-from agentuq_nb.evaluation.dynamics import early_warning_table
+from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD
-from agentuq_nb.steps.base import Step, StepConfig
+from agentuq_nb.steps.base import FamilyHint, Step, StepConfig
 from agentuq_nb.uq.dynamics import FRACTIONS
 
-STEP = Step("early-warning", "agentuq-nb early-warning RUN_DIR", ("early_warning_scores",))
+STEP = Step("early-warning", "agentuq-nb early-warning RUN_DIR", ("early_warning_scores",),
+            adds=(FamilyHint("early_warning", "how early failure shows in the per-turn values",
+                             "agentuq-nb early-warning RUN_DIR", command_without_tokens="agentuq-nb early-warning "
+                             "RUN_DIR --table blackbox_turns --scorer blackbox --value tracer_step_risk"),))
 
 
 class EarlyWarningConfig(StepConfig):
@@ -37,6 +39,8 @@ class EarlyWarningConfig(StepConfig):
 def run(run_dir: str | Path | RunDir, config: EarlyWarningConfig = EarlyWarningConfig()
         ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(AUROC per fraction with CI, per-trajectory scores); publishes the scores."""
+    from agentuq_nb.evaluation.dynamics import early_warning_table
+
     run = RunDir.of(run_dir)
     with run.lock(STEP.name):  # the inputs cannot change before the commit
         aurocs, scores = early_warning_table(run, **config.model_dump())

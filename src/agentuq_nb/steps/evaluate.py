@@ -29,10 +29,7 @@ from pydantic import Field
 
 from agentuq_nb.estimators import Estimator, TokenEstimator, default_scorer, get, token_estimator_name
 from agentuq_nb.estimators.token import summary_column
-from agentuq_nb.evaluation.bootstrap import DEFAULT_N_BOOT
-from agentuq_nb.evaluation.failure_report import failure_metrics
-from agentuq_nb.evaluation.metrics import failure_curves
-from agentuq_nb.evaluation.multi_trial import multi_trial_report, task_labels, tasks_repeat
+from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, check_failure_threshold
 from agentuq_nb.records.token_statistics import STATISTICS_BY_NAME
@@ -141,6 +138,10 @@ def run(run_dir: str | os.PathLike | RunDir, config: EvaluateConfig = EvaluateCo
     """Failure-prediction metrics of one estimator with bootstrap CIs; publishes ``eval_metrics.json``
     and ``eval_curves.csv``. ``config.estimator`` (a registry name) or ``role``/``uncertainty``/``scorer``
     (see :func:`resolve_estimator`) choose it."""
+    from agentuq_nb.evaluation.failure_report import failure_metrics
+    from agentuq_nb.evaluation.metrics import failure_curves
+    from agentuq_nb.evaluation.multi_trial import multi_trial_report, task_labels, tasks_repeat
+
     c = config
     check_failure_threshold(c.failure_threshold)
     run = RunDir.of(run_dir)
@@ -199,6 +200,9 @@ def estimator_metrics(run_dir: str | os.PathLike | RunDir, parts: dict[str, str]
     an estimator the run has no data for, or fewer than ``min_rows`` trajectories, is left out.
     ``resampled`` says what the bootstrap drew: ``trajectories``, or ``tasks`` when a task repeats
     (the task-clustered bootstrap)."""
+    from agentuq_nb.evaluation.failure_report import failure_metrics
+    from agentuq_nb.evaluation.multi_trial import task_labels, tasks_repeat
+
     check_failure_threshold(failure_threshold)
     run = RunDir.of(run_dir)
     out = []

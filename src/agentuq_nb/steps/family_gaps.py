@@ -2,14 +2,23 @@
 
 A run without token log-probs (most real runs) still has the black-box families and the length baselines;
 the others need a model to score or resample the messages. ``analyze`` and ``compare-estimators`` say once
-what was left out and how to get it, instead of failing.
+what was left out and how to get it, instead of failing. What a family needs and the command that adds it are
+declared by the step that makes it (``Step.adds``, :class:`~agentuq_nb.steps.base.FamilyHint`); this module only
+compares them with what the run holds.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from agentuq_nb.estimators import estimators
+from agentuq_nb.estimators.base import family_rank
 from agentuq_nb.io.store.rundir import RunDir
+from agentuq_nb.steps.base import STEPS, FamilyHint
+
+#: the token roles of the run's own messages (an observation role is another family's)
+GENERATED_ROLES = frozenset({"assistant", "user", "combined"})
+#: families that come from the black-box step: when it was skipped, its reason is what they need
+BLACKBOX_FAMILIES = frozenset({"structure", "tracer"})
 
 
 @dataclass(frozen=True)
@@ -22,39 +31,32 @@ class FamilyGap:
         return f"{self.family} ({self.needs})" + (f": {self.command}" if self.command else "")
 
 
+def family_hints() -> list[FamilyHint]:
+    """Every family a declared step adds, in the estimator table's family order."""
+    import agentuq_nb.steps  # noqa: F401 - imports every step module, so each has declared its STEP
+
+    hints = [hint for step in STEPS.values() for hint in step.adds]
+    return sorted(hints, key=lambda h: (family_rank(h.family), h.family))
+
+
 def missing_families(run: RunDir, blackbox_skipped: str | None = None) -> list[FamilyGap]:
     """The families ``run`` has no estimator of, each with what it needs and the command that adds it."""
     found = estimators(run)
     have = {e.family for e in found}
-    roles = {e.role for e in found if e.family == "token"}
+    roles = {str(e.role) for e in found if e.family == "token"}
+    has_tokens = bool(roles & GENERATED_ROLES)
+    present = {"token": has_tokens, "observation": any(r.startswith("observation") for r in roles)}
     try:
         results = str(run.results_path())
     except FileNotFoundError:
         results = "RESULTS"
     gaps = []
-    if not roles & {"assistant", "user", "combined"}:
-        gaps.append(FamilyGap("token", "the run has no token log-probs; score its messages teacher-forced under a "
-                              "model of your choosing", f"agentuq-nb rescore {results} --out {run.path}"))
-    if not any(str(r).startswith("observation") for r in roles):
-        gaps.append(FamilyGap("observation", "how surprising user and tool messages are under an observer model",
-                              f"agentuq-nb score-observations {run.path} --scorer-mode auxiliary_llm"))
-    if "action" not in have:
-        gaps.append(FamilyGap("action", "K resampled next actions at each agent decision point",
-                              f"agentuq-nb sample-actions {run.path} --k 5"))
-    if "verbalized" not in have:
-        gaps.append(FamilyGap("verbalized", "the agent model's stated confidence",
-                              f"agentuq-nb verbalized-confidence {run.path}"))
-    has_tokens = bool(roles & {"assistant", "user", "combined"})
-    if "saup" not in have:
-        gaps.append(FamilyGap("saup", "agent and user token rows (rescore first)" if not has_tokens else
-                              "each step's uncertainty weighted by its drift", f"agentuq-nb saup {run.path}"))
-    if "early_warning" not in have:
-        gaps.append(FamilyGap("early_warning", "how early failure shows in the per-turn values",
-                              f"agentuq-nb early-warning {run.path}" + ("" if has_tokens else
-                                                                         " --table blackbox_turns --scorer blackbox "
-                                                                         "--value tracer_step_risk")))
-    for family in ("structure", "tracer"):
-        if family not in have:
-            gaps.append(FamilyGap(family, blackbox_skipped or "the run's messages",
-                                  f"agentuq-nb blackbox {run.path} --results RESULTS"))
+    for hint in family_hints():
+        if present.get(hint.family, hint.family in have):
+            continue
+        needs = (hint.needs_without_tokens if not has_tokens and hint.needs_without_tokens else hint.needs)
+        if hint.family in BLACKBOX_FAMILIES and blackbox_skipped:
+            needs = blackbox_skipped
+        command = hint.command_without_tokens if not has_tokens and hint.command_without_tokens else hint.command
+        gaps.append(FamilyGap(hint.family, needs, command.replace("RUN_DIR", str(run.path)).replace("RESULTS", results)))
     return gaps

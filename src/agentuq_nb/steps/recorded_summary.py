@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from pydantic import Field
 
 from agentuq_nb.io.errors import InputError, InputWarnings
 from agentuq_nb.io.ingest.results import iter_simulations, read_header
@@ -39,19 +40,30 @@ from agentuq_nb.records.summary import AGENTUQ_SUMMARY
 from agentuq_nb.records.token_statistics import TRAJECTORY_COUNT
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.steps.aggregate import csv_writer
-from agentuq_nb.steps.base import Step
+from agentuq_nb.steps.base import Step, StepConfig
 from agentuq_nb.steps.extract import models_by_role, results_input
 from agentuq_nb.uq.aggregation import TRAJECTORY_COLUMNS
 from agentuq_nb.uq.base_tables import duplicate_key_error
 from agentuq_nb.uq.turn_partials import ROLE_KEYS
 
 #: a part of ``analyze`` (when the results carry no log-probs but a recorded ``uq_summary``), not a command
-STEP = Step("recorded_summary", "agentuq-nb analyze RESULTS --out RUN_DIR")
+STEP = Step("recorded_summary", "agentuq-nb analyze RESULTS --out RUN_DIR", command_line=False)
 SELF = "self"
 #: the uq_summary fields read, per role
 RECORDED_FIELDS = (TRAJECTORY_COUNT, *AGENTUQ_SUMMARY)
 #: the roles agentuq's uq_summary has (``combined`` when both are present)
 RECORDED_ROLES = ("assistant", "user", "combined")
+
+
+class RecordedSummaryConfig(StepConfig):
+    """The results whose recorded ``uq_summary`` is read."""
+
+    results: Path = Field(description="a τ²-bench results file whose simulations carry a uq_summary")
+
+
+def run(run_dir: str | Path | RunDir, config: RecordedSummaryConfig) -> pd.DataFrame:
+    """:func:`summarize_recorded` of ``config.results`` into ``run_dir``."""
+    return summarize_recorded(config.results, run_dir)
 
 
 def has_recorded_summary(results_path: str | Path, sample: int = 5) -> bool:

@@ -15,14 +15,16 @@ from agentuq_nb.io.ingest.results import iter_simulations, read_header
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records import Results
 from agentuq_nb.records.config import ExecutionConfig, ScoringConfig, configs_from_options
-from agentuq_nb.steps.base import Step, StepConfig
+from agentuq_nb.steps.base import FamilyHint, Step, StepConfig
 from agentuq_nb.steps.extract import results_input
 from agentuq_nb.steps.scoring_jobs import check_checkpoint_settings, score_results
 from agentuq_nb.uq.base_tables import BaseTables
 from agentuq_nb.uq.observation import ScoringReport
 
 STEP = Step("rescore", "agentuq-nb rescore RESULTS --out RUN_DIR",
-            ("manifest", "tokens", "messages", "trajectories", "turn_partials", "checkpoints"))
+            ("manifest", "tokens", "messages", "trajectories", "turn_partials", "checkpoints"),
+            adds=(FamilyHint("token", "the run has no token log-probs; score its messages teacher-forced under a "
+                             "model of your choosing", "agentuq-nb rescore RESULTS --out RUN_DIR"),))
 
 
 class RescoreConfig(StepConfig):

@@ -28,7 +28,7 @@ from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records import Results
 from agentuq_nb.records.action_samples import ACTION_SAMPLE_SCHEMA
 from agentuq_nb.records.config import EMBEDDED_MODEL, ActionSamplingConfig, ExecutionConfig, configs_from_options
-from agentuq_nb.steps.base import Step, StepConfig
+from agentuq_nb.steps.base import FamilyHint, Step, StepConfig
 from agentuq_nb.steps.extract import results_input
 from agentuq_nb.steps.scoring_jobs import check_checkpoint_settings, simulation_count
 from agentuq_nb.uq.action_sampling import (
@@ -44,7 +44,9 @@ from agentuq_nb.uq.action_sampling import (
 from agentuq_nb.uq.observation import agent_system_prompt
 
 STEP = Step("sample-actions", "agentuq-nb sample-actions RUN_DIR --k K",
-            ("action_samples", "action_turns", "action_sampling_report"))
+            ("action_samples", "action_turns", "action_sampling_report"),
+            adds=(FamilyHint("action", "K resampled next actions at each agent decision point",
+                             "agentuq-nb sample-actions RUN_DIR --k 5"),))
 
 
 class SampleActionsConfig(StepConfig):

@@ -10,10 +10,12 @@ from pydantic import Field
 
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD
-from agentuq_nb.steps.base import Step, StepConfig
+from agentuq_nb.steps.base import FamilyHint, Step, StepConfig
 from agentuq_nb.uq import saup as calculators
 
-STEP = Step("saup", "agentuq-nb saup RUN_DIR", ("saup_scores",))
+STEP = Step("saup", "agentuq-nb saup RUN_DIR", ("saup_scores",),
+            adds=(FamilyHint("saup", "each step's uncertainty weighted by its drift", "agentuq-nb saup RUN_DIR",
+                             needs_without_tokens="agent and user token rows (rescore first)"),))
 
 
 class SaupConfig(StepConfig):

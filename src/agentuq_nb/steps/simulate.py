@@ -9,11 +9,9 @@ from typing import Any, Optional
 
 from pydantic import Field
 
-from agentuq_nb.intervention import build_policy
 from agentuq_nb.intervention.config import PolicyConfig
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.config import ExecutionConfig, SimulationConfig, configs_from_options
-from agentuq_nb.sim.runner import simulate
 from agentuq_nb.steps.base import Step, StepConfig
 
 STEP = Step("simulate", "agentuq-nb simulate --out RUN_DIR", ("results", "run_config", "sidecars", "checkpoints"))
@@ -27,9 +25,14 @@ class SimulateConfig(StepConfig):
     policy: Optional[PolicyConfig] = Field(None, description="act on uncertainty at each agent decision point")
 
 
-def run(run_dir: str | os.PathLike | RunDir, config: SimulateConfig) -> Path:
-    """Simulate into ``run_dir`` (a rerun with the same configuration resumes); the path of ``results.json``."""
-    policy = build_policy(config.policy) if config.policy is not None else None
+def run(run_dir: str | os.PathLike | RunDir, config: SimulateConfig, policy: Any = None) -> Path:
+    """Simulate into ``run_dir`` (a rerun with the same configuration resumes); the path of ``results.json``.
+    ``policy``: the decision policy already built from ``config.policy`` (else it is built here)."""
+    from agentuq_nb.intervention import build_policy
+    from agentuq_nb.sim.runner import simulate
+
+    if policy is None and config.policy is not None:
+        policy = build_policy(config.policy)
     return simulate(config.simulation, run_dir, config.execution, None, policy)
 
 

@@ -7,8 +7,7 @@ from typing import Any, Optional
 
 from pydantic import Field
 
-from agentuq_nb.evaluation.bootstrap import DEFAULT_N_BOOT
-from agentuq_nb.evaluation.multi_trial import multi_trial_report
+from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD
 from agentuq_nb.steps.base import Step, StepConfig
@@ -27,5 +26,7 @@ class TrialsConfig(StepConfig):
 
 def run(run_dir: str | Path | RunDir, config: TrialsConfig = TrialsConfig()) -> dict[str, Any]:
     """The multi-trial report of the run (see :func:`~agentuq_nb.evaluation.multi_trial.multi_trial_report`)."""
+    from agentuq_nb.evaluation.multi_trial import multi_trial_report
+
     report, _ = multi_trial_report(run_dir, **config.model_dump())
     return report

@@ -15,13 +15,15 @@ from agentuq_nb.io.store.rundir import RunDir, register_producer
 from agentuq_nb.records import Results
 from agentuq_nb.records.config import EMBEDDED_MODEL
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
-from agentuq_nb.steps.base import Step, StepConfig
+from agentuq_nb.steps.base import FamilyHint, Step, StepConfig
 from agentuq_nb.steps.extract import results_input
 from agentuq_nb.uq.observation import agent_system_prompt, conversation
 from agentuq_nb.uq.verbalized import QUESTION, parse_confidence
 
 STEP = Step("verbalized-confidence", "agentuq-nb verbalized-confidence RUN_DIR",
-            ("verbalized_confidence", "verbalized_confidence_turns"))
+            ("verbalized_confidence", "verbalized_confidence_turns"),
+            adds=(FamilyHint("verbalized", "the agent model's stated confidence",
+                             "agentuq-nb verbalized-confidence RUN_DIR"),))
 #: the estimator also reads a table of one's own (made elsewhere, not by a step of this toolkit)
 register_producer("a table of your own (keys + verbalized_confidence)", ["verbalized_confidence_parquet"])
 

@@ -114,6 +114,9 @@ FOLDER_ARTIFACTS = frozenset({"sidecars", "checkpoints", "tokens_by_task", "note
 OWNED_FOLDERS = frozenset({STAGING} | {ARTIFACTS[name] for name in FOLDER_ARTIFACTS})
 #: token tables added beside tokens.parquet (observation scoring: ``tokens.observations_<mode>.parquet``)
 EXTRA_TOKEN_TABLE = re.compile(r"tokens\.[A-Za-z0-9_][A-Za-z0-9_.\-]*\.parquet")
+#: an estimator family's per-trajectory table: artefact ``<family>_scores`` is ``<family>_scores.parquet``, known
+#: to the store without being listed (a new family's step names it; recovery knows it by its shape)
+FAMILY_SCORES = re.compile(r"[a-z][a-z0-9_]*_scores")
 #: temporary files of killed writers, removed by recovery: ``.<name>.<random>.tmp`` (atomic writes) in the
 #: folder, in ``sidecars/`` and anywhere under ``checkpoints/``; ``.tokens_by_task.*`` (a partitioning under way)
 TEMP_FILE = re.compile(r"\..+\.tmp")
@@ -125,7 +128,8 @@ def known_file(rel: str) -> bool:
     if not isinstance(rel, str) or "/" in rel or "\\" in rel or "\x00" in rel or rel in (".", ".."):
         return False
     files = {filename for name, filename in ARTIFACTS.items() if name not in FOLDER_ARTIFACTS}
-    return rel in files or rel == MANIFEST or bool(EXTRA_TOKEN_TABLE.fullmatch(rel))
+    return (rel in files or rel == MANIFEST or bool(EXTRA_TOKEN_TABLE.fullmatch(rel))
+            or (rel.endswith(".parquet") and bool(FAMILY_SCORES.fullmatch(rel.removesuffix(".parquet")))))
 
 
 def register_producer(command: str, names: Iterable[str]) -> None:
@@ -133,7 +137,7 @@ def register_producer(command: str, names: Iterable[str]) -> None:
     step of ``agentuq_nb.steps`` beside its code. Several steps may make one artefact (``checkpoints``): their
     commands are joined with ``|``."""
     for name in names:
-        if name not in ARTIFACTS and name != "observation_tokens":
+        if name not in ARTIFACTS and name != "observation_tokens" and not FAMILY_SCORES.fullmatch(name):
             raise ValueError(f"{name!r} is not an artefact of a run folder (see rundir.ARTIFACTS)")
         known = PRODUCERS.get(name)
         if known is None or command in known.split(" | "):
@@ -397,7 +401,9 @@ class RunDir:
     @staticmethod
     def relative(name: str) -> str:
         """The file name (relative to the run folder) of artefact ``name`` (or ``name`` itself)."""
-        return ARTIFACTS.get(name, name)
+        if name in ARTIFACTS:
+            return ARTIFACTS[name]
+        return f"{name}.parquet" if FAMILY_SCORES.fullmatch(name) else name
 
     def file(self, name: str) -> Path:
         return self.path / self.relative(name)
@@ -408,7 +414,7 @@ class RunDir:
     def producer(self, name: str) -> str:
         """The command that makes artefact ``name`` of this run (as its step registered it)."""
         rel = self.relative(name)
-        for artifact, filename in ARTIFACTS.items():
+        for artifact, filename in [*ARTIFACTS.items(), *((n, f"{n}.parquet") for n in PRODUCERS if n not in ARTIFACTS)]:
             if filename == rel and artifact in PRODUCERS:
                 return PRODUCERS[artifact].replace("RUN_DIR", str(self.path))
         if rel.startswith(OBSERVATION_TOKENS_PREFIX) and "observation_tokens" in PRODUCERS:
