@@ -216,9 +216,9 @@ def prepare(result_set: ResultSet, run_dir: str | Path, sidecar_dir: Path | None
         if not (same_results and run.has("trajectory_summary")):
             summarize_recorded(result_set.results, run)
         return run.path
-    done = same_results and run.has("trajectory_summary") and manifest.step != RECORDED_SUMMARY_STEP
+    done = same_results and run.has("trajectory_summary") and manifest.step != RECORDED_SUMMARY_STEP.name
     if not done:
-        extract(result_set.results, run_dir, sidecar_dir, progress=progress)
+        extract(result_set.results, run_dir, sidecar_dir=sidecar_dir, progress=progress)
     if observation_scorer_llm:
         score_observations(run_dir, scorer_mode="agent_llm", scorer_llm=observation_scorer_llm,
                            tool_messages=False, progress=progress, limit=observation_limit)
