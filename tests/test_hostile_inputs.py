@@ -333,9 +333,10 @@ def test_ctrl_c_exits_130_saying_what_the_run_folder_holds(sidecar_run, tmp_path
 
 @pytest.mark.parametrize("step", ["aggregate", "evaluate"])
 def test_a_run_folder_that_is_a_file_or_missing_is_named_and_not_created(tmp_path, step):
-    from agentuq_nb import evaluation, uq
+    from agentuq_nb.steps.aggregate import aggregate
+    from agentuq_nb.steps.evaluate import evaluate
 
-    call = getattr(uq if step == "aggregate" else evaluation, step)
+    call = aggregate if step == "aggregate" else evaluate
     missing = tmp_path / "nowhere" / "run"
     with pytest.raises(InputError, match="no such run folder.*agentuq-nb extract RESULTS"):
         call(missing)

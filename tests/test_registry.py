@@ -275,7 +275,7 @@ def test_notebooks_and_paper_code_select_estimators_by_name():
     for nb in ("04_evaluate", "05_observation_uq", "07_dynamics_saup", "08_conformal", "09_paper_figures"):
         text = (ROOT / "notebooks" / f"{nb}.ipynb").read_text()
         assert "select_estimator" not in text and "failure_metrics(" not in text, nb
-    for module in ("pipeline/paper.py", "evaluation/run_conformal.py"):
+    for module in ("pipeline/paper.py", "pipeline/conformal.py"):
         text = (ROOT / "src" / "agentuq_nb" / module).read_text()
         assert "failure_metrics(" not in text and "select_estimator" not in text, module
 

@@ -13,7 +13,7 @@ from pydantic import Field
 
 from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.io.store.rundir import RunDir
-from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, check_failure_threshold
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, FailureThreshold, check_failure_threshold
 from agentuq_nb.steps.base import Reporter, Step, StepConfig
 from agentuq_nb.steps.blackbox import BlackBoxConfig
 from agentuq_nb.steps.evaluate import EvaluateConfig
@@ -32,7 +32,7 @@ class AnalyzeConfig(StepConfig):
     uncertainty: str = EVALUATED["uncertainty"]
     role: str = EVALUATED["role"]
     scorer: Optional[str] = EVALUATED["scorer"]
-    failure_threshold: float = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold")
+    failure_threshold: FailureThreshold = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold")
     n_boot: int = Field(DEFAULT_N_BOOT, ge=0, description="bootstrap resamples for the 95% CIs (0: none)")
     seed: int = Field(0, description="seed of the bootstrap and the folds")
     blackbox: bool = Field(True, description="also the black-box families (structure, TRACER: from the messages, no "

@@ -45,7 +45,7 @@ from agentuq_nb.io.errors import InputError, MixedRunError, StaleArtifactError
 from agentuq_nb.io.ingest.results import iter_simulations, read_header
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.keys import key_dtypes
-from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, failure_labels
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, FailureThreshold, failure_labels
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.steps.base import FamilyHint, Step, StepConfig
 from agentuq_nb.uq.embeddings import embeddings_available, get_embedder, unit_rows
@@ -73,7 +73,7 @@ SCORER = "blackbox"
 class BlackBoxConfig(StepConfig):
     """What the black-box step computes with; the tuned readouts depend on the first three."""
 
-    failure_threshold: float = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold")
+    failure_threshold: FailureThreshold = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold")
     seed: int = Field(0, description="seed of the folds of TRACER's nested tuning")
     n_splits: int = Field(5, ge=2, description="folds (by task) of TRACER's nested tuning")
     embedder: Literal["minilm", "hash", "none"] = Field(

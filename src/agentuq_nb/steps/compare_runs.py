@@ -47,7 +47,7 @@ from agentuq_nb.io.atomic import atomic_write_json, atomic_write_with
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.store.run_lock import RunBusyError
 from agentuq_nb.io.store.rundir import RunDir
-from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, check_failure_threshold
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, FailureThreshold, check_failure_threshold
 from agentuq_nb.steps.base import Step, StepConfig
 
 STEP = Step("compare-runs", "agentuq-nb compare-runs RUN_DIR ... --out OUT")
@@ -313,7 +313,7 @@ class CompareRunsConfig(StepConfig):
 
     run_dirs: list[Path] = Field(min_length=1, description="run folders to compare the estimators across (read only)")
     out: Path = Field(description="output folder for the leaderboard (a plain folder, not a run folder)")
-    failure_threshold: float = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold")
+    failure_threshold: FailureThreshold = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold")
     n_boot: int = Field(DEFAULT_N_BOOT, ge=0, description="bootstrap resamples (tasks within each run) for CIs and "
                         "p-values")
     seed: int = Field(0, description="seed of the bootstrap")

@@ -11,7 +11,7 @@ from pydantic import Field
 
 from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.io.store.rundir import RunDir
-from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, FailureThreshold
 from agentuq_nb.steps.base import FamilyHint, Step, StepConfig
 from agentuq_nb.uq.dynamics import FRACTIONS
 
@@ -31,7 +31,7 @@ class EarlyWarningConfig(StepConfig):
     table: Literal["turn_summary", "blackbox_turns"] = Field(
         "turn_summary", description="turn_summary (token statistics) | blackbox_turns (per-message black-box "
         "signals, e.g. --value tracer_step_risk --scorer blackbox)")
-    failure_threshold: float = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold")
+    failure_threshold: FailureThreshold = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold")
     n_boot: int = Field(DEFAULT_N_BOOT, ge=0, description="bootstrap resamples for the 95% CIs (0: none)")
     seed: int = Field(0, description="seed of the bootstrap")
 

@@ -9,7 +9,7 @@ from pydantic import Field
 
 from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.io.store.rundir import RunDir
-from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, FailureThreshold
 from agentuq_nb.steps.base import Step, StepConfig
 
 STEP = Step("trials", "agentuq-nb trials RUN_DIR")
@@ -19,7 +19,7 @@ class TrialsConfig(StepConfig):
     """Which k of pass^k, the labels and the bootstrap."""
 
     k_values: Optional[list[int]] = Field(None, description="the k of pass^k (default 1 .. the fewest trials of a task)")
-    failure_threshold: float = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold")
+    failure_threshold: FailureThreshold = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold")
     n_boot: int = Field(DEFAULT_N_BOOT, ge=0, description="bootstrap resamples of tasks for the 95% CIs (0: none)")
     seed: int = Field(0, description="seed of the bootstrap")
 
