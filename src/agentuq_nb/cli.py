@@ -126,12 +126,6 @@ def failure_threshold_option(help: str = "failure = reward < threshold"):
     return typer.Option(DEFAULT_FAILURE_THRESHOLD, "--failure-threshold", help=help)
 
 
-def n_boot_option(help: str = "bootstrap resamples for the 95% CIs (0: none)"):
-    from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
-
-    return typer.Option(DEFAULT_N_BOOT, "--n-boot", min=0, help=help)
-
-
 #: errors that are the user's to fix: said in one line, exit code 2, no traceback
 USER_ERRORS = (InputError, FileNotFoundError, ValueError, KeyError, ConnectionError, RunBusyError, MixedRunError,
                StaleArtifactError, ModuleNotFoundError, PermissionError, NotADirectoryError, IsADirectoryError)

@@ -23,8 +23,8 @@ class SaupConfig(StepConfig):
 
     embedder: Any = Field("minilm", description="sentence embeddings of the steps' drift (D_a, D_o): minilm | hash, "
                           "or an embedder object")
-    failure_threshold: FailureThreshold = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold (the HMM's "
-                                     "state weights)")
+    failure_threshold: FailureThreshold = Field(DEFAULT_FAILURE_THRESHOLD,
+                                                description="failure = reward < threshold (the HMM's state weights)")
     k_folds: int = Field(5, ge=2, description="folds (by task) of the cross-fitted HMM weighting")
     seed: int = Field(0, description="seed of the folds")
     hmm: bool = Field(True, description="also the 3-state HMM weighting (saup_hmm)")
