@@ -1,7 +1,7 @@
 """The steps: one module per command, each a pydantic ``Config``, ``run(run_dir, config)`` and a ``STEP``
 declaring the name its commits are recorded under, the command a user types and the artefacts it makes
 (:mod:`.base`). The command line (``agentuq_nb.cli``) builds its options from the configs; notebooks call the
-keyword form each module offers beside ``run`` (``from agentuq_nb.steps.evaluate import evaluate``;
+keyword form a module offers beside ``run`` (``from agentuq_nb.steps.evaluate import evaluate``;
 ``evaluate(run_dir, n_boot=200)``).
 
 Steps read and commit run folders; what they compute comes from the layers below: calculators

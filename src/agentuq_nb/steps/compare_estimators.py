@@ -37,6 +37,13 @@ class CompareEstimatorsConfig(StepConfig):
     blackbox: bool | BlackBoxConfig = Field(True, description="bring the black-box families up to date first "
                                          "(a config, or True for the default one)")
 
+    def blackbox_config(self) -> BlackBoxConfig | None:
+        """The black-box step's config with this table's failure threshold and seed (None: not brought up to date)."""
+        if self.blackbox is False:
+            return None
+        signals = self.blackbox if isinstance(self.blackbox, BlackBoxConfig) else BlackBoxConfig()
+        return signals.model_copy(update={"failure_threshold": self.failure_threshold, "seed": self.seed})
+
 
 def run(run_dir: str | os.PathLike | RunDir, config: CompareEstimatorsConfig = CompareEstimatorsConfig()) -> pd.DataFrame:
     """Evaluate every estimator available in the run (or ``names``); publish ``RUN_DIR/estimator_table.csv``.
@@ -45,15 +52,14 @@ def run(run_dir: str | os.PathLike | RunDir, config: CompareEstimatorsConfig = C
     the default one), with this call's failure threshold and seed."""
     from agentuq_nb.evaluation.estimator_table import evaluate_estimators_and_combinations
 
-    (failure_threshold, n_boot, seed, names, n_bins, combine, combined_input_names, blackbox) = (
+    (failure_threshold, n_boot, seed, names, n_bins, combine, combined_input_names) = (
         config.failure_threshold, config.n_boot, config.seed, config.names, config.n_bins, config.combine,
-        config.combined_input_names, config.blackbox)
+        config.combined_input_names)
     run = RunDir.of(run_dir)
     run.require_folder(STEP.name)
     with run.lock(STEP.name):  # from the first read to the commit: based_on is what was read
-        if blackbox is not False:
-            signals = blackbox if isinstance(blackbox, BlackBoxConfig) else BlackBoxConfig()
-            ensure_blackbox(run, signals.model_copy(update={"failure_threshold": failure_threshold, "seed": seed}))
+        if config.blackbox_config() is not None:
+            ensure_blackbox(run, config.blackbox_config())
         table, estimators = score_table(run, names)
         out, combined_scores = evaluate_estimators_and_combinations(
             with_length_columns(run, table), estimators, failure_threshold, n_boot, seed,
@@ -108,10 +114,8 @@ def estimator_table(run_dir: str | os.PathLike | RunDir, config: CompareEstimato
         reporter.say(summary_counts(turns, trajs), warn=True)
     status = None
     with reporter.stage(STEP.name, folder.path):
-        if config.blackbox is not False:
-            signals = config.blackbox if isinstance(config.blackbox, BlackBoxConfig) else BlackBoxConfig()
-            status = ensure_blackbox(folder, signals.model_copy(update={"failure_threshold": config.failure_threshold,
-                                                                     "seed": config.seed}))
+        if config.blackbox_config() is not None:
+            status = ensure_blackbox(folder, config.blackbox_config())
             if status.report and "signals" in status.computed:
                 r = status.report
                 reporter.say(f"black-box signals: {r['trajectories']} trajectories, {r['messages']} messages in "

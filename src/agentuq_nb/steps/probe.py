@@ -3,7 +3,7 @@ per-token sparklines; no run folder."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from pydantic import Field
 
@@ -39,8 +39,3 @@ def run(config: ProbeConfig) -> ProbeResult:
         finally:
             plt.close(fig)
     return result
-
-
-def probe_prompt(prompt: str, **options: Any) -> ProbeResult:
-    """:func:`run` with the :class:`ProbeConfig` fields as keywords."""
-    return run(ProbeConfig(prompt=prompt, **options))

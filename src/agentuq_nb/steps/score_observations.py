@@ -9,13 +9,13 @@ from typing import Any, Optional
 from pydantic import Field
 
 from agentuq_nb.io.atomic import atomic_write_json
-from agentuq_nb.io.store.rundir import RunDir
+from agentuq_nb.io.store.rundir import OBSERVATION_TOKENS, RunDir
 from agentuq_nb.records.config import ExecutionConfig, ScoringConfig, configs_from_options
 from agentuq_nb.steps.base import FamilyHint, Step, StepConfig
 from agentuq_nb.steps.scoring_jobs import check_checkpoint_settings, consolidate, score_results
 from agentuq_nb.uq.observation import ScoringReport
 
-STEP = Step("score-observations", "agentuq-nb score-observations RUN_DIR", ("observation_tokens", "checkpoints"),
+STEP = Step("score-observations", "agentuq-nb score-observations RUN_DIR", (OBSERVATION_TOKENS, "checkpoints"),
             adds=(FamilyHint("observation", "how surprising user and tool messages are under an observer model",
                              "agentuq-nb score-observations RUN_DIR --scorer-mode auxiliary_llm"),))
 

@@ -11,7 +11,7 @@ from pydantic import Field
 
 from agentuq_nb.intervention.config import PolicyConfig
 from agentuq_nb.io.store.rundir import RunDir
-from agentuq_nb.records.config import ExecutionConfig, SimulationConfig, configs_from_options
+from agentuq_nb.records.config import ExecutionConfig, SimulationConfig
 from agentuq_nb.steps.base import Step, StepConfig
 
 STEP = Step("simulate", "agentuq-nb simulate --out RUN_DIR", ("results", "run_config", "sidecars", "checkpoints"))
@@ -34,10 +34,3 @@ def run(run_dir: str | os.PathLike | RunDir, config: SimulateConfig, policy: Any
     if policy is None and config.policy is not None:
         policy = build_policy(config.policy)
     return simulate(config.simulation, run_dir, config.execution, None, policy)
-
-
-def simulate_domain(domain: str, run_dir: str | os.PathLike | RunDir, policy: PolicyConfig | None = None,
-                    **options: Any) -> Path:
-    """:func:`run` with the fields of ``SimulationConfig`` and ``ExecutionConfig`` as keywords."""
-    simulation, execution = configs_from_options(options, SimulationConfig, "simulation", domain=domain)
-    return run(run_dir, SimulateConfig(simulation=simulation, execution=execution, policy=policy))

@@ -123,13 +123,29 @@ TEMP_FILE = re.compile(r"\..+\.tmp")
 TEMP_PARTITIONS = re.compile(r"\.tokens_by_task\..+")
 
 
+#: artefact name of each listed file (the folders aside)
+ARTIFACT_OF_FILE = {filename: name for name, filename in ARTIFACTS.items() if name not in FOLDER_ARTIFACTS}
+#: the artefact name every extra token table is registered under (``tokens.observations_<mode>.parquet``)
+OBSERVATION_TOKENS = "observation_tokens"
+
+
+def artifact_name(rel: str) -> str | None:
+    """The artefact a plain file name of a run folder is (a listed one, a family's ``<family>_scores``, an extra
+    token table as :data:`OBSERVATION_TOKENS`), or None: the one place that knows which files a run folder holds."""
+    if rel in ARTIFACT_OF_FILE:
+        return ARTIFACT_OF_FILE[rel]
+    if rel.endswith(".parquet") and FAMILY_SCORES.fullmatch(rel.removesuffix(".parquet")):
+        return rel.removesuffix(".parquet")
+    if EXTRA_TOKEN_TABLE.fullmatch(rel):
+        return OBSERVATION_TOKENS
+    return None
+
+
 def known_file(rel: str) -> bool:
     """Whether ``rel`` is the plain name of a file artefact of a run folder (what a commit may publish)."""
     if not isinstance(rel, str) or "/" in rel or "\\" in rel or "\x00" in rel or rel in (".", ".."):
         return False
-    files = {filename for name, filename in ARTIFACTS.items() if name not in FOLDER_ARTIFACTS}
-    return (rel in files or rel == MANIFEST or bool(EXTRA_TOKEN_TABLE.fullmatch(rel))
-            or (rel.endswith(".parquet") and bool(FAMILY_SCORES.fullmatch(rel.removesuffix(".parquet")))))
+    return artifact_name(rel) is not None
 
 
 def register_producer(command: str, names: Iterable[str]) -> None:
@@ -137,7 +153,7 @@ def register_producer(command: str, names: Iterable[str]) -> None:
     step of ``agentuq_nb.steps`` beside its code. Several steps may make one artefact (``checkpoints``): their
     commands are joined with ``|``."""
     for name in names:
-        if name not in ARTIFACTS and name != "observation_tokens" and not FAMILY_SCORES.fullmatch(name):
+        if name not in ARTIFACTS and name != OBSERVATION_TOKENS and not FAMILY_SCORES.fullmatch(name):
             raise ValueError(f"{name!r} is not an artefact of a run folder (see rundir.ARTIFACTS)")
         known = PRODUCERS.get(name)
         if known is None or command in known.split(" | "):
@@ -414,12 +430,8 @@ class RunDir:
     def producer(self, name: str) -> str:
         """The command that makes artefact ``name`` of this run (as its step registered it)."""
         rel = self.relative(name)
-        for artifact, filename in [*ARTIFACTS.items(), *((n, f"{n}.parquet") for n in PRODUCERS if n not in ARTIFACTS)]:
-            if filename == rel and artifact in PRODUCERS:
-                return PRODUCERS[artifact].replace("RUN_DIR", str(self.path))
-        if rel.startswith(OBSERVATION_TOKENS_PREFIX) and "observation_tokens" in PRODUCERS:
-            return PRODUCERS["observation_tokens"].replace("RUN_DIR", str(self.path))
-        return f"the step that writes {rel} (see 'agentuq-nb --help')"
+        command = PRODUCERS.get(artifact_name(rel) or rel)
+        return command.replace("RUN_DIR", str(self.path)) if command else f"the step that writes {rel} (see 'agentuq-nb --help')"
 
     def require(self, name: str) -> Path:
         """The path of artefact ``name``; a clear FileNotFoundError naming the command that makes it."""
