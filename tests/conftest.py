@@ -80,7 +80,7 @@ def serving_in_thread():
     ready = threading.Event()
     thread = threading.Thread(target=server.serve_local, kwargs=dict(port=port, ready_event=ready), daemon=True)
     thread.start()
-    assert ready.wait(30)
+    assert ready.wait(120)  # the model is loaded before the server says it is ready
     try:
         yield f"http://127.0.0.1:{port}/v1", port, thread
     finally:

@@ -169,10 +169,11 @@ def test_more_mistakes_get_messages(tmp_path, synthetic_results):
 
 
 def _normalized_manifest(run_dir: Path) -> dict:
-    """The manifest with commit ids replaced by the step that made them, times and sizes left out."""
+    """The manifest with commit ids replaced by the step that made them (the results' content digest kept), times and
+    sizes left out."""
     manifest = json.loads((run_dir / "manifest.json").read_text())
     step_of = {a["commit"]: a["step"] for a in manifest["artifacts"].values()}
-    artifacts = {name: {"step": a["step"], "based_on": {k: step_of[v] for k, v in a["based_on"].items()}}
+    artifacts = {name: {"step": a["step"], "based_on": {k: step_of.get(v, v) for k, v in a["based_on"].items()}}
                  for name, a in manifest["artifacts"].items()}
     rest = {k: v for k, v in manifest.items() if k not in ("artifacts", "created_at")}
     return {**rest, "artifacts": artifacts}

@@ -555,6 +555,18 @@ HOSTILE_PARAMS = {
     "broken YAML": ("notebooks: [x\nparameters: {a: 1\n", r"not valid YAML: .* at line \d+, column \d+$"),
     "too large": ("notebooks: [x]\n# " + "x" * (1 << 20) + "\n", r"more than the 1,048,576 a params file"),
     "a name longer than a file name": ("name: " + "n" * 300 + "\nnotebooks: [x]\n", r"characters long"),
+    # issue 41: the last of two keys won without a word; a 5,000-digit integer named no file; params sent the
+    # study's tables and figures anywhere while reproduce printed runs/<name>
+    "a key twice": ("notebooks: [x]\nparameters:\n  seed: 1\n  n_boot: 5\n  seed: 2\n",
+                    r"key 'seed' appears twice in one mapping \(lines 3 and 5\).*\(at line 5\)$"),
+    "a top-level key twice": ("notebooks: [x]\nnotebooks: [y]\n", r"key 'notebooks' appears twice"),
+    "an integer of 5,000 digits": ("notebooks: [x]\nparameters: {seed: " + "9" * 5000 + "}\n",
+                                   r"an integer of 5,000 digits, more than the 4,300 .*\(at line 2\)$"),
+    "run_dir redirected": ("notebooks: [x]\nparameters: {run_dir: /abs/elsewhere, figures_dir: /abs/elsewhere}\n",
+                           r"parameters sets 'run_dir', which reproduce sets from the project's layout"),
+    "figures_dir for one notebook": ("notebooks: [{name: x, parameters: {figures_dir: /abs/elsewhere}}]\n",
+                                     r"sets 'figures_dir'.*\(at notebooks\[0\]\.parameters\)$"),
+    "run_dir swept by a grid": ("notebooks: [x]\ngrid: {run_dir: [a, b]}\n", r"grid sets 'run_dir'"),
 }
 
 

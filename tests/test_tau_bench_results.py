@@ -330,7 +330,14 @@ def test_rescore_scores_a_tau_bench_trajectory_with_the_embedded_model(tool_call
      f"a JSON list, but item 0's 'traj' is an object, not a list of messages ({EXPECTED})"),
     ('[{"task_id": 0, "reward": 1.0, "traj": [{"role": "robot", "content": "hi"}]}]',
      "τ-bench entry does not convert to a trajectory: Input should be 'system', 'assistant', 'user' or 'tool' at "
-     "'traj[0].role' (at item 0)"),
+     "'traj[0].role' (it is 'robot') (at item 0)"),
+    # issue 41: odd trials refused (a trial of -1 or true made the ids "0--1", "0-True")
+    ('[{"task_id": 0, "reward": 1.0, "trial": -1, "traj": []}]',
+     "τ-bench entry does not convert to a trajectory: Input should be greater than or equal to 0 at 'trial' (it is -1)"),
+    ('[{"task_id": 0, "reward": 1.0, "trial": true, "traj": []}]',
+     "must be a whole number, not a boolean at 'trial' (it is True) (at item 0)"),
+    ('[{"task_id": 0, "reward": 1.0, "trial": 100000000000000000000000000000, "traj": []}]',
+     "Input should be less than or equal to 2147483647 at 'trial'"),
     ('[{"task_id": 0, "reward": "one", "traj": []}]', "'reward' is a string, expected a number (at item 0)"),
     ('[{"task_id": 0, "reward": 1.0, "traj": [{"role": "assistant", "tool_calls": [{"function": {"arguments": "{}"}}]}]}]',
      "a tool call has no function name (at item 0 traj[0] tool_calls[0])"),

@@ -10,6 +10,7 @@ import json
 import math
 import os
 import sys
+import unicodedata
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -22,6 +23,7 @@ import typer
 from pydantic import ValidationError
 from typer.core import TyperGroup
 
+from agentuq_nb.common.limits import DEFAULT_MAX_REQUEST_SECONDS
 from agentuq_nb.intervention.config import PolicyConfig
 from agentuq_nb.io.errors import InputError, MixedRunError, StaleArtifactError
 from agentuq_nb.io.input_warnings import InputDataWarning
@@ -82,14 +84,17 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, cls=OneLineErrors,
 
 
 def one_line(text: str) -> str:
-    """A message in one line: its lines joined, cut where a traceback starts."""
+    """A message in one line: its lines joined, cut where a traceback starts, and every other control or format
+    character (an escape sequence, a bidi override, a NUL a user typed into a name) shown escaped, never sent to
+    the terminal."""
     lines = []
     for line in str(text).splitlines():
         if line.lstrip().startswith("Traceback (most recent call last)"):
             break
         if line.strip():
             lines.append(line.strip())
-    return " ".join(lines)
+    return "".join(c if c == " " or unicodedata.category(c) not in ("Cc", "Cf") else c.encode("unicode_escape")
+                   .decode("ascii") for c in " ".join(lines))
 
 
 SCHEDULER_HELP = "run on Dask: a scheduler address (tcp://host:8786) or local:N for N local worker processes"
@@ -111,12 +116,24 @@ class Embedder(str, Enum):
     none = "none"
 
 
+class DriftEmbedder(str, Enum):
+    """Sentence embeddings of SAUP's drift distances (which need embeddings: no ``none``)."""
+
+    minilm = "minilm"
+    hash = "hash"
+
+
 def config_option(config: type, field: str, *flags: str, **extra):
     """A typer option whose default (and help, unless given) is the pydantic config field's: each default is
     written once, in its config. Hand-written because typer builds options from signatures, not from pydantic
     models (typer-pydantic adapters on PyPI are unmaintained); a test checks every such option's default."""
     info = config.model_fields[field]
     extra.setdefault("help", info.description)
+    for bound in info.metadata:  # the field's bounds (ge/le): typer refuses a value outside naming the option
+        if getattr(bound, "ge", None) is not None:
+            extra.setdefault("min", bound.ge)
+        if getattr(bound, "le", None) is not None:
+            extra.setdefault("max", bound.le)
     return typer.Option(info.get_default(call_default_factory=True), *flags, **extra)
 
 
@@ -136,7 +153,10 @@ def _fail(err: Exception) -> None:
         from agentuq_nb.records.config import validation_message
 
         what, where = validation_message(err)
-        message = f"{err.title}: {what}" + ("" if where == "(top level)" else f" ('{where}')")
+        if what.startswith("--"):  # the check named the option already
+            message = what
+        else:
+            message = f"{err.title}: {what}" + ("" if where == "(top level)" else f" ('{where}')")
     else:
         message = err.args[0] if isinstance(err, KeyError) and err.args else err
     typer.secho(f"error: {one_line(str(message))}", fg=typer.colors.RED, err=True)
@@ -181,7 +201,7 @@ def _say_warnings(caught: list[warnings.WarningMessage]) -> None:
         if isinstance(message, InputDataWarning):
             if message.kind not in said:
                 said.add(message.kind)
-                typer.secho(f"warning: {message}", fg=typer.colors.YELLOW, err=True)
+                typer.secho(f"warning: {one_line(str(message))}", fg=typer.colors.YELLOW, err=True)
         else:
             warnings.showwarning(message, record.category, record.filename, record.lineno)
 
@@ -274,7 +294,7 @@ def evaluate(
     scorer: Optional[str] = config_option(EvaluateConfig, "scorer", "--scorer"),
     invert: bool = config_option(EvaluateConfig, "invert", "--invert"),
     failure_threshold: float = config_option(EvaluateConfig, "failure_threshold", "--failure-threshold"),
-    n_boot: int = config_option(EvaluateConfig, "n_boot", "--n-boot", min=0),
+    n_boot: int = config_option(EvaluateConfig, "n_boot", "--n-boot"),
     seed: int = config_option(EvaluateConfig, "seed", "--seed"),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help=SCHEDULER_HELP),
     plugin: Optional[list[str]] = typer.Option(None, "--plugin", help=PLUGIN_HELP),
@@ -314,7 +334,7 @@ def trials(
     k: Optional[list[int]] = typer.Option(None, "--k", help="the k of pass^k (repeat the option; default 1 .. the "
                                           "fewest trials of a task)"),
     failure_threshold: float = config_option(TrialsConfig, "failure_threshold", "--failure-threshold"),
-    n_boot: int = config_option(TrialsConfig, "n_boot", "--n-boot", min=0),
+    n_boot: int = config_option(TrialsConfig, "n_boot", "--n-boot"),
     seed: int = config_option(TrialsConfig, "seed", "--seed"),
 ):
     """Multi-trial labels of a run: pass^k as τ²-bench defines it (CIs resample tasks) and label noise (prints only)."""
@@ -351,7 +371,7 @@ def analyze(
     role: str = config_option(AnalyzeConfig, "role", "--role"),
     scorer: Optional[str] = config_option(AnalyzeConfig, "scorer", "--scorer"),
     failure_threshold: float = config_option(AnalyzeConfig, "failure_threshold", "--failure-threshold"),
-    n_boot: int = config_option(AnalyzeConfig, "n_boot", "--n-boot", min=0),
+    n_boot: int = config_option(AnalyzeConfig, "n_boot", "--n-boot"),
     seed: int = config_option(AnalyzeConfig, "seed", "--seed"),
     blackbox: bool = config_option(AnalyzeConfig, "blackbox", "--blackbox/--no-blackbox"),
     embedder: Embedder = config_option(AnalyzeConfig, "embedder", "--embedder",
@@ -408,7 +428,7 @@ class CommandLine(Reporter):
 def compare_estimators(
     run_dir: Path = typer.Argument(...),
     failure_threshold: float = config_option(CompareEstimatorsConfig, "failure_threshold", "--failure-threshold"),
-    n_boot: int = config_option(CompareEstimatorsConfig, "n_boot", "--n-boot", min=0),
+    n_boot: int = config_option(CompareEstimatorsConfig, "n_boot", "--n-boot"),
     seed: int = config_option(CompareEstimatorsConfig, "seed", "--seed"),
     estimator: Optional[list[str]] = typer.Option(None, "--estimator", help="only these estimators (repeat the option)"),
     combine_input: Optional[list[str]] = typer.Option(None, "--combine-input", help="an input of the combined predictor "
@@ -471,10 +491,10 @@ def blackbox(
 @app.command()
 def saup(
     run_dir: Path = typer.Argument(..., help="run directory with token rows (after aggregate)"),
-    embedder: Embedder = config_option(SaupConfig, "embedder", "--embedder",
-                                       help="sentence embeddings of the steps' drift (D_a, D_o)"),
+    embedder: DriftEmbedder = config_option(SaupConfig, "embedder", "--embedder",
+                                            help="sentence embeddings of the steps' drift (D_a, D_o)"),
     failure_threshold: float = config_option(SaupConfig, "failure_threshold", "--failure-threshold"),
-    k_folds: int = config_option(SaupConfig, "k_folds", "--k-folds", min=2),
+    k_folds: int = config_option(SaupConfig, "k_folds", "--k-folds"),
     seed: int = config_option(SaupConfig, "seed", "--seed"),
     hmm: bool = config_option(SaupConfig, "hmm", "--hmm/--no-hmm"),
 ):
@@ -485,7 +505,7 @@ def saup(
     from agentuq_nb.uq.saup import actor_breakdown
 
     with _step("saup", run_dir):
-        scores, steps = run_saup(run_dir, SaupConfig(embedder=Embedder(embedder).value, failure_threshold=failure_threshold,
+        scores, steps = run_saup(run_dir, SaupConfig(embedder=DriftEmbedder(embedder).value, failure_threshold=failure_threshold,
                                                      k_folds=k_folds, seed=seed, hmm=hmm))
     summary = actor_breakdown(scores).groupby(["actor", "weighting"])["saup"].describe()
     typer.echo(f"{len(scores)} trajectories, {len(steps)} steps ({int((steps['actor'] == 'assistant').sum())} agent)")
@@ -504,7 +524,7 @@ def early_warning(
     value: str = config_option(EarlyWarningConfig, "value", "--value"),
     table: str = config_option(EarlyWarningConfig, "table", "--table"),
     failure_threshold: float = config_option(EarlyWarningConfig, "failure_threshold", "--failure-threshold"),
-    n_boot: int = config_option(EarlyWarningConfig, "n_boot", "--n-boot", min=0),
+    n_boot: int = config_option(EarlyWarningConfig, "n_boot", "--n-boot"),
     seed: int = config_option(EarlyWarningConfig, "seed", "--seed"),
 ):
     """How early failure shows: the mean per-turn uncertainty of the first f of each trajectory vs failure, per
@@ -530,12 +550,13 @@ def compare_runs(
     run_dirs: list[Path] = typer.Argument(..., help="run folders to compare the estimators across (read only)"),
     out: Path = typer.Option(..., "--out", help="output folder for the leaderboard (a plain folder, not a run folder)"),
     failure_threshold: float = config_option(CompareRunsConfig, "failure_threshold", "--failure-threshold"),
-    n_boot: int = config_option(CompareRunsConfig, "n_boot", "--n-boot", min=0),
+    n_boot: int = config_option(CompareRunsConfig, "n_boot", "--n-boot"),
     seed: int = config_option(CompareRunsConfig, "seed", "--seed"),
     estimator: Optional[list[str]] = typer.Option(None, "--estimator", help="only these estimators (repeat the "
                                                   "option; each must be in every run; length baselines always)"),
     q: float = config_option(CompareRunsConfig, "q", "--q"),
     plugin: Optional[list[str]] = typer.Option(None, "--plugin", help=PLUGIN_HELP),
+    force: bool = config_option(CompareRunsConfig, "force", "--force"),
 ):
     """One estimator leaderboard across runs: AUROC and length-controlled AUROC per run and pooled (within-run pairs
     only), vs the best length baseline with BH-FDR → OUT/run_leaderboard.{csv,png,pdf,json}, run_leaderboard_long.csv."""
@@ -544,9 +565,11 @@ def compare_runs(
 
     _load_plugins(plugin)
     with _reported(lambda: f"interrupted: the run folders are untouched; in {out}, {OUTPUTS['inputs']} (written "
-                           "last) is there only beside the complete set of files it lists"):
+                           "last) is there only beside the complete set of files it lists (a rerun replaces the others "
+                           "with --force)"):
         result = run_compare(CompareRunsConfig(run_dirs=run_dirs, out=out, failure_threshold=failure_threshold,
-                                               n_boot=n_boot, seed=seed, names=estimator or None, q=q, figure=True))
+                                               n_boot=n_boot, seed=seed, names=estimator or None, q=q, figure=True,
+                                               force=force))
     _show_run_leaderboard(result, out)
 
 
@@ -589,7 +612,7 @@ def calibrate(
     method: str = typer.Option("both", help="platt | isotonic | both"),
     transfer_to: Optional[Path] = typer.Option(None, "--transfer-to", help="another run folder: maps fitted on "
                                                "RUN_DIR are evaluated on it"),
-    n_bins: int = config_option(CalibrateConfig, "n_bins", "--n-bins", min=1),
+    n_bins: int = config_option(CalibrateConfig, "n_bins", "--n-bins"),
     failure_threshold: float = config_option(CalibrateConfig, "failure_threshold", "--failure-threshold"),
     seed: int = config_option(CalibrateConfig, "seed", "--seed"),
     combine_input: Optional[list[str]] = typer.Option(None, "--combine-input", help="an input of the combined predictor "
@@ -657,15 +680,18 @@ def explore(
     estimator: Optional[list[str]] = typer.Option(None, "--estimator", help="estimators offered in the filter "
                                                   "(repeat; default: every one the run holds)"),
     failure_threshold: float = failure_threshold_option(),
+    force: bool = typer.Option(False, "--force", help="replace an existing file at --out that explore did not write "
+                               "(never a folder, a link, a special file or a file of a run folder)"),
 ):
     """Every trajectory of a run in one HTML page: filter by outcome or an estimator, tokens coloured by NLL with the
     alternatives on hover, per-message sparklines, the resampled actions at each decision point (in JupyterLab:
     agentuq_nb.explore(RUN_DIR))."""
-    from agentuq_nb.figures.explorer import explorer_data, export_html
+    from agentuq_nb.figures.explorer import check_page_path, explorer_data, export_html
 
     with _reported(lambda: f"interrupted: {out} not written"):
+        check_page_path(out, run_dir, force)  # before the work; export_html checks again before it writes
         data = explorer_data(run_dir, estimators=estimator or None, failure_threshold=failure_threshold)
-        path = export_html(data, out)
+        path = export_html(data, out, force)
     typer.echo(f"{len(data['trajectories'])} trajectories → {path}")
 
 
@@ -885,13 +911,14 @@ def probe(
     temperature: float = config_option(ProbeConfig, "temperature", "--temperature"),
     seed: int = config_option(ProbeConfig, "seed", "--seed"),
     plot: Optional[Path] = config_option(ProbeConfig, "plot", "--plot"),
+    force: bool = config_option(ProbeConfig, "force", "--force"),
 ):
     """Structural and conceptual uncertainty of one prompt, with per-token sparklines."""
     from agentuq_nb.steps.probe import run as run_probe
 
     try:
         result = run_probe(ProbeConfig(prompt=prompt, n=n, model=model, temperature=temperature, seed=seed,
-                                       max_tokens=max_tokens, plot=plot))
+                                       max_tokens=max_tokens, plot=plot, force=force))
     except USER_ERRORS as err:
         _fail(err)
     typer.echo(result.summary())
@@ -909,6 +936,8 @@ def serve_local(
                                      help="drop the oldest middle turns of a chat that overflows the 8,192-token "
                                           "window (counted in usage.context_dropped_messages) instead of a 400; "
                                           "a request's fit_context field overrides"),
+    max_request_seconds: float = typer.Option(DEFAULT_MAX_REQUEST_SECONDS, "--max-request-seconds", min=1,
+                                              help="the longest one request may hold the model (then a 504)"),
 ):
     """Serve the embedded model as an OpenAI-compatible API (chat + completions with logprobs)."""
     from agentuq_nb.llm.server import serve_local as run_server
@@ -917,9 +946,10 @@ def serve_local(
     if not 0 <= port <= 65535:
         _fail(ValueError(f"--port {port} is not a TCP port: give 1-65535 (0: any free port)"))
     typer.echo(f"serving local/smollm2-135m-instruct on http://{host}:{port}/v1, max_tokens ≤ {max_tokens_cap}, "
-               f"{policy} (Ctrl-C to stop)")
+               f"{policy}, at most {max_request_seconds:g} s per request (Ctrl-C to stop)")
     try:
-        run_server(host=host, port=port, max_tokens_cap=max_tokens_cap, fit_context=fit_context)
+        run_server(host=host, port=port, max_tokens_cap=max_tokens_cap, fit_context=fit_context,
+                   max_request_seconds=max_request_seconds)
     except (OSError, ValueError) as err:
         _fail(err)
 

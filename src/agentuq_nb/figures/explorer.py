@@ -26,7 +26,9 @@ import pandas as pd
 from agentuq_nb.estimators import estimators as run_estimators
 from agentuq_nb.estimators.scores import score_table
 from agentuq_nb.io.atomic import atomic_write_text
+from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.ingest.results import iter_simulations, read_header
+from agentuq_nb.io.outputs import check_output_file
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.io.store.token_table import read_token_table
 from agentuq_nb.records import Results
@@ -197,11 +199,17 @@ def explorer_data(run_dir: str | os.PathLike | RunDir, estimators: list[str] | N
             "trajectories": trajectories}
 
 
+#: the tag that marks a page ``explore`` wrote: a later ``explore --out`` replaces such a page, and no other file
+PAGE_MARK = "<meta name='generator' content='agentuq_nb explore'>"
+#: how the page began before it carried the mark
+OLD_PAGE_START = "<html lang='en'><head><meta charset='utf-8'><title>agentuq_nb explorer"
+
+
 def standalone_html(data: dict, title: str = "agentuq_nb explorer") -> str:
     """One HTML file holding the explorer's module, its style and ``data``: opens in any browser, offline."""
     payload = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
     script = _asset("explorer.js")
-    return ("<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>"
+    return ("<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>" + PAGE_MARK +
             f"<title>{title}</title><style>{_asset('explorer.css')}</style></head><body>"
             f"<div id='agentuq-explorer-root'></div>"
             f"<script type='application/json' id='agentuq-explorer-data'>{payload}</script>"
@@ -211,12 +219,26 @@ def standalone_html(data: dict, title: str = "agentuq_nb explorer") -> str:
             "</script></body></html>\n")
 
 
-def export_html(data: dict, path: str | os.PathLike) -> Path:
-    """Write :func:`standalone_html` of ``data`` to ``path`` (atomically); returns the path."""
-    path = Path(path)
+def export_html(data: dict, path: str | os.PathLike, force: bool = False) -> Path:
+    """Write :func:`standalone_html` of ``data`` to ``path`` (atomically); returns the path. An existing file there
+    is replaced only when it is a page ``explore`` wrote (or with ``force``), never a run's own file, the run's
+    results or anything but a regular file (:func:`check_page_path`)."""
+    page = standalone_html(data, f"agentuq_nb explorer: {Path(data['run']).name}")
+    path = check_page_path(path, data["run"], force)
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, standalone_html(data, f"agentuq_nb explorer: {Path(data['run']).name}"))
+    atomic_write_text(path, page)
     return path
+
+
+def check_page_path(path: str | os.PathLike, run_dir: str | os.PathLike, force: bool = False) -> Path:
+    """``path`` when the explorer page of ``run_dir`` may be written there (the rule of :mod:`agentuq_nb.io.outputs`:
+    the results the run was made from are an input), else an InputError naming it."""
+    try:
+        inputs = [RunDir(run_dir).results_path()]
+    except (FileNotFoundError, InputError):
+        inputs = []
+    return check_output_file(path, command="explore", what="HTML page", inputs=inputs, force=force,
+                             made_before=(PAGE_MARK.encode(), OLD_PAGE_START.encode()), example="explorer.html")
 
 
 def explorer_widget(data: dict):
@@ -233,8 +255,9 @@ def explorer_widget(data: dict):
         _css = _asset("explorer.css")
         data = traitlets.Unicode("{}").tag(sync=True)
 
-        def export(self, path: str | os.PathLike) -> Path:
-            """The same view as one standalone HTML file."""
-            return export_html(json.loads(self.data), path)
+        def export(self, path: str | os.PathLike, force: bool = False) -> Path:
+            """The same view as one standalone HTML file (an existing file replaced only when it is such a page,
+            or with ``force``)."""
+            return export_html(json.loads(self.data), path, force)
 
     return Explorer(data=json.dumps(data, separators=(",", ":"), allow_nan=False))

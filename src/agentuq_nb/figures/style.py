@@ -5,8 +5,11 @@ from pathlib import Path
 
 import matplotlib
 import matplotlib.pyplot as plt
+from matplotlib.backend_bases import FigureCanvasBase
 
 from agentuq_nb.io.atomic import atomic_write_with
+from agentuq_nb.io.errors import InputError
+from agentuq_nb.io.outputs import check_output_file
 
 # Okabe–Ito: distinguishable with colour-vision deficiency and in greyscale print.
 PALETTE = {
@@ -52,6 +55,36 @@ def save(fig, name: str, figures_dir: str | Path) -> list[Path]:
         atomic_write_with(path, lambda p, ext=ext, md=metadata: fig.savefig(p, format=ext, bbox_inches="tight", metadata=md))
         paths.append(path)
     return paths
+
+
+#: the metadata key that carries a figure's mark, by format (formats without one cannot be recognised later:
+#: an existing file of theirs is replaced only with ``force``)
+MARK_KEYS = {"png": "Software", "pdf": "Creator", "svg": "Creator", "ps": "Creator", "eps": "Creator"}
+
+
+def save_as(fig, path: str | Path, command: str, option: str, force: bool = False) -> Path:
+    """Write ``fig`` to a path the user named (``probe --plot``), in the format its suffix says, marked as made by
+    ``command``: the rule of :mod:`agentuq_nb.io.outputs` (an existing file is replaced only when ``command`` made
+    it, or with ``force``)."""
+    mark = f"agentuq_nb {command}"
+    path = check_figure_path(path, command, option, force)
+    fmt = path.suffix.lstrip(".").lower() or "png"
+    metadata = {MARK_KEYS[fmt]: mark} if fmt in MARK_KEYS else None
+    atomic_write_with(path, lambda p: fig.savefig(p, format=fmt, bbox_inches="tight", metadata=metadata))
+    return path
+
+
+def check_figure_path(path: str | Path, command: str, option: str, force: bool = False) -> Path:
+    """``path`` when :func:`save_as` may write a figure there (a format matplotlib writes, the output rule), else
+    an InputError naming it and ``option``."""
+    path = Path(path)
+    fmt = path.suffix.lstrip(".").lower() or "png"
+    supported = FigureCanvasBase.get_supported_filetypes()
+    if fmt not in supported:
+        raise InputError(path, f"{option}: '.{fmt}' is not a figure format matplotlib writes (one of "
+                               f"{', '.join('.' + f for f in sorted(supported))})")
+    return check_output_file(path, command=command, option=option, what="figure",
+                             made_before=f"agentuq_nb {command}".encode(), force=force, example="figure.png")
 
 
 def legend_below(fig, handles=None, labels=None, ax=None, ncol: int = 1, fontsize: float = 7, **kwargs):

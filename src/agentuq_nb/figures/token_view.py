@@ -8,7 +8,12 @@ from pathlib import Path
 import pandas as pd
 
 from agentuq_nb.io.atomic import atomic_write_text
+from agentuq_nb.io.outputs import check_output_file
 
+#: the tag that marks a page :meth:`TokenView.save` wrote (a later save replaces such a page, and no other file)
+PAGE_MARK = "<meta name='generator' content='agentuq_nb token view'>"
+#: how the page began before it carried the mark
+OLD_PAGE_START = "<!doctype html><meta charset='utf-8'><body><div style='font-family:monospace;"
 ROLE_LABEL = {"assistant": "agent", "user": "user", "tool": "tool"}
 
 
@@ -21,9 +26,14 @@ class TokenView:
     def _repr_html_(self) -> str:
         return self.html
 
-    def save(self, path: str | Path) -> Path:
-        path = Path(path)
-        atomic_write_text(path, f"<!doctype html><meta charset='utf-8'><body>{self.html}</body>")
+    def save(self, path: str | Path, force: bool = False) -> Path:
+        """Write the view as a standalone page; an existing file is replaced only when it is such a page (or with
+        ``force``), never a folder, a link, a special file or a run folder's own file (:mod:`agentuq_nb.io.outputs`)."""
+        path = check_output_file(path, command="TokenView.save", option="path", what="HTML page",
+                                 made_before=(PAGE_MARK.encode(), OLD_PAGE_START.encode()), force=force,
+                                 example="tokens.html")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, f"<!doctype html><meta charset='utf-8'>{PAGE_MARK}<body>{self.html}</body>")
         return path
 
 

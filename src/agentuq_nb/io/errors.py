@@ -14,6 +14,18 @@ class InputError(ValueError):
         super().__init__(f"{self.path}: {what}{loc}")
 
 
+def validation_problem(err) -> str:
+    """A pydantic ValidationError's first problem in words: what is wrong, where, and (for a plain value) what it
+    is - ``Input should be greater than or equal to 0 at 'trial' (it is -1)``."""
+    first = err.errors()[0]
+    # a union's branch tags (``function-wrap[_wrap()]``, a model's name) are pydantic's, not the input's
+    loc = ".".join(str(p) for p in first["loc"] if isinstance(p, int) or not any(c in p for c in "[]()")) \
+        or "(top level)"
+    value = first.get("input")
+    shown = f" (it is {value!r})" if isinstance(value, (int, float, str, bool)) and len(repr(value)) <= 60 else ""
+    return f"{first['msg'].removeprefix('Value error, ')} at '{loc}'{shown}"
+
+
 class MixedRunError(RuntimeError):
     """A run folder holds files that do not belong together (two runs' files side by side)."""
 

@@ -9,6 +9,7 @@ the same check for libraries that open a path themselves (pyarrow, DuckDB).
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -102,3 +103,29 @@ def read_limited_json(path: str | os.PathLike, limit: int, what: str = "input") 
             from None
     except RecursionError:
         raise InputError(path, f"is nested too deeply to be a {what}") from None
+
+
+#: bytes hashed at a time
+DIGEST_CHUNK = 1 << 20
+
+
+def content_digest(path: str | os.PathLike, what: str = "results") -> str:
+    """SHA-256 of what ``path`` holds: a regular file's bytes, or a results directory's regular files (their names
+    relative to it and their digests, in name order; links and special files are left out). What an artefact made
+    from results is stamped with, so that it is found stale when other results are extracted into its run folder,
+    wherever they were read from."""
+    path = Path(path)
+    if path.is_dir():
+        digest = hashlib.sha256()
+        for parent, dirs, files in os.walk(path):  # os.walk does not descend into symlinked folders
+            dirs.sort()
+            for name in sorted(files):
+                member = Path(parent) / name
+                if stat.S_ISREG(os.lstat(member).st_mode):
+                    digest.update(f"{member.relative_to(path)}\0{content_digest(member, what)}\n".encode())
+        return digest.hexdigest()
+    digest = hashlib.sha256()
+    with open_regular(path, what) as fh:
+        for chunk in iter(lambda: fh.read(DIGEST_CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -34,6 +34,10 @@ KIND_PHRASES = {
     "tau_bench_system_prompt_differs": "τ-bench trajectory(ies) whose system prompt differs from the file's first "
                                        "(each keeps its own as system_prompt; scoring under the agent's prompt uses "
                                        "the first)",
+    "tau_bench_reward_info_not_an_object": "τ-bench entries whose info.reward_info is not an object (their reward is "
+                                           "the entry's; how the episode ended is unknown, not taken for max_steps)",
+    "inspect_samples_missing": "Inspect sample(s) the log's header lists are not in the archive (a run that "
+                               "stopped early, or a damaged log)",
     "simulations_reward_not_finite": "simulation(s) have a reward that is not a finite number (left out of "
                                      "failure prediction)",
     "tokens_without_chosen_logprob": "token(s) have no chosen log-prob (null)",

@@ -72,6 +72,7 @@ from agentuq_nb.llm.local_sampling import (
 )
 from agentuq_nb.llm.tool_format import (
     TOOL_CALL_OPEN,
+    check_tool_schemas,
     parse_tool_call_json,
     select_tools,
     tool_call_grammar,
@@ -340,6 +341,7 @@ def chat_completion(
     """
     model = model or get_local_model()
     cancelled = cancelled if cancelled is not None else _CANCELLED.get()
+    tools = check_tool_schemas(tools) if tools else tools  # bounded before the prompt and the grammar are built
     prompt, dropped_messages, dropped_tokens = chat_prompt(model, messages, tools, max_tokens, fit_context)
     budget = token_budget(max_tokens, len(prompt), model.n_ctx)
     usable, forced = select_tools(tools or [], tool_choice)
@@ -374,6 +376,7 @@ def chat_samples(
         raise ValueError(f"n (the number of samples) must be at least 1, got {n}")
     model = model or get_local_model()
     cancelled = cancelled if cancelled is not None else _CANCELLED.get()
+    tools = check_tool_schemas(tools) if tools else tools  # bounded before the prompt and the grammar are built
     prompt, dropped_messages, dropped_tokens = chat_prompt(model, messages, tools, max_tokens, fit_context)
     budget = token_budget(max_tokens, len(prompt), model.n_ctx)
     usable, forced = select_tools(tools or [], tool_choice)

@@ -24,7 +24,12 @@ gets a 500 with the same body (and a traceback on the server's stderr).
 
 Limits: ``max_tokens`` above ``max_tokens_cap`` (``DEFAULT_MAX_TOKENS_CAP`` = 1024,
 ``serve-local --max-tokens-cap``) is lowered to it (``finish_reason="length"`` then
-says so); the model decodes one request at a time and the others wait their turn;
+says so); a body over ``MAX_REQUEST_BYTES`` (16 MiB) is a 413 before it is read, one
+nested deeper than ``MAX_REQUEST_DEPTH`` (64) a 400, and tool schemas are checked
+(``tool_format.check_tool_schemas``: counts, size, depth) before the request waits for
+the model; one request holds the model at most ``max_request_seconds``
+(``serve-local --max-request-seconds``, default 300: then a 504 and decoding stops);
+the model decodes one request at a time and the others wait their turn;
 when a client disconnects, its request stops decoding at the next token (or before
 it starts); ``fit_context`` defaults to the server's ``--fit-context`` and every
 response that used it says what was dropped (``usage.context_dropped_messages``,
@@ -73,6 +78,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from agentuq_nb.common.limits import DEFAULT_MAX_REQUEST_SECONDS, MAX_REQUEST_BYTES, MAX_REQUEST_DEPTH
 from agentuq_nb.llm.local_model import get_local_model
 from agentuq_nb.llm.local_provider import (
     LOCAL_MODEL,
@@ -81,6 +87,7 @@ from agentuq_nb.llm.local_provider import (
     cancellable,
     text_completion,
 )
+from agentuq_nb.llm.tool_format import check_tool_schemas
 
 DEFAULT_MAX_TOKENS_CAP = 1024  # at ~25 tokens/s on one core, about 40 s of one request holding the model
 MAX_TOP_LOGPROBS = 20  # OpenAI's limit
@@ -145,6 +152,11 @@ class ChatRequest(CompletionRequestBase):
     top_logprobs: StrictInt | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
     fit_context: StrictBool | None = None
 
+    @field_validator("tools")
+    @classmethod
+    def bounded_tools(cls, tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+        return None if tools is None else check_tool_schemas(tools, "tools")
+
     @model_validator(mode="after")
     def tool_choice_needs_tools(self) -> "ChatRequest":
         if not self.tools and (self.tool_choice == "required" or isinstance(self.tool_choice, dict)):
@@ -172,13 +184,16 @@ def parse_request(model: type[BaseModel], body: dict) -> Any:
 
 def serve_local(host: str = "127.0.0.1", port: int = 8000, model: str = LOCAL_MODEL,
                 ready_event: threading.Event | None = None, max_tokens_cap: int = DEFAULT_MAX_TOKENS_CAP,
-                fit_context: bool = False) -> None:
+                fit_context: bool = False, max_request_seconds: float = DEFAULT_MAX_REQUEST_SECONDS) -> None:
     """Serve the embedded model until SIGINT (Ctrl-C) or ``shutdown()``; blocks."""
     if max_tokens_cap < 1:
         raise ValueError(f"max_tokens_cap must be at least 1, got {max_tokens_cap}")
+    if not max_request_seconds > 0:
+        raise ValueError(f"--max-request-seconds must be more than 0, got {max_request_seconds}")
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
         raise ValueError(f"--port {port} is not a TCP port: give 1-65535 (0: any free port)")
-    app = make_app(model, max_tokens_cap=max_tokens_cap, fit_context=fit_context)
+    app = make_app(model, max_tokens_cap=max_tokens_cap, fit_context=fit_context,
+                   max_request_seconds=max_request_seconds)
     litellm.suppress_debug_info = True  # its "Give Feedback / Get Help" banner is noise in a server's log
     config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False, lifespan="off",
                             timeout_graceful_shutdown=5)
@@ -193,6 +208,7 @@ def serve_local(host: str = "127.0.0.1", port: int = 8000, model: str = LOCAL_MO
             if ready_event is not None:
                 ready_event.set()
 
+    get_local_model()  # loaded before the first request: its turn's time limit counts decoding, not loading
     server = Server(config)
     with _SERVERS_LOCK:
         _SERVERS.add(server)
@@ -218,7 +234,7 @@ def shutdown() -> None:
 
 
 def make_app(served_name: str = LOCAL_MODEL, max_tokens_cap: int = DEFAULT_MAX_TOKENS_CAP,
-             fit_context: bool = False) -> Starlette:
+             fit_context: bool = False, max_request_seconds: float = DEFAULT_MAX_REQUEST_SECONDS) -> Starlette:
     """The ASGI application of ``serve_local`` (for uvicorn or any ASGI server)."""
     accepted = {served_name, LOCAL_MODEL, MODEL_NAME}
 
@@ -227,14 +243,15 @@ def make_app(served_name: str = LOCAL_MODEL, max_tokens_cap: int = DEFAULT_MAX_T
             {"id": served_name, "object": "model", "created": 0, "owned_by": "agentuq_nb"}]})
 
     async def chat(request: Request) -> Response:
-        return await answer(request, lambda body, cancelled: chat_response(
-            body, served_name, max_tokens_cap, fit_context, cancelled))
+        return await answer(request, ChatRequest, lambda parsed, cancelled: chat_response(
+            parsed, served_name, max_tokens_cap, fit_context, cancelled))
 
     async def completions(request: Request) -> Response:
-        return await answer(request, lambda body, cancelled: text_completion_response(
-            body, served_name, max_tokens_cap, cancelled))
+        return await answer(request, TextCompletionRequest, lambda parsed, cancelled: text_completion_response(
+            parsed, served_name, max_tokens_cap, cancelled))
 
-    async def answer(request: Request, respond: Callable[[dict, threading.Event], tuple[dict, dict]]) -> Response:
+    async def answer(request: Request, kind: type[BaseModel],
+                     respond: Callable[[Any, threading.Event], tuple[dict, dict]]) -> Response:
         try:
             body = await read_json(request)
             model = body.get("model")
@@ -246,10 +263,15 @@ def make_app(served_name: str = LOCAL_MODEL, max_tokens_cap: int = DEFAULT_MAX_T
             if model not in accepted:
                 raise RequestError(HTTPStatus.NOT_FOUND, f"model {model!r} is not served here; "
                                                          f"use {served_name!r}", "model_not_found")
-            payload, headers = await run_until_disconnect(request, lambda cancelled: respond(body, cancelled))
+            parsed = parse_request(kind, body)  # checked (tool schemas too) before it waits for the model
+            payload, headers = await run_until_disconnect(request, lambda cancelled: respond(parsed, cancelled))
             return JSONResponse(payload, headers=headers)
         except ClientGone:
             return Response(status_code=499)  # nobody reads it: the client is gone (nginx's code)
+        except RequestTimedOut:
+            return error_response(HTTPStatus.GATEWAY_TIMEOUT, f"the request held the model for {max_request_seconds:g} "
+                                  "s, this server's limit (serve-local --max-request-seconds): ask for fewer "
+                                  "max_tokens, or simpler tool schemas", "timeout")
         except RequestError as exc:
             return error_response(exc.status, str(exc), exc.code)
         except litellm.ContextWindowExceededError as exc:
@@ -274,14 +296,29 @@ def make_app(served_name: str = LOCAL_MODEL, max_tokens_cap: int = DEFAULT_MAX_T
             with _MODEL_TURN:
                 if cancelled.is_set() or app.state.stopping.is_set():
                     return None, ClientGone()
+                expired = threading.Event()  # from the model's turn on: the time this request may hold it
+
+                def expire() -> None:
+                    expired.set()
+                    cancelled.set()
+
+                timer = threading.Timer(max_request_seconds, expire)
+                timer.daemon = True
+                timer.start()
                 try:
                     return work(cancelled), None
                 except Exception as exc:
+                    if expired.is_set():
+                        print(f"agentuq-nb: {request.url.path} stopped after {max_request_seconds:g} s "
+                              f"(--max-request-seconds)", file=sys.stderr)
+                        return None, RequestTimedOut()
                     if cancelled.is_set() or app.state.stopping.is_set():
                         print(f"agentuq-nb: {request.url.path} abandoned by its client: decoding stopped "
                               f"({type(exc).__name__})", file=sys.stderr)
                         return None, ClientGone()
                     return None, exc
+                finally:
+                    timer.cancel()
 
         async with anyio.create_task_group() as group:
             group.start_soon(watch)
@@ -312,19 +349,51 @@ class ClientGone(Exception):
     """The client disconnected (or the server is stopping) before its answer was ready."""
 
 
+class RequestTimedOut(Exception):
+    """The request held the model for the server's ``max_request_seconds`` and was stopped."""
+
+
 #: threads that run requests: each waits for the model's turn on its thread, so allow many
 WORKERS = anyio.CapacityLimiter(64)
 
 
 async def read_json(request: Request) -> dict:
-    raw = await request.body()
+    """The request's body as a JSON object, refused (413) past ``MAX_REQUEST_BYTES`` before it is read - by its
+    Content-Length, or as it streams in - and (400) nested deeper than ``MAX_REQUEST_DEPTH``."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_REQUEST_BYTES:
+        raise RequestError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"request body of {int(declared):,} bytes, more than "
+                                                               f"the {MAX_REQUEST_BYTES:,} this server reads")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_REQUEST_BYTES:
+            raise RequestError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"request body of more than {MAX_REQUEST_BYTES:,} "
+                                                                   "bytes, the most this server reads")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
     try:
         body = json.loads(raw or b"{}")
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise RequestError(HTTPStatus.BAD_REQUEST, f"request body is not JSON: {exc}") from exc
+    except RecursionError:
+        body = None
+    if body is None or json_depth(body) > MAX_REQUEST_DEPTH:
+        raise RequestError(HTTPStatus.BAD_REQUEST, f"request body is nested more than {MAX_REQUEST_DEPTH} levels deep")
     if not isinstance(body, dict):
         raise RequestError(HTTPStatus.BAD_REQUEST, "request body must be a JSON object")
     return body
+
+
+def json_depth(value: Any) -> int:
+    """Nesting of a parsed JSON value, counted without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, level = stack.pop()
+        if isinstance(node, (dict, list)):
+            deepest = max(deepest, level)
+            stack.extend((child, level + 1) for child in (node.values() if isinstance(node, dict) else node))
+    return deepest
 
 
 def client_message(message: str) -> str:
@@ -351,9 +420,8 @@ def error_response(status: HTTPStatus, message: str, code: str | None = None) ->
 
 # ----------------------------------------------------------------------------- routes
 
-def chat_response(body: dict, served_name: str, max_tokens_cap: int, fit_context: bool,
+def chat_response(request: ChatRequest, served_name: str, max_tokens_cap: int, fit_context: bool,
                   cancelled: threading.Event) -> tuple[dict, dict]:
-    request = parse_request(ChatRequest, body)
     params: dict[str, Any] = {k: v for k, v in request.model_dump(
         include={"tools", "tool_choice", "temperature", "seed", "logprobs", "top_logprobs", "n"}).items() if v is not None}
     requested = request.max_completion_tokens or request.max_tokens
@@ -373,9 +441,8 @@ def chat_response(body: dict, served_name: str, max_tokens_cap: int, fit_context
     return payload, headers
 
 
-def text_completion_response(body: dict, served_name: str, max_tokens_cap: int,
+def text_completion_response(request: TextCompletionRequest, served_name: str, max_tokens_cap: int,
                              cancelled: threading.Event) -> tuple[dict, dict]:
-    request = parse_request(TextCompletionRequest, body)
     prompt = request.prompt
     if isinstance(prompt, list) and prompt and all(isinstance(t, str) for t in prompt):
         if len(prompt) != 1:

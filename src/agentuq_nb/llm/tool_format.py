@@ -20,8 +20,13 @@ Limits (stated, not hidden):
   model rarely starts ``<tool_call>`` unprompted; use ``"required"`` (or a named
   function) when a turn must be a tool call;
 * the grammar enforces the schema's structure and types (``json_schema_to_gbnf``);
-  keywords it does not support (e.g. ``pattern`` subtleties, ``$ref`` to other
-  documents) fall back to "any JSON object" for that tool's arguments;
+  keywords it does not support (``$ref`` to other documents …) fall back to "any JSON
+  object" for that tool's arguments, and a string's ``pattern`` is not enforced (its
+  repetitions would be spelled out in the grammar; the string stays bounded);
+* tool schemas are checked once, before any prompt or grammar is built from them
+  (:func:`check_tool_schemas`: counts, size, depth; serve-local, the local provider and
+  ``sample-actions`` all call it): every repetition the grammar spells out is bounded, so
+  building and applying it stays small;
 * the grammar is bounded so that a call always closes: a JSON string admits no raw
   control character (JSON forbids them; a newline must be written ``\\n``) and at most
   ``MAX_STRING_CHARS`` (128) characters unless its schema sets ``maxLength``; an array
@@ -42,6 +47,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from agentuq_nb.common.limits import (
+    MAX_SCHEMA_CHARS,
+    MAX_SCHEMA_ENUM,
+    MAX_SCHEMA_ITEMS,
+    MAX_TOOL_SCHEMA_DEPTH,
+    MAX_TOOL_SCHEMAS_BYTES,
+    MAX_TOOLS,
+)
 from agentuq_nb.records.toolcall_spans import TOOL_CALL_CLOSE, TOOL_CALL_OPEN  # one definition of the tags
 
 MAX_STRING_CHARS = 128  # characters of a JSON string whose schema sets no maxLength
@@ -65,6 +78,124 @@ def serialize_tool_calls(tool_calls: list[dict]) -> str:
         + f"\n{TOOL_CALL_CLOSE}"
         for call in tool_calls
     )
+
+
+#: the schema keywords whose value the grammar spells out that many times, and their bound
+COUNT_KEYWORDS = {"minItems": MAX_SCHEMA_ITEMS, "maxItems": MAX_SCHEMA_ITEMS, "minProperties": MAX_SCHEMA_ITEMS,
+                  "maxProperties": MAX_SCHEMA_ITEMS, "minLength": MAX_SCHEMA_CHARS, "maxLength": MAX_SCHEMA_CHARS}
+#: keywords whose value is a map of names to schemas (a name there is no keyword)
+NAMED_SCHEMAS = ("properties", "$defs", "definitions", "patternProperties", "dependentSchemas")
+
+
+class ToolSchemaError(ValueError):
+    """Tool schemas that cannot be used: says which tool, where in its schema, and what is wrong."""
+
+
+def check_tool_schemas(tools: Any, where: str = "tools") -> list[dict]:
+    """The tools as OpenAI tool specs (``{"type": "function", "function": {...}}``; a bare function is wrapped),
+    checked once before any prompt or grammar is built from them: at most :data:`MAX_TOOLS`, their JSON at most
+    :data:`MAX_TOOL_SCHEMAS_BYTES` and each tool's nested at most :data:`MAX_TOOL_SCHEMA_DEPTH` deep, a name,
+    parameters that are an object schema and a valid JSON schema (Draft 2020-12), no empty ``enum`` (no call
+    could be made), and every count the grammar spells out (``minItems``, ``maxLength`` …) a whole number within
+    its bound (:data:`COUNT_KEYWORDS`), a minimum no larger than its maximum. Anything else is a
+    :class:`ToolSchemaError` (a ValueError) naming the tool and the place; ``where`` says whose tools they are
+    (``"tools"`` of a request, a file)."""
+    if not isinstance(tools, list):
+        raise ToolSchemaError(f"{where}: expected a list of tool schemas, got {type(tools).__name__}")
+    if len(tools) > MAX_TOOLS:
+        raise ToolSchemaError(f"{where}: {len(tools)} tools, more than the {MAX_TOOLS} a request may give")
+    out = []
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, dict):
+            raise ToolSchemaError(f"{where}[{i}]: a tool schema is an object, not {type(tool).__name__}")
+        depth = _depth(tool)
+        if depth > MAX_TOOL_SCHEMA_DEPTH:
+            raise ToolSchemaError(f"{where}[{i}]: the schema is nested {depth} levels deep, more than the "
+                                  f"{MAX_TOOL_SCHEMA_DEPTH} a tool's schema may be")
+        spec = tool if "function" in tool else {"type": "function", "function": tool}
+        function = spec["function"]
+        name = function.get("name") if isinstance(function, dict) else None
+        if not isinstance(name, str) or not name.strip():
+            raise ToolSchemaError(f"{where}[{i}]: a tool schema has no function name")
+        label = f"{where}[{i}] ('{name[:64]}')"
+        params = function.get("parameters", {"type": "object"})
+        if not isinstance(params, dict):
+            raise ToolSchemaError(f"{label}: parameters is a {type(params).__name__}, not a JSON schema object")
+        _check_schema_nodes(params, label)
+        out.append(spec)
+    size = len(json.dumps(out, ensure_ascii=False, default=str).encode("utf-8", "surrogatepass"))
+    if size > MAX_TOOL_SCHEMAS_BYTES:
+        raise ToolSchemaError(f"{where}: the tool schemas are {size:,} bytes of JSON, more than the "
+                              f"{MAX_TOOL_SCHEMAS_BYTES:,} they may be together")
+    for i, spec in enumerate(out):
+        _check_valid_schema(spec["function"].get("parameters", {"type": "object"}),
+                            f"{where}[{i}] ('{spec['function']['name'][:64]}')")
+    return out
+
+
+def _depth(value: Any) -> int:
+    """Nesting of a JSON value (iteratively: the value may be nested past the recursion limit)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, level = stack.pop()
+        if isinstance(node, dict):
+            deepest = max(deepest, level)
+            stack.extend((v, level + 1) for v in node.values())
+        elif isinstance(node, list):
+            deepest = max(deepest, level)
+            stack.extend((v, level + 1) for v in node)
+    return deepest
+
+
+def _check_schema_nodes(params: dict, label: str) -> None:
+    """The counts, enums and bounds of every (sub)schema of ``params`` (see :func:`check_tool_schemas`)."""
+    stack: list[tuple[str, Any, bool]] = [("parameters", params, True)]
+    while stack:
+        place, node, is_schema = stack.pop()
+        if isinstance(node, list):
+            stack.extend((f"{place}[{j}]", v, is_schema) for j, v in enumerate(node))
+            continue
+        if not isinstance(node, dict):
+            continue
+        if is_schema:
+            for keyword, bound in COUNT_KEYWORDS.items():
+                value = node.get(keyword)
+                if keyword in node and (isinstance(value, bool) or not isinstance(value, int) or not
+                                        0 <= value <= bound):
+                    raise ToolSchemaError(f"{label}: {place}.{keyword} is {value!r:.40}: give a whole number from 0 "
+                                          f"to {bound:,} (the call's grammar spells out every item or character)")
+            for low, high in (("minItems", "maxItems"), ("minLength", "maxLength"), ("minProperties", "maxProperties")):
+                if low in node and high in node and node[low] > node[high]:
+                    raise ToolSchemaError(f"{label}: {place}.{low} ({node[low]}) is larger than {high} ({node[high]}): "
+                                          "no value fits")
+            if "enum" in node:
+                values = node["enum"]
+                if not isinstance(values, list) or not values:
+                    raise ToolSchemaError(f"{label}: {place}.enum is empty (or not a list): no value could be "
+                                          "given there, so no call of the tool could be made")
+                if len(values) > MAX_SCHEMA_ENUM:
+                    raise ToolSchemaError(f"{label}: {place}.enum lists {len(values):,} values, more than the "
+                                          f"{MAX_SCHEMA_ENUM:,} a tool schema may")
+        for key, value in node.items():
+            if is_schema and key in NAMED_SCHEMAS and isinstance(value, dict):
+                stack.extend((f"{place}.{key}.{name}", sub, True) for name, sub in value.items())
+            elif is_schema and key in ("const", "enum", "default", "examples", "required"):
+                continue  # values, not schemas
+            else:
+                stack.append((f"{place}.{key}", value, is_schema))
+
+
+def _check_valid_schema(params: dict, label: str) -> None:
+    from jsonschema import Draft202012Validator, SchemaError
+
+    try:
+        Draft202012Validator.check_schema(params)
+    except SchemaError as err:
+        at = "/".join(str(p) for p in err.absolute_path) or "(top)"
+        raise ToolSchemaError(f"{label}: parameters is not a valid JSON schema: {err.message[:200]} at "
+                              f"parameters/{at}") from None
+    except RecursionError:  # not reached past the depth check; said, never a traceback
+        raise ToolSchemaError(f"{label}: parameters nest too deeply to be a schema") from None
 
 
 def tool_function(tool: dict) -> dict:
@@ -163,7 +294,8 @@ def bounded_schema(schema: Any) -> Any:
             out[key] = value
         else:
             out[key] = bounded_schema(value)
-    if (out.get("type") == "array" or "items" in out) and "maxItems" not in out:
+    out.pop("pattern", None)  # a regular expression's repetitions would be spelled out too: strings stay bounded
+    if (out.get("type") == "array" or "items" in out) and "maxItems" not in out:  # counts checked before
         out["maxItems"] = max(MAX_ARRAY_ITEMS, int(out.get("minItems", 0)))
     if "properties" in out and out.get("additionalProperties") not in (None, False):
         out["additionalProperties"] = False

@@ -49,6 +49,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import math
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,6 +77,10 @@ from agentuq_nb.records.config import validation_message
 
 #: the executed notebooks of a run folder (``RUN_DIR/notebooks``)
 register_producer("agentuq-nb reproduce PARAMS", ["notebooks"])
+
+
+INT_TAG = "tag:yaml.org,2002:int"
+MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
 @dataclass
@@ -163,9 +168,32 @@ def _yaml_depth(path: Path, text: str) -> None:
             depth -= 1
 
 
+def _check_scalar(path: Path, node: yaml.ScalarNode) -> None:
+    """Refuse an integer with more digits than Python converts (``sys.get_int_max_str_digits``)."""
+    limit = sys.get_int_max_str_digits()
+    if node.tag == INT_TAG and limit and len(node.value) > limit:
+        raise InputError(path, f"an integer of {len(node.value):,} digits, more than the {limit:,} a value may have",
+                         f"line {node.start_mark.line + 1}")
+
+
+def _check_keys(path: Path, node: yaml.MappingNode) -> None:
+    """Refuse a key written twice in one mapping (YAML readers disagree on which wins; PyYAML keeps the last, so
+    the first would be dropped without a word)."""
+    seen: dict[str, int] = {}
+    for key, _ in node.value:
+        if not isinstance(key, yaml.ScalarNode) or key.tag == MERGE_TAG:
+            continue
+        line = key.start_mark.line + 1
+        if key.value in seen:
+            raise InputError(path, f"key '{key.value}' appears twice in one mapping (lines {seen[key.value]} and "
+                                   f"{line}): say it once", f"line {line}")
+        seen[key.value] = line
+
+
 def _yaml_expanded_nodes(path: Path, root: yaml.Node | None) -> None:
     """Refuse YAML whose aliases expand to more than MAX_PARAMS_NODES nodes (a "billion laughs" file: nine
-    levels of aliases passed 3 GB in 28 s) or refer to themselves; counted without expanding anything."""
+    levels of aliases passed 3 GB in 28 s) or refer to themselves; counted without expanding anything. On the way,
+    a key written twice in a mapping and an integer too long to convert are refused with their line."""
     if root is None:
         return
     size: dict[int, int] = {}
@@ -174,8 +202,11 @@ def _yaml_expanded_nodes(path: Path, root: yaml.Node | None) -> None:
     while stack:
         node, children_done = stack.pop()
         if isinstance(node, yaml.ScalarNode):
+            _check_scalar(path, node)
             size[id(node)] = 1
             continue
+        if isinstance(node, yaml.MappingNode) and not children_done:
+            _check_keys(path, node)
         children = [c for pair in node.value for c in pair] if isinstance(node, yaml.MappingNode) else list(node.value)
         if children_done:
             size[id(node)] = 1 + sum(size[id(c)] for c in children)
@@ -199,6 +230,7 @@ def _yaml_expanded_nodes(path: Path, root: yaml.Node | None) -> None:
             if state.get(id(child)) != 2 and not isinstance(child, yaml.ScalarNode):
                 stack.append((child, False))
             elif isinstance(child, yaml.ScalarNode):
+                _check_scalar(path, child)
                 size[id(child)] = 1
 
 

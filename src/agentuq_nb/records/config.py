@@ -9,11 +9,19 @@ schedules work), and a rerun with another fingerprint is refused rather than mix
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal, Optional
+from typing import Annotated, Any, ClassVar, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from agentuq_nb.common.limits import MAX_GRID_OPTION, MAX_N_BOOT, MAX_SAMPLES, MAX_SEED
 from agentuq_nb.common.redaction import redact
+
+#: a random seed (the bounds numpy's and scikit-learn's generators take); the command line's ``--seed`` gets them
+Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
+#: bootstrap resamples (0: no intervals), bounded so that memory and time stay bounded (``--n-boot``)
+NBoot = Annotated[int, Field(ge=0, le=MAX_N_BOOT)]
+#: a count of bins (calibration, ECE)
+NBins = Annotated[int, Field(ge=1, le=MAX_GRID_OPTION)]
 
 #: the embedded SmolLM2-135M-Instruct, a litellm provider registered by ``agentuq_nb.llm``
 EMBEDDED_MODEL = "local/smollm2-135m-instruct"
@@ -89,7 +97,7 @@ TURN_SELECTIONS = ("all", "tool")
 class ActionSamplingConfig(Config):
     """Resampling the agent's next action at its decision points (``uq.action_sampling``)."""
 
-    k: int = Field(5, description="samples per decision point (at least 2)")
+    k: int = Field(5, le=MAX_SAMPLES, description="samples per decision point (at least 2)")
     model: Optional[str] = Field(None, description="the sampler: None = the agent's own model; another is an observer")
     temperature: float = Field(1.0, gt=0.0, description="sampling temperature (0 would make K equal samples)")
     turns: str = Field("all", description="all | tool (decision points where the agent called a tool) | first:N")

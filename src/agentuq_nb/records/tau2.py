@@ -6,9 +6,29 @@ add more. Only what the toolkit relies on is typed.
 """
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+#: the largest trial number taken (trials count from 0; a run of more is not a run of one task)
+MAX_TRIAL = 2**31 - 1
+#: a seed is stored as a 64-bit integer
+INT64 = 2**63 - 1
+
+
+def _not_a_boolean(value: Any) -> Any:
+    """JSON's ``true`` is no number (pydantic would read it as 1, and the key as trial 1)."""
+    if isinstance(value, bool):
+        raise ValueError("must be a whole number, not a boolean")
+    return value
+
+
+#: a trial number: a whole number from 0 (τ²-bench counts trials from 0)
+TrialNumber = Annotated[int, BeforeValidator(_not_a_boolean), Field(ge=0, le=MAX_TRIAL)]
+#: a position (a message's turn index): a whole number from 0 that fits 32 bits
+Position = Annotated[int, BeforeValidator(_not_a_boolean), Field(ge=0, le=MAX_TRIAL)]
+#: a seed: a whole number that fits 64 bits
+SeedNumber = Annotated[int, BeforeValidator(_not_a_boolean), Field(ge=-INT64 - 1, le=INT64)]
 
 
 class _Tolerant(BaseModel):
@@ -26,7 +46,7 @@ class Message(_Tolerant):
     role: Literal["system", "assistant", "user", "tool"]
     content: Optional[str] = None
     tool_calls: Optional[list[ToolCall]] = None
-    turn_idx: Optional[int] = None
+    turn_idx: Optional[Position] = None
     timestamp: Optional[str] = None
     cost: Optional[float] = None
     usage: Optional[dict[str, Any]] = None
@@ -48,8 +68,8 @@ class RewardInfo(_Tolerant):
 class Simulation(_Tolerant):
     id: str
     task_id: str
-    trial: Optional[int] = None
-    seed: Optional[int] = None
+    trial: Optional[TrialNumber] = None
+    seed: Optional[SeedNumber] = None
     messages: list[Message] = Field(default_factory=list)
     reward_info: Optional[RewardInfo] = None
     termination_reason: Optional[str] = None

@@ -12,7 +12,10 @@ from typing import Any, Literal, Optional
 from pydantic import Field
 
 from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
-from agentuq_nb.io.store.rundir import RunDir
+from agentuq_nb.io.errors import InputError
+from agentuq_nb.io.files import content_digest
+from agentuq_nb.io.store.rundir import RunDir, is_run_folder
+from agentuq_nb.records.config import NBoot, Seed
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, FailureThreshold, check_failure_threshold
 from agentuq_nb.steps.base import Reporter, Step, StepConfig
 from agentuq_nb.steps.blackbox import BlackBoxConfig
@@ -33,8 +36,8 @@ class AnalyzeConfig(StepConfig):
     role: str = EVALUATED["role"]
     scorer: Optional[str] = EVALUATED["scorer"]
     failure_threshold: FailureThreshold = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold")
-    n_boot: int = Field(DEFAULT_N_BOOT, ge=0, description="bootstrap resamples for the 95% CIs (0: none)")
-    seed: int = Field(0, description="seed of the bootstrap and the folds")
+    n_boot: NBoot = Field(DEFAULT_N_BOOT, description="bootstrap resamples for the 95% CIs (0: none)")
+    seed: Seed = Field(0, description="seed of the bootstrap and the folds")
     blackbox: bool = Field(True, description="also the black-box families (structure, TRACER: from the messages, no "
                            "log-probs needed) and the estimator table of every family the run holds; off: extract, "
                            "aggregate, evaluate only")
@@ -64,6 +67,7 @@ def run(run_dir: str | os.PathLike | RunDir, config: AnalyzeConfig, reporter: Re
     with reporter.stage("check", out):  # names checked before any table is replaced
         check_estimator_name(c.uncertainty, c.role)
         check_failure_threshold(c.failure_threshold)
+        check_not_another_run(RunDir.of(run_dir), Path(c.results))
     with reporter.stage("extract", out):
         report = AnalyzeReport(extract(out, ExtractConfig(results=c.results, sidecar_dir=c.sidecar_dir, score=c.score,
                                                           progress=True)))
@@ -91,6 +95,27 @@ def run(run_dir: str | os.PathLike | RunDir, config: AnalyzeConfig, reporter: Re
         with reporter.stage("figures", out):
             report.figures = analysis_figures(out)
     return report
+
+
+def check_not_another_run(run: RunDir, results: Path) -> None:
+    """Refuse a folder that holds a run made from other results (by content: :func:`~agentuq_nb.io.files.
+    content_digest`): ``analyze`` would replace its tables and keep what it made from them (action samples, …)
+    beside the new ones; analyzing the same results again is fine."""
+    if not run.path.is_dir() or not is_run_folder(run.path):
+        return
+    manifest = run.manifest(check=False)
+    made_from = manifest.results or (str(run.results_json) if run.results_json.is_file() else None)
+    if manifest.results_sha256 is not None:
+        same = content_digest(results) == manifest.results_sha256
+    elif made_from is not None and Path(made_from).is_file():
+        same = Path(made_from).resolve() == results.resolve() or content_digest(made_from) == content_digest(results)
+    else:
+        same = made_from is not None and Path(made_from).resolve() == results.resolve()
+    if not same:
+        raise InputError(run.path, f"holds another run (made from {made_from or 'results it does not name'}): "
+                                   f"'{STEP.name}' writes the run of {results} into a folder of its own - its tables "
+                                   "would replace that run's and be mixed with what was made from them; give --out "
+                                   "a new folder, or remove this one")
 
 
 def analysis_figures(run_dir: str | os.PathLike | RunDir) -> list[Path]:

@@ -44,10 +44,12 @@ from agentuq_nb.io.atomic import json_ready
 from agentuq_nb.io.errors import InputError, MixedRunError, StaleArtifactError
 from agentuq_nb.io.ingest.results import iter_simulations, read_header
 from agentuq_nb.io.store.rundir import RunDir
+from agentuq_nb.records.config import Seed
 from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, FailureThreshold, failure_labels
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.steps.base import FamilyHint, Step, StepConfig
+from agentuq_nb.steps.extract import run_results
 from agentuq_nb.uq.embeddings import embeddings_available, get_embedder, unit_rows
 from agentuq_nb.uq.structure_signals import MESSAGE_SIGNALS, structure_messages, structure_trajectories
 from agentuq_nb.uq.tracer import (
@@ -74,7 +76,7 @@ class BlackBoxConfig(StepConfig):
     """What the black-box step computes with; the tuned readouts depend on the first three."""
 
     failure_threshold: FailureThreshold = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold")
-    seed: int = Field(0, description="seed of the folds of TRACER's nested tuning")
+    seed: Seed = Field(0, description="seed of the folds of TRACER's nested tuning")
     n_splits: int = Field(5, ge=2, description="folds (by task) of TRACER's nested tuning")
     embedder: Literal["minilm", "hash", "none"] = Field(
         "minilm", description="sentence embeddings (hash: a bag-of-words hash, for tests; none: the signals that need "
@@ -98,13 +100,14 @@ class BlackBoxStatus:
 
 
 # --------------------------------------------------------------------------- inputs
-def results_for(run: RunDir, config: BlackBoxConfig) -> Path:
-    """The results holding the run's messages: ``config.results``, else the ones it was extracted from."""
+def results_for(run: RunDir, config: BlackBoxConfig) -> tuple[Path, str]:
+    """(the results holding the run's messages, their content's SHA-256): ``config.results`` (a copy of the run's
+    own results, by content; other content is refused), else the ones it was extracted from."""
     path = Path(config.results) if config.results is not None else run.results_path()
-    if not path.exists():
+    if not os.path.lexists(path):
         raise FileNotFoundError(f"{run.path}: the results it was made from ({path}) are not there any more; "
                                 "pass them with --results to compute the black-box signals")
-    return path
+    return run_results(run, path)
 
 
 def tool_types(header: dict) -> dict[str, str]:
@@ -218,7 +221,7 @@ def compute_signals(run_dir: str | os.PathLike | RunDir, config: BlackBoxConfig 
     run.require_folder("blackbox")
     start = time.perf_counter()
     with run.lock("blackbox"):
-        results = results_for(run, config)
+        results, digest = results_for(run, config)
         manifest = run.require_manifest()
         trajectories = key_dtypes(run.rewards())
         header = read_header(results)
@@ -231,6 +234,7 @@ def compute_signals(run_dir: str | os.PathLike | RunDir, config: BlackBoxConfig 
             embedder if embedder is not None else get_embedder(name, config.embed_max_tokens))
         turns, scores = signal_tables(t, embed, u, kinds, trajectories)
         report = {"embedder": name, "embed_max_tokens": config.embed_max_tokens, "results": str(results),
+                  "results_sha256": digest,
                   "trajectories": len(scores), "messages": len(t),
                   "log_probs": u is not None, "tool_types": "results" if kinds else "name heuristic",
                   "texts_embedded": embed.texts if embed else 0,
@@ -328,8 +332,12 @@ def ensure_blackbox(run_dir: str | os.PathLike | RunDir, config: BlackBoxConfig 
         status.skipped = f"{run.path} has no trajectories.parquet (extracted by an older version: extract it again)"
         return status
     with run.lock("blackbox"):
-        if not is_fresh(run, ("blackbox_turns", "blackbox_scores"), "blackbox_report",
-                        {"embedder": effective_embedder(config, embedder), "embed_max_tokens": config.embed_max_tokens}):
+        if config.results is not None:
+            results_for(run, config)  # --results: a copy of the run's own results (by content), else refused
+        expect = {"embedder": effective_embedder(config, embedder), "embed_max_tokens": config.embed_max_tokens}
+        if run.manifest().results_sha256 is not None:  # computed from the results the run was made from
+            expect["results_sha256"] = run.manifest().results_sha256
+        if not is_fresh(run, ("blackbox_turns", "blackbox_scores"), "blackbox_report", expect):
             try:
                 results_for(run, config)
             except FileNotFoundError as err:

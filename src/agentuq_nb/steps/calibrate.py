@@ -28,6 +28,7 @@ from agentuq_nb.evaluation.defaults import METHODS
 from agentuq_nb.io.atomic import json_ready
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.store.rundir import RunDir
+from agentuq_nb.records.config import NBins, Seed
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, FailureThreshold
 from agentuq_nb.steps.base import Step, StepConfig
 
@@ -40,10 +41,10 @@ class CalibrateConfig(StepConfig):
     names: Optional[list[str]] = Field(None, description="only these estimators (default: every one the run holds)")
     methods: tuple[str, ...] = Field(METHODS, description="platt, isotonic or both")
     transfer_to: Any = Field(None, description="another run folder: maps fitted on RUN_DIR are evaluated on it")
-    n_bins: int = Field(10, description="equal-mass bins of the ECE, the Brier decomposition and the diagram")
+    n_bins: NBins = Field(10, description="equal-mass bins of the ECE, the Brier decomposition and the diagram")
     failure_threshold: FailureThreshold = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold")
     n_splits: int = Field(5, ge=2, description="folds (by task) of the cross-fitting")
-    seed: int = Field(0, description="seed of the folds")
+    seed: Seed = Field(0, description="seed of the folds")
     combine: bool = Field(True, description="report the combined predictor beside the estimators")
     combined_input_names: Optional[list[str]] = Field(None, description="inputs of the combined predictor (default: "
                                                       "one estimator per kind of signal)")
@@ -140,8 +141,6 @@ def run(run_dir: str | os.PathLike | RunDir, config: CalibrateConfig = Calibrate
     bad = [m for m in methods if m not in METHODS]
     if bad or not methods:
         raise ValueError(f"--method must be one of {', '.join(METHODS)} (or both); got {', '.join(bad) or 'none'}")
-    if n_bins < 1:
-        raise ValueError(f"--n-bins must be at least 1, not {n_bins}")
     run = RunDir.of(run_dir)
     run.require_folder(STEP.name)
     other = None if transfer_to is None else RunDir.of(transfer_to)
@@ -149,6 +148,10 @@ def run(run_dir: str | os.PathLike | RunDir, config: CalibrateConfig = Calibrate
         other.require_folder("calibrate --transfer-to")
         if other.path.resolve() == run.path.resolve():
             raise InputError(other.path, "is the run being calibrated: --transfer-to needs another run")
+        if not other.has("trajectories") and not other.has("trajectory_summary"):
+            raise InputError(other.path, "--transfer-to: not a run folder (no trajectories.parquet or "
+                                         "trajectory_summary.parquet): the maps are evaluated on another run's "
+                                         "trajectories (a run folder 'agentuq-nb analyze RESULTS --out RUN_DIR' made)")
     with run.lock(STEP.name):  # from the first read to the commit: based_on is what was read
         table, estimators, failure = labelled_scores(run, names, failure_threshold)
         report = {"run": str(run.path), "failure_threshold": float(failure_threshold), "n_bins": int(n_bins),

@@ -16,6 +16,7 @@ from pydantic import Field
 from agentuq_nb.estimators.scores import estimator_inputs, score_table, with_length_columns
 from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.io.store.rundir import RunDir
+from agentuq_nb.records.config import NBins, NBoot, Seed
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, FailureThreshold
 from agentuq_nb.steps.base import Reporter, Step, StepConfig
 from agentuq_nb.steps.blackbox import BlackBoxConfig, ensure_blackbox
@@ -27,10 +28,10 @@ class CompareEstimatorsConfig(StepConfig):
     """How the estimator table is computed: labels, bootstrap, calibration bins, combined predictors, black-box step."""
 
     failure_threshold: FailureThreshold = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold")
-    n_boot: int = Field(DEFAULT_N_BOOT, ge=0, description="bootstrap resamples for the 95% CIs (0: none)")
-    seed: int = Field(0, description="seed of the bootstrap, the folds and the black-box tuning")
+    n_boot: NBoot = Field(DEFAULT_N_BOOT, description="bootstrap resamples for the 95% CIs (0: none)")
+    seed: Seed = Field(0, description="seed of the bootstrap, the folds and the black-box tuning")
     names: Optional[list[str]] = Field(None, description="only these estimators (default: every one the run holds)")
-    n_bins: int = Field(10, ge=1, description="equal-mass bins of the ECE")
+    n_bins: NBins = Field(10, description="equal-mass bins of the ECE")
     combine: bool = Field(True, description="add the combined predictors' rows")
     combined_input_names: Optional[list[str]] = Field(None, description="inputs of the combined predictor (default: "
                                                       "one estimator per kind of signal)")

@@ -39,14 +39,18 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
+from agentuq_nb.common.limits import MAX_SMALL_JSON_BYTES
 from agentuq_nb.estimators import BASELINES, Estimator, get
 from agentuq_nb.estimators import estimators as run_estimators
 from agentuq_nb.estimators.scores import score_table, with_length_columns
 from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.io.atomic import atomic_write_json, atomic_write_with
 from agentuq_nb.io.errors import InputError
+from agentuq_nb.io.files import read_limited_json
+from agentuq_nb.io.outputs import check_output_folder
 from agentuq_nb.io.store.run_lock import RunBusyError
 from agentuq_nb.io.store.rundir import RunDir
+from agentuq_nb.records.config import NBoot, Seed
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, FailureThreshold, check_failure_threshold
 from agentuq_nb.steps.base import Step, StepConfig
 
@@ -97,26 +101,36 @@ def run_names(paths: Sequence[Path]) -> list[str]:
             depth[i] += 1
 
 
-def check_out_folder(out: str | os.PathLike, run_dirs: Sequence[str | os.PathLike]) -> Path:
-    """Refuse an output folder that is a file (or under one), a run folder, or an input run folder or inside one;
-    returns it resolved. Nothing is made here."""
+def check_out_folder(out: str | os.PathLike, run_dirs: Sequence[str | os.PathLike], force: bool = False) -> Path:
+    """Refuse an output folder that is a file (or under one), a link, a run folder, an input run folder or inside one,
+    or that holds a file of the leaderboard's names this command did not write (unless ``force``): the rule of
+    :mod:`agentuq_nb.io.outputs`. Returns it resolved; nothing is made here."""
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise InputError(out, f"is a file: '{STEP.name} --out' takes a folder for the leaderboard")
-    blocking = next((p for p in out.parents if p.exists() and not p.is_dir()), None)
-    if blocking is not None:
-        raise InputError(out, f"cannot be made: {blocking} is a file, not a folder")
-    resolved = out.resolve()
+    resolved = Path(os.path.abspath(out)).resolve()
     for run in run_dirs:
         run_path = Path(run).resolve()
         if resolved == run_path or run_path in resolved.parents:
             where = "is" if resolved == run_path else "is inside"
             raise InputError(out, f"{where} the input run folder {run}: '{STEP.name}' only reads run folders; "
                                   "write the leaderboard to a folder of its own")
-    if RunDir(out).has("manifest"):
-        raise InputError(out, f"is a run folder (it holds a manifest): '{STEP.name}' writes a plain output folder; "
-                              "choose another --out")
+    check_output_folder(out, command=STEP.name, files=[*OUTPUTS.values(), f"{FIGURE_NAME}.png", f"{FIGURE_NAME}.pdf"],
+                        made_before=lambda path: listed_output(path), inputs=run_dirs, force=force)
     return resolved
+
+
+def listed_output(path: Path) -> bool:
+    """Whether ``path`` is a file an earlier ``compare-runs`` wrote: its folder's record (``OUTPUTS['inputs']``)
+    lists it with the SHA-256 it still has."""
+    record = path.parent / OUTPUTS["inputs"]
+    if path.name == OUTPUTS["inputs"]:
+        record = path
+    try:
+        outputs = read_limited_json(record, MAX_SMALL_JSON_BYTES, "compare-runs record").get("outputs")
+    except (InputError, AttributeError):
+        return False
+    if not isinstance(outputs, dict):
+        return False
+    return path.name == OUTPUTS["inputs"] or outputs.get(path.name) == sha256(path)
 
 
 def _check_runs(run_dirs: Sequence[str | os.PathLike]) -> list[RunDir]:
@@ -314,14 +328,16 @@ class CompareRunsConfig(StepConfig):
     run_dirs: list[Path] = Field(min_length=1, description="run folders to compare the estimators across (read only)")
     out: Path = Field(description="output folder for the leaderboard (a plain folder, not a run folder)")
     failure_threshold: FailureThreshold = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold")
-    n_boot: int = Field(DEFAULT_N_BOOT, ge=0, description="bootstrap resamples (tasks within each run) for CIs and "
+    n_boot: NBoot = Field(DEFAULT_N_BOOT, description="bootstrap resamples (tasks within each run) for CIs and "
                         "p-values")
-    seed: int = Field(0, description="seed of the bootstrap")
+    seed: Seed = Field(0, description="seed of the bootstrap")
     names: Optional[list[str]] = Field(None, description="only these estimators (each must be in every run; length "
                                        "baselines always)")
     q: float = Field(0.1, description="false discovery rate of the Benjamini-Hochberg step over "
                      "estimators")
     figure: bool = Field(False, description="draw the estimators x runs figure beside the tables (the command does)")
+    force: bool = Field(False, description="replace files of the leaderboard's names in --out that compare-runs did "
+                        "not write (an interrupted run's, someone else's)")
 
 
 def draw_run_leaderboard(result: RunLeaderboard, folder: Path) -> list[Path]:
@@ -342,8 +358,9 @@ def draw_run_leaderboard(result: RunLeaderboard, folder: Path) -> list[Path]:
 def run(config: CompareRunsConfig) -> RunLeaderboard:
     """``agentuq-nb compare-runs``: refuse a bad ``out`` before any work, compute, write (see the module docstring)."""
     c = config
-    check_out_folder(c.out, c.run_dirs)
+    check_out_folder(c.out, c.run_dirs, c.force)
     result = build_run_leaderboard(c.run_dirs, c.failure_threshold, c.n_boot, c.seed, c.names, c.q)
+    check_out_folder(c.out, c.run_dirs, c.force)  # again: the work took a while
     write_run_leaderboard(result, c.out, draw_run_leaderboard if c.figure else None)
     return result
 

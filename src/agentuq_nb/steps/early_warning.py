@@ -3,16 +3,22 @@ failure (:func:`agentuq_nb.evaluation.dynamics.early_warning_table`) → ``RUN_D
 (family ``early_warning``)."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Literal
 
 import pandas as pd
-from pydantic import Field
+from pydantic import Field, field_validator
 
+from agentuq_nb.common.limits import MAX_GRID_OPTION
 from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
+from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.store.rundir import RunDir
+from agentuq_nb.records.config import NBoot, Seed
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, FailureThreshold
+from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.steps.base import FamilyHint, Step, StepConfig
+from agentuq_nb.uq.aggregation import read_turn_summary
 from agentuq_nb.uq.dynamics import FRACTIONS
 
 STEP = Step("early-warning", "agentuq-nb early-warning RUN_DIR", ("early_warning_scores",),
@@ -21,10 +27,15 @@ STEP = Step("early-warning", "agentuq-nb early-warning RUN_DIR", ("early_warning
                              "RUN_DIR --table blackbox_turns --scorer blackbox --value tracer_step_risk"),))
 
 
+#: columns of a per-turn table that identify a turn rather than measure it (never a --value)
+TURN_KEY_COLUMNS = frozenset(TRAJECTORY_KEYS + ["role", "scorer", "turn_idx", "message_idx", "model", "source"])
+
+
 class EarlyWarningConfig(StepConfig):
     """Which per-turn values are followed, at which fractions, and the bootstrap of the AUROCs."""
 
-    fractions: tuple[float, ...] = Field(FRACTIONS, min_length=1, description="shares of the trajectory seen")
+    fractions: tuple[float, ...] = Field(FRACTIONS, min_length=1, max_length=MAX_GRID_OPTION,
+                                         description="shares of the trajectory seen, each in (0, 1]")
     role: str = Field("assistant", description="whose turns are followed")
     scorer: str = Field("self", description="scorer of the per-turn values (blackbox for --table blackbox_turns)")
     value: str = Field("avg_token_nll", description="the per-turn value, a column of --table")
@@ -32,8 +43,41 @@ class EarlyWarningConfig(StepConfig):
         "turn_summary", description="turn_summary (token statistics) | blackbox_turns (per-message black-box "
         "signals, e.g. --value tracer_step_risk --scorer blackbox)")
     failure_threshold: FailureThreshold = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold")
-    n_boot: int = Field(DEFAULT_N_BOOT, ge=0, description="bootstrap resamples for the 95% CIs (0: none)")
-    seed: int = Field(0, description="seed of the bootstrap")
+    n_boot: NBoot = Field(DEFAULT_N_BOOT, description="bootstrap resamples for the 95% CIs (0: none)")
+    seed: Seed = Field(0, description="seed of the bootstrap")
+
+    @field_validator("fractions")
+    @classmethod
+    def _shares(cls, fractions: tuple[float, ...]) -> tuple[float, ...]:
+        for f in fractions:
+            if not (math.isfinite(f) and 0 < f <= 1):
+                raise ValueError(f"--fraction {f:g} is not a share of a trajectory: give values in (0, 1] "
+                                 "(0.25: its first quarter, 1: all of it)")
+        if len(set(fractions)) < len(fractions):
+            raise ValueError(f"--fraction repeats a value ({', '.join(f'{f:g}' for f in fractions)})")
+        return fractions
+
+
+def check_turn_selection(turns: pd.DataFrame, config: EarlyWarningConfig, path: Path) -> None:
+    """Refuse a ``--role``, ``--scorer`` or ``--value`` the per-turn table ``turns`` (read from ``path``) does not
+    hold, naming the option and what the table has: without this check an unknown name gave an empty table, and
+    a key column (``--value task_id``) a nonsense one, both published."""
+    roles = sorted(map(str, turns["role"].dropna().unique())) if "role" in turns else []
+    if config.role not in roles:
+        raise InputError(path, f"--role {config.role!r}: the table has no turns of that role (its roles: "
+                               f"{', '.join(roles) or 'none'})")
+    mine = turns[turns["role"] == config.role]
+    scorers = sorted(map(str, mine["scorer"].dropna().unique())) if "scorer" in mine else []
+    if config.scorer not in scorers:
+        raise InputError(path, f"--scorer {config.scorer!r}: the table has no {config.role} turns scored by it (its "
+                               f"scorers of {config.role} turns: {', '.join(scorers) or 'none'})")
+    values = [c for c in turns.columns if c not in TURN_KEY_COLUMNS and pd.api.types.is_numeric_dtype(turns[c])
+              and not pd.api.types.is_bool_dtype(turns[c])]
+    if config.value not in values:
+        what = ("identifies a turn rather than measuring it" if config.value in TURN_KEY_COLUMNS else
+                "is not numeric" if config.value in turns.columns else "is not a column of the table")
+        shown = ", ".join(values[:12]) + (f", … ({len(values)} in all)" if len(values) > 12 else "")
+        raise InputError(path, f"--value {config.value!r} {what} (the table's per-turn values: {shown})")
 
 
 def run(run_dir: str | Path | RunDir, config: EarlyWarningConfig = EarlyWarningConfig()
@@ -43,6 +87,8 @@ def run(run_dir: str | Path | RunDir, config: EarlyWarningConfig = EarlyWarningC
 
     run = RunDir.of(run_dir)
     with run.lock(STEP.name):  # the inputs cannot change before the commit
+        turns = read_turn_summary(run) if config.table == "turn_summary" else run.read_frame(config.table)
+        check_turn_selection(turns, config, run.file(config.table))
         aurocs, scores = early_warning_table(run, **config.model_dump())
         with run.commit(STEP.name) as commit:
             commit.write_parquet("early_warning_scores", scores, based_on=run.based_on(config.table, "trajectories"))

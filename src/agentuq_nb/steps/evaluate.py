@@ -31,6 +31,7 @@ from agentuq_nb.estimators import Estimator, TokenEstimator, default_scorer, get
 from agentuq_nb.estimators.token import summary_column
 from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.io.store.rundir import RunDir
+from agentuq_nb.records.config import NBoot, Seed
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, FailureThreshold, check_failure_threshold
 from agentuq_nb.records.token_statistics import STATISTICS_BY_NAME
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
@@ -52,8 +53,8 @@ class EvaluateConfig(StepConfig):
                          "registered estimators carry their own orientation")
     estimator: Optional[str] = Field(None, description="a registered estimator's name (instead of role/uncertainty)")
     failure_threshold: FailureThreshold = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold")
-    n_boot: int = Field(DEFAULT_N_BOOT, ge=0, description="bootstrap resamples for the 95% CIs (0: none)")
-    seed: int = Field(0, description="seed of the bootstrap")
+    n_boot: NBoot = Field(DEFAULT_N_BOOT, description="bootstrap resamples for the 95% CIs (0: none)")
+    seed: Seed = Field(0, description="seed of the bootstrap")
     scheduler: Any = Field(None, description="a Dask scheduler: the summary rows of the role are read on it")
 
 

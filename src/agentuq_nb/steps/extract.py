@@ -13,6 +13,7 @@ any moment leaves the folder's previous run as it was, never half replaced.
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import closing
@@ -25,11 +26,12 @@ from pydantic import Field
 
 from agentuq_nb.common.collector import fewer_collections
 from agentuq_nb.io.errors import InputError, InputWarnings
+from agentuq_nb.io.files import content_digest
 from agentuq_nb.io.ingest.results import iter_simulations, layout_before_simulations, read_header, simulation_layout
 from agentuq_nb.io.ingest.sidecars import release_scanner_memory
 from agentuq_nb.io.ingest.token_sources import SidecarResolver, batch_raw_tokens
 from agentuq_nb.io.input_warnings import emit_input_warnings
-from agentuq_nb.io.store.rundir import RunDir
+from agentuq_nb.io.store.rundir import RESULTS_CONTENT, RunDir
 from agentuq_nb.records import Results, Simulation
 from agentuq_nb.records.run_tables import MessageColumns
 from agentuq_nb.steps.base import Step, StepConfig
@@ -78,11 +80,27 @@ def models_by_role(header: dict) -> dict[str, str]:
     return out
 
 
-def results_input(run: RunDir, results_path: Path) -> dict[str, str]:
-    """``based_on`` of tables made from ``results_path``: its commit when it is the run's own results."""
-    if results_path.resolve() == run.results_json.resolve():
-        return run.based_on("results")
-    return {}
+def run_results(run: RunDir, results: str | os.PathLike | None, option: str = "--results") -> tuple[Path, str]:
+    """(the results a step reads - ``results``, else the run's own - and the SHA-256 of their content), refused
+    when their content is not what the run was made from (the manifest's ``results_sha256``): a copy elsewhere is
+    the same results, an edited or another file is not, and what a step made from it would be mixed with the
+    run's tables."""
+    path = Path(results) if results else run.results_path()
+    digest = content_digest(path)
+    manifest = run.manifest()
+    if manifest.results_sha256 is not None and digest != manifest.results_sha256:
+        raise InputError(path, f"{option}: not the results {run.path} was made from (their content differs: sha256 "
+                               f"{digest[:12]}…, the run's {manifest.results_sha256[:12]}… from {manifest.results}); "
+                               f"extract them into a run folder of their own")
+    return path, digest
+
+
+def results_input(run: RunDir, results_path: Path, digest: str | None = None) -> dict[str, str]:
+    """``based_on`` of tables made from ``results_path``: the SHA-256 of its content (``digest`` when known), and
+    its commit when it is the run's own results - so that they are stale once other results are extracted into
+    the run, wherever those are read from."""
+    own = run.based_on("results") if results_path.resolve() == run.results_json.resolve() else {}
+    return {**own, RESULTS_CONTENT: digest or content_digest(results_path)}
 
 
 def _remember_first(sims: Iterable[Simulation], first: list[Simulation]) -> Iterator[Simulation]:
@@ -156,6 +174,7 @@ def run(run_dir: str | Path | RunDir, config: ExtractConfig) -> ExtractReport:
     reward_from = (header.get("info") or {}).get("reward_from")
     resolver = SidecarResolver(results_path if results_path.is_file() else results_path / "results.json",
                                Path(sidecar_dir) if sidecar_dir else None)
+    digest = content_digest(results_path)  # what the run's artefacts are made from (their stamp)
     report = ExtractReport(run.path)
     bar = None
     if progress:
@@ -164,7 +183,7 @@ def run(run_dir: str | Path | RunDir, config: ExtractConfig) -> ExtractReport:
         bar = tqdm(desc="extract", unit="sim")
     try:
         with fewer_collections(), run.commit(STEP.name) as commit, closing(resolver), \
-                BaseTables(commit, results_input(run, results_path)) as tables:
+                BaseTables(commit, results_input(run, results_path, digest)) as tables:
             first: list[Simulation] = []
             sims = _remember_first(iter_simulations(results_path, report.warnings, score), first)
             for batch, parsed in _batches(sims, resolver, batch_bytes):
@@ -184,7 +203,7 @@ def run(run_dir: str | Path | RunDir, config: ExtractConfig) -> ExtractReport:
             tables.close(str(results_path), report.warnings)
             report.num_tokens = tables.num_tokens
             commit.update_manifest(
-                step=STEP.name, results=str(results_path.resolve()),
+                step=STEP.name, results=str(results_path.resolve()), results_sha256=digest,
                 layout=layout or simulation_layout(first[0] if first else None),
                 sidecar_dir=str(Path(sidecar_dir).resolve()) if sidecar_dir else None, domain=domain, models=models,
                 num_simulations=report.num_simulations, num_tokens=report.num_tokens,

@@ -7,6 +7,7 @@ from typing import Optional
 
 from pydantic import Field
 
+from agentuq_nb.common.limits import MAX_SAMPLES
 from agentuq_nb.steps.base import Step, StepConfig
 from agentuq_nb.uq.structural import ProbeResult, probe
 
@@ -17,25 +18,32 @@ class ProbeConfig(StepConfig):
     """The prompt, how many responses are sampled and how."""
 
     prompt: str = Field(min_length=1, description="the prompt to probe")
-    n: int = Field(5, ge=2, description="sampled responses")
+    n: int = Field(5, ge=2, le=MAX_SAMPLES, description="sampled responses")
     model: Optional[str] = Field(None, description="litellm model name (default: the embedded model)")
     max_tokens: int = Field(48, ge=1, description="tokens per response")
     temperature: float = Field(1.0, gt=0.0, description="sampling temperature")
     seed: int = Field(0, description="seed of the first response (the i-th: seed + i)")
     plot: Optional[Path] = Field(None, description="also save the sparklines figure here (.png/.pdf)")
+    force: bool = Field(False, description="replace an existing --plot file that probe did not make")
 
 
 def run(config: ProbeConfig) -> ProbeResult:
-    """Sample and measure; with ``config.plot`` the sparklines figure is saved there."""
-    result = probe(**config.model_dump(exclude={"plot"}))
+    """Sample and measure; with ``config.plot`` the sparklines figure is saved there (the path checked first: see
+    :func:`agentuq_nb.figures.style.save_as`)."""
+    if config.plot is not None:
+        from agentuq_nb.figures.style import check_figure_path
+
+        check_figure_path(config.plot, STEP.name, "--plot", config.force)
+    result = probe(**config.model_dump(exclude={"plot", "force"}))
     if config.plot is not None:
         import matplotlib.pyplot as plt
 
         from agentuq_nb.figures.structural import probe_sparklines_figure
+        from agentuq_nb.figures.style import save_as
 
         fig = probe_sparklines_figure(result)
         try:
-            fig.savefig(config.plot, bbox_inches="tight")
+            save_as(fig, config.plot, STEP.name, "--plot", config.force)
         finally:
             plt.close(fig)
     return result

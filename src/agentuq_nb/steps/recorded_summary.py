@@ -32,7 +32,7 @@ from pydantic import Field
 from agentuq_nb.io.errors import InputError, InputWarnings
 from agentuq_nb.io.ingest.results import iter_simulations, read_header
 from agentuq_nb.io.input_warnings import emit_input_warnings
-from agentuq_nb.io.store.rundir import RunDir
+from agentuq_nb.io.store.rundir import RESULTS_CONTENT, RunDir
 from agentuq_nb.records import Results
 from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.run_tables import TRAJECTORY_META, trajectory_record, trajectory_table
@@ -168,7 +168,8 @@ def summarize_recorded(results_path: str | Path, run_dir: str | Path | RunDir) -
             made_from = {**based_on, run.relative("trajectories"): commit.id}
             commit.write_with("trajectory_summary_csv", csv_writer(summary), based_on=made_from)
             commit.write_parquet("trajectory_summary", summary, based_on=made_from)
-            commit.update_manifest(step=STEP.name, results=str(results_path.resolve()), layout=None, sidecar_dir=None,
+            commit.update_manifest(step=STEP.name, results=str(results_path.resolve()),
+                                   results_sha256=based_on[RESULTS_CONTENT], layout=None, sidecar_dir=None,
                                    domain=domain, models=models_by_role(header), num_simulations=len(trajectories),
                                    num_tokens=0, warnings=warnings.as_dict(), scoring=None,
                                    summary_source="uq_summary")

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 from pydantic import Field
 
 from agentuq_nb.io.ingest.results import iter_simulations, read_header
-from agentuq_nb.io.store.rundir import RunDir
+from agentuq_nb.io.store.rundir import RESULTS_CONTENT, RunDir
 from agentuq_nb.records import Results
 from agentuq_nb.records.config import ExecutionConfig, ScoringConfig, configs_from_options
 from agentuq_nb.steps.base import FamilyHint, Step, StepConfig
@@ -52,7 +52,8 @@ def run(out: str | Path | RunDir, config: RescoreConfig) -> ScoringReport:
         report = ScoringReport(run.path)
         score_results(results_path, checkpoint_dir, config, {"assistant", "user", "tool"}, report, execution)
         domain = Results.domain_of(read_header(results_path).get("info"))
-        with run.commit(STEP.name) as commit, BaseTables(commit, results_input(run, results_path)) as tables:
+        based_on = results_input(run, results_path)
+        with run.commit(STEP.name) as commit, BaseTables(commit, based_on) as tables:
             for part in sorted(checkpoint_dir.glob("*.parquet")):
                 tables.add_tokens(pq.read_table(part))
             tables.add_simulations(islice(iter_simulations(results_path, report.warnings), config.limit), domain,
@@ -60,7 +61,8 @@ def run(out: str | Path | RunDir, config: RescoreConfig) -> ScoringReport:
             tables.close(str(results_path), report.warnings)
             report.num_tokens = tables.num_tokens
             commit.update_manifest(
-                step=STEP.name, results=str(results_path.resolve()), layout=None, sidecar_dir=None, domain=domain,
+                step=STEP.name, results=str(results_path.resolve()), results_sha256=based_on[RESULTS_CONTENT],
+                layout=None, sidecar_dir=None, domain=domain,
                 models={}, num_simulations=len(tables.trajectories), num_tokens=report.num_tokens,
                 warnings=report.warnings.as_dict(),
                 scoring={"scorer_llm": config.scorer_llm, "scorer_mode": config.scorer_mode, "backend": config.source,

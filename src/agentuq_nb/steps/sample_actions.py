@@ -29,7 +29,7 @@ from agentuq_nb.records import Results
 from agentuq_nb.records.action_samples import ACTION_SAMPLE_SCHEMA
 from agentuq_nb.records.config import EMBEDDED_MODEL, ActionSamplingConfig, ExecutionConfig, configs_from_options
 from agentuq_nb.steps.base import FamilyHint, Step, StepConfig
-from agentuq_nb.steps.extract import results_input
+from agentuq_nb.steps.extract import results_input, run_results
 from agentuq_nb.steps.scoring_jobs import check_checkpoint_settings, simulation_count
 from agentuq_nb.uq.action_sampling import (
     DEFAULT_MAX_TOKENS,
@@ -173,7 +173,7 @@ def run(run_dir: str | Path | RunDir, config: SampleActionsConfig = SampleAction
     config, execution = config.sampling, config.execution
     run = RunDir.of(run_dir)
     with run.lock(STEP.name):
-        results_path = Path(results) if results else run.results_path()
+        results_path, digest = run_results(run, results)
         info = read_header(results_path).get("info") or {}
         model, kind = sampler_for(info, config.model)
         if execution.scheduler is None:  # on a cluster the workers' environment is what counts
@@ -184,7 +184,7 @@ def run(run_dir: str | Path | RunDir, config: SampleActionsConfig = SampleAction
         # the tools' content, not the file's path: an edited --tools file between two runs is another setting
         check_checkpoint_settings(checkpoint_dir / "sampler.json",
                                   {**config.fingerprint(), "tools_sha256": tools_digest(tools), "model": model,
-                                   "results": str(results_path.resolve())})
+                                   "results": str(results_path.resolve()), "results_sha256": digest})
         runner = JobRunner(label="sample_actions", desc=f"sample actions (K={config.k})", unit="traj",
                            noun="trajectories", kept_as=f"checkpointed in {checkpoint_dir}",
                            **execution.runner_options())
@@ -199,7 +199,7 @@ def run(run_dir: str | Path | RunDir, config: SampleActionsConfig = SampleAction
                              f"{report.overflow_decisions} decision points whose context does not fit)")
         turns = action_turn_table(samples.to_pandas(), embedder=embedder, conceptual_partials=config.conceptual_partials)
         with run.commit(STEP.name) as commit:
-            based_on = results_input(run, results_path)
+            based_on = results_input(run, results_path, digest)
             commit.write_parquet("action_samples", samples, based_on)
             commit.write_parquet("action_turns", turns, based_on)  # made from the samples published with it
             commit.write_json("action_sampling_report", {"settings": config.fingerprint(), **report.as_dict()}, based_on)

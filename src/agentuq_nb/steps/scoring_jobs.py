@@ -107,7 +107,8 @@ def check_checkpoint_settings(state_path: Path, state: dict) -> None:
     if os.path.lexists(state_path) and holds_work:
         old = read_limited_json(state_path, MAX_SMALL_JSON_BYTES, "checkpoint settings")
         old = old if isinstance(old, dict) else {}
-        changed = {k: (old.get(k), v) for k, v in state.items() if old.get(k) != v}
+        # a setting the earlier run did not record (checkpoints of an older version) cannot be compared
+        changed = {k: (old[k], v) for k, v in state.items() if k in old and old[k] != v}
         if changed:
             raise InputError(state_path, f"these checkpoints were made with other settings {changed}; "
                              "use a new run directory or delete the checkpoints to start again")

@@ -16,7 +16,7 @@ from agentuq_nb.records import Results
 from agentuq_nb.records.config import EMBEDDED_MODEL
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.steps.base import FamilyHint, Step, StepConfig
-from agentuq_nb.steps.extract import results_input
+from agentuq_nb.steps.extract import results_input, run_results
 from agentuq_nb.uq.observation import agent_system_prompt, conversation
 from agentuq_nb.uq.verbalized import QUESTION, parse_confidence
 
@@ -63,14 +63,14 @@ def run(run_dir: str | Path | RunDir, config: VerbalizedConfig = VerbalizedConfi
 
     llm.check_model(model)
     with run.lock(STEP.name):  # the results it reads cannot be republished meanwhile
-        results_path = Path(results) if results else run.results_path()
+        results_path, digest = run_results(run, results)
         turn_table = ask_all(results_path, model, mode, max_tokens, progress, limit)
         per_traj = turn_table.groupby(TRAJECTORY_KEYS, dropna=False, sort=False).agg(
             verbalized_confidence=("confidence", "mean"), num_asked=("confidence", "size"),
             num_unparsed=("confidence", lambda s: int(s.isna().sum())), reward=("reward", "first"),
         ).reset_index()
         with run.commit(STEP.name) as commit:
-            based_on = results_input(run, results_path)  # the answers depend on the results, not on the token tables
+            based_on = results_input(run, results_path, digest)  # the answers depend on the results, not the tokens
             commit.write_with("verbalized_confidence_turns", lambda p: turn_table.to_csv(p, index=False), based_on)
             commit.write_with("verbalized_confidence", lambda p: per_traj.to_csv(p, index=False), based_on)
     return per_traj

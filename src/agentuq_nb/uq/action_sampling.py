@@ -141,57 +141,31 @@ def infer_tools(sims: Iterable[Simulation]) -> list[dict]:
 
 
 def agent_tools(info: dict, results_path: Path, tools_file: str | None, warnings: InputWarnings) -> tuple[list[dict], str]:
-    """``(tools, source)``: from ``tools_file``, else as recorded, else inferred (counted as a warning)."""
+    """``(tools, source)``: from ``tools_file``, else as recorded, else inferred (counted as a warning); checked
+    in every case (:func:`~agentuq_nb.llm.tool_format.check_tool_schemas`) before anything is sampled."""
     if tools_file:
         path = Path(tools_file)
         tools = read_limited_json(path, MAX_SMALL_JSON_BYTES, "tool schemas file")
         tools = list(tools.values()) if isinstance(tools, dict) else tools
         if not isinstance(tools, list) or not all(isinstance(t, dict) and ("function" in t or "name" in t) for t in tools):
             raise InputError(path, "expected a JSON list of OpenAI tool schemas ({'type': 'function', 'function': {...}})")
-        tools = [t if "function" in t else {"type": "function", "function": t} for t in tools]
-        check_tool_schemas(tools, path)
-        return tools, "file"
+        return _checked(tools, path, "--tools"), "file"
     tools = recorded_tools(info)
     if tools:
-        return tools, "recorded"
+        return _checked(tools, results_path, "info.environment_info.tool_defs"), "recorded"
     tools = infer_tools(iter_simulations(results_path))
     warnings.add("tools_inferred_from_calls", f"{results_path}: environment_info.tool_defs is empty; "
                  f"{len(tools)} tool schema(s) inferred from the recorded calls (pass --tools FILE for the real ones)")
-    return tools, "inferred"
+    return _checked(tools, results_path, "the tools inferred from its calls"), "inferred"
 
 
-def check_tool_schemas(tools: list[dict], path: Path) -> None:
-    """Refuse tool schemas no call could satisfy, naming the tool and the place: a function without a name,
-    parameters that are not an object schema, an empty ``enum`` (no value is allowed), a schema that is not a
-    valid JSON schema."""
-    from jsonschema import Draft202012Validator, SchemaError
+def _checked(tools: list[dict], path: Path, where: str) -> list[dict]:
+    from agentuq_nb.llm.tool_format import ToolSchemaError, check_tool_schemas  # the llm package loads litellm
 
-    for i, tool in enumerate(tools):
-        function = tool.get("function")
-        name = function.get("name") if isinstance(function, dict) else None
-        if not isinstance(name, str) or not name:
-            raise InputError(path, "a tool schema has no function name", f"tool {i}")
-        params = function.get("parameters", {"type": "object"})
-        if not isinstance(params, dict):
-            raise InputError(path, f"tool '{name}': parameters is a {type(params).__name__}, not a JSON schema object")
-        stack = [("parameters", params)]
-        while stack:  # iteratively: a hostile schema may nest deeply
-            where, node = stack.pop()
-            if isinstance(node, dict):
-                if "enum" in node and (not isinstance(node["enum"], list) or not node["enum"]):
-                    raise InputError(path, f"tool '{name}': {where}.enum is empty (or not a list): no value could be "
-                                           "given there, so no call of the tool could be sampled")
-                stack.extend((f"{where}.{k}", v) for k, v in node.items())
-            elif isinstance(node, list):
-                stack.extend((f"{where}[{j}]", v) for j, v in enumerate(node))
-        try:
-            Draft202012Validator.check_schema(params)
-        except SchemaError as err:
-            at = "/".join(str(p) for p in err.absolute_path) or "(top)"
-            raise InputError(path, f"tool '{name}': parameters is not a valid JSON schema: {err.message} at "
-                                   f"parameters/{at}") from None
-        except RecursionError:
-            raise InputError(path, f"tool '{name}': parameters nest too deeply to be a schema") from None
+    try:
+        return check_tool_schemas(tools, where)
+    except ToolSchemaError as err:
+        raise InputError(path, str(err)) from None
 
 
 def tools_digest(tools: list[dict]) -> str:

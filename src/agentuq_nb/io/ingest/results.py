@@ -27,7 +27,7 @@ from typing import Any
 import ijson
 from pydantic import ValidationError
 
-from agentuq_nb.io.errors import InputError, InputWarnings
+from agentuq_nb.io.errors import InputError, InputWarnings, validation_problem
 from agentuq_nb.io.files import open_regular
 from agentuq_nb.io.ingest import inspect_logs, tau_bench
 from agentuq_nb.io.ingest.json_stream import GuardedReader, JsonScanner, LongToken, read_json_document, stream_items
@@ -225,9 +225,7 @@ def _validate_simulation(raw: Any, path: Path, where: str) -> Simulation:
     try:
         return Simulation.model_validate(raw)
     except ValidationError as err:
-        first = err.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"])
-        raise InputError(path, f"simulation does not match τ²-bench's shape: {first['msg']} at '{loc}'", where) from err
+        raise InputError(path, f"simulation does not match τ²-bench's shape: {validation_problem(err)}", where) from err
 
 
 def _iter_file_simulations(path: Path) -> Iterator[Simulation]:

@@ -19,7 +19,9 @@ so that everything downstream reads one kind of trajectory. What an entry become
   episode ended on the user's stop (``info.source == "user"``), ``agent_stop`` when it ended on a terminating
   tool (``transfer_to_human_agents``), ``max_steps`` when the agent ran out of steps (no ``reward_info``:
   τ-bench never scored the episode and wrote reward 0), ``error`` when the run raised (``info.error``;
-  τ-bench writes reward 0 and an empty ``traj``; counted as an input warning).
+  τ-bench writes reward 0 and an empty ``traj``; counted as an input warning); null when ``info.reward_info``
+  is there but not an object (a string …: how the episode ended is unknown; counted, never taken for
+  ``max_steps``).
 * ``traj`` (OpenAI chat messages) → ``messages``, nothing dropped:
 
   - the **leading system message** (the agent's system prompt: the domain's policy, for the ReAct and
@@ -227,6 +229,8 @@ def termination_reason(info: dict, traj: list) -> str | None:
         return "error"
     if isinstance(info.get("reward_info"), dict):
         return "user_stop" if info.get("source") == "user" else "agent_stop"
+    if info.get("reward_info") is not None:  # scored, but in a shape τ-bench never writes: how it ended is unknown
+        return None
     return "max_steps" if traj else None
 
 
@@ -273,12 +277,19 @@ def simulation(entry: dict, path: Path, index: int, warnings: InputWarnings | No
         if len(loc) >= 2 and loc[0] == "messages" and isinstance(loc[1], int):  # name the place in the file
             loc = [f"traj[{loc[1] + (prompt is not None)}]", *loc[2:]]
         place = ".".join(str(p) for p in loc)
-        raise InputError(path, f"τ-bench entry does not convert to a trajectory: {first['msg']} at '{place}'",
-                         where) from err
+        shown = first.get("input")
+        shown = f" (it is {shown!r})" if isinstance(shown, (int, float, str, bool)) and len(repr(shown)) <= 60 else ""
+        raise InputError(path, f"τ-bench entry does not convert to a trajectory: "
+                               f"{first['msg'].removeprefix('Value error, ')} at '{place}'{shown}", where) from err
     if warnings is not None:
         if "error" in info:
             warnings.add("tau_bench_runs_raised", f"{path} {where} (task {task_id}, trial {trial}): "
                          f"{str(info['error'])[:80]}")
+        env_reward = info.get("reward_info")
+        if env_reward is not None and not isinstance(env_reward, dict):
+            warnings.add("tau_bench_reward_info_not_an_object", f"{path} {where} (task {task_id}, trial {trial}): "
+                         f"'info.reward_info' is {json_kind(env_reward)}, not τ-bench's object; its reward is the "
+                         "entry's, its breakdown and how the run ended are unknown")
         if prompt is not None and header_prompt is not None and prompt != header_prompt:
             warnings.add("tau_bench_system_prompt_differs", f"{path} {where} (task {task_id}, trial {trial})")
     return sim

@@ -63,6 +63,9 @@ STAMP_KEY = b"agentuq_nb.commit"
 STAGING = ".staging"
 JOURNAL = "PUBLISH.json"
 MANIFEST = "manifest.json"
+#: the ``based_on`` entry of an artefact made from a results file: the SHA-256 of its content
+#: (:func:`~agentuq_nb.io.files.content_digest`), compared with the manifest's ``results_sha256``
+RESULTS_CONTENT = "results content"
 
 
 #: every artefact of a run folder, by name: its file (or folder) name there. The store keeps every name - recovery
@@ -148,6 +151,35 @@ def known_file(rel: str) -> bool:
     return artifact_name(rel) is not None
 
 
+#: files whose presence makes a folder a run folder (a manifest, or a base table of an older run without one, or
+#: a simulation's results and settings)
+RUN_FOLDER_SIGNS = (MANIFEST, "tokens.parquet", "trajectories.parquet", "trajectory_summary.parquet", "run_config.json")
+
+
+def is_run_folder(folder: Path) -> bool:
+    """Whether ``folder`` holds a run (one of :data:`RUN_FOLDER_SIGNS`)."""
+    return any(os.path.lexists(folder / sign) for sign in RUN_FOLDER_SIGNS)
+
+
+def run_folder_entry(path: Path) -> tuple[Path, str] | None:
+    """(the run folder, the path inside it) when ``path`` is one of a run folder's own entries: its manifest, an
+    artefact (a file, or anything under one of its folders - ``figures/``, ``sidecars/`` …), a hidden entry (the
+    lock, staging, a writer's temporary file); None for anything else, e.g. a page written beside the tables."""
+    resolved = Path(os.path.abspath(path))
+    try:
+        resolved = resolved.parent.resolve() / resolved.name  # a symlinked folder on the way counts as its target
+    except (OSError, RuntimeError):
+        pass
+    for folder in resolved.parents:
+        if is_run_folder(folder):
+            rel = resolved.relative_to(folder)
+            first = rel.parts[0]
+            if first == MANIFEST or first in ARTIFACTS.values() or artifact_name(first) or first.startswith("."):
+                return folder, str(rel)
+            return None  # the nearest run folder decides
+    return None
+
+
 def register_producer(command: str, names: Iterable[str]) -> None:
     """Say that ``command`` (``RUN_DIR`` stands for the run folder) makes the artefacts ``names``: called by each
     step of ``agentuq_nb.steps`` beside its code. Several steps may make one artefact (``checkpoints``): their
@@ -182,6 +214,8 @@ class Manifest(BaseModel):
 
     step: Optional[str] = Field(None, description="the step that made the token tables: extract | rescore")
     results: Optional[str] = None
+    results_sha256: Optional[str] = Field(None, description="the SHA-256 of the results' content (io.files."
+                                          "content_digest): what the run's artefacts were made from")
     layout: Optional[str] = None
     sidecar_dir: Optional[str] = None
     domain: Optional[str] = None
@@ -643,6 +677,13 @@ class RunDir:
             if not fresh:
                 continue
             for dependency, commit in record.based_on.items():
+                if dependency == RESULTS_CONTENT:
+                    if manifest.results_sha256 and commit != manifest.results_sha256:
+                        raise StaleArtifactError(
+                            f"{self.path / rel} was made from other results than the run's (their content differs: "
+                            f"sha256 {commit[:12]}…, the run's {manifest.results_sha256[:12]}… from {manifest.results}); "
+                            f"run '{self.producer(rel)}' again")
+                    continue
                 current = manifest.artifacts.get(dependency)
                 if current is not None and current.commit != commit:
                     raise StaleArtifactError(
