@@ -199,31 +199,216 @@ def test_inspect_agent_log_maps_to_trajectories_with_its_messages_tool_calls_sco
 
 @pytest.mark.slow
 def test_analyze_reads_the_inspect_log_to_an_estimator_table(inspect_run, tmp_path):
+    """What holds on every machine: the sampled conversations (and so ``includes`` and ``tools_used``) differ
+    between llama.cpp builds, so the estimator table is asserted under ``is_add_sample``, whose two outcomes do not
+    depend on them, and the model-dependent scorers only for what holds whatever their outcomes."""
     log, python = inspect_run
     truth = run_json(python, READ_BACK, str(log))
     out = tmp_path / "run"
-    # the numeric scorer as the reward: the agent called the tool (0.5) or not (0); failure = reward < 0.5
-    done = agentuq("analyze", str(log), "--out", str(out), "--score", "tools_used", "--failure-threshold", "0.5",
-                   "--n-boot", "20", "--embedder", "hash", python=python, timeout=600)
+    done = agentuq("analyze", str(log), "--out", str(out), "--score", "is_add_sample", "--n-boot", "20",
+                   "--embedder", "hash", python=python, timeout=600)
     assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-3000:])
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["layout"] == "inspect" and manifest["reward_from"]["scorer"] == "tools_used"
+    assert manifest["layout"] == "inspect" and manifest["reward_from"]["scorer"] == "is_add_sample"
     tokens = pd.read_parquet(out / "tokens.parquet")
     expected = sum(len(m["logprobs"]) for s in truth for m in s["messages"] if m["logprobs"])
     assert len(tokens) == expected and set(tokens["role"]) == {"assistant"}
     assert set(tokens["source"]) == {"generated"} and set(tokens["scorer"]) == {"self"}
     table = pd.read_csv(out / "estimator_table.csv")
-    rewards = sorted(float(s["scores"]["tools_used"]) for s in truth)
     assert table["n"].max() == len(truth)
     nll = table.set_index("estimator").loc["assistant.avg_token_nll"]
-    if rewards[0] < 0.5 <= rewards[-1]:  # both outcomes: the ranking metrics are defined
-        assert 0.0 <= nll["auroc"] <= 1.0
+    assert nll["n_failures"] == EPOCHS and 0.0 <= nll["auroc"] <= 1.0  # both outcomes: the ranking is defined
+    assert (out / "figures" / "estimator_forest.png").stat().st_size > 1000
+    # a scorer of what the model did (tools_used: 0, 0.5 or 1), whatever its outcomes came out as here
+    done = agentuq("analyze", str(log), "--out", str(tmp_path / "tools"), "--score", "tools_used",
+                   "--failure-threshold", "0.5", "--n-boot", "0", "--embedder", "hash", "--no-figures",
+                   python=python, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    trajectories = pd.read_parquet(tmp_path / "tools" / "trajectories.parquet")
+    assert sorted(trajectories["reward"]) == sorted(float(s["scores"]["tools_used"]) for s in truth)
     # the default reward (includes: C/I) also goes through, whatever the classes
     done = agentuq("analyze", str(log), "--out", str(tmp_path / "default"), "--n-boot", "0", "--no-blackbox",
-                   python=python, timeout=600)
+                   "--no-figures", python=python, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     trajectories = pd.read_parquet(tmp_path / "default" / "trajectories.parquet")
     assert sorted(trajectories["reward"]) == sorted({"C": 1.0, "I": 0.0}[s["scores"]["includes"]] for s in truth)
     # a scorer the log does not have: one line naming the ones it has
     done = agentuq("extract", str(log), "--out", str(tmp_path / "bad"), "--score", "nope", python=python, timeout=300)
-    assert done.returncode == 2 and "includes, tools_used" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert done.returncode == 2 and "includes, tools_used, is_add_sample" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+# ----------------------------------------------------------------------------- hostile archives (issue 41)
+MAKE_LOG = """
+import sys
+from inspect_ai.log import EvalConfig, EvalDataset, EvalLog, EvalResults, EvalSample, EvalScore, EvalSpec, write_eval_log
+from inspect_ai.model import ChatMessageAssistant, ChatMessageSystem, ChatMessageUser
+from inspect_ai.scorer import Score
+
+path, n, epochs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+ids = list(range(1, n + 1))
+spec = EvalSpec(created="2026-01-01T00:00:00+00:00", task="hostile", task_id="t", run_id="r", eval_id="e",
+                dataset=EvalDataset(name="d", samples=n, sample_ids=ids), model="local/x", config=EvalConfig(epochs=epochs))
+samples = [EvalSample(id=i, epoch=e, input="q", target="a", scores={"includes": Score(value="C" if i % 2 else "I")},
+                      messages=[ChatMessageSystem(content="sys"), ChatMessageUser(content=f"question {i}"),
+                                ChatMessageAssistant(content=f"answer {i}", model="local/x")])
+           for i in ids for e in range(1, epochs + 1)]
+log = EvalLog(version=2, status="success", eval=spec, samples=samples, results=EvalResults(
+    total_samples=n, completed_samples=n, scores=[EvalScore(name="includes", scorer="includes")]))
+write_eval_log(log, path, format="eval" if path.endswith(".eval") else "json")
+"""
+
+HUNT_ARCHIVES = r"""
+import json, sys, warnings, zipfile
+from pathlib import Path
+import inspect_ai._util.zipfile  # noqa: F401  (Inspect's zstd members)
+from hypothesis import HealthCheck, given, settings, strategies as st
+from agentuq_nb.io.errors import InputError, InputWarnings
+from agentuq_nb.io.ingest import inspect_logs, json_stream
+from agentuq_nb.io.ingest.results import iter_simulations
+
+folder = Path(sys.argv[1])
+base, many, json_log = folder / "base.eval", folder / "many.eval", folder / "base.json"
+members = {i.filename: zipfile.ZipFile(base).read(i.filename) for i in zipfile.ZipFile(base).infolist()}
+SAMPLE = "samples/2_epoch_1.json"
+
+
+def write(name, changed=None, dropped=(), added=None):
+    path = folder / name
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for member, data in members.items():
+            if member not in dropped:
+                zf.writestr(member, (changed or {}).get(member, data))
+        for member, data in (added or {}).items():
+            zf.writestr(member, data)
+    return path
+
+
+def sample_with(**fields):
+    raw = json.loads(members[SAMPLE])
+    raw.update(fields)
+    return json.dumps(raw).encode()
+
+
+def refused(path, *said):
+    try:
+        list(iter_simulations(path, InputWarnings()))
+    except InputError as err:
+        text = str(err)
+        assert "\n" not in text and text.startswith(str(path)) and all(s in text for s in said), text
+        assert "validation error for" not in text, text
+        return text
+    raise AssertionError(f"{path} was read")
+
+
+# one pass over the archive: its directory is read once for the header and once for the samples, whatever their number
+opened = []
+real_zipfile = zipfile.ZipFile
+class Counting(real_zipfile):
+    def __init__(self, *a, **k):
+        opened.append(1)
+        super().__init__(*a, **k)
+inspect_logs.zipfile.ZipFile = Counting
+assert len(list(iter_simulations(many))) == 400 and len(opened) <= 2, len(opened)
+inspect_logs.zipfile.ZipFile = real_zipfile
+
+# a member that inflates past the bound is refused before it is inflated
+inspect_logs.MAX_ARCHIVE_MEMBER_BYTES = 1 << 20
+refused(write("bomb.eval", added={"samples/zz.json": b" " * (2 << 20)}), "member 'samples/zz.json' inflates to 2,097,152")
+inspect_logs.MAX_ARCHIVE_MEMBER_BYTES = 256 << 20
+# attachments that resolve past the bound: counted before resolving
+inspect_logs.MAX_RESOLVED_ATTACHMENT_BYTES = 1 << 20
+raw = json.loads(members[SAMPLE])
+raw["attachments"] = {"h": "x" * 100_000}
+raw["messages"] = raw["messages"][:1] + [{"role": "user", "content": "attachment://h", "source": "input"}] * 20
+refused(write("attach.eval", {SAMPLE: json.dumps(raw).encode()}), "attachments resolve to more than 1,048,576",
+        "sample 2 epoch 1")
+inspect_logs.MAX_RESOLVED_ATTACHMENT_BYTES = 256 << 20
+# a sample the header lists and the archive lacks is counted, not dropped without a word
+counted = InputWarnings()
+sims = list(iter_simulations(write("missing.eval", dropped=[SAMPLE]), counted))
+assert len(sims) == len([m for m in members if m.startswith("samples/")]) - 1
+assert counted.counts["inspect_samples_missing"] == 1 and SAMPLE in counted.examples["inspect_samples_missing"]
+# a malformed sample names the sample and the field, not "1 validation error for EvalSample"
+raw = json.loads(members[SAMPLE])
+raw["messages"][1]["role"] = "wizard"
+refused(write("malformed.eval", {SAMPLE: json.dumps(raw).encode()}), "sample 2 epoch 1", "messages.1.role",
+        "'wizard'")
+# odd epochs: refused, never a trial of -6 or an OverflowError
+refused(write("epoch.eval", {SAMPLE: sample_with(epoch=-5)}), "epoch -5 is not an epoch")
+refused(write("huge.eval", {SAMPLE: sample_with(epoch=10**30)}), "epoch 1000000000000000000000000000000")
+# a .json log's strings are bounded like a results file's
+json_stream.MAX_JSON_TOKEN_BYTES = 1 << 20
+log = json.loads(json_log.read_text())
+log["samples"][1]["messages"][1]["content"] = "y" * (2 << 20)
+(folder / "long.json").write_text(json.dumps(log))
+refused(folder / "long.json", "string longer than 1,048,576")
+json_stream.MAX_JSON_TOKEN_BYTES = 64 << 20
+
+# the hunt: any damage to a member or the archive is read, or refused in one line
+CHANGES = st.sampled_from(["drop", "junk", "not_json", "list", "deep", "id_object", "epoch_string", "score_list",
+                           "attachment_missing", "truncate_archive", "flip_byte"])
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(change=CHANGES, member=st.sampled_from(sorted(members)), at=st.integers(0, 10**6))
+def hunt(change, member, at):
+    changed, dropped = {}, []
+    if change == "drop":
+        dropped.append(member)
+    elif change == "junk":
+        changed[member] = bytes(range(256))
+    elif change == "not_json":
+        changed[member] = b"{not json"
+    elif change == "list":
+        changed[member] = b"[1, 2]"
+    elif change == "deep":
+        changed[member] = b'{"a": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+    elif member.startswith("samples/"):
+        raw = json.loads(members[member])
+        if change == "id_object":
+            raw["id"] = {"x": 1}
+        elif change == "epoch_string":
+            raw["epoch"] = "two"
+        elif change == "score_list":
+            raw["scores"] = {"includes": {"value": [1, 2]}}
+        else:
+            raw["messages"][1]["content"] = "attachment://nowhere"
+        changed[member] = json.dumps(raw).encode()
+    path = write(f"hunt.eval", changed, dropped)
+    if change == "truncate_archive":
+        data = path.read_bytes()
+        path.write_bytes(data[: at % len(data)])
+    elif change == "flip_byte":
+        data = bytearray(path.read_bytes())
+        data[at % len(data)] ^= 0xFF
+        path.write_bytes(bytes(data))
+    try:
+        list(iter_simulations(path, InputWarnings()))
+    except InputError as err:
+        assert "\n" not in str(err) and "validation error for" not in str(err), err
+
+
+hunt()
+print("ok")
+"""
+
+
+@pytest.mark.slow
+def test_hostile_inspect_archives_are_read_in_one_pass_within_bounds_or_refused_in_one_line(tmp_path):
+    """The issue's archives - a member that inflates to gigabytes, attachments referenced thousands of times, a
+    sample missing, a malformed one, odd epochs, a .json log's long string - and a hunt over damaged members and
+    archives, read in the reader's venv: each read within its bounds or refused with one line naming the file, the
+    sample and the field; the archive's directory read once whatever the number of samples."""
+    python = str(reader_venv() / "bin" / "python")
+    for name, n, epochs in (("base.eval", 3, 2), ("many.eval", 200, 2), ("base.json", 3, 2)):
+        subprocess.run([python, "-c", MAKE_LOG, str(tmp_path / name), str(n), str(epochs)], check=True,
+                       env=with_src_path(), timeout=300)
+    done = subprocess.run([python, "-c", HUNT_ARCHIVES, str(tmp_path)], env=with_src_path(), capture_output=True,
+                          text=True, timeout=900)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-4000:]
+    # through the command line: one line, exit 2
+    done = agentuq("extract", str(tmp_path / "malformed.eval"), "--out", str(tmp_path / "run"), python=python,
+                   timeout=300)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 2 and len(errors) == 1 and "messages.1.role" in errors[0], done.stderr

@@ -1,8 +1,10 @@
 """A small Inspect AI agent task for the Inspect client test (``tests/test_inspect_logs.py``).
 
 Two samples, two tools (``add``, ``multiply``), Inspect's own agent loop (``react``, which ends when the model
-calls ``submit``), and two scorers: ``includes`` (C/I) and ``tools_used``, a number (the share of the two tools
-the agent called). Run with ``inspect eval tests/inspect_tasks/arithmetic_agent.py --model ...``; it needs the
+calls ``submit``), and three scorers: ``includes`` (C/I) and ``tools_used``, a number (the share of the two tools
+the agent called), both depending on what the model wrote - which differs between llama.cpp builds (AVX2 and
+AVX-512 kernels round differently) - and ``is_add_sample`` (1 for the ``add`` sample, 0 for the other), which does
+not: a reward with both outcomes on every machine. Run with ``inspect eval tests/inspect_tasks/arithmetic_agent.py --model ...``; it needs the
 ``[inspect]`` extra and is not imported by the test suite itself.
 """
 from inspect_ai import Task, task
@@ -56,6 +58,16 @@ def tools_used():
     return score
 
 
+@scorer(metrics=[mean()])
+def is_add_sample():
+    """1 for the ``add`` sample, 0 for ``multiply``: a label the model's output cannot change."""
+
+    async def score(state: TaskState, target: Target) -> Score:
+        return Score(value=1.0 if state.sample_id == "add" else 0.0)
+
+    return score
+
+
 @task
 def arithmetic_agent(message_limit: int = 8):
     return Task(
@@ -65,6 +77,6 @@ def arithmetic_agent(message_limit: int = 8):
                    target="42"),
         ],
         solver=react(tools=[add(), multiply()]),
-        scorer=[includes(), tools_used()],
+        scorer=[includes(), tools_used(), is_add_sample()],
         message_limit=message_limit,
     )

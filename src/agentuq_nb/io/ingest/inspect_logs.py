@@ -1,7 +1,11 @@
 """Inspect AI evaluation logs (``.eval``, and the older ``.json``) as τ²-bench simulations.
 
-The log is read through inspect-ai's own reader (``inspect_ai.log``, the optional extra ``[inspect]``), one
-sample at a time. What a sample becomes (:func:`simulation`):
+The log is read in one pass, one sample at a time: an ``.eval`` archive with Python's ``zipfile`` (its directory
+read once; inspect-ai's own reader opens the archive again for every sample, which made 4,000 samples take
+56-114 s), each member's inflated size checked before it is inflated, a ``.json`` log streamed by the bounded
+scanner (:mod:`~agentuq_nb.io.ingest.json_stream`: its string limit holds); each sample is validated by
+inspect-ai's own models (the optional extra ``[inspect]``) and its attachments resolved by inspect-ai, within a
+bound counted first (:func:`iter_samples`). What a sample becomes (:func:`simulation`):
 
 * a **sample is a trajectory** and its **epochs are trials**: ``task_id`` = the sample's id, ``trial`` =
   ``epoch - 1`` (τ²-bench counts trials from 0, Inspect epochs from 1), ``id`` = ``f"{task_id}-{trial}"``,
@@ -38,18 +42,26 @@ The header (:func:`results_header`) is τ²-shaped: the task's name as the domai
 """
 from __future__ import annotations
 
+import json
 import math
+import zipfile
+import zlib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import ijson
 from pydantic import ValidationError
 
+from agentuq_nb.common.limits import MAX_ARCHIVE_MEMBER_BYTES, MAX_RESOLVED_ATTACHMENT_BYTES
 from agentuq_nb.common.naming import slug
-from agentuq_nb.io.errors import InputError, InputWarnings
+from agentuq_nb.io.errors import InputError, InputWarnings, validation_problem
+from agentuq_nb.io.files import open_regular
+from agentuq_nb.io.ingest.json_stream import JsonScanner, stream_items
 from agentuq_nb.records import Simulation
 from agentuq_nb.records.actions import MALFORMED
+from agentuq_nb.records.tau2 import MAX_TRIAL
 
 LAYOUT = "inspect"
 EXTRA = "pip install 'agentuq_nb[inspect]'"
@@ -57,6 +69,14 @@ ZIP_MAGIC = b"PK\x03\x04"  # an .eval log is a zip archive (header.json, samples
 JSON_LOG_KEY = "eval"  # the key of a .json log's eval spec (it opens with version, status, eval)
 TAU2_KEYS = ("timestamp", "info", "tasks", "simulations")
 KEY_SEPARATOR = ":"  # --score NAME:KEY picks one entry of a dict-valued score
+HEADER_MEMBER = "header.json"  # an .eval archive's header; a log still being written has only its journal's start
+START_MEMBER = "_journal/start.json"
+SAMPLES_DIR = "samples"  # an .eval archive's samples: samples/<id>_epoch_<epoch>.json
+JSON_SAMPLES_KEY = "samples"  # a .json log's samples
+#: compressed bytes inflated at a time (zipfile's own minimum)
+MEMBER_READ = 4096
+#: how Inspect refers to an attachment (``tc://``: its older form)
+ATTACHMENT_PREFIXES = ("attachment://", "tc://")
 #: the strings value_to_float maps: Inspect's grades (as written) and words for booleans (any case)
 GRADES = ("C", "P", "I", "N")
 BOOLEAN_WORDS = ("yes", "no", "true", "false")
@@ -103,39 +123,183 @@ def log_module(path: Path):
 
 
 def _format(path: Path) -> str:
-    with open(path, "rb") as fh:
+    with open_regular(path, "Inspect AI log") as fh:
         return "eval" if fh.read(4) == ZIP_MAGIC else "json"
 
 
-def _unreadable(path: Path, err: Exception) -> InputError:
+def _unreadable(path: Path, err: Exception, where: str | None = None) -> InputError:
     first_line = next((line.strip() for line in str(err).splitlines() if line.strip()), "")
     return InputError(path, f"not a readable Inspect AI log: {type(err).__name__}"
-                            + (f": {first_line[:200]}" if first_line else ""))
+                            + (f": {first_line[:200]}" if first_line else ""), where)
+
+
+def _not_inspects(path: Path, err: ValidationError, what: str, where: str | None = None) -> InputError:
+    """A part of the log that Inspect's own model refuses, said with the field (and the sample) - not pydantic's
+    "1 validation error for EvalSample"."""
+    return InputError(path, f"{what} is not what Inspect writes: {validation_problem(err)}", where)
+
+
+def _deserializing() -> dict[str, Any]:
+    """The context Inspect validates what it reads with (its migrations of older logs look for it)."""
+    try:
+        from inspect_ai._util.constants import get_deserializing_context
+    except ImportError:  # another inspect-ai: validate without it
+        return {}
+    return get_deserializing_context()
+
+
+@contextmanager
+def _archive(path: Path) -> Iterator[zipfile.ZipFile]:
+    """The ``.eval`` archive, opened once: its central directory read, every member's inflated size checked
+    against :data:`~agentuq_nb.common.limits.MAX_ARCHIVE_MEMBER_BYTES` before any is inflated (a 3 MB archive
+    may hold a member that inflates to gigabytes)."""
+    try:  # Inspect compresses members with zstd; before Python 3.14 zipfile reads it once this is imported
+        import zipfile_zstd  # noqa: F401  (a dependency of inspect-ai)
+    except ImportError:
+        pass
+    with open_regular(path, "Inspect AI log") as fh:
+        try:
+            archive = zipfile.ZipFile(fh)
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError) as err:
+            raise _unreadable(path, err) from None
+        with archive:
+            for info in archive.infolist():
+                if info.file_size > MAX_ARCHIVE_MEMBER_BYTES:
+                    raise InputError(path, f"member {info.filename!r} inflates to {info.file_size:,} bytes, more "
+                                           f"than the {MAX_ARCHIVE_MEMBER_BYTES:,} one member of an Inspect log may "
+                                           f"hold (a {info.compress_size:,}-byte member: a zip bomb, or not a log)")
+            yield archive
+
+
+def _member_json(archive: zipfile.ZipFile, name: str, path: Path) -> Any:
+    """A member of the archive as JSON. Read in small pieces: Python's reader decompresses one piece of
+    compressed bytes per read (a zstd piece may expand a thousandfold before it is cut), and stops at the size
+    the directory declares (checked) and checks the CRC, so a member never inflates past it."""
+    try:
+        with archive.open(name) as member:
+            data = b"".join(iter(lambda: member.read(MEMBER_READ), b""))
+        return json.loads(data)
+    except (zipfile.BadZipFile, zlib.error, OSError, EOFError, NotImplementedError) as err:
+        raise InputError(path, f"member {name!r} is damaged: {type(err).__name__}: {err}") from None
+    except (ValueError, RecursionError) as err:  # JSON (UnicodeDecodeError is one)
+        raise InputError(path, f"member {name!r} is not JSON: {str(err)[:200]}") from None
 
 
 def read_log_header(path: Path):
-    """The log's ``EvalLog`` without its samples."""
+    """The log's ``EvalLog`` without its samples: ``header.json`` of an ``.eval`` archive (or, for a log still
+    being written, its ``_journal/start.json``), or every top-level key of a ``.json`` log but its samples, read
+    by the bounded scanner; validated by Inspect's model."""
     log = log_module(path)
+    if _format(path) == "eval":
+        with _archive(path) as archive:
+            names = set(archive.namelist())
+            if HEADER_MEMBER in names:
+                data = _member_json(archive, HEADER_MEMBER, path)
+            elif START_MEMBER in names:  # an unfinished log: Inspect's own reader builds the header so
+                start = _member_json(archive, START_MEMBER, path)
+                data = {k: start.get(k) for k in ("version", "eval", "plan")} if isinstance(start, dict) else start
+            else:
+                raise InputError(path, f"not a readable Inspect AI log: the archive has no {HEADER_MEMBER} (nor "
+                                       f"{START_MEMBER})")
+    else:
+        data = _json_log_header(path)
     try:
-        return log.read_eval_log(str(path), header_only=True, format=_format(path))
-    except Exception as err:  # noqa: BLE001 - inspect-ai raises many kinds on a bad file: said in one line
-        raise _unreadable(path, err) from err
+        return log.EvalLog.model_validate(data, context=_deserializing())
+    except ValidationError as err:
+        raise _not_inspects(path, err, "the log's header") from None
 
 
-def iter_samples(path: Path) -> Iterator[Any]:
-    """The log's samples (``EvalSample``), one at a time, attachments resolved (Inspect stores long texts once,
-    by reference)."""
+def _json_log_header(path: Path) -> dict[str, Any]:
+    """Every top-level key of a ``.json`` log but ``samples`` (stepped over one at a time, never held)."""
+    header: dict[str, Any] = {}
+    with open_regular(path, "Inspect AI log") as fh:
+        scanner = JsonScanner(fh, path)
+        if scanner.peek() != "{":
+            raise InputError(path, "not a readable Inspect AI log: the top level is not a JSON object")
+        for key in scanner.object_keys():
+            if key == JSON_SAMPLES_KEY:
+                scanner.skip_value()
+            else:
+                header[key] = scanner.value()
+    return header
+
+
+def sample_member(sample_id: Any, epoch: int) -> str:
+    """The archive member of a sample and epoch (as Inspect names it)."""
+    return f"{SAMPLES_DIR}/{sample_id}_epoch_{epoch}.json"
+
+
+def iter_samples(path: Path, warnings: InputWarnings | None = None, header: Any = None) -> Iterator[Any]:
+    """The log's samples (``EvalSample``), one at a time, in one pass over the log: an ``.eval`` archive's members
+    in the order of the header's sample ids and epochs (the order Inspect reads them in), a ``.json`` log's
+    ``samples`` streamed. Each is validated by Inspect's model (a sample it refuses is an error naming the
+    sample and the field) and its attachments resolved (Inspect stores a long text once, by reference) within
+    :data:`~agentuq_nb.common.limits.MAX_RESOLVED_ATTACHMENT_BYTES`. A sample the header lists and the archive
+    lacks (a log whose run stopped early, or a damaged one) is counted in ``warnings``."""
     log = log_module(path)
-    samples = log.read_eval_log_samples(str(path), all_samples_required=False, resolve_attachments=True,
-                                        format=_format(path))
-    while True:
-        try:
-            sample = next(samples)
-        except StopIteration:
-            return
-        except Exception as err:  # noqa: BLE001 - as above
-            raise _unreadable(path, err) from err
-        yield sample
+    if _format(path) == "json":
+        for i, raw in enumerate(stream_items(path, f"{JSON_SAMPLES_KEY}.item")):
+            yield _sample(log, raw, path, f"samples[{i}]")
+        return
+    header = header if header is not None else read_log_header(path)
+    ids = header.eval.dataset.sample_ids
+    epochs = (header.eval.config.epochs if header.eval.config else None) or 1
+    with _archive(path) as archive:
+        names = archive.namelist()
+        present = set(names)
+        if ids is None:  # an old log without the list: its sample members, in the archive's order
+            members = list(dict.fromkeys(n for n in names if n.startswith(f"{SAMPLES_DIR}/") and n.endswith(".json")))
+        else:
+            members = [sample_member(i, e) for i in ids for e in range(1, epochs + 1)]
+        missing = [m for m in members if m not in present]
+        if missing and warnings is not None:
+            warnings.add("inspect_samples_missing", f"{path} {missing[0]}, of {len(members)} listed; the log's "
+                                                    f"status: {header.status}", len(missing))
+        for name in members:
+            if name in present:
+                yield _sample(log, _member_json(archive, name, path), path, name)
+
+
+def _sample(log: Any, raw: Any, path: Path, where: str) -> Any:
+    """One sample: its attachments checked, validated by Inspect's model, attachments resolved."""
+    if not isinstance(raw, dict):
+        raise InputError(path, f"an Inspect sample is {type(raw).__name__}, not an object", where)
+    where = f"{where} (sample {str(raw.get('id'))[:80]} epoch {str(raw.get('epoch'))[:20]})"
+    _check_attachments(raw, path, where)
+    try:
+        sample = log.EvalSample.model_validate(raw, context=_deserializing())
+    except ValidationError as err:
+        raise _not_inspects(path, err, "a sample", where) from None
+    try:
+        return log.resolve_sample_attachments(sample, True)
+    except Exception as err:  # noqa: BLE001 - inspect-ai's own walk of a sample it validated: said in one line
+        raise _unreadable(path, err, where) from None
+
+
+def _check_attachments(raw: dict, path: Path, where: str) -> None:
+    """Refuse a sample whose attachment references resolve to more than MAX_RESOLVED_ATTACHMENT_BYTES characters
+    (one 5 MB attachment referenced by 2,000 messages is 10 GB once resolved), counted before resolving."""
+    attachments = raw.get("attachments")
+    if not isinstance(attachments, dict) or not attachments:
+        return
+    sizes = {key: len(value) for key, value in attachments.items() if isinstance(value, str)}
+    total, refs = 0, 0
+    stack: list[Any] = [v for k, v in raw.items() if k != "attachments"]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            if node.startswith(ATTACHMENT_PREFIXES):
+                key = node.split("://", 1)[1]
+                total += sizes.get(key, 0)
+                refs += 1
+                if total > MAX_RESOLVED_ATTACHMENT_BYTES:
+                    raise InputError(path, f"the sample's attachments resolve to more than "
+                                           f"{MAX_RESOLVED_ATTACHMENT_BYTES:,} characters ({refs:,} references to "
+                                           f"{len(sizes):,} attachments so far): refused before resolving them", where)
+        elif isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
 
 
 # --------------------------------------------------------------------------- the reward
@@ -201,7 +365,7 @@ def results_header(path: Path, score: str | None = None) -> dict[str, Any]:
     header = read_log_header(path)
     spec = header.eval
     name, key = chosen_scorer(score, header, path)
-    first = next(iter_samples(path), None)
+    first = next(iter_samples(path, header=header), None)
     prompt = None if first is None else split_system_prompt(first.messages)[0]
     config = spec.model_generate_config.model_dump(exclude_none=True) if spec.model_generate_config else {}
     info: dict[str, Any] = {
@@ -321,8 +485,10 @@ def simulation(sample: Any, path: Path, name: str | None, key: str | None,
                warnings: InputWarnings | None = None) -> Simulation:
     """The :class:`Simulation` of one Inspect sample, its reward from score ``name`` (``key`` of a dict)."""
     task_id = str(sample.id)
-    trial = int(sample.epoch) - 1
     where = f"sample {task_id} epoch {sample.epoch}"
+    if not 1 <= sample.epoch <= MAX_TRIAL + 1:
+        raise InputError(path, f"epoch {sample.epoch} is not an epoch (Inspect counts them from 1)", where)
+    trial = int(sample.epoch) - 1
     prompt, rest = split_system_prompt(sample.messages)
     offset = len(sample.messages) - len(rest)
     calls = calls_by_message(sample)
@@ -346,9 +512,8 @@ def simulation(sample: Any, path: Path, name: str | None, key: str | None,
     try:
         sim = Simulation.model_validate(raw)
     except ValidationError as err:
-        first = err.errors()[0]
-        raise InputError(path, f"Inspect sample does not convert to a trajectory: {first['msg']} at "
-                               f"'{'.'.join(str(p) for p in first['loc'])}'", where) from err
+        raise InputError(path, f"Inspect sample does not convert to a trajectory: {validation_problem(err)}",
+                         where) from err
     if warnings is not None:
         if sample.error is not None:
             warnings.add("inspect_samples_raised", f"{path} {where}: {str(sample.error.message)[:80]}")
@@ -360,6 +525,7 @@ def simulation(sample: Any, path: Path, name: str | None, key: str | None,
 
 def iter_simulations(path: Path, warnings: InputWarnings | None = None, score: str | None = None) -> Iterator[Simulation]:
     """The log's samples as simulations, in the log's order; the reward from ``score`` (:func:`chosen_scorer`)."""
-    name, key = chosen_scorer(score, read_log_header(path), path)
-    for sample in iter_samples(path):
+    header = read_log_header(path)
+    name, key = chosen_scorer(score, header, path)
+    for sample in iter_samples(path, warnings, header):
         yield simulation(sample, path, name, key, warnings)
