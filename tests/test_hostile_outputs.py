@@ -12,13 +12,11 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.conftest import make_aggregated_run
 from tests.test_hostile_folders import assert_ended_cleanly, run_cli, tree_checksum
 
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.outputs import check_output_file, check_output_folder
-from agentuq_nb.steps.aggregate import aggregate
-from agentuq_nb.steps.extract import extract
-from agentuq_nb.testing.synthetic import write_synthetic_results
 
 PAGE_START = b"<!doctype html>"
 
@@ -27,12 +25,8 @@ PAGE_START = b"<!doctype html>"
 def made_run(tmp_path_factory):
     """A small extracted and aggregated run and the results it was made from."""
     root = tmp_path_factory.mktemp("outputs")
-    results = write_synthetic_results(root / "src", num_simulations=4, messages_per_simulation=4,
-                                      tokens_per_message=3, seed=5)
-    run = root / "run"
-    extract(results, run)
-    aggregate(run)
-    return results, run
+    run = make_aggregated_run(root, num_simulations=4, messages_per_simulation=4, tokens_per_message=3, seed=5)
+    return root / "src" / "results.json", run
 
 
 def copy_run(made_run, box: Path) -> Path:

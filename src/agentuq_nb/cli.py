@@ -950,7 +950,7 @@ def serve_local(
     try:
         run_server(host=host, port=port, max_tokens_cap=max_tokens_cap, fit_context=fit_context,
                    max_request_seconds=max_request_seconds)
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, ModuleNotFoundError) as err:  # the model is loaded before serving
         _fail(err)
 
 

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from agentuq_nb.io.errors import InputError
-from agentuq_nb.io.files import kind_of
+from agentuq_nb.io.files import kind_of, open_regular
 from agentuq_nb.io.store.rundir import is_run_folder, run_folder_entry
 
 #: bytes read from each end of an existing file to find a writer's mark (a page's generator tag near its start, a
@@ -43,7 +43,7 @@ MadeBefore = bytes | tuple[bytes, ...] | Callable[[Path], bool] | None
 def has_mark(path: Path, marks: bytes | tuple[bytes, ...]) -> bool:
     """Whether the regular file ``path`` holds one of ``marks`` within its first or last :data:`MARK_WINDOW` bytes."""
     marks = (marks,) if isinstance(marks, bytes) else marks
-    with open(path, "rb") as fh:
+    with open_regular(path, "a file to replace") as fh:  # never blocks on a FIFO swapped in since the check
         head = fh.read(MARK_WINDOW)
         size = os.fstat(fh.fileno()).st_size
         fh.seek(max(0, size - MARK_WINDOW))
