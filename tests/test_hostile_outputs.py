@@ -62,7 +62,7 @@ def test_explore_refuses_a_fifo_a_folder_and_every_file_of_the_run_it_reads(box)
     source_bytes = source.read_bytes()
     cases = {box / "fifo.html": "is a FIFO", run / "manifest.json": "is manifest.json of the run folder",
              run / "tokens.parquet": "is tokens.parquet of the run folder",
-             run / "figures" / "estimator_forest.png": "is figures/estimator_forest.png of the run folder",
+             run / "notebooks" / "04_evaluate.ipynb": "is notebooks/04_evaluate.ipynb of the run folder",
              run / ".lock": "is .lock of the run folder", source: "is an input of 'explore'",
              run: f"is a directory: --out names the HTML page to write (e.g. {run / 'explorer.html'})",
              source / "x.html": "cannot be made (--out): "}
@@ -126,8 +126,8 @@ def test_token_view_save_and_probe_plot_follow_the_same_rule(box):
         check_figure_path(box / "sibling", "probe", "--plot")
     with pytest.raises(InputError, match=r"--plot: '\.xyz' is not a figure format"):
         check_figure_path(box / "figure.xyz", "probe", "--plot")
-    code, _, stderr = run_cli("probe", "hello", "--plot", box / "run" / "figures" / "forest.png")
-    assert code == 2 and "is figures/forest.png of the run folder" in stderr  # refused before any sampling
+    code, _, stderr = run_cli("probe", "hello", "--plot", box / "run" / "checkpoints" / "forest.png")
+    assert code == 2 and "is checkpoints/forest.png of the run folder" in stderr  # refused before any sampling
 
 
 def test_a_figure_probe_wrote_is_recognised_by_its_mark(tmp_path):
@@ -179,7 +179,7 @@ def test_an_output_folder_inside_or_equal_to_an_input_is_refused(box):
 
 KINDS = ["new", "new_in_new_folder", "foreign_file", "own_page", "fifo", "folder", "link_to_file", "link_to_folder",
          "link_to_fifo", "dangling_link", "run_artefact", "run_hidden", "inside_run_folder_of_its", "beside_run",
-         "source_results", "under_a_file"]
+         "in_run_figures", "source_results", "under_a_file"]
 
 
 def _plant(box: Path, kind: str, artefact: str) -> Path:
@@ -187,7 +187,8 @@ def _plant(box: Path, kind: str, artefact: str) -> Path:
     run = box / "run"
     paths = {"new": box / "new.html", "new_in_new_folder": box / "a" / "b" / "new.html",
              "run_artefact": run / artefact, "run_hidden": run / ".staging", "beside_run": run / "explorer.html",
-             "inside_run_folder_of_its": run / "figures" / "x.html", "source_results": box / "src" / "results.json",
+             "inside_run_folder_of_its": run / "checkpoints" / "x.html", "in_run_figures": run / "figures" / "x.html",
+             "source_results": box / "src" / "results.json",
              "under_a_file": box / "src" / "results.json" / "x.html"}
     if kind in paths:
         return paths[kind]
@@ -211,7 +212,7 @@ def _plant(box: Path, kind: str, artefact: str) -> Path:
     return path
 
 
-ALLOWED = {"new", "new_in_new_folder", "own_page", "beside_run"}  # and "foreign_file" with --force
+ALLOWED = {"new", "new_in_new_folder", "own_page", "beside_run", "in_run_figures"}  # and "foreign_file" with --force
 
 
 @settings(max_examples=30, deadline=None, derandomize=True,

@@ -8,9 +8,9 @@ is never replaced when it is
 * a directory, a FIFO, a device or a socket (``--out /dev/null`` would replace the system's ``/dev/null`` with a
   regular file: a rename replaces whatever entry has the name);
 * a symlink (whatever it points to);
-* one of a run folder's own entries - its manifest, a table, anything under its folders (``figures/``,
-  ``sidecars/`` …), its lock or staging (:func:`~agentuq_nb.io.store.rundir.run_folder_entry`): a page written
-  *beside* the tables (``RUN/explorer.html``) is fine;
+* one of a run folder's own entries - its manifest, a table, anything under its folders (``sidecars/``,
+  ``checkpoints/``, ``notebooks/`` …), its lock or staging (:func:`~agentuq_nb.io.store.rundir.run_folder_entry`):
+  a page written *beside* the tables (``RUN/explorer.html``) or into ``RUN/figures/`` is fine;
 * an input of the command (the results a run was made from, a run folder it reads).
 
 ``--force`` lifts only the first condition (a regular file someone else made). Every refusal is one

@@ -163,8 +163,10 @@ def is_run_folder(folder: Path) -> bool:
 
 def run_folder_entry(path: Path) -> tuple[Path, str] | None:
     """(the run folder, the path inside it) when ``path`` is one of a run folder's own entries: its manifest, an
-    artefact (a file, or anything under one of its folders - ``figures/``, ``sidecars/`` …), a hidden entry (the
-    lock, staging, a writer's temporary file); None for anything else, e.g. a page written beside the tables."""
+    artefact (a file, or anything under one of its folders - ``sidecars/``, ``checkpoints/``, ``notebooks/`` …), a
+    hidden entry (the lock, staging, a writer's temporary file); None for anything else, e.g. a page written beside
+    the tables, or a figure in ``figures/`` (the run's figures are drawn again from its tables: a file there is
+    replaced only as any other file is)."""
     resolved = Path(os.path.abspath(path))
     try:
         resolved = resolved.parent.resolve() / resolved.name  # a symlinked folder on the way counts as its target
@@ -174,7 +176,8 @@ def run_folder_entry(path: Path) -> tuple[Path, str] | None:
         if is_run_folder(folder):
             rel = resolved.relative_to(folder)
             first = rel.parts[0]
-            if first == MANIFEST or first in ARTIFACTS.values() or artifact_name(first) or first.startswith("."):
+            if first != ARTIFACTS["figures"] and (first == MANIFEST or first in ARTIFACTS.values()
+                                                  or artifact_name(first) or first.startswith(".")):
                 return folder, str(rel)
             return None  # the nearest run folder decides
     return None
