@@ -45,6 +45,7 @@ Limits (stated, not hidden):
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from typing import Any
 
 from agentuq_nb.common.limits import (
@@ -128,8 +129,10 @@ def check_tool_schemas(tools: Any, where: str = "tools") -> list[dict]:
         raise ToolSchemaError(f"{where}: the tool schemas are {size:,} bytes of JSON, more than the "
                               f"{MAX_TOOL_SCHEMAS_BYTES:,} they may be together")
     for i, spec in enumerate(out):
-        _check_valid_schema(spec["function"].get("parameters", {"type": "object"}),
-                            f"{where}[{i}] ('{spec['function']['name'][:64]}')")
+        params = json.dumps(spec["function"].get("parameters", {"type": "object"}), sort_keys=True, default=str)
+        problem = schema_problem(params)
+        if problem is not None:
+            raise ToolSchemaError(f"{where}[{i}] ('{spec['function']['name'][:64]}'): {problem}")
     return out
 
 
@@ -185,17 +188,20 @@ def _check_schema_nodes(params: dict, label: str) -> None:
                 stack.append((f"{place}.{key}", value, is_schema))
 
 
-def _check_valid_schema(params: dict, label: str) -> None:
+@lru_cache(maxsize=512)
+def schema_problem(params_json: str) -> str | None:
+    """What makes a parameters schema (as canonical JSON) no valid JSON schema (Draft 2020-12), or None; cached:
+    the same tools are checked at every turn of a run, and the check costs tens of milliseconds."""
     from jsonschema import Draft202012Validator, SchemaError
 
     try:
-        Draft202012Validator.check_schema(params)
+        Draft202012Validator.check_schema(json.loads(params_json))
     except SchemaError as err:
         at = "/".join(str(p) for p in err.absolute_path) or "(top)"
-        raise ToolSchemaError(f"{label}: parameters is not a valid JSON schema: {err.message[:200]} at "
-                              f"parameters/{at}") from None
+        return f"parameters is not a valid JSON schema: {err.message[:200]} at parameters/{at}"
     except RecursionError:  # not reached past the depth check; said, never a traceback
-        raise ToolSchemaError(f"{label}: parameters nest too deeply to be a schema") from None
+        return "parameters nest too deeply to be a schema"
+    return None
 
 
 def tool_function(tool: dict) -> dict:
