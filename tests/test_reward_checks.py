@@ -13,6 +13,7 @@ from agentuq_nb.records.reward_checks import (
     expected_beside_made,
     matches,
     reward_checks,
+    reward_notes,
     task_brief,
     text_action,
 )
@@ -42,6 +43,12 @@ def test_tau2_checks_are_listed_with_their_verdict_and_whether_they_count():
     assert reward_checks({"db_check": {"db_match": True}}, basis=["DB"])[0]["counted"] is True
     assert reward_checks({"db_check": {"db_match": True}})[0]["counted"] is None
     assert reward_checks(None) == [] and reward_checks({"reward": 1.0}) == []
+    # what the harness noted instead of checking (a simulation cut short is not scored)
+    assert reward_notes({"reward": 0.0, "info": {"note": "Simulation terminated prematurely. Termination reason: "
+                                                         "max_steps"}}) == [
+        "Simulation terminated prematurely. Termination reason: max_steps"]
+    assert reward_notes({"info": {"env": None, "communicate": {"note": "No communicate_info to evaluate"}}}) == [
+        "communicate: No communicate_info to evaluate"]
 
 
 def test_tau_bench_checks_database_hash_and_outputs():
@@ -62,6 +69,8 @@ def test_task_brief_of_tau2_and_tau_bench_tasks():
             "evaluation_criteria": {"actions": [{"action_id": "2_0", "name": "send_certificate",
                                                  "arguments": {"amount": 50}, "compare_args": ["amount"]}],
                                     "nl_assertions": ["Agent offers $50."], "communicate_info": ["50"],
+                                    "env_assertions": [{"env_type": "user", "func_name": "assert_data_on",
+                                                        "arguments": {"on": True}, "message": None}],
                                     "reward_basis": ["DB", "COMMUNICATE"]}}
     brief = task_brief(tau2)
     assert brief["purpose"] == "Check the claim."
@@ -70,6 +79,7 @@ def test_task_brief_of_tau2_and_tau_bench_tasks():
     assert brief["actions"] == [{"id": "2_0", "name": "send_certificate", "arguments": {"amount": 50},
                                  "requestor": "assistant", "compare_args": ["amount"]}]
     assert brief["nl_assertions"] == ["Agent offers $50."] and brief["reward_basis"] == ["DB", "COMMUNICATE"]
+    assert brief["env_assertions"] == ["assert_data_on(on=true)"]
     tau = {"user_id": "mia_li_3668", "instruction": "Cancel #W1.", "outputs": ["10.5"],
            "actions": [{"name": "cancel_pending_order", "kwargs": {"order_id": "#W1"}},
                        {"name": "respond", "kwargs": {"content": "done"}}]}

@@ -652,18 +652,22 @@ def list_estimators(
 
 @app.command()
 def explore(
-    run_dir: Path = typer.Argument(..., help="run directory (after analyze, or any step that writes one)"),
-    out: Path = typer.Option(..., "--out", help="the HTML file to write (one standalone file, opens offline)"),
-    estimator: Optional[list[str]] = typer.Option(None, "--estimator", help="estimators offered in the filter "
-                                                  "(repeat; default: every one the run holds)"),
+    run_dir: list[Path] = typer.Argument(..., help="run folder(s) (after analyze); with several, the same task can be "
+                                         "compared across them side by side"),
+    out: Optional[Path] = typer.Option(None, "--out", help="the HTML file to write (one standalone file, opens "
+                                       "offline; default: RUN_DIR/explorer.html for one run)"),
+    estimator: Optional[list[str]] = typer.Option(None, "--estimator", help="estimators offered in the list "
+                                                  "(repeat; default: every one the runs hold)"),
     failure_threshold: float = failure_threshold_option(),
 ):
-    """Every trajectory of a run in one HTML page: filter by outcome or an estimator, tokens coloured by NLL with the
-    alternatives on hover, per-message sparklines, the resampled actions at each decision point (in JupyterLab:
+    """Every trajectory of one or more runs in one HTML page: why each got its reward (the checks, the expected tool
+    calls beside those made, the task), the same task's other trials side by side, search, sort by any estimator
+    (with its AUROC), per-message signals, tokens coloured by NLL where the run has them (in JupyterLab:
     agentuq_nb.explore(RUN_DIR))."""
-    from agentuq_nb.figures.explorer import explorer_data, export_html
+    from agentuq_nb.figures.explorer import default_page_path, explorer_data, export_html
 
-    with _reported(lambda: f"interrupted: {out} not written"):
+    with _reported(lambda: f"interrupted: {out or 'the page'} not written"):
+        out = out or default_page_path(run_dir)
         data = explorer_data(run_dir, estimators=estimator or None, failure_threshold=failure_threshold)
         path = export_html(data, out)
     typer.echo(f"{len(data['trajectories'])} trajectories → {path}")

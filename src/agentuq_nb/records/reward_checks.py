@@ -100,6 +100,16 @@ def reward_checks(reward_info: Mapping | None, basis: Iterable[str] | None = Non
     return sorted(out, key=lambda c: order.get(c["kind"], len(order)))
 
 
+def reward_notes(reward_info: Mapping | None) -> list[str]:
+    """What the harness noted beside its checks (τ²-bench's ``reward_info.info``: ``{"note": …}``, or per evaluator
+    ``{"communicate": {"note": …}, …}``): why a simulation was not scored ("terminated prematurely …"), which checks
+    had nothing to evaluate."""
+    info = _dict(_dict(reward_info).get("info"))
+    notes = [info["note"]] if isinstance(info.get("note"), str) else []
+    notes += [f"{k}: {v['note']}" for k, v in info.items() if isinstance(v, Mapping) and isinstance(v.get("note"), str)]
+    return notes
+
+
 def _tau_bench_checks(info: dict, check) -> list[dict]:
     """The original τ-bench's environment check (``reward_info.info``; see the module docstring)."""
     env = _dict(info.get("info"))
@@ -122,7 +132,8 @@ def _tau_bench_checks(info: dict, check) -> list[dict]:
 
 def task_brief(task: Mapping | None) -> dict | None:
     """What the task asked, as shown beside a trajectory: ``purpose``, ``instructions`` (``[(field, text)]``),
-    ``actions`` (:func:`expected_actions`), ``nl_assertions``, ``communicate_info``, ``reward_basis``. ``task``: a
+    ``actions`` (:func:`expected_actions`), ``env_assertions``, ``nl_assertions``, ``communicate_info``,
+    ``reward_basis``. ``task``: a
     τ²-bench task (the results header's) or τ-bench's ``info.task``; None without one."""
     task = _dict(task)
     if not task:
@@ -144,7 +155,10 @@ def task_brief(task: Mapping | None) -> dict | None:
     outputs = [str(o) for o in _list(task.get("outputs"))]
     communicate = [_text(c) for c in _list(criteria.get("communicate_info"))] + outputs
     purpose = description.get("purpose") if isinstance(description.get("purpose"), str) else None
+    assertions = [_dict(a) for a in _list(criteria.get("env_assertions"))]
     return {"purpose": purpose, "instructions": fields, "actions": expected_actions(task),
+            "env_assertions": [str(a.get("message") or call_text(a.get("func_name", "assert"), a.get("arguments")))
+                               for a in assertions],
             "nl_assertions": [_text(a) for a in _list(criteria.get("nl_assertions"))],
             "communicate_info": communicate,
             "reward_basis": [str(b) for b in _list(criteria.get("reward_basis"))] or None}
