@@ -51,6 +51,7 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentuq_nb.common.limits import MAX_SMALL_JSON_BYTES
+from agentuq_nb.common.naming import short_model_name
 from agentuq_nb.io.atomic import atomic_write_json
 from agentuq_nb.io.errors import InputError, MixedRunError, StaleArtifactError
 from agentuq_nb.io.files import check_regular, kind_of, read_limited_json
@@ -96,6 +97,7 @@ ARTIFACTS: dict[str, str] = {
     "tokens_by_task": "tokens_by_task",
     "notebooks": "notebooks",
     "figures": "figures",
+    "report": "report.html",
     "paper_auroc_table": "paper_auroc_table.csv",
     "action_samples": "action_samples.parquet",
     "action_turns": "action_turns.parquet",
@@ -192,6 +194,12 @@ class Manifest(BaseModel):
     scoring: Optional[dict[str, Any]] = Field(None, description="rescore: the scorer and its report")
     created_at: Optional[str] = None
     artifacts: dict[str, ArtifactRecord] = Field(default_factory=dict)
+
+    def title(self) -> str | None:
+        """The run as tables and figures name it: its agent's model and its domain (``gpt-4.1 · airline``), from
+        the results' own metadata; None when the results name neither."""
+        parts = [short_model_name(self.models["assistant"]) if self.models.get("assistant") else None, self.domain]
+        return " · ".join(p for p in parts if p) or None
 
 
 def _first_problem(err: ValidationError) -> tuple[str, str]:
