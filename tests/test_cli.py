@@ -183,7 +183,8 @@ def test_analyze_writes_the_folder_the_three_commands_write(tmp_path, synthetic_
     run("extract", synthetic_results, "--out", three)
     run("aggregate", three)
     run("evaluate", three, "--n-boot", "50")
-    out = run("analyze", synthetic_results, "--out", one, "--n-boot", "50", "--no-blackbox", "--no-figures")
+    out = run("analyze", synthetic_results, "--out", one, "--n-boot", "50", "--no-blackbox", "--no-figures",
+              "--no-report")
     assert json.loads(out.stdout[out.stdout.index("{"):])["metrics"] == \
         json.loads((one / "eval_metrics.json").read_text())["metrics"]
     files = sorted(p.name for p in three.iterdir() if not p.name.startswith("."))

@@ -359,6 +359,7 @@ def analyze(
                                        help="sentence embeddings of the black-box signals"),
     score: Optional[str] = config_option(AnalyzeConfig, "score", "--score"),
     figures: bool = config_option(AnalyzeConfig, "figures", "--figures/--no-figures"),
+    report: bool = config_option(AnalyzeConfig, "report", "--report/--no-report"),
 ):
     """Results → RUN_DIR in one process: extract, aggregate and evaluate where the run has token log-probs; the
     black-box families and the estimator table of every family it holds (with or without log-probs); its figures."""
@@ -368,13 +369,14 @@ def analyze(
     with _reported(lambda: "interrupted: nothing was run"):
         config = AnalyzeConfig(results=results, sidecar_dir=sidecar_dir, score=score, uncertainty=uncertainty, role=role,
                                scorer=scorer, failure_threshold=failure_threshold, n_boot=n_boot, seed=seed,
-                               blackbox=blackbox, embedder=Embedder(embedder).value, figures=figures)
-    report = run_analyze(out, config, CommandLine())
-    if report.figures:
-        typer.echo(f"figures → {out / 'figures'}: {', '.join(p.stem for p in report.figures)} (PNG and PDF)")
-    if report.page is not None:
-        typer.echo(f"report → {report.page} (one offline page: counts, table, figures, every trajectory)")
-    typer.echo(f"every trajectory, interactively: agentuq-nb explore {out} --out {out / 'explorer.html'}")
+                               blackbox=blackbox, embedder=Embedder(embedder).value, figures=figures, report=report)
+    done = run_analyze(out, config, CommandLine())
+    if done.figures:
+        typer.echo(f"figures → {out / 'figures'}: {', '.join(p.stem for p in done.figures)} (PNG and PDF)")
+    if done.page is not None:
+        typer.echo(f"report → {done.page} (one offline page: counts, table, figures, every trajectory)")
+    if done.figures or done.page is not None:
+        typer.echo(f"every trajectory, interactively: agentuq-nb explore {out} --out {out / 'explorer.html'}")
 
 
 class CommandLine(Reporter):

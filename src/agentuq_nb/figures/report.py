@@ -64,8 +64,9 @@ def trajectory_key(domain, task_id, trial, seed) -> str:
 
 
 def explorer_href(key: str, explorer: str = EXPLORER_FILE) -> str:
-    """The link that opens ``key``'s trajectory in the explorer page ``explorer`` (relative to the page)."""
-    return f"{quote(explorer)}#trajectory={quote(key, safe='')}"
+    """The link that opens ``key``'s trajectory in the explorer page ``explorer`` (relative to the page); a key
+    whose task id holds something shaped like a secret is masked here too, as the page's text is."""
+    return f"{quote(explorer)}#trajectory={quote(redact(key), safe='')}"
 
 
 def png(path: str | os.PathLike, alt: str, wide: bool = False) -> str:
@@ -244,9 +245,9 @@ code{background:#f3f3f3;padding:1px 4px;border-radius:3px}a{color:#0064a8}
 """
 #: sorts a table by the clicked column (numbers by value, "—" last); the only script of a page
 SORT_SCRIPT = """
-document.querySelectorAll("table.sortable th").forEach(function (th, col) {
+document.querySelectorAll("table.sortable th").forEach(function (th) {
   th.addEventListener("click", function () {
-    var table = th.closest("table"), body = table.tBodies[0];
+    var table = th.closest("table"), body = table.tBodies[0], col = th.cellIndex;
     var down = th.getAttribute("aria-sort") !== "descending";
     table.querySelectorAll("th").forEach(function (h) { h.removeAttribute("aria-sort"); });
     th.setAttribute("aria-sort", down ? "descending" : "ascending");
