@@ -628,8 +628,9 @@ def calibrate(
     for title, entries in sections:
         typer.echo(title)
         for name, entry in entries.items():
+            label = f"{name} [in-sample]" if entry.get("protocol") == "in-sample" else name
             for m, rep in entry["methods"].items():
-                typer.echo(f"  {name:40s} {m:9s} n={rep['n']:<4d} ECE={_num(rep['ece'])} "
+                typer.echo(f"  {label:40s} {m:9s} n={rep['n']:<4d} ECE={_num(rep['ece'])} "
                            f"ECE_debiased={_num(rep['ece_debiased'])} Brier={_num(rep['brier'])} "
                            f"log_loss={_num(rep['log_loss'])}")
             if entry.get("undefined"):

@@ -10,13 +10,12 @@ plugins, a detector's ``predictions.csv``) is text, never markup: every such val
 masking (:func:`agentuq_nb.common.redaction.redact`, as executed notebooks do) and is then HTML-escaped
 (:func:`text`).
 
-Hooks the other pages wire (each in one place here):
-
-* the explorer: a trajectory's link is ``explorer.html#trajectory=<key>`` (:func:`explorer_href`), the key being
-  the explorer's ``domain|task_id|trial|seed`` (:func:`trajectory_key`; an empty seed for runs without one), the file
-  the one ``agentuq-nb explore RUN_DIR --out RUN_DIR/explorer.html`` writes (:data:`EXPLORER_FILE`);
-* a detector's ``predictions.csv`` in the run folder (:data:`PREDICTIONS_FILE`): shown as it is
-  (:func:`predictions_section`, its first :data:`MAX_PREDICTION_ROWS` rows).
+Hooks the other pages wire: a trajectory's link into the explorer is ``<explorer page>#trajectory=<key>``
+(:func:`explorer_href`), the key being the explorer's ``domain|task_id|trial|seed`` (:func:`trajectory_key`; an
+empty seed for runs without one), the page the one ``agentuq-nb explore RUN_DIR --out RUN_DIR/explorer.html``
+writes (the run folder's ``explorer`` artefact); a detector's ``predictions.csv`` in the run folder (its
+``predictions`` artefact) is shown as it is (:func:`predictions_section`, its first :data:`MAX_PREDICTION_ROWS`
+rows). The step that writes a page passes their paths (the run folder's layout is ``RunDir``'s).
 
 The tables are made by :func:`estimator_view` and :func:`leaderboard_view`, which the command line prints too, so
 the console and the page say the same.
@@ -36,11 +35,7 @@ import pandas as pd
 
 from agentuq_nb.common.redaction import redact
 
-#: the explorer page of a run, as the README makes it (``agentuq-nb explore RUN --out RUN/explorer.html``)
-EXPLORER_FILE = "explorer.html"
-#: a detector's per-trajectory failure probabilities, when one was applied to the run (shown as they are)
-PREDICTIONS_FILE = "predictions.csv"
-#: rows of ``predictions.csv`` a page shows (the file holds them all)
+#: rows of a detector's ``predictions.csv`` a page shows (the file holds them all)
 MAX_PREDICTION_ROWS = 2000
 #: how a row tuned on the labels it is evaluated on is marked in every table
 IN_SAMPLE_MARK = "in-sample ✱"
@@ -63,7 +58,7 @@ def trajectory_key(domain, task_id, trial, seed) -> str:
     return "|".join(plain(v) for v in (domain, task_id, trial, seed))
 
 
-def explorer_href(key: str, explorer: str = EXPLORER_FILE) -> str:
+def explorer_href(key: str, explorer: str) -> str:
     """The link that opens ``key``'s trajectory in the explorer page ``explorer`` (relative to the page); a key
     whose task id holds something shaped like a secret is masked here too, as the page's text is."""
     return f"{quote(explorer)}#trajectory={quote(redact(key), safe='')}"
@@ -303,35 +298,36 @@ def counts_html(items: Sequence[tuple[str, object]]) -> str:
         f'<div class="count"><b>{text(v)}</b>{text(k)}</div>' for k, v in items) + "</div>"
 
 
-def predictions_section(run_dir: str | os.PathLike) -> str | None:
-    """A detector's ``predictions.csv`` in the run folder as a table (its first :data:`MAX_PREDICTION_ROWS` rows,
-    every value escaped), or None when the run has none. A file that is not a readable CSV is said, not raised."""
+def predictions_section(path: str | os.PathLike) -> str | None:
+    """A detector's ``predictions.csv`` at ``path`` as a table (its first :data:`MAX_PREDICTION_ROWS` rows, every
+    value escaped), or None when there is none. A file that is not a readable CSV is said, not raised."""
     from agentuq_nb.io.errors import InputError
     from agentuq_nb.io.files import check_regular
 
-    path = Path(run_dir) / PREDICTIONS_FILE
+    path = Path(path)
     if not os.path.lexists(path):
         return None
     try:
         check_regular(path, "a detector's predictions")
         frame = pd.read_csv(path, nrows=MAX_PREDICTION_ROWS, dtype=str, keep_default_na=False)
     except (InputError, OSError, ValueError, pd.errors.ParserError) as err:
-        return paragraph(f"{PREDICTIONS_FILE} is there but could not be read: {err}", "warn")
+        return paragraph(f"{path.name} is there but could not be read: {err}", "warn")
     more = f" (the first {MAX_PREDICTION_ROWS}; the file holds more)" if len(frame) == MAX_PREDICTION_ROWS else ""
-    return (paragraph(f"{PREDICTIONS_FILE}: a detector's failure probability per trajectory, as the file has it"
-                      f"{more}.") + html_table(frame, scroll=True))
+    return (paragraph(f"{path.name}: a detector's failure probability per trajectory, as the file has it{more}.")
+            + html_table(frame, scroll=True))
 
 
 def run_report(title: str, subtitle: str, counts: Sequence[tuple[str, object]], warning: str | None,
                notes: Sequence[str], table: pd.DataFrame, figures: Sequence[tuple[str, str | os.PathLike]],
-               trajectories: pd.DataFrame, trajectory_note: str, run_dir: str | os.PathLike,
-               explorer_exists: bool, trials: Sequence[str] = ()) -> str:
+               trajectories: pd.DataFrame, trajectory_note: str, explorer: str | os.PathLike,
+               predictions: str | os.PathLike | None = None, trials: Sequence[str] = ()) -> str:
     """The page of one run (see the module docstring). ``counts``: the outcome counts; ``warning``: what limits the
     whole page, said once at its top (an undefined AUROC); ``notes``: what holds for the whole run; ``table``: the
     estimator table;
     ``figures``: ``(caption, PNG path)``; ``trajectories``: one row per trajectory with ``domain, task_id, trial,
     seed`` and ``outcome`` then the columns to show (failure probabilities, signals), in the order to show;
-    ``trials``: the multi-trial lines, if tasks repeat."""
+    ``explorer``: the run's explorer page (linked beside the report, made or not); ``predictions``: a detector's
+    predictions.csv (shown where it exists); ``trials``: the multi-trial lines, if tasks repeat."""
     sections = [("", counts_html(counts) + (paragraph(warning, "warn") if warning else "")
                  + "".join(paragraph(n) for n in notes))]
     if trials:
@@ -345,34 +341,33 @@ def run_report(title: str, subtitle: str, counts: Sequence[tuple[str, object]], 
                                      "estimator_table.csv beside this page.")))
     for caption, path in figures:
         sections.append((caption, png(path, caption)))
+    explorer = Path(explorer)
     keys = trajectories[["domain", "task_id", "trial", "seed"]].itertuples(index=False, name=None)
-    links = [explorer_href(trajectory_key(*k)) for k in keys]
-    explore = (f"Each row opens the trajectory in {EXPLORER_FILE} beside this page"
-               + ("." if explorer_exists else f" once it is made: agentuq-nb explore {run_dir} --out "
-                  f"{Path(run_dir) / EXPLORER_FILE}."))
+    links = [explorer_href(trajectory_key(*k), explorer.name) for k in keys]
+    explore = (f"Each row opens the trajectory in {explorer.name} beside this page"
+               + ("." if explorer.is_file() else f" once it is made: agentuq-nb explore {explorer.parent} --out "
+                  f"{explorer}."))
     shown = trajectories.drop(columns=["domain", "seed"])
     classes = ["failed" if o == "failed" else "succeeded" if o == "succeeded" else "" for o in shown["outcome"]]
     shown = shown.assign(**{c: shown[c].map(_whole if _integral(shown[c]) else number) for c in shown.columns
                             if c not in ("task_id", "trial", "outcome") and pd.api.types.is_numeric_dtype(shown[c])})
     sections.append(("Trajectories", paragraph(trajectory_note) + paragraph(explore)
                      + html_table(shown, classes, links, scroll=True)))
-    predictions = predictions_section(run_dir)
-    if predictions is not None:
-        sections.append(("Detector predictions", predictions))
+    shown_predictions = predictions_section(predictions) if predictions is not None else None
+    if shown_predictions is not None:
+        sections.append(("Detector predictions", shown_predictions))
     return page(title, subtitle, sections)
 
 
 def runs_report(title: str, subtitle: str, runs: pd.DataFrame, notes: Sequence[str], leaderboard: pd.DataFrame,
                 q: float, figures: Sequence[tuple[str, str | os.PathLike]], out: str | os.PathLike) -> str:
     """The page of a comparison of runs: the runs (model and domain, n, failures, links to each run's report and
-    explorer, relative to ``out``), the notes, the figure, the leaderboard (:func:`leaderboard_view`)."""
+    explorer - ``runs``' ``report`` and ``explorer`` paths - relative to ``out``), the notes, the figure, the
+    leaderboard (:func:`leaderboard_view`)."""
     rows = []
     for r in runs.itertuples(index=False):
-        folder = Path(r.path)
-        rel = os.path.relpath(folder, Path(out).resolve())
-        links = [f'<a href="{text(quote(rel + "/report.html"))}">report</a>' if (folder / "report.html").is_file()
-                 else "", f'<a href="{text(quote(rel + "/" + EXPLORER_FILE))}">explorer</a>'
-                 if (folder / EXPLORER_FILE).is_file() else ""]
+        links = [f'<a href="{text(quote(os.path.relpath(page, Path(out).resolve())))}">{kind}</a>'
+                 for kind, page in (("report", Path(r.report)), ("explorer", Path(r.explorer))) if page.is_file()]
         rows.append(f"<tr><td>{text(getattr(r, 'title', r.run))}</td><td>{text(r.run)}</td><td>{int(r.n_trajectories)}"
                     f"</td><td>{int(r.n_failures)}</td><td>{int(r.n_tasks)}</td><td>{' '.join(x for x in links if x)}"
                     "</td></tr>")

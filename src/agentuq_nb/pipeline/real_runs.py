@@ -123,7 +123,7 @@ def example_trajectory(run: str | os.PathLike, rank: int = 0, failure_threshold:
 #: the committed copy of the study's findings, which the README's and the guide's headline numbers are checked against
 COMMITTED_FINDINGS = "docs/findings/real_runs.json"
 #: the file the notebook writes beside its figures (copy it to :data:`COMMITTED_FINDINGS` with the README's numbers)
-FINDINGS_FILE = "findings.json"
+FINDINGS_NAME = "findings.json"
 
 
 def describe_runs(summary: pd.DataFrame) -> str:
@@ -245,7 +245,7 @@ def write_findings(record: dict, folder: str | os.PathLike) -> Path:
     """``folder/findings.json``: the study's record (:func:`findings_record`), beside its figures."""
     from agentuq_nb.io.atomic import atomic_write_json
 
-    path = Path(folder) / FINDINGS_FILE
+    path = Path(folder) / FINDINGS_NAME
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(path, record)
     return path

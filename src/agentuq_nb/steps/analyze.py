@@ -264,7 +264,7 @@ def write_report(run_dir: str | os.PathLike | RunDir, failure_threshold: float =
     published as one commit; returns its path."""
     import numpy as np
 
-    from agentuq_nb.figures.report import EXPLORER_FILE, run_report, undefined_reason
+    from agentuq_nb.figures.report import run_report, undefined_reason
     from agentuq_nb.records.outcomes import failure_labels
     from agentuq_nb.steps.compare_estimators import read_estimator_table
 
@@ -288,8 +288,8 @@ def write_report(run_dir: str | os.PathLike | RunDir, failure_threshold: float =
     subtitle = " · ".join(x for x in [f"results: {manifest.results}" if manifest.results else None, models or None,
                                       f"run folder: {run.path}"] if x)
     page = run_report(manifest.title() or run.path.name, subtitle, counts, warning, notes,
-                      table if table is not None else _empty_table(), shown, rows, note, run.path,
-                      (run.path / EXPLORER_FILE).is_file(), trials_lines(trials, run.path) if trials else ())
+                      table if table is not None else _empty_table(), shown, rows, note, run.file("explorer"),
+                      run.file("predictions"), trials_lines(trials, run.path) if trials else ())
     based_on = run.based_on(*[name for name in ("estimator_table", "trajectories", "combined_scores") if run.has(name)])
     with run.commit(STEP.name) as commit:
         commit.write_with("report", lambda p: p.write_text(page, encoding="utf-8"), based_on)

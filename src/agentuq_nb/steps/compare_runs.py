@@ -316,7 +316,9 @@ def write_report(result: RunLeaderboard, out: Path, figures: Sequence[Path]) -> 
     subtitle = (f"failure = reward < {result.failure_threshold:g}; {result.inputs['n_boot']} bootstrap resamples of "
                 f"tasks within runs (seed {result.inputs['seed']}); Benjamini-Hochberg at q = {result.q:g}; "
                 f"made by agentuq-nb {STEP.name}")
-    page = runs_report(title, subtitle, result.runs, result.notes, result.leaderboard, result.q,
+    pages = result.runs.assign(report=[RunDir(p).file("report") for p in result.runs["path"]],
+                               explorer=[RunDir(p).file("explorer") for p in result.runs["path"]])
+    page = runs_report(title, subtitle, pages, result.notes, result.leaderboard, result.q,
                        [("Every estimator on every run", p) for p in figures], out)
     path = out / OUTPUTS["report"]
     atomic_write_with(path, lambda p: p.write_text(page, encoding="utf-8"))

@@ -98,6 +98,10 @@ ARTIFACTS: dict[str, str] = {
     "notebooks": "notebooks",
     "figures": "figures",
     "report": "report.html",
+    # pages and tables other commands leave in a run folder, which the report links and shows: the explorer page as
+    # the README makes it (``explore RUN_DIR --out RUN_DIR/explorer.html``) and a detector's predictions
+    "explorer": "explorer.html",
+    "predictions": "predictions.csv",
     "paper_auroc_table": "paper_auroc_table.csv",
     "action_samples": "action_samples.parquet",
     "action_turns": "action_turns.parquet",
