@@ -58,7 +58,6 @@ class AnalyzeReport:
     estimator_table: Any = None
     figures: list[Path] = field(default_factory=list)
     trials: dict | None = None  # the multi-trial readout, where tasks repeat
-    undefined: str | None = None  # why no AUROC is defined (one outcome, or no label), said once
     page: Path | None = None  # report.html
 
 
@@ -99,10 +98,6 @@ def run(run_dir: str | os.PathLike | RunDir, config: AnalyzeConfig, reporter: Re
         reporter.show("compare-estimators", report.estimator_table)
     from agentuq_nb.evaluation.multi_trial import tasks_repeat  # scipy: not resident during extract's peak
 
-    if report.estimator_table is not None:
-        from agentuq_nb.figures.report import undefined_reason
-
-        report.undefined = undefined_reason(report.estimator_table.table)
     rows = RunDir.of(out).rewards()
     if tasks_repeat(rows):
         from agentuq_nb.evaluation.multi_trial import multi_trial_report
@@ -236,7 +231,7 @@ def trajectory_rows(run: RunDir, table, failure_threshold: float = DEFAULT_FAILU
 
     combined = table[(table["family"] == "combined") & table["brier"].notna()].sort_values("brier", kind="stable")
     best = [str(e) for e in combined["estimator"].head(2)]
-    signals = [e for e in LISTED_SIGNALS if e in set(table["estimator"]) or get(e).is_available(run)]
+    signals = [e for e in LISTED_SIGNALS if get(e).is_available(run)]
     frame, _ = score_table(run, [*best, *signals])
     reward = frame["reward"].to_numpy(dtype=float)
     labelled = np.isfinite(reward)
@@ -260,8 +255,9 @@ def trajectory_rows(run: RunDir, table, failure_threshold: float = DEFAULT_FAILU
 
 def write_report(run_dir: str | os.PathLike | RunDir, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD,
                  trials: dict | None = None, figures: list[Path] | None = None) -> Path:
-    """``RUN_DIR/report.html`` (:func:`agentuq_nb.figures.report.run_report`) from the run's tables and figures,
-    published as one commit; returns its path."""
+    """``RUN_DIR/report.html`` (:func:`agentuq_nb.figures.report.run_report`) from the run's tables and figures (the
+    PNGs given, else those ``analysis_figures`` left in ``RUN_DIR/figures``), published as one commit; returns its
+    path."""
     import numpy as np
 
     from agentuq_nb.figures.report import run_report, undefined_reason
@@ -282,7 +278,9 @@ def write_report(run_dir: str | os.PathLike | RunDir, failure_threshold: float =
              "tasks (with all their trials)"]
     captions = {"estimator_forest": "The estimator forest", "reliability": "Calibration",
                 "roc": "ROC of the evaluated estimator", "accuracy_rejection": "Accuracy-rejection curve"}
-    shown = [(captions.get(Path(p).stem, Path(p).stem), p) for p in (figures or []) if Path(p).is_file()]
+    if figures is None:
+        figures = [run.file("figures") / f"{name}.png" for name in captions]
+    shown = [(captions.get(Path(p).stem, Path(p).stem), p) for p in figures if Path(p).is_file()]
     rows, note = trajectory_rows(run, table if table is not None else _empty_table(), failure_threshold)
     models = ", ".join(f"{role}: {model}" for role, model in manifest.models.items())
     subtitle = " · ".join(x for x in [f"results: {manifest.results}" if manifest.results else None, models or None,
