@@ -482,7 +482,7 @@ def test_the_figure_has_a_row_per_estimator_a_column_per_run_and_the_marks(two_r
     assert sum("[length baseline]" in label for label in labels) == 3
     heads = [t.get_text() for t in ax.get_xticklabels()]
     # the model and the domain from the results' metadata; the run's name beside them where two runs share them
-    assert heads[0].startswith("synthetic-llm · synthetic (alpha)\nn = 24 / ") and heads[-1].startswith("pooled (2 runs)")
+    assert heads[0].startswith("synthetic-llm · synthetic\n(alpha)\nn = 24 / ") and heads[-1].startswith("pooled (2 runs)")
     texts = [t.get_text() for t in ax.texts]
     assert "◆ reference" in texts and any(t.startswith("▲ q=") for t in texts)
     # every cell names the (failure, success) pairs of like length it rests on; the message count's is "self"

@@ -155,7 +155,7 @@ def test_the_estimator_view_names_every_column_it_shows():
 
     table = pd.DataFrame({
         "estimator": ["tracer.optimistic", "structure.tool_errors", "num_messages"],
-        "family": ["tracer", "structure", "baseline"], "tuning": ["in-sample", "none", "none"],
+        "family": ["tracer", "structure", "baseline"], "protocol": ["in-sample", None, None],
         "in_sample": [True, False, False], "n": [20, 20, 20], "n_failures": [10, 10, 10],
         "auroc": [0.8, 0.7, 0.65], "auroc_lo": [0.6, 0.5, 0.4], "auroc_hi": [0.95, 0.9, 0.85],
         "auroc_stratified": [0.75, 0.72, float("nan")], "length_baseline": ["num_messages"] * 3,
@@ -165,10 +165,10 @@ def test_the_estimator_view_names_every_column_it_shows():
         "reference": [None] * 3, "p_value_vs_reference": [float("nan")] * 3,
         "undefined": [None, None, "auroc_stratified, auroc_residual: the length control holds num_messages fixed"]})
     view = estimator_view(table)
-    assert list(view.columns) == ["estimator", "family", "tuning", "n", "failures", "AUROC [95% CI]",
+    assert list(view.columns) == ["estimator", "family", "protocol", "n", "failures", "AUROC [95% CI]",
                                   "length-controlled", "vs num_messages [95% CI]", "beats length", "ECE", "Brier"]
     assert view["beats length"].tolist() == ["no", "no", "—"]  # in-sample: no, whatever its interval says
-    assert view.at[0, "tuning"] == "in-sample ✱" and view.at[0, "vs num_messages [95% CI]"] == "+0.150 [+0.010, +0.300]"
+    assert view.at[0, "protocol"] == "in-sample ✱" and view.at[0, "vs num_messages [95% CI]"] == "+0.150 [+0.010, +0.300]"
     notes = " ".join(estimator_notes(table))
     assert "sorted by auroc_stratified" in notes and "tracer.optimistic" in notes and "strata hold it fixed" in notes
     assert "p vs" not in " ".join(view.columns)  # no token reference: no such column

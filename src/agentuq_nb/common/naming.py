@@ -58,11 +58,17 @@ def plain_name(value: str, what: str) -> str:
     return value
 
 
+#: the date a provider appends to a model snapshot's name (``gpt-4.1-2025-04-14``)
+SNAPSHOT_DATE = re.compile(r"-20\d\d-\d\d-\d\d$")
+
+
 def short_model_name(model: str) -> str:
     """A model as tables and figures name it: without a litellm provider prefix (``ollama_chat/qwen2.5:7b`` →
-    ``qwen2.5:7b``) and an OpenAI fine-tune as ``ft:`` and its base model (``ft:gpt-4.1-2025-04-14:org:name:id`` →
-    ``ft:gpt-4.1-2025-04-14``); the whole name stays in the run's manifest."""
+    ``qwen2.5:7b``), an OpenAI fine-tune as ``ft:`` and its base model (``ft:gpt-4.1-2025-04-14:org:name:id`` →
+    ``ft:gpt-4.1``), without a snapshot's date; the whole name stays in the run's manifest."""
     name = str(model).strip()
     if name.startswith("ft:"):
-        return ":".join(name.split(":")[:2])
-    return name.rsplit("/", 1)[-1] or name
+        name = ":".join(name.split(":")[:2])
+    else:
+        name = name.rsplit("/", 1)[-1] or name
+    return SNAPSHOT_DATE.sub("", name)

@@ -96,8 +96,9 @@ def run_leaderboard_figure(leaderboard: pd.DataFrame, long: pd.DataFrame, runs: 
                 ax.text(x, i + 0.5, "n/a", ha="center", va="center", fontsize=6, color=PALETTE["neutral"])
                 continue
             few = np.isfinite(v) and np.isfinite(p) and p < FEW_PAIRS
-            if few:
-                ax.add_patch(Rectangle((left, i), 1, 1, fill=False, hatch="////", edgecolor="#9a9a9a", lw=0))
+            if few:  # washed out (its colour still there, faint) and hatched: the numbers stay legible in grey
+                ax.add_patch(Rectangle((left, i), 1, 1, facecolor="white", alpha=0.6, lw=0))
+                ax.add_patch(Rectangle((left, i), 1, 1, fill=False, hatch="////", edgecolor="#b0b0b0", lw=0))
                 few_drawn = True
             dark = np.isfinite(v) and abs(v - 0.5) > 0.62 * half and not few
             color = "white" if dark else PALETTE["neutral"] if few else "black"
@@ -142,8 +143,8 @@ def run_leaderboard_figure(leaderboard: pd.DataFrame, long: pd.DataFrame, runs: 
             tick.set_fontstyle("italic")
     by_run = runs.set_index("run")
     titles = by_run["title"] if "title" in by_run else pd.Series(names, index=names)
-    heads = [f"{_shorten(str(titles.get(n) or n))}\nn = {by_run.at[n, 'n_trajectories']} / "
-             f"{by_run.at[n, 'n_failures']} failed" for n in names]
+    heads = ["\n".join(_shorten(part) for part in str(titles.get(n) or n).replace(" (", "\n(").split("\n"))
+             + f"\nn = {by_run.at[n, 'n_trajectories']} / {by_run.at[n, 'n_failures']} failed" for n in names]
     total_n, total_f = int(runs["n_trajectories"].sum()), int(runs["n_failures"].sum())
     heads.append(f"pooled ({n_runs} run{'s' if n_runs != 1 else ''})\nn = {total_n} / {total_f} failed")
     ax.xaxis.tick_top()
