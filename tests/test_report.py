@@ -110,7 +110,7 @@ def test_the_report_is_one_offline_page_that_escapes_and_masks_what_the_results_
         links = trajectories.locator("a").evaluate_all("els => els.map(e => e.getAttribute('href'))")
         assert len(links) == 16 and all(link.startswith("explorer.html#trajectory=") for link in links)
         keys = {unquote(link.split("=", 1)[1]) for link in links}
-        assert "synthetic|0|0|1000" in keys  # the explorer's domain|task_id|trial|seed
+        assert "0|synthetic|0|0|1000" in keys  # the explorer's run|domain|task_id|trial|seed, run 0 of its page
         page_.screenshot(path=str(tmp_path / "report.png"), full_page=True)
         browser.close()
     assert errors == [] and all(url.startswith(("file:", "data:")) for url in requests), (errors, requests)

@@ -376,7 +376,8 @@ def analyze(
     if done.page is not None:
         typer.echo(f"report → {done.page} (one offline page: counts, table, figures, every trajectory)")
     if done.figures or done.page is not None:
-        typer.echo(f"every trajectory, interactively: agentuq-nb explore {out} --out {out / 'explorer.html'}")
+        typer.echo(f"every trajectory, interactively: agentuq-nb explore {out} (→ {out / 'explorer.html'}, which "
+                   "report.html links)")
 
 
 class CommandLine(Reporter):
