@@ -51,6 +51,7 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentuq_nb.common.limits import MAX_SMALL_JSON_BYTES
+from agentuq_nb.common.naming import short_model_name
 from agentuq_nb.io.atomic import atomic_write_json
 from agentuq_nb.io.errors import InputError, MixedRunError, StaleArtifactError
 from agentuq_nb.io.files import check_regular, kind_of, read_limited_json
@@ -99,6 +100,11 @@ ARTIFACTS: dict[str, str] = {
     "tokens_by_task": "tokens_by_task",
     "notebooks": "notebooks",
     "figures": "figures",
+    "report": "report.html",
+    # pages and tables other commands leave in a run folder, which the report links and shows: the explorer page as
+    # the README makes it (``explore RUN_DIR --out RUN_DIR/explorer.html``) and a detector's predictions
+    "explorer": "explorer.html",
+    "predictions": "predictions.csv",
     "paper_auroc_table": "paper_auroc_table.csv",
     "action_samples": "action_samples.parquet",
     "action_turns": "action_turns.parquet",
@@ -161,11 +167,17 @@ def is_run_folder(folder: Path) -> bool:
     return any(os.path.lexists(folder / sign) for sign in RUN_FOLDER_SIGNS)
 
 
+#: entries of a run folder that a command writes where its user says (the explorer's page, a detector's
+#: predictions) or draws again from the tables (``figures/``): the output rule of ``io.outputs`` governs them (replaced
+#: when the command made them), not the run's commits
+USER_PLACED = frozenset(ARTIFACTS[name] for name in ("figures", "explorer", "predictions") if name in ARTIFACTS)
+
+
 def run_folder_entry(path: Path) -> tuple[Path, str] | None:
     """(the run folder, the path inside it) when ``path`` is one of a run folder's own entries: its manifest, an
     artefact (a file, or anything under one of its folders - ``sidecars/``, ``checkpoints/``, ``notebooks/`` …), a
     hidden entry (the lock, staging, a writer's temporary file); None for anything else, e.g. a page written beside
-    the tables, or a figure in ``figures/`` (the run's figures are drawn again from its tables: a file there is
+    the tables, or one of :data:`USER_PLACED` (the explorer's page, a figure in ``figures/``: a file there is
     replaced only as any other file is)."""
     resolved = Path(os.path.abspath(path))
     try:
@@ -176,8 +188,8 @@ def run_folder_entry(path: Path) -> tuple[Path, str] | None:
         if is_run_folder(folder):
             rel = resolved.relative_to(folder)
             first = rel.parts[0]
-            if first != ARTIFACTS["figures"] and (first == MANIFEST or first in ARTIFACTS.values()
-                                                  or artifact_name(first) or first.startswith(".")):
+            if first not in USER_PLACED and (first == MANIFEST or first in ARTIFACTS.values()
+                                             or artifact_name(first) or first.startswith(".")):
                 return folder, str(rel)
             return None  # the nearest run folder decides
     return None
@@ -229,6 +241,12 @@ class Manifest(BaseModel):
     scoring: Optional[dict[str, Any]] = Field(None, description="rescore: the scorer and its report")
     created_at: Optional[str] = None
     artifacts: dict[str, ArtifactRecord] = Field(default_factory=dict)
+
+    def title(self) -> str | None:
+        """The run as tables and figures name it: its agent's model and its domain (``gpt-4.1 · airline``), from
+        the results' own metadata; None when the results name neither."""
+        parts = [short_model_name(self.models["assistant"]) if self.models.get("assistant") else None, self.domain]
+        return " · ".join(p for p in parts if p) or None
 
 
 def _first_problem(err: ValidationError) -> tuple[str, str]:
