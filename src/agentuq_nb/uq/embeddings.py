@@ -78,7 +78,7 @@ class Embedder:
     every piece it reads. ``cache``: the persistent cache file (None: none; :func:`default_embedder` passes the
     user's)."""
 
-    def __init__(self, batch_size: int = 16, cache_size: int = 100_000, max_tokens: int | None = None,
+    def __init__(self, batch_size: int = 64, cache_size: int = 100_000, max_tokens: int | None = None,
                  cache: str | os.PathLike | None = None, cache_max_mb: float = DEFAULT_MAX_MB):
         self.batch_size = batch_size
         self.cache_size = cache_size
