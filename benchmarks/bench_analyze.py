@@ -10,7 +10,10 @@ a file the reader refuses is said and skipped), each in a fresh process, one aft
   threshold, or a detector reading the run again costs).
 
 For each: wall seconds, CPU seconds (user + system) and, from the run's ``blackbox.json``, the black-box signals'
-seconds (structure + TRACER, the model's load included when it is loaded) and the texts the model computed.
+seconds (structure + TRACER, the model's load included when it is loaded) and the texts the model computed. Then the
+estimator tables are compared: the largest difference of any estimator's AUROC (and of its length-stratified AUROC)
+between ``before`` and ``cold`` and between ``cold`` and ``warm`` — what the cache and the batching change in the
+results.
 
 Beside them, the **floor** of the chosen model on the same input: the distinct texts the black-box step embeds,
 embedded by the bare model as sentence-transformers runs it (``SentenceTransformer.encode``, its default batch of 32,
@@ -58,6 +61,17 @@ def analyze(results: Path, out: Path, cache: Path, src: Path) -> dict:
         row.update(signals=r["seconds"], embed=r["embed_seconds"], texts=r["texts_embedded"],
                    computed=r.get("texts_computed", r["texts_embedded"]))
     return row
+
+
+def auroc_differences(a: Path, b: Path) -> tuple[int, float, float]:
+    """(estimators in both tables, largest |Δ AUROC|, largest |Δ length-stratified AUROC|) of two runs' tables."""
+    import pandas as pd
+
+    cols = ["estimator", "auroc", "auroc_stratified"]
+    both = pd.read_csv(a / "estimator_table.csv")[cols].merge(pd.read_csv(b / "estimator_table.csv")[cols],
+                                                              on="estimator", suffixes=("_a", "_b"))
+    worst = [float((both[f"{c}_a"] - both[f"{c}_b"]).abs().max()) for c in ("auroc", "auroc_stratified")]
+    return len(both), worst[0], worst[1]
 
 
 def embedded_texts(results: Path) -> list[str]:
@@ -142,6 +156,11 @@ def main() -> None:
                               f"({r.get('computed', 0):>4})" for r in rows.values())
             print(f"{path.name:<44} {n_traj:>4} {len(texts):>5} {pieces:>7} {bare:>6.0f} {ours:>6.0f}  {cells}  "
                   f"{load:.1f}", flush=True)
+            pairs = ([("before", "cold")] if args.before else []) + [("cold", "warm")]
+            for a, b in pairs:
+                n, d_auroc, d_strat = auroc_differences(Path(tmp) / f"{path.stem}-{a}", Path(tmp) / f"{path.stem}-{b}")
+                print(f"{'':<44} estimator table {a} vs {b}: {n} estimators, largest |Δ AUROC| {d_auroc:.2g}, "
+                      f"|Δ stratified AUROC| {d_strat:.2g}")
             if args.before:
                 print(f"{'':<44} analyze before / cold: {rows['before']['wall'] / rows['cold']['wall']:.2f}x, "
                       f"before / warm: {rows['before']['wall'] / rows['warm']['wall']:.2f}x; signals before / cold: "

@@ -36,9 +36,9 @@ CACHE_ENV = "AGENTUQ_NB_EMBED_CACHE"
 CACHE_NAME = "embeddings.sqlite"
 OFF = ("off", "none", "0", "false", "no")
 DEFAULT_MAX_MB = 512
-#: bytes one entry takes in the file beside its vector (key, hashes, model name, the index on ``used``);
-#: measured by ``benchmarks/bench_embeddings.py`` (about 1.7 KiB per 384-float entry in all)
-ENTRY_OVERHEAD_BYTES = 256
+#: bytes one entry takes in the file beside its vector (key, hashes, the index on ``used``, free space in SQLite's
+#: pages): 384-float entries take ~2.1 KiB each, measured on the caches of the shared real runs
+ENTRY_OVERHEAD_BYTES = 600
 #: how far from 1 a cached vector's norm may be (float32 normalisation leaves ~1e-7)
 NORM_TOLERANCE = 1e-3
 SCHEMA_VERSION = "1"
@@ -105,6 +105,7 @@ class EmbeddingCache:
                  max_mb: float = DEFAULT_MAX_MB):
         self.path = Path(path)
         self.model, self.max_tokens, self.dim = model, int(max_tokens), int(dim)
+        self.model_hash = hashlib.blake2b(model.encode("utf-8"), digest_size=8).hexdigest()  # what a row records
         self.max_entries = max(1, int(max_mb * 2**20 // (4 * self.dim + ENTRY_OVERHEAD_BYTES)))
         self.hits = self.refused = self.stored = 0
         self.disabled: str | None = None
@@ -178,6 +179,7 @@ class EmbeddingCache:
             return {}
         wanted = dict(zip(self.keys(texts), texts))
         found: dict[str, np.ndarray] = {}
+        refused = self.refused
         try:
             keys = list(wanted)
             for i in range(0, len(keys), CHUNK):
@@ -187,7 +189,7 @@ class EmbeddingCache:
                 for key, model, max_tokens, digest, dim, blob in rows:
                     text = wanted.get(key)
                     vector = valid_vector(blob, self.dim) if dim == self.dim else None
-                    if (text is None or model != self.model or max_tokens != self.max_tokens
+                    if (text is None or model != self.model_hash or max_tokens != self.max_tokens
                             or digest != text_digest(text) or vector is None):
                         self.refused += 1
                         continue
@@ -197,6 +199,10 @@ class EmbeddingCache:
         except sqlite3.Error as err:
             self._refuse(f"cannot be read ({err})")
             return {}
+        if self.refused > refused:
+            warnings.warn(f"embedding cache {self.path}: {self.refused - refused} entries refused (another model or "
+                          "length, a hash that is not their text's, or vectors of the wrong size, not finite or not of "
+                          "unit norm): computed again and replaced", EmbeddingCacheWarning, stacklevel=3)
         self.hits += len(found)
         return found
 
@@ -221,7 +227,7 @@ class EmbeddingCache:
             raise ValueError(f"{vectors.shape[0]}×{vectors.shape[1:]} vectors for {len(texts)} texts of dimension "
                              f"{self.dim}")
         now = time.time()
-        rows = [(key, self.model, self.max_tokens, text_digest(t), self.dim, v.tobytes(), now)
+        rows = [(key, self.model_hash, self.max_tokens, text_digest(t), self.dim, v.tobytes(), now)
                 for key, t, v in zip(self.keys(texts), texts, vectors)]
         try:
             db.execute("BEGIN IMMEDIATE")

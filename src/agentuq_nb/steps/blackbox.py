@@ -164,15 +164,17 @@ class TimedEmbedder:
         self.computed = 0  # texts the model computed (the rest came from a cache)
 
     def __call__(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, 1))
         start = time.perf_counter()
         if isinstance(self.embedder, Embedder):
             before = self.embedder.misses
-            vectors = self.embedder.embed(list(texts), progress=self.progress) if texts else None
+            vectors = self.embedder.embed(list(texts), progress=self.progress)
             self.computed += self.embedder.misses - before
         else:
-            vectors = self.embedder.embed(list(texts)) if texts else None
+            vectors = self.embedder.embed(list(texts))
             self.computed += len(texts)
-        vectors = unit_rows(np.asarray(vectors, dtype=float)) if texts else np.zeros((0, 1))
+        vectors = unit_rows(np.asarray(vectors, dtype=float))
         self.seconds += time.perf_counter() - start
         self.texts += len(texts)
         return vectors
