@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
+import threading
 import time
 import warnings
 from collections.abc import Sequence
@@ -110,6 +111,7 @@ class EmbeddingCache:
         self.hits = self.refused = self.stored = 0
         self.disabled: str | None = None
         self._db: sqlite3.Connection | None = None
+        self._lock = threading.RLock()  # one connection, used by one thread at a time
 
     # ------------------------------------------------------------------ opening
     def _refuse(self, why: str) -> None:
@@ -174,6 +176,10 @@ class EmbeddingCache:
 
     def lookup(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
         """The valid cached vectors of ``texts`` (text → unit float32 vector); refused entries are left out."""
+        with self._lock:
+            return self._lookup(texts)
+
+    def _lookup(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
         db = self._connect()
         if db is None or not texts:
             return {}
@@ -219,6 +225,10 @@ class EmbeddingCache:
 
     def store(self, texts: Sequence[str], vectors: np.ndarray) -> None:
         """Add (or replace) the vectors of ``texts``; then evict the least recently used past the bound."""
+        with self._lock:
+            self._store(texts, vectors)
+
+    def _store(self, texts: Sequence[str], vectors: np.ndarray) -> None:
         db = self._connect()
         if db is None or not len(texts):
             return
@@ -247,10 +257,12 @@ class EmbeddingCache:
         self.stored += len(rows)
 
     def entries(self) -> int:
-        db = self._connect()
-        return 0 if db is None else int(db.execute("SELECT count(*) FROM embeddings").fetchone()[0])
+        with self._lock:
+            db = self._connect()
+            return 0 if db is None else int(db.execute("SELECT count(*) FROM embeddings").fetchone()[0])
 
     def close(self) -> None:
-        if self._db is not None:
-            self._db.close()
-            self._db = None
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
