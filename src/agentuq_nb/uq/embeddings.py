@@ -142,6 +142,16 @@ class Embedder:
         return out
 
 
+#: decimals a cosine of two float32 unit vectors is kept to: it is known to ~1e-7 (float32 rounding, which moves with
+#: the batch a text was embedded in), so ties among signals (an exact repeat scores 1 ± 1e-7) stay ties
+COSINE_DECIMALS = 6
+
+
+def stable_cosine(cos):
+    """Cosine similarities rounded to :data:`COSINE_DECIMALS`: what float rounding does not change."""
+    return np.round(cos, COSINE_DECIMALS)
+
+
 def cosine_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """1 − cos for unit vectors, row-wise (broadcasting)."""
     return 1.0 - np.sum(a * b, axis=-1)
