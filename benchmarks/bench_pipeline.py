@@ -18,6 +18,10 @@ peak memory (max RSS) and imports are its own:
 * our compiled sidecar scanner alone (``io.ingest.sidecar_scan``, one thread, the files in extract's 32 MiB batches,
   every column built as Arrow), and ``extract`` with the scanner switched off (DuckDB parses every batch, as
   before the scanner): what the scanner changes, in the same run
+* ``--one-core``: ours end to end and AgentUQ's two scripts again, each pinned to one core (``taskset -c 0``; OMP, which
+  Arrow reads too, MKL, OpenBLAS and numexpr told 1 thread; DuckDB's threads share the one core), so that the
+  ratio does not rest on a second core;
+  ``--ratio-only`` leaves out the extract, scanner and DuckDB rows (the comparison with AgentUQ alone)
 * ``--plain``: our own straw man (``plain_pipeline.py``: per-row Python, json.loads per line); not
   AgentUQ's code
 
@@ -35,6 +39,7 @@ Usage::
 
     python benchmarks/bench_pipeline.py --agentuq /path/to/agentuq-scripts          # 1e6, 1e7 rows
     python benchmarks/bench_pipeline.py --sizes 100000 --workdir /tmp/bench --plain
+    python benchmarks/bench_pipeline.py --agentuq DIR --sizes 10000000 --one-core --ratio-only
 """
 from __future__ import annotations
 
@@ -140,11 +145,19 @@ def warm_page_cache(folder: Path) -> None:
                     pass
 
 
-def run_measured(code: str, *args: str) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MiB) of ``python -c code args`` in a fresh process."""
+#: a process pinned to the first core with every thread pool at one thread (``--one-core``)
+ONE_CORE_ENV = {name: "1" for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                       "NUMEXPR_NUM_THREADS")}
+
+
+def run_measured(code: str, *args: str, one_core: bool = False) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MiB) of ``python -c code args`` in a fresh process (``one_core``: pinned to CPU 0
+    with one thread per pool)."""
+    command = [sys.executable, "-c", code + REPORT_PEAK, *args]
+    env = {**os.environ, **ONE_CORE_ENV} if one_core else None
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", code + REPORT_PEAK, *args], stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True)
+    done = subprocess.run((["taskset", "-c", "0"] if one_core else []) + command, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True, env=env)
     elapsed = time.perf_counter() - start
     if done.returncode != 0:
         raise RuntimeError(f"benchmark step failed ({args}):\n{done.stderr[-3000:]}")
@@ -190,15 +203,15 @@ def split_per_message(src: Path, dst: Path) -> None:
     (dst / "results.json").write_text(json.dumps(results))
 
 
-def run_agentuq(agentuq: Path, src: Path, out: Path) -> tuple[float, float, float, float]:
+def run_agentuq(agentuq: Path, src: Path, out: Path, one_core: bool = False) -> tuple[float, float, float, float]:
     """Seconds and peak MiB of AgentUQ's analysis, then of its evaluation (two processes)."""
     shutil.rmtree(out, ignore_errors=True)
     t_an, m_an = run_measured(RUN_SCRIPT, str(agentuq / AGENTUQ_SCRIPTS[0]), "--input", str(src / "sidecars"),
-                              "--output-dir", str(out / "analysis"))
+                              "--output-dir", str(out / "analysis"), one_core=one_core)
     t_ev, m_ev = run_measured(RUN_SCRIPT, str(agentuq / AGENTUQ_SCRIPTS[1]), "--mode", "csv",
                               "--uq-trajectory-csv", str(out / "analysis" / "uq_trajectory_summary.csv"),
                               "--results", str(src / "agentuq" / "results_agentuq.json"),
-                              "--output-dir", str(out / "eval"), "--failure-threshold", "1.0")
+                              "--output-dir", str(out / "eval"), "--failure-threshold", "1.0", one_core=one_core)
     return t_an, m_an, t_ev, m_ev
 
 
@@ -239,6 +252,33 @@ def agreement(run_dir: Path, agentuq_out: Path) -> tuple[int, float, float]:
     return len(both), worst_value, worst_metric
 
 
+def extract_rows(src: Path, workdir: Path, tag: str, rows: int) -> None:
+    """Print ``extract`` alone (scanner on and off), the scanner alone and DuckDB's parses of the same sidecars."""
+    extract_dir = workdir / f"extract_{tag}"
+    shutil.rmtree(extract_dir, ignore_errors=True)
+    t_ext, m_ext = run_measured(OURS_EXTRACT, str(src / "results.json"), str(extract_dir))
+    check_run(extract_dir, rows, metrics=False)
+    shutil.rmtree(extract_dir, ignore_errors=True)
+    t_ext_duck, m_ext_duck = run_measured(OURS_EXTRACT_DUCKDB, str(src / "results.json"), str(extract_dir))
+    check_run(extract_dir, rows, metrics=False)
+    shutil.rmtree(extract_dir, ignore_errors=True)
+    t_scan, m_scan = run_measured(OURS_SCAN, str(src / "sidecars"))
+    t_duck, m_duck = run_measured(DUCKDB_PARSE, str(src / "sidecars"))
+    t_arrow, m_arrow = run_measured(DUCKDB_TO_ARROW, str(src / "sidecars"))
+    duck_parquet = workdir / f"duckdb_{tag}.parquet"
+    t_copy, m_copy = run_measured(DUCKDB_TO_PARQUET, str(src / "sidecars"), str(duck_parquet))
+    duck_parquet.unlink()
+    print(f"ours extract alone              {t_ext:7.2f} s  {m_ext:6.0f} MiB")
+    print(f"ours extract, scanner off       {t_ext_duck:7.2f} s  {m_ext_duck:6.0f} MiB  (DuckDB parses every batch)")
+    print(f"our sidecar scanner alone       {t_scan:7.2f} s  {m_scan:6.0f} MiB  (one thread, every column as Arrow)")
+    print(f"DuckDB bare parse (count rows)  {t_duck:7.2f} s  {m_duck:6.0f} MiB")
+    print(f"DuckDB parse to Arrow           {t_arrow:7.2f} s  {m_arrow:6.0f} MiB  (every column extract reads)")
+    print(f"DuckDB sidecars to Parquet      {t_copy:7.2f} s  {m_copy:6.0f} MiB  (COPY, its defaults; no placing, no metrics)")
+    print(f"  → our extract / DuckDB bare parse: {t_ext / t_duck:.2f}x;  / DuckDB parse to Arrow: {t_ext / t_arrow:.2f}x;"
+          f"  / DuckDB sidecars to Parquet: {t_ext / t_copy:.2f}x;"
+          f"  scanner off / on: {t_ext_duck / t_ext:.2f}x;  our scanner / DuckDB bare parse: {t_scan / t_duck:.2f}x")
+
+
 def agentuq_dir(path: Path | None) -> Path | None:
     if path is None:
         print("AgentUQ: skipped (give --agentuq DIR holding its unedited "
@@ -259,6 +299,9 @@ def main() -> None:
     parser.add_argument("--flat-at", type=int, default=None, help="size at which memory vs number of sidecars is "
                         "measured (default: the smallest size; 0: not measured)")
     parser.add_argument("--plain", action="store_true", help="also time our own straw man (plain_pipeline.py)")
+    parser.add_argument("--one-core", action="store_true", help="also time ours and AgentUQ's scripts pinned to one "
+                        "core with one thread per pool")
+    parser.add_argument("--ratio-only", action="store_true", help="leave out the extract, scanner and DuckDB rows")
     parser.add_argument("--data-seed", type=int, default=0, help="seed of the synthetic inputs (another value: inputs "
                         "not seen while tuning, in folders of their own)")
     args = parser.parse_args()
@@ -280,29 +323,8 @@ def main() -> None:
         t_ours, m_ours = run_measured(OURS, str(src / "results.json"), str(run_dir))
         check_run(run_dir, rows)
         print(f"ours end to end (one process)   {t_ours:7.2f} s  {m_ours:6.0f} MiB  {rows / t_ours:12,.0f} rows/s")
-        extract_dir = workdir / f"extract_{tag}"
-        shutil.rmtree(extract_dir, ignore_errors=True)
-        t_ext, m_ext = run_measured(OURS_EXTRACT, str(src / "results.json"), str(extract_dir))
-        check_run(extract_dir, rows, metrics=False)
-        shutil.rmtree(extract_dir, ignore_errors=True)
-        t_ext_duck, m_ext_duck = run_measured(OURS_EXTRACT_DUCKDB, str(src / "results.json"), str(extract_dir))
-        check_run(extract_dir, rows, metrics=False)
-        shutil.rmtree(extract_dir, ignore_errors=True)
-        t_scan, m_scan = run_measured(OURS_SCAN, str(src / "sidecars"))
-        t_duck, m_duck = run_measured(DUCKDB_PARSE, str(src / "sidecars"))
-        t_arrow, m_arrow = run_measured(DUCKDB_TO_ARROW, str(src / "sidecars"))
-        duck_parquet = workdir / f"duckdb_{tag}.parquet"
-        t_copy, m_copy = run_measured(DUCKDB_TO_PARQUET, str(src / "sidecars"), str(duck_parquet))
-        duck_parquet.unlink()
-        print(f"ours extract alone              {t_ext:7.2f} s  {m_ext:6.0f} MiB")
-        print(f"ours extract, scanner off       {t_ext_duck:7.2f} s  {m_ext_duck:6.0f} MiB  (DuckDB parses every batch)")
-        print(f"our sidecar scanner alone       {t_scan:7.2f} s  {m_scan:6.0f} MiB  (one thread, every column as Arrow)")
-        print(f"DuckDB bare parse (count rows)  {t_duck:7.2f} s  {m_duck:6.0f} MiB")
-        print(f"DuckDB parse to Arrow           {t_arrow:7.2f} s  {m_arrow:6.0f} MiB  (every column extract reads)")
-        print(f"DuckDB sidecars to Parquet      {t_copy:7.2f} s  {m_copy:6.0f} MiB  (COPY, its defaults; no placing, no metrics)")
-        print(f"  → our extract / DuckDB bare parse: {t_ext / t_duck:.2f}x;  / DuckDB parse to Arrow: {t_ext / t_arrow:.2f}x;"
-              f"  / DuckDB sidecars to Parquet: {t_ext / t_copy:.2f}x;"
-              f"  scanner off / on: {t_ext_duck / t_ext:.2f}x;  our scanner / DuckDB bare parse: {t_scan / t_duck:.2f}x")
+        if not args.ratio_only:
+            extract_rows(src, workdir, tag, rows)
         if agentuq is not None:
             agentuq_out = workdir / f"agentuq_{tag}"
             warm_page_cache(src)
@@ -312,6 +334,14 @@ def main() -> None:
             print(f"AgentUQ evaluation (csv mode)   {t_ev:7.2f} s  {m_ev:6.0f} MiB")
             print(f"  → end to end, AgentUQ's time / ours: {t_aq / t_ours:.2f}x;  "
                   f"peak memory ours / AgentUQ: {m_ours / m_aq:.2f}")
+            if args.one_core:
+                shutil.rmtree(run_dir, ignore_errors=True)
+                warm_page_cache(src)
+                t_ours1, _ = run_measured(OURS, str(src / "results.json"), str(run_dir), one_core=True)
+                check_run(run_dir, rows)
+                t_an1, _, t_ev1, _ = run_agentuq(agentuq, src, agentuq_out, one_core=True)
+                print(f"one core (taskset -c 0, 1 thread per pool): ours {t_ours1:.2f} s, AgentUQ {t_an1:.2f} + "
+                      f"{t_ev1:.2f} s  → AgentUQ's time / ours: {(t_an1 + t_ev1) / t_ours1:.2f}x")
             n, worst_value, worst_metric = agreement(run_dir, agentuq_out)
             print(f"  agreement on {n:,} trajectory rows: summary values ≤ {worst_value:.1e} relative, "
                   f"metrics ≤ {worst_metric:.1e} relative")

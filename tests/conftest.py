@@ -1,12 +1,19 @@
 """Shared fixtures: where the real τ²-bench files are, and small synthetic runs."""
 from __future__ import annotations
 
+import os
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 import agentuq_nb  # noqa: F401  -- sets the offline defaults before any test module imports litellm
+from agentuq_nb.io.embedding_cache import CACHE_ENV
+
+# the persistent embedding cache of every test (and of the commands and kernels they start) is a temporary file, never
+# the user's: set before any embedder is made
+os.environ[CACHE_ENV] = os.path.join(tempfile.mkdtemp(prefix="agentuq-nb-embed-cache-"), "embeddings.sqlite")
 
 ROOT = Path(__file__).resolve().parents[1]
 TAU2_DIR = ROOT.parent / "shared" / "data" / "tau2"

@@ -455,7 +455,8 @@ def compare_estimators(
     with _reported(lambda: "interrupted: nothing was run"):
         config = CompareEstimatorsConfig(failure_threshold=failure_threshold, n_boot=n_boot, seed=seed,
                                          names=estimator or None, combined_input_names=combine_input or None,
-                                         blackbox=BlackBoxConfig(embedder=Embedder(embedder).value) if blackbox else False)
+                                         blackbox=BlackBoxConfig(embedder=Embedder(embedder).value) if blackbox else False,
+                                         progress=True)
     _show_estimator_table(estimator_table(run_dir, config, CommandLine()))
 
 
@@ -502,7 +503,8 @@ def blackbox(
 
     with _step("blackbox", run_dir):
         done = run_blackbox(run_dir, BlackBoxConfig(failure_threshold=failure_threshold, seed=seed,
-                                                    embedder=embedder.value, results=results, force=force))
+                                                    embedder=embedder.value, results=results, force=force,
+                                                    progress=True))
     typer.echo(json.dumps(done, indent=2))
 
 
@@ -643,7 +645,7 @@ def calibrate(
         report = run_calibrate(run_dir, names=estimator or None,
                                methods=("platt", "isotonic") if method == "both" else (method,),
                                transfer_to=transfer_to, n_bins=n_bins, failure_threshold=failure_threshold, seed=seed,
-                               combined_input_names=combine_input or None)
+                               combined_input_names=combine_input or None, progress=True)
     sections = [("cross-fitted on " + report["run"], report["estimators"])]
     if report["transfer"]:
         t = report["transfer"]

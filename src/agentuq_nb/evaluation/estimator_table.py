@@ -46,6 +46,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from agentuq_nb.common.progress import progress_bar
 from agentuq_nb.estimators import BASELINES, Estimator, get
 from agentuq_nb.estimators.base import IN_SAMPLE
 from agentuq_nb.estimators.combined import BLACKBOX_FAMILIES, COMBINED
@@ -158,21 +159,23 @@ def _reference(estimators: list[Estimator], reference: str) -> Estimator | None:
 
 def evaluate_estimators(table: pd.DataFrame, estimators: list[Estimator], failure_threshold: float = DEFAULT_FAILURE_THRESHOLD,
                         n_boot: int = DEFAULT_N_BOOT, seed=0, reference: str = REFERENCE, n_bins: int = 10,
-                        combine: bool = True, combined_input_names: list[str] | None = None) -> pd.DataFrame:
+                        combine: bool = True, combined_input_names: list[str] | None = None,
+                        progress: bool = False) -> pd.DataFrame:
     """The estimator table from a score table (see the module docstring for the columns). The length control
     uses the table's ``num_messages`` column (see :func:`with_length_columns`); without it those columns
     are NaN. ``combine=False`` leaves out the combined predictor's rows; ``combined_input_names`` chooses its
-    inputs (:func:`combined_inputs`). Estimators that read the combinations' probabilities back (family
+    inputs (:func:`combined_inputs`); ``progress``: a bar on stderr counting the rows (each its bootstraps and
+    cross-fitted calibration). Estimators that read the combinations' probabilities back (family
     ``combined``) are outputs of this table, not rows of it; :func:`evaluate_estimators_and_combinations`
     returns those probabilities too."""
     return evaluate_estimators_and_combinations(table, estimators, failure_threshold, n_boot, seed, reference,
-                                                n_bins, combine, combined_input_names)[0]
+                                                n_bins, combine, combined_input_names, progress)[0]
 
 
 def evaluate_estimators_and_combinations(table: pd.DataFrame, estimators: list[Estimator],
                                          failure_threshold: float = DEFAULT_FAILURE_THRESHOLD, n_boot: int = DEFAULT_N_BOOT, seed=0,
                                          reference: str = REFERENCE, n_bins: int = 10, combine: bool = True,
-                                         combined_input_names: list[str] | None = None
+                                         combined_input_names: list[str] | None = None, progress: bool = False
                                          ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """:func:`evaluate_estimators`, and the combinations' out-of-fold probabilities (trajectory keys + one
     column each). Returned apart, not in the table's ``attrs``: pandas compares attrs when it concatenates
@@ -197,6 +200,7 @@ def evaluate_estimators_and_combinations(table: pd.DataFrame, estimators: list[E
                 scored.append((name, "combined", None, prob, False, True))
                 combined_scores[name] = prob
     rows = []
+    bar = progress_bar(len(scored), "estimator table", "row", progress)
     for name, family, est, u, invert, is_probability in scored:
         rep = failure_metrics(u, reward, failure_threshold=failure_threshold, invert=invert,
                               n_boot=n_boot, seed=seed, groups=groups)
@@ -225,6 +229,8 @@ def evaluate_estimators_and_combinations(table: pd.DataFrame, estimators: list[E
         row.update(_versus_length(u, invert, name, family, est, baseline, table, reward, failure_threshold, n_boot, seed,
                                   groups))
         rows.append(row)
+        bar.update()
+    bar.close()
     out = pd.DataFrame(rows)
     for m in REPORTED_METRICS:
         for c in (m, f"{m}_lo", f"{m}_hi"):

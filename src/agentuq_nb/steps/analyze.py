@@ -98,7 +98,8 @@ def run(run_dir: str | os.PathLike | RunDir, config: AnalyzeConfig, reporter: Re
 
         blackbox = BlackBoxConfig(embedder=c.embedder) if c.blackbox else False
         report.estimator_table = estimator_table(out, CompareEstimatorsConfig(
-            failure_threshold=c.failure_threshold, n_boot=c.n_boot, seed=c.seed, blackbox=blackbox), reporter)
+            failure_threshold=c.failure_threshold, n_boot=c.n_boot, seed=c.seed, blackbox=blackbox, progress=True),
+            reporter)
         reporter.show("compare-estimators", report.estimator_table)
     from agentuq_nb.evaluation.multi_trial import tasks_repeat  # scipy: not resident during extract's peak
 

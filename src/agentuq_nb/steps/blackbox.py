@@ -24,7 +24,8 @@ threshold, seed and folds, and the setting each fold chose).
 :func:`ensure_blackbox` recomputes what is missing, stale (its inputs were replaced) or made with another
 configuration; ``analyze`` and ``compare-estimators`` call it, so a run without log-probs gets these
 families without a command of its own. Embeddings are all-MiniLM-L6-v2 (``embedder="hash"``: a bag-of-words
-hash, for fast tests), cached by text within the process.
+hash, for fast tests), cached by text in the process and in the persistent embedding cache shared by runs and
+processes (:mod:`agentuq_nb.io.embedding_cache`; ``embed_cache``), so a rerun embeds nothing it embedded before.
 """
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ import pyarrow.parquet as pq
 from pydantic import Field
 
 from agentuq_nb.io.atomic import json_ready
+from agentuq_nb.io.embedding_cache import DEFAULT_MAX_MB
 from agentuq_nb.io.errors import InputError, MixedRunError, StaleArtifactError
 from agentuq_nb.io.ingest.results import iter_simulations, read_header
 from agentuq_nb.io.store.rundir import RunDir
@@ -50,7 +52,7 @@ from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, FailureThresh
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.steps.base import FamilyHint, Step, StepConfig
 from agentuq_nb.steps.extract import run_results
-from agentuq_nb.uq.embeddings import embeddings_available, get_embedder, unit_rows
+from agentuq_nb.uq.embeddings import Embedder, embeddings_available, get_embedder, unit_rows
 from agentuq_nb.uq.structure_signals import MESSAGE_SIGNALS, structure_messages, structure_trajectories
 from agentuq_nb.uq.tracer import (
     COMPONENTS,
@@ -83,7 +85,13 @@ class BlackBoxConfig(StepConfig):
         "none, as where the [embeddings] extra is not installed)")
     embed_max_tokens: int = Field(128, ge=8, le=512, description="word pieces MiniLM reads of each text: 128, the "
                                   "length it was trained on (its cost grows with each piece)")
+    embed_cache: Optional[str] = Field(None, description="file of the persistent embedding cache shared by runs and "
+                                       "processes (default: $AGENTUQ_NB_EMBED_CACHE, else embeddings.sqlite in the "
+                                       "user's cache folder); 'off': none")
+    embed_cache_max_mb: float = Field(DEFAULT_MAX_MB, gt=0, description="size bound of the embedding cache (MiB): past "
+                                      "it the least recently used embeddings go")
     results: Optional[Path] = Field(None, description="the results to read messages from (default: the run's own)")
+    progress: bool = Field(False, description="show a progress bar (stderr) while texts are embedded")
     force: bool = Field(False, description="recompute even when the tables are up to date (the command's --force)")
 
 NO_EMBEDDINGS = ("TRACER and structure.user_repetition need sentence embeddings, which this install lacks: "
@@ -151,14 +159,25 @@ def check_same_trajectories(run: RunDir, found: pd.DataFrame, results: Path) -> 
 
 # --------------------------------------------------------------------------- the signals
 class TimedEmbedder:
-    """An embedder that counts the texts it embeds and the seconds it takes (for ``blackbox.json``)."""
+    """An embedder that counts the texts it embeds and the seconds it takes (for ``blackbox.json``); with
+    ``progress``, the bundled model's embedder shows a bar while it computes."""
 
-    def __init__(self, embedder):
-        self.embedder, self.seconds, self.texts = embedder, 0.0, 0
+    def __init__(self, embedder, progress: bool = False):
+        self.embedder, self.seconds, self.texts, self.progress = embedder, 0.0, 0, progress
+        self.computed = 0  # texts the model computed (the rest came from a cache)
 
     def __call__(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, 1))
         start = time.perf_counter()
-        vectors = unit_rows(np.asarray(self.embedder.embed(list(texts)), dtype=float)) if texts else np.zeros((0, 1))
+        if isinstance(self.embedder, Embedder):
+            before = self.embedder.misses
+            vectors = self.embedder.embed(list(texts), progress=self.progress)
+            self.computed += self.embedder.misses - before
+        else:
+            vectors = self.embedder.embed(list(texts))
+            self.computed += len(texts)
+        vectors = unit_rows(np.asarray(vectors, dtype=float))
         self.seconds += time.perf_counter() - start
         self.texts += len(texts)
         return vectors
@@ -172,6 +191,7 @@ def signal_tables(transcript_frame: pd.DataFrame, embed, u: pd.DataFrame | None,
     user = (t["role"] == "user").to_numpy()
     user_emb = None
     if embed is not None:
+        components = tracer_components(t, embed, u)  # first: its one call embeds every text, the users' too
         user_text = t.loc[user, "text"].tolist()
         user_emb = embed(user_text) if user_text else np.zeros((0, 1))
         if len(user_emb):  # an empty text is like none
@@ -181,7 +201,6 @@ def signal_tables(transcript_frame: pd.DataFrame, embed, u: pd.DataFrame | None,
     scores = key_dtypes(trajectories[TRAJECTORY_KEYS], deep=False).merge(key_dtypes(per_traj), on=TRAJECTORY_KEYS,
                                                                            how="left")
     if embed is not None:
-        components = tracer_components(t, embed, u)
         default = TracerParams()
         risk = step_risk(*(np.nan_to_num(components[c].to_numpy(dtype=float)) for c in COMPONENTS),
                          default.alpha, default.beta, default.gamma)
@@ -230,14 +249,15 @@ def compute_signals(run_dir: str | os.PathLike | RunDir, config: BlackBoxConfig 
         kinds = tool_types(header)
         u = message_u(run)
         name = effective_embedder(config, embedder)
-        embed = None if name == "none" else TimedEmbedder(
-            embedder if embedder is not None else get_embedder(name, config.embed_max_tokens))
+        embed = None if name == "none" else TimedEmbedder(embedder if embedder is not None else get_embedder(
+            name, config.embed_max_tokens, config.embed_cache, config.embed_cache_max_mb), config.progress)
         turns, scores = signal_tables(t, embed, u, kinds, trajectories)
         report = {"embedder": name, "embed_max_tokens": config.embed_max_tokens, "results": str(results),
                   "results_sha256": digest,
                   "trajectories": len(scores), "messages": len(t),
                   "log_probs": u is not None, "tool_types": "results" if kinds else "name heuristic",
                   "texts_embedded": embed.texts if embed else 0,
+                  "texts_computed": embed.computed if embed else 0,
                   "embed_seconds": round(embed.seconds, 3) if embed else 0.0,
                   "seconds": round(time.perf_counter() - start, 3)}
         if embed is None:

@@ -48,6 +48,7 @@ class CalibrateConfig(StepConfig):
     combine: bool = Field(True, description="report the combined predictor beside the estimators")
     combined_input_names: Optional[list[str]] = Field(None, description="inputs of the combined predictor (default: "
                                                       "one estimator per kind of signal)")
+    progress: bool = Field(False, description="show a progress bar (stderr) counting the estimators calibrated")
 
 
 BIN_COLUMNS = ["setting", "estimator", "method", "bin", "lo", "hi", "mean_prob", "failure_rate", "count"]
@@ -72,7 +73,9 @@ def _bins(prob, failure, n_bins, **labels) -> pd.DataFrame:
     return reliability_table(prob, failure, n_bins).assign(**labels)
 
 
-def _cross_fitted(table, estimators, failure, methods, n_bins, n_splits, seed, combine, combined_input_names):
+def _cross_fitted(table, estimators, failure, methods, n_bins, n_splits, seed, combine, combined_input_names,
+                  progress=False):
+    from agentuq_nb.common.progress import progress_bar
     from agentuq_nb.evaluation.calibration import calibration_report, cross_fitted_probabilities
     from agentuq_nb.evaluation.combined_predictor import cross_fitted_combination
     from agentuq_nb.evaluation.estimator_table import combined_inputs
@@ -89,6 +92,7 @@ def _cross_fitted(table, estimators, failure, methods, n_bins, n_splits, seed, c
                 prob = cross_fitted_combination(features, failure, groups, n_splits=n_splits, seed=seed,
                                                 model=spec.model).prob
                 scored.append((name, "combined", False, prob, prob))
+    bar = progress_bar(len(scored), "calibration", "estimator", progress)
     for name, family, invert, u, prob in scored:
         entry = {"family": family, "protocol": protocols[name] if name in protocols else get(name).protocol, "invert": bool(invert),
                  "methods": {}}
@@ -106,6 +110,8 @@ def _cross_fitted(table, estimators, failure, methods, n_bins, n_splits, seed, c
                 entry["methods"][method] = calibration_report(p, failure, n_bins)
                 bins.append(_bins(p, failure, n_bins, setting="cross_fitted", estimator=name, method=method))
         sections[name] = entry
+        bar.update()
+    bar.close()
     return sections, bins
 
 
@@ -161,7 +167,7 @@ def run(run_dir: str | os.PathLike | RunDir, config: CalibrateConfig = Calibrate
                   "seed": seed, "cross_fitting": cross_fitting_text(n_splits),
                   "n": int(len(table)), "n_failures": int(failure.sum())}
         report["estimators"], bins = _cross_fitted(table, estimators, failure, methods, n_bins, n_splits, seed,
-                                                   combine, combined_input_names)
+                                                   combine, combined_input_names, config.progress)
         report["transfer"] = None
         if other is not None:
             sections, transfer_bins = _transfer(table, estimators, failure, other, methods, n_bins, failure_threshold)

@@ -37,13 +37,15 @@ class CompareEstimatorsConfig(StepConfig):
                                                       "one estimator per kind of signal)")
     blackbox: bool | BlackBoxConfig = Field(True, description="bring the black-box families up to date first "
                                          "(a config, or True for the default one)")
+    progress: bool = Field(False, description="show progress bars (stderr): the texts embedded, the table's rows")
 
     def blackbox_config(self) -> BlackBoxConfig | None:
         """The black-box step's config with this table's failure threshold and seed (None: not brought up to date)."""
         if self.blackbox is False:
             return None
         signals = self.blackbox if isinstance(self.blackbox, BlackBoxConfig) else BlackBoxConfig()
-        return signals.model_copy(update={"failure_threshold": self.failure_threshold, "seed": self.seed})
+        return signals.model_copy(update={"failure_threshold": self.failure_threshold, "seed": self.seed,
+                                          "progress": self.progress or signals.progress})
 
 
 def run(run_dir: str | os.PathLike | RunDir, config: CompareEstimatorsConfig = CompareEstimatorsConfig()) -> pd.DataFrame:
@@ -64,7 +66,7 @@ def run(run_dir: str | os.PathLike | RunDir, config: CompareEstimatorsConfig = C
         table, estimators = score_table(run, names)
         out, combined_scores = evaluate_estimators_and_combinations(
             with_length_columns(run, table), estimators, failure_threshold, n_boot, seed,
-            n_bins=n_bins, combine=combine, combined_input_names=combined_input_names)
+            n_bins=n_bins, combine=combine, combined_input_names=combined_input_names, progress=config.progress)
         based_on = run.based_on(*estimator_inputs(run, [e for e in estimators if e.family != "combined"]))
         with run.commit(STEP.name) as commit:
             commit.write_with("estimator_table", lambda p: out.to_csv(p, index=False), based_on)

@@ -49,6 +49,7 @@ import numpy as np
 import pandas as pd
 
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
+from agentuq_nb.uq.embeddings import stable_cosine
 
 HEDGING = ("it seems", "it appears", "seems like", "seems to", "appears to", "might", "may be", "maybe", "perhaps",
            "possibly", "probably", "i think", "i believe", "i assume", "not sure", "not certain", "unsure", "unclear",
@@ -126,13 +127,14 @@ def call_history_signals(keys: list[list[tuple]]) -> tuple[np.ndarray, np.ndarra
 
 
 def max_similarity_to_earlier(emb: np.ndarray) -> np.ndarray:
-    """For unit vectors in order: each one's largest cosine similarity to an earlier one (NaN for the first)."""
+    """For unit vectors in order: each one's largest cosine similarity to an earlier one (NaN for the first), to
+    :data:`~agentuq_nb.uq.embeddings.COSINE_DECIMALS` decimals."""
     n = len(emb)
     out = np.full(n, np.nan)
     if n > 1:
         sims = emb @ emb.T
         sims[np.triu_indices(n)] = -np.inf
-        out[1:] = sims[1:].max(axis=1)
+        out[1:] = stable_cosine(sims[1:].max(axis=1))
     return out
 
 

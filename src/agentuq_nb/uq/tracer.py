@@ -41,6 +41,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
+from agentuq_nb.uq.embeddings import stable_cosine
 from agentuq_nb.uq.structure_signals import split_by_trajectory, trajectory_positions
 
 #: TRACER's stop words and structural tokens (its ``STOP_WORDS``), dropped from U and from Jaccard's word sets
@@ -135,8 +136,9 @@ def jaccard(a: set[str], b: set[str]) -> float:
 
 
 def distance(u: np.ndarray, v: np.ndarray) -> float:
-    """``1 - cos`` of unit vectors, clamped to [0, 2]."""
-    return float(np.clip(1.0 - float(u @ v), 0.0, 2.0))
+    """``1 - cos`` of unit vectors (cos to :data:`~agentuq_nb.uq.embeddings.COSINE_DECIMALS` decimals), clamped to
+    [0, 2]."""
+    return float(np.clip(1.0 - stable_cosine(float(u @ v)), 0.0, 2.0))
 
 
 def following_observations(rows: np.ndarray, pos: int, role: np.ndarray) -> list[int]:
@@ -187,7 +189,7 @@ def tracer_components(transcript: pd.DataFrame, embed: Callable[[list[str]], np.
                     now = content[r]
                     words = content_words(now)
                     for past in texts[-TEXT_WINDOW:]:
-                        cos = float(np.clip(vec[now] @ vec[past], 0.0, 1.0))
+                        cos = float(np.clip(stable_cosine(float(vec[now] @ vec[past])), 0.0, 1.0))
                         text_rep = max(text_rep, cos * jaccard(words, content_words(past)))
                     texts.append(now)
                 tool_rep = 0.0
