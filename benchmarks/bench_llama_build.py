@@ -7,12 +7,14 @@ version compiled differently: by default pip's own build (``GGML_NATIVE=ON``: ``
 llama.cpp differs. Per build and round, a fresh process loads the model and measures, with the prefix cache off:
 
 1. generation: ``llm.generate`` of 128 greedy tokens with top-5 log-probs (tokens/s of generated tokens);
-2. teacher-forced scoring: ``llm.score`` of a fixed text (docs/guide/embedded-model.md, ~560 tokens), scored
-   tokens/s.
+2. teacher-forced scoring: ``llm.score`` of the first 3,000 characters of τ²-bench's retail policy
+   (``../shared/tau2-bench``, 731 tokens) as an assistant message, scored tokens/s.
 
-Rounds alternate between the builds so that a change of the machine's load falls on both; each round's best of
-``--repeats`` runs is kept, and the medians over rounds are compared (ratio: second build / first). The load
-average is printed: other processes on the 2 cores slow both.
+llama.cpp runs on one thread (``AGENTUQ_NB_THREADS=1``; generation always does), so that the kernels are compared,
+not how two threads share a busy machine. Each rate is given twice: per second of wall-clock time, and per
+second of the process's CPU time, which other processes on the cores disturb far less. Rounds alternate between the
+builds so that a change of the machine's load falls on both; each round's best of ``--repeats`` runs is kept, and
+the medians over rounds are compared (ratio: second build / first). The load average is printed.
 
     python benchmarks/bench_llama_build.py NATIVE_PYTHON PORTABLE_PYTHON [--rounds 5] [--repeats 3]
 """
@@ -30,31 +32,39 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PROMPT = [{"role": "user", "content": "Write a long, detailed story about a robot who learns to paint, "
                                       "with many characters and places."}]
-TARGET = ROOT / "docs" / "guide" / "embedded-model.md"
+TARGET = ROOT.parent / "shared" / "tau2-bench" / "data" / "tau2" / "domains" / "retail" / "policy.md"
+TARGET_CHARS = 3000
+#: the rates measured: tokens per wall-clock second and per CPU second of the process
+RATES = ("generated", "generated_cpu", "scored", "scored_cpu")
 
 
 def measure(n_tokens: int, repeats: int) -> dict:
     """In the child: the build's features, and the best generation and scoring rates of ``repeats`` runs."""
     os.environ["AGENTUQ_NB_PREFIX_CACHE"] = "0"
+    os.environ["AGENTUQ_NB_THREADS"] = "1"
     import llama_cpp
 
     from agentuq_nb import llm
     from agentuq_nb.llm import llama_build
 
-    text = TARGET.read_text()
+    text = TARGET.read_text()[:TARGET_CHARS]
     llm.generate(PROMPT, max_tokens=8)  # load the model
-    generated, scored = [], []
+    rates: dict[str, list[float]] = {what: [] for what in RATES}
+
+    def timed(what: str, fn) -> int:
+        wall, cpu = time.perf_counter(), time.process_time()
+        n = len(fn())
+        rates[what].append(n / (time.perf_counter() - wall))
+        rates[what + "_cpu"].append(n / (time.process_time() - cpu))
+        return n
+
     for _ in range(repeats):
-        start = time.perf_counter()
-        out = llm.generate(PROMPT, max_tokens=n_tokens, top_logprobs=5, temperature=0.0)
-        generated.append(len(out.tokens) / (time.perf_counter() - start))
-        start = time.perf_counter()
-        rows = llm.score(PROMPT, {"role": "assistant", "content": text})
-        scored.append(len(rows) / (time.perf_counter() - start))
+        n_generated = timed("generated", lambda: llm.generate(PROMPT, max_tokens=n_tokens, top_logprobs=5).tokens)
+        n_scored = timed("scored", lambda: llm.score(PROMPT, {"role": "assistant", "content": text}))
     record = llama_build.installed_build()
     return {"system_info": llama_cpp.llama_print_system_info().decode(errors="replace").strip(),
             "built": f"make setup's (key {record['key']}, level {record['level']})" if record else "pip's own",
-            "generated": max(generated), "scored": max(scored), "n_generated": len(out.tokens), "n_scored": len(rows)}
+            **{what: max(values) for what, values in rates.items()}, "n_generated": n_generated, "n_scored": n_scored}
 
 
 def run_child(python: str, n_tokens: int, repeats: int) -> dict:
@@ -86,22 +96,23 @@ def main() -> None:
             loads.append(os.getloadavg()[0])
             rounds[python].append(run_child(python, args.tokens, args.repeats))
             got = rounds[python][-1]
-            print(f"round {i + 1} {python}: generation {got['generated']:6.1f} tok/s, scoring {got['scored']:6.1f} "
-                  f"tok/s", flush=True)
+            print(f"round {i + 1} {python}: generation {got['generated']:6.1f} tok/s ({got['generated_cpu']:.1f} per "
+                  f"CPU-s), scoring {got['scored']:6.1f} tok/s ({got['scored_cpu']:.1f} per CPU-s)", flush=True)
     print(f"\nload average during the runs: {min(loads):.2f}-{max(loads):.2f} (2 cores); {args.rounds} rounds × "
           f"best of {args.repeats}; {rounds[args.pythons[0]][0]['n_generated']} generated tokens, "
-          f"{rounds[args.pythons[0]][0]['n_scored']} scored tokens per run")
+          f"{rounds[args.pythons[0]][0]['n_scored']} scored tokens per run; one llama.cpp thread")
     medians = {}
     for python, got in rounds.items():
-        medians[python] = {what: statistics.median(r[what] for r in got) for what in ("generated", "scored")}
-        spread = {what: (min(r[what] for r in got), max(r[what] for r in got)) for what in ("generated", "scored")}
+        medians[python] = {what: statistics.median(r[what] for r in got) for what in RATES}
+        lo_hi = {what: f"{min(r[what] for r in got):.1f}-{max(r[what] for r in got):.1f}" for what in RATES}
+        m = medians[python]
         print(f"{python}\n  {got[0]['built']}: {got[0]['system_info']}\n"
-              f"  generation {medians[python]['generated']:6.1f} tok/s (rounds {spread['generated'][0]:.1f}-"
-              f"{spread['generated'][1]:.1f}), teacher-forced scoring {medians[python]['scored']:6.1f} tok/s "
-              f"(rounds {spread['scored'][0]:.1f}-{spread['scored'][1]:.1f})")
+              f"  generation {m['generated']:6.1f} tok/s (rounds {lo_hi['generated']}), {m['generated_cpu']:6.1f} per "
+              f"CPU-s ({lo_hi['generated_cpu']})\n"
+              f"  teacher-forced scoring {m['scored']:6.1f} tok/s (rounds {lo_hi['scored']}), {m['scored_cpu']:6.1f} "
+              f"per CPU-s ({lo_hi['scored_cpu']})")
     first, second = (medians[p] for p in args.pythons)
-    print(f"ratio second / first: generation {second['generated'] / first['generated']:.3f}, "
-          f"scoring {second['scored'] / first['scored']:.3f}")
+    print("ratio second / first (medians): " + ", ".join(f"{what} {second[what] / first[what]:.3f}" for what in RATES))
 
 
 if __name__ == "__main__":

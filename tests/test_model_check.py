@@ -137,11 +137,16 @@ def test_a_cpu_reporting_amx_gets_every_feature_but_amx_each_named():
 
 def test_a_changed_flag_set_gets_a_wheel_folder_of_its_own_and_a_half_built_one_is_never_taken(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("CMAKE_ARGS", raising=False)
     full = llama_build.plan_build("0.3.36", "auto", AMX_XEON)
     assert full.folder.parent == tmp_path / "agentuq_nb" / "llama-cpp-python"
     assert llama_build.plan_build("0.3.36", "auto", AMX_XEON).key == full.key
-    assert len({full.key, llama_build.plan_build("0.3.36", "avx2", AMX_XEON).key,
-                llama_build.plan_build("0.3.37", "auto", AMX_XEON).key}) == 3
+    monkeypatch.setenv("CMAKE_ARGS", "-DGGML_BLAS=ON")  # the user's own flags come after ours, in the key too
+    with_blas = llama_build.plan_build("0.3.36", "auto", AMX_XEON)
+    assert with_blas.args[-1] == "-DGGML_BLAS=ON"
+    monkeypatch.delenv("CMAKE_ARGS")
+    assert len({full.key, with_blas.key, llama_build.plan_build("0.3.36", "avx2", AMX_XEON).key,
+                llama_build.plan_build("0.3.37", "auto", AMX_XEON).key}) == 4
     full.folder.mkdir(parents=True)
     wheel = full.folder / "llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl"
     wheel.write_bytes(b"")

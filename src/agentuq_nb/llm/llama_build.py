@@ -163,9 +163,10 @@ class BuildPlan:
 
 
 def plan_build(version: str, level: str = "auto", flags: frozenset[str] | None = None) -> BuildPlan:
-    """The build this machine gets at ``level``."""
+    """The build this machine gets at ``level``; ``CMAKE_ARGS`` from the environment (a BLAS, say) come after ours,
+    and are part of the key."""
     options = feature_options(cpu_flags() if flags is None else flags, level)
-    args = cmake_args(options)
+    args = cmake_args(options) + os.environ.get("CMAKE_ARGS", "").split()
     key = build_key(version, args)
     return BuildPlan(version, level, options, args, key, cache_root() / key)
 
@@ -256,8 +257,10 @@ def build_wheel(plan: BuildPlan) -> Path:
                   "built_seconds": round(time.monotonic() - start, 1),
                   "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
         (work / BUILD_RECORD).write_text(json.dumps(record, indent=1) + "\n")
-        shutil.rmtree(plan.folder, ignore_errors=True)
-        work.rename(plan.folder)  # whole or not at all: a folder without build.json is never taken
+        try:
+            work.rename(plan.folder)  # whole or not at all: the folder appears complete, its record written
+        except OSError:  # another set-up built the same key meanwhile: its wheel is the same build
+            pass
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"built in {time.monotonic() - start:.0f} s → {plan.folder}", flush=True)
@@ -266,10 +269,11 @@ def build_wheel(plan: BuildPlan) -> Path:
 
 
 def prune(keep: Path, limit: int = KEEP_BUILDS) -> None:
-    """Remove the oldest wheel folders beyond ``limit`` (never ``keep``)."""
+    """Remove the oldest wheel folders beyond ``limit`` (never ``keep``), and what a killed build left a day ago."""
     folders = sorted((p for p in cache_root().iterdir() if p.is_dir() and (p / BUILD_RECORD).exists()),
                      key=lambda p: p.stat().st_mtime, reverse=True)
-    for old in [p for p in folders if p != keep][max(limit - 1, 0):]:
+    stale = [p for p in cache_root().glob("building-*") if time.time() - p.stat().st_mtime > 86400]
+    for old in [p for p in folders if p != keep][max(limit - 1, 0):] + stale:
         shutil.rmtree(old, ignore_errors=True)
 
 
