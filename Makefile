@@ -21,6 +21,8 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	# torch first, pinned: the CPU build on this machine's disk, not a multi-GB CUDA build
+	$(BIN)/pip install --quiet torch==2.13.0
 
 # llama-cpp-python for this CPU without AMX (GGML_NATIVE=OFF, each instruction set named), from a wheel kept per flag
 # set in ~/.cache/agentuq_nb/llama-cpp-python/<key>/: compiled the first time (about 6-11 min on 2 cores), installed in
@@ -31,8 +33,6 @@ llama: $(BIN)/python
 
 # setup.py and the C source: the sidecar scanner is compiled by the install (a few seconds)
 $(STAMP): pyproject.toml requirements.lock setup.py src/agentuq_nb/io/ingest/sidecar_scan.c | llama
-	# torch first, pinned: the CPU build on this machine's disk, not a multi-GB CUDA build
-	$(BIN)/pip install --quiet torch==2.13.0
 	# everything (embedded model, embeddings, Dask, test tools) at the locked versions
 	$(BIN)/pip install --quiet -c requirements.lock -e ".[all,dev]"
 	touch $(STAMP)
