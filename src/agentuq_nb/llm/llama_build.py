@@ -250,7 +250,7 @@ def build_wheel(plan: BuildPlan) -> Path:
     print(f"building {plan.describe()} (llama.cpp compiles: about 6-11 min on 2 cores)", flush=True)
     start = time.monotonic()
     try:
-        subprocess.run(command, env=env, check=True)
+        compile_with_progress(command, env, start)
         wheel = next(work.glob(f"{DIST}-{plan.version}-*.whl"))
         record = {**asdict(plan), "folder": str(plan.folder),
                   "cpu_flags_reported": advertised_features(cpu_flags()), "python": sys.version.split()[0],
@@ -266,6 +266,19 @@ def build_wheel(plan: BuildPlan) -> Path:
     print(f"built in {time.monotonic() - start:.0f} s → {plan.folder}", flush=True)
     prune(keep=plan.folder)
     return plan.folder / wheel.name
+
+
+def compile_with_progress(command: list[str], env: dict, start: float, every: float = 60.0) -> None:
+    """Run the build, saying every ``every`` seconds that it still runs (pip says nothing while llama.cpp compiles)."""
+    process = subprocess.Popen(command, env=env)
+    while True:
+        try:
+            process.wait(timeout=every)
+            break
+        except subprocess.TimeoutExpired:
+            print(f"  still compiling: {(time.monotonic() - start) / 60:.0f} min", flush=True)
+    if process.returncode:
+        raise subprocess.CalledProcessError(process.returncode, command)
 
 
 def prune(keep: Path, limit: int = KEEP_BUILDS) -> None:
@@ -333,7 +346,13 @@ def main(argv: list[str] | None = None) -> int:
         print("CMAKE_ARGS=" + " ".join(plan.args))
         print(f"wheel folder: {plan.folder} ({'cached' if plan.wheel() else 'not built yet'})")
         return 0
-    install(plan)
+    try:
+        install(plan)
+    except subprocess.CalledProcessError as err:
+        print(f"error: {' '.join(err.cmd[2:4])} failed (exit {err.returncode}): building llama.cpp needs a C/C++ "
+              "compiler and CMake (pip brings CMake when the system's is older than 3.21); pip's words are above",
+              file=sys.stderr)
+        return 1
     if args.cpu is not None:
         (Path(sys.prefix) / LEVEL_RECORD).write_text(args.cpu + "\n")
     return 0
