@@ -8,10 +8,14 @@ import importlib.metadata
 import platform
 import sys
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from pydantic import Field
 
 from agentuq_nb.steps.base import Step, StepConfig
+
+if TYPE_CHECKING:  # the LLM layer imports litellm: loaded when the doctor runs, not when the steps are listed
+    from agentuq_nb.llm.model_check import ModelCheck
 
 STEP = Step("doctor", "agentuq-nb doctor")
 
@@ -31,12 +35,12 @@ class DoctorConfig(StepConfig):
 class DoctorReport:
     """The report's lines (topic, text) and the model check it rests on."""
 
-    model: object  # llm.model_check.ModelCheck
+    model: ModelCheck
     lines: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return bool(self.model.ok)
+        return self.model.ok
 
     def describe(self) -> str:
         width = max(len(topic) for topic, _ in self.lines)
@@ -44,6 +48,7 @@ class DoctorReport:
 
 
 def version(name: str) -> str | None:
+    """The installed version of distribution ``name``, or None."""
     try:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
@@ -70,6 +75,7 @@ def build_origin() -> str:
 
 
 def embedding_status() -> str:
+    """Whether the embedding model is installed, and where (not loaded: that takes torch)."""
     from agentuq_nb.uq.embeddings import bundled_model_path, embeddings_available
 
     if not embeddings_available():
