@@ -39,3 +39,11 @@ MAX_GRID_POINTS = 1_000
 MAX_FILE_KEY_CHARS = 64
 #: characters of a study name (a grid point's name); runs/<name>/ is one path component
 MAX_STUDY_NAME_CHARS = 160
+
+# ------------------------------------------------------------------ detector folders (io.store.detector_dir)
+#: card.json and model.json of a detector folder
+MAX_DETECTOR_JSON_BYTES = 64 * MiB
+#: arrays.npz of a detector folder, as stored and as inflated
+MAX_DETECTOR_ARRAY_BYTES = 1024 * MiB
+#: one table (CSV) of a detector folder
+MAX_DETECTOR_TABLE_BYTES = 256 * MiB
