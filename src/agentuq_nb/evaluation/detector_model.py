@@ -362,13 +362,12 @@ def fit_detector(features: TrajectoryFeatures, failure: np.ndarray, groups: np.n
     out = FittedDetector(settings, n_train=len(y), n_failures=int(y.sum()))
     if "text" in settings.groups:
         out.terms, out.idf = fit_text(features.counts, features.vocabulary, settings)
-    dense_groups = [grp for grp in settings.groups if grp != "text"]
-    names, values = features.dense_of(dense_groups)
-    out.dense_names = names
-    with np.errstate(all="ignore"):
-        median = np.nanmedian(np.where(np.isfinite(values), values, np.nan), axis=0) if len(values) else \
-            np.zeros(len(names))
-    out.median = np.where(np.isfinite(median), median, 0.0)
+    names, values = features.dense_of([grp for grp in settings.groups if grp != "text"])
+    observed = np.isfinite(values).any(axis=0) if len(values) else np.zeros(len(names), bool)
+    out.dense_names = [name for name, seen in zip(names, observed) if seen]  # a column never observed: left out
+    values = values[:, observed]
+    out.median = np.array([np.median(col[np.isfinite(col)]) for col in values.T]) if len(values) else \
+        np.zeros(len(out.dense_names))
     if len(y) == 0 or y.all() or not y.any():
         rate = float(y.mean()) if len(y) else 0.5
         out.constant = float(np.log(np.clip(rate, 1e-6, 1 - 1e-6) / np.clip(1 - rate, 1e-6, 1)))

@@ -389,8 +389,8 @@ def run(config: TrainDetectorConfig, on_fit: Callable[[str, Fold, pd.DataFrame],
         tables["early_detection.csv"] = early
     seconds["total"] = time.perf_counter() - start
     card["seconds"] = {k: round(v, 2) for k, v in seconds.items()}
-    path = write_detector_dir(c.out, json_ready(card), json_ready(model_json), arrays, tables)
-    return TrainedDetector(path, card, protocols, oof, reliability, top, early, seconds, evaluated)
+    card = write_detector_dir(c.out, json_ready(card), json_ready(model_json), arrays, tables)
+    return TrainedDetector(Path(c.out), card, protocols, oof, reliability, top, early, seconds, evaluated)
 
 
 def detector_state(final: FittedDetector, final_map, loro_models: list[dict], runs: list[str],

@@ -114,9 +114,9 @@ def check_destination(out: str | os.PathLike) -> Path:
 
 
 def write_detector_dir(out: str | os.PathLike, card: dict[str, Any], model: dict[str, Any],
-                       arrays: dict[str, np.ndarray], tables: dict[str, pd.DataFrame] | None = None) -> Path:
-    """Write a detector folder (see the module docstring); returns its path. ``card`` gets ``format``, ``files`` and
-    its own hash here."""
+                       arrays: dict[str, np.ndarray], tables: dict[str, pd.DataFrame] | None = None) -> dict[str, Any]:
+    """Write a detector folder (see the module docstring); returns the card as written: ``card`` with ``format``,
+    ``files`` and its own hash."""
     out = check_destination(out)
     bad = [name for name, a in arrays.items() if np.asarray(a).dtype.hasobject or "/" in name]
     if bad:
@@ -140,7 +140,7 @@ def write_detector_dir(out: str | os.PathLike, card: dict[str, Any], model: dict
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
-    return out
+    return full
 
 
 def _umask() -> int:
