@@ -554,3 +554,25 @@ def test_the_shared_runs_train_a_detector_and_the_simulation_list_is_one_of_them
     assert "leave_one_domain_out" in result.protocols["protocol"].tolist()
     # the task prior: the two gpt-4.1 runs hold 20 of the list's 50 tasks; the other 30 recur nowhere else
     assert result.protocols.set_index("protocol").loc["leave_one_run_out", "prior_n"] == 60
+
+
+@pytest.mark.slow
+def test_simulate_observes_the_detectors_probability_at_every_decision_point(trained, tmp_path):
+    """The embedded model on one bookshop task with the detector as the observe policy's signal: a probability at
+    every agent decision point (the signal's equality with predict on a prefix: the online-signal test above)."""
+    from agentuq_nb.intervention.config import PolicyConfig
+    from agentuq_nb.intervention.policies import build_policy
+    from agentuq_nb.records.config import ExecutionConfig, SimulationConfig
+    from agentuq_nb.sim.runner import simulate
+
+    result, _ = trained
+    policy = build_policy(PolicyConfig(policy="observe", signal=f"detector:{result.path}"))
+    simulate(SimulationConfig(domain="bookshop", task_ids=["1"]), tmp_path / "sim", ExecutionConfig(progress=False),
+             policy=policy)
+    results = json.loads((tmp_path / "sim" / "results.json").read_text())
+    assert results["info"]["intervention_policy"]["signal_details"]["kind"] == "detector"
+    sim = results["simulations"][0]
+    generated = [i for i, m in enumerate(sim["messages"]) if m["role"] == "assistant" and m["raw_data"]]
+    decisions = sim["intervention"]["decisions"]
+    assert [d["message_idx"] for d in decisions] == generated
+    assert all(0 < d["signal"] < 1 and d["action"] == "proceed" for d in decisions)

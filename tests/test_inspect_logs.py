@@ -227,3 +227,22 @@ def test_analyze_reads_the_inspect_log_to_an_estimator_table(inspect_run, tmp_pa
     # a scorer the log does not have: one line naming the ones it has
     done = agentuq("extract", str(log), "--out", str(tmp_path / "bad"), "--score", "nope", python=python, timeout=300)
     assert done.returncode == 2 and "includes, tools_used" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_a_trained_detector_predicts_the_inspect_log(inspect_run, tmp_path):
+    """``predict`` reads an Inspect log as it reads every other layout (a detector trained on τ²-bench-shaped runs)."""
+    from tests.test_detector import write_run
+
+    from agentuq_nb.steps.train_detector import train_detector
+
+    log, python = inspect_run
+    runs = [write_run(tmp_path / f"agent{i}_airline.json", f"agent{i}", seed=i) for i in range(3)]
+    train_detector(runs, tmp_path / "detector", embedder="hash", groups=["text", "blackbox", "length"], n_boot=0)
+    done = agentuq("predict", str(tmp_path / "detector"), str(log), "--out", str(tmp_path / "run"), "--n-boot", "0",
+                   python=python, timeout=600)
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-3000:])
+    predictions = pd.read_csv(tmp_path / "run" / "predictions.csv")
+    truth = run_json(python, READ_BACK, str(log))
+    assert len(predictions) == len(truth) and predictions["failure_probability"].between(0, 1).all()
+    assert json.loads((tmp_path / "run" / "manifest.json").read_text())["layout"] == "inspect"

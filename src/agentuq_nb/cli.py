@@ -580,8 +580,9 @@ def _show_run_leaderboard(result, out: Path) -> None:
         typer.secho(f"note: {note}", fg=typer.colors.YELLOW, err=True)
 
 
-def _interval(lo: float, hi: float) -> str:
-    return f"[{lo:.3f}, {hi:.3f}]" if math.isfinite(lo) and math.isfinite(hi) else "—"
+def _interval(lo: float | None, hi: float | None) -> str:
+    finite = lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi)
+    return f"[{lo:.3f}, {hi:.3f}]" if finite else "—"
 
 
 @app.command("train-detector")
@@ -676,7 +677,10 @@ def predict(
     typer.echo(f"{report['n']} trajectories ({report['n_in_training']} met in training: scored by the model that left "
                f"their run out) → {result.run_dir / 'predictions.csv'}")
     row = report.get("estimator_table_row")
-    if row:
+    if row and row.get("auroc") is None:
+        typer.echo(f"detector on this run: AUROC undefined ({row.get('undefined') or 'one class only'}; n = {row['n']}, "
+                   f"{row['n_failures']} failures)")
+    elif row:
         typer.echo(f"detector on this run: AUROC {_num(row['auroc'])} {_interval(row['auroc_lo'], row['auroc_hi'])}, "
                    f"length-controlled {_num(row['auroc_stratified'])}, best length baseline {_num(row['length_baseline_auroc'])} "
                    f"(n = {row['n']}, {row['n_failures']} failures); 'agentuq-nb compare-estimators "
