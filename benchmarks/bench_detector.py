@@ -10,8 +10,9 @@ extraction streamed at scale (serial and on Dask), each printed beside the targe
    and MiniLM's load included) and again in the same process (embeddings cached), against the 10 s target.
 3. **Scale**: the synthetic generator (``agentuq_nb.testing``) writes N trajectories (default 100,000; 12 messages,
    no log-probs beyond one token each); their features (text, structure + TRACER with hash embeddings, length) are
-   extracted streaming in batches on the job executor, serially and on ``local:2`` Dask workers: trajectories per
-   second and the peak memory of the process (the client; workers' memory is theirs). MiniLM at that scale is the
+   extracted in a fresh process each: the whole file as one batch (the plain approach: every simulation in memory at
+   once), streamed in batches of 2,000 on the job executor, and the same on ``local:2`` Dask workers - trajectories
+   per second and the peak memory of the extracting process (Dask workers' own apart). MiniLM at that scale is the
    embedder's cost (texts per second, printed by part 1), not the extraction's.
 
     python benchmarks/bench_detector.py [--n 100000] [--skip-shared] [--skip-scale] [--n-boot 1000]
@@ -76,28 +77,38 @@ def predict_worker(detector: str, results: str, out: str) -> None:
     print(json.dumps({"cold": cold, "cached": time.perf_counter() - start, "n": len(done.predictions)}))
 
 
-def scale(n: int, folder: Path) -> list[dict]:
+def scale_worker(results: str, scheduler: str, batch_size: str) -> None:
+    """In a fresh process: extract the features of ``results`` (serially or on ``scheduler``); one JSON line."""
     from agentuq_nb.steps.detector_inputs import corpus_features, resolve_sources
-    from agentuq_nb.testing.synthetic import write_synthetic_results
 
-    start = time.perf_counter()
-    results = write_synthetic_results(folder / "synthetic", num_simulations=n, messages_per_simulation=12,
-                                      tokens_per_message=1, top_k=1, forms=("message",), seed=1)
-    print(f"  wrote {n:,} synthetic trajectories ({results.stat().st_size / 2**20:.0f} MiB) in "
-          f"{time.perf_counter() - start:.0f} s", flush=True)
     sources = resolve_sources([results])
+    start = time.perf_counter()
+    features = corpus_features(sources, ("text", "blackbox", "length"), "hash",
+                               scheduler=None if scheduler == "serial" else scheduler, batch_size=int(batch_size))
+    seconds = time.perf_counter() - start
+    print(json.dumps({"scheduler": scheduler, "trajectories": len(features), "seconds": seconds,
+                      "terms": len(features.vocabulary), "peak_mib": peak_mib()}))
+
+
+def scale(n: int, folder: Path) -> list[dict]:
+    start = time.perf_counter()
+    results = folder / "synthetic" / "results.json"
+    code = ("from agentuq_nb.testing.synthetic import write_synthetic_results as w; "
+            f"w({str(folder / 'synthetic')!r}, num_simulations={n}, messages_per_simulation=12, tokens_per_message=1, "
+            "top_k=1, forms=('message',), seed=1)")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    print(f"  wrote {n:,} synthetic trajectories ({results.stat().st_size / 2**20:.0f} MiB) in "
+          f"{time.perf_counter() - start:.0f} s (another process)", flush=True)
     rows = []
-    for scheduler in (None, "local:2"):
-        start = time.perf_counter()
-        features = corpus_features(sources, ("text", "blackbox", "length"), "hash", scheduler=scheduler,
-                                   batch_size=2000)
-        seconds = time.perf_counter() - start
-        rows.append({"scheduler": scheduler or "serial", "trajectories": len(features), "seconds": seconds,
-                     "per_second": len(features) / seconds, "terms": len(features.vocabulary),
-                     "peak_mib_client": peak_mib()})
-        print(f"  {rows[-1]['scheduler']:>8}: {len(features):,} trajectories in {seconds:.1f} s "
-              f"({rows[-1]['per_second']:,.0f}/s), {rows[-1]['terms']:,} terms, peak {rows[-1]['peak_mib_client']:,.0f} "
-              "MiB (this process)", flush=True)
+    for scheduler, batch, label in (("serial", n, "one batch (plain)"), ("serial", 2000, "streamed"),
+                                    ("local:2", 2000, "streamed, Dask local:2")):
+        done = subprocess.run([sys.executable, __file__, "--scale-worker", str(results), scheduler, str(batch)],
+                              capture_output=True, text=True, check=True)
+        rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        r = rows[-1]
+        print(f"  {label:>22}: {r['trajectories']:,} trajectories in {r['seconds']:.1f} s "
+              f"({r['trajectories'] / r['seconds']:,.0f}/s), {r['terms']:,} terms, peak {r['peak_mib']:,.0f} MiB "
+              "(the extracting process; Dask workers' own memory apart)", flush=True)
     return rows
 
 
@@ -108,9 +119,13 @@ def main() -> None:
     parser.add_argument("--skip-shared", action="store_true")
     parser.add_argument("--skip-scale", action="store_true")
     parser.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--scale-worker", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         predict_worker(*args.worker)
+        return
+    if args.scale_worker:
+        scale_worker(*args.scale_worker)
         return
     warnings.simplefilter("ignore")
     with tempfile.TemporaryDirectory() as tmp:
@@ -137,9 +152,10 @@ def main() -> None:
         if not args.skip_scale:
             print(f"3. feature extraction of {args.n:,} synthetic trajectories (text, structure + TRACER with hash "
                   "embeddings, length), streamed in batches of 2,000", flush=True)
-            rows = scale(args.n, tmp)
-            if len(rows) == 2:
-                print(f"  Dask local:2 / serial: {rows[0]['seconds'] / rows[1]['seconds']:.2f}× the serial speed")
+            plain, streamed, dask = scale(args.n, tmp)
+            print(f"  streamed vs the whole file as one batch: {plain['seconds'] / streamed['seconds']:.2f}× the speed, "
+                  f"{streamed['peak_mib'] / plain['peak_mib']:.2f}× the peak memory; Dask local:2 vs streamed serially: "
+                  f"{streamed['seconds'] / dask['seconds']:.2f}× the speed")
 
 
 if __name__ == "__main__":

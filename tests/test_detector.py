@@ -538,9 +538,9 @@ def test_feature_extraction_on_dask_equals_the_serial_one(runs):
 
 def test_the_shared_runs_train_a_detector_and_the_simulation_list_is_one_of_them(tmp_path):
     """Two shared τ²-bench runs and the bare simulation list: every protocol the runs hold, against length."""
-    from conftest import require_tau2
-
     from agentuq_nb.steps.train_detector import train_detector
+
+    from conftest import require_tau2
 
     files = require_tau2()
     listed = files[0].parents[1] / "real_runs" / "claude-opus-4-6_airline_simulation-list.json"

@@ -236,12 +236,17 @@ class FittedDetector:
 
     def feature_summary(self, features: TrajectoryFeatures) -> pd.DataFrame:
         """What the detector leans on over ``features``' rows (its training rows, say): per reported feature the mean
-        contribution (signed), the mean absolute contribution and the share of rows where it contributes, ordered by
-        the mean absolute contribution."""
+        absolute contribution (the order), the mean contribution, the share of rows where it contributes, and for the
+        logistic model's single columns ``per_sd``: the change of the log-odds per standard deviation of the feature
+        (its coefficient on the standardized scale; the sign says the direction - a centred column's mean contribution
+        is 0 by construction, so it cannot). An embedding block, or any GBM input, has no ``per_sd``."""
         names, values = self.block_contributions(features)
-        out = pd.DataFrame({"feature": names, "mean_contribution": values.mean(axis=0) if len(values) else np.nan,
-                            "mean_abs_contribution": np.abs(values).mean(axis=0) if len(values) else np.nan,
-                            "share_of_rows": (values != 0).mean(axis=0) if len(values) else np.nan})
+        per_sd = dict(zip(self.feature_names(), self.coef)) if self.settings.model == "logistic" and \
+            self.constant is None else {}
+        out = pd.DataFrame({"feature": names, "mean_abs_contribution": np.abs(values).mean(axis=0) if len(values) else
+                            np.nan, "mean_contribution": values.mean(axis=0) if len(values) else np.nan,
+                            "share_of_rows": (values != 0).mean(axis=0) if len(values) else np.nan,
+                            "per_sd": [per_sd.get(name, np.nan) for name in names]})
         return out.sort_values("mean_abs_contribution", ascending=False, kind="stable").reset_index(drop=True)
 
     # ------------------------------------------------------------------ arrays, never pickle

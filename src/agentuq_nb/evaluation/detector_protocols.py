@@ -239,8 +239,14 @@ def held_out_probabilities(log_odds, failure, runs) -> np.ndarray:
 
 def calibration_summary(prob, failure, n_bins: int = 10) -> tuple[dict[str, Any], pd.DataFrame]:
     """``(report, bins)`` of held-out probabilities: ECE, debiased ECE, Brier and its decomposition
-    (:func:`~.calibration.calibration_report`) and the reliability table (equal-mass bins)."""
+    (:func:`~.calibration.calibration_report`), ``auroc_across_runs`` - the AUROC of the probabilities pooled over
+    every run at once (pairs across runs too: what ranking a mixed batch of conversations by them gives) - and the
+    reliability table (equal-mass bins)."""
+    from agentuq_nb.evaluation.metrics import auroc
+
     p = np.asarray(prob, dtype=float)
     ok = np.isfinite(p)
     y = np.asarray(failure, dtype=bool)
-    return calibration_report(p[ok], y[ok], n_bins), reliability_table(p[ok], y[ok], n_bins)
+    report = calibration_report(p[ok], y[ok], n_bins)
+    report["auroc_across_runs"] = float(auroc(p[ok], y[ok])) if 0 < y[ok].sum() < ok.sum() else None
+    return report, reliability_table(p[ok], y[ok], n_bins)

@@ -135,24 +135,27 @@ def early_detection_figure(early: pd.DataFrame, title: str = "How early is failu
 
 
 def top_features_figure(features: pd.DataFrame, k: int = 20, title: str = "What the detector leans on"):
-    """The ``k`` features with the largest mean absolute contribution over the training trajectories
-    (``top_features.csv``): a grey bar for the mean absolute contribution to the log-odds, a dot for the mean signed one
-    (right: towards failure), the share of trajectories where each contributes beside it."""
+    """The ``k`` features with the largest mean absolute contribution to the log-odds over the training trajectories
+    (``top_features.csv``, grey bars) and, for the logistic model's single columns, the log-odds change per standard
+    deviation of the feature (dots: right = towards failure; an embedding block has none); beside each, the share of
+    trajectories it contributes to."""
     use_style()
     top = features.head(k).iloc[::-1]
     fig, ax = plt.subplots(figsize=(6.4, 0.26 * len(top) + 1.4), layout="constrained")
     y = np.arange(len(top))
     ax.barh(y, top["mean_abs_contribution"].to_numpy(dtype=float), color=PALETTE["neutral"], alpha=0.25,
-            label="mean |contribution|")
-    signed = top["mean_contribution"].to_numpy(dtype=float)
-    ax.scatter(signed, y, c=[PALETTE["failure"] if v > 0 else PALETTE["success"] for v in signed], s=18, zorder=3)
-    ax.scatter([], [], color=PALETTE["failure"], s=18, label="mean contribution, towards failure")
-    ax.scatter([], [], color=PALETTE["success"], s=18, label="mean contribution, towards success")
+            label="mean |contribution| to the log-odds")
+    direction = top["per_sd"].to_numpy(dtype=float) if "per_sd" in top else np.full(len(top), np.nan)
+    ok = np.isfinite(direction)
+    ax.scatter(direction[ok], y[ok], c=[PALETTE["failure"] if v > 0 else PALETTE["success"] for v in direction[ok]],
+               s=18, zorder=3)
+    ax.scatter([], [], color=PALETTE["failure"], s=18, label="per SD: towards failure")
+    ax.scatter([], [], color=PALETTE["success"], s=18, label="per SD: towards success")
     ax.set_yticks(y, [str(f).removeprefix("text:") for f in top["feature"]], fontsize=7)
     for i, share in enumerate(top["share_of_rows"]):
         ax.annotate(f"{share:.0%}", (1.0, i), xycoords=("axes fraction", "data"), xytext=(4, 0),
                     textcoords="offset points", va="center", fontsize=6, color=PALETTE["neutral"])
     ax.axvline(0, color=PALETTE["neutral"], lw=0.8)
-    ax.set(xlabel="contribution to the log-odds of failure (right: % of trajectories it contributes to)", title=title)
+    ax.set(xlabel="log-odds of failure (right margin: share of trajectories it contributes to)", title=title)
     legend_below(fig, ax=ax, ncol=3)
     return fig

@@ -146,15 +146,19 @@ def findings(study: DetectorStudy) -> str:
     honest = "leave_run_and_task_out" if "leave_run_and_task_out" in protocols.index else protocols.index[0]
     ab = study.ablation[study.ablation["protocol"] == honest]
     if len(ab) > 1 and "auroc" in ab:
-        best = ab.sort_values("auroc", ascending=False).iloc[0]
+        ranked = ab[ab["auroc"].notna()].sort_values("auroc", ascending=False)
+        best = ranked.iloc[0]
         lines.append(f"**Ablation** ({honest.replace('_', ' ')}): the best feature set is {best['feature_set']} "
-                     f"({best['auroc']:.3f}, {best['vs_length']} length); "
-                     + "; ".join(f"{r.feature_set} {r.auroc:.3f}" for r in ab.itertuples() if pd.notna(r.auroc)) + ".")
+                     f"({_ci(best, 'auroc')}, {best['vs_length']} length); then "
+                     + "; ".join(f"{r.feature_set} {r.auroc:.3f}" for r in ranked.iloc[1:].itertuples()) + ".")
     if "calibration_ece" in protocols:
         row = protocols.loc[honest]
+        across = row.get("calibration_auroc_across_runs")
         lines.append(f"**Calibration** ({honest.replace('_', ' ')}, each run's probabilities from a Platt map of the "
                      f"other runs): ECE {row['calibration_ece']:.3f}, Brier {row['calibration_brier']:.3f} over "
-                     f"{int(row['calibration_n'])} trajectories.")
+                     f"{int(row['calibration_n'])} trajectories"
+                     + (f"; ranked all together, across runs, their AUROC is {across:.3f}" if pd.notna(across) else "")
+                     + ".")
     early = study.detector.early
     if len(early):
         turns = early[early["prefix"] == "turns"].sort_values("value")
@@ -172,14 +176,22 @@ def findings(study: DetectorStudy) -> str:
 def headline(study: DetectorStudy, protocol: str = "leave_run_and_task_out") -> str:
     """The README's paragraph: the runs, the honest protocol's AUROC against length and the prior, and the traps."""
     card = study.detector.card
-    row = study.detector.protocols.set_index("protocol").loc[protocol]
+    protocols = study.detector.protocols.set_index("protocol")
+    row = protocols.loc[protocol]
     text = (f"**A learned failure detector across the {len(study.runs)} shared runs** (`params/detector.yaml`, notebook "
             f"14: {card['n']} trajectories, {card['n_failures']} failures; {', '.join(card['domains'])}), judged on "
             f"each run left out *with its tasks*: pooled AUROC {_ci(row, 'auroc')} against {_ci(row, 'length_auroc')} "
             f"for `{row['length_baseline']}` ({_diff(row, 'diff_vs_length')}: {row['vs_length']} length)")
     if pd.notna(row.get("prior_auroc")):
         text += f" and {row['prior_auroc']:.3f} for the task's failure rate in the other runs ({row['vs_prior']} it)"
-    return text + "."
+    text += "."
+    if "leave_one_run_out" in protocols.index:
+        loro = protocols.loc["leave_one_run_out"]
+        text += (f" With the same tasks of other agents in training it reaches {_ci(loro, 'auroc')} "
+                 f"({loro['vs_length']} length): the difference is task difficulty learned, not failure.")
+    if "leave_one_domain_out" in protocols.index and pd.notna(protocols.loc["leave_one_domain_out"].get("auroc")):
+        text += f" Trained on other domains only: {_ci(protocols.loc['leave_one_domain_out'], 'auroc')}."
+    return text
 
 
 def ablation_table(study: DetectorStudy) -> pd.DataFrame:

@@ -218,7 +218,8 @@ def evaluate_protocol(protocol: str, labelled: TrajectoryFeatures, failure: np.n
                     if k not in ("n", "n_failures", "prior_n")})
     probability = held_out_probabilities(log_odds, failure, runs)
     report, bins = calibration_summary(probability, failure)
-    row.update({f"calibration_{k}": report[k] for k in ("n", "ece", "ece_debiased", "brier", "log_loss")})
+    row.update({f"calibration_{k}": report[k] for k in ("n", "ece", "ece_debiased", "brier", "log_loss",
+                                                         "auroc_across_runs")})
     return ProtocolRun(protocol, folds, models, log_odds, probability, row, bins.assign(protocol=protocol))
 
 
@@ -410,7 +411,8 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], confi
         "calibration": {"probabilities": calibrated_on, "protocol": calibration_source,
                         "held_out": {r.protocol: {k.removeprefix("calibration_"): r.row.get(k) for k in
                                                   ("calibration_n", "calibration_ece", "calibration_ece_debiased",
-                                                   "calibration_brier", "calibration_log_loss")} for r in reported}},
+                                                   "calibration_brier", "calibration_log_loss",
+                                                   "calibration_auroc_across_runs")} for r in reported}},
         "final_model": {"C": final.C, "n_terms": len(final.terms), "n_dense": len(final.dense_names),
                         "constant": final.constant, "gbm": final.gbm_params or None},
         "contributions": CONTRIBUTIONS[c.model],
