@@ -409,6 +409,9 @@ def test_predict_on_a_new_run_writes_calibrated_probabilities_contributions_and_
     assert len(p) == 12 and p["failure_probability"].between(0, 1).all() and not p["in_training"].any()
     assert set(p["model"]) == {"final"} and {"feature_1", "contribution_3", "failed", "log_odds"} <= set(p.columns)
     assert p["feature_1"].notna().all()
+    first = json.loads(p["contributions"].iloc[0])
+    assert [c["feature"] for c in first] == [p[f"feature_{k}"].iloc[0] for k in range(1, len(first) + 1)]
+    assert all(c["value"] is None or c["value"] >= 0 for c in first if not c["feature"].startswith("embedding."))
     assert done.report["estimator_table_row"]["estimator"] == "detector"
     assert "calibration_on_this_run" in done.report and "leave-one-run-out" in done.report["calibrated_on"]
     assert "detector" in available(tmp_path / "run")

@@ -37,8 +37,9 @@ class DetectorProbability(BlackBoxColumn):
 def read_predictions(run_dir: str | os.PathLike | RunDir) -> pd.DataFrame:
     """``predictions.csv`` of a run folder (checked against its manifest): one row per trajectory with its keys,
     ``simulation_id``, ``failure_probability``, ``log_odds``, ``model``, ``in_training``, ``reward`` and ``failed``
-    where labelled, and ``feature_k`` / ``contribution_k`` (k = 1 … the number ``predict`` was asked for). A
-    FileNotFoundError names the command that makes it."""
+    where labelled, ``feature_k`` / ``contribution_k`` (k = 1 … the number ``predict`` was asked for) and
+    ``contributions``, the JSON text of ``[{feature, value, contribution}, …]``. A FileNotFoundError names the
+    command that makes it."""
     run = RunDir.of(run_dir)
     path = run.require("detector_predictions")
     run.verify("detector_predictions")

@@ -15,6 +15,7 @@ Contributions are each model's own (:meth:`~agentuq_nb.evaluation.detector_model
 """
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,10 +71,12 @@ class Detector:
 
     def predict(self, features: TrajectoryFeatures, top: int = 5) -> pd.DataFrame:
         """One row per row of ``features``: ``failure_probability`` (calibrated), ``log_odds``, ``model``,
-        ``in_training``, and the ``top`` contributions as ``feature_k`` / ``contribution_k`` (k = 1 … top)."""
+        ``in_training``, the ``top`` contributions as ``feature_k`` / ``contribution_k`` (k = 1 … top) and all of them
+        as ``contributions``: the JSON text of ``[{feature, value, contribution}, …]`` (``value``: the feature's value
+        in the trajectory, null for an embedding block)."""
         n = len(features)
         out = pd.DataFrame({"failure_probability": np.full(n, np.nan), "log_odds": np.full(n, np.nan),
-                            "model": FINAL, "in_training": False})
+                            "model": FINAL, "in_training": False, "contributions": "[]"})
         for k in range(1, top + 1):
             out[f"feature_{k}"], out[f"contribution_{k}"] = None, np.nan
         training = self.training_run_of(features.index["fingerprint"].to_numpy(dtype=np.int64))
@@ -93,6 +96,10 @@ class Detector:
                 at = rows[group["row"].to_numpy()]
                 out.loc[at, f"feature_{rank}"] = group["feature"].to_numpy()
                 out.loc[at, f"contribution_{rank}"] = group["contribution"].to_numpy()
+            for row, group in contributions.groupby("row"):
+                out.at[rows[row], "contributions"] = json.dumps(
+                    [{"feature": f, "value": None if not np.isfinite(v) else float(v), "contribution": float(c)}
+                     for f, v, c in zip(group["feature"], group["value"], group["contribution"])])
         return out
 
 

@@ -221,18 +221,37 @@ class FittedDetector:
         return list(block_names), values
 
     def contributions(self, features: TrajectoryFeatures, top: int = 5) -> pd.DataFrame:
-        """The ``top`` contributions of each row (:meth:`block_contributions`): ``row, rank, feature, contribution``,
-        ``rank`` 1 = the largest in absolute value; a zero contribution is left out. Empty for a constant detector."""
+        """The ``top`` contributions of each row (:meth:`block_contributions`): ``row, rank, feature, contribution,
+        value`` (:meth:`raw_values`), ``rank`` 1 = the largest in absolute value; a zero contribution is left out.
+        Empty for a constant detector."""
         names, values = self.block_contributions(features)
         if not names:
-            return pd.DataFrame(columns=["row", "rank", "feature", "contribution"])
+            return pd.DataFrame(columns=["row", "rank", "feature", "contribution", "value"])
         k = min(top, values.shape[1])
         order = np.argsort(-np.abs(values), axis=1, kind="stable")[:, :k]
         rows = np.repeat(np.arange(values.shape[0]), k)
         picked = order.ravel()
+        raw = self.raw_values(features, names)
         out = pd.DataFrame({"row": rows, "rank": np.tile(np.arange(1, k + 1), values.shape[0]),
-                            "feature": np.asarray(names, dtype=object)[picked], "contribution": values[rows, picked]})
+                            "feature": np.asarray(names, dtype=object)[picked], "contribution": values[rows, picked],
+                            "value": raw[rows, picked]})
         return out[out["contribution"] != 0].reset_index(drop=True)
+
+    def raw_values(self, features: TrajectoryFeatures, names: list[str]) -> np.ndarray:
+        """(rows, names): each reported feature's value as the trajectory has it - a term's count, a black-box or
+        length column's value (length as ``log(1 + n)``, NaN where missing) - NaN for an embedding block or the GBM's
+        whole text."""
+        out = np.full((len(features), len(names)), np.nan)
+        terms = [n.removeprefix("text:") for n in names if n.startswith("text:")]
+        if terms:
+            counts = term_matrix(features, terms).toarray()
+            at = [i for i, n in enumerate(names) if n.startswith("text:")]
+            out[:, at] = counts
+        have = {name: i for i, name in enumerate(features.dense_names)}
+        for i, name in enumerate(names):
+            if name in have:
+                out[:, i] = features.dense[:, have[name]]
+        return out
 
     def feature_summary(self, features: TrajectoryFeatures) -> pd.DataFrame:
         """What the detector leans on over ``features``' rows (its training rows, say): per reported feature the mean

@@ -10,7 +10,8 @@ features it was trained with, and one commit publishes:
 * ``predictions.csv`` - one row per trajectory: the keys, ``simulation_id``, ``failure_probability`` (calibrated on runs
   other than this one), ``log_odds``, ``model`` (``final``, or ``leave-one-run-out:<run>`` for a trajectory the detector
   was trained on), ``in_training``, the ``reward`` and ``failed`` where the run is labelled, and the ``top``
-  contributions (``feature_k``, ``contribution_k``; what they are: ``detector.json``'s ``contributions``);
+  contributions (``feature_k``, ``contribution_k``, and all of them with each feature's value as the JSON column
+  ``contributions``; what they are: ``detector.json``'s ``contributions``);
 * ``detector_scores.parquet`` - the probability as the ``detector`` estimator family reads it, so that
   ``compare-estimators`` and ``compare-runs`` rank it beside the other families;
 * ``detector.json`` - which detector (its folder, card hash, training runs, protocols), how the probabilities were

@@ -40,6 +40,7 @@ import numpy as np
 import pandas as pd
 from pydantic import Field, field_validator
 
+from agentuq_nb.distributed import JobRunner
 from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.evaluation.defaults import DETECTOR_PROTOCOLS as PROTOCOLS
 from agentuq_nb.io.atomic import json_ready
@@ -92,6 +93,8 @@ class TrainDetectorConfig(StepConfig):
     early_protocol: str = Field(EARLY_PROTOCOL, description="the protocol whose fold models read the prefixes")
     scheduler: Optional[str] = Field(None, description="feature extraction on Dask: a scheduler address or local:N")
     batch_size: int = Field(BATCH_SIZE, ge=1, le=100_000, description="simulations per feature-extraction job")
+    threads: int = Field(2, ge=1, le=32, description="folds fitted at once (threads of the job executor; each fit "
+                         "on one BLAS thread)")
     progress: bool = Field(False, description="show progress bars")
 
     @field_validator("groups")
@@ -180,8 +183,10 @@ def labelled_rows(features: TrajectoryFeatures, failure_threshold: float) -> tup
 
 def evaluate_protocol(protocol: str, labelled: TrajectoryFeatures, failure: np.ndarray, settings: DetectorSettings,
                       n_splits: int, n_boot: int, seed: int,
-                      on_fit: Callable[[str, Fold, pd.DataFrame], None] | None = None) -> ProtocolRun:
-    """Fit every fold of ``protocol`` on its training rows, score its held-out rows, compare (module docstring)."""
+                      on_fit: Callable[[str, Fold, pd.DataFrame], None] | None = None, threads: int = 1) -> ProtocolRun:
+    """Fit every fold of ``protocol`` on its training rows (``threads`` folds at once, on the job executor), score its
+    held-out rows, compare (module docstring)."""
+    from agentuq_nb.evaluation.calibration import one_thread
     from agentuq_nb.evaluation.detector_model import fit_detector
     from agentuq_nb.evaluation.detector_protocols import (
         calibration_summary,
@@ -202,7 +207,13 @@ def evaluate_protocol(protocol: str, labelled: TrajectoryFeatures, failure: np.n
         hook = None if on_fit is None else (lambda rows, fold=fold: on_fit(protocol, fold, rows))
         return fit_detector(labelled.take(fold.train), failure[fold.train], tasks[fold.train], settings, hook)
 
-    log_odds, which, models = cross_fit(folds, len(index), fit, lambda model, rows: model.log_odds(labelled.take(rows)))
+    fitted: dict[int, FittedDetector] = {}
+    with one_thread():  # set once around the threads: each fit's own limit then finds (and restores) one thread
+        JobRunner(label="detector-folds", threads=threads, progress=False).run(
+            fit, enumerate(folds), lambda k, model: fitted.__setitem__(k, model))
+    by_fold = {id(fold): fitted[k] for k, fold in enumerate(folds)}
+    log_odds, which, models = cross_fit(folds, len(index), lambda fold: by_fold[id(fold)],
+                                        lambda model, rows: model.log_odds(labelled.take(rows)))
     frame = evaluation_frame(runs, domains, task_ids, failure, index)
     frame["detector"] = log_odds
     row = {"protocol": protocol, "description": PROTOCOLS[protocol], "folds": len(folds)}
@@ -349,8 +360,8 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], confi
         wanted.append(c.early_protocol)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN column of a training fold: imputed as 0
-        evaluated = {p: evaluate_protocol(p, labelled, failure, settings, c.n_splits, c.n_boot, c.seed, on_fit)
-                     for p in wanted}
+        evaluated = {p: evaluate_protocol(p, labelled, failure, settings, c.n_splits, c.n_boot, c.seed, on_fit,
+                                          c.threads) for p in wanted}
         seconds["protocols"] = time.perf_counter() - tick
         tick = time.perf_counter()
         final = fit_detector(labelled, failure, tasks, settings)
@@ -369,7 +380,7 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], confi
                          "that never saw it)")
     else:
         within = evaluated.get("within_run") or evaluate_protocol("within_run", labelled, failure, settings,
-                                                                   c.n_splits, c.n_boot, c.seed, on_fit)
+                                                                   c.n_splits, c.n_boot, c.seed, on_fit, c.threads)
         calibration_source = "within_run"
         final_map = platt_map(within.log_odds, failure) if np.isfinite(within.log_odds).any() else None
         loro_models = []
