@@ -1,7 +1,7 @@
 """Seconds per real results file for the black-box families (structure + TRACER), model load included.
 
-For each file (default: the seven real τ²-bench runs in ../shared/data/tau2 and ../shared/data/real_runs, none
-with log-probs) the run is extracted once (not timed), then a fresh Python process times what ``analyze``
+For each file (default: every real τ²-bench run in ../shared/data/tau2 and ../shared/data/real_runs, none with
+log-probs) the run is extracted once (not timed), then a fresh Python process times what ``analyze``
 adds for the black-box families - importing the stack, loading MiniLM, reading the messages, embedding,
 the structure signals, TRACER's components (``compute_signals``) and TRACER's grid tuning (``compute_tuning``:
 32,000 settings, optimistic and nested) - and reports wall and CPU seconds, the share spent embedding, the

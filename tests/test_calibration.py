@@ -179,8 +179,7 @@ def tau2_runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("tau2")
     runs = []
     for i, path in enumerate(files[:2]):
-        with pytest.warns(Warning):
-            extract(path, tmp / f"run{i}")
+        extract(path, tmp / f"run{i}")
         runs.append(tmp / f"run{i}")
     return runs
 

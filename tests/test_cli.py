@@ -165,7 +165,8 @@ def test_more_mistakes_get_messages(tmp_path, synthetic_results):
     assert bad.returncode == 2 and "greater than or equal to 0" in bad.stderr and "Traceback" not in bad.stderr
     one_class = one_class_run(synthetic_results, tmp_path / "one_class", reward=0.0)
     done = run("compare-estimators", one_class, "--n-boot", "20")
-    assert "note: AUROC and the other ranking metrics are null" in done.stderr and "one class only" in done.stderr
+    said = "note: all 12 scored trajectories failed: AUROC and every other ranking or calibration metric is undefined"
+    assert done.stderr.count(said) == 1 and "one outcome only" in done.stderr  # said once, not per estimator
 
 
 def _normalized_manifest(run_dir: Path) -> dict:
@@ -183,7 +184,8 @@ def test_analyze_writes_the_folder_the_three_commands_write(tmp_path, synthetic_
     run("extract", synthetic_results, "--out", three)
     run("aggregate", three)
     run("evaluate", three, "--n-boot", "50")
-    out = run("analyze", synthetic_results, "--out", one, "--n-boot", "50", "--no-blackbox", "--no-figures")
+    out = run("analyze", synthetic_results, "--out", one, "--n-boot", "50", "--no-blackbox", "--no-figures",
+              "--no-report")
     assert json.loads(out.stdout[out.stdout.index("{"):])["metrics"] == \
         json.loads((one / "eval_metrics.json").read_text())["metrics"]
     files = sorted(p.name for p in three.iterdir() if not p.name.startswith("."))
@@ -273,3 +275,31 @@ def test_simulate_with_a_policy_records_its_decisions_and_refuses_a_policy_witho
     # another policy in the same folder is refused, not mixed in
     _no_traceback(run("simulate", "--domain", "bookshop", "--out", out, "--task-ids", "1", "--policy", "defer",
                       "--policy-threshold", "5", check=False), "intervention_policy")
+
+
+def test_help_renders_literally_and_wraps_at_80_columns():
+    import os
+
+    done = subprocess.run([*CLI, "analyze", "--help"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "COLUMNS": "80"})
+    assert done.returncode == 0
+    assert "(.eval; the [inspect] extra)" in " ".join(done.stdout.split())  # no markup swallowed
+    assert "…" not in done.stdout and "--failure-threshold" in done.stdout  # wrapped, never cut
+    assert max(len(line) for line in done.stdout.splitlines()) <= 80
+    rescore = subprocess.run([*CLI, "rescore", "--help"], capture_output=True, text=True, timeout=120).stdout
+    assert "--limit" in rescore
+
+
+def test_trials_takes_a_results_file_as_analyze_does_and_a_run_without_seeds(tmp_path):
+    """No circle between trials and aggregate: a results file is read as it is (here the original τ-bench's, whose
+    runs have no seed); its run folder gives the same numbers."""
+    from test_tau_bench_results import REWARDS, tool_calling_entry, write_json
+
+    entries = [tool_calling_entry(task, trial, float(REWARDS[task][trial])) for trial in range(4) for task in range(3)]
+    results = write_json(tmp_path / "tau_bench.json", entries)
+    from_file = run("trials", results, "--n-boot", "50")
+    assert "12 trajectories, 3 tasks, trials per task 4–4" in from_file.stdout and "aggregate" not in from_file.stderr
+    run("extract", results, "--out", tmp_path / "run")
+    from_run = run("trials", tmp_path / "run", "--n-boot", "50")
+    assert from_run.stdout == from_file.stdout
+    _no_traceback(run("trials", tmp_path / "absent.json", check=False), "absent.json")

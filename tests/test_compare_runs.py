@@ -3,6 +3,7 @@ must be stratified, the within-run task bootstrap, the paired test against lengt
 per-run numbers against each run's estimator table, the command end to end, and its refusals."""
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -222,10 +223,49 @@ def test_the_leaderboard_is_ordered_by_the_pooled_length_controlled_auroc():
     out = pooled_leaderboard(frame, names, BASELINES, n_boot=50)
     meta = pd.DataFrame({"estimator": names + BASELINES, "family": ["test"] * 3 + ["baseline"] * 3})
     table = leaderboard_table(out, meta, ["run0", "run1", "run2"])
-    assert table["rank"].tolist() == list(range(1, 7))
-    values = table[f"auroc_lc[{POOLED}]"].to_numpy()
+    assert table["rank"].tolist()[:3] == [1, 2, 3] and table["rank"].iloc[3:].isna().all()  # comparators unranked
+    assert table["family"].tolist() == ["test"] * 3 + ["baseline"] * 3
+    values = table[f"auroc_lc[{POOLED}]"].to_numpy()[:3]
     assert (np.diff(values) <= 0).all() and table["estimator"].iloc[0] == "cue"
+    assert (np.diff(table[f"auroc[{POOLED}]"].to_numpy()[3:]) <= 0).all()  # the baselines by their AUROC
     assert {"auroc_lc[run1]", "auroc_lo[run2]", "n_failures[pooled]", "q_value", "significant"} <= set(table.columns)
+
+
+def test_in_sample_estimators_are_reported_but_never_tested_ranked_or_counted_in_the_fdr_family():
+    frame = _length_frame(seed=2)
+    frame["tuned"] = frame["cue"] * 3.0  # as good as the cue: untested all the same
+    candidates = ["cue", "weak_cue", "noise", "tuned"]
+    out = pooled_leaderboard(frame, candidates, BASELINES, n_boot=300, q=0.1, in_sample=["tuned"])
+    comp = out.comparison.set_index("estimator")
+    assert np.isnan(comp.at["tuned", "p_value"]) and comp.at["tuned", "verdict"] == "in-sample: not tested"
+    assert np.isfinite(comp.at["tuned", "diff_lc_vs_length"])  # its difference is still shown
+    tested = comp.loc[["cue", "weak_cue", "noise"]]
+    _, adjusted, _, _ = multipletests(tested["p_value"].to_numpy(), alpha=0.1, method="fdr_bh")
+    assert np.allclose(tested["q_value"].to_numpy(), adjusted)  # BH over the three tested ones only
+    meta = pd.DataFrame({"estimator": candidates + BASELINES, "family": ["test"] * 4 + ["baseline"] * 3})
+    table = leaderboard_table(out, meta, ["run0", "run1", "run2"])
+    assert table["estimator"].tolist()[3] == "tuned" and table["rank"].tolist()[:3] == [1, 2, 3]
+    assert table["rank"].iloc[3:].isna().all()
+
+
+def test_the_length_the_strata_hold_fixed_has_no_length_controlled_auroc_and_is_never_the_comparator():
+    frame = _length_frame()
+    out = pooled_leaderboard(frame, ["cue"], BASELINES, n_boot=50, stratified_on="num_messages")
+    long = out.long.set_index(["estimator", "run"])
+    rows = long.loc["num_messages"]
+    assert rows["auroc_lc"].isna().all() and rows["auroc"].notna().all()
+    assert rows["note"].str.contains("own values").all()
+    assert out.baselines["auroc_lc"] != "num_messages"
+    assert np.isnan(out.comparison.set_index("estimator").at["num_messages", "diff_lc_vs_length"])
+    # without being told, the baseline's within-stratum AUROC is what stratifying on itself leaves: about chance
+    plain = pooled_leaderboard(frame, ["cue"], BASELINES, n_boot=0).long.set_index(["estimator", "run"])
+    assert abs(plain.at[("num_messages", POOLED), "auroc_lc"] - 0.5) < 0.1
+
+
+def test_q_values_are_printed_to_two_significant_digits():
+    from agentuq_nb.figures.run_leaderboard import q_text
+
+    assert [q_text(q) for q in (0.1016, 0.0654, 1.0, 0.5, 0.000999)] == ["0.10", "0.065", "1.0", "0.50", "0.0010"]
 
 
 # --------------------------------------------------------------------------- run folders
@@ -283,6 +323,8 @@ def test_cli_end_to_end_reads_the_runs_only_and_writes_a_traceable_folder(two_ru
     assert after == before  # nothing made, changed or locked in the run folders
     files = {p.name for p in out.iterdir()}
     assert files == {*OUTPUTS.values(), "run_leaderboard.png", "run_leaderboard.pdf"}
+    page = (out / OUTPUTS["report"]).read_text()
+    assert "https://" not in page and "data:image/png;base64," in page and "Leaderboard" in page
     board = pd.read_csv(out / OUTPUTS["leaderboard"])
     long = pd.read_csv(out / OUTPUTS["long"])
     assert set(long["run"]) == {"alpha", "beta", POOLED}
@@ -302,7 +344,8 @@ def test_cli_end_to_end_reads_the_runs_only_and_writes_a_traceable_folder(two_ru
         assert hashlib.sha256((out / name).read_bytes()).hexdigest() == digest
     # the same seed gives the same leaderboard
     again = build_run_leaderboard(two_runs, n_boot=200, seed=3, q=0.2).leaderboard
-    pd.testing.assert_frame_equal(board, again.reset_index(drop=True), check_dtype=False)
+    written = pd.read_csv(io.StringIO(again.to_csv(index=False)))  # as the CSV holds it (no protocol: empty)
+    pd.testing.assert_frame_equal(board, written, check_dtype=False)
     # a refusal: one line, exit 2 (in this process: the command line's handling, not a second start-up)
     from typer.testing import CliRunner
 
@@ -440,9 +483,17 @@ def test_the_figure_has_a_row_per_estimator_a_column_per_run_and_the_marks(two_r
     assert labels[0].startswith(result.leaderboard["estimator"].iloc[0])
     assert sum("[length baseline]" in label for label in labels) == 3
     heads = [t.get_text() for t in ax.get_xticklabels()]
-    assert heads[0].startswith("alpha\nn = 24 / ") and heads[-1].startswith("pooled (2 runs)")
+    # the model and the domain from the results' metadata; the run's name beside them where two runs share them
+    assert heads[0].startswith("synthetic-llm · synthetic\n(alpha)\nn = 24 / ") and heads[-1].startswith("pooled (2 runs)")
     texts = [t.get_text() for t in ax.texts]
     assert "◆ reference" in texts and any(t.startswith("▲ q=") for t in texts)
+    # every cell names the (failure, success) pairs of like length it rests on; the message count's is "self"
+    long = result.long.set_index(["estimator", "run"])
+    pairs = int(long.at[(result.leaderboard["estimator"].iloc[0], "alpha"), "n_pairs_lc"])
+    assert any(t.endswith(f"· {pairs} pairs") for t in texts) and texts.count("self") == 3
+    hatched = [p for p in ax.patches if p.get_hatch()]
+    few = int((result.long["n_pairs_lc"].between(1, 29) & result.long["auroc_lc"].notna()).sum())
+    assert len(hatched) == few
     assert fig.axes[1].get_ylabel().startswith("length-controlled AUROC")
     import matplotlib.pyplot as plt
     plt.close(fig)

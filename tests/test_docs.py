@@ -282,3 +282,42 @@ def test_the_command_line_page_names_every_command_with_its_real_options_and_def
             if option not in options:
                 wrong.append(f"{name} {option}: no such option")
     assert not wrong, "\n".join(wrong)
+
+
+#: a number as the README writes one (a sign, digits, a decimal part); names such as gpt-4.1 hold numbers too
+NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def numbers(text: str) -> list[str]:
+    return NUMBER.findall(text.replace("−", "-"))
+
+
+def readme_section(name: str) -> str:
+    text = README.read_text()
+    start, end = f"<!-- --8<-- [start:{name}] -->", f"<!-- --8<-- [end:{name}] -->"
+    return text.split(start, 1)[1].split(end, 1)[0]
+
+
+def test_the_real_runs_headline_states_only_numbers_the_study_wrote_and_names_its_runs():
+    """Every number of the README's real-runs paragraph (which the site's pages include) is in the study's findings
+    as notebook 13 wrote them (committed as docs/findings/real_runs.json, with the runs they were measured on): a
+    claim that is not in the study's output fails here, so a new run of the study shows which sentences changed."""
+    import json
+
+    from agentuq_nb.pipeline.real_runs import COMMITTED_FINDINGS
+
+    record = json.loads((ROOT / COMMITTED_FINDINGS).read_text())
+    held = set(numbers(json.dumps(record, ensure_ascii=False)))
+    section = readme_section("real-runs")
+    missing = [n for n in numbers(section) if n not in held]
+    assert not missing, f"README numbers not in {COMMITTED_FINDINGS}: {missing}"
+    # the runs it is about: how many, how many trajectories, and each run's agent and domain
+    assert f"{record['n_runs']} real runs" in section or f"{record['n_runs']} runs" in section
+    assert f"{record['n_trajectories']} trajectories" in section
+    assert f"({COMMITTED_FINDINGS})" in section  # the paragraph links the file with each run's agent and domain
+    assert "tuned in-sample" in section and "these runs" in section  # the TRACER claims say which runs
+
+
+def test_numbers_are_read_as_the_readme_writes_them():
+    assert numbers("0.645 [0.567, 0.714], +0.153 [−0.016, 0.312], q = 0.10; gpt-4.1") == [
+        "0.645", "0.567", "0.714", "0.153", "0.016", "0.312", "0.10", "4.1"]

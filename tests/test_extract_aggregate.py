@@ -103,11 +103,26 @@ def test_turn_idx_is_numeric_and_trajectory_has_rewards(tmp_path, synthetic_resu
 
 
 def test_real_tau2_file_without_logprobs_is_counted_not_crashed(tmp_path, tau2_files):
-    report = extract(tau2_files[0], tmp_path / "run")
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        report = extract(tau2_files[0], tmp_path / "run")
     assert report.num_simulations == 20 and report.num_tokens == 0
-    assert report.warnings.counts["assistant_messages_without_logprobs"] > 0
+    assert report.warnings.counts["assistant_messages_without_logprobs"] > 0  # counted (the manifest keeps it) ...
+    assert not [w for w in caught if "carry no log-probs" in str(w.message)]  # ... not said: most real runs have none
     with pytest.raises(ValueError, match="token table is empty"):
         aggregate(tmp_path / "run")
+
+
+def test_messages_without_logprobs_beside_ones_with_them_are_said(tmp_path, synthetic_results):
+    from agentuq_nb.io.input_warnings import InputDataWarning
+
+    data = json.loads(synthetic_results.read_text())
+    data["simulations"][1]["messages"][1].update(raw_data=None, logprobs=None)  # one user message lost its log-probs
+    synthetic_results.write_text(json.dumps(data))
+    with pytest.warns(InputDataWarning, match="1 user message"):
+        extract(synthetic_results, tmp_path / "run")
 
 
 def test_missing_sidecar_names_file_and_message(tmp_path, synthetic_results):

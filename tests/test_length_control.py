@@ -79,12 +79,18 @@ def test_length_in_disguise_is_caught_and_a_real_signal_survives():
     best_length = roc_auc_score(failure, length)
     controlled = stratified_auroc(score, failure, length_strata(length))["auroc"]
     assert raw > 0.7 and controlled < raw - 0.05  # most of the raw AUROC was length
-    assert beats_length_baseline(controlled, best_length) is False
+    assert raw <= best_length + 0.01  # the score is length plus noise: no better than length itself
     assert abs(residual_auroc(score, failure, length) - 0.5) < 0.06
     signal, failure, length = _confounded(n=2000, seed=3, signal=1.0)
     assert stratified_auroc(signal, failure, length_strata(length))["auroc"] > 0.8
     assert residual_auroc(signal, failure, length) > 0.7  # linear in length, regressed on log length: some length stays
-    assert beats_length_baseline(float("nan"), 0.6) is None
+
+
+def test_beating_length_is_a_paired_interval_above_zero_and_never_in_sample():
+    assert beats_length_baseline(0.02) is True and beats_length_baseline(-0.01) is False
+    assert beats_length_baseline(0.0) is False  # an interval that touches 0 does not exclude it
+    assert beats_length_baseline(0.3, in_sample=True) is False  # tuned on these labels: never a winner
+    assert beats_length_baseline(float("nan")) is None and beats_length_baseline(None) is None
 
 
 @pytest.fixture(scope="module")
@@ -95,8 +101,9 @@ def run_dir(tmp_path_factory):
 
 def test_compare_estimators_gains_the_columns_rows_and_order(run_dir):
     table = compare_estimators(run_dir, n_boot=50)
-    for col in ("ece", "ece_debiased", "brier", "auroc_stratified", "auroc_residual", "length_baseline_auroc",
-                "beats_length_baseline"):
+    for col in ("ece", "ece_debiased", "brier", "auroc_stratified", "auroc_residual", "length_baseline",
+                "length_baseline_auroc", "diff_vs_length", "diff_vs_length_lo", "diff_vs_length_hi",
+                "p_value_vs_length", "n_vs_length", "beats_length_baseline", "protocol", "in_sample"):
         assert col in table, col
     on_disk = pd.read_csv(run_dir / "estimator_table.csv")
     assert list(on_disk["estimator"]) == list(table["estimator"])
@@ -111,13 +118,28 @@ def test_compare_estimators_gains_the_columns_rows_and_order(run_dir):
     assert combined["n"].eq(24).all() and combined["auroc"].between(0, 1).all()
     baselines = table[table["family"] == "baseline"]
     assert table["length_baseline_auroc"].eq(baselines["auroc"].max()).all()
-    assert baselines["beats_length_baseline"].isna().all()
-    others = table[table["family"] != "baseline"]
-    expected = others["auroc_stratified"] > others["length_baseline_auroc"]
-    assert (others["beats_length_baseline"].astype(bool) == expected).all()
+    best = table["length_baseline"].iloc[0]
+    assert table["length_baseline"].eq(best).all()
+    assert baselines.set_index("estimator").at[best, "auroc"] == baselines["auroc"].max()  # the first of any tie
+    assert baselines["beats_length_baseline"].isna().all() and baselines["diff_vs_length"].isna().all()
+    others = table[table["family"] != "baseline"].set_index("estimator")
+    # the paired difference: AUROC minus the best baseline's, on the trajectories both score (all of them here)
+    np.testing.assert_allclose(others["diff_vs_length"], others["auroc"] - baselines["auroc"].max(), atol=1e-12)
+    assert (others["diff_vs_length_lo"] <= others["diff_vs_length"]).all()
+    assert (others["diff_vs_length"] <= others["diff_vs_length_hi"]).all()
+    assert (others["beats_length_baseline"].astype(bool) == (others["diff_vs_length_lo"] > 0)).all()
     assert ((table["ece"] >= 0) & (table["ece_debiased"] >= 0) & table["brier"].between(0, 1)).all()
-    # the synthetic run's trajectories all have the same length: controlling for it changes nothing
-    np.testing.assert_allclose(table["auroc_stratified"], table["auroc"], atol=1e-12)
+    assert set(table.loc[table["family"] == "combined", "protocol"]) == {"cross-fitted by task (out of fold)"}
+    tuned = table.loc[table["in_sample"].astype(bool), "estimator"].tolist()
+    assert tuned == ["tracer.optimistic"]  # tuned on the run's own labels: marked, never beats length
+    assert table.set_index("estimator").at["tracer.optimistic", "protocol"] == "in-sample"
+    assert table.set_index("estimator").at["tracer.optimistic", "beats_length_baseline"] in (False, None)
+    assert table.set_index("estimator").at["tracer.nested", "protocol"] == "nested cross-fitting by task"
+    # the synthetic run's trajectories all have the same length: controlling for it changes nothing ...
+    np.testing.assert_allclose(others["auroc_stratified"], others["auroc"], atol=1e-12)
+    # ... and the message count itself has no length-controlled AUROC: its strata hold it fixed
+    lc = table.set_index("estimator").loc["num_messages"]
+    assert np.isnan(lc["auroc_stratified"]) and np.isnan(lc["auroc_residual"]) and "own value" in lc["undefined"]
 
 
 def test_forest_plot_marks_estimators_that_do_not_beat_the_length_baseline(run_dir):
@@ -126,15 +148,33 @@ def test_forest_plot_marks_estimators_that_do_not_beat_the_length_baseline(run_d
 
     compare_estimators(run_dir, n_boot=20)
     table = read_estimator_table(run_dir)
+    table.loc[table["estimator"] == "assistant.avg_token_nll", ["in_sample", "beats_length_baseline"]] = [True, True]
     rows = forest_rows(table)
-    weak = rows["beats_length_baseline"].astype(str).eq("False").to_numpy()
-    assert weak.any()
+    baseline = rows["family"].eq("baseline").to_numpy()
+    filled = baseline | (rows["beats_length_baseline"].astype(str).eq("True") & ~rows["in_sample"].astype(bool))
+    assert (~filled).any()
     fig = estimator_forest_figure(table)
     points = [line for line in fig.axes[0].lines if len(line.get_xdata()) == 1]  # one marker per row
     assert len(points) == len(rows)
-    assert [p.get_markerfacecolor() == "white" for p in points] == list(weak)  # hollow = not beyond length
-    old = estimator_forest_figure(table.drop(columns=["beats_length_baseline"]))  # an older table still draws
+    assert [p.get_markerfacecolor() != "white" for p in points] == list(filled)  # filled = beats length
+    # the dot, the line and the marker are one quantity: the raw AUROC (the dotted line the best baseline's)
+    assert [p.get_xdata()[0] for p in points] == pytest.approx(rows["auroc"].tolist())
+    tuned = [p for p, name in zip(points, rows["estimator"]) if name == "assistant.avg_token_nll"]
+    assert tuned and tuned[0].get_marker() == "D" and tuned[0].get_markerfacecolor() == "white"  # never a winner
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert any(label.startswith("assistant.avg_token_nll") and "[in-sample]" in label for label in labels)
+    old = estimator_forest_figure(table.drop(columns=["beats_length_baseline", "in_sample"]))  # an older table draws
     assert not any(line.get_markerfacecolor() == "white" for line in old.axes[0].lines if len(line.get_xdata()) == 1)
+
+
+def test_a_forest_needs_an_auroc():
+    from agentuq_nb.figures.estimators import estimator_forest_figure, has_forest
+
+    table = pd.DataFrame({"estimator": ["a", "num_messages"], "family": ["token", "baseline"], "auroc": [np.nan] * 2,
+                          "n": [20, 20], "n_failures": [0, 0]})
+    assert not has_forest(table)
+    with pytest.raises(ValueError, match="no estimator has a defined auroc"):
+        estimator_forest_figure(table)
 
 
 def test_combined_inputs_are_oriented_and_never_a_length_only_or_repeated_predictor(run_dir):

@@ -319,6 +319,12 @@ def test_rescore_scores_a_tau_bench_trajectory_with_the_embedded_model(tool_call
     tokens = pd.read_parquet(tmp_path / "rescored" / "tokens.parquet")
     assert set(tokens["role"]) == {"assistant", "user", "tool"} and set(tokens["task_id"]) == {"0"}
     assert tokens["seed"].isna().all() and set(tokens["domain"]) == {"retail"}
+    # --limit again after a longer run: the tables hold the first trajectory only, not the checkpoints left over
+    rescore(tool_calling_run, tmp_path / "rescored", limit=2, progress=False)
+    assert set(pd.read_parquet(tmp_path / "rescored" / "tokens.parquet")["task_id"]) == {"0", "1"}
+    rescore(tool_calling_run, tmp_path / "rescored", limit=1, progress=False)
+    assert set(pd.read_parquet(tmp_path / "rescored" / "tokens.parquet")["task_id"]) == {"0"}
+    assert len(pd.read_parquet(tmp_path / "rescored" / "trajectories.parquet")) == 1
 
 
 @pytest.mark.parametrize("content, message", [

@@ -14,11 +14,12 @@ __version__ = "0.1.0"
 
 
 def explore(run_dir, estimators=None, scorer=None, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD, export=None):
-    """Explore a run folder's trajectories in JupyterLab: pick one by outcome or an estimator's value, read its
-    messages with each token coloured by its NLL (hover: the top-k alternatives and their probabilities), per-message
-    sparklines of a token, a black-box and an action signal, the K resampled actions at each decision point, the
-    outcome. Returns the widget (anywidget); ``widget.export("view.html")`` (or ``export=`` here) writes the same
-    view as one standalone HTML file. See :mod:`agentuq_nb.figures.explorer`."""
+    """Explore the trajectories of a run folder (or a list of them) in JupyterLab: why each got its reward (the
+    harness's checks, the expected tool calls beside those made, the task), the same task's other trials side by
+    side, search and sort by any estimator (with its AUROC), per-message signals, tokens coloured by NLL with the
+    top-k alternatives on hover where the run has them, the K resampled actions at each decision point. Returns the
+    widget (anywidget); ``widget.export("view.html")`` (or ``export=`` here) writes the same view as one standalone
+    HTML file. See :mod:`agentuq_nb.figures.explorer`."""
     from agentuq_nb.figures.explorer import explorer_data, explorer_widget, export_html
 
     data = explorer_data(run_dir, estimators=estimators, scorer=scorer, failure_threshold=failure_threshold)

@@ -80,6 +80,7 @@ class OneLineErrors(TyperGroup):
 
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, cls=OneLineErrors, pretty_exceptions_enable=False,
+                  rich_markup_mode=None,  # help as written: "[inspect]" is not markup, long names wrap (click's formatter)
                   help="agentuq-nb: uncertainty quantification for LLM agents, one command per step of a study.")
 
 
@@ -312,19 +313,20 @@ def _show_evaluation(result: dict) -> None:
 
 @app.command()
 def trials(
-    run_dir: Path = typer.Argument(...),
+    run_dir: Path = typer.Argument(..., help="a run folder, or a results file as analyze takes it: " + RESULTS_HELP),
     k: Optional[list[int]] = typer.Option(None, "--k", help="the k of pass^k (repeat the option; default 1 .. the "
                                           "fewest trials of a task)"),
     failure_threshold: float = config_option(TrialsConfig, "failure_threshold", "--failure-threshold"),
     n_boot: int = config_option(TrialsConfig, "n_boot", "--n-boot", min=0),
     seed: int = config_option(TrialsConfig, "seed", "--seed"),
+    score: Optional[str] = config_option(TrialsConfig, "score", "--score"),
 ):
     """Multi-trial labels of a run: pass^k as τ²-bench defines it (CIs resample tasks) and label noise (prints only)."""
     from agentuq_nb.steps.trials import run as run_trials
 
-    with _step("trials", run_dir):
+    with _reported(lambda: "interrupted: trials writes nothing"):
         report = run_trials(run_dir, TrialsConfig(k_values=k or None, failure_threshold=failure_threshold,
-                                                  n_boot=n_boot, seed=seed))
+                                                  n_boot=n_boot, seed=seed, score=score))
     trials_per_task = report["trials_per_task"]
     typer.echo(f"{report['n_trajectories']} trajectories, {report['n_tasks']} tasks, trials per task "
                f"{trials_per_task['min']}–{trials_per_task['max']}; mean task success rate "
@@ -360,6 +362,7 @@ def analyze(
                                        help="sentence embeddings of the black-box signals"),
     score: Optional[str] = config_option(AnalyzeConfig, "score", "--score"),
     figures: bool = config_option(AnalyzeConfig, "figures", "--figures/--no-figures"),
+    report: bool = config_option(AnalyzeConfig, "report", "--report/--no-report"),
 ):
     """Results → RUN_DIR in one process: extract, aggregate and evaluate where the run has token log-probs; the
     black-box families and the estimator table of every family it holds (with or without log-probs); its figures."""
@@ -369,11 +372,15 @@ def analyze(
     with _reported(lambda: "interrupted: nothing was run"):
         config = AnalyzeConfig(results=results, sidecar_dir=sidecar_dir, score=score, uncertainty=uncertainty, role=role,
                                scorer=scorer, failure_threshold=failure_threshold, n_boot=n_boot, seed=seed,
-                               blackbox=blackbox, embedder=Embedder(embedder).value, figures=figures)
-    report = run_analyze(out, config, CommandLine())
-    if report.figures:
-        typer.echo(f"figures → {out / 'figures'}: {', '.join(p.stem for p in report.figures)} (PNG and PDF); every "
-                   f"trajectory, interactively: agentuq-nb explore {out}")
+                               blackbox=blackbox, embedder=Embedder(embedder).value, figures=figures, report=report)
+    done = run_analyze(out, config, CommandLine())
+    if done.figures:
+        typer.echo(f"figures → {out / 'figures'}: {', '.join(p.stem for p in done.figures)} (PNG and PDF)")
+    if done.page is not None:
+        typer.echo(f"report → {done.page} (one offline page: counts, table, figures, every trajectory)")
+    if done.figures or done.page is not None:
+        typer.echo(f"every trajectory, interactively: agentuq-nb explore {out} (→ {out / 'explorer.html'}, which "
+                   "report.html links)")
 
 
 class CommandLine(Reporter):
@@ -389,8 +396,8 @@ class CommandLine(Reporter):
     def stage(self, step: str, run_dir: Path):
         if step == "check":
             return _reported(lambda: "interrupted: nothing was run")
-        if step == "figures":
-            return _reported(lambda: f"interrupted while drawing the figures; {run_dir} holds its tables, complete")
+        if step in ("figures", "report"):
+            return _reported(lambda: f"interrupted while making the {step}; {run_dir} holds its tables, complete")
         return _step(step, run_dir)
 
     def show(self, what: str, value) -> None:
@@ -404,6 +411,9 @@ class CommandLine(Reporter):
                 typer.echo(f"{extracted.num_simulations} simulations, no token log-probs → {extracted.run_dir}")
         elif what == "compare-estimators":
             _show_estimator_table(value)
+        elif what == "trials":  # the multi-trial lines of a run whose tasks repeat
+            for line in value:
+                typer.echo(line)
 
 
 @app.command("compare-estimators")
@@ -433,19 +443,28 @@ def compare_estimators(
 
 
 def _show_estimator_table(report) -> None:
-    """What compare-estimators (and analyze) print of the table: its main columns, where it is, the estimators whose
-    trajectories hold one class, and the families the run lacks with the command that adds each."""
+    """What compare-estimators (and analyze) print of the table (the report's view of it: figures.report), the notes
+    that say how to read it, where it is, why no AUROC is defined (said once), and the families the run lacks with
+    the command that adds each, its cost and the model it runs."""
+    from agentuq_nb.evaluation.estimator_table import SORT_COLUMN
+    from agentuq_nb.figures.report import estimator_notes, estimator_view, undefined_reason
+
     table = report.table
-    cols = [c for c in ("estimator", "orientation", "n", "auroc", "auroc_lo", "auroc_hi", "auroc_stratified",
-                        "auroc_residual", "ece", "brier", "beats_length_baseline", "p_value_vs_reference") if c in table]
-    typer.echo(table[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    undefined = undefined_reason(table)
+    if undefined is None:
+        typer.echo(estimator_view(table).to_string(index=False))
+        for note in estimator_notes(table, SORT_COLUMN):
+            typer.echo(f"  {note}")
+    else:
+        typer.secho(f"note: {undefined} (failure threshold {report.failure_threshold:g}); the table lists "
+                    f"{len(table)} estimators without it", fg=typer.colors.YELLOW, err=True)
     typer.echo(f"→ {report.path}")
-    one_class = table[(table["n_failures"] == 0) | (table["n_failures"] == table["n"])]
-    if len(one_class):
-        row = one_class.iloc[0]
-        typer.secho(f"note: AUROC and the other ranking metrics are null for {len(one_class)} estimator(s): their "
-                    f"trajectories hold one class only ({int(row['n_failures'])} failures of {int(row['n'])} at "
-                    f"failure threshold {report.failure_threshold:g})", fg=typer.colors.YELLOW, err=True)
+    if undefined is None:
+        one_class = table[table["auroc"].isna() & ((table["n_failures"] == 0) | (table["n_failures"] == table["n"]))]
+        if len(one_class):
+            typer.secho(f"note: AUROC is undefined for {len(one_class)} estimator(s) whose scored trajectories hold one "
+                        f"outcome only: {', '.join(one_class['estimator'].astype(str).head(5))}"
+                        + (" …" if len(one_class) > 5 else ""), fg=typer.colors.YELLOW, err=True)
     if report.gaps:
         typer.secho("families not computed for this run (what each needs: the command that adds it):\n"
                     + "\n".join(f"  - {gap}" for gap in report.gaps), fg=typer.colors.YELLOW, err=True)
@@ -548,7 +567,8 @@ def compare_runs(
     with _reported(lambda: f"interrupted: the run folders are untouched; in {out}, {OUTPUTS['inputs']} (written "
                            "last) is there only beside the complete set of files it lists"):
         result = run_compare(CompareRunsConfig(run_dirs=run_dirs, out=out, failure_threshold=failure_threshold,
-                                               n_boot=n_boot, seed=seed, names=estimator or None, q=q, figure=True))
+                                               n_boot=n_boot, seed=seed, names=estimator or None, q=q, figure=True,
+                                               report=True))
     _show_run_leaderboard(result, out)
 
 
@@ -557,24 +577,23 @@ SHOWN_ROWS = 20
 
 
 def _show_run_leaderboard(result, out: Path) -> None:
-    """What compare-runs prints: the runs, the top of the leaderboard (pooled columns), where the files are, notes."""
-    from agentuq_nb.evaluation.pooled_auroc import POOLED
+    """What compare-runs prints: the runs, the top of the leaderboard (the report's view of it), where the files are,
+    notes."""
+    from agentuq_nb.figures.report import leaderboard_view
     from agentuq_nb.steps.compare_runs import FIGURE_NAME, OUTPUTS
 
-    typer.echo(f"{len(result.runs)} run(s): " + ", ".join(f"{r.run} (n={r.n_trajectories}, {r.n_failures} failed)"
-                                                         for r in result.runs.itertuples()))
-    top = result.leaderboard.head(SHOWN_ROWS)
-    shown = top[["rank", "estimator", "family"]].assign(
-        auroc_lc=top[f"auroc_lc[{POOLED}]"],
-        ci=[_interval(lo, hi) for lo, hi in zip(top[f"auroc_lc_lo[{POOLED}]"], top[f"auroc_lc_hi[{POOLED}]"])],
-        auroc=top[f"auroc[{POOLED}]"], diff_lc=top["diff_lc_vs_length"], q_value=top["q_value"],
-        verdict=top["verdict"]).rename(columns={"ci": "95% CI"})
-    typer.echo(f"pooled over the runs (pairs within a run only), ordered by the length-controlled AUROC; diff_lc vs "
-               f"{result.baselines.get('auroc_lc') or 'no length baseline'}, Benjamini-Hochberg at q = {result.q:g}:")
-    typer.echo(shown.to_string(index=False, float_format=lambda x: f"{x:.3f}", na_rep="—"))
+    typer.echo(f"{len(result.runs)} run(s): " + ", ".join(
+        f"{getattr(r, 'title', r.run)} [{r.run}] (n={r.n_trajectories}, {r.n_failures} failed)"
+        for r in result.runs.itertuples()))
+    shown = leaderboard_view(result.leaderboard.head(SHOWN_ROWS), result.q).drop(columns=["n (failures)"])
+    typer.echo(f"pooled over the runs (pairs within a run only): candidates ranked by the length-controlled AUROC, then "
+               f"the length baselines; vs length: paired difference from "
+               f"{result.baselines.get('auroc_lc') or 'no length baseline'}'s, Benjamini-Hochberg at q = {result.q:g}:")
+    typer.echo(shown.to_string(index=False))
     if len(result.leaderboard) > SHOWN_ROWS:
         typer.echo(f"… {len(result.leaderboard) - SHOWN_ROWS} more rows in {out / OUTPUTS['leaderboard']}")
-    files = [OUTPUTS["leaderboard"], OUTPUTS["long"], f"{FIGURE_NAME}.png", f"{FIGURE_NAME}.pdf", OUTPUTS["inputs"]]
+    files = [OUTPUTS["leaderboard"], OUTPUTS["long"], f"{FIGURE_NAME}.png", f"{FIGURE_NAME}.pdf", OUTPUTS["report"],
+             OUTPUTS["inputs"]]
     typer.echo(f"→ {out}: {', '.join(files)}")
     for note in result.notes:
         typer.secho(f"note: {note}", fg=typer.colors.YELLOW, err=True)
@@ -720,8 +739,9 @@ def calibrate(
     for title, entries in sections:
         typer.echo(title)
         for name, entry in entries.items():
+            label = f"{name} [in-sample]" if entry.get("protocol") == "in-sample" else name
             for m, rep in entry["methods"].items():
-                typer.echo(f"  {name:40s} {m:9s} n={rep['n']:<4d} ECE={_num(rep['ece'])} "
+                typer.echo(f"  {label:40s} {m:9s} n={rep['n']:<4d} ECE={_num(rep['ece'])} "
                            f"ECE_debiased={_num(rep['ece_debiased'])} Brier={_num(rep['brier'])} "
                            f"log_loss={_num(rep['log_loss'])}")
             if entry.get("undefined"):
@@ -757,18 +777,22 @@ def list_estimators(
 
 @app.command()
 def explore(
-    run_dir: Path = typer.Argument(..., help="run directory (after analyze, or any step that writes one)"),
-    out: Path = typer.Option(..., "--out", help="the HTML file to write (one standalone file, opens offline)"),
-    estimator: Optional[list[str]] = typer.Option(None, "--estimator", help="estimators offered in the filter "
-                                                  "(repeat; default: every one the run holds)"),
+    run_dir: list[Path] = typer.Argument(..., help="run folder(s) (after analyze); with several, the same task can be "
+                                         "compared across them side by side"),
+    out: Optional[Path] = typer.Option(None, "--out", help="the HTML file to write (one standalone file, opens "
+                                       "offline; default: RUN_DIR/explorer.html for one run)"),
+    estimator: Optional[list[str]] = typer.Option(None, "--estimator", help="estimators offered in the list "
+                                                  "(repeat; default: every one the runs hold)"),
     failure_threshold: float = failure_threshold_option(),
 ):
-    """Every trajectory of a run in one HTML page: filter by outcome or an estimator, tokens coloured by NLL with the
-    alternatives on hover, per-message sparklines, the resampled actions at each decision point (in JupyterLab:
+    """Every trajectory of one or more runs in one HTML page: why each got its reward (the checks, the expected tool
+    calls beside those made, the task), the same task's other trials side by side, search, sort by any estimator
+    (with its AUROC), per-message signals, tokens coloured by NLL where the run has them (in JupyterLab:
     agentuq_nb.explore(RUN_DIR))."""
-    from agentuq_nb.figures.explorer import explorer_data, export_html
+    from agentuq_nb.figures.explorer import default_page_path, explorer_data, export_html
 
-    with _reported(lambda: f"interrupted: {out} not written"):
+    with _reported(lambda: f"interrupted: {out or 'the page'} not written"):
+        out = out or default_page_path(run_dir)
         data = explorer_data(run_dir, estimators=estimator or None, failure_threshold=failure_threshold)
         path = export_html(data, out)
     typer.echo(f"{len(data['trajectories'])} trajectories → {path}")
@@ -920,6 +944,8 @@ def rescore(
     scorer_llm: str = config_option(ScoringConfig, "scorer_llm", "--scorer-llm", help="litellm model name"),
     scorer_mode: str = config_option(ScoringConfig, "scorer_mode", "--scorer-mode", help="agent_llm | auxiliary_llm"),
     backend: str = config_option(ScoringConfig, "backend", "--backend", help="teacher_forced | echo | chat_replay"),
+    limit: Optional[int] = config_option(ScoringConfig, "limit", "--limit", min=1,
+                                         help="score only the first N simulations (a first look at the cost)"),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help=SCHEDULER_HELP),
     api_base: Optional[list[str]] = typer.Option(None, "--api-base", help=API_BASE_HELP),
 ):
@@ -935,7 +961,7 @@ def rescore(
     try:
         with _step("rescore", out):
             report = run_rescore(results, out, scorer_llm=scorer_llm, scorer_mode=scorer_mode, backend=backend,
-                                 scheduler=scheduler, api_bases=api_base or None)
+                                 limit=limit, scheduler=scheduler, api_bases=api_base or None)
     except FanOutFailed as err:
         _fail(err)
     typer.echo(json.dumps(report.as_dict(), indent=2))

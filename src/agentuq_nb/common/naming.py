@@ -1,6 +1,7 @@
 """The one way a value becomes part of a file name, a study name or a task key: :func:`slug`;
-:func:`file_key`, a slug that keeps distinct keys distinct (checkpoint and sidecar names); and
-:func:`plain_name`, which refuses a name that would leave its folder."""
+:func:`file_key`, a slug that keeps distinct keys distinct (checkpoint and sidecar names);
+:func:`plain_name`, which refuses a name that would leave its folder; and :func:`short_model_name`, how tables and
+figures name a model."""
 from __future__ import annotations
 
 import hashlib
@@ -55,3 +56,19 @@ def plain_name(value: str, what: str) -> str:
         raise ValueError(f"{what} {value!r} must be a plain name (letters, digits, '_', '.', '-'; no path "
                          "separators or '..'): it names a file inside the project's folder, not a path")
     return value
+
+
+#: the date a provider appends to a model snapshot's name (``gpt-4.1-2025-04-14``)
+SNAPSHOT_DATE = re.compile(r"-20\d\d-\d\d-\d\d$")
+
+
+def short_model_name(model: str) -> str:
+    """A model as tables and figures name it: without a litellm provider prefix (``ollama_chat/qwen2.5:7b`` →
+    ``qwen2.5:7b``), an OpenAI fine-tune as ``ft:`` and its base model (``ft:gpt-4.1-2025-04-14:org:name:id`` →
+    ``ft:gpt-4.1``), without a snapshot's date; the whole name stays in the run's manifest."""
+    name = str(model).strip()
+    if name.startswith("ft:"):
+        name = ":".join(name.split(":")[:2])
+    else:
+        name = name.rsplit("/", 1)[-1] or name
+    return SNAPSHOT_DATE.sub("", name)

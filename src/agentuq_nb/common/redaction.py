@@ -14,7 +14,8 @@ whatever its value.
 :func:`find_secret` says where the first one is (for a clear refusal), :func:`redact` returns a
 copy with every secret dropped or masked (for recording LLM arguments), :func:`mask_secrets` a copy
 of any JSON-like document with the secrets inside its strings masked and its structure untouched
-(for files such as executed notebooks).
+(for files such as executed notebooks and the explorer's page), :func:`secret_spans` where they are
+in a text shown in pieces (a message as its tokens).
 """
 from __future__ import annotations
 
@@ -162,6 +163,29 @@ def redact(obj: Any, secrets: set[str] | None = None) -> Any:
     return obj
 
 
+def secret_spans(text: str, secrets: set[str] | None = None) -> list[tuple[int, int]]:
+    """``[(start, end)]`` of what :func:`redact` masks in ``text`` (environment secrets, ``user:password`` of URLs,
+    key shapes without the context characters a pattern takes in), merged where they overlap: for text shown in
+    pieces (a message as its tokens), where masking each piece alone would miss a key split across them."""
+    secrets = environment_secrets() if secrets is None else secrets
+    spans = [(m.start(), m.end()) for s in secrets for m in re.finditer(re.escape(s), text)]
+    spans += [(m.start() + 2, m.end() - 1) for m in URL_CREDENTIALS.finditer(text)]
+    for _, pattern in key_shapes():
+        for m in pattern.finditer(text):
+            found = m.group(0)
+            core = found.strip(_CONTEXT)
+            if core:
+                start = m.start() + found.index(core)
+                spans.append((start, start + len(core)))
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
 def mask_secrets(obj: Any, secrets: set[str] | None = None) -> tuple[Any, int]:
     """``(copy, count)``: ``obj`` with every string holding a secret masked as :func:`redact` masks
     text; keys and structure are kept (a notebook stays a notebook). ``count``: strings changed."""
@@ -172,8 +196,8 @@ def mask_secrets(obj: Any, secrets: set[str] | None = None) -> tuple[Any, int]:
         nonlocal count
         if isinstance(value, Mapping):
             return {k: walk(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [walk(v) for v in value]
+        if isinstance(value, (list, tuple)):
+            return type(value)(walk(v) for v in value)
         if isinstance(value, str) and (secret_in_text(value, secrets) or URL_CREDENTIALS.search(value)):
             count += 1
             return redact(value, secrets)

@@ -53,6 +53,8 @@ ENTRY_POINT_GROUP = "agentuq_nb.estimators"
 FAMILY_RANK = {"token": 10, "action": 15, "saup": 20, "early_warning": 30, "verbalized": 40, "structure": 60,
                "tracer": 65, "detector": 75, "combined": 80, "baseline": 90}
 CUSTOM_RANK = 50
+#: the :attr:`Estimator.protocol` of a score tuned on the very trajectories it scores
+IN_SAMPLE = "in-sample"
 
 
 class Estimator(ABC):
@@ -66,6 +68,10 @@ class Estimator(ABC):
     #: scores fitted to the run's own failure labels (a tuned readout): never an input of a combined predictor,
     #: whose cross-fitting would then see labels of the trajectories it holds out
     uses_labels: ClassVar[bool] = False
+    #: for a score fitted to failure labels, the protocol that kept (or did not keep) the scored trajectories out of
+    #: the fit: :data:`IN_SAMPLE` (tuned on the very trajectories it scores: optimistic by construction), or the
+    #: cross-fitting used (``"cross-fitted by task"``…); None for a score that saw no labels
+    protocol: ClassVar[str | None] = None
     # what a token estimator is made of (None for the others); columns of the estimator table
     scorer: str | None = None
     role: str | None = None
@@ -83,6 +89,11 @@ class Estimator(ABC):
         """The artefacts :meth:`scores` reads in ``run`` (default: ``requires``): what a table of its scores is
         ``based_on``, so that it is found stale when one of them is replaced."""
         return self.requires
+
+    @property
+    def in_sample(self) -> bool:
+        """Whether its scores were tuned on the labels of the trajectories they score (never a result to trust)."""
+        return self.protocol == IN_SAMPLE
 
     @property
     def invert(self) -> bool:

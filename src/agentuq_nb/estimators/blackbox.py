@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from agentuq_nb.estimators.base import ScoreColumn, register
+from agentuq_nb.estimators.base import IN_SAMPLE, ScoreColumn, register
 from agentuq_nb.io.errors import StaleArtifactError
 from agentuq_nb.io.store.rundir import RunDir
 
@@ -53,25 +53,27 @@ for _column, _why in STRUCTURE:
         "name": f"structure.{_column}", "column": _column, "family": "structure", "requires": ("blackbox_scores",),
         "description": _why, "__module__": __name__}))
 
+#: (name, column, table, protocol of its tuning on the run's labels or None, description)
 TRACER = (
-    ("tracer.default", "tracer_default", "blackbox_scores", False,
+    ("tracer.default", "tracer_default", "blackbox_scores", None,
      "TRACER's trajectory risk at its default parameters (a=b=g=1, top 10%, w=0.1); without log-probs its U "
      "term is absent"),
-    ("tracer.nested", "tracer_nested", "tracer_tuned", True,
+    ("tracer.nested", "tracer_nested", "tracer_tuned", "nested cross-fitting by task",
      "TRACER with its 5 parameters tuned on other tasks only (nested cross-fitting by task): an honest "
      "estimate of tuned TRACER"),
-    ("tracer.optimistic", "tracer_optimistic", "tracer_tuned", True,
+    ("tracer.optimistic", "tracer_optimistic", "tracer_tuned", IN_SAMPLE,
      "TRACER tuned on the evaluated run itself, as its code does: IN-SAMPLE, optimistic by construction"),
-    ("tracer.repetition", "tracer_repetition", "blackbox_scores", False,
+    ("tracer.repetition", "tracer_repetition", "blackbox_scores", None,
      "TRACER's D_a: the agent's largest repetition of its last 3 texts or last 5 tool calls"),
-    ("tracer.action_gap", "tracer_action_gap", "blackbox_scores", False,
+    ("tracer.action_gap", "tracer_action_gap", "blackbox_scores", None,
      "TRACER's D_o,agent: mean 1 - cos between the agent's tool calls and their observations"),
-    ("tracer.user_gap", "tracer_user_gap", "blackbox_scores", False,
+    ("tracer.user_gap", "tracer_user_gap", "blackbox_scores", None,
      "TRACER's D_o,user: mean 1 - cos between the agent's message and the user's reply"),
-    ("tracer.content_nll", "tracer_content_nll", "blackbox_scores", False,
+    ("tracer.content_nll", "tracer_content_nll", "blackbox_scores", None,
      "TRACER's U: mean content-token NLL of the agent and user messages (needs log-probs)"),
 )
-for _name, _column, _table, _labels, _why in TRACER:
+for _name, _column, _table, _protocol, _why in TRACER:
     register(type(_name.replace(".", "_"), (BlackBoxColumn,), {
-        "name": _name, "column": _column, "family": "tracer", "requires": (_table,), "uses_labels": _labels,
+        "name": _name, "column": _column, "family": "tracer", "requires": (_table,), "uses_labels": _protocol is not None,
+        "protocol": _protocol,
         "description": _why, "__module__": __name__}))

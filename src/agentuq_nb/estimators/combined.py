@@ -45,4 +45,5 @@ COMBINED = {
 for _name, _spec in COMBINED.items():
     register(type(_name.replace("+", "_plus_"), (BlackBoxColumn,), {
         "name": _name, "column": _name, "family": "combined", "requires": ("combined_scores",), "uses_labels": True,
+        "protocol": "cross-fitted by task (out of fold)",
         "description": f"{_spec.description} (out-of-fold failure probability)", "__module__": __name__}))

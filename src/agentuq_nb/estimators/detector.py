@@ -32,6 +32,8 @@ class DetectorProbability(BlackBoxColumn):
     requires = ("detector_scores",)
     description = ("a learned failure detector's probability, trained and calibrated on other labelled runs "
                    "(agentuq-nb predict)")
+    #: fitted to labels, never this run's: a trajectory it was trained on is scored by the model that left its run out
+    protocol = "trained on other labelled runs"
 
 
 def read_predictions(run_dir: str | os.PathLike | RunDir) -> pd.DataFrame:
@@ -41,7 +43,7 @@ def read_predictions(run_dir: str | os.PathLike | RunDir) -> pd.DataFrame:
     ``contributions``, the JSON text of ``[{feature, value, contribution}, …]``. A FileNotFoundError names the
     command that makes it."""
     run = RunDir.of(run_dir)
-    path = run.require("detector_predictions")
-    run.verify("detector_predictions")
+    path = run.require("predictions")
+    run.verify("predictions")
     frame = pd.read_csv(path, dtype={"task_id": "string", "simulation_id": "string"}, keep_default_na=True)
     return key_dtypes(frame, deep=False)

@@ -19,8 +19,12 @@ _FRACTION = re.compile(rf"^{EARLY_WARNING_PREFIX}(\d+(?:\.\d+)?|\.\d+)$")
 
 
 def _saup(name: str, what: str) -> type[ScoreColumn]:
+    # saup_hmm's state weights are failure rates of the other folds' trajectories (uq.saup): out of fold, but it saw
+    # labels, so never an input of a combined predictor (whose folds differ from its own)
+    fitted = {"uses_labels": True, "protocol": "cross-fitted by trajectory (folds of trajectories, not tasks)"} \
+        if name == "saup_hmm" else {}
     return type(name, (ScoreColumn,), {"name": name, "family": "saup", "requires": ("saup_scores",),
-                                       "description": what, "__module__": __name__})
+                                       "description": what, "__module__": __name__, **fitted})
 
 
 # registered in the order of their columns in saup_scores.parquet

@@ -4,14 +4,27 @@ Per estimator (:mod:`agentuq_nb.estimators`, oriented by its own ``higher_is_unc
 AUARC (AgentUQ's, and ``auarc_tie_mean``, invariant to the order of ties), AURC, PRR and Spearman
 with percentile bootstrap 95% CIs (:func:`failure_metrics`), and a
 paired bootstrap p-value of the AUROC difference against the reference ``assistant.avg_token_nll``
-(scorer ``self``; else the first assistant ``avg_token_nll`` of any scorer). When tasks repeat (several
+(scorer ``self``; else the first assistant ``avg_token_nll`` of any scorer; a run without token log-probs has no
+reference, and then ``reference`` is empty and ``p_value_vs_reference`` NaN in every row). When tasks repeat (several
 trials), the bootstrap resamples tasks with all their trials (``groups``, :mod:`.bootstrap`). Beside them:
 
 * calibration of the estimator's task-cross-fitted Platt probabilities (:mod:`.calibration`): ``ece``
   (equal-mass bins), ``ece_debiased`` (Kumar et al.'s debiased L2), ``brier``;
 * length control (:mod:`.length_control`): ``auroc_stratified`` (within message-count strata),
-  ``auroc_residual`` (after regressing on log message count), ``length_baseline_auroc`` (the best raw
-  AUROC of a length baseline) and ``beats_length_baseline``;
+  ``auroc_residual`` (after regressing on log message count) - both NaN for ``num_messages`` itself, whose strata
+  are its own values (≈ 0.5 by construction, said in ``undefined``);
+* the comparison with length, in raw AUROC throughout (the forest's dot, line and marker use the same numbers):
+  ``length_baseline`` (the length baseline with the highest raw AUROC on the table's trajectories) and its
+  ``length_baseline_auroc``; ``diff_vs_length`` = AUROC(estimator) - AUROC(that baseline) *on the trajectories both
+  score* (``n_vs_length``), with a paired percentile 95% CI (``diff_vs_length_lo``, ``_hi``; the same resamples of
+  tasks for both) and p-value ``p_value_vs_length`` (:func:`~agentuq_nb.evaluation.bootstrap.paired_bootstrap_pvalue`);
+  ``beats_length_baseline`` (:func:`~agentuq_nb.evaluation.length_control.beats_length_baseline`): that interval
+  lies above 0 and the estimator was not tuned on these labels;
+* ``protocol`` (how an estimator fitted to the labels kept the scored trajectories out of its fit: empty for one that
+  saw no label, ``cross-fitted by task``…, ``in-sample``; :attr:`~agentuq_nb.estimators.Estimator.protocol`) and
+  ``in_sample``: an in-sample row
+  (``tracer.optimistic``, tuned on the very labels it is evaluated on) is optimistic by construction and never
+  beats length;
 * ``same_scores_as``: the estimator whose oriented scores this one repeats exactly (one estimator under two names,
   :func:`same_scores_as`), else empty;
 * rows of family ``combined`` (:mod:`.combined_predictor`, :data:`COMBINED`), each with and without the length
@@ -21,7 +34,7 @@ trials), the bootstrap resamples tasks with all their trials (``groups``, :mod:`
   ``blackbox_gbm``, logistic regression and gradient boosting over the black-box families (``structure``
   and ``tracer``, without TRACER's tuned readouts, which saw the labels).
 
-Rows are ordered by ``auroc_stratified``, the length-controlled AUROC (descending, undefined last).
+Rows are ordered by ``auroc_stratified``, the length-controlled AUROC (descending, undefined last: :data:`SORT_COLUMN`).
 Written to ``RUN_DIR/estimator_table.csv`` by :func:`compare_estimators` (``agentuq-nb compare-estimators``),
 which first brings the black-box families up to date (:func:`~agentuq_nb.steps.blackbox.ensure_blackbox`).
 
@@ -33,7 +46,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from agentuq_nb.estimators import BASELINES, Estimator
+from agentuq_nb.estimators import BASELINES, Estimator, get
+from agentuq_nb.estimators.base import IN_SAMPLE
 from agentuq_nb.estimators.combined import BLACKBOX_FAMILIES, COMBINED
 from agentuq_nb.evaluation.bootstrap import paired_bootstrap_pvalue
 from agentuq_nb.evaluation.calibration import calibration_report, cross_fitted_probabilities, oriented
@@ -59,22 +73,36 @@ DEFAULT_COMBINED_INPUTS = ("assistant.avg_token_nll", "assistant.mean_topk_entro
                            "action_semantic_entropy.mean", "structural.mean", "saup_rms")
 
 
-def best_length_baseline_auroc(table: pd.DataFrame, failure: np.ndarray) -> float:
-    """The highest raw AUROC of a length baseline column of ``table`` (NaN when none is defined)."""
-    best = float("nan")
+def best_length_baseline(table: pd.DataFrame, failure: np.ndarray) -> tuple[str | None, float]:
+    """``(name, AUROC)`` of the length baseline column of ``table`` with the highest raw AUROC (the first on ties;
+    ``(None, NaN)`` when none is defined)."""
+    best, value = None, float("nan")
     for name in BASELINES:
         if name in table.columns:
             u = table[name].to_numpy(dtype=float)
             ok = np.isfinite(u)
             if ok.sum() >= 2 and 0 < failure[ok].sum() < ok.sum():
-                best = np.nanmax([best, auroc(u[ok], failure[ok])])
-    return best
+                a = auroc(u[ok], failure[ok])
+                if best is None or a > value:
+                    best, value = name, a
+    return best, value
+
+
+def best_length_baseline_auroc(table: pd.DataFrame, failure: np.ndarray) -> float:
+    """The highest raw AUROC of a length baseline column of ``table`` (NaN when none is defined)."""
+    return best_length_baseline(table, failure)[1]
+
+
+#: why the length-controlled AUROCs of the length the strata are made of are left out
+SELF_STRATIFIED = (f"auroc_stratified, auroc_residual: the length control holds {LENGTH_COLUMN} fixed, this "
+                   "estimator's own value (≈ 0.5 by construction)")
 
 
 def _calibration_and_length(u: np.ndarray, failure: np.ndarray, groups: np.ndarray, length: np.ndarray | None,
                             n_bins: int, seed, is_probability: bool = False) -> dict:
     """ECE / debiased ECE / Brier of the task-cross-fitted Platt probabilities of the oriented score ``u`` (of
-    ``u`` itself when it is already a cross-fitted probability), and its length-controlled AUROCs."""
+    ``u`` itself when it is already a cross-fitted probability), and its length-controlled AUROCs (the caller leaves
+    them out for the length the strata are made of)."""
     row = dict.fromkeys(CALIBRATION_COLUMNS + ("auroc_stratified", "auroc_residual"), float("nan"))
     ok = np.isfinite(u)
     two_classes = 0 < failure[ok].sum() < ok.sum()
@@ -157,6 +185,7 @@ def evaluate_estimators_and_combinations(table: pd.DataFrame, estimators: list[E
     groups = task_labels(table)  # the task: what cross-fitting holds out and the bootstrap resamples
     length = table[LENGTH_COLUMN].to_numpy(dtype=float) if LENGTH_COLUMN in table.columns else None
     ref = _reference(estimators, reference)
+    baseline, baseline_auroc = best_length_baseline(table, failure)
     scored = [(est.name, est.family, est, table[est.name].to_numpy(dtype=float), est.invert, False)
               for est in estimators]
     combined_scores = table[TRAJECTORY_KEYS].copy()
@@ -187,23 +216,54 @@ def evaluate_estimators_and_combinations(table: pd.DataFrame, estimators: list[E
                                         failure_threshold=failure_threshold, invert_a=invert,
                                         invert_b=ref.invert, n_boot=n_boot, seed=seed, groups=groups)
             row["auroc_diff_vs_reference"], row["p_value_vs_reference"] = p["diff"], p["p_value"]
-        row["undefined"] = "; ".join(f"{k}: {v}" for k, v in rep["undefined"].items()) or None
+        undefined = [f"{k}: {v}" for k, v in rep["undefined"].items()]
         row.update(_calibration_and_length(oriented(u, invert), failure, groups, length, n_bins, seed, is_probability))
+        if name == LENGTH_COLUMN:
+            row.update(auroc_stratified=float("nan"), auroc_residual=float("nan"))
+            undefined.append(SELF_STRATIFIED)
+        row["undefined"] = "; ".join(undefined) or None
+        row.update(_versus_length(u, invert, name, family, est, baseline, table, reward, failure_threshold, n_boot, seed,
+                                  groups))
         rows.append(row)
     out = pd.DataFrame(rows)
     for m in REPORTED_METRICS:
         for c in (m, f"{m}_lo", f"{m}_hi"):
             out[c] = out[c].astype(float)
-    for c in ("auroc_diff_vs_reference", "p_value_vs_reference") + CALIBRATION_COLUMNS:
+    for c in ("auroc_diff_vs_reference", "p_value_vs_reference", *VERSUS_LENGTH[2:7]) + CALIBRATION_COLUMNS:
         out[c] = out[c].astype(float)
     out["same_scores_as"] = same_scores_as([(name, family, oriented(u, invert))
                                             for name, family, _, u, invert, _ in scored])
-    best = best_length_baseline_auroc(table, failure)
-    out["length_baseline_auroc"] = best
-    out["beats_length_baseline"] = [None if fam == "baseline" else beats_length_baseline(a, best)
-                                    for fam, a in zip(out["family"], out["auroc_stratified"])]
-    out = out.sort_values("auroc_stratified", ascending=False, na_position="last", kind="stable").reset_index(drop=True)
+    out["length_baseline"] = baseline
+    out["length_baseline_auroc"] = baseline_auroc
+    out = out.sort_values(SORT_COLUMN, ascending=False, na_position="last", kind="stable").reset_index(drop=True)
     return out, combined_scores
+
+
+#: the columns of the comparison with the best length baseline (:func:`_versus_length`)
+VERSUS_LENGTH = ("protocol", "in_sample", "diff_vs_length", "diff_vs_length_lo", "diff_vs_length_hi",
+                 "p_value_vs_length", "n_vs_length", "beats_length_baseline")
+#: the column the table is ordered by (descending, undefined last)
+SORT_COLUMN = "auroc_stratified"
+
+
+def _versus_length(u: np.ndarray, invert: bool, name: str, family: str, est: Estimator | None, baseline: str | None,
+                   table: pd.DataFrame, reward: np.ndarray, failure_threshold: float, n_boot: int, seed,
+                   groups: np.ndarray) -> dict:
+    """A row's fitting protocol and its paired comparison with the best length baseline (see the module docstring):
+    the AUROC difference on the trajectories both score, its paired task-resampled 95% CI and p-value, and
+    whether it beats length. Length baselines are the comparators: no comparison."""
+    protocol = (est or get(name)).protocol  # a combination's row: its registered estimator says how it was fitted
+    row = dict.fromkeys(VERSUS_LENGTH, None)
+    row.update(protocol=protocol, in_sample=protocol == IN_SAMPLE)
+    if family == "baseline" or baseline is None:
+        return row
+    p = paired_bootstrap_pvalue(u, table[baseline].to_numpy(dtype=float), reward, metric="auroc",
+                                failure_threshold=failure_threshold, invert_a=invert, n_boot=n_boot, seed=seed,
+                                groups=groups)
+    lo, hi = p["ci"] or (None, None)
+    row.update(diff_vs_length=p["diff"], diff_vs_length_lo=lo, diff_vs_length_hi=hi, p_value_vs_length=p["p_value"],
+               n_vs_length=p["n"], beats_length_baseline=beats_length_baseline(lo, row["in_sample"]))
+    return row
 
 
 def same_scores_as(scores: list[tuple[str, str, np.ndarray]]) -> list[str | None]:

@@ -33,6 +33,12 @@ Definitions (failure = positive; ties count ½, as everywhere in :mod:`.metrics`
   the leaderboard is ordered by it, and both sides of the difference are then computed over exactly the same
   length-matched (failure, success) pairs - the difference is how much more often the estimator ranks such a
   pair right than length does. The length baselines are the comparators, not candidates: they get no p-value.
+  The length the strata are made of (``stratified_on``, the message count) has no length-controlled AUROC: its
+  strata hold it fixed, so it would be ≈ 0.5 by construction; its ``auroc_lc`` is NaN (said in ``note``) and it is
+  never the comparator of the length-controlled test.
+* **in-sample** estimators (``in_sample``: tuned on the labels they are evaluated on, e.g. ``tracer.optimistic``)
+  are reported but not tested: no p-value, left out of the Benjamini-Hochberg family, verdict
+  :data:`IN_SAMPLE_VERDICT` - never a winner.
 * **Benjamini-Hochberg** at ``q`` over the candidate estimators' p-values (statsmodels, :func:`.conformal.bh`):
   ``q_value`` (BH-adjusted p) and ``significant``; ``verdict`` says the direction.
 
@@ -58,6 +64,10 @@ CHUNK_ELEMENTS = 250_000
 #: the columns of the input frame that are not estimators
 FRAME_COLUMNS = ("run", "task", "failure", "length_stratum")
 VERDICTS = {1: "beats length", -1: "below length", 0: "not distinguishable from length"}
+#: the verdict of an estimator tuned on the labels it is evaluated on: not tested
+IN_SAMPLE_VERDICT = "in-sample: not tested"
+#: why the length the strata are made of has no length-controlled AUROC
+SELF_STRATIFIED_NOTE = "the length strata are this estimator's own values: no length-controlled AUROC (≈ 0.5 by construction)"
 #: the comparison with the length baselines, one row per estimator: the tested difference first
 COMPARISON_COLUMNS = ("estimator", "length_baseline_lc", "diff_lc_vs_length", "diff_lc_vs_length_lo",
                       "diff_lc_vs_length_hi", "p_value", "q_value", "significant", "verdict", "length_baseline",
@@ -235,9 +245,12 @@ def _best(point: dict[str, dict], names: Sequence[str], key: str) -> str | None:
 
 def pooled_leaderboard(frame: pd.DataFrame, estimators: Sequence[str], baselines: Sequence[str],
                        n_boot: int = DEFAULT_N_BOOT, seed=0, q: float = 0.1, ci: float = 0.95,
-                       runs: Sequence[str] | None = None) -> PooledLeaderboard:
+                       runs: Sequence[str] | None = None, in_sample: Sequence[str] = (),
+                       stratified_on: str | None = None) -> PooledLeaderboard:
     """The statistics of the module docstring for the candidate ``estimators`` and the length ``baselines``
-    (columns of ``frame`` with oriented scores). ``runs`` fixes the order of the runs (default: as they come)."""
+    (columns of ``frame`` with oriented scores). ``runs`` fixes the order of the runs (default: as they come);
+    ``in_sample``: candidates tuned on these labels (not tested); ``stratified_on``: the baseline whose values the
+    ``length_stratum`` column is made of (no length-controlled AUROC)."""
     check_fdr_level(q)
     names = list(dict.fromkeys([*estimators, *baselines]))
     absent = [c for c in names if c not in frame.columns]
@@ -249,10 +262,10 @@ def pooled_leaderboard(frame: pd.DataFrame, estimators: Sequence[str], baselines
     finite = {c: np.isfinite(scores[c]) for c in names}
     point = {c: auroc_statistics(d, scores[c], finite[c]) for c in names}
     chosen = {"auroc": _best(point, list(baselines), "pooled_auroc"),
-              "auroc_lc": _best(point, list(baselines), "pooled_auroc_lc")}
+              "auroc_lc": _best(point, [b for b in baselines if b != stratified_on], "pooled_auroc_lc")}
     # paired comparisons: both on the rows both score; the other's statistics there
     pairs = {(c, metric): chosen[metric] for c in names for metric in chosen
-             if chosen[metric] is not None and c != chosen[metric]}
+             if chosen[metric] is not None and c != chosen[metric] and not (metric == "auroc_lc" and c == stratified_on)}
 
     def joint(c, other):
         return finite[c] & finite[other]
@@ -300,11 +313,13 @@ def pooled_leaderboard(frame: pd.DataFrame, estimators: Sequence[str], baselines
                    "n_pairs_lc": int(point[c]["pairs_lc"].sum() if pooled else point[c]["pairs_lc"][0, r])}
             for metric in ("auroc", "auroc_lc"):
                 value = point[c][f"pooled_{metric}"][0] if pooled else point[c][metric][0, r]
+                if metric == "auroc_lc" and c == stratified_on:
+                    value = np.nan
                 samples = boot[c][f"pooled_{metric}"] if pooled else boot[c][metric][:, r]
                 interval = percentile_ci(samples, ci) if np.isfinite(value) else None
                 row[metric] = float(value)
                 row[f"{metric}_lo"], row[f"{metric}_hi"] = interval or (np.nan, np.nan)
-            row["note"] = _note(row)
+            row["note"] = SELF_STRATIFIED_NOTE if c == stratified_on and row["n_pairs"] else _note(row)
             long_rows.append(row)
     long = pd.DataFrame(long_rows)
 
@@ -316,7 +331,7 @@ def pooled_leaderboard(frame: pd.DataFrame, estimators: Sequence[str], baselines
             interval = percentile_ci(diffs[c, metric], ci) if (c, metric) in diffs and np.isfinite(value) else None
             row[prefix] = value
             row[f"{prefix}_lo"], row[f"{prefix}_hi"] = interval or (np.nan, np.nan)
-        tested = c not in baselines and (c, "auroc_lc") in diffs and n_boot > 0
+        tested = c not in baselines and c not in in_sample and (c, "auroc_lc") in diffs and n_boot > 0
         p = shifted_pvalue(diffs[c, "auroc_lc"], row["diff_lc_vs_length"]) if tested else None
         row["p_value"] = np.nan if p is None else p
         row["n_boot_valid"] = int(np.isfinite(diffs[c, "auroc_lc"]).sum()) if (c, "auroc_lc") in diffs else 0
@@ -327,8 +342,8 @@ def pooled_leaderboard(frame: pd.DataFrame, estimators: Sequence[str], baselines
     comparison["significant"] = bh(p, q)
     direction = np.sign(comparison["diff_lc_vs_length"].to_numpy(dtype=float))
     comparison["verdict"] = [
-        BASELINE_VERDICT if c in baselines else "not tested" if not np.isfinite(pv)
-        else VERDICTS[int(sig) * int(dirn)] for c, pv, sig, dirn in
+        BASELINE_VERDICT if c in baselines else IN_SAMPLE_VERDICT if c in in_sample else "not tested"
+        if not np.isfinite(pv) else VERDICTS[int(sig) * int(dirn)] for c, pv, sig, dirn in
         zip(comparison["estimator"], p, comparison["significant"], np.nan_to_num(direction))]
     return PooledLeaderboard(long, comparison[list(COMPARISON_COLUMNS)], chosen)
 
@@ -353,10 +368,14 @@ def _note(row: dict) -> str | None:
 
 # --------------------------------------------------------------------------- the wide table
 def leaderboard_table(result: PooledLeaderboard, meta: pd.DataFrame, runs: Sequence[str]) -> pd.DataFrame:
-    """One row per estimator, ordered by the pooled length-controlled AUROC (descending, undefined last):
+    """One row per estimator: the candidates ordered by the pooled length-controlled AUROC (descending, undefined
+    last) and ranked 1.., then - not ranked - the in-sample ones (never winners) and the length baselines (the
+    comparators, by their pooled AUROC):
     ``rank``, ``meta``'s columns (``estimator`` first), per run and pooled ``{metric}[{run}]`` for n, n_failures,
-    auroc (+ _lo, _hi) and auroc_lc (+ _lo, _hi), then the comparison with the length baselines."""
-    per_run = ("n", "n_failures", "auroc", "auroc_lo", "auroc_hi", "auroc_lc", "auroc_lc_lo", "auroc_lc_hi")
+    n_pairs_lc (the length-matched (failure, success) pairs the length-controlled AUROC rests on), auroc
+    (+ _lo, _hi) and auroc_lc (+ _lo, _hi), then the comparison with the length baselines."""
+    per_run = ("n", "n_failures", "n_pairs_lc", "auroc", "auroc_lo", "auroc_hi", "auroc_lc", "auroc_lc_lo",
+               "auroc_lc_hi")
     long = result.long.set_index(["estimator", "run"])
     wide = pd.DataFrame(index=pd.Index(long.index.get_level_values(0).unique(), name="estimator"))
     for run in [*runs, POOLED]:
@@ -365,6 +384,12 @@ def leaderboard_table(result: PooledLeaderboard, meta: pd.DataFrame, runs: Seque
             wide[f"{col}[{run}]"] = part[col]
     wide = wide.reset_index()
     table = meta.merge(wide, on="estimator", how="right").merge(result.comparison, on="estimator", how="left")
-    table = table.sort_values(f"auroc_lc[{POOLED}]", ascending=False, na_position="last", kind="stable")
-    table.insert(0, "rank", np.arange(1, len(table) + 1))
-    return table.reset_index(drop=True)
+    comparator, tuned = table["verdict"].eq(BASELINE_VERDICT), table["verdict"].eq(IN_SAMPLE_VERDICT)
+    order = {"ascending": False, "na_position": "last", "kind": "stable"}
+    candidates = table[~comparator & ~tuned].sort_values(f"auroc_lc[{POOLED}]", **order)
+    in_sample = table[tuned].sort_values(f"auroc_lc[{POOLED}]", **order)
+    baselines = table[comparator].sort_values(f"auroc[{POOLED}]", **order)
+    table = pd.concat([candidates, in_sample, baselines], ignore_index=True)
+    table.insert(0, "rank", pd.array([*range(1, len(candidates) + 1), *[None] * (len(in_sample) + len(baselines))],
+                                     dtype="Int64"))
+    return table

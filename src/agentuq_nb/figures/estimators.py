@@ -1,5 +1,11 @@
 """Forest plot of the estimator table: the best few estimators of each family beside the length baselines, AUROC
-with its bootstrap CI and n per row, sized for a paper's column (3.4 in)."""
+with its bootstrap CI and n per row, sized for a paper's column (3.4 in).
+
+One quantity throughout, the raw AUROC: a row's dot and line are its AUROC and 95% CI, the dotted line is the best
+length baseline's AUROC, and a dot is filled only where the paired 95% interval of the AUROC difference from that
+baseline (same trajectories, same task resamples) lies above 0 (the table's ``beats_length_baseline``). An
+estimator tuned on the labels it is evaluated on (``in_sample``) is a hollow diamond marked ``[in-sample]``: never
+drawn as a winner."""
 from __future__ import annotations
 
 import textwrap
@@ -83,14 +89,32 @@ def _wrap(name: str, limit: int = LABEL_CHARS) -> str:
     return "\n".join(textwrap.wrap(name, limit))
 
 
+#: how a row tuned on the labels it is evaluated on is marked (label suffix; hollow diamond)
+IN_SAMPLE_MARK = "[in-sample]"
+
+
+def _is_true(value) -> bool:
+    """A table cell holding True (a bool, or "True" as a CSV gives it back)."""
+    return str(value) == "True"
+
+
 def _label(row) -> str:
     name = str(row["estimator"]) + (" (inv.)" if bool(row.get("invert", False)) else "")
     label = _wrap(name)
+    if _is_true(row.get("in_sample")):
+        label += " " + IN_SAMPLE_MARK if len(label.rsplit("\n", 1)[-1]) + len(IN_SAMPLE_MARK) < LABEL_CHARS \
+            else "\n" + IN_SAMPLE_MARK
     aliases = [short_alias(a, str(row["estimator"])) for a in row["aliases"]]
     if aliases:
         more = len(aliases) - MAX_ALIASES
         label += "\n" + _wrap("= " + ", ".join(aliases[:MAX_ALIASES]) + (f" +{more} more" if more > 0 else ""))
     return label
+
+
+def has_forest(table: pd.DataFrame, metric: str = "auroc") -> bool:
+    """Whether some estimator of ``table`` has a defined ``metric`` (a run where every trajectory has one outcome,
+    or none has a label, has none: no forest)."""
+    return metric in table and bool(np.isfinite(pd.to_numeric(table[metric], errors="coerce")).any())
 
 
 def estimator_forest_figure(table: pd.DataFrame, metric: str = "auroc", per_family: int = 3,
@@ -99,35 +123,45 @@ def estimator_forest_figure(table: pd.DataFrame, metric: str = "auroc", per_fami
     """A forest of the estimator table (``evaluation.compare_estimators`` output): the best ``per_family``
     estimators of each family by ``metric`` and every length baseline, coloured by family (legend below), each
     with its 95% bootstrap CI and, on the right, n (trajectories scored) and failures. Estimators whose scores are
-    identical are one row naming its aliases. With ``mark_length`` and a ``beats_length_baseline`` column, an
-    estimator whose length-controlled AUROC does not beat the best length baseline is hollow. The full table stays
-    in ``estimator_table.csv``; the title says how many estimators it holds. ``families``: draw only these (and the
-    length baselines)."""
+    identical are one row naming its aliases. With ``mark_length`` (AUROC only) and a ``beats_length_baseline``
+    column, a dot is filled only where the estimator beats the best length baseline (the paired interval of the
+    AUROC difference above 0; the module docstring), hollow otherwise; an ``in_sample`` row is a hollow diamond
+    marked :data:`IN_SAMPLE_MARK`. The full table stays in ``estimator_table.csv``; the title says how many
+    estimators it holds. ``families``: draw only these (and the length baselines). Refuses a table where no
+    estimator has a defined ``metric`` (:func:`has_forest`)."""
+    if not has_forest(table, metric):
+        raise ValueError(f"no estimator has a defined {metric}: every scored trajectory has the same outcome, or "
+                         "none has a label (nothing to draw)")
     use_style()
     rows = forest_rows(table, metric, per_family, families)
     labels = [_label(r) for _, r in rows.iterrows()]
     heights = np.array([1.0 + 0.55 * label.count("\n") for label in labels])
     gap = 0.6  # between families
-    new_family = rows["family"].ne(rows["family"].shift()).to_numpy() if len(rows) else np.zeros(0, bool)
-    y = np.cumsum(heights / 2 + np.r_[0, heights[:-1] / 2] + np.where(new_family, gap, 0)) if len(rows) else np.zeros(0)
-    total = float(y[-1] + heights[-1] / 2) if len(rows) else 1.0
-    fig, ax = plt.subplots(figsize=(width, 0.17 * total + 1.9), layout="constrained")
-    weak = (rows["beats_length_baseline"].astype(str).eq("False").to_numpy()
-            if mark_length and "beats_length_baseline" in rows else np.zeros(len(rows), bool))
-    for yi, (_, r), hollow in zip(y, rows.iterrows(), weak):
+    new_family = rows["family"].ne(rows["family"].shift()).to_numpy()
+    y = np.cumsum(heights / 2 + np.r_[0, heights[:-1] / 2] + np.where(new_family, gap, 0))
+    total = float(y[-1] + heights[-1] / 2)
+    fig, ax = plt.subplots(figsize=(width, 0.17 * total + 2.1), layout="constrained")
+    marks = mark_length and metric == "auroc" and "beats_length_baseline" in rows
+    baseline = rows["family"].eq("baseline").to_numpy()
+    in_sample = rows["in_sample"].map(_is_true).to_numpy() if "in_sample" in rows else np.zeros(len(rows), bool)
+    filled = baseline | (rows["beats_length_baseline"].map(_is_true).to_numpy() if marks else ~in_sample)
+    filled &= ~in_sample
+    for yi, (_, r), full, tuned in zip(y, rows.iterrows(), filled, in_sample):
         color = FAMILY_COLORS.get(r["family"], PALETTE["neutral"])
         lo, hi = r.get(f"{metric}_lo"), r.get(f"{metric}_hi")
         if pd.notna(lo) and pd.notna(hi):
-            ax.plot([lo, hi], [yi, yi], color=color, lw=1.4, alpha=0.55 if hollow else 1.0, solid_capstyle="butt")
-        ax.plot(r[metric], yi, marker="s" if r["family"] == "baseline" else "o", ms=4.5, color=color,
-                mfc="white" if hollow else color, mew=1.2)
+            ax.plot([lo, hi], [yi, yi], color=color, lw=1.4, alpha=1.0 if full else 0.55, solid_capstyle="butt",
+                    ls=(0, (2, 1.2)) if tuned else "-")
+        marker = "s" if r["family"] == "baseline" else "D" if tuned else "o"
+        ax.plot(r[metric], yi, marker=marker, ms=4.0 if tuned else 4.5, color=color, mfc=color if full else "white",
+                mew=1.2)
     ax.set_yticks(y, labels, fontsize=7)
     ax.set_ylim(total + 0.3, -0.3)
     if metric == "auroc":
         ax.axvline(0.5, ls="--", color=PALETTE["neutral"], lw=0.8)
         ax.set_xlim(0, 1)
         ax.set_xticks([0, 0.25, 0.5, 0.75, 1.0], ["0", ".25", ".5", ".75", "1"])
-    base = rows[rows["family"] == "baseline"]
+    base = rows[baseline]
     if len(base):
         ax.axvline(base[metric].max(), ls=":", color=PALETTE["neutral"], lw=1)
     ax.tick_params(axis="x", labelsize=7)
@@ -150,9 +184,14 @@ def estimator_forest_figure(table: pd.DataFrame, metric: str = "auroc", per_fami
                f, PALETTE["neutral"]), label=f"{FAMILY_LABELS.get(f, f)} ({shown} of {n})")
                for f, n, shown in rows.drop_duplicates("family")[["family", "shown_of", "shown"]].itertuples(index=False)]
     if len(base):
-        handles.append(Line2D([], [], ls=":", color=PALETTE["neutral"], label="best length baseline"))
-    if weak.any():
+        handles.append(Line2D([], [], ls=":", color=PALETTE["neutral"], label="best length baseline's AUROC"))
+    if marks:
+        handles.append(Line2D([], [], ls="", marker="o", ms=4.5, color=PALETTE["neutral"], label="filled: beats it "
+                              "(paired 95% CI of\nthe AUROC difference > 0)"))
         handles.append(Line2D([], [], ls="", marker="o", ms=4.5, color=PALETTE["neutral"], mfc="white",
-                              label="hollow: length-controlled AUROC\n≤ best length baseline"))
+                              label="hollow: not shown to beat it"))
+    if in_sample.any():
+        handles.append(Line2D([], [], ls="", marker="D", ms=4.0, color=PALETTE["neutral"], mfc="white",
+                              label=f"{IN_SAMPLE_MARK}: tuned on these\nlabels (optimistic)"))
     legend_below(fig, handles=handles, ncol=2, fontsize=6.5, columnspacing=0.8, handletextpad=0.3)
     return fig

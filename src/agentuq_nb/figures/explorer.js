@@ -1,7 +1,15 @@
 // agentuq_nb trajectory explorer: one module for the JupyterLab widget (anywidget) and the standalone HTML export.
 // render({model, el}): model.get("data") is the JSON of agentuq_nb.figures.explorer.explorer_data.
+// Every string of the data is put in the page as text (createTextNode, textContent), never parsed as HTML.
 
 const NLL_SCALE = 4.0; // nats at which a token is fully red
+const SPARK_W = 220, SPARK_H = 30;
+const ROLE = { assistant: "agent", user: "user", tool: "tool", system: "system" };
+const CHECK_NAMES = {
+  DB: "database", ENV_ASSERTION: "environment assertion", ACTION: "expected action",
+  COMMUNICATE: "communicate", NL_ASSERTION: "NL assertion",
+  r_actions: "database (hash)", r_outputs: "outputs", // the original τ-bench's names
+};
 
 function h(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
@@ -31,82 +39,420 @@ function colour(nll) {
 }
 
 const fmt = (x, d = 3) => (x === null || x === undefined ? "n/a" : Number(x).toFixed(d));
-const ROLE = { assistant: "agent", user: "user", tool: "tool", system: "system" };
+const roleColour = (m) => (m.role === "assistant" ? "#0072B2" : m.role === "user" ? "#CC79A7" : "#777");
+const outcomeWord = (t) => (t.failed === null ? "no label" : t.failed ? "fail" : "ok");
+const outcomeClass = (t) => (t.failed === null ? "aq-unlabelled" : t.failed ? "aq-failed" : "aq-succeeded");
 
-// a per-message sparkline of one signal over the trajectory's messages (gaps where it is undefined)
-// (points joined in message order; `only` keeps the messages a signal is about, e.g. the agent's)
-function sparkline(messages, field, label, colourOf, only = () => true, width = 260, height = 34) {
-  const pts = messages.map((m, i) => [i, m[field]]).filter(([i, v]) => v !== null && v !== undefined && only(messages[i]));
-  const box = h("div", { class: "aq-spark", "data-signal": field });
-  const values = pts.map(([, v]) => v);
-  const lo = Math.min(0, ...values), hi = Math.max(1e-9, ...values);
-  const n = Math.max(messages.length - 1, 1);
-  const x = (i) => 4 + (i / n) * (width - 8);
-  const y = (v) => height - 4 - ((v - lo) / (hi - lo || 1)) * (height - 8);
-  const s = svg("svg", { width, height, viewBox: `0 0 ${width} ${height}` });
-  s.append(svg("line", { x1: 0, x2: width, y1: height - 4, y2: height - 4, stroke: "#ccc" }));
-  let path = "";
-  pts.forEach(([i, v], j) => { path += `${j ? "L" : "M"}${x(i).toFixed(1)},${y(v).toFixed(1)} `; });
-  if (path) s.append(svg("path", { d: path, fill: "none", stroke: "#555", "stroke-width": 1.2 }));
-  for (const [i, v] of pts) {
-    const dot = svg("circle", { cx: x(i), cy: y(v), r: 2.6, fill: colourOf(messages[i]) });
-    const tip = svg("title");
-    tip.textContent = `message ${messages[i].idx} (${ROLE[messages[i].role] || messages[i].role}): ${fmt(v)}`;
-    dot.append(tip);
-    s.append(dot);
+// text with every case-insensitive occurrence of `query` wrapped in <mark>
+function marked(text, query) {
+  if (!query) return [text];
+  const out = [], lower = text.toLowerCase();
+  let at = 0, i;
+  while ((i = lower.indexOf(query, at)) !== -1) {
+    if (i > at) out.push(text.slice(at, i));
+    out.push(h("mark", {}, text.slice(i, i + query.length)));
+    at = i + query.length;
   }
-  const last = values.length ? `max ${fmt(Math.max(...values), 2)}` : "none in this trajectory";
-  box.append(h("span", { class: "aq-spark-label" }, label), s, h("span", { class: "aq-spark-note" }, last));
-  return box;
+  if (at < text.length) out.push(text.slice(at));
+  return out;
 }
 
 function render({ model, el }) {
   const raw = model.get("data");
   const data = typeof raw === "string" ? JSON.parse(raw) : raw;
+  const multi = data.runs.length > 1;
+  const byName = Object.fromEntries(data.estimators.map((e) => [e.name, e]));
+  const byKey = Object.fromEntries(data.trajectories.map((t) => [t.key, t]));
+  const runName = (i) => data.runs[i].name;
+  const tokensText = (m) => (m.tokens ? m.tokens.map((t) => t[0]).join("") : m.text || "");
+  // what a search looks through, per trajectory (lower case)
+  const haystack = Object.fromEntries(data.trajectories.map((t) => [t.key, [
+    `task ${t.task_id}`, runName(t.run), t.termination || "",
+    ...t.messages.map((m) => [tokensText(m), m.tool || "", ...m.calls.map((c) => `${c.name} ${c.args}`)].join(" ")),
+  ].join("\n").toLowerCase()]));
+
   const root = h("div", { class: "agentuq-explorer" });
   el.append(root);
   const tip = h("div", { class: "aq-tip", role: "tooltip", hidden: true });
-  root.append(tip);
 
-  const state = { outcome: "all", estimator: (data.estimators[0] || {}).name || "", min: "", max: "", current: null };
-  const names = data.estimators.map((e) => e.name);
+  const state = {
+    run: "all", outcome: "all", query: "", estimator: data.sort.estimator || (data.estimators[0] || {}).name || "",
+    ascending: false, min: "", max: "", panes: [null, null],
+  };
 
+  // ------------------------------------------------------------------ the side: runs, filters, the list
+  const runSel = h("select", { class: "aq-run", "aria-label": "run" }, h("option", { value: "all" }, "all runs"),
+    ...data.runs.map((r, i) => h("option", { value: String(i) }, runLabel(i))));
   const outcomeSel = h("select", { class: "aq-outcome", "aria-label": "outcome" },
-    ...["all", "failure", "success"].map((o) => h("option", { value: o }, o === "all" ? "all outcomes" : o)));
-  const estSel = h("select", { class: "aq-estimator", "aria-label": "estimator" },
-    ...names.map((n) => h("option", { value: n }, n)));
-  const minIn = h("input", { class: "aq-min", type: "number", step: "any", placeholder: "min" });
-  const maxIn = h("input", { class: "aq-max", type: "number", step: "any", placeholder: "max" });
+    ...[["all", "all outcomes"], ["failure", "failures"], ["success", "successes"]].map(([v, l]) => h("option", { value: v }, l)));
+  const search = h("input", { class: "aq-search", type: "search", placeholder: "search task ids, messages, tools",
+    "aria-label": "search" });
+  const estSel = h("select", { class: "aq-estimator", "aria-label": "sort by estimator" });
+  const families = [...new Set(data.estimators.map((e) => e.family))];
+  for (const family of families) {
+    estSel.append(h("optgroup", { label: family }, ...data.estimators.filter((e) => e.family === family)
+      .map((e) => h("option", { value: e.name, title: e.description }, estimatorOption(e)))));
+  }
+  const dirBtn = h("button", { class: "aq-dir", type: "button", title: "sort direction" });
+  const minIn = h("input", { class: "aq-min", type: "number", step: "any", placeholder: "min", "aria-label": "min" });
+  const maxIn = h("input", { class: "aq-max", type: "number", step: "any", placeholder: "max", "aria-label": "max" });
+  const estInfo = h("div", { class: "aq-est-info" });
   const count = h("div", { class: "aq-count" });
   const list = h("ol", { class: "aq-list" });
-  const main = h("div", { class: "aq-main" });
-  root.append(h("div", { class: "aq-side" },
-    h("div", { class: "aq-controls" },
-      h("label", {}, "Outcome ", outcomeSel),
-      h("label", {}, "Estimator ", estSel),
-      h("div", { class: "aq-range" }, "value ", minIn, " to ", maxIn),
-      count),
-    list), main);
+  const panes = h("div", { class: "aq-panes" });
+  root.append(
+    h("div", { class: "aq-side" },
+      h("div", { class: "aq-runs" }, ...data.runs.map((r, i) => h("div", { class: "aq-run-line" }, runSummary(i)))),
+      h("div", { class: "aq-controls" },
+        multi ? h("label", {}, h("span", {}, "Run"), runSel) : null,
+        h("label", {}, h("span", {}, "Outcome"), outcomeSel),
+        h("label", {}, h("span", {}, "Search"), search),
+        h("label", {}, h("span", {}, "Sort by"), estSel),
+        h("label", {}, h("span", {}, "Order"), dirBtn),
+        h("div", { class: "aq-range" }, h("span", {}, "values from"), minIn, h("span", {}, "to"), maxIn),
+        estInfo, count),
+      list),
+    h("div", { class: "aq-main" }, panes), tip);
 
-  function value(t) { return t.values[state.estimator]; }
-
-  function refresh() {
-    const lo = state.min === "" ? -Infinity : Number(state.min);
-    const hi = state.max === "" ? Infinity : Number(state.max);
-    const shown = data.trajectories.filter((t) =>
-      (state.outcome === "all" || (state.outcome === "failure") === t.failed) &&
-      (value(t) === null || value(t) === undefined ? lo === -Infinity && hi === Infinity : value(t) >= lo && value(t) <= hi));
-    shown.sort((a, b) => (value(b) ?? -Infinity) - (value(a) ?? -Infinity));
-    list.replaceChildren(...shown.map((t) => h("li", {
-      class: `aq-item ${t.failed ? "aq-failed" : "aq-succeeded"}${state.current === t.key ? " aq-current" : ""}`,
-      "data-key": t.key, onclick: () => show(t),
-    }, h("span", { class: "aq-badge" }, t.failed ? "fail" : "ok"), ` task ${t.task_id} · trial ${t.trial} `,
-      h("span", { class: "aq-value" }, fmt(value(t))))));
-    count.textContent = `${shown.length} of ${data.trajectories.length} trajectories, by ${state.estimator || "—"} ` +
-      "(highest first)";
-    if (!state.current && shown.length) show(shown[0]);
+  function runLabel(i) {
+    const r = data.runs[i];
+    const what = [r.model, r.domain].filter((x) => x).join(", ");
+    return `${multi ? String.fromCharCode(65 + (i % 26)) + ": " : ""}${r.name}${what ? ` (${what})` : ""}`;
   }
 
+  function runSummary(i) {
+    const r = data.runs[i];
+    const labels = r.unlabelled ? `, ${r.unlabelled} without a label` : "";
+    return `${runLabel(i)}: ${r.n} trajectories, ${r.failures} failure${r.failures === 1 ? "" : "s"}${labels}; ` +
+      (r.has_tokens ? `token log-probs (${r.scorer})` : "no token log-probs: messages shown as text");
+  }
+
+  function aurocText(e) {
+    const parts = e.auroc.map((a, i) => (multi ? `${String.fromCharCode(65 + (i % 26))} ` : "") + (a === null ? "n/a" : fmt(a, 2)));
+    return `AUROC ${parts.join(" | ")}`;
+  }
+
+  function estimatorOption(e) {
+    return `${e.name} · ${aurocText(e)}${e.in_sample ? " · IN-SAMPLE" : ""}`;
+  }
+
+  const est = () => byName[state.estimator];
+  // a value oriented so that larger = more uncertain (a confidence is negated)
+  function oriented(t) {
+    const v = t.values[state.estimator];
+    if (v === null || v === undefined) return null;
+    return est() && est().higher_is_uncertain === false ? -v : v;
+  }
+
+  function matchesFilters(t) {
+    if (state.run !== "all" && String(t.run) !== state.run) return false;
+    if (state.outcome === "failure" && t.failed !== true) return false;
+    if (state.outcome === "success" && t.failed !== false) return false;
+    if (state.query && !haystack[t.key].includes(state.query)) return false;
+    const v = t.values[state.estimator];
+    const lo = state.min === "" ? -Infinity : Number(state.min), hi = state.max === "" ? Infinity : Number(state.max);
+    if (v === null || v === undefined) return lo === -Infinity && hi === Infinity;
+    return v >= lo && v <= hi;
+  }
+
+  function refresh() {
+    const shown = data.trajectories.filter(matchesFilters);
+    const sign = state.ascending ? -1 : 1;
+    shown.sort((a, b) => {
+      const va = oriented(a), vb = oriented(b);
+      if (va === null && vb === null) return 0;
+      if (va === null) return 1;
+      if (vb === null) return -1;
+      return sign * (vb - va);
+    });
+    list.replaceChildren(...shown.map((t) => h("li", {
+      class: `aq-item ${outcomeClass(t)}${state.panes[0] === t.key ? " aq-current" : ""}`,
+      "data-key": t.key, onclick: () => openTrajectory(t.key, 0),
+    }, h("span", { class: "aq-badge" }, outcomeWord(t)),
+      h("span", { class: "aq-item-name", title: `task ${t.task_id}` }, `${multi ? String.fromCharCode(65 + (t.run % 26)) + " · " : ""}` +
+        `task ${t.task_id}${t.trial !== null ? ` · trial ${t.trial}` : ""}`),
+      h("span", { class: "aq-value" }, fmt(t.values[state.estimator])))));
+    dirBtn.textContent = state.ascending ? "▲ least uncertain first" : "▼ most uncertain first";
+    const e = est();
+    estInfo.replaceChildren(...(e ? [
+      h("div", {}, h("b", {}, e.name), ` (${e.family}; ${e.higher_is_uncertain ? "higher = more uncertain" :
+        "a confidence: lower = more uncertain"}) · ${aurocText(e)} on n = ${e.n.join(" | ")}`),
+      e.in_sample ? h("div", { class: "aq-warn" }, "IN-SAMPLE: tuned on these same trajectories' labels; its AUROC is " +
+        "optimistic by construction, not a result") : null,
+      e.protocol && !e.in_sample ? h("div", {}, `fitted on labels: ${e.protocol}`) : null,
+      e.description ? h("div", { class: "aq-desc" }, e.description) : null,
+      e.name === data.sort.estimator ? h("div", { class: "aq-desc" }, `default sort: ${data.sort.why}`) : null,
+    ].filter((x) => x) : []));
+    count.textContent = `${shown.length} of ${data.trajectories.length} trajectories` +
+      (state.query ? ` matching “${state.query}”` : "");
+    if (!state.panes[0] && shown.length) openTrajectory(shown[0].key, 0);
+  }
+
+  // ------------------------------------------------------------------ one trajectory in a pane
+  function openTrajectory(key, pane) {
+    state.panes[pane] = key;
+    if (state.panes[0] === state.panes[1]) state.panes[1] = null; // one trajectory is shown once
+    if (pane === 0) {
+      for (const li of list.children) li.classList.toggle("aq-current", li.dataset.key === key);
+    }
+    drawPanes();
+  }
+
+  function drawPanes() {
+    const keys = state.panes.filter((k) => k);
+    panes.classList.toggle("aq-split", keys.length > 1);
+    panes.replaceChildren(...state.panes.map((k, i) => (k ? paneView(byKey[k], i) : null)).filter((x) => x));
+    if (state.query) {
+      for (const p of panes.querySelectorAll(".aq-pane")) {
+        const hit = p.querySelector(".aq-hit");
+        if (hit) hit.scrollIntoView({ block: "center" });
+      }
+    }
+  }
+
+  function sameTask(t) {
+    return data.trajectories.filter((o) => o.key !== t.key && o.domain === t.domain && o.task_id === t.task_id);
+  }
+
+  function ranks(t) {
+    // this trajectory's rank in its run for every estimator (1 = most uncertain)
+    const out = {};
+    const peers = data.trajectories.filter((o) => o.run === t.run);
+    for (const e of data.estimators) {
+      const v = t.values[e.name];
+      if (v === null || v === undefined) continue;
+      const s = e.higher_is_uncertain === false ? -1 : 1;
+      const defined = peers.filter((o) => o.values[e.name] !== null && o.values[e.name] !== undefined);
+      out[e.name] = [1 + defined.filter((o) => s * o.values[e.name] > s * v).length, defined.length];
+    }
+    return out;
+  }
+
+  function paneView(t, pane) {
+    const node = h("div", { class: "aq-pane", "data-key": t.key });
+    const others = sameTask(t);
+    const opposite = others.find((o) => o.failed !== null && t.failed !== null && o.failed !== t.failed);
+    const compare = h("select", { class: "aq-compare", "aria-label": "side by side with" },
+      h("option", { value: "" }, others.length ? `side by side with… (${others.length} more of this task)` :
+        "no other trajectory of this task"),
+      ...others.map((o) => h("option", { value: o.key }, `${multi ? runLabel(o.run) + " · " : ""}` +
+        `${o.trial !== null ? `trial ${o.trial}` : "trajectory"} · ${outcomeWord(o)} (reward ${fmt(o.reward, 2)})`)));
+    compare.disabled = !others.length;
+    compare.addEventListener("change", () => { if (compare.value) openTrajectory(compare.value, 1); });
+    const rank = ranks(t);
+    const r = rank[state.estimator];
+    const head = h("div", { class: "aq-head" },
+      h("div", { class: "aq-title" },
+        h("h3", {}, `${multi ? runLabel(t.run) + " · " : ""}task ${t.task_id}${t.trial !== null ? ` · trial ${t.trial}` : ""}`),
+        h("span", { class: `aq-outcome-badge ${outcomeClass(t)}` },
+          `${t.failed === null ? "no label" : t.failed ? "failed" : "succeeded"}: reward ${fmt(t.reward, 2)}` +
+          `${t.termination ? `, ${t.termination}` : ""}`),
+        pane === 1 ? h("button", { class: "aq-close", type: "button", onclick: () => { state.panes[1] = null; drawPanes(); } },
+          "close ✕") : null),
+      h("div", { class: "aq-tools" },
+        compare,
+        opposite && pane === 0 ? h("button", { class: "aq-opposite", type: "button", onclick: () => openTrajectory(opposite.key, 1) },
+          `⇆ beside a ${opposite.failed ? "failure" : "success"} of this task`) : null),
+      h("div", { class: "aq-chips" },
+        r ? h("span", { class: "aq-chip aq-chip-main" }, `${state.estimator} ${fmt(t.values[state.estimator])} · rank ` +
+          `${r[0]} of ${r[1]} in its run (1 = most uncertain)`) : null,
+        t.detector ? h("span", { class: "aq-chip aq-chip-detector" }, `detector: failure probability ${fmt(t.detector.p_failure, 2)}`) : null),
+      allValues(t, rank));
+    node.append(head);
+    if (t.detector) node.append(detectorView(t.detector));
+    node.append(forensics(t));
+    const signals = signalStrip(t, node);
+    if (signals) node.append(signals);
+    if (t.messages.some((m) => m.tokens)) {
+      node.append(h("div", { class: "aq-legend" }, `colour = token NLL (white 0 → red ≥ ${NLL_SCALE} nats); hover a token ` +
+        "for the alternatives the model weighed"));
+    }
+    const byMessage = {};
+    for (const d of t.decisions) (byMessage[d.message] = byMessage[d.message] || []).push(d);
+    const expectedAt = {};
+    for (const x of t.expected) if (x.call) (expectedAt[x.call.message] = expectedAt[x.call.message] || []).push(x);
+    node.append(h("div", { class: "aq-msgs" },
+      ...t.messages.map((m, i) => messageView(m, i, byMessage[m.idx] || [], expectedAt[m.idx] || [], node))));
+    if (!t.messages.length) node.append(h("p", {}, "No message of this trajectory is in its results file."));
+    return node;
+  }
+
+  function allValues(t, rank) {
+    const rows = data.estimators.filter((e) => t.values[e.name] !== null && t.values[e.name] !== undefined);
+    const auroc = (e) => e.auroc[t.run];
+    rows.sort((a, b) => (a.in_sample - b.in_sample) || ((auroc(b) ?? -1) - (auroc(a) ?? -1)));
+    return h("details", { class: "aq-allvalues" },
+      h("summary", {}, `all ${rows.length} estimator values of this trajectory, by AUROC on its run`),
+      h("table", { class: "aq-table" },
+        h("tr", {}, h("th", {}, "estimator"), h("th", {}, "value"), h("th", {}, "rank in run"), h("th", {}, "AUROC"),
+          h("th", {}, "fitted on labels")),
+        ...rows.map((e) => h("tr", { class: e.in_sample ? "aq-insample" : null },
+          h("td", {}, h("a", { href: "#", onclick: (ev) => { ev.preventDefault(); setEstimator(e.name); } }, e.name)),
+          h("td", {}, fmt(t.values[e.name])), h("td", {}, rank[e.name] ? `${rank[e.name][0]} / ${rank[e.name][1]}` : ""),
+          h("td", {}, fmt(auroc(e), 2)), h("td", {}, e.in_sample ? "IN-SAMPLE" : e.protocol || "—")))));
+  }
+
+  function detectorView(d) {
+    const top = d.contributions.slice(0, 12);
+    const scale = Math.max(1e-9, ...top.map((c) => Math.abs(c.contribution || 0)));
+    return h("div", { class: "aq-detector" },
+      h("div", { class: "aq-section-head" }, `Learned detector: failure probability ${fmt(d.p_failure, 2)}`,
+        h("span", { class: "aq-bar aq-pbar", style: `width:${Math.round(120 * (d.p_failure || 0))}px` })),
+      top.length ? h("table", { class: "aq-table aq-contrib" },
+        h("tr", {}, h("th", {}, "feature"), h("th", {}, "value"), h("th", {}, "contribution"), h("th")),
+        ...top.map((c) => h("tr", {},
+          h("td", {}, c.feature), h("td", {}, fmt(c.value)), h("td", {}, fmt(c.contribution)),
+          h("td", {}, h("span", { class: `aq-bar ${(c.contribution || 0) > 0 ? "aq-up" : "aq-down"}`,
+            style: `width:${Math.round(80 * Math.abs(c.contribution || 0) / scale)}px` }))))) : null);
+  }
+
+  // ------------------------------------------------------------------ why it got its reward
+  function forensics(t) {
+    const failedChecks = t.checks.filter((c) => c.passed === false);
+    const counted = failedChecks.filter((c) => c.counted !== false);
+    const missed = t.expected.filter((x) => x.matched === false);
+    const summary = [];
+    if (t.breakdown) summary.push(t.breakdown.map(([k, v]) => `${CHECK_NAMES[k] || k} ${v >= 1 ? "✓" : "✗"}`).join(" × "));
+    if (counted.length) summary.push(`${counted.length} failing check${counted.length > 1 ? "s" : ""} counted in the reward`);
+    if (failedChecks.length > counted.length) summary.push(`${failedChecks.length - counted.length} failing, diagnostic only`);
+    if (t.expected.length) summary.push(`${t.expected.length - missed.length} of ${t.expected.length} expected calls made`);
+    if (!t.checks.length && !t.expected.length) summary.push("the results file records no checks for this trajectory");
+    const unscored = !t.checks.length && t.notes.length;
+    if (unscored) summary.unshift(t.notes[0]);
+    const task = t.task ? data.tasks[t.task] : null;
+    // the expected actions' checks are one row here, and each beside the call made in the table below
+    const actions = t.checks.filter((c) => c.kind === "ACTION");
+    const rows = t.checks.filter((c) => c.kind !== "ACTION" || !t.expected.length);
+    if (actions.length && t.expected.length) {
+      const met = actions.filter((c) => c.passed).length;
+      rows.splice(rows.filter((c) => ["DB", "ENV_ASSERTION"].includes(c.kind)).length, 0, {
+        kind: "ACTION", label: `${met} of ${actions.length} expected tool calls made (each below)`,
+        passed: actions.some((c) => c.passed === null) ? null : met === actions.length, counted: actions[0].counted });
+    }
+    return h("details", { class: "aq-forensics", open: t.failed === true },
+      h("summary", {}, h("b", {}, "Why this reward: "), summary.join("; ")),
+      t.notes.length ? h("div", { class: "aq-detail aq-notes" }, `the harness noted: ${t.notes.join("; ")}`) : null,
+      rows.length ? h("table", { class: "aq-table aq-checks" },
+        h("tr", {}, h("th", {}, ""), h("th", {}, "check"), h("th", {}, "what was checked"), h("th", {}, "in the reward")),
+        ...rows.map((c) => h("tr", { class: c.passed === false ? "aq-check-failed" : c.passed ? "aq-check-passed" : null },
+          h("td", { class: "aq-verdict" }, c.passed === null ? "?" : c.passed ? "✓" : "✗"),
+          h("td", {}, CHECK_NAMES[c.kind] || c.kind),
+          h("td", {}, c.label, c.detail && c.kind !== "ACTION" ? h("div", { class: "aq-detail" }, c.detail) : null),
+          h("td", {}, c.counted === null ? "?" : c.counted ? "counted" : "diagnostic only")))) : null,
+      t.expected.length ? h("div", { class: "aq-expected" },
+        h("div", { class: "aq-section-head" }, "Expected tool calls beside those made"),
+        h("table", { class: "aq-table" },
+          h("tr", {}, h("th", {}, ""), h("th", {}, "expected"), h("th", {}, "made (message)"), h("th", {}, "verdict by")),
+          ...t.expected.map((x) => h("tr", { class: x.matched === false ? "aq-check-failed" : x.matched ? "aq-check-passed" : null },
+            h("td", { class: "aq-verdict" }, x.matched === null ? "?" : x.matched ? "✓" : "✗"),
+            h("td", {}, h("code", {}, `${x.name}(${x.arguments})`)),
+            h("td", {}, x.call ? [h("code", {}, `${x.call.name}(${x.call.args})`), ` [${x.call.message}]`,
+              x.differs.length ? h("div", { class: "aq-detail" }, `differs in: ${x.differs.join(", ")}`) : null]
+              : h("span", { class: "aq-detail" }, `no call of ${x.name}`)),
+            h("td", { class: "aq-detail" }, x.verdict_by))))) : null,
+      task ? h("details", { class: "aq-task" },
+        h("summary", {}, h("b", {}, "The task"), task.purpose ? h("span", { class: "aq-detail" }, ` (purpose: ${task.purpose})`) : null),
+        ...task.instructions.map(([k, v]) => h("div", { class: "aq-task-field" }, h("b", {}, `${k.replace(/_/g, " ")}: `), v)),
+        task.env_assertions.length ? h("div", { class: "aq-task-field" }, h("b", {}, "environment assertions: "),
+          h("ul", {}, ...task.env_assertions.map((a) => h("li", {}, a)))) : null,
+        task.nl_assertions.length ? h("div", { class: "aq-task-field" }, h("b", {}, "NL assertions: "),
+          h("ul", {}, ...task.nl_assertions.map((a) => h("li", {}, a)))) : null,
+        task.communicate_info.length ? h("div", { class: "aq-task-field" }, h("b", {}, "to communicate: "),
+          task.communicate_info.join("; ")) : null) : null);
+  }
+
+  // ------------------------------------------------------------------ signals, message by message
+  function signalStrip(t, paneNode) {
+    const n = Math.max(t.messages.length - 1, 1);
+    const x = (i) => 4 + (i / n) * (SPARK_W - 8);
+    const cursors = [];
+    const cells = [];
+    // a mark of message m: its value on hover, a click goes to the message
+    const point = (mark, m, text) => {
+      const title = svg("title");
+      title.textContent = text;
+      mark.append(title);
+      mark.setAttribute("class", "aq-dot");
+      mark.addEventListener("click", () => goTo(paneNode, m.idx));
+      return mark;
+    };
+    // the line that follows the message under the mouse
+    const cursor = (height) => {
+      const line = svg("line", { x1: -10, x2: -10, y1: 0, y2: height, stroke: "#E69F00", "stroke-width": 1.5 });
+      cursors.push(line);
+      return line;
+    };
+    for (const sig of data.signals) {
+      const pts = t.messages.map((m, i) => [i, m.s[sig.field]])
+        .filter(([i, v]) => v !== null && v !== undefined && (!sig.role || t.messages[i].role === sig.role));
+      if (!pts.length) continue; // nothing of it in this trajectory: no empty chart
+      const values = pts.map(([, v]) => v);
+      const lo = Math.min(0, ...values), hi = Math.max(1e-9, ...values);
+      const y = (v) => SPARK_H - 4 - ((v - lo) / (hi - lo || 1)) * (SPARK_H - 8);
+      const s = svg("svg", { width: SPARK_W, height: SPARK_H, viewBox: `0 0 ${SPARK_W} ${SPARK_H}` });
+      s.append(svg("line", { x1: 0, x2: SPARK_W, y1: SPARK_H - 4, y2: SPARK_H - 4, stroke: "#ccc" }));
+      const path = pts.map(([i, v], j) => `${j ? "L" : "M"}${x(i).toFixed(1)},${y(v).toFixed(1)}`).join(" ");
+      s.append(svg("path", { d: path, fill: "none", stroke: "#555", "stroke-width": 1.2 }));
+      for (const [i, v] of pts) {
+        const m = t.messages[i];
+        s.append(point(svg("circle", { cx: x(i), cy: y(v), r: 2.6, fill: roleColour(m) }), m,
+          `message ${m.idx} (${ROLE[m.role] || m.role}): ${fmt(v)}`));
+      }
+      s.append(cursor(SPARK_H));
+      const top = pts.reduce((a, b) => (b[1] > a[1] ? b : a));
+      cells.push(h("div", { class: "aq-spark", "data-signal": sig.field },
+        h("span", { class: "aq-spark-label", title: sig.label }, sig.label), s,
+        h("span", { class: "aq-spark-note" }, `max ${fmt(top[1], 2)} at [${t.messages[top[0]].idx}]`)));
+    }
+    const events = data.events.filter((ev) => t.messages.some((m) => m.ev.includes(ev.field)));
+    if (events.length) {
+      const rowH = 11;
+      const height = rowH * events.length + 2;
+      const s = svg("svg", { width: SPARK_W, height, viewBox: `0 0 ${SPARK_W} ${height}`, class: "aq-events-svg" });
+      events.forEach((ev, r) => {
+        s.append(svg("line", { x1: 0, x2: SPARK_W, y1: r * rowH + rowH / 2 + 1, y2: r * rowH + rowH / 2 + 1, stroke: "#eee" }));
+        t.messages.forEach((m, i) => {
+          if (!m.ev.includes(ev.field)) return;
+          s.append(point(svg("rect", { x: x(i) - 2, y: r * rowH + 2, width: 4, height: rowH - 3,
+            fill: ev.field === "tool_error" || ev.field === "repeated_call" ? "#D55E00" : "#555" }), m,
+          `message ${m.idx}: ${ev.label}`));
+        });
+      });
+      s.append(cursor(height));
+      cells.push(h("div", { class: "aq-spark aq-events", "data-signal": "events" },
+        h("span", { class: "aq-spark-label" }, "structure events"), s,
+        h("span", { class: "aq-spark-note" }, events.map((ev) =>
+          `${ev.label} ${t.messages.filter((m) => m.ev.includes(ev.field)).length}`).join(" · "))));
+    }
+    if (!cells.length) return null;
+    const readout = h("div", { class: "aq-readout" }, "hover a message to read its signals here; click a point to go to its message");
+    paneNode.aqCursor = (i) => {
+      for (const c of cursors) { c.setAttribute("x1", x(i)); c.setAttribute("x2", x(i)); }
+      readout.replaceChildren(...signalsOf(t.messages[i]));
+    };
+    return h("div", { class: "aq-signals" }, h("div", { class: "aq-sparks" }, ...cells), readout);
+  }
+
+  function signalsOf(m) {
+    const parts = [h("b", {}, `[${m.idx}] ${ROLE[m.role] || m.role}${m.tool ? ` ${m.tool}` : ""}: `)];
+    const named = data.signals.filter((s) => m.s[s.field] !== undefined && m.s[s.field] !== null)
+      .map((s) => `${s.label} ${fmt(m.s[s.field], 2)}`);
+    const fired = data.events.filter((ev) => m.ev.includes(ev.field)).map((ev) => ev.label);
+    parts.push(named.length ? named.join(" · ") : "no per-message signal");
+    if (fired.length) parts.push(h("span", { class: "aq-evchip" }, ` events: ${fired.join(", ")}`));
+    if (m.error) parts.push(h("span", { class: "aq-evchip" }, " error"));
+    return parts;
+  }
+
+  function goTo(paneNode, idx) {
+    const msg = paneNode.querySelector(`.aq-msg[data-idx="${idx}"]`);
+    if (!msg) return;
+    msg.scrollIntoView({ block: "center" });
+    msg.classList.add("aq-flash");
+    setTimeout(() => msg.classList.remove("aq-flash"), 900);
+  }
+
+  // ------------------------------------------------------------------ messages
   function showTip(event, tok) {
     const [text, nll, alts] = tok;
     const rows = (alts || []).map(([alt, p]) => h("tr", { class: alt === text ? "aq-chosen" : null },
@@ -118,8 +464,53 @@ function render({ model, el }) {
         : h("div", {}, "no alternatives recorded"));
     tip.hidden = false;
     const r = event.target.getBoundingClientRect(), host = root.getBoundingClientRect();
-    tip.style.left = `${Math.max(0, r.left - host.left)}px`;
+    const left = Math.min(r.left - host.left, host.width - tip.offsetWidth - 8);
+    tip.style.left = `${Math.max(0, left)}px`;
     tip.style.top = `${r.bottom - host.top + 4}px`;
+  }
+
+  function body(m) {
+    if (m.tokens) {
+      return h("div", { class: "aq-tokens" }, ...m.tokens.map((tok) => h("span", {
+        class: "aq-tok", style: `background:${colour(tok[1])}`,
+        onmouseenter: (e) => showTip(e, tok), onmouseleave: () => { tip.hidden = true; },
+      }, tok[0])));
+    }
+    return h("div", { class: m.json ? "aq-text aq-json" : "aq-text" }, ...marked(m.text || "", state.query),
+      m.cut ? h("div", { class: "aq-detail" }, `… ${m.cut} more characters in the results file`) : null);
+  }
+
+  function messageView(m, position, decisions, expected, paneNode) {
+    const hit = Boolean(state.query) && ((m.text || "").toLowerCase().includes(state.query) ||
+      tokensText(m).toLowerCase().includes(state.query) ||
+      m.calls.some((c) => `${c.name} ${c.args}`.toLowerCase().includes(state.query)));
+    const fired = data.events.filter((ev) => m.ev.includes(ev.field));
+    const head = h("div", { class: "aq-msg-head" }, `[${m.idx}] ${ROLE[m.role] || m.role}`,
+      m.nll !== null ? h("span", { class: "aq-msg-note" }, ` mean NLL ${fmt(m.nll, 2)}`) : null,
+      m.s.tracer_step_risk !== undefined ? h("span", { class: "aq-msg-note" }, ` · step risk ${fmt(m.s.tracer_step_risk, 2)}`) : null,
+      m.error ? h("span", { class: "aq-evchip aq-errchip" }, "error") : null,
+      ...fired.map((ev) => h("span", { class: "aq-evchip" }, ev.label)));
+    let content;
+    if (m.role === "tool") {
+      const preview = (m.tokens ? tokensText(m) : m.text || "").replace(/\s+/g, " ").slice(0, 140);
+      content = h("details", { class: "aq-toolres", open: Boolean(m.error || hit) },
+        h("summary", {}, h("b", {}, `${m.tool || "tool"} → `), h("span", { class: "aq-preview" }, preview || "(empty)")),
+        body(m));
+    } else {
+      content = (m.tokens || m.text) ? body(m) : null;
+    }
+    const calls = m.calls.map((c) => {
+      const exp = expected.filter((x) => x.call && x.call.name === c.name && x.call.args === c.args);
+      return h("div", { class: "aq-call" },
+        h("pre", {}, ...marked(`${c.requestor === "user" ? "(the user's tool) " : ""}${c.name}(${c.args})`, state.query)),
+        ...exp.map((x) => h("span", { class: `aq-evchip ${x.matched ? "aq-okchip" : "aq-errchip"}` },
+          x.matched ? `expected call ${x.id} ✓` : `closest to expected ${x.id} (differs in ${x.differs.join(", ")})`)));
+    });
+    const node = h("div", {
+      class: `aq-msg aq-${m.role}${m.error ? " aq-error" : ""}${hit ? " aq-hit" : ""}`, "data-idx": m.idx,
+      onmouseenter: () => { if (paneNode.aqCursor) paneNode.aqCursor(position); },
+    }, head, content, ...calls, ...decisions.map(decisionBox));
+    return node;
   }
 
   function decisionBox(d) {
@@ -134,45 +525,22 @@ function render({ model, el }) {
         c.samples.length ? h("ul", { class: "aq-samples" }, ...c.samples.map((s) => h("li", {}, s))) : null)));
   }
 
-  function show(t) {
-    state.current = t.key;
-    for (const li of list.children) li.classList.toggle("aq-current", li.dataset.key === t.key);
-    const vals = data.estimators.filter((e) => t.values[e.name] !== null && t.values[e.name] !== undefined)
-      .slice(0, 8).map((e) => h("span", { class: "aq-chip" }, `${e.name} ${fmt(t.values[e.name])}`));
-    const byMessage = {};
-    for (const d of t.decisions) (byMessage[d.message] = byMessage[d.message] || []).push(d);
-    const roleColour = (m) => (m.role === "assistant" ? "#0072B2" : m.role === "user" ? "#CC79A7" : "#555");
-    main.replaceChildren(
-      h("div", { class: "aq-head" },
-        h("h3", {}, `task ${t.task_id} · trial ${t.trial}`),
-        h("span", { class: `aq-outcome-badge ${t.failed ? "aq-failed" : "aq-succeeded"}` },
-          `${t.failed ? "failed" : "succeeded"}: reward ${fmt(t.reward, 2)}${t.termination ? `, ${t.termination}` : ""}`),
-        h("div", { class: "aq-chips" }, ...vals)),
-      h("div", { class: "aq-sparks" },
-        sparkline(t.messages, "nll", `agent turn: mean token NLL${data.scorer ? ` (${data.scorer})` : ""}`, roleColour,
-          (m) => m.role === "assistant"),
-        sparkline(t.messages, "risk", "TRACER step risk (black-box; agent and user steps)", roleColour),
-        sparkline(t.messages, "entropy", "action semantic entropy (K resamples)", roleColour)),
-      h("div", { class: "aq-legend" }, `colour = token NLL (white 0 → red ≥ ${NLL_SCALE} nats); hover a token for the ` +
-        "alternatives the model weighed"),
-      ...t.messages.map((m) => h("div", { class: `aq-msg aq-${m.role}${m.error ? " aq-error" : ""}`, "data-idx": m.idx },
-        h("div", { class: "aq-msg-head" }, `[${m.idx}] ${ROLE[m.role] || m.role}`,
-          m.nll !== null ? h("span", { class: "aq-msg-note" }, ` mean NLL ${fmt(m.nll, 2)}`) : null,
-          m.risk !== null ? h("span", { class: "aq-msg-note" }, ` · step risk ${fmt(m.risk, 2)}`) : null),
-        m.tokens
-          ? h("div", { class: "aq-tokens" }, ...m.tokens.map((tok) => h("span", {
-            class: "aq-tok", style: `background:${colour(tok[1])}`,
-            onmouseenter: (e) => showTip(e, tok), onmouseleave: () => { tip.hidden = true; },
-          }, tok[0])))
-          : h("div", { class: "aq-text" }, m.text || ""),
-        m.calls.length && !m.tokens ? h("div", { class: "aq-calls" }, ...m.calls.map((c) => h("code", {}, c))) : null,
-        ...(byMessage[m.idx] || []).map(decisionBox))));
+  // ------------------------------------------------------------------ wiring
+  function setEstimator(name) {
+    state.estimator = name;
+    estSel.value = name;
+    refresh();
+    drawPanes();
   }
 
-  outcomeSel.addEventListener("change", () => { state.outcome = outcomeSel.value; state.current = null; refresh(); });
-  estSel.addEventListener("change", () => { state.estimator = estSel.value; refresh(); });
+  estSel.value = state.estimator;
+  runSel.addEventListener("change", () => { state.run = runSel.value; refresh(); });
+  outcomeSel.addEventListener("change", () => { state.outcome = outcomeSel.value; state.panes[0] = null; refresh(); });
+  search.addEventListener("input", () => { state.query = search.value.trim().toLowerCase(); refresh(); drawPanes(); });
+  estSel.addEventListener("change", () => setEstimator(estSel.value));
+  dirBtn.addEventListener("click", () => { state.ascending = !state.ascending; refresh(); });
   minIn.addEventListener("input", () => { state.min = minIn.value; refresh(); });
   maxIn.addEventListener("input", () => { state.max = maxIn.value; refresh(); });
-  if (!data.trajectories.length) main.append(h("p", {}, "This run holds no trajectory."));
+  if (!data.trajectories.length) panes.append(h("p", {}, "This run holds no trajectory."));
   refresh();
 }

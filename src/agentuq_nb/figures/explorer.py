@@ -1,57 +1,123 @@
 """A trajectory explorer for JupyterLab, and the same view as one standalone HTML file.
 
-``agentuq_nb.explore(run_dir)`` shows every trajectory of a run folder: pick one from a list filtered by outcome
-or by an estimator's value (and sorted by it); its messages, with each token coloured by its NLL and, on hover, the
-top-k alternatives the model weighed with their probabilities; per-message sparklines of a token, a black-box and
-an action signal (the agent's mean token NLL, TRACER's step risk, the resampled actions' semantic entropy); at
-each decision point the K resampled actions, grouped in their clusters, the agent's own marked; the outcome.
+``agentuq_nb.explore(run_dir)`` (or ``agentuq-nb explore RUN_DIR [RUN_DIR…] --out view.html``) shows every
+trajectory of one or more run folders. The list: filtered by outcome, run, a text search (task ids, message text,
+tool names) and an estimator's range, sorted by any estimator the runs hold in either direction, each estimator
+offered with its AUROC on each run (marked when tuned on the run's own labels); the default sort is the estimator
+with the highest AUROC among those *not* tuned on the run's labels (:func:`default_sort`). The chosen trajectory:
+
+* **why it got its reward** (:mod:`agentuq_nb.records.reward_checks`): the harness's checks one by one (database,
+  environment assertions, expected actions, what the agent had to communicate, natural-language assertions), the
+  failing ones marked and those outside the reward basis said to be diagnostic; each expected tool call beside the
+  call that matched it or the closest one made (with the arguments that differ); the task's instructions and
+  purpose;
+* the other trials of the same task, and the same task in the other runs given, to open **side by side**;
+* per-message **sparklines** of the signals the run holds (the agent's mean token NLL; TRACER's step risk and its
+  components; the user's repetition; the resampled actions' semantic entropy) and a strip of the structure events
+  (tool errors, repeated calls, hedges…); hovering a message reads them out for that message;
+* its messages: tokens coloured by NLL with the top-k alternatives on hover (where the run has token rows), tool
+  calls and tool results pretty-printed with the tool's name (results collapsed), at each decision point the K
+  resampled actions in their clusters.
+
+**A learned detector's slot.** A detector's failure probability per trajectory and each feature's contribution to
+it are shown by :func:`attach_detector` (a frame with the trajectory keys and ``detector.p_failure``, and optionally
+the contributions): it becomes one more estimator (sortable, with its AUROC) and a panel of the trajectory view; a
+per-message probability is one more entry of the payload's ``signals`` (a sparkline). The JavaScript reads all of it
+from the payload and needs no change.
+
+**The page is safe to share** (:func:`standalone_html`): every string from the run passes the secret masking of
+executed notebooks (:func:`agentuq_nb.common.redaction.mask_secrets`; a key split across a message's tokens is found
+on the message's text, :func:`~agentuq_nb.common.redaction.secret_spans`), and the JSON payload holds no ``<``,
+``>`` or ``&`` (written ``\\u003c``…), so nothing in a message can end or re-open the script that carries it.
 
 Built on **anywidget**: the view is one small JavaScript module (``explorer.js``, no build step, no server round
-trip), which is what makes the standalone export the same view: :meth:`Explorer.export` writes the module and the
-data into one HTML file that needs nothing but a browser (ipywidgets' own export loads its widget manager from a
-CDN, and a hover on a token has no ipywidgets event: both would have meant JavaScript anyway).
-:func:`explorer_data` gathers the run's tables into the JSON the view reads; it touches nothing in the folder.
+trip), which is what makes the standalone export the same view (ipywidgets' own export loads its widget manager
+from a CDN, and a hover on a token has no ipywidgets event: both would have meant JavaScript anyway).
+:func:`explorer_data` gathers the runs' tables and results into the JSON the view reads; it touches nothing in the
+folders.
 """
 from __future__ import annotations
 
+import html
 import json
 import math
 import os
+from collections.abc import Iterable, Sequence
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from agentuq_nb.common.redaction import MASK, mask_secrets, secret_spans
 from agentuq_nb.estimators import estimators as run_estimators
+from agentuq_nb.estimators import get as get_estimator
 from agentuq_nb.estimators.scores import score_table
+from agentuq_nb.evaluation.metrics import UndefinedMetricError, auroc
+from agentuq_nb.figures.blackbox import COMPONENTS, EVENTS
 from agentuq_nb.io.atomic import atomic_write_text
+from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.ingest.results import iter_simulations, read_header
-from agentuq_nb.io.store.rundir import RunDir
+from agentuq_nb.io.store.rundir import MANIFEST, RunDir
 from agentuq_nb.io.store.token_table import read_token_table
-from agentuq_nb.records import Results
+from agentuq_nb.records import Results, Simulation
 from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, failure_labels
+from agentuq_nb.records.reward_checks import (
+    expected_beside_made,
+    reward_checks,
+    reward_notes,
+    task_brief,
+    text_action,
+)
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
-from agentuq_nb.uq.transcript import transcript
+from agentuq_nb.uq.transcript import reports_error
 
-#: the estimators offered first in the filter (those the run holds), then every other one it holds
+#: the estimators offered first (those the run holds), then every other one it holds
 FEATURED = ("assistant.avg_token_nll", "assistant.mean_topk_entropy", "tracer.default", "tracer.nested",
             "action_semantic_entropy.mean", "action_agreement.mean", "saup_rms", "structure.tool_errors",
             "combined_predictor", "num_messages")
-#: characters of a message shown when it has no token rows (the whole text is kept in the run's results)
-TEXT_CHARS = 4000
+#: characters of a message's text put in the page (the whole text stays in the run's results file)
+TEXT_CHARS = 20_000
+#: a tool call's arguments up to this many characters are shown on one line, longer ones pretty-printed
+ONE_LINE_ARGUMENTS = 100
 TOKEN_COLUMNS = [*TRAJECTORY_KEYS, "message_idx", "token_idx", "role", "token", "chosen_logprob", "topk_tokens",
                  "topk_logprobs", "scorer"]
+#: the per-message signals drawn as sparklines, where a run holds them: (field, label, the role it is about or None)
+#: (``nll`` from the token rows, ``entropy`` from the resampled actions, the others from ``blackbox_turns``)
+LINE_SIGNALS = (("nll", "agent turn: mean token NLL", "assistant"),
+                ("tracer_step_risk", "TRACER step risk (agent and user steps)", None),
+                *((field, f"TRACER {label}", None) for field, label, _, _ in COMPONENTS),
+                ("user_repetition", "user repeating an earlier message (similarity)", "user"),
+                ("entropy", "action semantic entropy (K resamples)", "assistant"))
+#: the structure events of ``blackbox_turns`` marked per message: (field, label)
+EVENT_SIGNALS = tuple((field, label) for field, label, _ in EVENTS)
+#: the column of a learned detector's failure probability (:func:`attach_detector`)
+DETECTOR = "detector.p_failure"
+#: the page ``agentuq-nb explore RUN_DIR`` writes into the run folder when no ``--out`` is given
+PAGE_NAME = "explorer.html"
+#: characters that must not appear raw in a JSON payload inside HTML (``</script>``, ``<!--``, entities)
+HTML_UNSAFE = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"}
 
 
 def _asset(name: str) -> str:
     return resources.files("agentuq_nb.figures").joinpath(name).read_text(encoding="utf-8")
 
 
-def _key(domain, task_id, trial, seed) -> str:
-    seed = "" if seed is None or (isinstance(seed, float) and math.isnan(seed)) else int(seed)
-    return f"{domain}|{task_id}|{int(trial)}|{seed}"
+def _part(value) -> str:
+    """One part of a trajectory key: a missing trial or seed (τ-bench runs record no seed) is empty."""
+    if value is None or (not isinstance(value, str) and pd.isna(value)):
+        return ""
+    return str(int(value)) if isinstance(value, (int, float, np.integer, np.floating)) else str(value)
+
+
+def _key(run: int, domain, task_id, trial, seed) -> str:
+    return "|".join((str(run), str(domain), str(task_id), _part(trial), _part(seed)))
+
+
+def _keyed(frame: pd.DataFrame, run: int) -> pd.Series:
+    return pd.Series([_key(run, *k) for k in frame[TRAJECTORY_KEYS].itertuples(index=False, name=None)],
+                     index=frame.index, dtype=object)
 
 
 def _num(x, digits: int = 4):
@@ -63,10 +129,24 @@ def _num(x, digits: int = 4):
     return round(x, digits) if math.isfinite(x) else None
 
 
-def _keyed(frame: pd.DataFrame) -> pd.Series:
-    return pd.Series([_key(*k) for k in frame[TRAJECTORY_KEYS].itertuples(index=False, name=None)], index=frame.index)
+def _int(x):
+    return None if x is None or pd.isna(x) else int(x)
 
 
+def require_run_folder(run: RunDir) -> None:
+    """A run folder, or one clear line: a results file (or a τ²-bench results directory) is named with the command
+    that makes its run folder."""
+    path = run.path
+    results = path.is_file() or (path.is_dir() and not (path / MANIFEST).exists()
+                                 and ((path / "results.json").is_file() or (path / "simulations").is_dir()))
+    if results:
+        stem = path.stem if path.is_file() else path.name
+        raise InputError(path, f"is a results file, not a run folder: make its run folder with 'agentuq-nb analyze "
+                               f"{path} --out runs/{stem}', then explore it with 'agentuq-nb explore runs/{stem}'")
+    run.require_folder("explore")
+
+
+# --------------------------------------------------------------------------- tokens, signals, decisions
 def _tokens(run: RunDir, scorer: str | None) -> tuple[pd.DataFrame, str | None]:
     """The run's token rows of one scorer (``self`` where the run has it, else the first), and that scorer."""
     if not run.token_tables():
@@ -85,7 +165,38 @@ def _alternatives(tokens, logprobs, k: int) -> list:
     return [[str(t), _num(math.exp(lp), 3)] for t, lp in list(zip(tokens, logprobs))[:k] if lp is not None]
 
 
-def _decisions(run: RunDir) -> dict[str, list[dict]]:
+def _tokens_by_message(run: RunDir, index: int, scorer: str | None, wanted: set[str], top_k: int):
+    tokens, used = _tokens(run, scorer)
+    if not len(tokens):
+        return {}, used
+    tokens = tokens.assign(key=_keyed(tokens, index))
+    tokens = tokens[tokens["key"].isin(wanted)].sort_values(["key", "message_idx", "token_idx"], kind="stable")
+    by_message: dict[tuple, list] = {}
+    for row in tokens.itertuples(index=False):
+        nll = None if row.chosen_logprob is None or pd.isna(row.chosen_logprob) else _num(-row.chosen_logprob, 3)
+        by_message.setdefault((row.key, int(row.message_idx)), []).append(
+            [str(row.token), nll, _alternatives(row.topk_tokens, row.topk_logprobs, top_k)])
+    return by_message, used
+
+
+def _message_signals(run: RunDir, index: int, wanted: set[str]) -> dict[tuple, tuple[dict, list]]:
+    """Per (key, message_idx): the line signals of ``blackbox_turns`` with a value, and the events that fired."""
+    if not run.has("blackbox_turns"):
+        return {}
+    bb = key_dtypes(run.read_frame("blackbox_turns"))
+    bb = bb.assign(key=_keyed(bb, index))
+    bb = bb[bb["key"].isin(wanted)]
+    lines = [f for f, _, _ in LINE_SIGNALS if f in bb.columns]
+    events = [f for f, _ in EVENT_SIGNALS if f in bb.columns]
+    out = {}
+    for row in bb[["key", "message_idx", *lines, *events]].to_dict("records"):
+        values = {f: _num(row[f], 3) for f in lines if _num(row[f], 3) is not None}
+        fired = [f for f in events if (_num(row[f]) or 0) > 0]
+        out[(row["key"], int(row["message_idx"]))] = (values, fired)
+    return out
+
+
+def _decisions(run: RunDir, index: int) -> dict[str, list[dict]]:
     """Per trajectory key: its decision points with the K samples and their clusters (``action_turns`` and
     ``action_samples``), empty where the run has none."""
     if not run.has("action_turns"):
@@ -103,10 +214,10 @@ def _decisions(run: RunDir) -> dict[str, list[dict]]:
                 label = action_label(calls, row.content or "", action_kind(key))
             except ValueError:
                 label = f"malformed: {str(row.tool_calls)[:80]}"
-            texts.setdefault((_key(row.domain, row.task_id, row.trial, row.seed), int(row.decision_idx)),
+            texts.setdefault((_key(index, row.domain, row.task_id, row.trial, row.seed), int(row.decision_idx)),
                              []).append(label)
     out: dict[str, list[dict]] = {}
-    turns["key"] = _keyed(turns)
+    turns["key"] = _keyed(turns, index)
     for row in turns.sort_values(["key", "decision_idx"]).itertuples(index=False):
         labels = list(row.cluster_labels)
         sizes = [int(s) for s in row.cluster_sizes]
@@ -124,98 +235,354 @@ def _decisions(run: RunDir) -> dict[str, list[dict]]:
     return out
 
 
-def explorer_data(run_dir: str | os.PathLike | RunDir, estimators: list[str] | None = None, scorer: str | None = None,
-                  failure_threshold: float = DEFAULT_FAILURE_THRESHOLD, top_k: int = 5, max_trajectories: int | None = None) -> dict:
-    """What the explorer shows, as one JSON-ready dict: per trajectory its keys, outcome, estimator values,
-    messages (tokens with NLL and top-``top_k`` alternatives where the run has token rows of ``scorer``, else the
-    text), per-message signals for the sparklines and its decision points. ``estimators``: those offered in the
-    filter (default: every one the run holds, :data:`FEATURED` first). Reads the run folder, writes nothing."""
-    run = RunDir.of(run_dir)
-    run.require_folder("explore")
+# --------------------------------------------------------------------------- messages of one simulation
+def _shown_text(content: str, role: str) -> tuple[str, bool]:
+    """A message's text for the page and whether it is pretty-printed JSON (a tool result that parses)."""
+    stripped = content.strip()
+    if role == "tool" and stripped[:1] in ("{", "["):
+        try:
+            return json.dumps(json.loads(stripped), indent=2, ensure_ascii=False), True
+        except (json.JSONDecodeError, RecursionError):
+            pass
+    return content, False
+
+
+def _cut(text: str) -> tuple[str, int]:
+    return (text, 0) if len(text) <= TEXT_CHARS else (text[:TEXT_CHARS], len(text) - TEXT_CHARS)
+
+
+def _arguments_text(arguments) -> str:
+    one_line = json.dumps(arguments, ensure_ascii=False, default=str)
+    return one_line if len(one_line) <= ONE_LINE_ARGUMENTS else json.dumps(arguments, indent=2, ensure_ascii=False,
+                                                                           default=str)
+
+
+def _masked_tokens(tokens: list) -> list:
+    """A message's tokens with every secret found on their joined text masked: the secret's characters are dropped
+    from the tokens that hold them, the token where it starts shows :data:`~agentuq_nb.common.redaction.MASK`, and
+    none of them keeps its alternatives."""
+    spans = secret_spans("".join(t[0] for t in tokens))
+    if not spans:
+        return tokens
+    out, start = [], 0
+    for text, nll, alternatives in tokens:
+        end = start + len(text)
+        inside = [(a, b) for a, b in spans if a < end and b > start]
+        if not inside:
+            out.append([text, nll, alternatives])
+        else:
+            kept, pos = [], start
+            for a, b in inside:
+                kept.append(text[pos - start:max(a, pos) - start])
+                if a >= start:
+                    kept.append(MASK)
+                pos = max(pos, min(b, end))
+            kept.append(text[pos - start:])
+            out.append(["".join(kept), nll, []])
+        start = end
+    return out
+
+
+def _messages(sim: Simulation, key: str, tokens: dict, signals: dict, entropy_at: dict) -> tuple[list, list]:
+    """The page's messages of a simulation, and the calls it made (``[{message_idx, name, arguments}]``)."""
+    names: dict[str, str] = {}
+    made, shown = [], []
+    for idx, m in enumerate(sim.messages):
+        role = str(m.role)
+        content = m.content if isinstance(m.content, str) else ("" if m.content is None else str(m.content))
+        calls = []
+        for call in m.tool_calls or []:
+            names[str(call.id)] = call.name
+            made.append({"message_idx": idx, "name": call.name, "arguments": call.arguments})
+            calls.append({"name": call.name, "args": _arguments_text(call.arguments), "requestor": call.requestor})
+        if role == "assistant" and not calls and (acted := text_action(content)):
+            made.append({"message_idx": idx, **acted})
+        toks = tokens.get((key, idx))
+        values, fired = signals.get((key, idx), ({}, []))
+        values = dict(values)
+        nlls = [t[1] for t in toks or [] if t[1] is not None]
+        if nlls and role == "assistant":
+            values["nll"] = _num(np.mean(nlls), 3)
+        if entropy_at.get(idx) is not None:
+            values["entropy"] = entropy_at[idx]
+        text, is_json = _shown_text(content, role) if not toks else ("", False)
+        text, cut = _cut(text)
+        tool = (m.model_extra or {}).get("name") or names.get(str(m.id)) if role == "tool" else None
+        shown.append({
+            "idx": idx, "turn": int(m.turn_idx) if m.turn_idx is not None else idx, "role": role,
+            "text": None if toks else text, "json": is_json, "cut": cut, "calls": calls,
+            "tool": str(tool) if tool else None, "tokens": _masked_tokens(toks) if toks else None,
+            "nll": _num(np.mean(nlls), 3) if nlls else None, "s": values, "ev": fired,
+            "error": reports_error(m.error, content) if role == "tool" else bool(m.error)})
+    return shown, made
+
+
+def _forensics(sim: Simulation, task: dict | None, made: list) -> dict:
+    """The reward's checks and the expected calls beside those made (:mod:`agentuq_nb.records.reward_checks`)."""
+    reward_info = sim.reward_info.model_dump() if sim.reward_info is not None else {}
+    brief = task_brief(task)
+    basis = brief["reward_basis"] if brief else None
+    expected = expected_beside_made(brief["actions"] if brief else [], made, reward_info.get("action_checks"))
+    for row in expected:
+        row["arguments"] = _arguments_text(row["arguments"])
+        call = row["call"]
+        row["call"] = None if call is None else {"message": call["message_idx"], "name": call["name"],
+                                                 "args": _arguments_text(call["arguments"])}
+    breakdown = reward_info.get("reward_breakdown") or {}
+    return {"checks": reward_checks(reward_info, basis), "notes": reward_notes(reward_info),
+            "basis": [str(b) for b in (reward_info.get("reward_basis") or basis or [])] or None,
+            "breakdown": [[str(k), _num(v, 3)] for k, v in breakdown.items()] or None,
+            "expected": expected}
+
+
+def _task_of(sim: Simulation, tasks: dict[str, dict]) -> dict | None:
+    """The simulation's task: the results header's (τ²-bench), else τ-bench's ``info.task``."""
+    if str(sim.task_id) in tasks:
+        return tasks[str(sim.task_id)]
+    info = (sim.model_extra or {}).get("info")
+    task = info.get("task") if isinstance(info, dict) else None
+    return task if isinstance(task, dict) else None
+
+
+# --------------------------------------------------------------------------- one run
+def _auroc(values: np.ndarray, failed: np.ndarray, labelled: np.ndarray, higher_is_uncertain: bool):
+    ok = np.isfinite(values) & labelled
+    u = values[ok] if higher_is_uncertain else -values[ok]
+    try:
+        return _num(auroc(u, failed[ok]), 3), int(ok.sum())
+    except UndefinedMetricError:
+        return None, int(ok.sum())
+
+
+def _run_label(run: RunDir) -> dict:
+    manifest = run.manifest()
+    agent = manifest.models.get("assistant") or manifest.models.get("agent")
+    return {"name": run.path.name, "model": agent, "domain": manifest.domain}
+
+
+def _one_run(run: RunDir, index: int, estimators: Sequence[str] | None, scorer: str | None, failure_threshold: float,
+             top_k: int, max_trajectories: int | None) -> dict:
+    require_run_folder(run)
     held = [e.name for e in run_estimators(run)]
-    names = estimators or [*[f for f in FEATURED if f in held], *[h for h in held if h not in FEATURED]]
+    if estimators:
+        names = [n for n in estimators if get_estimator(n).is_available(run)]
+    else:
+        names = [*[f for f in FEATURED if f in held], *[h for h in held if h not in FEATURED]]
     scores, chosen = score_table(run, names)
     scores = key_dtypes(scores)
-    scores["key"] = _keyed(scores)
+    scores["key"] = _keyed(scores, index)
     meta = key_dtypes(run.read_frame("trajectories")) if run.has("trajectories") else scores[TRAJECTORY_KEYS]
-    ended = dict(zip(_keyed(meta), meta.get("termination_reason", pd.Series(index=meta.index, dtype=object))))
+    ended = dict(zip(_keyed(meta, index), meta.get("termination_reason", pd.Series(index=meta.index, dtype=object))))
     if max_trajectories is not None:
         scores = scores.head(max_trajectories)
     wanted = set(scores["key"])
 
+    reward = scores["reward"].to_numpy(dtype=float)
+    labelled = np.isfinite(reward)
+    failed = failure_labels(reward, failure_threshold)
+    quality = {e.name: _auroc(scores[e.name].to_numpy(dtype=float), failed, labelled, e.higher_is_uncertain)
+               for e in chosen}
+
+    tokens, used_scorer = _tokens_by_message(run, index, scorer, wanted, top_k)
+    signals = _message_signals(run, index, wanted)
+    decisions = _decisions(run, index)
     results = run.results_path()
-    domain = Results.domain_of(read_header(results).get("info"))
-    messages = transcript((s for s in iter_simulations(results)), domain)
-    messages = key_dtypes(messages)
-    messages["key"] = _keyed(messages)
-    messages = messages[messages["key"].isin(wanted)]
+    if not os.path.lexists(results):
+        raise InputError(results, f"the results file run folder {run.path} was made from is gone: the explorer reads "
+                                  "the messages from it (move it back, or analyze the results again)")
+    header = read_header(results)
+    domain = run.manifest().domain or Results.domain_of(header.get("info"))
+    tasks = {str(t.get("id")): t for t in header.get("tasks") or [] if isinstance(t, dict)}
+    views, task_briefs = {}, {}
+    for sim in iter_simulations(results):
+        key = _key(index, domain, sim.task_id, sim.trial, sim.seed)
+        if key not in wanted or key in views:
+            continue
+        entropy_at = {d["message"]: d["entropy"] for d in decisions.get(key, [])}
+        messages, made = _messages(sim, key, tokens, signals, entropy_at)
+        task = _task_of(sim, tasks)
+        task_key = f"{index}|{domain}|{sim.task_id}"
+        if task is not None and task_key not in task_briefs:  # its expected actions are each trajectory's
+            task_briefs[task_key] = {k: v for k, v in task_brief(task).items() if k != "actions"}
+        views[key] = {"messages": messages, "task": task_key if task is not None else None,
+                      **_forensics(sim, task, made)}
 
-    tokens, used_scorer = _tokens(run, scorer)
-    tokens = tokens.assign(key=_keyed(tokens)) if len(tokens) else tokens.assign(key=pd.Series(dtype=object))
-    tokens = tokens[tokens["key"].isin(wanted)].sort_values(["key", "message_idx", "token_idx"], kind="stable")
-    by_message: dict[tuple, list] = {}
-    for row in tokens.itertuples(index=False):
-        nll = None if row.chosen_logprob is None or pd.isna(row.chosen_logprob) else _num(-row.chosen_logprob, 3)
-        by_message.setdefault((row.key, int(row.message_idx)), []).append(
-            [str(row.token), nll, _alternatives(row.topk_tokens, row.topk_logprobs, top_k)])
-
-    risk: dict[tuple, float] = {}
-    if run.has("blackbox_turns"):
-        bb = key_dtypes(run.read_frame("blackbox_turns"))
-        bb = bb.assign(key=_keyed(bb))
-        risk = {(k, int(m)): _num(v, 3) for k, m, v in zip(bb["key"], bb["message_idx"], bb["tracer_step_risk"])}
-    decisions = _decisions(run)
-
-    failed = failure_labels(scores["reward"].to_numpy(dtype=float), failure_threshold)
-    by_trajectory = {k: g.sort_values("message_idx") for k, g in messages.groupby("key", sort=False)}
-    empty = messages.iloc[:0]
     trajectories = []
-    for (_, row), fail in zip(scores.iterrows(), failed):
+    for (_, row), fail, has_label in zip(scores.iterrows(), failed, labelled):
         key = row["key"]
-        mine = by_trajectory.get(key, empty)
-        dps = decisions.get(key, [])
-        entropy_at = {d["message"]: d["entropy"] for d in dps}
-        shown = []
-        for m in mine.itertuples(index=False):
-            toks = by_message.get((key, int(m.message_idx)))
-            nlls = [t[1] for t in toks or [] if t[1] is not None]
-            calls = [f"{name}({json.dumps(args, default=str)[:200]})" for name, args in (m.calls or [])]
-            shown.append({
-                "idx": int(m.message_idx), "turn": int(m.turn_idx), "role": str(m.role),
-                "text": None if toks else (str(m.content)[:TEXT_CHARS] if m.content else ""),
-                "calls": calls, "tokens": toks or None, "nll": _num(np.mean(nlls), 3) if nlls else None,
-                "risk": risk.get((key, int(m.message_idx))), "entropy": entropy_at.get(int(m.message_idx)),
-                "error": bool(m.is_error)})
+        view = views.get(key, {"messages": [], "task": None, "checks": [], "notes": [], "basis": None,
+                               "breakdown": None, "expected": []})
         trajectories.append({
-            "key": key, "domain": row["domain"], "task_id": str(row["task_id"]), "trial": int(row["trial"]),
-            "seed": None if pd.isna(row["seed"]) else int(row["seed"]), "reward": _num(row["reward"], 3),
-            "failed": bool(fail), "termination": None if pd.isna(ended.get(key)) else str(ended.get(key)),
-            "values": {e.name: _num(row[e.name]) for e in chosen}, "messages": shown, "decisions": dps})
-    return {"run": str(run.path), "scorer": used_scorer, "failure_threshold": failure_threshold,
-            "estimators": [{"name": e.name, "family": e.family, "higher_is_uncertain": bool(e.higher_is_uncertain)}
-                           for e in chosen],
-            "trajectories": trajectories}
+            "key": key, "run": index, "domain": str(row["domain"]), "task_id": str(row["task_id"]),
+            "trial": _int(row["trial"]), "seed": _int(row["seed"]), "reward": _num(row["reward"], 3),
+            "failed": bool(fail) if has_label else None,
+            "termination": None if pd.isna(ended.get(key)) else str(ended.get(key)),
+            "values": {e.name: _num(row[e.name]) for e in chosen}, "detector": None,
+            "decisions": decisions.get(key, []), **view})
+    return {"run": {**_run_label(run), "scorer": used_scorer, "has_tokens": bool(tokens),
+                    "n": len(trajectories), "failures": int((failed & labelled).sum()),
+                    "unlabelled": int((~labelled).sum())},
+            "estimators": chosen, "quality": quality, "trajectories": trajectories, "tasks": task_briefs}
+
+
+# --------------------------------------------------------------------------- the page's data
+def default_sort(estimators: list[dict]) -> dict:
+    """The estimator the list is sorted by at first: the highest mean AUROC over the runs among those *not* tuned on
+    the runs' own labels (never an in-sample readout such as ``tracer.optimistic``), with the reason in words; the
+    first estimator when no AUROC is defined (one outcome only, or no labels)."""
+    honest = [e for e in estimators if not e["in_sample"] and any(a is not None for a in e["auroc"])]
+    if not honest:
+        first = estimators[0]["name"] if estimators else ""
+        return {"estimator": first, "why": "no AUROC is defined on these runs (one outcome only, or no labels): "
+                                           "sorted by the first estimator"}
+    best = max(honest, key=lambda e: np.mean([a for a in e["auroc"] if a is not None]))
+    mean = np.mean([a for a in best["auroc"] if a is not None])
+    return {"estimator": best["name"],
+            "why": f"the highest AUROC ({mean:.2f}) among the {len(honest)} estimators not tuned on these runs' labels; "
+                   "chosen on these same trajectories, so it flatters it: compare it with length"}
+
+
+def explorer_data(run_dir: str | os.PathLike | RunDir | Iterable, estimators: list[str] | None = None,
+                  scorer: str | None = None, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD, top_k: int = 5,
+                  max_trajectories: int | None = None) -> dict:
+    """What the explorer shows, as one JSON-ready dict (see the module docstring): the runs, the estimators with
+    their AUROC on each run, the default sort, the signals the runs hold, the tasks, and per trajectory its keys,
+    outcome, estimator values, reward checks, expected calls, messages and decision points. ``run_dir``: one run
+    folder or several (the same task across them can be compared side by side); ``estimators``: those offered
+    (default: every one a run holds, :data:`FEATURED` first). Reads the run folders, writes nothing; every string
+    from them is masked for secrets."""
+    paths = [run_dir] if isinstance(run_dir, (str, os.PathLike, RunDir)) else list(run_dir)
+    if not paths:
+        raise ValueError("explorer_data needs at least one run folder")
+    parts = [_one_run(RunDir.of(p), i, estimators, scorer, failure_threshold, top_k, max_trajectories)
+             for i, p in enumerate(paths)]
+    chosen: dict[str, object] = {}
+    for part in parts:
+        for e in part["estimators"]:
+            chosen.setdefault(e.name, e)
+    if estimators:
+        missing = [n for n in estimators if n not in chosen]
+        if missing:
+            raise InputError(paths[0], f"no run given holds the estimator(s) {', '.join(missing)} (see "
+                                       "'agentuq-nb estimators RUN_DIR')")
+    listed = []
+    for name, e in chosen.items():
+        quality = [part["quality"].get(name, (None, 0)) for part in parts]
+        listed.append({"name": name, "family": e.family, "higher_is_uncertain": bool(e.higher_is_uncertain),
+                       "description": e.description or "", "protocol": e.protocol, "in_sample": bool(e.in_sample),
+                       "auroc": [q[0] for q in quality], "n": [q[1] for q in quality]})
+    present = {f for part in parts for t in part["trajectories"] for m in t["messages"] for f in m["s"]}
+    fired = {f for part in parts for t in part["trajectories"] for m in t["messages"] for f in m["ev"]}
+    data = {
+        "schema": 2, "runs": [part["run"] for part in parts], "failure_threshold": failure_threshold,
+        "estimators": listed, "sort": default_sort(listed),
+        "signals": [{"field": f, "label": label, "role": role} for f, label, role in LINE_SIGNALS if f in present],
+        "events": [{"field": f, "label": label} for f, label in EVENT_SIGNALS if f in fired],
+        "tasks": {k: v for part in parts for k, v in part["tasks"].items()},
+        "trajectories": [t for part in parts for t in part["trajectories"]],
+    }
+    return masked_page_data(data)
+
+
+def masked_page_data(data: dict) -> dict:
+    """``data`` with every string holding a secret masked as executed notebooks are (the token lists, masked per
+    message when they were read, are stepped over: their strings are single tokens)."""
+    held = [(m, m.pop("tokens", None)) for t in data["trajectories"] for m in t["messages"]]
+    try:
+        masked, _ = mask_secrets(data)
+    finally:
+        for m, tokens in held:
+            m["tokens"] = tokens
+    for t, original in zip(masked["trajectories"], data["trajectories"]):
+        for m, source in zip(t["messages"], original["messages"]):
+            m["tokens"] = source["tokens"]
+    return masked
+
+
+def attach_detector(data: dict, predictions: pd.DataFrame, run: int = 0, protocol: str = "trained on other runs",
+                    description: str = "a learned detector's failure probability") -> dict:
+    """Show a learned detector in ``data`` (:func:`explorer_data`'s, changed in place and returned): ``predictions``
+    holds the trajectory keys (``domain, task_id, trial, seed``) of run ``run`` and :data:`DETECTOR` (the failure
+    probability), optionally ``contributions``: per trajectory a list of ``{feature, value, contribution}`` (or its
+    JSON text, as a CSV holds it), the features that pushed the probability up (> 0) or down. The probability
+    becomes an estimator of the list (its AUROC on the run computed here, ``protocol`` saying how it was fitted) and
+    each trajectory's ``detector`` panel; the default sort is chosen again (:func:`default_sort`)."""
+    missing = [c for c in [*TRAJECTORY_KEYS, DETECTOR] if c not in predictions.columns]
+    if missing:
+        raise ValueError(f"detector predictions lack the column(s) {', '.join(missing)}")
+    frame = key_dtypes(predictions)
+    keys = _keyed(frame, run)
+    contributions = frame["contributions"] if "contributions" in frame.columns else pd.Series(None, index=frame.index)
+    by_key = {}
+    for key, p, contribution in zip(keys, frame[DETECTOR], contributions):
+        if isinstance(contribution, str):
+            contribution = json.loads(contribution)
+        rows = [{"feature": str(c["feature"]), "value": _num(c.get("value")), "contribution": _num(c["contribution"])}
+                for c in (contribution if isinstance(contribution, list) else [])]
+        rows.sort(key=lambda c: -abs(c["contribution"] or 0))
+        by_key[key] = {"p_failure": _num(p), "contributions": rows}
+    values, failed, labelled = [], [], []
+    for t in data["trajectories"]:
+        shown = by_key.get(t["key"]) if t["run"] == run else None
+        t["detector"] = shown
+        t["values"][DETECTOR] = shown["p_failure"] if shown else None
+        if t["run"] == run:
+            values.append(np.nan if t["values"][DETECTOR] is None else t["values"][DETECTOR])
+            failed.append(bool(t["failed"]))
+            labelled.append(t["failed"] is not None)
+    value, n = _auroc(np.asarray(values, dtype=float), np.asarray(failed), np.asarray(labelled), True)
+    entry = {"name": DETECTOR, "family": "detector", "higher_is_uncertain": True, "description": description,
+             "protocol": protocol, "in_sample": False, "auroc": [value if i == run else None for i in range(len(data["runs"]))],
+             "n": [n if i == run else 0 for i in range(len(data["runs"]))]}
+    data["estimators"] = [entry, *[e for e in data["estimators"] if e["name"] != DETECTOR]]
+    data["sort"] = default_sort(data["estimators"])
+    return masked_page_data(data)
+
+
+# --------------------------------------------------------------------------- the page and the widget
+def page_json(data: dict) -> str:
+    """``data`` as JSON safe inside an HTML ``<script>``: no ``<``, ``>`` or ``&`` (escaped as ``\\u003c``…, which
+    JSON reads back as the same characters), nothing outside ASCII (U+2028 and the like escaped), no NaN."""
+    text = json.dumps(data, separators=(",", ":"), allow_nan=False, ensure_ascii=True)
+    for char, escaped in HTML_UNSAFE.items():
+        text = text.replace(char, escaped)
+    return text
 
 
 def standalone_html(data: dict, title: str = "agentuq_nb explorer") -> str:
     """One HTML file holding the explorer's module, its style and ``data``: opens in any browser, offline."""
-    payload = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
-    script = _asset("explorer.js")
+    script, style = _asset("explorer.js"), _asset("explorer.css")
+    if "</script" in script.lower() or "</style" in style.lower():  # our own assets: a slip here would break the page
+        raise ValueError("explorer.js or explorer.css holds a closing tag that would end its element early")
     return ("<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>"
-            f"<title>{title}</title><style>{_asset('explorer.css')}</style></head><body>"
-            f"<div id='agentuq-explorer-root'></div>"
-            f"<script type='application/json' id='agentuq-explorer-data'>{payload}</script>"
+            "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+            f"<title>{html.escape(title)}</title><style>{style}\n"
+            "html, body { margin: 0; height: 100%; } body { --aq-height: 100vh; }</style></head><body>"
+            "<div id='agentuq-explorer-root'></div>"
+            f"<script type='application/json' id='agentuq-explorer-data'>{page_json(data)}</script>"
             "<script type='module'>\n" + script + "\n"
             "const data = document.getElementById('agentuq-explorer-data').textContent;\n"
             "render({model: {get: () => data, on: () => {}}, el: document.getElementById('agentuq-explorer-root')});\n"
             "</script></body></html>\n")
 
 
+def default_page_path(run_dirs: Sequence[str | os.PathLike]) -> Path:
+    """Where the page of one run goes without ``--out``: :data:`PAGE_NAME` in its folder (several runs: refused,
+    there is no one folder to put it in)."""
+    if len(run_dirs) != 1:
+        raise InputError(Path(run_dirs[0]), f"{len(run_dirs)} run folders given: say where their page goes with --out")
+    return Path(run_dirs[0]) / PAGE_NAME
+
+
+def page_title(data: dict) -> str:
+    return "agentuq_nb explorer: " + ", ".join(r["name"] for r in data["runs"])
+
+
 def export_html(data: dict, path: str | os.PathLike) -> Path:
     """Write :func:`standalone_html` of ``data`` to ``path`` (atomically); returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, standalone_html(data, f"agentuq_nb explorer: {Path(data['run']).name}"))
+    atomic_write_text(path, standalone_html(data, page_title(data)))
     return path
 
 

@@ -89,14 +89,14 @@ def action_findings(turns: pd.DataFrame, rewards: pd.DataFrame, table: pd.DataFr
 
 
 def _tuned_in_sample(name: str) -> bool:
-    """An estimator fitted on the labels of the run it scores (TRACER's in-sample readout), not out of fold."""
+    """An estimator fitted on the labels of the run it scores (TRACER's in-sample readout), not out of fold
+    (``tracer.nested`` and the combinations saw labels of other tasks only: they stay)."""
     from agentuq_nb.estimators import get
 
     try:
-        est = get(name)
+        return get(name).in_sample
     except KeyError:  # combined predictors are rows of the table, not all registered under their row's name
         return False
-    return bool(est.uses_labels) and est.family != "combined"
 
 
 def diagram_estimators(calibrated: pd.DataFrame, method: str = "platt") -> list[str]:

@@ -10,6 +10,7 @@ without a command of its own in ``agentuq_nb.cli`` gets one made from its config
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,7 @@ from types import ModuleType
 
 from pydantic import BaseModel, ConfigDict
 
-from agentuq_nb.io.store.rundir import register_producer
+from agentuq_nb.io.store.rundir import RunDir, register_producer
 
 
 class StepConfig(BaseModel):
@@ -37,13 +38,15 @@ def step_config(module: ModuleType) -> type[StepConfig] | None:
 class FamilyHint:
     """The estimator family a step adds to a run that lacks it: what the family needs and the command that adds it
     (``RUN_DIR`` and ``RESULTS`` stand for the run folder and its results); the ``*_without_tokens`` variants are
-    said to a run without token rows."""
+    said to a run without token rows. ``cost(run)``: what the command will cost on this run and which model it will
+    run, in a sentence (None: nothing to say), from the step's own measured rates."""
 
     family: str
     needs: str
     command: str
     needs_without_tokens: str | None = None
     command_without_tokens: str | None = None
+    cost: Callable[[RunDir], str | None] | None = None
 
 
 #: every declared step by name (filled as the step modules are imported: ``import agentuq_nb.steps`` imports all)

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
-from agentuq_nb.estimators import Estimator
+from agentuq_nb.estimators import Estimator, get
 from agentuq_nb.estimators.combined import COMBINED
 from agentuq_nb.estimators.scores import estimator_inputs, score_table, with_length_columns
 from agentuq_nb.evaluation.defaults import METHODS
@@ -80,6 +80,7 @@ def _cross_fitted(table, estimators, failure, methods, n_bins, n_splits, seed, c
     groups = task_labels(table)
     sections, bins = {}, []
     scored = [(e.name, e.family, e.invert, table[e.name].to_numpy(dtype=float), None) for e in estimators]
+    protocols = {e.name: e.protocol for e in estimators}
     if combine and len(estimators) > 1 and 0 < failure.sum() < len(failure) and len(np.unique(groups)) >= 2:
         for name, spec in COMBINED.items():
             features = combined_inputs(table, estimators, spec.with_length, combined_input_names, spec.inputs)
@@ -88,7 +89,8 @@ def _cross_fitted(table, estimators, failure, methods, n_bins, n_splits, seed, c
                                                 model=spec.model).prob
                 scored.append((name, "combined", False, prob, prob))
     for name, family, invert, u, prob in scored:
-        entry = {"family": family, "invert": bool(invert), "methods": {}}
+        entry = {"family": family, "protocol": protocols[name] if name in protocols else get(name).protocol, "invert": bool(invert),
+                 "methods": {}}
         ok = np.isfinite(u)
         if prob is not None:  # a combined predictor: already a cross-fitted probability
             method = COMBINED[name].model
@@ -114,7 +116,7 @@ def _transfer(table, estimators, failure, other: RunDir, methods, n_bins, failur
     table2, _, failure2 = (labelled_scores(other, [e.name for e in available], failure_threshold) if available
                            else (None, None, None))
     for est in estimators:
-        entry = {"family": est.family, "invert": bool(est.invert), "methods": {}}
+        entry = {"family": est.family, "protocol": est.protocol, "invert": bool(est.invert), "methods": {}}
         u = table[est.name].to_numpy(dtype=float)
         ok = np.isfinite(u)
         if est not in available:
@@ -209,13 +211,14 @@ def calibration_table(report: dict) -> pd.DataFrame:
     rows = []
     for setting, estimators in sections:
         for name, entry in estimators.items():
-            base = {"setting": setting, "estimator": name, "family": entry.get("family")}
+            base = {"setting": setting, "estimator": name, "family": entry.get("family"),
+                    "protocol": entry.get("protocol")}
             if not entry.get("methods"):
                 rows.append({**base, "method": None, "undefined": entry.get("undefined")})
             for method, rep in entry.get("methods", {}).items():
                 rows.append({**base, "method": method, **{c: rep.get(c) for c in CALIBRATION_TABLE_COLUMNS},
                              "undefined": None})
-    columns = ["setting", "estimator", "family", "method", *CALIBRATION_TABLE_COLUMNS, "undefined"]
+    columns = ["setting", "estimator", "family", "protocol", "method", *CALIBRATION_TABLE_COLUMNS, "undefined"]
     frame = pd.DataFrame(rows, columns=columns)
     frame[CALIBRATION_TABLE_COLUMNS] = frame[CALIBRATION_TABLE_COLUMNS].astype(float)
     return frame.sort_values(["setting", "brier"], na_position="last", kind="stable").reset_index(drop=True)

@@ -12,6 +12,8 @@ false discovery rate over the estimators. The statistics (definitions, bootstrap
   (``num_messages``, ``num_tool_calls``, ``agent_chars``) the runs share are always rows - they are the
   comparators. The estimator table's combined predictors are here too, through their out-of-fold probabilities
   (``combined_scores.parquet``, read back by the ``combined`` estimators): each fitted on its own run.
+* **In-sample estimators** (``tracer.optimistic``: tuned on the labels it is evaluated on) are rows, marked
+  (``protocol``, ``in_sample``), but never tested against length nor counted in the FDR family.
 * **Per run** the numbers are the estimator table's (``estimator_table.csv``): same trajectories (finite reward),
   same failure label, ``auroc`` = its ``auroc``, ``auroc_lc`` = its ``auroc_stratified`` (the run's
   message-count strata, :func:`~agentuq_nb.evaluation.length_control.length_strata`). Their CIs come from this
@@ -21,7 +23,8 @@ false discovery rate over the estimators. The statistics (definitions, bootstrap
   whose tables were replaced meanwhile is refused (read again).
 * **Output** (a plain folder, not a run folder; refused when it is an input run folder, inside one, a run folder
   or a file): ``run_leaderboard.csv`` (one row per estimator), ``run_leaderboard_long.csv`` (estimator x run and
-  ``pooled``), the figure (:func:`draw_run_leaderboard`), and ``run_leaderboard.json`` last: the inputs (run
+  ``pooled``), the figure (:func:`draw_run_leaderboard`), the page ``report.html`` (:func:`write_report`), and
+  ``run_leaderboard.json`` last: the inputs (run
   paths, their manifests' source and the commits of the tables read), threshold, seed, q, and the SHA-256 of
   every file written with it.
 """
@@ -52,7 +55,8 @@ from agentuq_nb.steps.base import Step, StepConfig
 
 STEP = Step("compare-runs", "agentuq-nb compare-runs RUN_DIR ... --out OUT")
 #: the files written to the output folder (the figure's are the caller's: ``FIGURE_NAME``.png/.pdf)
-OUTPUTS = {"leaderboard": "run_leaderboard.csv", "long": "run_leaderboard_long.csv", "inputs": "run_leaderboard.json"}
+OUTPUTS = {"leaderboard": "run_leaderboard.csv", "long": "run_leaderboard_long.csv", "inputs": "run_leaderboard.json",
+           "report": "report.html"}
 FIGURE_NAME = "run_leaderboard"
 #: the tables every run is read for besides its estimators' ``requires`` (the rewards and the lengths)
 TRAJECTORY_TABLES = ("trajectories", "trajectory_summary")
@@ -61,7 +65,8 @@ TRAJECTORY_TABLES = ("trajectories", "trajectory_summary")
 @dataclass
 class RunLeaderboard:
     """What ``compare-runs`` computed: the wide ``leaderboard`` (ordered, ``rank`` 1 = highest pooled
-    length-controlled AUROC), the tidy ``long`` table, ``runs`` (name, path, n_trajectories, n_failures, n_tasks),
+    length-controlled AUROC), the tidy ``long`` table, ``runs`` (name, title - model · domain -, path, n_trajectories,
+    n_failures, n_tasks),
     the chosen comparators ``baselines``, the JSON-ready ``inputs`` and the ``notes`` to tell the user."""
 
     leaderboard: pd.DataFrame
@@ -95,6 +100,15 @@ def run_names(paths: Sequence[Path]) -> list[str]:
             return names
         for i in clash:
             depth[i] += 1
+
+
+def run_titles(names: Sequence[str], titles: Sequence[str | None]) -> list[str]:
+    """How tables and figures head each run: its agent's model and domain from the results' metadata
+    (:meth:`~agentuq_nb.io.store.rundir.Manifest.title`), with the run's name beside it where two runs share a
+    title, and the name alone where the results name neither."""
+    shared = {t for t in titles if t and list(titles).count(t) > 1}
+    return [name if not title else f"{title} ({name})" if title in shared else title
+            for name, title in zip(names, titles)]
 
 
 def check_out_folder(out: str | os.PathLike, run_dirs: Sequence[str | os.PathLike]) -> Path:
@@ -194,7 +208,7 @@ def read_run(run: RunDir, name: str, estimators: Sequence[Estimator],
     for e in estimators:
         frame[e.name] = oriented(table[e.name], e.invert)
     manifest = run.manifest()
-    return frame, {"name": name, "path": str(run.path.resolve()), "results": manifest.results,
+    return frame, {"name": name, "path": str(run.path.resolve()), "results": manifest.results, "title": manifest.title(),
                    "domain": manifest.domain, "models": manifest.models, "manifest_created_at": manifest.created_at,
                    "tables": {rel: before.get(rel) for rel in (run.relative(t) for t in tables)}}
 
@@ -202,6 +216,7 @@ def read_run(run: RunDir, name: str, estimators: Sequence[Estimator],
 def build_run_leaderboard(run_dirs: Sequence[str | os.PathLike], failure_threshold: float = DEFAULT_FAILURE_THRESHOLD, n_boot: int = DEFAULT_N_BOOT,
                     seed: int = 0, names: Sequence[str] | None = None, q: float = 0.1) -> RunLeaderboard:
     """Read the runs and compute the leaderboard (see the module docstring); writes nothing."""
+    from agentuq_nb.evaluation.estimator_table import LENGTH_COLUMN
     from agentuq_nb.evaluation.length_control import DEFAULT_STRATA
     from agentuq_nb.evaluation.pooled_auroc import check_fdr_level, leaderboard_table, pooled_leaderboard
 
@@ -223,12 +238,15 @@ def build_run_leaderboard(run_dirs: Sequence[str | os.PathLike], failure_thresho
         read.append(info)
     frame = pd.concat(frames, ignore_index=True)
     result = pooled_leaderboard(frame, [e.name for e in candidates], [e.name for e in baselines],
-                                n_boot=n_boot, seed=seed, q=q, runs=labels)
+                                n_boot=n_boot, seed=seed, q=q, runs=labels,
+                                in_sample=[e.name for e in candidates if e.in_sample], stratified_on=LENGTH_COLUMN)
     meta = pd.DataFrame({"estimator": [e.name for e in chosen], "family": [e.family for e in chosen],
+                         "protocol": [e.protocol for e in chosen], "in_sample": [e.in_sample for e in chosen],
                          "orientation": [e.orientation for e in chosen], "invert": [e.invert for e in chosen]})
     table = leaderboard_table(result, meta, labels)
     long = meta[["estimator", "family"]].merge(result.long, on="estimator", how="right")
-    run_info = pd.DataFrame({"run": labels, "path": [info["path"] for info in read],
+    run_info = pd.DataFrame({"run": labels, "title": run_titles(labels, [info["title"] for info in read]),
+                             "path": [info["path"] for info in read],
                              "n_trajectories": [int((frame["run"] == r).sum()) for r in labels],
                              "n_failures": [int(frame.loc[frame["run"] == r, "failure"].sum()) for r in labels],
                              "n_tasks": [int(frame.loc[frame["run"] == r, "task"].nunique()) for r in labels]})
@@ -288,11 +306,32 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def write_report(result: RunLeaderboard, out: Path, figures: Sequence[Path]) -> Path:
+    """``OUT/report.html``: the runs, the figure and the leaderboard in one offline page
+    (:func:`agentuq_nb.figures.report.runs_report`)."""
+    from agentuq_nb.figures.report import runs_report
+
+    n_runs = len(result.runs)
+    title = f"Estimators across {n_runs} run{'s' if n_runs != 1 else ''}"
+    subtitle = (f"failure = reward < {result.failure_threshold:g}; {result.inputs['n_boot']} bootstrap resamples of "
+                f"tasks within runs (seed {result.inputs['seed']}); Benjamini-Hochberg at q = {result.q:g}; "
+                f"made by agentuq-nb {STEP.name}")
+    pages = result.runs.assign(report=[RunDir(p).file("report") for p in result.runs["path"]],
+                               explorer=[RunDir(p).file("explorer") for p in result.runs["path"]])
+    page = runs_report(title, subtitle, pages, result.notes, result.leaderboard, result.q,
+                       [("Every estimator on every run", p) for p in figures], out)
+    path = out / OUTPUTS["report"]
+    atomic_write_with(path, lambda p: p.write_text(page, encoding="utf-8"))
+    return path
+
+
 def write_run_leaderboard(result: RunLeaderboard, out: str | os.PathLike,
-                          figure: Callable[[RunLeaderboard, Path], list[Path]] | None = None) -> list[Path]:
-    """Write the tables, the figure (``figure(result, out)`` returns the paths it wrote) and, last, the JSON
-    that names them with their SHA-256 (each file atomically); returns the paths. An earlier JSON is removed
-    first, so a folder that holds the JSON holds the complete set it lists (an interrupted write leaves none)."""
+                          figure: Callable[[RunLeaderboard, Path], list[Path]] | None = None,
+                          report: bool = False) -> list[Path]:
+    """Write the tables, the figure (``figure(result, out)`` returns the paths it wrote), the page (``report``:
+    :func:`write_report`) and, last, the JSON that names them with their SHA-256 (each file atomically); returns the
+    paths. An earlier JSON is removed first, so a folder that holds the JSON holds the complete set it lists (an
+    interrupted write leaves none)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / OUTPUTS["inputs"]).unlink(missing_ok=True)
@@ -303,6 +342,8 @@ def write_run_leaderboard(result: RunLeaderboard, out: str | os.PathLike,
         written.append(path)
     if figure is not None:
         written.extend(Path(p) for p in figure(result, out))
+    if report:
+        written.append(write_report(result, out, [p for p in written if p.suffix == ".png"]))
     inputs = {**result.inputs, "outputs": {p.name: sha256(p) for p in written}}
     atomic_write_json(out / OUTPUTS["inputs"], _jsonable(inputs))
     return [*written, out / OUTPUTS["inputs"]]
@@ -322,6 +363,8 @@ class CompareRunsConfig(StepConfig):
     q: float = Field(0.1, description="false discovery rate of the Benjamini-Hochberg step over "
                      "estimators")
     figure: bool = Field(False, description="draw the estimators x runs figure beside the tables (the command does)")
+    report: bool = Field(False, description="write OUT/report.html, the runs, the figure and the leaderboard in one "
+                         "offline page (the command does)")
 
 
 def draw_run_leaderboard(result: RunLeaderboard, folder: Path) -> list[Path]:
@@ -344,7 +387,7 @@ def run(config: CompareRunsConfig) -> RunLeaderboard:
     c = config
     check_out_folder(c.out, c.run_dirs)
     result = build_run_leaderboard(c.run_dirs, c.failure_threshold, c.n_boot, c.seed, c.names, c.q)
-    write_run_leaderboard(result, c.out, draw_run_leaderboard if c.figure else None)
+    write_run_leaderboard(result, c.out, draw_run_leaderboard if c.figure else None, c.report)
     return result
 
 

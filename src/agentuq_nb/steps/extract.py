@@ -193,13 +193,29 @@ def run(run_dir: str | Path | RunDir, config: ExtractConfig) -> ExtractReport:
     finally:
         if bar is not None:
             bar.close()
-    emit_input_warnings(report.warnings)
+    emit_input_warnings(_news(report))
     # hand the batches' freed Arrow buffers and the scanner's blocks back to the system (mimalloc and glibc
     # keep them otherwise), so that the steps run after extract in the same process (``agentuq-nb analyze``)
     # start from a lower peak
     pa.default_memory_pool().release_unused()
     release_scanner_memory()
     return report
+
+
+#: counted per message without log-probs: news when some messages have them, the normal case when none has
+WITHOUT_LOGPROBS = ("assistant_messages_without_logprobs", "user_messages_without_logprobs")
+
+
+def _news(report: ExtractReport) -> InputWarnings:
+    """The warnings worth saying: all of them, except - for a run where no message carries log-probs, as most real
+    runs - the count of messages without (the manifest keeps it; the command says once that the run has none)."""
+    if report.num_tokens:
+        return report.warnings
+    news = InputWarnings()
+    for kind, info in report.warnings.as_dict().items():
+        if kind not in WITHOUT_LOGPROBS:
+            news.add(kind, info["example"], info["count"])
+    return news
 
 
 def extract(results_path: str | Path, run_dir: str | Path | RunDir, **options: Any) -> ExtractReport:

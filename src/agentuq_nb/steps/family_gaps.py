@@ -26,9 +26,11 @@ class FamilyGap:
     family: str
     needs: str
     command: str | None
+    cost: str | None = None  # what the command costs on this run and the model it runs (FamilyHint.cost)
 
     def __str__(self) -> str:
-        return f"{self.family} ({self.needs})" + (f": {self.command}" if self.command else "")
+        return (f"{self.family} ({self.needs})" + (f": {self.command}" if self.command else "")
+                + (f"\n      {self.cost}" if self.cost else ""))
 
 
 def family_hints() -> list[FamilyHint]:
@@ -58,5 +60,7 @@ def missing_families(run: RunDir, blackbox_skipped: str | None = None) -> list[F
         if hint.family in BLACKBOX_FAMILIES and blackbox_skipped:
             needs = blackbox_skipped
         command = hint.command_without_tokens if not has_tokens and hint.command_without_tokens else hint.command
-        gaps.append(FamilyGap(hint.family, needs, command.replace("RUN_DIR", str(run.path)).replace("RESULTS", results)))
+        cost = hint.cost(run) if hint.cost is not None else None
+        gaps.append(FamilyGap(hint.family, needs, command.replace("RUN_DIR", str(run.path)).replace("RESULTS", results),
+                              cost))
     return gaps

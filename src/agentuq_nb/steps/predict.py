@@ -43,7 +43,7 @@ from agentuq_nb.steps.base import FamilyHint, Step, StepConfig
 from agentuq_nb.steps.detector_inputs import BATCH_SIZE, corpus_features, resolve_source
 
 STEP = Step("predict", "agentuq-nb predict DETECTOR_DIR RUN_DIR",
-            ("detector_scores", "detector_predictions", "detector_report"),
+            ("detector_scores", "predictions", "detector_report"),
             adds=(FamilyHint("detector", "a detector trained on other labelled runs (agentuq-nb train-detector)",
                              "agentuq-nb predict DETECTOR_DIR RUN_DIR"),))
 #: the estimator the ``detector`` family registers (its column of ``detector_scores.parquet``)
@@ -141,7 +141,7 @@ def run(run_dir: str | os.PathLike | RunDir, config: PredictConfig) -> Predictio
         based_on = run.based_on("trajectories")
         with run.commit(STEP.name) as commit:
             commit.write_parquet("detector_scores", scores, based_on)
-            commit.write_with("detector_predictions", lambda p: predictions.to_csv(p, index=False), based_on)
+            commit.write_with("predictions", lambda p: predictions.to_csv(p, index=False), based_on)
             commit.write_json("detector_report", json_ready({**report, "seconds": time.perf_counter() - start}),
                               based_on)
         row = estimator_row(run, config.failure_threshold, config.n_boot, config.seed) if labelled.any() else None

@@ -12,19 +12,39 @@ import pyarrow.parquet as pq
 from pydantic import Field
 
 from agentuq_nb.io.ingest.results import iter_simulations, read_header
+from agentuq_nb.io.ingest.sidecars import trajectory_table_name
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records import Results
-from agentuq_nb.records.config import ExecutionConfig, ScoringConfig, configs_from_options
+from agentuq_nb.records.config import EMBEDDED_MODEL, ExecutionConfig, ScoringConfig, configs_from_options
 from agentuq_nb.steps.base import FamilyHint, Step, StepConfig
 from agentuq_nb.steps.extract import results_input
 from agentuq_nb.steps.scoring_jobs import check_checkpoint_settings, score_results
 from agentuq_nb.uq.base_tables import BaseTables
 from agentuq_nb.uq.observation import ScoringReport
 
+#: what rescore costs with the embedded model on the 2-core reference machine: the 20 real GPT-4.1 airline
+#: trajectories (510 messages) took 20 min 26 s in one process (benchmarks/RESULTS.md, "Your own run")
+EMBEDDED_SECONDS_PER_MESSAGE = (20 * 60 + 26) / 510
+
+
+def rescore_cost(run: RunDir) -> str | None:
+    """What ``rescore`` of ``run``'s results costs with the default scorer, and that the scorer is not the agent."""
+    if not run.has("messages"):
+        return None
+    n = pq.read_metadata(run.file("messages")).num_rows
+    agent = run.manifest().models.get("assistant")
+    minutes = max(1, round(n * EMBEDDED_SECONDS_PER_MESSAGE / 60))
+    scorer = f"not the run's agent ({agent})" if agent and agent != EMBEDDED_MODEL else "the run's own agent"
+    return (f"about {minutes} min for its {n} messages in one process on 2 cores (measured: 510 messages of 20 GPT-4.1 "
+            f"airline trajectories in 20 min); scored by the embedded SmolLM2-135M ({EMBEDDED_MODEL}), {scorer}; "
+            "--scorer-llm MODEL scores with another, --limit N scores the first N trajectories only")
+
+
 STEP = Step("rescore", "agentuq-nb rescore RESULTS --out RUN_DIR",
             ("manifest", "tokens", "messages", "trajectories", "turn_partials", "checkpoints"),
             adds=(FamilyHint("token", "the run has no token log-probs; score its messages teacher-forced under a "
-                             "model of your choosing", "agentuq-nb rescore RESULTS --out RUN_DIR"),))
+                             "model of your choosing", "agentuq-nb rescore RESULTS --out RUN_DIR-nll --scheduler "
+                             "local:2, then agentuq-nb compare-estimators RUN_DIR-nll", cost=rescore_cost),))
 
 
 class RescoreConfig(StepConfig):
@@ -52,9 +72,13 @@ def run(out: str | Path | RunDir, config: RescoreConfig) -> ScoringReport:
         report = ScoringReport(run.path)
         score_results(results_path, checkpoint_dir, config, {"assistant", "user", "tool"}, report, execution)
         domain = Results.domain_of(read_header(results_path).get("info"))
+        # the checkpoints of the simulations scored now: with --limit, never those an earlier, longer run left
+        chosen = {trajectory_table_name(domain, sim.task_id, sim.trial, sim.seed)
+                  for sim in islice(iter_simulations(results_path), config.limit)}
         with run.commit(STEP.name) as commit, BaseTables(commit, results_input(run, results_path)) as tables:
             for part in sorted(checkpoint_dir.glob("*.parquet")):
-                tables.add_tokens(pq.read_table(part))
+                if part.name in chosen:
+                    tables.add_tokens(pq.read_table(part))
             tables.add_simulations(islice(iter_simulations(results_path, report.warnings), config.limit), domain,
                                    str(results_path), report.warnings)
             tables.close(str(results_path), report.warnings)

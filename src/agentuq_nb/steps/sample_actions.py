@@ -43,10 +43,39 @@ from agentuq_nb.uq.action_sampling import (
 )
 from agentuq_nb.uq.observation import agent_system_prompt
 
+#: the settings the suggested command uses (those measured below; README's "Your own run")
+SUGGESTED = "--k 4 --turns first:5 --max-tokens 32 --no-conceptual-partials --scheduler local:2"
+#: turns the suggested command samples (``--turns first:5``)
+SUGGESTED_TURNS = 5
+#: what a decision point costs with the embedded model at the suggested settings on the 2-core reference machine:
+#: 99 decision points of the GPT-4.1 airline run, K = 4, 32 tokens, in 26 min (benchmarks/RESULTS.md)
+EMBEDDED_SECONDS_PER_DECISION = 26 * 60 / 99
+
+
+def sampling_cost(run: RunDir) -> str | None:
+    """What the suggested ``sample-actions`` costs on ``run``, and which model it samples with."""
+    if not run.has("messages"):
+        return None
+    import pandas as pd
+
+    messages = pd.read_parquet(run.file("messages"), columns=["task_id", "trial", "role", "message_idx"])
+    agent_turns = messages[(messages["role"] == "assistant") & (messages["message_idx"] > 0)]
+    points = int(agent_turns.groupby(["task_id", "trial"]).size().clip(upper=SUGGESTED_TURNS).sum())
+    minutes = max(1, round(points * EMBEDDED_SECONDS_PER_DECISION / 60))
+    agent = run.manifest().models.get("assistant")
+    who = (f"the embedded SmolLM2-135M as an observer, not the run's agent ({agent}): set {agent}'s API key and "
+           "leave --model out to sample the agent itself" if agent and agent != EMBEDDED_MODEL
+           else "the agent's own model, the embedded SmolLM2-135M")
+    return (f"about {minutes} min for its {points} decision points on 2 cores (measured: 99 decision points of 20 "
+            f"GPT-4.1 airline trajectories in 26 min); sampled by {who}")
+
+
 STEP = Step("sample-actions", "agentuq-nb sample-actions RUN_DIR --k K",
             ("action_samples", "action_turns", "action_sampling_report"),
             adds=(FamilyHint("action", "K resampled next actions at each agent decision point",
-                             "agentuq-nb sample-actions RUN_DIR --k 5"),))
+                             f"agentuq-nb sample-actions RUN_DIR {SUGGESTED}",
+                             command_without_tokens=f"agentuq-nb sample-actions RUN_DIR --model {EMBEDDED_MODEL} "
+                                                    f"{SUGGESTED}", cost=sampling_cost),))
 
 
 class SampleActionsConfig(StepConfig):

@@ -1,10 +1,15 @@
 """``trials``: the multi-trial labels of a run (:func:`agentuq_nb.evaluation.multi_trial.multi_trial_report`):
-pass^k as τ²-bench defines it (CIs resample tasks) and label noise. Writes nothing."""
+pass^k as τ²-bench defines it (CIs resample tasks) and label noise. Writes nothing.
+
+It reads a run folder (its trajectory table) or, as ``analyze`` does, a results file itself (any format
+``analyze`` reads: the rewards are streamed from it, nothing is extracted); runs without a seed (the original
+τ-bench's) are read like any other."""
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Optional
 
+import pandas as pd
 from pydantic import Field
 
 from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
@@ -12,7 +17,7 @@ from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, FailureThreshold
 from agentuq_nb.steps.base import Step, StepConfig
 
-STEP = Step("trials", "agentuq-nb trials RUN_DIR")
+STEP = Step("trials", "agentuq-nb trials RUN_DIR|RESULTS")
 
 
 class TrialsConfig(StepConfig):
@@ -22,11 +27,35 @@ class TrialsConfig(StepConfig):
     failure_threshold: FailureThreshold = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold")
     n_boot: int = Field(DEFAULT_N_BOOT, ge=0, description="bootstrap resamples of tasks for the 95% CIs (0: none)")
     seed: int = Field(0, description="seed of the bootstrap")
+    score: Optional[str] = Field(None, description="Inspect AI logs given as results: the scorer whose value is the "
+                                 "reward (as analyze's --score)")
+
+
+def is_run_folder(path: str | Path | RunDir) -> bool:
+    """Whether ``path`` is a run folder (its manifest, or a trajectory table of an older run), not results."""
+    run = RunDir.of(path)
+    return run.path.is_dir() and any(run.has(name) for name in ("manifest", "trajectories", "trajectory_summary"))
+
+
+def results_rewards(results: str | Path, score: str | None = None) -> pd.DataFrame:
+    """One row per simulation of a results file: the trajectory keys and ``reward``, streamed from the file (the
+    trajectory table ``extract`` would make, without a run folder)."""
+    from agentuq_nb.io.ingest.results import iter_simulations, read_header
+    from agentuq_nb.records import Results
+    from agentuq_nb.records.keys import key_dtypes
+    from agentuq_nb.records.run_tables import trajectory_record, trajectory_table
+    from agentuq_nb.records.tokens import TRAJECTORY_KEYS
+
+    domain = Results.domain_of(read_header(results, score).get("info"))
+    records = [trajectory_record(sim, domain) for sim in iter_simulations(results, score=score)]
+    return key_dtypes(trajectory_table(records).to_pandas()[[*TRAJECTORY_KEYS, "reward"]])
 
 
 def run(run_dir: str | Path | RunDir, config: TrialsConfig = TrialsConfig()) -> dict[str, Any]:
-    """The multi-trial report of the run (see :func:`~agentuq_nb.evaluation.multi_trial.multi_trial_report`)."""
+    """The multi-trial report of a run folder, or of a results file (see the module docstring and
+    :func:`~agentuq_nb.evaluation.multi_trial.multi_trial_report`)."""
     from agentuq_nb.evaluation.multi_trial import multi_trial_report
 
-    report, _ = multi_trial_report(run_dir, **config.model_dump())
+    source = run_dir if is_run_folder(run_dir) else results_rewards(RunDir.of(run_dir).path, config.score)
+    report, _ = multi_trial_report(source, **config.model_dump(exclude={"score"}))
     return report

@@ -51,6 +51,7 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentuq_nb.common.limits import MAX_SMALL_JSON_BYTES
+from agentuq_nb.common.naming import short_model_name
 from agentuq_nb.io.atomic import atomic_write_json
 from agentuq_nb.io.errors import InputError, MixedRunError, StaleArtifactError
 from agentuq_nb.io.files import check_regular, kind_of, read_limited_json
@@ -96,6 +97,11 @@ ARTIFACTS: dict[str, str] = {
     "tokens_by_task": "tokens_by_task",
     "notebooks": "notebooks",
     "figures": "figures",
+    "report": "report.html",
+    # pages and tables other commands leave in a run folder, which the report links and shows: the explorer page as
+    # the README makes it (``explore RUN_DIR --out RUN_DIR/explorer.html``) and a detector's predictions
+    "explorer": "explorer.html",
+    "predictions": "predictions.csv",
     "paper_auroc_table": "paper_auroc_table.csv",
     "action_samples": "action_samples.parquet",
     "action_turns": "action_turns.parquet",
@@ -105,7 +111,6 @@ ARTIFACTS: dict[str, str] = {
     "blackbox_report": "blackbox.json",
     "tracer_tuned": "tracer_tuned.parquet",
     "tracer_tuning": "tracer_tuning.json",
-    "detector_predictions": "predictions.csv",
     "detector_report": "detector.json",
 }
 #: artefact name -> the command that makes it, registered by the layers above (steps, studies)
@@ -194,6 +199,12 @@ class Manifest(BaseModel):
     scoring: Optional[dict[str, Any]] = Field(None, description="rescore: the scorer and its report")
     created_at: Optional[str] = None
     artifacts: dict[str, ArtifactRecord] = Field(default_factory=dict)
+
+    def title(self) -> str | None:
+        """The run as tables and figures name it: its agent's model and its domain (``gpt-4.1 · airline``), from
+        the results' own metadata; None when the results name neither."""
+        parts = [short_model_name(self.models["assistant"]) if self.models.get("assistant") else None, self.domain]
+        return " · ".join(p for p in parts if p) or None
 
 
 def _first_problem(err: ValidationError) -> tuple[str, str]:
