@@ -156,4 +156,6 @@ def test_detector_notebook_trains_judges_and_writes_its_findings(tmp_path):
     text = "".join(str(o.get("text", "")) + str(o.get("data", {}).get("text/markdown", ""))
                    for c in executed.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "skipped absent" in text and "**2 runs, 40 labelled trajectories, 17 failures**" in text
-    assert "Task leakage" in text and "A learned failure detector across the 2 shared runs" in text
+    assert "Task leakage" in text and "A learned failure detector across 2 shared runs" in text
+    findings = json.loads((figures_dir / "findings.json").read_text())
+    assert findings["n_trajectories"] == 40 and set(findings["protocols"]) >= {"within_run", "leave_run_and_task_out"}

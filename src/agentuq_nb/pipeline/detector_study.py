@@ -173,24 +173,96 @@ def findings(study: DetectorStudy) -> str:
     return "\n\n".join(lines)
 
 
-def headline(study: DetectorStudy, protocol: str = "leave_run_and_task_out") -> str:
-    """The README's paragraph: the runs, the honest protocol's AUROC against length and the prior, and the traps."""
+#: the committed copy of the study's findings, which the README's headline numbers are checked against
+COMMITTED_FINDINGS = "docs/findings/detector.json"
+
+
+def _three(x) -> str | None:
+    return None if x is None or pd.isna(x) else f"{float(x):.3f}"
+
+
+def _signed(x) -> str | None:
+    return None if x is None or pd.isna(x) else f"{float(x):+.3f}"
+
+
+def findings_record(study: DetectorStudy) -> dict:
+    """Every headline number of the study as the notebook and the README print them (AUROCs to three decimals,
+    differences signed), with the runs they were measured on: what ``findings.json`` holds."""
+    from agentuq_nb.common.naming import short_model_name
+
     card = study.detector.card
-    protocols = study.detector.protocols.set_index("protocol")
-    row = protocols.loc[protocol]
-    text = (f"**A learned failure detector across the {len(study.runs)} shared runs** (`params/detector.yaml`, notebook "
-            f"14: {card['n']} trajectories, {card['n_failures']} failures; {', '.join(card['domains'])}), judged on "
-            f"each run left out *with its tasks*: pooled AUROC {_ci(row, 'auroc')} against {_ci(row, 'length_auroc')} "
-            f"for `{row['length_baseline']}` ({_diff(row, 'diff_vs_length')}: {row['vs_length']} length)")
-    if pd.notna(row.get("prior_auroc")):
-        text += f" and {row['prior_auroc']:.3f} for the task's failure rate in the other runs ({row['vs_prior']} it)"
+    runs = [{"run": r.name, "agent_and_domain": " · ".join(p for p in (short_model_name(r.agent) if r.agent else None,
+                                                                         r.domain) if p),
+             "trajectories": int(r.n_labelled), "failures": int(r.n_failures)} for r in study.runs.itertuples()]
+    record: dict = {"study": "params/detector.yaml (notebook 14_detector)", "runs": runs, "n_runs": len(runs),
+                    "n_trajectories": int(card["n"]), "n_failures": int(card["n_failures"]),
+                    "domains": card["domains"], "feature_groups": card["feature_groups"],
+                    "model": card["settings"]["model"],
+                    "interval": "95 % percentile bootstrap, tasks resampled within runs; 'beats' = the paired interval "
+                                "of the difference lies above 0", "protocols": {}}
+    for row in study.detector.protocols.to_dict("records"):
+        if pd.isna(row.get("auroc")):
+            record["protocols"][row["protocol"]] = {"note": row.get("note")}
+            continue
+        entry = {"auroc": _three(row["auroc"]), "ci": [_three(row["auroc_lo"]), _three(row["auroc_hi"])],
+                 "length_baseline": row["length_baseline"], "length_auroc": _three(row["length_auroc"]),
+                 "length_ci": [_three(row["length_auroc_lo"]), _three(row["length_auroc_hi"])],
+                 "diff_vs_length": _signed(row["diff_vs_length"]),
+                 "diff_vs_length_ci": [_signed(row["diff_vs_length_lo"]), _signed(row["diff_vs_length_hi"])],
+                 "vs_length": row["vs_length"], "ece": _three(row.get("calibration_ece")),
+                 "auroc_across_runs": _three(row.get("calibration_auroc_across_runs"))}
+        if pd.notna(row.get("prior_auroc")):
+            entry.update(prior_n=int(row["prior_n"]), prior_auroc=_three(row["prior_auroc"]),
+                         prior_ci=[_three(row["prior_auroc_lo"]), _three(row["prior_auroc_hi"])],
+                         diff_vs_prior=_signed(row["diff_vs_prior"]),
+                         diff_vs_prior_ci=[_signed(row["diff_vs_prior_lo"]), _signed(row["diff_vs_prior_hi"])],
+                         vs_prior=row["vs_prior"])
+        if pd.notna(row.get("same_model_auroc")):
+            entry["same_model"] = {"auroc": _three(row["same_model_auroc"]),
+                                   "ci": [_three(row["same_model_auroc_lo"]), _three(row["same_model_auroc_hi"])],
+                                   "length_auroc": _three(row["same_model_length_auroc"]),
+                                   "diff_vs_length": _signed(row["same_model_diff_vs_length"]),
+                                   "diff_vs_length_ci": [_signed(row["same_model_diff_vs_length_lo"]),
+                                                         _signed(row["same_model_diff_vs_length_hi"])],
+                                   "vs_length": row["same_model_vs_length"]}
+        record["protocols"][row["protocol"]] = entry
+    ablation = study.ablation[study.ablation["auroc"].notna()] if "auroc" in study.ablation else study.ablation
+    record["ablation"] = {f"{r.feature_set} | {r.protocol}": _three(r.auroc) for r in ablation.itertuples()}
+    early = study.detector.early
+    if len(early):
+        record["early_detection"] = [{"prefix": r.prefix, "value": None if pd.isna(r.value) else float(r.value),
+                                      "auroc": _three(r.auroc), "length_auroc": _three(r.length_auroc),
+                                      "vs_length": r.vs_length} for r in early.itertuples()]
+    return record
+
+
+def headline(record: dict, protocol: str = "leave_run_and_task_out") -> str:
+    """The README's paragraph, from :func:`findings_record`: the runs, the run- and task-disjoint protocol's AUROC
+    against length and the task prior, and the traps (task leakage, domain shift)."""
+    protocols = record["protocols"]
+    row = protocols[protocol]
+
+    def ci(entry, key="auroc", interval="ci"):
+        return f"{entry[key]} [{entry[interval][0]}, {entry[interval][1]}]"
+
+    text = (f"**A learned failure detector across {record['n_runs']} shared runs** (`params/detector.yaml`, notebook "
+            f"14: {record['n_trajectories']} trajectories, {record['n_failures']} failures; "
+            f"{', '.join(record['domains'])}; each run and every number here: [{COMMITTED_FINDINGS}]"
+            f"({COMMITTED_FINDINGS})), judged on each run left out *with its tasks*: pooled AUROC {ci(row)} against "
+            f"{ci(row, 'length_auroc', 'length_ci')} for `{row['length_baseline']}` ({row['diff_vs_length']} "
+            f"[{row['diff_vs_length_ci'][0]}, {row['diff_vs_length_ci'][1]}]: {row['vs_length']} length)")
+    if row.get("prior_auroc"):
+        text += f" and {ci(row, 'prior_auroc', 'prior_ci')} for the task's failure rate in the other runs " \
+                f"({row['vs_prior']} it)"
     text += "."
-    if "leave_one_run_out" in protocols.index:
-        loro = protocols.loc["leave_one_run_out"]
-        text += (f" With the same tasks of other agents in training it reaches {_ci(loro, 'auroc')} "
-                 f"({loro['vs_length']} length): the difference is task difficulty learned, not failure.")
-    if "leave_one_domain_out" in protocols.index and pd.notna(protocols.loc["leave_one_domain_out"].get("auroc")):
-        text += f" Trained on other domains only: {_ci(protocols.loc['leave_one_domain_out'], 'auroc')}."
+    loro = protocols.get("leave_one_run_out", {})
+    if loro.get("auroc"):
+        text += (f" With other agents' trajectories of the same tasks in training it reaches {ci(loro)} "
+                 f"({loro['vs_length']} length): on these runs, what it learns across runs is largely which tasks "
+                 "are hard.")
+    lodo = protocols.get("leave_one_domain_out", {})
+    if lodo.get("auroc"):
+        text += f" Trained on the other domains only: {ci(lodo)}."
     return text
 
 
