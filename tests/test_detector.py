@@ -523,6 +523,9 @@ def test_the_detector_is_an_online_signal_equal_to_predict_on_the_prefix(trained
     expected = signal.detector.predict(prefix.take([5]))
     assert value.value == pytest.approx(float(expected["failure_probability"].iloc[0]))
     assert value.details["model"] == "final" and value.details["top_contributions"]  # a prefix is no training trajectory
+    import pickle
+
+    assert pickle.loads(pickle.dumps(signal)).value(point).value == value.value  # a Dask worker holds it
     with pytest.raises(InputError):
         online_signal("detector:/nonexistent", PolicyConfig())
 
@@ -579,3 +582,18 @@ def test_simulate_observes_the_detectors_probability_at_every_decision_point(tra
     decisions = sim["intervention"]["decisions"]
     assert [d["message_idx"] for d in decisions] == generated
     assert all(0 < d["signal"] < 1 and d["action"] == "proceed" for d in decisions)
+
+
+def test_the_readme_detector_paragraph_states_only_numbers_the_study_wrote():
+    """Every number of the README's detector paragraph is in the study's findings as notebook 14 wrote them
+    (committed as docs/findings/detector.json with the runs they were measured on)."""
+    from agentuq_nb.pipeline.detector_study import COMMITTED_FINDINGS, headline
+    from test_docs import README, ROOT, numbers, readme_section
+
+    record = json.loads((ROOT / COMMITTED_FINDINGS).read_text())
+    section = readme_section("detector")
+    held = set(numbers(json.dumps(record, ensure_ascii=False)))
+    missing = [n for n in numbers(section) if n not in held and n != "14"]  # (notebook 14)
+    assert not missing, f"README numbers not in {COMMITTED_FINDINGS}: {missing}"
+    assert " ".join(headline(record).split()) in " ".join(section.split()), "the README's paragraph is the study's"
+    assert f"({COMMITTED_FINDINGS})" in section and README.exists()

@@ -258,11 +258,13 @@ def headline(record: dict, protocol: str = "leave_run_and_task_out") -> str:
     loro = protocols.get("leave_one_run_out", {})
     if loro.get("auroc"):
         text += (f" With other agents' trajectories of the same tasks in training it reaches {ci(loro)} "
-                 f"({loro['vs_length']} length): on these runs, what it learns across runs is largely which tasks "
-                 "are hard.")
+                 f"({loro['vs_length']} length): the gap is what having seen the tasks buys.")
     lodo = protocols.get("leave_one_domain_out", {})
     if lodo.get("auroc"):
         text += f" Trained on the other domains only: {ci(lodo)}."
+    if row.get("auroc_across_runs"):
+        text += (f" Ranked all at once, across runs, its held-out probabilities reach an AUROC of "
+                 f"{row['auroc_across_runs']}: a mixed batch of agents is not sorted by how often each fails.")
     return text
 
 
