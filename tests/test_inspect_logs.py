@@ -412,3 +412,22 @@ def test_hostile_inspect_archives_are_read_in_one_pass_within_bounds_or_refused_
                    timeout=300)
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert done.returncode == 2 and len(errors) == 1 and "messages.1.role" in errors[0], done.stderr
+
+
+@pytest.mark.slow
+def test_a_trained_detector_predicts_the_inspect_log(inspect_run, tmp_path):
+    """``predict`` reads an Inspect log as it reads every other layout (a detector trained on τ²-bench-shaped runs)."""
+    from tests.test_detector import write_run
+
+    from agentuq_nb.steps.train_detector import train_detector
+
+    log, python = inspect_run
+    runs = [write_run(tmp_path / f"agent{i}_airline.json", f"agent{i}", seed=i) for i in range(3)]
+    train_detector(runs, tmp_path / "detector", embedder="hash", groups=["text", "blackbox", "length"], n_boot=0)
+    done = agentuq("predict", str(tmp_path / "detector"), str(log), "--out", str(tmp_path / "run"), "--n-boot", "0",
+                   python=python, timeout=600)
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-3000:])
+    predictions = pd.read_csv(tmp_path / "run" / "predictions.csv")
+    truth = run_json(python, READ_BACK, str(log))
+    assert len(predictions) == len(truth) and predictions["failure_probability"].between(0, 1).all()
+    assert json.loads((tmp_path / "run" / "manifest.json").read_text())["layout"] == "inspect"

@@ -132,3 +132,30 @@ def test_real_runs_notebook_ranks_black_box_estimators_across_runs(tmp_path):
                    for c in executed.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "skipped absent" in text and "2 runs, 40 trajectories, 17 failures" in text
     assert "in-sample tuning adds" in text
+
+
+def test_detector_notebook_trains_judges_and_writes_its_findings(tmp_path):
+    """Notebook 14 on two real τ²-bench runs (hash embeddings, few resamples, no ablation: a smoke run of
+    params/detector.yaml's study): the protocols, their sentences, the figures and the detector folder."""
+    from conftest import require_tau2
+
+    files = [str(p) for p in require_tau2()] + [str(tmp_path / "absent.json")]
+    params = tmp_path / "detector_smoke.yaml"
+    params.write_text(yaml.safe_dump({"parameters": {"results": files, "n_boot": 50, "embedder": "hash",
+                                                     "early_turns": [1, 3], "early_fractions": [0.5],
+                                                     "ablation": False},
+                                      "notebooks": ["14_detector"]}))
+    run_dir = run_study(params, root=ROOT, output_root=tmp_path, log=lambda *_: None)
+    figures_dir = tmp_path / "figures" / "detector_smoke"
+    for name in ("detector_protocols", "detector_early", "detector_calibration", "detector_top_features"):
+        assert (figures_dir / f"{name}.png").stat().st_size > 1000, name
+    card = json.loads((run_dir / "detector" / "card.json").read_text())
+    assert card["n"] == 40 and set(card["protocols"]) == {"within_run", "leave_one_run_out", "leave_run_and_task_out",
+                                                          "leave_one_domain_out"}
+    executed = nbformat.read(run_dir / "notebooks" / "14_detector.ipynb", as_version=4)
+    text = "".join(str(o.get("text", "")) + str(o.get("data", {}).get("text/markdown", ""))
+                   for c in executed.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert "skipped absent" in text and "**2 runs, 40 labelled trajectories, 17 failures**" in text
+    assert "Task leakage" in text and "A learned failure detector across 2 shared runs" in text
+    findings = json.loads((figures_dir / "findings.json").read_text())
+    assert findings["n_trajectories"] == 40 and set(findings["protocols"]) >= {"within_run", "leave_run_and_task_out"}

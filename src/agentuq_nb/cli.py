@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import os
 import sys
 import unicodedata
@@ -37,8 +38,10 @@ from agentuq_nb.steps.compare_runs import CompareRunsConfig
 from agentuq_nb.steps.doctor import DoctorConfig
 from agentuq_nb.steps.early_warning import EarlyWarningConfig
 from agentuq_nb.steps.evaluate import EvaluateConfig
+from agentuq_nb.steps.predict import PredictConfig
 from agentuq_nb.steps.probe import ProbeConfig
 from agentuq_nb.steps.saup import SaupConfig
+from agentuq_nb.steps.train_detector import TrainDetectorConfig
 from agentuq_nb.steps.trials import TrialsConfig
 from agentuq_nb.steps.verbalized import VerbalizedConfig
 
@@ -619,6 +622,113 @@ def _show_run_leaderboard(result, out: Path) -> None:
     typer.echo(f"→ {out}: {', '.join(files)}")
     for note in result.notes:
         typer.secho(f"note: {note}", fg=typer.colors.YELLOW, err=True)
+
+
+def _interval(lo: float | None, hi: float | None) -> str:
+    finite = lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi)
+    return f"[{lo:.3f}, {hi:.3f}]" if finite else "—"
+
+
+@app.command("train-detector")
+def train_detector(
+    inputs: list[Path] = typer.Argument(..., help="labelled runs: " + RESULTS_HELP + ", or run folders"),
+    out: Path = typer.Option(..., "--out", help="the detector folder to write (new, or a detector folder to replace)"),
+    group: Optional[list[str]] = typer.Option(None, "--group", help="a feature group: text, blackbox, embeddings, "
+                                              "length (repeat; default: all four)"),
+    model: str = config_option(TrainDetectorConfig, "model", "--model", help="logistic | gbm"),
+    protocol: Optional[list[str]] = typer.Option(None, "--protocol", help="a protocol reported: within_run, "
+                                                 "leave_one_run_out, leave_run_and_task_out, leave_one_domain_out "
+                                                 "(repeat; default: all four)"),
+    failure_threshold: float = config_option(TrainDetectorConfig, "failure_threshold", "--failure-threshold"),
+    n_splits: int = config_option(TrainDetectorConfig, "n_splits", "--n-splits"),
+    n_boot: int = config_option(TrainDetectorConfig, "n_boot", "--n-boot"),
+    seed: int = config_option(TrainDetectorConfig, "seed", "--seed"),
+    embedder: Embedder = config_option(TrainDetectorConfig, "embedder", "--embedder"),
+    max_terms: int = config_option(TrainDetectorConfig, "max_terms", "--max-terms"),
+    early_turn: Optional[list[int]] = typer.Option(None, "--early-turn", help="early detection: also score the first "
+                                                   "K agent turns (repeat)"),
+    early_fraction: Optional[list[float]] = typer.Option(None, "--early-fraction", help="early detection: also score "
+                                                         "the first fraction F of the messages (repeat)"),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", help=SCHEDULER_HELP + "; feature extraction"),
+):
+    """A failure detector learned from labelled runs, judged by every protocol against length and the task prior →
+    DETECTOR_DIR (card.json, model.json, arrays.npz, protocols.csv …; never pickle)."""
+    from agentuq_nb.steps.train_detector import run as run_train
+
+    with _reported(lambda: f"interrupted: nothing was written to {out} (a detector folder is published whole)"):
+        config = TrainDetectorConfig(inputs=inputs, out=out, model=model, failure_threshold=failure_threshold,
+                                     n_splits=n_splits, n_boot=n_boot, seed=seed, embedder=Embedder(embedder).value,
+                                     max_terms=max_terms, early_turns=early_turn or [],
+                                     early_fractions=early_fraction or [], scheduler=scheduler, progress=True,
+                                     **({"groups": group} if group else {}), **({"protocols": protocol} if protocol else {}))
+        trained = run_train(config)
+    _show_detector(trained)
+
+
+def _show_detector(trained) -> None:
+    """What train-detector prints: what it learned from, each protocol against length and the task prior, where."""
+    card = trained.card
+    typer.echo(f"{card['n']} labelled trajectories ({card['n_failures']} failures) of {card['n_runs']} run(s), "
+               f"{', '.join(card['domains'])}; features {', '.join(card['feature_groups'])}; "
+               f"{card['settings']['model']}; {card['seconds']['total']:.1f} s")
+    rows = []
+    for name, row in card["protocols"].items():
+        if "auroc" not in row:
+            rows.append({"protocol": name, "auroc": "—", "vs length": row.get("note", "—"), "vs task prior": "—"})
+            continue
+        prior = (f"{row['vs_prior']} ({row['diff_vs_prior']:+.3f} [{row['diff_vs_prior_lo']:+.3f}, "
+                 f"{row['diff_vs_prior_hi']:+.3f}])" if "vs_prior" in row else "no recurring task")
+        rows.append({"protocol": name, "auroc": f"{row['auroc']:.3f} {_interval(row['auroc_lo'], row['auroc_hi'])}",
+                     "vs length": f"{row['vs_length']} {row['length_baseline']} ({row['diff_vs_length']:+.3f} "
+                                  f"[{row['diff_vs_length_lo']:+.3f}, {row['diff_vs_length_hi']:+.3f}])",
+                     "vs task prior": prior, "ECE": f"{row.get('calibration_ece', float('nan')):.3f}"})
+    typer.echo("pooled within-run AUROC of the held-out scores (tasks resampled within runs); 'beats' = the paired "
+               "interval of the difference excludes 0:")
+    import pandas as pd
+
+    typer.echo(pd.DataFrame(rows).to_string(index=False))
+    typer.echo(f"→ {trained.path} (probabilities calibrated on {card['calibration']['probabilities']})")
+    for note in card.get("notes", []):
+        typer.secho(f"note: {note}", fg=typer.colors.YELLOW, err=True)
+
+
+@app.command()
+def predict(
+    detector: Path = typer.Argument(..., help="a detector folder (made by agentuq-nb train-detector)"),
+    run_or_results: Path = typer.Argument(..., help="a run folder (predictions committed into it), or " + RESULTS_HELP),
+    out: Optional[Path] = typer.Option(None, "--out", help="run folder to extract results into first (not for a run "
+                                       "folder)"),
+    top: int = config_option(PredictConfig, "top", "--top"),
+    failure_threshold: float = config_option(PredictConfig, "failure_threshold", "--failure-threshold"),
+    n_boot: int = config_option(PredictConfig, "n_boot", "--n-boot"),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", help=SCHEDULER_HELP + "; feature extraction"),
+):
+    """A trained detector on a run, labelled or not → RUN_DIR/predictions.csv (calibrated failure probability, top
+    contributions), detector_scores.parquet (the detector estimator family), detector.json."""
+    from agentuq_nb.steps.predict import predict as run_predict
+
+    target = out if out is not None else run_or_results
+    if out is not None:
+        _out_folder(out, "predict")
+    with _step("predict", target):
+        result = run_predict(detector, run_or_results, out, top=top, failure_threshold=failure_threshold,
+                             n_boot=n_boot, scheduler=scheduler, progress=True)
+    shown = result.predictions.sort_values("failure_probability", ascending=False).head(SHOWN_ROWS)
+    cols = [c for c in ("task_id", "trial", "failure_probability", "failed", "model", "feature_1", "contribution_1")
+            if c in shown]
+    typer.echo(shown[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    report = result.report
+    typer.echo(f"{report['n']} trajectories ({report['n_in_training']} met in training: scored by the model that left "
+               f"their run out) → {result.run_dir / 'predictions.csv'}")
+    row = report.get("estimator_table_row")
+    if row and row.get("auroc") is None:
+        typer.echo(f"detector on this run: AUROC undefined ({row.get('undefined') or 'one class only'}; n = {row['n']}, "
+                   f"{row['n_failures']} failures)")
+    elif row:
+        typer.echo(f"detector on this run: AUROC {_num(row['auroc'])} {_interval(row['auroc_lo'], row['auroc_hi'])}, "
+                   f"length-controlled {_num(row['auroc_stratified'])}, best length baseline {_num(row['length_baseline_auroc'])} "
+                   f"(n = {row['n']}, {row['n_failures']} failures); 'agentuq-nb compare-estimators "
+                   f"{result.run_dir}' ranks it with every family")
 
 
 @app.command("calibrate")

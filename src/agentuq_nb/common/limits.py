@@ -82,3 +82,11 @@ MAX_N_BOOT = 100_000
 MAX_GRID_OPTION = 1_000
 #: samples drawn at one prompt (sample-actions --k, probe --n): OpenAI's limit on n, serve-local's too
 MAX_SAMPLES = 128
+
+# ------------------------------------------------------------------ detector folders (io.store.detector_dir)
+#: card.json and model.json of a detector folder
+MAX_DETECTOR_JSON_BYTES = 64 * MiB
+#: arrays.npz of a detector folder, as stored and as inflated
+MAX_DETECTOR_ARRAY_BYTES = 1024 * MiB
+#: one table (CSV) of a detector folder
+MAX_DETECTOR_TABLE_BYTES = 256 * MiB

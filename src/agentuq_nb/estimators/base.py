@@ -51,7 +51,7 @@ from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 ENTRY_POINT_GROUP = "agentuq_nb.estimators"
 #: where families come in a listing (and in the estimator table): registered order within a rank
 FAMILY_RANK = {"token": 10, "action": 15, "saup": 20, "early_warning": 30, "verbalized": 40, "structure": 60,
-               "tracer": 65, "combined": 80, "baseline": 90}
+               "tracer": 65, "detector": 75, "combined": 80, "baseline": 90}
 CUSTOM_RANK = 50
 #: the :attr:`Estimator.protocol` of a score tuned on the very trajectories it scores
 IN_SAMPLE = "in-sample"

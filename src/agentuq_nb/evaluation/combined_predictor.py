@@ -48,7 +48,7 @@ MODELS = ("logistic", "gbm")
 GBM_GRID = {"max_depth": [2, 3], "learning_rate": [0.05, 0.2]}
 GBM_FIXED = {"max_iter": 100, "min_samples_leaf": 5, "l2_regularization": 1.0, "early_stopping": False}
 # scikit-learn 1.8+ asks for these to be explicit (plain L2, the new fitted attributes); older ones lack them
-_NEW_CV_ARGS = {k: v for k, v in (("l1_ratios", (0.0,)), ("use_legacy_attributes", False))
+NEW_CV_ARGS = {k: v for k, v in (("l1_ratios", (0.0,)), ("use_legacy_attributes", False))
                 if k in inspect.signature(LogisticRegressionCV).parameters}
 
 
@@ -78,7 +78,7 @@ def combination_model(X: np.ndarray, y: np.ndarray, groups: np.ndarray, inner_sp
     head = [SimpleImputer(strategy="median"), StandardScaler()]
     if splits is not None:
         return make_pipeline(*head, LogisticRegressionCV(Cs=list(C_GRID), cv=splits, scoring="neg_brier_score",
-                                                         max_iter=1000, **_NEW_CV_ARGS))
+                                                         max_iter=1000, **NEW_CV_ARGS))
     return make_pipeline(*head, LogisticRegression(max_iter=1000))
 
 

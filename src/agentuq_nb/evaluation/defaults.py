@@ -6,3 +6,10 @@ from __future__ import annotations
 DEFAULT_N_BOOT = 1000
 #: the calibration maps: Platt scaling and isotonic regression
 METHODS = ("platt", "isotonic")
+#: the protocols that judge a learned failure detector (:mod:`.detector_protocols` says what each holds out)
+DETECTOR_PROTOCOLS = {
+    "within_run": "within-run cross-fitting by task (trained on the same run's other tasks)",
+    "leave_one_run_out": "leave one run out (trained on the other runs, which may hold the same tasks)",
+    "leave_run_and_task_out": "leave one run and its tasks out (run- and task-disjoint, same domain in training)",
+    "leave_one_domain_out": "leave one domain out (trained on the other domains)",
+}

@@ -19,7 +19,10 @@ Found by name with :func:`online_signal`:
   the estimator's ``scores_from_summary``), so that at the last decision point it equals the offline
   estimator on the finished trajectory's rows. A confidence (``min_chosen_prob``) is negated;
 * ``calibrated:<base>``: the failure probability of a Platt map fitted on the calibration run's
-  per-trajectory maximum of ``<base>`` (``intervention.certify.fit_signal_calibrator``).
+  per-trajectory maximum of ``<base>`` (``intervention.certify.fit_signal_calibrator``);
+* ``detector:<DETECTOR_DIR>``: a learned failure detector's calibrated probability (``agentuq-nb
+  train-detector``) on the trajectory so far, the proposal included - what ``agentuq-nb predict`` gives the
+  finished trajectory, computed on its prefix (``evaluation.detector_apply``); it needs no log-probs.
 
 Signals are picklable (a Dask worker runs the policy holding them) and deterministic given the point:
 the resampling seed is a function of ``(config.seed, point.call_seed)``.
@@ -43,6 +46,7 @@ from agentuq_nb.sim.decisions import DecisionPoint
 TURN_SIGNALS = {"turn_avg_nll": "avg_token_nll", "turn_max_nll": "max_token_nll", "turn_entropy": "mean_topk_entropy"}
 ACTION_SIGNALS = ("action_disagreement", "action_entropy")
 CALIBRATED_PREFIX = "calibrated:"
+DETECTOR_PREFIX = "detector:"
 #: roles whose rows exist while the simulation runs (the generated ones): observation and total rows
 #: come from teacher-forced scoring after the run
 ONLINE_ROLES = ("assistant", "user", "combined")
@@ -279,12 +283,49 @@ class CalibratedSignal(OnlineSignal):
                 "calibration": self.calibration}
 
 
+# --------------------------------------------------------------------------- a learned detector
+
+class DetectorSignal(OnlineSignal):
+    """``detector:<DETECTOR_DIR>``: a trained detector's calibrated failure probability on the trajectory so far."""
+
+    def __init__(self, path: str):
+        from agentuq_nb.evaluation.detector_apply import load_detector
+
+        self.path = str(path)
+        self.detector = load_detector(path)  # checked now: a bad folder is refused before the simulation starts
+        self.name = DETECTOR_PREFIX + self.path
+
+    def value(self, point: DecisionPoint) -> SignalValue:
+        from agentuq_nb.records import Simulation
+        from agentuq_nb.uq.detector_features import FeatureJob, extract_job
+
+        sim = Simulation.model_validate({"id": f"{point.task_id}-{point.trial}-{point.seed}", "task_id": point.task_id,
+                                         "trial": point.trial, "seed": point.seed,
+                                         "messages": [*point.trajectory, point.proposal]})
+        d = self.detector
+        features = extract_job(FeatureJob([sim], point.domain, d.groups, d.embedder, d.embed_max_tokens,
+                                          {name: "write" for name in point.write_tools}))
+        scored = d.predict(features, top=3).iloc[0]
+        top = {scored[f"feature_{k}"]: round(float(scored[f"contribution_{k}"]), 4) for k in range(1, 4)
+               if isinstance(scored[f"feature_{k}"], str)}
+        return SignalValue(finite_or_nan(scored["failure_probability"]),
+                           details={"model": scored["model"], "messages_seen": len(sim.messages),
+                                    "top_contributions": top})
+
+    def describe(self) -> dict[str, Any]:
+        card = self.detector.card
+        return {"name": self.name, "kind": "detector", "detector": self.path, "card_sha256": card.get("card_sha256"),
+                "feature_groups": card.get("feature_groups"), "calibrated_on": card["calibration"]["probabilities"],
+                "of": "the trajectory so far, the proposal included"}
+
+
 # --------------------------------------------------------------------------- resolver
 
 def signal_names() -> list[str]:
     """The names :func:`online_signal` takes, as a human reads them."""
     return [*TURN_SIGNALS, *ACTION_SIGNALS, "{role}.{statistic} (a token estimator; role: "
-            + "|".join(ONLINE_ROLES) + ")", CALIBRATED_PREFIX + "<signal> (needs calibration)"]
+            + "|".join(ONLINE_ROLES) + ")", CALIBRATED_PREFIX + "<signal> (needs calibration)",
+            DETECTOR_PREFIX + "<DETECTOR_DIR> (a trained failure detector)"]
 
 
 def online_signal(name: str, config: PolicyConfig) -> OnlineSignal:
@@ -293,6 +334,11 @@ def online_signal(name: str, config: PolicyConfig) -> OnlineSignal:
         return TurnSignal(name, TURN_SIGNALS[name])
     if name in ACTION_SIGNALS:
         return ActionSignal(name, config.k, config.sample_temperature, config.seed)
+    if name.startswith(DETECTOR_PREFIX):
+        path = name[len(DETECTOR_PREFIX):]
+        if not path:
+            raise ValueError(f"signal {name!r}: give detector:<DETECTOR_DIR>, a folder made by agentuq-nb train-detector")
+        return DetectorSignal(path)
     if name.startswith(CALIBRATED_PREFIX):
         base_name = name[len(CALIBRATED_PREFIX):]
         if not base_name or base_name.startswith(CALIBRATED_PREFIX):

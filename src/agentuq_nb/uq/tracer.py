@@ -161,10 +161,11 @@ def tracer_components(transcript: pd.DataFrame, embed: Callable[[list[str]], np.
     content = t["content"].to_numpy()
     text = t["text"].to_numpy()
     groups = trajectory_positions(t)
+    calls = t["calls"].to_numpy()
     obs_text: dict[int, str] = {}
     for rows in split_by_trajectory(np.arange(len(t)), groups):
         for pos, r in enumerate(rows):
-            if role[r] in ("assistant", "user") and t["calls"].iat[r]:
+            if role[r] in ("assistant", "user") and calls[r]:
                 obs = following_observations(rows, pos, role)
                 if obs:
                     obs_text[r] = " | ".join(text[o] for o in obs)

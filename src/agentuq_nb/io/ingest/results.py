@@ -10,6 +10,9 @@
   ``{task_id, reward, info, traj, trial}``, recognised by that shape; each entry becomes a simulation
   and the file gets a τ²-shaped header (domain, the agent's system prompt) as
   :mod:`agentuq_nb.io.ingest.tau_bench` describes.
+* ``simulation_list`` – a bare JSON *list* of τ²-bench simulations (leaderboard submissions), recognised by its
+  first item's ``messages``; each item is the simulation it is, and the header (domain, models) is made from
+  them as :mod:`agentuq_nb.io.ingest.simulation_list` describes.
 * ``inspect`` – an Inspect AI evaluation log (``.eval``, or the older ``.json``), read through inspect-ai's own
   reader (the ``[inspect]`` extra): each sample and epoch becomes a simulation as
   :mod:`agentuq_nb.io.ingest.inspect_logs` describes; ``score`` picks the score that is the reward.
@@ -20,7 +23,8 @@ Simulations are streamed with ijson so that a large results file is never held t
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +33,7 @@ from pydantic import ValidationError
 
 from agentuq_nb.io.errors import InputError, InputWarnings, validation_problem
 from agentuq_nb.io.files import open_regular
-from agentuq_nb.io.ingest import inspect_logs, tau_bench
+from agentuq_nb.io.ingest import inspect_logs, simulation_list, tau_bench
 from agentuq_nb.io.ingest.json_stream import GuardedReader, JsonScanner, LongToken, read_json_document, stream_items
 from agentuq_nb.records import Results, Simulation
 
@@ -39,8 +43,9 @@ NOT_RESULTS = ("top level is neither a JSON object (τ²-bench results) nor a JS
 
 
 def detect_layout(path: str | Path) -> str:
-    """Return ``"dir"``, ``"v1"``, ``"v0"``, ``"tau_bench"`` or ``"inspect"``; raise InputError if ``path`` is
-    neither τ²-bench's results, nor the original τ-bench's, nor an Inspect AI log."""
+    """Return ``"dir"``, ``"v1"``, ``"v0"``, ``"tau_bench"``, ``"simulation_list"`` or ``"inspect"``; raise InputError if
+    ``path`` is neither τ²-bench's results (a file, a directory or a bare list of simulations), nor the original
+    τ-bench's, nor an Inspect AI log."""
     layout = layout_before_simulations(path)
     if layout is not None:
         return layout
@@ -60,8 +65,7 @@ def layout_before_simulations(path: str | Path) -> str | None:
             raise InputError(path, "directory has neither results.json nor simulations/ (not a τ²-bench results directory)")
         return "dir"
     if _first_byte(path) == b"[":
-        _tau_bench_header(path)  # checks that the list holds τ-bench entries
-        return tau_bench.LAYOUT
+        return _list_layout(path)
     header = read_header(path)
     # τ²-bench ≥ 1.0 adds a simulation_index (null in single-file results) and a per-simulation
     # ``mode``; some writers name the format
@@ -99,16 +103,40 @@ def _first_byte(path: Path) -> bytes:
     return b""
 
 
-def _tau_bench_entries(path: Path) -> Iterator[Any]:
-    """The items of a top-level JSON list, streamed (:func:`~agentuq_nb.io.ingest.json_stream.stream_items`)."""
+def _list_items(path: Path) -> Generator[Any, None, None]:
+    """The items of a top-level JSON list (τ-bench's entries, or τ²-bench simulations), streamed
+    (:func:`~agentuq_nb.io.ingest.json_stream.stream_items`)."""
     return stream_items(path, "item")
+
+
+def _list_layout(path: Path) -> str:
+    """A top-level JSON list: ``simulation_list`` when its first item is a τ²-bench simulation, else ``tau_bench``
+    (its entries checked: a list of anything else is refused, saying what τ-bench expects)."""
+    with closing(_list_items(path)) as items:
+        first = next(items, None)
+    if simulation_list.is_simulation(first):
+        return simulation_list.LAYOUT
+    _tau_bench_header(path)
+    return tau_bench.LAYOUT
+
+
+def _simulation_list_header(path: Path) -> dict[str, Any]:
+    """The header of a bare list of τ²-bench simulations, from its first few (:func:`simulation_list.results_header`)."""
+    first = []
+    for index, item in enumerate(_list_items(path)):
+        if not isinstance(item, dict):
+            raise InputError(path, f"a list of τ²-bench simulations, but item {index} is {tau_bench.json_kind(item)}")
+        first.append(item)
+        if len(first) >= simulation_list.HEADER_SCAN_ITEMS:
+            break
+    return simulation_list.results_header(first, path)
 
 
 def _tau_bench_header(path: Path) -> dict[str, Any]:
     """The τ²-shaped header of a τ-bench list (:func:`tau_bench.results_header`), from the first entry whose
     trajectory opens with the agent's system prompt (entries of runs that raised have none)."""
     prompt, seen = None, 0
-    for index, entry in enumerate(_tau_bench_entries(path)):
+    for index, entry in enumerate(_list_items(path)):
         tau_bench.check_entry(entry, path, index)
         seen += 1
         prompt = tau_bench.system_prompt_of(entry)
@@ -133,7 +161,7 @@ def read_header(path: str | Path, score: str | None = None) -> dict[str, Any]:
         if not path.exists():
             return {}
     elif path.is_file() and _first_byte(path) == b"[":
-        return _tau_bench_header(path)
+        return _simulation_list_header(path) if _list_layout(path) == simulation_list.LAYOUT else _tau_bench_header(path)
     try:
         header, saw_simulations = _streamed_header(path)
     except (ijson.JSONError, LongToken):  # NaN/Infinity, or a long string: the scanner reads it (linear, bounded)
@@ -260,7 +288,7 @@ def _has_inline_simulations(results_json: Path) -> bool:
 
 def _iter_tau_bench(path: Path, warnings: InputWarnings | None) -> Iterator[Simulation]:
     header_prompt = (_tau_bench_header(path)["info"].get("agent_info") or {}).get("system_prompt")
-    for index, entry in enumerate(_tau_bench_entries(path)):
+    for index, entry in enumerate(_list_items(path)):
         yield tau_bench.simulation(entry, path, index, warnings, header_prompt)
 
 
@@ -286,6 +314,10 @@ def iter_simulations(path: str | Path, warnings: InputWarnings | None = None,
     _score_only_for_inspect(path, score)
     if layout == tau_bench.LAYOUT:
         yield from _iter_tau_bench(path, warnings)
+        return
+    if layout == simulation_list.LAYOUT:
+        for i, raw in enumerate(_list_items(path)):
+            yield _validate_simulation(raw, path, f"item {i}")
         return
     if layout != "dir":
         yield from _iter_file_simulations(path)

@@ -114,6 +114,7 @@ ARTIFACTS: dict[str, str] = {
     "blackbox_report": "blackbox.json",
     "tracer_tuned": "tracer_tuned.parquet",
     "tracer_tuning": "tracer_tuning.json",
+    "detector_report": "detector.json",
 }
 #: artefact name -> the command that makes it, registered by the layers above (steps, studies)
 PRODUCERS: dict[str, str] = {}

@@ -1,0 +1,49 @@
+"""The ``detector`` family: a learned failure detector's calibrated failure probability on a run.
+
+``agentuq-nb predict DETECTOR_DIR RUN_DIR`` (:mod:`agentuq_nb.steps.predict`) applies a detector trained on other
+labelled runs (``agentuq-nb train-detector``) and commits ``detector_scores.parquet``, read here, so that the estimator
+table (``compare-estimators``) and the cross-run leaderboard (``compare-runs``) rank the detector beside the families
+computed from the run itself, against the same length baselines. Its probability was fitted and calibrated on runs
+other than this one (a trajectory the detector was trained on is scored by the model that left its run out), so it
+is no tuned readout of this run's labels.
+
+:func:`read_predictions` reads the per-trajectory predictions (probability, model, top contributions) from a run
+folder: what a view of the run (the explorer, a report) shows beside each trajectory.
+"""
+from __future__ import annotations
+
+import os
+
+import pandas as pd
+
+from agentuq_nb.estimators.base import register
+from agentuq_nb.estimators.blackbox import BlackBoxColumn
+from agentuq_nb.io.store.rundir import RunDir
+from agentuq_nb.records.keys import key_dtypes
+
+
+@register
+class DetectorProbability(BlackBoxColumn):
+    """A learned detector's failure probability (higher = more likely a failure)."""
+
+    name = "detector"
+    column = "detector"
+    family = "detector"
+    requires = ("detector_scores",)
+    description = ("a learned failure detector's probability, trained and calibrated on other labelled runs "
+                   "(agentuq-nb predict)")
+    #: fitted to labels, never this run's: a trajectory it was trained on is scored by the model that left its run out
+    protocol = "trained on other labelled runs"
+
+
+def read_predictions(run_dir: str | os.PathLike | RunDir) -> pd.DataFrame:
+    """``predictions.csv`` of a run folder (checked against its manifest): one row per trajectory with its keys,
+    ``simulation_id``, ``failure_probability``, ``log_odds``, ``model``, ``in_training``, ``reward`` and ``failed``
+    where labelled, ``feature_k`` / ``contribution_k`` (k = 1 … the number ``predict`` was asked for) and
+    ``contributions``, the JSON text of ``[{feature, value, contribution}, …]``. A FileNotFoundError names the
+    command that makes it."""
+    run = RunDir.of(run_dir)
+    path = run.require("predictions")
+    run.verify("predictions")
+    frame = pd.read_csv(path, dtype={"task_id": "string", "simulation_id": "string"}, keep_default_na=True)
+    return key_dtypes(frame, deep=False)

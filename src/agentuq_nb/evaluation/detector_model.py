@@ -1,0 +1,464 @@
+"""The learned failure detector's model: P(failure | trajectory) from its features
+(:mod:`agentuq_nb.uq.detector_features`), fitted on training rows only, read back from plain arrays.
+
+**What is fitted, on the training rows alone.** The text group: the terms seen in at least ``min_df`` training
+trajectories, the ``max_terms`` most frequent of them, weighed by TF-IDF (scikit-learn's ``TfidfTransformer``,
+sublinear term frequency, rows L2-normalized) with the training rows' IDF. The dense groups (black-box signals,
+embeddings, length): missing values imputed by the training medians. Then one of :data:`MODELS`:
+
+* ``logistic`` - L2-regularized logistic regression on every column standardized by the training rows (the text
+  columns scaled, not centred, so that a sparse row stays sparse and an absent term counts 0; a standardized value
+  clipped to ±:data:`MAX_Z`, so that a column nearly constant in training cannot blow a new run up); its inverse
+  regularization ``C`` is chosen among :data:`~agentuq_nb.evaluation.combined_predictor.C_GRID` by
+  ``LogisticRegressionCV`` over inner folds by task of the training rows (:func:`inner_folds`; by the AUROC, the
+  metric the detector is judged by - its probabilities are recalibrated afterwards; the vocabulary,
+  IDF, medians and scales of the inner folds are the training rows', which never touch the evaluated rows).
+* ``gbm`` - scikit-learn's ``HistGradientBoostingClassifier`` on the dense columns as they are (it takes missing values)
+  and, with the text group, the text's first components (``TruncatedSVD`` of the training TF-IDF, at most
+  :data:`SVD_COMPONENTS`); depth and learning rate chosen among
+  :data:`~agentuq_nb.evaluation.combined_predictor.GBM_GRID` by ``GridSearchCV`` over the same inner folds.
+
+With one class among the training rows the detector predicts that class's rate (a constant).
+
+**Contributions** (:meth:`FittedDetector.contributions`), what a prediction is made of, on the log-odds scale:
+
+* logistic: coefficient × the standardized value the model sees; an embedding block's dimensions are summed into one
+  contribution per block. The intercept plus all contributions is the model's log-odds, exactly;
+* gbm: occlusion - the log-odds minus the log-odds with the feature (an embedding block, or the whole text) set to its
+  training median; the effect of changing one input with the others held, which does not add up to the log-odds
+  (interactions), said so wherever it is shown.
+
+**Arrays, never pickle** (:meth:`FittedDetector.to_arrays`, :meth:`FittedDetector.from_arrays`): the fitted state is a
+JSON-able description and numeric arrays (and the terms as a unicode array); reading it back rebuilds scikit-learn's
+``TfidfTransformer`` and, for the GBM, the trees as scikit-learn's own ``TreePredictor`` over their node records
+(their dtype checked against the installed scikit-learn's), so nothing from a detector folder is executed.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+from sklearn.feature_extraction.text import TfidfTransformer
+
+from agentuq_nb.evaluation.calibration import one_thread
+from agentuq_nb.evaluation.combined_predictor import C_GRID, GBM_FIXED, GBM_GRID, NEW_CV_ARGS
+from agentuq_nb.uq.detector_features import GROUPS, TrajectoryFeatures, block_of, check_groups
+
+MODELS = ("logistic", "gbm")
+#: the text's components the GBM sees (TruncatedSVD of the TF-IDF)
+SVD_COMPONENTS = 32
+#: how each model's contributions are made (the predictions' files say it)
+CONTRIBUTIONS = {
+    "logistic": "coefficient x standardized value on the log-odds scale (an embedding block summed over its "
+                "dimensions); the intercept plus all contributions is the log-odds",
+    "gbm": "occlusion: log-odds minus log-odds with the feature set to its training median (an embedding block, or "
+           "the whole text, at once); they do not add up to the log-odds",
+}
+TEXT_BLOCK = "text"
+#: standardized values are clipped to ±MAX_Z: a column nearly constant in training (a rare term, an embedding
+#: dimension) cannot blow a new run's log-odds up
+MAX_Z = 10.0
+#: a column whose training standard deviation is below this is taken as constant (scaled by 1)
+MIN_SCALE = 1e-6
+#: what the inner folds choose the hyperparameters by: the AUROC (each inner fold's, averaged) - the detector is judged
+#: by how it ranks trajectories, and its probabilities are recalibrated on held-out runs afterwards
+INNER_SCORING = "roc_auc"
+
+
+@dataclass(frozen=True)
+class DetectorSettings:
+    """What a detector is: its feature groups, its model, and the text vocabulary's bounds."""
+
+    groups: tuple[str, ...] = GROUPS
+    model: str = "logistic"
+    max_terms: int = 5000
+    min_df: int = 2
+    inner_splits: int = 3
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "groups", check_groups(self.groups))
+        if self.model not in MODELS:
+            raise ValueError(f"model must be one of {', '.join(MODELS)}, not {self.model!r}")
+        if self.max_terms < 1 or self.min_df < 1 or self.inner_splits < 2:
+            raise ValueError("max_terms and min_df must be >= 1 and inner_splits >= 2")
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["groups"] = list(self.groups)
+        return out
+
+
+def term_matrix(features: TrajectoryFeatures, terms: list[str]) -> sp.csr_matrix:
+    """The counts of ``terms`` (columns, in that order) in ``features`` (a term it lacks counts 0)."""
+    n = len(features)
+    if features.counts is None or not terms:
+        return sp.csr_matrix((n, len(terms)))
+    where = {t: i for i, t in enumerate(features.vocabulary)}
+    source = np.array([where.get(t, -1) for t in terms], dtype=np.int64)
+    present = np.flatnonzero(source >= 0)
+    select = sp.csr_matrix((np.ones(len(present)), (source[present], present)),
+                           shape=(features.counts.shape[1], len(terms)))
+    return (features.counts.astype(float) @ select).tocsr()
+
+
+@dataclass
+class FittedDetector:
+    """A fitted detector (see the module docstring): the fitted state, and what it computes from features."""
+
+    settings: DetectorSettings
+    terms: list[str] = field(default_factory=list)
+    idf: np.ndarray | None = None
+    dense_names: list[str] = field(default_factory=list)
+    median: np.ndarray | None = None  # dense columns' training medians
+    mean: np.ndarray | None = None  # logistic: the standardization of every column (text first, then dense)
+    scale: np.ndarray | None = None
+    coef: np.ndarray | None = None
+    intercept: float = 0.0
+    C: float | None = None
+    constant: float | None = None  # the training rows held one class: this log-odds for every row
+    svd: np.ndarray | None = None  # gbm: (components, terms)
+    occlusion: np.ndarray | None = None  # gbm: each input's training median (what an occluded input is set to)
+    trees: list[Any] = field(default_factory=list)  # gbm: scikit-learn TreePredictors
+    gbm_params: dict[str, Any] = field(default_factory=dict)
+    n_train: int = 0
+    n_failures: int = 0
+
+    # ------------------------------------------------------------------ design matrices
+    def text_tfidf(self, features: TrajectoryFeatures) -> sp.csr_matrix:
+        transformer = TfidfTransformer(sublinear_tf=True)
+        counts = term_matrix(features, self.terms)
+        if not self.terms:
+            return counts
+        transformer.idf_ = self.idf
+        return transformer.transform(counts).tocsr()
+
+    def dense_values(self, features: TrajectoryFeatures, impute: bool) -> np.ndarray:
+        if not self.dense_names:
+            return np.zeros((len(features), 0))
+        have = {name: i for i, name in enumerate(features.dense_names)}
+        missing = [n for n in self.dense_names if n not in have]
+        if missing:
+            raise ValueError(f"the features lack the detector's column(s) {missing[:3]}: extract the groups it was "
+                             "trained on")
+        X = features.dense[:, [have[n] for n in self.dense_names]].astype(float)
+        return np.where(np.isfinite(X), X, self.median[None, :]) if impute else np.where(np.isfinite(X), X, np.nan)
+
+    def design(self, features: TrajectoryFeatures) -> sp.csr_matrix | np.ndarray:
+        """The matrix the model reads: standardized text | dense (logistic), text components | raw dense (gbm)."""
+        if self.settings.model == "logistic":
+            n_text = len(self.terms)
+            text = (self.text_tfidf(features) @ sp.diags(1.0 / self.scale[:n_text])).tocsr()
+            np.minimum(text.data, MAX_Z, out=text.data)
+            dense = np.clip((self.dense_values(features, impute=True) - self.mean[n_text:]) / self.scale[n_text:],
+                            -MAX_Z, MAX_Z)
+            return sp.hstack([text, sp.csr_matrix(dense)], format="csr")
+        parts = []
+        if self.svd is not None:
+            parts.append(np.asarray(self.text_tfidf(features) @ self.svd.T))
+        parts.append(self.dense_values(features, impute=False))
+        return np.hstack(parts)
+
+    def feature_names(self) -> list[str]:
+        """The names of the design matrix's columns."""
+        if self.settings.model == "logistic":
+            return [f"text:{t}" for t in self.terms] + list(self.dense_names)
+        svd = [f"{TEXT_BLOCK}:svd{i}" for i in range(0 if self.svd is None else len(self.svd))]
+        return svd + list(self.dense_names)
+
+    # ------------------------------------------------------------------ predictions
+    def raw_log_odds(self, X) -> np.ndarray:
+        n = X.shape[0]
+        if self.constant is not None:
+            return np.full(n, self.constant)
+        if self.settings.model == "logistic":
+            return np.asarray(X @ self.coef).ravel() + self.intercept
+        out = np.full(n, self.intercept)
+        if self.trees:
+            X = np.ascontiguousarray(X, dtype=np.float64)
+            bitsets = np.zeros((0, 8), dtype=np.uint32)
+            f_idx = np.zeros(X.shape[1], dtype=np.uint32)
+            for tree in self.trees:
+                out += tree.predict(X, known_cat_bitsets=bitsets, f_idx_map=f_idx, n_threads=1)
+        return out
+
+    def log_odds(self, features: TrajectoryFeatures) -> np.ndarray:
+        """The model's log-odds of failure (before calibration) for every row of ``features``."""
+        if self.constant is not None:
+            return np.full(len(features), self.constant)
+        return self.raw_log_odds(self.design(features))
+
+    def probability(self, features: TrajectoryFeatures) -> np.ndarray:
+        """The model's own probability (uncalibrated: the detector folder's calibrator maps the log-odds)."""
+        return 1.0 / (1.0 + np.exp(-self.log_odds(features)))
+
+    def block_contributions(self, features: TrajectoryFeatures) -> tuple[list[str], np.ndarray]:
+        """``(names, values)``: every row's contribution of each reported feature (a term, a black-box or length column,
+        an embedding block; for the GBM the whole text as one) - (rows, features), see the module docstring. No
+        column for a constant detector."""
+        if self.constant is not None or len(features) == 0:
+            return [], np.zeros((len(features), 0))
+        X = self.design(features)
+        names = self.feature_names()
+        blocks = pd.Index([TEXT_BLOCK if name.startswith(f"{TEXT_BLOCK}:svd") else block_of(name) for name in names])
+        codes, block_names = pd.factorize(blocks)
+        if self.settings.model == "logistic":
+            per_column = sp.csr_matrix(X).multiply(self.coef[None, :]).tocsr()
+            group = sp.csr_matrix((np.ones(len(names)), (np.arange(len(names)), codes)),
+                                  shape=(len(names), len(block_names)))
+            return list(block_names), np.asarray((per_column @ group).todense())
+        base = self.raw_log_odds(X)
+        values = np.zeros((X.shape[0], len(block_names)))
+        for b in range(len(block_names)):
+            cols = np.flatnonzero(codes == b)
+            occluded = np.array(X, dtype=float, copy=True)
+            occluded[:, cols] = self.occlusion[cols]
+            values[:, b] = base - self.raw_log_odds(occluded)
+        return list(block_names), values
+
+    def contributions(self, features: TrajectoryFeatures, top: int = 5) -> pd.DataFrame:
+        """The ``top`` contributions of each row (:meth:`block_contributions`): ``row, rank, feature, contribution,
+        value`` (:meth:`raw_values`), ``rank`` 1 = the largest in absolute value; a zero contribution is left out.
+        Empty for a constant detector."""
+        names, values = self.block_contributions(features)
+        if not names:
+            return pd.DataFrame(columns=["row", "rank", "feature", "contribution", "value"])
+        k = min(top, values.shape[1])
+        order = np.argsort(-np.abs(values), axis=1, kind="stable")[:, :k]
+        rows = np.repeat(np.arange(values.shape[0]), k)
+        picked = order.ravel()
+        raw = self.raw_values(features, names)
+        out = pd.DataFrame({"row": rows, "rank": np.tile(np.arange(1, k + 1), values.shape[0]),
+                            "feature": np.asarray(names, dtype=object)[picked], "contribution": values[rows, picked],
+                            "value": raw[rows, picked]})
+        return out[out["contribution"] != 0].reset_index(drop=True)
+
+    def raw_values(self, features: TrajectoryFeatures, names: list[str]) -> np.ndarray:
+        """(rows, names): each reported feature's value as the trajectory has it - a term's count, a black-box or
+        length column's value (length as ``log(1 + n)``, NaN where missing) - NaN for an embedding block or the GBM's
+        whole text."""
+        out = np.full((len(features), len(names)), np.nan)
+        terms = [n.removeprefix("text:") for n in names if n.startswith("text:")]
+        if terms:
+            counts = term_matrix(features, terms).toarray()
+            at = [i for i, n in enumerate(names) if n.startswith("text:")]
+            out[:, at] = counts
+        have = {name: i for i, name in enumerate(features.dense_names)}
+        for i, name in enumerate(names):
+            if name in have:
+                out[:, i] = features.dense[:, have[name]]
+        return out
+
+    def feature_summary(self, features: TrajectoryFeatures) -> pd.DataFrame:
+        """What the detector leans on over ``features``' rows (its training rows, say): per reported feature the mean
+        absolute contribution (the order), the mean contribution, the share of rows where it contributes, and for the
+        logistic model's single columns ``per_sd``: the change of the log-odds per standard deviation of the feature
+        (its coefficient on the standardized scale; the sign says the direction - a centred column's mean contribution
+        is 0 by construction, so it cannot). An embedding block, or any GBM input, has no ``per_sd``."""
+        names, values = self.block_contributions(features)
+        per_sd = dict(zip(self.feature_names(), self.coef)) if self.settings.model == "logistic" and \
+            self.constant is None else {}
+        out = pd.DataFrame({"feature": names, "mean_abs_contribution": np.abs(values).mean(axis=0) if len(values) else
+                            np.nan, "mean_contribution": values.mean(axis=0) if len(values) else np.nan,
+                            "share_of_rows": (values != 0).mean(axis=0) if len(values) else np.nan,
+                            "per_sd": [per_sd.get(name, np.nan) for name in names]})
+        return out.sort_values("mean_abs_contribution", ascending=False, kind="stable").reset_index(drop=True)
+
+    # ------------------------------------------------------------------ arrays, never pickle
+    def to_arrays(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """``(description, arrays)``: a JSON-able description and numeric (and unicode) arrays that
+        :meth:`from_arrays` rebuilds the detector from."""
+        meta = {"settings": self.settings.as_dict(), "dense_names": list(self.dense_names),
+                "intercept": float(self.intercept), "C": self.C, "constant": self.constant,
+                "gbm_params": self.gbm_params, "n_train": int(self.n_train), "n_failures": int(self.n_failures),
+                "n_trees": len(self.trees)}
+        arrays: dict[str, np.ndarray] = {"terms": np.array(self.terms, dtype=str)}
+        for name in ("idf", "median", "mean", "scale", "coef", "svd", "occlusion"):
+            value = getattr(self, name)
+            if value is not None:
+                arrays[name] = np.asarray(value, dtype=np.float64)
+        if self.trees:
+            arrays["tree_nodes"] = np.concatenate([t.nodes for t in self.trees])
+            arrays["tree_sizes"] = np.array([len(t.nodes) for t in self.trees], dtype=np.int64)
+        return meta, arrays
+
+    @classmethod
+    def from_arrays(cls, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> "FittedDetector":
+        """The detector :meth:`to_arrays` described (checked: shapes agree, the tree records are scikit-learn's)."""
+        settings = DetectorSettings(**{**meta["settings"], "groups": tuple(meta["settings"]["groups"])})
+        terms = [str(t) for t in arrays.get("terms", np.array([], dtype=str))]
+        out = cls(settings, terms=terms, dense_names=list(meta["dense_names"]), intercept=float(meta["intercept"]),
+                  C=meta.get("C"), constant=meta.get("constant"), gbm_params=dict(meta.get("gbm_params") or {}),
+                  n_train=int(meta.get("n_train", 0)), n_failures=int(meta.get("n_failures", 0)))
+        for name in ("idf", "median", "mean", "scale", "coef", "svd", "occlusion"):
+            if name in arrays:
+                setattr(out, name, np.asarray(arrays[name], dtype=np.float64))
+        n_text, n_dense = len(terms), len(out.dense_names)
+        expect = {"idf": (n_text,), "median": (n_dense,)}
+        if settings.model == "logistic" and out.constant is None:
+            expect.update(mean=(n_text + n_dense,), scale=(n_text + n_dense,), coef=(n_text + n_dense,))
+        for name, shape in expect.items():
+            value = getattr(out, name)
+            if (value is None and (name != "idf" or n_text)) or (value is not None and value.shape != shape):
+                raise ValueError(f"array {name!r} has shape {None if value is None else value.shape}, expected {shape}")
+        if out.svd is not None and out.svd.shape[1] != n_text:
+            raise ValueError(f"array 'svd' has {out.svd.shape[1]} columns for {n_text} terms")
+        if int(meta.get("n_trees", 0)):
+            from sklearn.ensemble._hist_gradient_boosting.common import PREDICTOR_RECORD_DTYPE
+            from sklearn.ensemble._hist_gradient_boosting.predictor import TreePredictor
+
+            nodes, sizes = arrays["tree_nodes"], arrays["tree_sizes"]
+            if nodes.dtype != PREDICTOR_RECORD_DTYPE:
+                raise ValueError("the tree records are not this scikit-learn's (another version wrote them)")
+            if len(sizes) != int(meta["n_trees"]) or int(sizes.sum()) != len(nodes) or (sizes < 1).any():
+                raise ValueError("the tree sizes do not add up to the tree records")
+            n_inputs = (0 if out.svd is None else len(out.svd)) + n_dense
+            for part in np.split(nodes, np.cumsum(sizes)[:-1]):
+                leaf = part["is_leaf"].astype(bool)
+                inner = ~leaf
+                if ((part["left"][inner] >= len(part)) | (part["right"][inner] >= len(part))
+                        | (part["feature_idx"][inner] < 0) | (part["feature_idx"][inner] >= n_inputs)).any():
+                    raise ValueError("a tree refers to a node or an input it does not have")
+                if (part["left"][inner] <= np.flatnonzero(inner)).any() or part["is_categorical"].any():
+                    raise ValueError("a tree is not one scikit-learn grows (cycle or categorical split)")
+                out.trees.append(TreePredictor(np.ascontiguousarray(part), np.zeros((0, 8), np.uint32),
+                                               np.zeros((0, 8), np.uint32)))
+        return out
+
+
+# --------------------------------------------------------------------------- fitting
+def inner_folds(y: np.ndarray, groups: np.ndarray, n_splits: int = 3, seed=0) -> list | None:
+    """The inner folds by task of a training set (``StratifiedGroupKFold``, shuffled, seeded; ``GroupKFold`` where a
+    class is rarer than the folds), when every part - training and validation - holds both classes (each validation
+    part is scored by its AUROC); None otherwise (too few tasks or failures: the model is not tuned)."""
+    from sklearn.model_selection import GroupKFold, StratifiedGroupKFold
+
+    n_groups = len(np.unique(groups))
+    k = min(n_splits, n_groups)
+    if k < 2:
+        return None
+    counts = np.bincount(y.astype(int), minlength=2)
+    splitter = (StratifiedGroupKFold(n_splits=k, shuffle=True, random_state=seed) if counts.min() >= k
+                else GroupKFold(n_splits=k, shuffle=True, random_state=seed))
+    splits = list(splitter.split(np.zeros(len(y)), y, groups))
+    both = all(0 < y[part].sum() < len(part) for train, test in splits for part in (train, test))
+    return splits if both else None
+
+
+def fit_text(counts: sp.csr_matrix, vocabulary: list[str], settings: DetectorSettings) -> tuple[list[str], np.ndarray]:
+    """The training rows' terms (``min_df``, the ``max_terms`` most frequent, ties by term) and their IDF."""
+    if counts is None or counts.shape[1] == 0:
+        return [], np.zeros(0)
+    df = np.asarray((counts > 0).sum(axis=0)).ravel()
+    total = np.asarray(counts.sum(axis=0)).ravel()
+    keep = np.flatnonzero(df >= settings.min_df)
+    order = np.lexsort((np.array(vocabulary, dtype=object)[keep], -total[keep]))
+    chosen = np.sort(keep[order[:settings.max_terms]])
+    terms = [vocabulary[i] for i in chosen]
+    if not terms:
+        return [], np.zeros(0)
+    idf = TfidfTransformer(sublinear_tf=True).fit(counts[:, chosen]).idf_
+    return terms, idf
+
+
+def fit_detector(features: TrajectoryFeatures, failure: np.ndarray, groups: np.ndarray,
+                 settings: DetectorSettings = DetectorSettings(),
+                 on_fit: Callable[[np.ndarray], None] | None = None) -> FittedDetector:
+    """Fit a detector on every row of ``features`` (the training rows: select them first with
+    :meth:`TrajectoryFeatures.take`); ``failure`` their labels, ``groups`` their tasks (the inner folds).
+    ``on_fit(index)`` is told the ``index`` rows it was fitted on (a test's hook)."""
+    from sklearn.decomposition import TruncatedSVD
+    from sklearn.ensemble import HistGradientBoostingClassifier
+    from sklearn.linear_model import LogisticRegression, LogisticRegressionCV
+    from sklearn.model_selection import GridSearchCV
+    from sklearn.preprocessing import StandardScaler
+
+    y = np.asarray(failure, dtype=bool)
+    g = np.asarray(groups)
+    if not (len(y) == len(g) == len(features)):
+        raise ValueError(f"features, failure and groups must have one length: {len(features)}, {len(y)}, {len(g)}")
+    if on_fit is not None:
+        on_fit(features.index)
+    out = FittedDetector(settings, n_train=len(y), n_failures=int(y.sum()))
+    if "text" in settings.groups:
+        out.terms, out.idf = fit_text(features.counts, features.vocabulary, settings)
+    names, values = features.dense_of([grp for grp in settings.groups if grp != "text"])
+    observed = np.isfinite(values).any(axis=0) if len(values) else np.zeros(len(names), bool)
+    out.dense_names = [name for name, seen in zip(names, observed) if seen]  # a column never observed: left out
+    values = values[:, observed]
+    out.median = np.array([np.median(col[np.isfinite(col)]) for col in values.T]) if len(values) else \
+        np.zeros(len(out.dense_names))
+    if len(y) == 0 or y.all() or not y.any():
+        rate = float(y.mean()) if len(y) else 0.5
+        out.constant = float(np.log(np.clip(rate, 1e-6, 1 - 1e-6) / np.clip(1 - rate, 1e-6, 1)))
+        return out
+    with one_thread():
+        if settings.model == "logistic":
+            text = out.text_tfidf(features)
+            dense = out.dense_values(features, impute=True)
+            text_scale = StandardScaler(with_mean=False).fit(text).scale_ if text.shape[1] else np.zeros(0)
+            dense_scaler = StandardScaler().fit(dense) if dense.shape[1] else None
+            out.mean = np.concatenate([np.zeros(text.shape[1]), dense_scaler.mean_ if dense_scaler else np.zeros(0)])
+            scale = np.concatenate([text_scale, dense_scaler.scale_ if dense_scaler else np.zeros(0)])
+            out.scale = np.where(scale > MIN_SCALE, scale, 1.0)
+            Z = out.design(features)
+            splits = inner_folds(y, g, settings.inner_splits, settings.seed)
+            if splits is None:
+                model = LogisticRegression(max_iter=2000).fit(Z, y)
+                out.C = 1.0
+            else:
+                model = LogisticRegressionCV(Cs=list(C_GRID), cv=splits, scoring=INNER_SCORING, max_iter=2000,
+                                             **NEW_CV_ARGS).fit(Z, y)
+                out.C = float(np.ravel(model.C_)[0])
+            out.coef, out.intercept = model.coef_.ravel().astype(float), float(model.intercept_[0])
+        else:
+            if out.terms:
+                tfidf = out.text_tfidf(features)
+                k = min(SVD_COMPONENTS, len(out.terms) - 1, tfidf.shape[0] - 1)
+                if k >= 1:
+                    out.svd = TruncatedSVD(n_components=k, random_state=settings.seed).fit(tfidf).components_
+            X = out.design(features)
+            with np.errstate(all="ignore"):
+                occlusion = np.nanmedian(X, axis=0) if X.shape[1] else np.zeros(0)
+            out.occlusion = np.where(np.isfinite(occlusion), occlusion, 0.0)
+            gbm = HistGradientBoostingClassifier(random_state=settings.seed, **GBM_FIXED)
+            splits = inner_folds(y, g, settings.inner_splits, settings.seed)
+            if splits is None:
+                fitted = gbm.set_params(**{k: v[0] for k, v in GBM_GRID.items()}).fit(X, y)
+            else:
+                fitted = GridSearchCV(gbm, GBM_GRID, cv=splits, scoring=INNER_SCORING).fit(X, y).best_estimator_
+            out.gbm_params = {k: fitted.get_params()[k] for k in GBM_GRID}
+            out.trees = [predictor for iteration in fitted._predictors for predictor in iteration]
+            out.intercept = float(np.ravel(fitted._baseline_prediction)[0])
+    return out
+
+
+# --------------------------------------------------------------------------- calibration as two numbers
+def platt_map(log_odds, failure) -> dict[str, Any]:
+    """Platt scaling of out-of-fold log-odds (:func:`~agentuq_nb.evaluation.calibration.fit_calibrator`) as the two
+    numbers it is, ``p = 1 / (1 + exp(-(a·s + b)))`` (``constant`` instead where the rows held one class); ``n`` rows.
+    Two numbers by hand rather than scikit-learn objects: nothing else is needed to apply the map."""
+    from agentuq_nb.evaluation.calibration import fit_calibrator
+
+    s = np.asarray(log_odds, dtype=float)
+    ok = np.isfinite(s)
+    fitted = fit_calibrator(s[ok], np.asarray(failure, dtype=bool)[ok], "platt")
+    if fitted.constant is not None:
+        return {"constant": float(fitted.constant), "n": int(fitted.n_fitted)}
+    scaler, logistic = fitted.model[0], fitted.model[-1]
+    slope = float(logistic.coef_[0, 0] / scaler.scale_[0])
+    return {"a": slope, "b": float(logistic.intercept_[0] - slope * scaler.mean_[0]), "n": int(fitted.n_fitted)}
+
+
+def platt_probability(params: dict[str, Any] | None, log_odds) -> np.ndarray:
+    """The failure probability of log-odds under a :func:`platt_map` (None: the model's own sigmoid, uncalibrated)."""
+    s = np.asarray(log_odds, dtype=float)
+    if params is None:
+        return 1.0 / (1.0 + np.exp(-s))
+    if "constant" in params:
+        return np.where(np.isfinite(s), float(params["constant"]), np.nan)
+    return 1.0 / (1.0 + np.exp(-(float(params["a"]) * s + float(params["b"]))))

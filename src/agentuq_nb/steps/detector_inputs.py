@@ -1,0 +1,152 @@
+"""What the learned detector's commands read: labelled or unlabelled runs given as results (every layout the readers
+take) or as run folders, and their features, extracted batch by batch on the job executor.
+
+* :func:`resolve_sources` - each input once: a run folder's results (its manifest names them) with the rewards its
+  ``trajectories.parquet`` holds (so an Inspect log's ``--score`` choice stands), or a results file or directory as
+  it is; its domain, its tool types, its content hash (SHA-256 of the file, or of a results directory's files).
+* :func:`corpus_features` - the features (:mod:`agentuq_nb.uq.detector_features`) of every trajectory of the
+  sources, in order, with ``run`` (the source's short name) on each row: simulations are streamed in batches of
+  ``batch_size``; each batch is one job of the job executor (:class:`~agentuq_nb.distributed.JobRunner`: in this
+  process, or on Dask with ``scheduler``, where each worker loads the embedder once), so memory holds one batch of
+  simulations and the features, never a whole file of simulations.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from itertools import islice
+from pathlib import Path
+
+from agentuq_nb.distributed import JobRunner
+from agentuq_nb.io.errors import InputError
+from agentuq_nb.io.ingest.results import detect_layout, iter_simulations, read_header
+from agentuq_nb.io.store.rundir import RunDir
+from agentuq_nb.records import Results
+from agentuq_nb.records.keys import key_dtypes
+from agentuq_nb.records.tokens import TRAJECTORY_KEYS
+from agentuq_nb.steps.compare_runs import run_names
+from agentuq_nb.uq.blackbox_signals import tool_types
+from agentuq_nb.uq.detector_features import FeatureJob, TrajectoryFeatures, extract_job
+
+#: simulations per feature-extraction job
+BATCH_SIZE = 200
+
+
+@dataclass
+class Source:
+    """One input: its short ``name``, the path given, the ``results`` read, the run folder (if one was given)."""
+
+    name: str
+    given: Path
+    results: Path
+    run: RunDir | None
+    domain: str
+    layout: str
+    sha256: str
+    tool_kinds: dict[str, str] = field(default_factory=dict)
+    models: dict[str, str] = field(default_factory=dict)
+
+    def describe(self) -> dict:
+        return {"name": self.name, "given": str(self.given), "results": str(self.results), "layout": self.layout,
+                "domain": self.domain, "models": self.models, "sha256": self.sha256}
+
+
+def content_sha256(path: Path) -> str:
+    """SHA-256 of a results file, or of a results directory's ``results.json`` and ``simulations/*.json`` (names and
+    bytes, in name order)."""
+    digest = hashlib.sha256()
+    files = [path] if path.is_file() else sorted(
+        [p for p in [path / "results.json"] if p.is_file()] + sorted((path / "simulations").glob("*.json")))
+    for file in files:
+        digest.update(str(file.relative_to(path) if file != path else file.name).encode() + b"\0")
+        with open(file, "rb") as fh:
+            while chunk := fh.read(1 << 20):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def resolve_source(path: str | os.PathLike, name: str) -> Source:
+    """The :class:`Source` of an input path (see the module docstring)."""
+    path = Path(path)
+    run = RunDir(path) if path.is_dir() and RunDir(path).has("manifest") else None
+    if run is not None:
+        manifest = run.require_manifest()
+        results = run.results_path()
+        if not results.exists():
+            raise InputError(path, f"names the results {results}, which are not there any more: give the results "
+                                   "file instead")
+        domain, models = manifest.domain or "unknown", dict(manifest.models)
+        header = read_header(results)  # (an Inspect log's rewards: the run folder's, whatever score it chose)
+    else:
+        results = path
+        header = read_header(results)
+        domain, models = Results.domain_of(header.get("info")), {}
+        info = header.get("info") or {}
+        for role, key in (("assistant", "agent_info"), ("user", "user_info")):
+            if (info.get(key) or {}).get("llm"):
+                models[role] = str(info[key]["llm"])
+    return Source(name, path, results, run, domain, detect_layout(results), content_sha256(results),
+                  tool_types(header), models)
+
+
+def resolve_sources(paths: Sequence[str | os.PathLike]) -> list[Source]:
+    """Every input once (the same results twice, by path or by content, are refused: they would count twice)."""
+    if not paths:
+        raise ValueError("give at least one labelled run (results file or run folder)")
+    names = run_names([Path(p).with_suffix("") if Path(p).is_file() else Path(p) for p in paths])
+    sources = [resolve_source(p, n) for p, n in zip(paths, names)]
+    seen: dict[str, Source] = {}
+    for s in sources:
+        if s.sha256 in seen:
+            raise InputError(s.given, f"holds the same results as {seen[s.sha256].given}: each run counts once")
+        seen[s.sha256] = s
+    return sources
+
+
+def batches(iterable, size: int) -> Iterator[list]:
+    it = iter(iterable)
+    while chunk := list(islice(it, size)):
+        yield chunk
+
+
+def corpus_features(sources: Sequence[Source], groups: Sequence[str], embedder: str = "minilm",
+                    embed_max_tokens: int | None = 128, turns: int | None = None, fraction: float | None = None,
+                    scheduler=None, batch_size: int = BATCH_SIZE, progress: bool = False,
+                    label: str = "features") -> TrajectoryFeatures:
+    """The features of every trajectory of ``sources`` (see the module docstring), each row's ``run`` its source's name,
+    its ``reward`` the run folder's where one was given; ``turns`` / ``fraction``: of each trajectory's prefix."""
+    groups = tuple(groups)
+
+    def jobs():
+        for i, source in enumerate(sources):
+            for k, sims in enumerate(batches(iter_simulations(source.results), batch_size)):
+                yield (i, k), FeatureJob(sims, source.domain, groups, embedder, embed_max_tokens, source.tool_kinds,
+                                         turns, fraction)
+
+    parts: dict[tuple[int, int], TrajectoryFeatures] = {}
+    runner = JobRunner(label="detector-features", desc=label, unit="batch", noun="batches", scheduler=scheduler,
+                       progress=progress)
+    runner.run(extract_job, jobs(), lambda key, value: parts.__setitem__(key, value))
+    ordered = []
+    for (i, _), part in sorted(parts.items()):
+        part.index["run"] = sources[i].name
+        ordered.append(part)
+    if not ordered:
+        raise InputError(sources[0].given, "holds no simulation")
+    features = TrajectoryFeatures.concat(ordered)
+    for source in sources:
+        if source.run is not None:
+            features.index = with_run_rewards(features.index, source)
+    return features
+
+
+def with_run_rewards(index, source: Source):
+    """``index`` with the rewards of ``source``'s run folder on its rows (the folder's, not the results', rewards)."""
+    rows = (index["run"] == source.name).to_numpy()
+    rewards = key_dtypes(source.run.rewards())
+    mine = key_dtypes(index.loc[rows, TRAJECTORY_KEYS]).merge(rewards, on=TRAJECTORY_KEYS, how="left")
+    index = index.copy()
+    index.loc[rows, "reward"] = mine["reward"].to_numpy(dtype=float)
+    return index

