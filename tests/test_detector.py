@@ -419,6 +419,17 @@ def test_predict_on_a_new_run_writes_calibrated_probabilities_contributions_and_
 
     table = compare_estimators(tmp_path / "run", n_boot=20, blackbox=BlackBoxConfig(embedder="hash"))
     assert table.set_index("estimator").loc["detector", "family"] == "detector"
+    # the explorer of the run shows each trajectory's probability and contributions from predictions.csv
+    from agentuq_nb.figures.explorer import DETECTOR, explorer_data
+
+    page = explorer_data(tmp_path / "run")
+    shown = {t["task_id"]: t for t in page["trajectories"]}
+    assert len(shown) == 12 and next(e for e in page["estimators"] if e["name"] == DETECTOR)["auroc"][0] is not None
+    for row in p.itertuples():
+        panel = shown[str(row.task_id)]["detector"]
+        assert panel["p_failure"] == pytest.approx(row.failure_probability, rel=1e-3, abs=1e-4)  # as shown
+        assert shown[str(row.task_id)]["values"][DETECTOR] == pytest.approx(row.failure_probability, rel=1e-3, abs=1e-4)
+        assert [c["feature"] for c in panel["contributions"]][:1] == [row.feature_1]
     # a training run met again: each trajectory scored by the model that left its run out
     again = predict(result.path, result.card["training_runs"][0]["given"], tmp_path / "again", n_boot=0)
     assert again.predictions["in_training"].all()

@@ -438,6 +438,17 @@ def test_an_original_tau_bench_run_without_seeds_in_chromium(tau_bench_run, tmp_
         page.locator(".aq-opposite").click()  # every task with a failure has a success among its 4 trials
         assert "succeeded" in page.inner_text(".aq-pane >> nth=1 >> .aq-outcome-badge")
         _shot(page, tmp_path, "tau_bench_side_by_side.png")
+        # the report's link to one trajectory (a seedless key) opens it, not the first of the list
+        from agentuq_nb.figures.report import explorer_href
+
+        last = page.locator(".aq-list .aq-item").last.get_attribute("data-key")
+        first = page.locator(".aq-list .aq-item").first.get_attribute("data-key")
+        assert last != first and last.endswith("|")
+        page.goto(f"{html.parent.as_uri()}/{explorer_href(last, html.name)}")
+        page.wait_for_selector(".agentuq-explorer .aq-item.aq-current", timeout=30_000)
+        assert page.locator(".aq-item.aq-current").get_attribute("data-key") == last
+        task = last.split("|")[2]
+        assert page.inner_text(".aq-pane >> nth=0 >> h3").startswith(f"task {task}")
         browser.close()
     assert page_errors == []
 

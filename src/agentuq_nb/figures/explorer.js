@@ -543,4 +543,13 @@ function render({ model, el }) {
   maxIn.addEventListener("input", () => { state.max = maxIn.value; refresh(); });
   if (!data.trajectories.length) panes.append(h("p", {}, "This run holds no trajectory."));
   refresh();
+  // a link from the run's report (figures/report.py explorer_href): #trajectory=<key> opens that trajectory
+  function openFromHash() {
+    const found = /^#trajectory=(.+)$/.exec(globalThis.location ? globalThis.location.hash : "");
+    let key = null;
+    try { key = found ? decodeURIComponent(found[1]) : null; } catch (err) { key = null; }
+    if (key && byKey[key]) openTrajectory(key, 0);
+  }
+  openFromHash();
+  if (globalThis.addEventListener) globalThis.addEventListener("hashchange", openFromHash);
 }

@@ -19,11 +19,10 @@ with the highest AUROC among those *not* tuned on the run's labels (:func:`defau
   calls and tool results pretty-printed with the tool's name (results collapsed), at each decision point the K
   resampled actions in their clusters.
 
-**A learned detector's slot.** A detector's failure probability per trajectory and each feature's contribution to
-it are shown by :func:`attach_detector` (a frame with the trajectory keys and ``detector.p_failure``, and optionally
-the contributions): it becomes one more estimator (sortable, with its AUROC) and a panel of the trajectory view; a
-per-message probability is one more entry of the payload's ``signals`` (a sparkline). The JavaScript reads all of it
-from the payload and needs no change.
+**A learned detector.** A run folder holding a detector's ``predictions.csv`` (``agentuq-nb predict``) shows its
+failure probability as the ``detector`` estimator and, per trajectory, a panel of the features' contributions
+(:func:`run_detector_panels`); :func:`attach_detector` does the same for predictions made elsewhere. A link
+``#trajectory=<key>`` (:func:`trajectory_key`; the run's report links every trajectory so) opens that trajectory.
 
 **The page is safe to share** (:func:`standalone_html`): every string from the run passes the secret masking of
 executed notebooks (:func:`agentuq_nb.common.redaction.mask_secrets`; a key split across a message's tokens is found
@@ -52,6 +51,7 @@ import pandas as pd
 from agentuq_nb.common.redaction import MASK, mask_secrets, secret_spans
 from agentuq_nb.estimators import estimators as run_estimators
 from agentuq_nb.estimators import get as get_estimator
+from agentuq_nb.estimators.detector import DetectorProbability, read_predictions
 from agentuq_nb.estimators.scores import score_table
 from agentuq_nb.evaluation.metrics import UndefinedMetricError, auroc
 from agentuq_nb.figures.blackbox import COMPONENTS, EVENTS
@@ -93,8 +93,8 @@ LINE_SIGNALS = (("nll", "agent turn: mean token NLL", "assistant"),
                 ("entropy", "action semantic entropy (K resamples)", "assistant"))
 #: the structure events of ``blackbox_turns`` marked per message: (field, label)
 EVENT_SIGNALS = tuple((field, label) for field, label, _ in EVENTS)
-#: the column of a learned detector's failure probability (:func:`attach_detector`)
-DETECTOR = "detector.p_failure"
+#: the estimator of a learned detector's failure probability (the registered `detector` family; :func:`attach_detector`)
+DETECTOR = DetectorProbability.name
 #: the page ``agentuq-nb explore RUN_DIR`` writes into the run folder when no ``--out`` is given
 PAGE_NAME = "explorer.html"
 #: characters that must not appear raw in a JSON payload inside HTML (``</script>``, ``<!--``, entities)
@@ -105,19 +105,19 @@ def _asset(name: str) -> str:
     return resources.files("agentuq_nb.figures").joinpath(name).read_text(encoding="utf-8")
 
 
-def _part(value) -> str:
-    """One part of a trajectory key: a missing trial or seed (τ-bench runs record no seed) is empty."""
-    if value is None or (not isinstance(value, str) and pd.isna(value)):
-        return ""
-    return str(int(value)) if isinstance(value, (int, float, np.integer, np.floating)) else str(value)
-
-
-def _key(run: int, domain, task_id, trial, seed) -> str:
-    return "|".join((str(run), str(domain), str(task_id), _part(trial), _part(seed)))
+def trajectory_key(domain, task_id, trial, seed, run: int = 0) -> str:
+    """A trajectory as the page keys it: ``run|domain|task_id|trial|seed`` (``run``: its index among the page's runs,
+    0 for the page of one run; a missing trial or seed - τ-bench runs record no seed - is empty). The report links
+    into the page with it (``#trajectory=<key>``)."""
+    def part(value) -> str:
+        if value is None or (not isinstance(value, str) and pd.isna(value)):
+            return ""
+        return str(int(value)) if isinstance(value, (int, float, np.integer, np.floating)) else str(value)
+    return "|".join((str(run), str(domain), str(task_id), part(trial), part(seed)))
 
 
 def _keyed(frame: pd.DataFrame, run: int) -> pd.Series:
-    return pd.Series([_key(run, *k) for k in frame[TRAJECTORY_KEYS].itertuples(index=False, name=None)],
+    return pd.Series([trajectory_key(*k, run=run) for k in frame[TRAJECTORY_KEYS].itertuples(index=False, name=None)],
                      index=frame.index, dtype=object)
 
 
@@ -215,7 +215,7 @@ def _decisions(run: RunDir, index: int) -> dict[str, list[dict]]:
                 label = action_label(calls, row.content or "", action_kind(key))
             except ValueError:
                 label = f"malformed: {str(row.tool_calls)[:80]}"
-            texts.setdefault((_key(index, row.domain, row.task_id, row.trial, row.seed), int(row.decision_idx)),
+            texts.setdefault((trajectory_key(row.domain, row.task_id, row.trial, row.seed, index), int(row.decision_idx)),
                              []).append(label)
     out: dict[str, list[dict]] = {}
     turns["key"] = _keyed(turns, index)
@@ -396,7 +396,7 @@ def _one_run(run: RunDir, index: int, estimators: Sequence[str] | None, scorer: 
     tasks = {str(t.get("id")): t for t in header.get("tasks") or [] if isinstance(t, dict)}
     views, task_briefs = {}, {}
     for sim in iter_simulations(results):
-        key = _key(index, domain, sim.task_id, sim.trial, sim.seed)
+        key = trajectory_key(domain, sim.task_id, sim.trial, sim.seed, index)
         if key not in wanted or key in views:
             continue
         entropy_at = {d["message"]: d["entropy"] for d in decisions.get(key, [])}
@@ -408,6 +408,7 @@ def _one_run(run: RunDir, index: int, estimators: Sequence[str] | None, scorer: 
         views[key] = {"messages": messages, "task": task_key if task is not None else None,
                       **_forensics(sim, task, made)}
 
+    panels = run_detector_panels(run, index)
     trajectories = []
     for (_, row), fail, has_label in zip(scores.iterrows(), failed, labelled):
         key = row["key"]
@@ -418,7 +419,7 @@ def _one_run(run: RunDir, index: int, estimators: Sequence[str] | None, scorer: 
             "trial": _int(row["trial"]), "seed": _int(row["seed"]), "reward": _num(row["reward"], 3),
             "failed": bool(fail) if has_label else None,
             "termination": None if pd.isna(ended.get(key)) else str(ended.get(key)),
-            "values": {e.name: _num(row[e.name]) for e in chosen}, "detector": None,
+            "values": {e.name: _num(row[e.name]) for e in chosen}, "detector": panels.get(key),
             "decisions": decisions.get(key, []), **view})
     return {"run": {**_run_label(run), "scorer": used_scorer, "has_tokens": bool(tokens),
                     "n": len(trajectories), "failures": int((failed & labelled).sum()),
@@ -500,41 +501,59 @@ def masked_page_data(data: dict) -> dict:
     return masked
 
 
-def attach_detector(data: dict, predictions: pd.DataFrame, run: int = 0, protocol: str = "trained on other runs",
-                    description: str = "a learned detector's failure probability") -> dict:
-    """Show a learned detector in ``data`` (:func:`explorer_data`'s, changed in place and returned): ``predictions``
-    holds the trajectory keys (``domain, task_id, trial, seed``) of run ``run`` and :data:`DETECTOR` (the failure
-    probability), optionally ``contributions``: per trajectory a list of ``{feature, value, contribution}`` (or its
-    JSON text, as a CSV holds it), the features that pushed the probability up (> 0) or down. The probability
-    becomes an estimator of the list (its AUROC on the run computed here, ``protocol`` saying how it was fitted) and
-    each trajectory's ``detector`` panel; the default sort is chosen again (:func:`default_sort`)."""
+def detector_panels(predictions: pd.DataFrame, run: int) -> dict[str, dict]:
+    """Each trajectory's detector panel of run ``run``, by its key: ``predictions`` holds the trajectory keys
+    (``domain, task_id, trial, seed``), :data:`DETECTOR` (the failure probability) and optionally ``contributions``:
+    per trajectory a list of ``{feature, value, contribution}`` (or its JSON text, as ``predictions.csv`` holds it),
+    the features that pushed the probability up (> 0) or down, largest first."""
     missing = [c for c in [*TRAJECTORY_KEYS, DETECTOR] if c not in predictions.columns]
     if missing:
         raise ValueError(f"detector predictions lack the column(s) {', '.join(missing)}")
     frame = key_dtypes(predictions)
-    keys = _keyed(frame, run)
     contributions = frame["contributions"] if "contributions" in frame.columns else pd.Series(None, index=frame.index)
-    by_key = {}
-    for key, p, contribution in zip(keys, frame[DETECTOR], contributions):
+    panels = {}
+    for key, p, contribution in zip(_keyed(frame, run), frame[DETECTOR], contributions):
         if isinstance(contribution, str):
             contribution = json.loads(contribution)
         rows = [{"feature": str(c["feature"]), "value": _num(c.get("value")), "contribution": _num(c["contribution"])}
                 for c in (contribution if isinstance(contribution, list) else [])]
         rows.sort(key=lambda c: -abs(c["contribution"] or 0))
-        by_key[key] = {"p_failure": _num(p), "contributions": rows}
+        panels[key] = {"p_failure": _num(p), "contributions": rows}
+    return panels
+
+
+def run_detector_panels(run: RunDir, index: int) -> dict[str, dict]:
+    """The detector panels of a run folder that ``agentuq-nb predict`` wrote ``predictions.csv`` into (none else)."""
+    if not run.has("predictions"):
+        return {}
+    predictions = read_predictions(run)
+    return detector_panels(predictions.rename(columns={"failure_probability": DETECTOR}), index)
+
+
+def attach_detector(data: dict, predictions: pd.DataFrame, run: int = 0,
+                    protocol: str = DetectorProbability.protocol, description: str = DetectorProbability.description,
+                    ) -> dict:
+    """Show a learned detector's predictions of run ``run`` in ``data`` (:func:`explorer_data`'s, changed in place
+    and returned) where its folder holds none (a notebook's own predictions; a run folder after ``agentuq-nb
+    predict`` shows them without this): ``predictions`` as :func:`detector_panels` reads them. The probability is
+    the :data:`DETECTOR` estimator of that run (its AUROC on the run computed here; other runs keep theirs) and each
+    trajectory's ``detector`` panel; the default sort is chosen again (:func:`default_sort`)."""
+    panels = detector_panels(predictions, run)
     values, failed, labelled = [], [], []
     for t in data["trajectories"]:
-        shown = by_key.get(t["key"]) if t["run"] == run else None
-        t["detector"] = shown
-        t["values"][DETECTOR] = shown["p_failure"] if shown else None
-        if t["run"] == run:
-            values.append(np.nan if t["values"][DETECTOR] is None else t["values"][DETECTOR])
-            failed.append(bool(t["failed"]))
-            labelled.append(t["failed"] is not None)
+        if t["run"] != run:
+            continue
+        t["detector"] = panels.get(t["key"])
+        t["values"][DETECTOR] = t["detector"]["p_failure"] if t["detector"] else None
+        values.append(np.nan if t["values"][DETECTOR] is None else t["values"][DETECTOR])
+        failed.append(bool(t["failed"]))
+        labelled.append(t["failed"] is not None)
     value, n = _auroc(np.asarray(values, dtype=float), np.asarray(failed), np.asarray(labelled), True)
-    entry = {"name": DETECTOR, "family": "detector", "higher_is_uncertain": True, "description": description,
-             "protocol": protocol, "in_sample": False, "auroc": [value if i == run else None for i in range(len(data["runs"]))],
-             "n": [n if i == run else 0 for i in range(len(data["runs"]))]}
+    n_runs = len(data["runs"])
+    entry = next((e for e in data["estimators"] if e["name"] == DETECTOR), None) or {
+        "name": DETECTOR, "family": "detector", "higher_is_uncertain": True, "description": description,
+        "protocol": protocol, "in_sample": False, "auroc": [None] * n_runs, "n": [0] * n_runs}
+    entry["auroc"][run], entry["n"][run] = value, n
     data["estimators"] = [entry, *[e for e in data["estimators"] if e["name"] != DETECTOR]]
     data["sort"] = default_sort(data["estimators"])
     return masked_page_data(data)

@@ -12,8 +12,8 @@ masking (:func:`agentuq_nb.common.redaction.redact`, as executed notebooks do) a
 
 Hooks the other pages wire: a trajectory's link into the explorer is ``<explorer page>#trajectory=<key>``
 (:func:`explorer_href`), the key being the explorer's own trajectory key, ``run|domain|task_id|trial|seed`` with
-run 0 for the page of one run (:func:`trajectory_key`; an empty seed for runs without one; the explorer reading
-``location.hash`` to open it is the explorer's part), the page the one ``agentuq-nb explore RUN_DIR --out RUN_DIR/explorer.html``
+run 0 for the page of one run (:func:`trajectory_key`; an empty seed for runs without one; the page opens it from
+``location.hash``), the page the one ``agentuq-nb explore RUN_DIR --out RUN_DIR/explorer.html``
 writes (the run folder's ``explorer`` artefact); a detector's ``predictions.csv`` in the run folder (its
 ``predictions`` artefact) is shown as it is (:func:`predictions_section`, its first :data:`MAX_PREDICTION_ROWS`
 rows). The step that writes a page passes their paths (the run folder's layout is ``RunDir``'s).
@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from agentuq_nb.common.redaction import redact
+from agentuq_nb.figures.explorer import trajectory_key
 
 #: rows of a detector's ``predictions.csv`` a page shows (the file holds them all)
 MAX_PREDICTION_ROWS = 2000
@@ -48,16 +49,6 @@ def text(value) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
     return html.escape(redact(str(value)), quote=True)
-
-
-def trajectory_key(domain, task_id, trial, seed, run: int = 0) -> str:
-    """A trajectory as the explorer keys it: ``run|domain|task_id|trial|seed`` (``run``: its index among the page's
-    runs, 0 for the page of one run; trial and seed empty when the run has none)."""
-    def plain(v) -> str:
-        if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):
-            return ""
-        return str(int(v)) if isinstance(v, (int, np.integer, float, np.floating)) else str(v)
-    return "|".join([str(run), str(domain), str(task_id), plain(trial), plain(seed)])
 
 
 def explorer_href(key: str, explorer: str) -> str:
