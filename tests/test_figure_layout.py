@@ -67,7 +67,21 @@ def runs(tmp_path_factory):
     run_saup(out["run_a"], embedder="hash", k_folds=3)
     compare_estimators(out["run_a"], n_boot=20, blackbox=False)
     out["board"] = compare_runs([out["run_a"], out["run_b"]], tmp / "board", n_boot=20)
+    out["detector"] = _detector_study(tmp)
     return out
+
+
+def _detector_study(tmp: Path):
+    """The detector study (every protocol, the ablation, early detection) on four small synthetic runs of two domains
+    (the detector tests' generator; hash embeddings)."""
+    from tests.test_detector import write_run
+
+    from agentuq_nb.pipeline.detector_study import run_study
+
+    results = [write_run(tmp / f"agent{i}_{domain}.json", f"agent{i}", domain, n_tasks=8, seed=i)
+               for i, domain in enumerate(("airline", "airline", "retail", "retail"))]
+    return run_study(results, tmp / "detector_study", n_boot=50, embedder="hash", n_splits=3, early_turns=(1, 2),
+                     early_fractions=(0.5,))
 
 
 def _synthetic_turns(seed: int = 0) -> pd.DataFrame:
@@ -104,6 +118,7 @@ def _cases(runs) -> dict:
         run_leaderboard,
         structural,
     )
+    from agentuq_nb.figures import detector as detector_figures
     from agentuq_nb.figures import (
         runs as run_figures,
     )
@@ -182,6 +197,7 @@ def _cases(runs) -> dict:
                              "termination": rng.choice(["user_stop", "max_steps", "agent_stop"], 135)})
     tokens = pd.DataFrame({"role": rng.choice(["assistant", "user"], 4000), "scorer": "self",
                            "chosen_logprob": -rng.exponential(0.8, 4000)})
+    study = runs["detector"]
     return {
         "actions.decision_points_figure": lambda: actions.decision_points_figure(_synthetic_turns(), "task 7 (trial 0)"),
         "actions.estimators_by_outcome_figure": lambda: actions.estimators_by_outcome_figure(
@@ -189,6 +205,10 @@ def _cases(runs) -> dict:
                           "action_agreement.mean": np.r_[rng.uniform(size=30), [np.nan] * 10],
                           "conceptual_pairwise.mean": rng.uniform(size=40),
                           "tool_name_entropy.mean": rng.uniform(size=40)}), pd.Series(rng.uniform(size=40) < 0.7)),
+        "detector.protocols_figure": lambda: detector_figures.protocols_figure(study.detector.protocols),
+        "detector.ablation_figure": lambda: detector_figures.ablation_figure(study.ablation),
+        "detector.early_detection_figure": lambda: detector_figures.early_detection_figure(study.detector.early),
+        "detector.top_features_figure": lambda: detector_figures.top_features_figure(study.detector.top_features),
         "blackbox.trajectory_signals_figure": lambda: blackbox.trajectory_signals_figure(one, "run_a: one trajectory"),
         "blackbox.tracer_readouts_figure": lambda: blackbox.tracer_readouts_figure(b.long),
         "calibration.reliability_diagram": lambda: calibration.reliability_diagram(

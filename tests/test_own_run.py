@@ -44,7 +44,8 @@ def test_a_results_file_without_log_probs_to_table_figures_and_explorer_in_three
 def test_analyze_with_log_probs_draws_the_roc_and_accuracy_rejection_curves(tmp_path, synthetic_results):
     done = run("analyze", synthetic_results, "--out", tmp_path / "run", "--embedder", "hash", "--n-boot", "20")
     figures = {p.stem for p in (tmp_path / "run" / "figures").glob("*.png")}
-    assert figures == {"estimator_forest", "roc", "accuracy_rejection"}
+    # the reliability diagram: the best combination's cross-fitted probabilities beside length's (issue 40)
+    assert figures == {"estimator_forest", "roc", "accuracy_rejection", "reliability"}
     # the counts say what they count: 12 trajectories, one trajectory row per role
     assert "12 trajectories: " in done.stdout and "trajectory rows (12 trajectories × 3 role rows" in done.stdout
 
