@@ -162,6 +162,21 @@ def corpus(runs, groups=("text", "blackbox", "length")):
     return corpus_features(resolve_sources(runs), groups, "hash")
 
 
+def test_a_term_of_one_task_is_left_out_of_the_vocabulary_however_often_it_occurs():
+    """A term that only one task's trajectories hold (its user's name, across every run and trial) names the task: it is
+    kept with min_tasks=1 and left out at the default; a term of three tasks is kept."""
+    import scipy.sparse as sp
+
+    from agentuq_nb.evaluation.detector_model import fit_text
+
+    tasks = np.array(["airline|1"] * 6 + ["airline|2"] * 2 + ["airline|3"] * 2)
+    counts = sp.csr_matrix(np.array([[3, 1]] * 6 + [[0, 1]] * 4))  # "user:aarav ahmed" in task 1 only; "agent:sorry" in all
+    vocabulary = ["user:aarav ahmed", "agent:sorry"]
+    assert fit_text(counts, vocabulary, DetectorSettings(), tasks)[0] == ["agent:sorry"]
+    assert fit_text(counts, vocabulary, DetectorSettings(min_tasks=1), tasks)[0] == vocabulary
+    assert fit_text(counts, vocabulary, DetectorSettings(min_tasks=4), tasks)[0] == []
+
+
 def test_a_linear_detectors_contributions_add_up_to_its_log_odds_and_survive_the_arrays(runs):
     f = corpus(runs[:3])
     y = f.index["reward"].to_numpy() < 1

@@ -645,6 +645,7 @@ def train_detector(
     seed: int = config_option(TrainDetectorConfig, "seed", "--seed"),
     embedder: Embedder = config_option(TrainDetectorConfig, "embedder", "--embedder"),
     max_terms: int = config_option(TrainDetectorConfig, "max_terms", "--max-terms"),
+    min_tasks: int = config_option(TrainDetectorConfig, "min_tasks", "--min-tasks"),
     early_turn: Optional[list[int]] = typer.Option(None, "--early-turn", help="early detection: also score the first "
                                                    "K agent turns (repeat)"),
     early_fraction: Optional[list[float]] = typer.Option(None, "--early-fraction", help="early detection: also score "
@@ -658,7 +659,7 @@ def train_detector(
     with _reported(lambda: f"interrupted: nothing was written to {out} (a detector folder is published whole)"):
         config = TrainDetectorConfig(inputs=inputs, out=out, model=model, failure_threshold=failure_threshold,
                                      n_splits=n_splits, n_boot=n_boot, seed=seed, embedder=Embedder(embedder).value,
-                                     max_terms=max_terms, early_turns=early_turn or [],
+                                     max_terms=max_terms, min_tasks=min_tasks, early_turns=early_turn or [],
                                      early_fractions=early_fraction or [], scheduler=scheduler, progress=True,
                                      **({"groups": group} if group else {}), **({"protocols": protocol} if protocol else {}))
         trained = run_train(config)

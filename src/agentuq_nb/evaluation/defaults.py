@@ -13,3 +13,8 @@ DETECTOR_PROTOCOLS = {
     "leave_run_and_task_out": "leave one run and its tasks out (run- and task-disjoint, same domain in training)",
     "leave_one_domain_out": "leave one domain out (trained on the other domains)",
 }
+#: a learned detector's text vocabulary (:class:`.detector_model.DetectorSettings`): the most frequent terms kept, the
+#: training trajectories and the tasks a term must appear in (a term of one task - its user's name - names the task)
+DETECTOR_MAX_TERMS = 5000
+DETECTOR_MIN_DF = 2
+DETECTOR_MIN_TASKS = 3

@@ -2,7 +2,9 @@
 (:mod:`agentuq_nb.uq.detector_features`), fitted on training rows only, read back from plain arrays.
 
 **What is fitted, on the training rows alone.** The text group: the terms seen in at least ``min_df`` training
-trajectories, the ``max_terms`` most frequent of them, weighed by TF-IDF (scikit-learn's ``TfidfTransformer``,
+trajectories of at least ``min_tasks`` tasks (a term of one task only - its user's name, a reservation's cities - says
+which task a trajectory is, which task-disjoint protocols show to be leakage, not a failure signal), the ``max_terms``
+most frequent of them, weighed by TF-IDF (scikit-learn's ``TfidfTransformer``,
 sublinear term frequency, rows L2-normalized) with the training rows' IDF. The dense groups (black-box signals,
 embeddings, length): missing values imputed by the training medians. Then one of :data:`MODELS`:
 
@@ -46,6 +48,7 @@ from sklearn.feature_extraction.text import TfidfTransformer
 
 from agentuq_nb.evaluation.calibration import one_thread
 from agentuq_nb.evaluation.combined_predictor import C_GRID, GBM_FIXED, GBM_GRID, NEW_CV_ARGS
+from agentuq_nb.evaluation.defaults import DETECTOR_MAX_TERMS, DETECTOR_MIN_DF, DETECTOR_MIN_TASKS
 from agentuq_nb.uq.detector_features import GROUPS, TrajectoryFeatures, block_of, check_groups
 
 MODELS = ("logistic", "gbm")
@@ -75,8 +78,9 @@ class DetectorSettings:
 
     groups: tuple[str, ...] = GROUPS
     model: str = "logistic"
-    max_terms: int = 5000
-    min_df: int = 2
+    max_terms: int = DETECTOR_MAX_TERMS
+    min_df: int = DETECTOR_MIN_DF
+    min_tasks: int = DETECTOR_MIN_TASKS
     inner_splits: int = 3
     seed: int = 0
 
@@ -84,8 +88,8 @@ class DetectorSettings:
         object.__setattr__(self, "groups", check_groups(self.groups))
         if self.model not in MODELS:
             raise ValueError(f"model must be one of {', '.join(MODELS)}, not {self.model!r}")
-        if self.max_terms < 1 or self.min_df < 1 or self.inner_splits < 2:
-            raise ValueError("max_terms and min_df must be >= 1 and inner_splits >= 2")
+        if self.max_terms < 1 or self.min_df < 1 or self.min_tasks < 1 or self.inner_splits < 2:
+            raise ValueError("max_terms, min_df and min_tasks must be >= 1 and inner_splits >= 2")
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -349,13 +353,21 @@ def inner_folds(y: np.ndarray, groups: np.ndarray, n_splits: int = 3, seed=0) ->
     return splits if both else None
 
 
-def fit_text(counts: sp.csr_matrix, vocabulary: list[str], settings: DetectorSettings) -> tuple[list[str], np.ndarray]:
-    """The training rows' terms (``min_df``, the ``max_terms`` most frequent, ties by term) and their IDF."""
+def fit_text(counts: sp.csr_matrix, vocabulary: list[str], settings: DetectorSettings,
+             tasks: np.ndarray | None = None) -> tuple[list[str], np.ndarray]:
+    """The training rows' terms (``min_df`` rows, ``min_tasks`` of the rows' ``tasks``, the ``max_terms`` most
+    frequent, ties by term) and their IDF."""
     if counts is None or counts.shape[1] == 0:
         return [], np.zeros(0)
-    df = np.asarray((counts > 0).sum(axis=0)).ravel()
+    present = (counts > 0).astype(np.int32)
+    df = np.asarray(present.sum(axis=0)).ravel()
     total = np.asarray(counts.sum(axis=0)).ravel()
-    keep = np.flatnonzero(df >= settings.min_df)
+    wanted = df >= settings.min_df
+    if tasks is not None and settings.min_tasks > 1:
+        codes, _ = pd.factorize(np.asarray(tasks, dtype=object))
+        by_task = sp.csr_matrix((np.ones(len(codes)), (codes, np.arange(len(codes)))), shape=(codes.max() + 1, len(codes)))
+        wanted &= np.asarray(((by_task @ present) > 0).sum(axis=0)).ravel() >= settings.min_tasks
+    keep = np.flatnonzero(wanted)
     order = np.lexsort((np.array(vocabulary, dtype=object)[keep], -total[keep]))
     chosen = np.sort(keep[order[:settings.max_terms]])
     terms = [vocabulary[i] for i in chosen]
@@ -385,7 +397,7 @@ def fit_detector(features: TrajectoryFeatures, failure: np.ndarray, groups: np.n
         on_fit(features.index)
     out = FittedDetector(settings, n_train=len(y), n_failures=int(y.sum()))
     if "text" in settings.groups:
-        out.terms, out.idf = fit_text(features.counts, features.vocabulary, settings)
+        out.terms, out.idf = fit_text(features.counts, features.vocabulary, settings, g)
     names, values = features.dense_of([grp for grp in settings.groups if grp != "text"])
     observed = np.isfinite(values).any(axis=0) if len(values) else np.zeros(len(names), bool)
     out.dense_names = [name for name, seen in zip(names, observed) if seen]  # a column never observed: left out

@@ -299,10 +299,12 @@ function render({ model, el }) {
       h("div", { class: "aq-section-head" }, `Learned detector: failure probability ${fmt(d.p_failure, 2)}`,
         h("span", { class: "aq-bar aq-pbar", style: `width:${Math.round(120 * (d.p_failure || 0))}px` })),
       top.length ? h("table", { class: "aq-table aq-contrib" },
-        h("tr", {}, h("th", {}, "feature"), h("th", {}, "value"), h("th", {}, "contribution"), h("th")),
+        h("tr", {}, h("th", {}, "feature"), h("th", {}, "value"), h("th", {}, "contribution (log-odds)"),
+          h("th", { class: "aq-diverge-head" }, h("span", {}, "← toward success"), h("span", {}, "toward failure →"))),
         ...top.map((c) => h("tr", {},
           h("td", {}, c.feature), h("td", {}, fmt(c.value)), h("td", {}, fmt(c.contribution)),
-          h("td", {}, h("span", { class: `aq-bar ${(c.contribution || 0) > 0 ? "aq-up" : "aq-down"}`,
+          h("td", { class: "aq-diverge" }, h("span", {
+            class: `aq-bar ${(c.contribution || 0) > 0 ? "aq-up" : "aq-down"}`,
             style: `width:${Math.round(80 * Math.abs(c.contribution || 0) / scale)}px` }))))) : null);
   }
 

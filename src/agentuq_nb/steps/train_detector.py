@@ -41,7 +41,7 @@ import pandas as pd
 from pydantic import Field, field_validator
 
 from agentuq_nb.distributed import JobRunner
-from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
+from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT, DETECTOR_MAX_TERMS, DETECTOR_MIN_DF, DETECTOR_MIN_TASKS
 from agentuq_nb.evaluation.defaults import DETECTOR_PROTOCOLS as PROTOCOLS
 from agentuq_nb.io.atomic import json_ready
 from agentuq_nb.io.store.detector_dir import check_destination, write_detector_dir
@@ -85,8 +85,11 @@ class TrainDetectorConfig(StepConfig):
                                                         "bag-of-words hash, for tests; none: no embeddings group and "
                                                         "no TRACER)")
     embed_max_tokens: int = Field(128, ge=8, le=512, description="word pieces MiniLM reads of each text")
-    max_terms: int = Field(5000, ge=1, le=200_000, description="text terms a model keeps (the most frequent)")
-    min_df: int = Field(2, ge=1, description="a term is kept when at least this many training trajectories hold it")
+    max_terms: int = Field(DETECTOR_MAX_TERMS, ge=1, le=200_000, description="text terms a model keeps (the most frequent)")
+    min_df: int = Field(DETECTOR_MIN_DF, ge=1, description="a term is kept when at least this many training "
+                        "trajectories hold it")
+    min_tasks: int = Field(DETECTOR_MIN_TASKS, ge=1, description="a term is kept only when trajectories of at "
+                           "least this many tasks hold it (a term of one task - its user's name - names the task)")
     early_turns: list[int] = Field(default_factory=list, description="early detection: the first k agent turns")
     early_fractions: list[float] = Field(default_factory=list, description="early detection: fractions of the "
                                          "messages")
@@ -137,7 +140,7 @@ class TrainDetectorConfig(StepConfig):
         from agentuq_nb.evaluation.detector_model import DetectorSettings
 
         return DetectorSettings(groups=tuple(self.groups), model=self.model, max_terms=self.max_terms,
-                                min_df=self.min_df, seed=self.seed)
+                                min_df=self.min_df, min_tasks=self.min_tasks, seed=self.seed)
 
     def model_post_init(self, context: Any) -> None:
         if self.embedder == "none" and "embeddings" in self.groups:
