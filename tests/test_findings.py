@@ -4,7 +4,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from agentuq_nb.pipeline.findings import action_findings, calibration_findings, diagram_estimators
+from agentuq_nb.pipeline.findings import (
+    action_findings,
+    calibration_findings,
+    diagram_estimators,
+    study_findings,
+    study_record,
+)
 
 KEYS = {"domain": "bookshop", "seed": 300}
 
@@ -63,3 +69,27 @@ def test_calibration_findings_and_the_curves_worth_drawing():
     assert f"sampling standard error of about {se:.2f}" in text
     assert "Best: `combined_predictor` (platt) Brier 0.150" in text and "`tracer.optimistic`, left out" in text
     assert "exceeds `ece` in 1 of 4 rows" in text
+
+
+def test_a_study_record_counts_what_excludes_chance_once_per_score_and_marks_what_was_tuned_in_sample():
+    table = _table()
+    table["in_sample"] = False
+    table.loc[len(table)] = ["tracer.optimistic", "tracer", 0.80, 0.60, 0.95, 14, None, True]
+    table.loc[len(table)] = ["combined_predictor", "combined", 0.37, 0.20, 0.55, 14, None, False]
+    table.loc[len(table)] = ["user.max_token_nll", "token", np.nan, np.nan, np.nan, 0, None, False]
+    record = study_record("quickstart", _rewards(), table, _turns(True))
+    assert record["n_trajectories"] == 14 and record["n_failures"] == 11 and record["n_successes"] == 3
+    assert record["n_agent_scored"] == 14 and record["n_tasks"] == 14
+    assert record["n_estimators"] == 7  # the undefined AUROC is not counted
+    assert record["median_interval_width"] == 0.37  # widths .42 .5 .37 .33 .42 .35 .35
+    # three intervals exclude chance: the .mean row with its alias .max (one score) and the in-sample row
+    assert record["n_excluding_chance"] == 3 and record["expected_by_chance"] == 0.4
+    assert [(r["estimator"], r["same_scores"], r["in_sample"]) for r in record["excluding_chance"]] == [
+        ("action_semantic_entropy.mean", ["action_semantic_entropy.max"], False), ("tracer.optimistic", [], True)]
+    assert record["combined"][0]["auroc"] == 0.37 and record["length"]["estimator"] == "num_messages"
+    assert record["actions"] == {"k": 4, "points": 10, "all_distinct": 10, "no_agreement": 10}
+    text = study_findings(record)
+    assert "**3 intervals exclude chance, where about 0.4 of 7 would by chance**" in text
+    assert "`action_semantic_entropy.mean` = `action_semantic_entropy.max` 0.700 [0.520, 0.940]" in text
+    assert "`tracer.optimistic` 0.800 [0.600, 0.950] (n = 14) (tuned on this run's own labels)" in text
+    assert "10 of 10 decision points have 4 clusters of 4" in text

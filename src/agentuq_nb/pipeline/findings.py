@@ -1,8 +1,13 @@
 """What a notebook's run found, in sentences made from its numbers when the notebook runs, so that its prose
 cannot go stale (the notebooks show them with ``IPython.display.Markdown``): the action-resampling study
-(notebook 10) and the calibration study (notebook 11). Notebook 13's sentences are
-:func:`agentuq_nb.pipeline.real_runs.findings`."""
+(notebook 10), the calibration study (notebook 11) and a study's record of what it found (:func:`study_record`,
+written by notebook 11 as ``findings.json`` beside the figures; the quickstart's is committed as
+``docs/findings/quickstart.json``, which the README's quickstart paragraph may only quote). Notebook 13's sentences
+are :func:`agentuq_nb.pipeline.real_runs.findings`."""
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -145,3 +150,106 @@ def calibration_findings(report: dict, calibrated: pd.DataFrame, n_bins: int) ->
             "every bin's gap is the same size), so where the gaps differ between bins and the sampling correction "
             "is small, the debiased L2 figure is the larger one.")
     return "\n\n".join(lines)
+
+
+#: the quickstart's record, committed: the README's quickstart paragraph quotes only numbers it holds (a test checks)
+COMMITTED_QUICKSTART = "docs/findings/quickstart.json"
+#: the interval level of the estimator table's AUROCs: at this level, this share of intervals excludes chance by chance
+CHANCE_SHARE = 0.05
+#: the estimator that counts the trajectories the agent's estimators score (those with an agent turn)
+AGENT_ESTIMATOR = "assistant.avg_token_nll"
+
+
+def _row(r) -> dict:
+    return {"estimator": r["estimator"], "auroc": round(float(r["auroc"]), 3), "lo": round(float(r["auroc_lo"]), 3),
+            "hi": round(float(r["auroc_hi"]), 3), "n": int(r["n"])}
+
+
+def study_record(name: str, rewards: pd.DataFrame, table: pd.DataFrame, action_turns: pd.DataFrame | None = None,
+                 failure_threshold: float = DEFAULT_FAILURE_THRESHOLD) -> dict:
+    """What a study on one run found, as numbers: its size (simulations, tasks, trials, failures, and how many the
+    agent's estimators score), the estimator table's spread (estimators with a defined AUROC, the median width of
+    their intervals), which intervals exclude chance against how many would by chance, each with the estimators
+    that repeat its scores and whether it was tuned on the run's own labels, the cross-fitted combinations, the best
+    length baseline and (``action_turns``) whether the action estimators saturate. ``rewards``: keys + ``reward``;
+    ``table``: ``compare-estimators``' table."""
+    failed = rewards["reward"].astype(float) < failure_threshold
+    trials = rewards.groupby("task_id").size()
+    defined = table[np.isfinite(table["auroc"].to_numpy(dtype=float))]
+    width = (defined["auroc_hi"] - defined["auroc_lo"]).dropna()
+    same = defined["same_scores_as"].fillna("") if "same_scores_as" in defined else pd.Series("", defined.index)
+    in_sample = defined["in_sample"].fillna(False).astype(bool) if "in_sample" in defined \
+        else pd.Series(False, defined.index)
+    excl = defined[(defined["auroc_lo"] > 0.5) | (defined["auroc_hi"] < 0.5)]
+    excluded = []
+    for i, r in excl.iterrows():
+        if same[i] and same[i] in set(excl["estimator"]):
+            continue  # one estimator under another name: listed with the row whose scores it repeats
+        row = _row(r)
+        row["same_scores"] = sorted(defined.loc[same == r["estimator"], "estimator"])
+        row["in_sample"] = bool(in_sample[i])
+        row["family"] = r["family"]
+        excluded.append(row)
+    agent = defined[defined["estimator"] == AGENT_ESTIMATOR]
+    base = defined[defined["family"] == "baseline"].sort_values("auroc", ascending=False)
+    record = {
+        "study": name, "n_trajectories": len(rewards), "n_tasks": int(trials.size),
+        "trials_per_task": {"min": int(trials.min()), "max": int(trials.max())} if trials.size else None,
+        "n_failures": int(failed.sum()), "n_successes": int((~failed).sum()),
+        "n_agent_scored": int(agent["n"].iloc[0]) if len(agent) else 0,
+        "failure_threshold": failure_threshold,
+        "n_estimators": len(defined), "median_interval_width": round(float(width.median()), 2) if len(width) else None,
+        "interval_level": 1 - CHANCE_SHARE,
+        "n_excluding_chance": len(excl), "expected_by_chance": round(CHANCE_SHARE * len(defined), 1),
+        "excluding_chance": excluded,
+        "combined": [_row(r) for _, r in defined[defined["family"] == "combined"].iterrows()],
+        "length": _row(base.iloc[0]) if len(base) else None,
+    }
+    if action_turns is not None and len(action_turns):
+        sat = saturation(action_turns)
+        record["actions"] = {"k": int(action_turns["k"].max()), "points": sat["points"],
+                             "all_distinct": sat["all_distinct"], "no_agreement": sat["no_agreement"]}
+    return record
+
+
+def study_findings(record: dict) -> str:
+    """A study record (:func:`study_record`) in sentences: what ran, how wide the intervals are, what excludes
+    chance against what would by chance, and what each such row is (one estimator under several names, a row
+    tuned on the run's own labels)."""
+    lines = [f"**{record['n_trajectories']} trajectories** ({record['n_tasks']} tasks; {record['n_successes']} "
+             f"successes, {record['n_failures']} failures), {record['n_agent_scored']} with an agent turn to score. "
+             f"{record['n_estimators']} estimators have a defined AUROC; the median width of their "
+             f"{record['interval_level']:.0%} intervals is {record['median_interval_width']}."]
+    rows = []
+    for r in record["excluding_chance"]:
+        names = " = ".join(f"`{n}`" for n in [r["estimator"], *r["same_scores"]])
+        note = " (tuned on this run's own labels)" if r["in_sample"] else ""
+        rows.append(f"{names} {r['auroc']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}] (n = {r['n']}){note}")
+    lines.append(f"**{record['n_excluding_chance']} intervals exclude chance, where about "
+                 f"{record['expected_by_chance']:g} of {record['n_estimators']} would by chance**"
+                 + (": " + "; ".join(rows) + "." if rows else "."))
+    if record["combined"]:
+        lines.append("Cross-fitted combinations: " + ", ".join(f"`{r['estimator']}` {r['auroc']:.3f} [{r['lo']:.3f}, "
+                                                                 f"{r['hi']:.3f}]" for r in record["combined"])
+                     + (f"; the best length baseline `{record['length']['estimator']}` {record['length']['auroc']:.3f}"
+                        f" [{record['length']['lo']:.3f}, {record['length']['hi']:.3f}]." if record["length"] else "."))
+    if "actions" in record:
+        a = record["actions"]
+        lines.append(f"Action resampling at K = {a['k']}: {a['all_distinct']} of {a['points']} decision points have "
+                     f"{a['k']} clusters of {a['k']}; at {a['no_agreement']} no sample agrees with the agent's action.")
+    return "\n\n".join(lines)
+
+
+#: a study's record beside its figures
+FINDINGS_NAME = "findings.json"
+
+
+def write_findings(record: dict, folder: str | os.PathLike) -> Path:
+    """``folder/findings.json``: a study's record (:func:`study_record`, the real-runs and detector studies' own),
+    beside its figures."""
+    from agentuq_nb.io.atomic import atomic_write_json
+
+    path = Path(folder) / FINDINGS_NAME
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(path, record)
+    return path

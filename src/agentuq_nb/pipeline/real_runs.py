@@ -8,7 +8,7 @@ Each file becomes the run folder ``<run_dir>/runs/<file stem>``; the cross-run l
 (:func:`describe_runs`), never from a count written by hand.
 
 What the study found is one record (:func:`findings_record`: every headline number with the runs it was measured
-on), written as ``findings.json`` beside the figures (:func:`write_findings`); the notebook's sentences
+on), written as ``findings.json`` beside the figures (:func:`agentuq_nb.pipeline.findings.write_findings`); the notebook's sentences
 (:func:`findings`) are made from it, and the README's and the guide's headline numbers are checked against the
 committed copy of it (``docs/findings/real_runs.json``, :data:`COMMITTED_FINDINGS`) by the tests.
 """
@@ -123,7 +123,6 @@ def example_trajectory(run: str | os.PathLike, rank: int = 0, failure_threshold:
 #: the committed copy of the study's findings, which the README's and the guide's headline numbers are checked against
 COMMITTED_FINDINGS = "docs/findings/real_runs.json"
 #: the file the notebook writes beside its figures (copy it to :data:`COMMITTED_FINDINGS` with the README's numbers)
-FINDINGS_NAME = "findings.json"
 
 
 def describe_runs(summary: pd.DataFrame) -> str:
@@ -239,13 +238,3 @@ def findings(leaderboard: pd.DataFrame, summary: pd.DataFrame | None = None, q: 
         lines.append(f"Best combination: `{c['estimator']}`, pooled AUROC {c['pooled_auroc']}, length-controlled "
                      f"{c['pooled_auroc_lc']} ({c['verdict']}).")
     return "\n\n".join(lines)
-
-
-def write_findings(record: dict, folder: str | os.PathLike) -> Path:
-    """``folder/findings.json``: the study's record (:func:`findings_record`), beside its figures."""
-    from agentuq_nb.io.atomic import atomic_write_json
-
-    path = Path(folder) / FINDINGS_NAME
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(path, record)
-    return path
