@@ -318,6 +318,22 @@ def test_the_real_runs_headline_states_only_numbers_the_study_wrote_and_names_it
     assert "tuned in-sample" in section and "these runs" in section  # the TRACER claims say which runs
 
 
+def test_the_quickstart_paragraph_states_only_numbers_the_study_wrote():
+    """Every number of the README's quickstart paragraph is in the study record notebook 11 wrote on the quickstart
+    run (committed as docs/findings/quickstart.json): a rerun that moves a number shows which sentence changed."""
+    import json
+
+    from agentuq_nb.pipeline.findings import COMMITTED_QUICKSTART
+
+    record = json.loads((ROOT / COMMITTED_QUICKSTART).read_text())
+    held = set(numbers(json.dumps(record, ensure_ascii=False)))
+    section = readme_section("quickstart")
+    missing = [n for n in numbers(section) if n not in held]
+    assert not missing, f"README numbers not in {COMMITTED_QUICKSTART}: {missing}"
+    assert f"{record['n_trajectories']} trajectories" in section and f"({COMMITTED_QUICKSTART})" in section
+    assert f"{record['n_estimators']} estimators" in section
+
+
 def test_numbers_are_read_as_the_readme_writes_them():
     assert numbers("0.645 [0.567, 0.714], +0.153 [−0.016, 0.312], q = 0.10; gpt-4.1") == [
         "0.645", "0.567", "0.714", "0.153", "0.016", "0.312", "0.10", "4.1"]

@@ -166,13 +166,15 @@ def _row(r) -> dict:
 
 
 def study_record(name: str, rewards: pd.DataFrame, table: pd.DataFrame, action_turns: pd.DataFrame | None = None,
-                 failure_threshold: float = DEFAULT_FAILURE_THRESHOLD) -> dict:
+                 failure_threshold: float = DEFAULT_FAILURE_THRESHOLD, domain: str | None = None,
+                 models: dict[str, str] | None = None) -> dict:
     """What a study on one run found, as numbers: its size (simulations, tasks, trials, failures, and how many the
     agent's estimators score), the estimator table's spread (estimators with a defined AUROC, the median width of
     their intervals), which intervals exclude chance against how many would by chance, each with the estimators
     that repeat its scores and whether it was tuned on the run's own labels, the cross-fitted combinations, the best
     length baseline and (``action_turns``) whether the action estimators saturate. ``rewards``: keys + ``reward``;
-    ``table``: ``compare-estimators``' table."""
+    ``table``: ``compare-estimators``' table; ``domain`` and ``models`` (role -> model): what the run was, as its
+    manifest says."""
     failed = rewards["reward"].astype(float) < failure_threshold
     trials = rewards.groupby("task_id").size()
     defined = table[np.isfinite(table["auroc"].to_numpy(dtype=float))]
@@ -193,7 +195,7 @@ def study_record(name: str, rewards: pd.DataFrame, table: pd.DataFrame, action_t
     agent = defined[defined["estimator"] == AGENT_ESTIMATOR]
     base = defined[defined["family"] == "baseline"].sort_values("auroc", ascending=False)
     record = {
-        "study": name, "n_trajectories": len(rewards), "n_tasks": int(trials.size),
+        "study": name, "domain": domain, "models": dict(models or {}), "n_trajectories": len(rewards), "n_tasks": int(trials.size),
         "trials_per_task": {"min": int(trials.min()), "max": int(trials.max())} if trials.size else None,
         "n_failures": int(failed.sum()), "n_successes": int((~failed).sum()),
         "n_agent_scored": int(agent["n"].iloc[0]) if len(agent) else 0,
