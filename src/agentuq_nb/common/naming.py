@@ -29,7 +29,8 @@ def slug(value: Any, keep: str = "") -> str:
 def file_key(value: Any) -> str:
     """``value`` as a file-name part that keeps distinct values distinct: :func:`slug` when that leaves
     it as it is, else the slug plus 8 hex digits of the value's SHA-1 (``a|b`` and ``a:b`` both slug
-    to ``a_b``; as keys they are ``a_b-<hash>``, two names). Plain ids - every built-in task's - are
+    to ``a_b``; as keys they are ``a_b-<hash>``, two names; ``.``, ``..`` and ``.x`` get the hash too: never a
+    folder's own name or a hidden file). Plain ids - every built-in task's - are
     unchanged, so the names of existing runs stay what they were. A value whose slug is longer than
     :data:`~agentuq_nb.common.limits.MAX_FILE_KEY_CHARS` keeps the start of it and 16 hex digits of its
     hash, ``MAX_FILE_KEY_CHARS`` in all (a 300-character task id still makes a valid file name); no key
@@ -39,7 +40,8 @@ def file_key(value: Any) -> str:
     digest = hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()
     if len(safe) > MAX_FILE_KEY_CHARS:
         return f"{safe[:MAX_FILE_KEY_CHARS - 17]}-{digest[:16]}"
-    return safe if safe == text and text else f"{safe}-{digest[:8]}"  # an empty value gets a name too
+    # an empty value gets a name too, and so does one starting with '.' ('.', '..', a hidden file)
+    return safe if safe == text and text and not text.startswith(".") else f"{safe}-{digest[:8]}"
 
 
 #: a name that is one file name in its folder: no separator, no ``..``, not hidden, not absolute
