@@ -44,6 +44,7 @@ from typing import ClassVar
 
 import pandas as pd
 
+from agentuq_nb.io.errors import remedy
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
@@ -55,6 +56,21 @@ FAMILY_RANK = {"token": 10, "action": 15, "saup": 20, "early_warning": 30, "verb
 CUSTOM_RANK = 50
 #: the :attr:`Estimator.protocol` of a score tuned on the very trajectories it scores
 IN_SAMPLE = "in-sample"
+
+
+class UnknownEstimatorError(KeyError, ValueError):
+    """A name no registered estimator (nor family pattern) answers to: ``name``, the close names
+    (``suggestions``, for "did you mean") and the message in ``args[0]``. A KeyError (a lookup by name) and a
+    ValueError (bad input) alike."""
+
+    def __init__(self, name: str, suggestions: tuple[str, ...] | list[str], message: str):
+        self.name, self.suggestions = name, tuple(suggestions)
+        super().__init__(message)
+
+    @property
+    def did_you_mean(self) -> str:
+        """``"; did you mean a, b?"`` with the suggestions, or ``""``."""
+        return f"; did you mean {', '.join(self.suggestions)}?" if self.suggestions else ""
 
 
 class Estimator(ABC):
@@ -186,6 +202,12 @@ def unregister(name: str) -> Estimator:
         raise KeyError(f"no estimator registered under {name!r}") from None
 
 
+def listing_hint() -> str:
+    """How a user lists a run's estimators (said where a name is unknown): the command, where the steps are loaded
+    (:data:`agentuq_nb.io.errors.REMEDIES`), else the library call."""
+    return remedy("estimator_listing", "agentuq_nb.estimators.available(RUN_DIR) lists them")
+
+
 def family_rank(family: str) -> int:
     """Where a family sorts among the others (a family without a rank of its own: after the built-in ones)."""
     return FAMILY_RANK.get(family, CUSTOM_RANK)
@@ -225,7 +247,7 @@ def load_plugin(spec: str | os.PathLike) -> None:
 
 
 def get(name: str) -> Estimator:
-    """The estimator called ``name``; KeyError with the close names otherwise."""
+    """The estimator called ``name``; :class:`UnknownEstimatorError` (a KeyError) with the close names otherwise."""
     load_plugins()
     if name in _FIXED:
         return _FIXED[name]
@@ -237,7 +259,8 @@ def get(name: str) -> Estimator:
     close = difflib.get_close_matches(name, known + [n for f in _FAMILIES for n in f.near(name)], n=3)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     patterns = ", ".join(f.pattern() for f in _FAMILIES)
-    raise KeyError(f"no estimator named {name!r}{hint} (fixed names: {', '.join(known)}; patterns: {patterns})")
+    raise UnknownEstimatorError(name, close, f"no estimator named {name!r}{hint} (fixed names: {', '.join(known)}; "
+                                f"patterns: {patterns})")
 
 
 def estimators(run: RunDir | str | os.PathLike) -> list[Estimator]:
