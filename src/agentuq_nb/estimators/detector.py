@@ -16,10 +16,13 @@ import os
 
 import pandas as pd
 
-from agentuq_nb.estimators.base import register
+from agentuq_nb.estimators.base import Family, declare_family, register
 from agentuq_nb.estimators.blackbox import BlackBoxColumn
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.keys import key_dtypes
+
+#: a learned failure detector's calibrated probability (trained on other labelled runs)
+DETECTOR = declare_family(Family("detector", rank=75))
 
 
 @register

@@ -17,8 +17,10 @@ import pandas as pd
 from agentuq_nb.estimators.base import (
     Estimator,
     EstimatorFamily,
+    Family,
     UnknownEstimatorError,
     by_trajectory,
+    declare_family,
     get,
     listing_hint,
     register,
@@ -26,6 +28,9 @@ from agentuq_nb.estimators.base import (
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.token_statistics import STATISTICS_BY_NAME, TOKEN_STATISTICS, TokenStatistic
 from agentuq_nb.uq.aggregation import read_trajectory_summary
+
+#: token statistics of the messages, from token log-probs (generated, or rescored teacher-forced)
+TOKEN = declare_family(Family("token", rank=10, label="token log-probs", color="success", forest_order=0))
 
 SELF = "self"
 #: the order roles are listed in (others after, by name)
