@@ -1,6 +1,6 @@
 """Estimators that need no log-probs: the ``structure`` and ``tracer`` families.
 
-They read the tables of the black-box step (``agentuq-nb blackbox``; :mod:`agentuq_nb.steps.blackbox`,
+They read the tables of the black-box step (:mod:`agentuq_nb.steps.blackbox`,
 run by ``analyze`` and ``compare-estimators`` too): ``blackbox_scores.parquet`` for the structure signals
 (:mod:`agentuq_nb.uq.structure_signals`) and TRACER's default score and components
 (:mod:`agentuq_nb.uq.tracer`), ``tracer_tuned.parquet`` for TRACER's two tuned readouts. All are oriented

@@ -1,6 +1,6 @@
 """``verbalized_confidence``: the agent's model asked how likely it was right (a confidence: inverted).
 
-Read from ``verbalized_confidence.csv`` (written by ``agentuq-nb verbalized-confidence``), else
+Read from ``verbalized_confidence.csv`` (written by the verbalized-confidence step, :mod:`agentuq_nb.steps.verbalized`), else
 ``verbalized_confidence.parquet``, else a ``verbalized_confidence`` column of ``trajectories.parquet``
 or of the trajectory summary (its assistant rows); several values per trajectory are averaged.
 """
@@ -47,7 +47,7 @@ class VerbalizedConfidence(Estimator):
     def scores(self, run: RunDir) -> pd.Series:
         src = _source(run)
         if src is None or COLUMN not in src:
-            raise ValueError(f"{run.path}: no verbalized confidence; run 'agentuq-nb verbalized-confidence {run.path}'")
+            raise ValueError(f"{run.path}: no verbalized confidence; {run.fix('verbalized_confidence', '')}")
         return by_trajectory(src.groupby(TRAJECTORY_KEYS, dropna=False)[COLUMN].mean()).rename(self.name)
 
     def is_available(self, run: RunDir) -> bool:

@@ -35,9 +35,13 @@ def validation_problem(err) -> str:
 REMEDIES: dict[str, str] = {}
 
 
-def remedy(name: str, default: str) -> str:
-    """How to get ``name`` as the layer with commands says it (:data:`REMEDIES`), else ``default`` (which names it)."""
-    return REMEDIES.get(name, default)
+def remedy(name: str, default: str, **fields) -> str:
+    """How to get ``name`` as the layer with commands says it (:data:`REMEDIES`), else ``default`` (which names it),
+    each ``{field}`` of the text replaced by its value in ``fields`` (a path, a run folder…)."""
+    text = REMEDIES.get(name, default)
+    for key, value in fields.items():
+        text = text.replace("{" + key + "}", str(value))
+    return text
 
 
 class MissingArtifactError(FileNotFoundError):
