@@ -160,3 +160,41 @@ def test_a_missing_artefact_is_named_by_the_store_and_its_command_said_by_the_st
                      "'trajectory_summary' (trajectory_summary.parquet) first")
     with_steps, _ = said("import agentuq_nb.steps")
     assert with_steps == "RUN: no trajectory_summary.parquet; run 'agentuq-nb aggregate RUN' first"
+
+
+DOTTED = re.compile(r"(?<![\w.\"'])agentuq_nb((?:\.[A-Za-z_]\w*)+)")
+RELATIVE_MODULE = re.compile(r":mod:`~?\.(\w+(?:\.\w+)*)`")
+
+
+def _module_file(parts: list[str]) -> Path | None:
+    path = PACKAGE.joinpath(*parts)
+    for candidate in (path.with_suffix(".py"), path / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    compiled = list(path.parent.glob(f"{path.name}.c")) if parts else []
+    return compiled[0] if compiled else None
+
+
+def _defines(module: Path, name: str) -> bool:
+    text = module.read_text()
+    return bool(re.search(rf"^\s*(?:def|class|async def)\s+{name}\b|^\s*{name}\s*[:=]|\bimport\b[^\n]*\b{name}\b"
+                          rf"|\b{name}\s+as\b|[\"']{name}[\"']", text, flags=re.M))
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_every_module_a_docstring_or_comment_names_exists(path):
+    """``agentuq_nb.a.b[.name]`` and ``:mod:`.sibling``` name a module of the package (and a name it defines)."""
+    text = path.read_text()
+    for match in DOTTED.finditer(text):
+        parts = match.group(1).lstrip(".").split(".")
+        k = next((k for k in range(len(parts), 0, -1) if _module_file(parts[:k]) is not None), 0)
+        assert k or parts[0] in ("explore", "commit", "action_sampling"), \
+            f"{path.relative_to(PACKAGE)} names agentuq_nb{match.group(1)}: no such module"
+        if 0 < k < len(parts):
+            module = _module_file(parts[:k])
+            assert _defines(module, parts[k]), \
+                f"{path.relative_to(PACKAGE)} names agentuq_nb{match.group(1)}: {module.relative_to(PACKAGE)} " \
+                f"defines no {parts[k]}"
+    for match in RELATIVE_MODULE.finditer(text):
+        parts = list(path.relative_to(PACKAGE).parent.parts) + match.group(1).split(".")
+        assert _module_file(parts) is not None, f"{path.relative_to(PACKAGE)} names :mod:`.{match.group(1)}`: no such module"

@@ -133,7 +133,7 @@ def has_forest(table: pd.DataFrame, metric: str = "auroc") -> bool:
 def estimator_forest_figure(table: pd.DataFrame, metric: str = "auroc", per_family: int = 3,
                             mark_length: bool = True, title: str = "Failure prediction by estimator family",
                             width: float = COLUMN_WIDTH, families: list[str] | None = None):
-    """A forest of the estimator table (``evaluation.compare_estimators`` output): the best ``per_family``
+    """A forest of the estimator table (the compare-estimators step's output, ``estimator_table.csv``): the best ``per_family``
     estimators of each family by ``metric`` and every length baseline, coloured by family (legend below), each
     with its 95% bootstrap CI and, on the right, n (trajectories scored) and failures. Estimators whose scores are
     identical are one row naming its aliases. With ``mark_length`` (AUROC only) and a ``beats_length_baseline``
