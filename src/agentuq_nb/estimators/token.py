@@ -6,6 +6,10 @@ Named ``{role}.{statistic}`` for the generating model's own rows (scorer ``self`
 their orientation come from :data:`agentuq_nb.records.token_statistics.TOKEN_STATISTICS`
 (``min_chosen_prob`` is a confidence). A statistic is listed for a run where some trajectory has a
 finite value of it.
+
+:func:`resolve_estimator` is the one rule that turns what a user names (a registered estimator, a token statistic
+of a role, a raw trajectory-summary column: :class:`RawColumn`) into an estimator; ``evaluate`` resolves with it,
+``analyze`` checks a name with it before any work (:func:`check_estimator_name`).
 """
 from __future__ import annotations
 
