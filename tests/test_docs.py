@@ -337,3 +337,15 @@ def test_the_quickstart_paragraph_states_only_numbers_the_study_wrote():
 def test_numbers_are_read_as_the_readme_writes_them():
     assert numbers("0.645 [0.567, 0.714], +0.153 [−0.016, 0.312], q = 0.10; gpt-4.1") == [
         "0.645", "0.567", "0.714", "0.153", "0.016", "0.312", "0.10", "4.1"]
+
+
+def test_the_estimator_families_table_names_only_declared_families():
+    """The guide's families table names the families as they declare themselves (``estimators.base.Family``): none
+    that is not declared (today every declared one has its row; a new family's row is welcome, not required, so that
+    a new family stays three files)."""
+    from agentuq_nb.estimators.base import declared_families
+
+    page = (DOCS / "guide" / "estimators.md").read_text()
+    table = page.split("## The families", 1)[1].split("\n\n")[2]
+    rows = {line.split("|")[1].strip() for line in table.splitlines()[2:] if line.startswith("|")}
+    assert rows and rows <= set(declared_families()), rows - set(declared_families())

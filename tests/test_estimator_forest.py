@@ -56,3 +56,26 @@ def test_the_forest_names_aliases_gives_n_per_row_and_fits_a_paper_column():
     assert min(t.get_fontsize() for t in fig.axes[0].get_yticklabels()) >= 7
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
     assert "token log-probs (3 of 6)" in legend and "resampled actions (4 of 4)" in legend
+
+
+def test_a_family_declared_on_its_module_is_ranked_coloured_and_named_by_every_reader():
+    """One ``Family`` record per family: the listing's rank, the forest's colour, label and place, and whether it is a
+    black-box family (the black-box combinations' inputs, the reason a skipped black-box step gives) all read it."""
+    from agentuq_nb.estimators.base import FAMILIES, Family, blackbox_families, declare_family, family_rank
+    from agentuq_nb.figures.estimators import family_color, family_label
+
+    assert family_rank("token") < family_rank("structure") < family_rank("baseline")
+    assert blackbox_families() == ("structure", "tracer")
+    try:
+        declare_family(Family("longest_message", rank=12, label="longest message", color="#123456", forest_order=1.5,
+                              blackbox=True))
+        assert family_rank("longest_message") == 12 and "longest_message" in blackbox_families()
+        assert family_color("longest_message") == "#123456" and family_label("longest_message") == "longest message"
+        table = pd.concat([_table(), pd.DataFrame([{"estimator": "longest.max", "family": "longest_message",
+                                                   "auroc": 0.7, "auroc_lo": 0.6, "auroc_hi": 0.8, "n": 96,
+                                                   "n_failures": 75, "invert": False}])], ignore_index=True)
+        order = list(forest_rows(table, per_family=1).drop_duplicates("family")["family"])
+        assert order == ["token", "longest_message", "tracer", "action", "baseline"]
+    finally:
+        FAMILIES.pop("longest_message", None)
+    assert family_rank("longest_message") == 50 and family_color("longest_message") == family_color("detector")

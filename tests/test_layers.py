@@ -1,9 +1,10 @@
 """The architecture holds: the layers contract (import-linter), no private helper or file-name constant
-crossing modules, package facades that load lazily."""
+crossing modules, package facades that load lazily, no command named below the steps."""
 from __future__ import annotations
 
 import ast
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -106,3 +107,94 @@ def test_every_step_module_declares_its_step_config_and_run():
         assert callable(getattr(module, "run", None)), f"steps.{name} has no run()"
         first = next(iter(inspect.signature(module.run).parameters))
         assert first in ("run_dir", "out", "config"), f"steps.{name}.run takes {first} first"
+
+
+#: the layers below the steps (and distributed beside them): they name no command of the command line
+BELOW_STEPS = ("common", "records", "io", "llm", "sim", "uq", "estimators", "evaluation", "intervention", "figures",
+               "distributed")
+COMMAND_NAME = re.compile(r"agentuq-nb\s+[a-z]")
+
+
+@pytest.mark.parametrize("package", BELOW_STEPS)
+def test_no_layer_below_the_steps_names_a_command(package):
+    """A lower layer raises a typed error naming what is missing (``io.errors.MissingArtifactError``, an artefact's
+    name); the steps say which command makes it (``Step.produces``, ``steps.hints``): a command name here would be
+    wrong for a library user, and goes stale when the command line changes."""
+    found = [f"{path.relative_to(PACKAGE)}:{text[:m.start()].count(chr(10)) + 1}: {m.group(0)!r}"
+             for path in sorted((PACKAGE / package).rglob("*.py")) for text in [path.read_text()]
+             for m in COMMAND_NAME.finditer(text)]
+    assert not found, "command names below the steps (say the artefact; steps.hints says the command):\n" + \
+        "\n".join(found)
+
+
+def test_the_grep_for_command_names_catches_one():
+    assert COMMAND_NAME.search("run 'agentuq-nb\n  aggregate RUN_DIR' first")
+    assert not COMMAND_NAME.search("agentuq-nb: serving") and not COMMAND_NAME.search("agentuq-nb-worker-setup")
+
+
+MISSING_ARTIFACT = ("import sys, tempfile\n"
+                    "{imports}\n"
+                    "from agentuq_nb.io.store.rundir import RunDir\n"
+                    "from agentuq_nb.io.errors import MissingArtifactError\n"
+                    "run = RunDir(tempfile.mkdtemp())\n"
+                    "try:\n"
+                    "    run.require('trajectory_summary')\n"
+                    "except MissingArtifactError as err:\n"
+                    "    assert err.artifact == 'trajectory_summary' and err.file == 'trajectory_summary.parquet'\n"
+                    "    print(str(err).replace(str(run.path), 'RUN'))\n"
+                    "print(any(m.startswith('agentuq_nb.steps') for m in sys.modules))\n")
+
+
+def test_a_missing_artefact_is_named_by_the_store_and_its_command_said_by_the_steps():
+    """Without the steps (a notebook importing only the estimators) the message names the artefact; a library user who
+    imports the steps reads the command line's text."""
+    def said(imports: str) -> list[str]:
+        done = subprocess.run([sys.executable, "-c", MISSING_ARTIFACT.format(imports=imports)], capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.splitlines()
+
+    alone, steps_loaded = said("import agentuq_nb.estimators")
+    assert steps_loaded == "False"
+    assert alone == ("RUN: no trajectory_summary.parquet; run the step of agentuq_nb.steps that makes the artefact "
+                     "'trajectory_summary' (trajectory_summary.parquet) first")
+    with_steps, _ = said("import agentuq_nb.steps")
+    assert with_steps == "RUN: no trajectory_summary.parquet; run 'agentuq-nb aggregate RUN' first"
+
+
+DOTTED = re.compile(r"(?<![\w.\"'])agentuq_nb((?:\.[A-Za-z_]\w*)+)")
+RELATIVE_MODULE = re.compile(r":mod:`~?\.(\w+(?:\.\w+)*)`")
+
+
+def _module_file(parts: list[str]) -> Path | None:
+    path = PACKAGE.joinpath(*parts)
+    for candidate in (path.with_suffix(".py"), path / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    compiled = list(path.parent.glob(f"{path.name}.c")) if parts else []
+    return compiled[0] if compiled else None
+
+
+def _defines(module: Path, name: str) -> bool:
+    text = module.read_text()
+    return bool(re.search(rf"^\s*(?:def|class|async def)\s+{name}\b|^\s*{name}\s*[:=]|\bimport\b[^\n]*\b{name}\b"
+                          rf"|\b{name}\s+as\b|[\"']{name}[\"']", text, flags=re.M))
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_every_module_a_docstring_or_comment_names_exists(path):
+    """``agentuq_nb.a.b[.name]`` and ``:mod:`.sibling``` name a module of the package (and a name it defines)."""
+    text = path.read_text()
+    for match in DOTTED.finditer(text):
+        parts = match.group(1).lstrip(".").split(".")
+        k = next((k for k in range(len(parts), 0, -1) if _module_file(parts[:k]) is not None), 0)
+        assert k or parts[0] in ("explore", "commit", "action_sampling"), \
+            f"{path.relative_to(PACKAGE)} names agentuq_nb{match.group(1)}: no such module"
+        if 0 < k < len(parts):
+            module = _module_file(parts[:k])
+            assert _defines(module, parts[k]), \
+                f"{path.relative_to(PACKAGE)} names agentuq_nb{match.group(1)}: {module.relative_to(PACKAGE)} " \
+                f"defines no {parts[k]}"
+    for match in RELATIVE_MODULE.finditer(text):
+        parts = list(path.relative_to(PACKAGE).parent.parts) + match.group(1).split(".")
+        assert _module_file(parts) is not None, f"{path.relative_to(PACKAGE)} names :mod:`.{match.group(1)}`: no such module"

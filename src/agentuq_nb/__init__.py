@@ -1,9 +1,15 @@
 """agentuq_nb: uncertainty quantification for LLM agents.
 
-Layers, bottom to top (a layer imports only layers below it; an import-linter contract):
-common -> records -> io -> llm -> sim -> uq -> estimators -> evaluation -> figures -> pipeline -> cli,
-with ``distributed`` (the job executor, Dask) beside them. Notebooks use the facades
-``agentuq_nb.uq``, ``agentuq_nb.estimators`` and ``agentuq_nb.evaluation``.
+Layers, bottom to top (a layer imports only layers below it; the import-linter contract of pyproject.toml):
+common -> records -> io -> llm -> sim -> uq -> estimators -> evaluation -> intervention -> figures -> steps ->
+pipeline -> cli, with ``distributed`` (the job executor, Dask) beside them. The layers up to ``figures`` compute
+(calculators, estimators, statistics, figures) and name no command; ``steps`` (one module per command) reads and
+commits run folders; ``pipeline`` runs the studies; ``cli`` is the command line over the steps.
+
+Notebooks import the facades ``agentuq_nb.figures``, ``agentuq_nb.evaluation``, ``agentuq_nb.estimators``,
+``agentuq_nb.uq`` and ``agentuq_nb.intervention``, a step's keyword form from its module
+(``from agentuq_nb.steps.evaluate import evaluate``) and the studies of ``agentuq_nb.pipeline``; :func:`explore`
+opens the trajectory explorer.
 """
 from agentuq_nb.common.offline import ensure_offline_env
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD

@@ -1,7 +1,8 @@
 """Trajectory-level uncertainty estimators behind one interface, found by name.
 
 ``Estimator`` (``name``, ``family``, ``higher_is_uncertain``, ``requires``, ``scores(run)``),
-``register`` (a class decorator), ``get(name)``, ``available(run)`` and ``estimators(run)``. The
+``register`` (a class decorator), ``Family`` (what a family declares of itself, once, on its module:
+``declare_family``), ``get(name)``, ``available(run)`` and ``estimators(run)``. The
 package's own: token statistics per role and scorer (:mod:`.token`), resampled
 actions per decision point (:mod:`.actions`), SAUP and early warning
 (:mod:`.propagation`), verbalized confidence (:mod:`.verbalized`), black-box signals that need no
@@ -22,9 +23,12 @@ from agentuq_nb.estimators.base import (
     ENTRY_POINT_GROUP,
     Estimator,
     EstimatorFamily,
+    Family,
     ScoreColumn,
+    UnknownEstimatorError,
     available,
     by_trajectory,
+    declare_family,
     estimators,
     get,
     load_plugin,
@@ -35,6 +39,6 @@ from agentuq_nb.estimators.base import (
 from agentuq_nb.estimators.baselines import BASELINES
 from agentuq_nb.estimators.token import TokenEstimator, default_scorer, token_estimator_name
 
-__all__ = ["Estimator", "EstimatorFamily", "ScoreColumn", "register", "unregister", "get", "available", "estimators", "by_trajectory",
+__all__ = ["Estimator", "EstimatorFamily", "Family", "declare_family", "UnknownEstimatorError", "ScoreColumn", "register", "unregister", "get", "available", "estimators", "by_trajectory",
            "load_plugin", "load_plugins", "ENTRY_POINT_GROUP", "BASELINES", "TokenEstimator", "default_scorer",
            "token_estimator_name", "skipped_action_statistics"]

@@ -23,10 +23,13 @@ import re
 import numpy as np
 import pandas as pd
 
-from agentuq_nb.estimators.base import Estimator, EstimatorFamily, by_trajectory, register
+from agentuq_nb.estimators.base import Estimator, EstimatorFamily, Family, by_trajectory, declare_family, register
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.action_samples import ACTION_TURN_STATISTICS
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
+
+#: statistics of the K next actions resampled at each agent decision point
+ACTION = declare_family(Family("action", rank=15, label="resampled actions", color="failure", forest_order=3))
 
 #: the statistics offered: the contract's, then the black-box half of conceptual uncertainty
 STATISTICS: dict[str, tuple[bool, str]] = {

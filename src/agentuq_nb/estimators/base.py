@@ -39,22 +39,84 @@ import os
 import sys
 import warnings
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
 import pandas as pd
 
+from agentuq_nb.io.errors import remedy
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 
 ENTRY_POINT_GROUP = "agentuq_nb.estimators"
-#: where families come in a listing (and in the estimator table): registered order within a rank
-FAMILY_RANK = {"token": 10, "action": 15, "saup": 20, "early_warning": 30, "verbalized": 40, "structure": 60,
-               "tracer": 65, "detector": 75, "combined": 80, "baseline": 90}
+#: where a family without a rank of its own sorts: after the built-in ones that come before it
 CUSTOM_RANK = 50
 #: the :attr:`Estimator.protocol` of a score tuned on the very trajectories it scores
 IN_SAMPLE = "in-sample"
+
+
+@dataclass(frozen=True)
+class Family:
+    """An estimator family as it declares itself, on its estimator module (:func:`declare_family`), read by every
+    place that treats families apart: ``rank``, where it sorts in a listing and in the estimator table (registered
+    order within a rank); ``label`` and ``color``, how figures name and draw it (a colour is a role of
+    ``figures.style.PALETTE`` or a colour itself; None: the neutral grey and the family's name); ``forest_order``,
+    its place top to bottom in the estimator forest (None: after the placed ones, by name); ``blackbox``: computed
+    from the messages alone (the black-box combinations' inputs, and what the black-box step adds). What a run
+    lacking it needs, and the command that adds it, is said by the step that makes it
+    (``agentuq_nb.steps.base.FamilyHint``): a family names no command."""
+
+    name: str
+    rank: int = CUSTOM_RANK
+    label: str | None = None
+    color: str | None = None
+    forest_order: float | None = None
+    blackbox: bool = False
+
+
+#: every declared family by name (each estimator module declares its own when the package is imported)
+FAMILIES: dict[str, Family] = {}
+
+
+def declare_family(family: Family) -> Family:
+    """Declare ``family`` (a family declared again replaces the earlier declaration); returns it."""
+    FAMILIES[family.name] = family
+    return family
+
+
+def declared_families() -> dict[str, Family]:
+    """Every declared family by name, the package's estimator modules (and plugins) loaded first."""
+    importlib.import_module("agentuq_nb.estimators")  # its modules declare theirs on import
+    load_plugins()
+    return FAMILIES
+
+
+def family_of(name: str) -> Family:
+    """The family called ``name`` as declared, or an undeclared family's defaults (a plugin's ``custom``…)."""
+    return declared_families().get(name) or Family(name)
+
+
+def blackbox_families() -> tuple[str, ...]:
+    """The families computed from the messages alone (``Family.blackbox``), in rank order."""
+    found = [f for f in declared_families().values() if f.blackbox]
+    return tuple(f.name for f in sorted(found, key=lambda f: f.rank))
+
+
+class UnknownEstimatorError(KeyError, ValueError):
+    """A name no registered estimator (nor family pattern) answers to: ``name``, the close names
+    (``suggestions``, for "did you mean") and the message in ``args[0]``. A KeyError (a lookup by name) and a
+    ValueError (bad input) alike."""
+
+    def __init__(self, name: str, suggestions: tuple[str, ...] | list[str], message: str):
+        self.name, self.suggestions = name, tuple(suggestions)
+        super().__init__(message)
+
+    @property
+    def did_you_mean(self) -> str:
+        """``"; did you mean a, b?"`` with the suggestions, or ``""``."""
+        return f"; did you mean {', '.join(self.suggestions)}?" if self.suggestions else ""
 
 
 class Estimator(ABC):
@@ -186,9 +248,16 @@ def unregister(name: str) -> Estimator:
         raise KeyError(f"no estimator registered under {name!r}") from None
 
 
+def listing_hint() -> str:
+    """How a user lists a run's estimators (said where a name is unknown): the command, where the steps are loaded
+    (:data:`agentuq_nb.io.errors.REMEDIES`), else the library call."""
+    return remedy("estimator_listing", "agentuq_nb.estimators.available(RUN_DIR) lists them")
+
+
 def family_rank(family: str) -> int:
-    """Where a family sorts among the others (a family without a rank of its own: after the built-in ones)."""
-    return FAMILY_RANK.get(family, CUSTOM_RANK)
+    """Where a family sorts among the others (its declared ``Family.rank``; a family that declared none:
+    :data:`CUSTOM_RANK`)."""
+    return family_of(family).rank
 
 
 def load_plugins() -> None:
@@ -225,7 +294,7 @@ def load_plugin(spec: str | os.PathLike) -> None:
 
 
 def get(name: str) -> Estimator:
-    """The estimator called ``name``; KeyError with the close names otherwise."""
+    """The estimator called ``name``; :class:`UnknownEstimatorError` (a KeyError) with the close names otherwise."""
     load_plugins()
     if name in _FIXED:
         return _FIXED[name]
@@ -237,7 +306,8 @@ def get(name: str) -> Estimator:
     close = difflib.get_close_matches(name, known + [n for f in _FAMILIES for n in f.near(name)], n=3)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     patterns = ", ".join(f.pattern() for f in _FAMILIES)
-    raise KeyError(f"no estimator named {name!r}{hint} (fixed names: {', '.join(known)}; patterns: {patterns})")
+    raise UnknownEstimatorError(name, close, f"no estimator named {name!r}{hint} (fixed names: {', '.join(known)}; "
+                                f"patterns: {patterns})")
 
 
 def estimators(run: RunDir | str | os.PathLike) -> list[Estimator]:

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import pandas as pd
 
-from agentuq_nb.estimators.base import Estimator, by_trajectory, register
+from agentuq_nb.estimators.base import Estimator, Family, by_trajectory, declare_family, register
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.uq.aggregation import read_trajectory_summary
+
+#: the length baselines every uncertainty estimator is compared with (drawn last in the forest, as the reference)
+BASELINE = declare_family(Family("baseline", rank=90, label="length baselines", color="neutral"))
 
 BASELINES = ("num_messages", "num_tool_calls", "agent_chars")
 

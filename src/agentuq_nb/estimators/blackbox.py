@@ -1,6 +1,6 @@
 """Estimators that need no log-probs: the ``structure`` and ``tracer`` families.
 
-They read the tables of the black-box step (``agentuq-nb blackbox``; :mod:`agentuq_nb.steps.blackbox`,
+They read the tables of the black-box step (:mod:`agentuq_nb.steps.blackbox`,
 run by ``analyze`` and ``compare-estimators`` too): ``blackbox_scores.parquet`` for the structure signals
 (:mod:`agentuq_nb.uq.structure_signals`) and TRACER's default score and components
 (:mod:`agentuq_nb.uq.tracer`), ``tracer_tuned.parquet`` for TRACER's two tuned readouts. All are oriented
@@ -10,9 +10,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from agentuq_nb.estimators.base import IN_SAMPLE, ScoreColumn, register
+from agentuq_nb.estimators.base import IN_SAMPLE, Family, ScoreColumn, declare_family, register
 from agentuq_nb.io.errors import StaleArtifactError
 from agentuq_nb.io.store.rundir import RunDir
+
+#: the structure signals of the conversation (tool errors, retries, hedging…), from the messages alone
+STRUCTURE = declare_family(Family("structure", rank=60, label="structure (black-box)", color="#56B4E9", forest_order=1,
+                                  blackbox=True))
+#: TRACER's components and scores, from the messages alone (its content NLL where the run has log-probs)
+TRACER = declare_family(Family("tracer", rank=65, label="TRACER (black-box)", color="secondary", forest_order=2,
+                               blackbox=True))
 
 
 class BlackBoxColumn(ScoreColumn):

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agentuq_nb.estimators.base import register
+from agentuq_nb.estimators.base import Family, declare_family, register
 from agentuq_nb.estimators.blackbox import BlackBoxColumn
 
-#: the black-box families: estimators computed from the messages alone
-BLACKBOX_FAMILIES = ("structure", "tracer")
+#: the combined predictors' out-of-fold probabilities (fitted to the labels, cross-fitted by task)
+COMBINED_FAMILY = declare_family(Family("combined", rank=80, label="combined (cross-fitted)", color="#000000",
+                                        forest_order=7))
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The ``detector`` family: a learned failure detector's calibrated failure probability on a run.
 
-``agentuq-nb predict DETECTOR_DIR RUN_DIR`` (:mod:`agentuq_nb.steps.predict`) applies a detector trained on other
-labelled runs (``agentuq-nb train-detector``) and commits ``detector_scores.parquet``, read here, so that the estimator
+The predict step (:mod:`agentuq_nb.steps.predict`) applies a detector trained on other labelled runs (the
+train-detector step, :mod:`agentuq_nb.steps.train_detector`) and commits ``detector_scores.parquet``, read here, so that the estimator
 table (``compare-estimators``) and the cross-run leaderboard (``compare-runs``) rank the detector beside the families
 computed from the run itself, against the same length baselines. Its probability was fitted and calibrated on runs
 other than this one (a trajectory the detector was trained on is scored by the model that left its run out), so it
@@ -16,10 +16,13 @@ import os
 
 import pandas as pd
 
-from agentuq_nb.estimators.base import register
+from agentuq_nb.estimators.base import Family, declare_family, register
 from agentuq_nb.estimators.blackbox import BlackBoxColumn
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.keys import key_dtypes
+
+#: a learned failure detector's calibrated probability (trained on other labelled runs)
+DETECTOR = declare_family(Family("detector", rank=75))
 
 
 @register
@@ -31,7 +34,7 @@ class DetectorProbability(BlackBoxColumn):
     family = "detector"
     requires = ("detector_scores",)
     description = ("a learned failure detector's probability, trained and calibrated on other labelled runs "
-                   "(agentuq-nb predict)")
+                   "(applied by the predict step)")
     #: fitted to labels, never this run's: a trajectory it was trained on is scored by the model that left its run out
     protocol = "trained on other labelled runs"
 

@@ -11,8 +11,14 @@ from __future__ import annotations
 
 import re
 
-from agentuq_nb.estimators.base import Estimator, EstimatorFamily, ScoreColumn, register
+from agentuq_nb.estimators.base import Estimator, EstimatorFamily, Family, ScoreColumn, declare_family, register
 from agentuq_nb.io.store.rundir import RunDir
+
+#: SAUP: each step's uncertainty weighted by its drift
+SAUP = declare_family(Family("saup", rank=20, label="SAUP", color="accent", forest_order=4))
+#: how early failure shows in the per-turn values
+EARLY_WARNING = declare_family(Family("early_warning", rank=30, label="early warning",
+                                      color="#8C7A00", forest_order=5))  # dark yellow: legible on white
 
 EARLY_WARNING_PREFIX = "early_warning_f"
 _FRACTION = re.compile(rf"^{EARLY_WARNING_PREFIX}(\d+(?:\.\d+)?|\.\d+)$")

@@ -6,6 +6,10 @@ Named ``{role}.{statistic}`` for the generating model's own rows (scorer ``self`
 their orientation come from :data:`agentuq_nb.records.token_statistics.TOKEN_STATISTICS`
 (``min_chosen_prob`` is a confidence). A statistic is listed for a run where some trajectory has a
 finite value of it.
+
+:func:`resolve_estimator` is the one rule that turns what a user names (a registered estimator, a token statistic
+of a role, a raw trajectory-summary column: :class:`RawColumn`) into an estimator; ``evaluate`` resolves with it,
+``analyze`` checks a name with it before any work (:func:`check_estimator_name`).
 """
 from __future__ import annotations
 
@@ -14,10 +18,23 @@ import re
 import numpy as np
 import pandas as pd
 
-from agentuq_nb.estimators.base import Estimator, EstimatorFamily, by_trajectory, register
+from agentuq_nb.estimators.base import (
+    Estimator,
+    EstimatorFamily,
+    Family,
+    UnknownEstimatorError,
+    by_trajectory,
+    declare_family,
+    get,
+    listing_hint,
+    register,
+)
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.token_statistics import STATISTICS_BY_NAME, TOKEN_STATISTICS, TokenStatistic
 from agentuq_nb.uq.aggregation import read_trajectory_summary
+
+#: token statistics of the messages, from token log-probs (generated, or rescored teacher-forced)
+TOKEN = declare_family(Family("token", rank=10, label="token log-probs", color="success", forest_order=0))
 
 SELF = "self"
 #: the order roles are listed in (others after, by name)
@@ -129,29 +146,70 @@ def default_scorer(summary: pd.DataFrame, role: str) -> str:
     raise ValueError(f"role '{role}' is scored by several scorers {scorers}; choose one with --scorer")
 
 
-def check_estimator_name(uncertainty: str, role: str = "assistant", invert: bool = False) -> None:
-    """Refuse, before any work, what ``evaluation.run_metrics.resolve_estimator`` could never resolve on a run made by extract and
-    aggregate: a name that is neither a registered estimator, a token statistic, nor a column the trajectory
-    summary has; a statistic of a role no summary has; ``invert`` on a registered estimator."""
-    from agentuq_nb.estimators.base import get
+class RawColumn(Estimator):
+    """A trajectory-summary column that is not a registered estimator (``total_tokens``, ``num_turns`` …), of one
+    role under one scorer; oriented by the caller (``invert``: the column is a confidence)."""
+
+    family = "raw"
+    requires = ("trajectory_summary",)
+
+    def __init__(self, column: str, role: str, scorer: str, higher_is_uncertain: bool):
+        self.name = self.statistic = column
+        self.role, self.scorer = role, scorer
+        self.higher_is_uncertain = higher_is_uncertain
+
+    def scores_from_summary(self, summary: pd.DataFrame) -> pd.Series:
+        return summary_column(summary, self.role, self.scorer, self.name)
+
+    def scores(self, run: RunDir) -> pd.Series:
+        return self.scores_from_summary(read_trajectory_summary(run))
+
+
+def resolve_estimator(uncertainty: str, role: str = "assistant", scorer: str | None = None, invert: bool = False,
+                      summary: pd.DataFrame | None = None) -> Estimator:
+    """The one rule that turns an uncertainty name into an estimator: a registry name, else
+    ``{role}.{uncertainty}[@{scorer}]`` for a token statistic, else a raw trajectory-summary column
+    (:class:`RawColumn`, the only case ``invert`` applies to).
+
+    ``summary``: the trajectory summary to resolve against (its scorers and columns); None, before any work: the
+    roles of the token statistics and the columns a summary made by aggregate has, so that a name no run made by
+    extract and aggregate could resolve is refused before anything runs. An unknown name raises
+    :class:`~agentuq_nb.estimators.base.UnknownEstimatorError` (also a ValueError) with the close names;
+    ``invert`` on a registered estimator a ValueError."""
     from agentuq_nb.records.run_tables import TRAJECTORY_META
-    from agentuq_nb.records.token_statistics import STATISTICS_BY_NAME
     from agentuq_nb.uq.aggregation import TRAJECTORY_COLUMNS
 
     if uncertainty in STATISTICS_BY_NAME:
-        if role not in ROLE_ORDER and not role.startswith("observation_"):
+        if summary is None and role not in ROLE_ORDER and not role.startswith("observation_"):
             raise ValueError(f"--role {role!r} is not a role of the token statistics ({', '.join(ROLE_ORDER)})")
-        return
+        if scorer is None:
+            scorer = default_scorer(summary, role) if summary is not None else SELF
+        uncertainty = token_estimator_name(role, uncertainty, scorer)
     try:
         estimator = get(uncertainty)
-    except KeyError as unknown:
-        if uncertainty in TRAJECTORY_COLUMNS or uncertainty in TRAJECTORY_META:
-            return
-        close = re.search(r"did you mean ([^(]*?) \(", str(unknown.args[0]))
-        hint = f"; did you mean {close.group(1)}?" if close else ""
-        raise ValueError(f"unknown uncertainty '{uncertainty}': not a registered estimator (see 'agentuq-nb estimators "
-                         f"RUN_DIR'), a token statistic ({', '.join(sorted(STATISTICS_BY_NAME))}) or a "
-                         f"trajectory-summary column{hint}; nothing was run") from None
+    except UnknownEstimatorError as unknown:
+        if summary is None:
+            if uncertainty in TRAJECTORY_COLUMNS or uncertainty in TRAJECTORY_META:
+                return RawColumn(uncertainty, role, scorer or SELF, higher_is_uncertain=not invert)
+            raise UnknownEstimatorError(
+                uncertainty, unknown.suggestions,
+                f"unknown uncertainty '{uncertainty}': not a registered estimator ({listing_hint()}), a token "
+                f"statistic ({', '.join(sorted(STATISTICS_BY_NAME))}) or a trajectory-summary column"
+                f"{unknown.did_you_mean}; nothing was run") from None
+        if uncertainty not in summary.columns:
+            numeric = [c for c in summary.columns if pd.api.types.is_numeric_dtype(summary[c])]
+            raise UnknownEstimatorError(
+                uncertainty, unknown.suggestions,
+                f"unknown uncertainty '{uncertainty}': not a registered estimator ({unknown.args[0]}) "
+                f"and not a trajectory-summary column{f' (columns: {numeric})' if numeric else ''}") from None
+        return RawColumn(uncertainty, role, scorer or default_scorer(summary, role), higher_is_uncertain=not invert)
     if invert:
         raise ValueError(f"'{estimator.name}' is a registered estimator with its own orientation "
                          f"({estimator.orientation}); --invert is only for a raw summary column")
+    return estimator
+
+
+def check_estimator_name(uncertainty: str, role: str = "assistant", invert: bool = False) -> None:
+    """Refuse, before any work, what :func:`resolve_estimator` could never resolve on a run made by extract and
+    aggregate (it, without a summary)."""
+    resolve_estimator(uncertainty, role, invert=invert)

@@ -1,6 +1,6 @@
 """``verbalized_confidence``: the agent's model asked how likely it was right (a confidence: inverted).
 
-Read from ``verbalized_confidence.csv`` (written by ``agentuq-nb verbalized-confidence``), else
+Read from ``verbalized_confidence.csv`` (written by the verbalized-confidence step, :mod:`agentuq_nb.steps.verbalized`), else
 ``verbalized_confidence.parquet``, else a ``verbalized_confidence`` column of ``trajectories.parquet``
 or of the trajectory summary (its assistant rows); several values per trajectory are averaged.
 """
@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import pandas as pd
 
-from agentuq_nb.estimators.base import Estimator, by_trajectory, register
+from agentuq_nb.estimators.base import Estimator, Family, by_trajectory, declare_family, register
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.uq.aggregation import read_trajectory_summary
+
+#: the agent model's stated confidence (a confidence: lower = more uncertain)
+VERBALIZED = declare_family(Family("verbalized", rank=40, label="verbalized confidence", color="highlight",
+                                   forest_order=6))
 
 COLUMN = "verbalized_confidence"
 
@@ -43,7 +47,7 @@ class VerbalizedConfidence(Estimator):
     def scores(self, run: RunDir) -> pd.Series:
         src = _source(run)
         if src is None or COLUMN not in src:
-            raise ValueError(f"{run.path}: no verbalized confidence; run 'agentuq-nb verbalized-confidence {run.path}'")
+            raise ValueError(f"{run.path}: no verbalized confidence; {run.fix('verbalized_confidence', '')}")
         return by_trajectory(src.groupby(TRAJECTORY_KEYS, dropna=False)[COLUMN].mean()).rename(self.name)
 
     def is_available(self, run: RunDir) -> bool:

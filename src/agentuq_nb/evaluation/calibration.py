@@ -1,6 +1,6 @@
 """Calibration: an uncertainty score turned into a failure probability, and how good that probability is.
 
-Kernels on arrays (the run-folder report is :mod:`.run_calibration`). Failure (``reward <
+Kernels on arrays (the run-folder report is :mod:`agentuq_nb.steps.calibrate`). Failure (``reward <
 failure_threshold``) is the positive class; a score is oriented so that higher = more likely failure
 (``invert=True`` negates a confidence first), as everywhere in :mod:`agentuq_nb.evaluation`.
 

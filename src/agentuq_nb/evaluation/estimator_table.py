@@ -35,7 +35,7 @@ trials), the bootstrap resamples tasks with all their trials (``groups``, :mod:`
   and ``tracer``, without TRACER's tuned readouts, which saw the labels).
 
 Rows are ordered by ``auroc_stratified``, the length-controlled AUROC (descending, undefined last: :data:`SORT_COLUMN`).
-Written to ``RUN_DIR/estimator_table.csv`` by :func:`compare_estimators` (``agentuq-nb compare-estimators``),
+Written to ``RUN_DIR/estimator_table.csv`` by the compare-estimators step (:mod:`agentuq_nb.steps.compare_estimators`),
 which first brings the black-box families up to date (:func:`~agentuq_nb.steps.blackbox.ensure_blackbox`).
 
 Every trajectory of the run is a row (its reward from ``trajectories.parquet``); an estimator without
@@ -48,8 +48,8 @@ import pandas as pd
 
 from agentuq_nb.common.progress import progress_bar
 from agentuq_nb.estimators import BASELINES, Estimator, get
-from agentuq_nb.estimators.base import IN_SAMPLE
-from agentuq_nb.estimators.combined import BLACKBOX_FAMILIES, COMBINED
+from agentuq_nb.estimators.base import IN_SAMPLE, blackbox_families
+from agentuq_nb.estimators.combined import COMBINED
 from agentuq_nb.evaluation.bootstrap import paired_bootstrap_pvalue
 from agentuq_nb.evaluation.calibration import calibration_report, cross_fitted_probabilities, oriented
 from agentuq_nb.evaluation.combined_predictor import cross_fitted_combination
@@ -127,12 +127,12 @@ def combined_inputs(table: pd.DataFrame, estimators: list[Estimator], with_lengt
     """The oriented input columns of a combined predictor, each with a finite score somewhere, plus (``with_length``)
     every length baseline column of ``table``. ``inputs="chosen"``: the estimators ``names`` (default: those of
     :data:`DEFAULT_COMBINED_INPUTS` among ``estimators``, else every one outside the baselines and the black-box
-    families); ``inputs="blackbox"``: every estimator of :data:`BLACKBOX_FAMILIES`. Never an estimator fitted to the
-    run's labels (``uses_labels``). No column when there is no such estimator, or when ``with_length`` and the table
+    families); ``inputs="blackbox"``: every estimator of the black-box families (``Family.blackbox``). Never an
+    estimator fitted to the run's labels (``uses_labels``). No column when there is no such estimator, or when ``with_length`` and the table
     holds no length baseline (it would repeat the predictor without length)."""
     candidates = {e.name: e for e in estimators if e.family != "baseline" and not e.uses_labels}
     if inputs == "blackbox":
-        chosen = [e for e in candidates.values() if e.family in BLACKBOX_FAMILIES]
+        chosen = [e for e in candidates.values() if e.family in blackbox_families()]
     elif names is not None:
         unknown = [n for n in names if n not in candidates]
         if unknown:
@@ -141,7 +141,7 @@ def combined_inputs(table: pd.DataFrame, estimators: list[Estimator], with_lengt
         chosen = [candidates[n] for n in names]
     else:
         chosen = ([candidates[n] for n in DEFAULT_COMBINED_INPUTS if n in candidates]
-                  or [e for e in candidates.values() if e.family not in BLACKBOX_FAMILIES])
+                  or [e for e in candidates.values() if e.family not in blackbox_families()])
     cols = {e.name: oriented(table[e.name], e.invert) for e in chosen
             if np.isfinite(table[e.name].to_numpy(dtype=float)).any()}
     if with_length:

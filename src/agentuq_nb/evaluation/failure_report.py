@@ -1,6 +1,6 @@
 """The failure-prediction report: every metric with a bootstrap CI, as JSON-ready data.
 
-This is what ``agentuq-nb evaluate`` writes to ``eval_metrics.json``.
+This is what the evaluate step (:mod:`agentuq_nb.steps.evaluate`) writes to ``eval_metrics.json``.
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Input is one tidy frame, a row per trajectory of every run (:func:`pooled_leader
 ``failure`` (bool, the positive class), ``length_stratum`` (the run's message-count stratum,
 :func:`~agentuq_nb.evaluation.length_control.length_strata`; -1 = none) and one column per estimator holding its
 *oriented* score (higher = more likely failure, :func:`~agentuq_nb.evaluation.calibration.oriented`); NaN = no
-score. Reading run folders is :mod:`.run_leaderboard`'s job.
+score. Reading run folders is :mod:`agentuq_nb.steps.compare_runs`'s job.
 
 Definitions (failure = positive; ties count ½, as everywhere in :mod:`.metrics`):
 

@@ -15,18 +15,25 @@ setting with the highest AUROC **on the file it then reports on**. Two readouts 
   median, over their interquartile range), which keeps the order within a fold and makes the pooled
   scores comparable across folds.
 
+:func:`tuning_tables` makes both from a run's per-message black-box table and its rewards: the rows of
+``tracer_tuned.parquet`` and the record of ``tracer_tuning.json``.
+
 Ties: the first best setting in the grid's order wins (TRACER sorts its results by AUROC, stably).
 A training set with one class has no AUROC to maximize: it keeps TRACER's default setting.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
+import pandas as pd
 
 from agentuq_nb.evaluation.calibration import group_folds
 from agentuq_nb.evaluation.metrics import auroc_batch
-from agentuq_nb.uq.tracer import GRID, Grid, TracerParams
+from agentuq_nb.records.keys import key_dtypes
+from agentuq_nb.records.outcomes import failure_labels
+from agentuq_nb.records.tokens import TRAJECTORY_KEYS
+from agentuq_nb.uq.tracer import GRID, Grid, StepArrays, TracerParams, grid_scores
 
 
 class Choice(NamedTuple):
@@ -95,3 +102,39 @@ def nested_scores(grid_scores: np.ndarray, failure, groups, n_splits: int = 5, s
         row = grid_scores[choice.index]
         out[test] = on_training_scale(row[test], row[train])
     return Nested(out, fold, choices)
+
+
+def tuning_tables(turns: pd.DataFrame, rewards: pd.DataFrame, failure_threshold: float, seed: int = 0,
+                  n_splits: int = 5) -> tuple[pd.DataFrame, dict]:
+    """(``tracer_tuned`` rows, ``tracer_tuning.json``) from the per-message table (``blackbox_turns``) and the
+    rewards: the optimistic readout, and the nested one where two classes and two tasks are scored."""
+    from agentuq_nb.evaluation.multi_trial import task_labels
+
+    rewards = key_dtypes(rewards)
+    reward = rewards["reward"].to_numpy(dtype=float)
+    labelled = np.isfinite(reward)
+    failure = failure_labels(reward, failure_threshold)
+    scores = grid_scores(StepArrays.of(turns, rewards), GRID)
+    scores[:, ~labelled] = np.nan  # no outcome: neither tuned on nor scored
+    out = rewards[TRAJECTORY_KEYS].copy()
+    record: dict[str, Any] = {"failure_threshold": failure_threshold, "seed": seed,
+                              "n_splits": n_splits, "grid_settings": int(len(scores)),
+                              "grid": "TRACER's coarse grid (optimize_tracer_parameters.py, stage 1)"}
+    optimistic, choice = optimistic_scores(scores, failure)
+    out["tracer_optimistic"] = optimistic
+    record["optimistic"] = {"setting": GRID.params(GRID.settings()[choice.index]).model_dump(),
+                            "auroc": choice.auroc, "n": choice.n_train}
+    groups = task_labels(rewards)
+    usable = labelled & np.isfinite(scores[0])
+    two_classes = 0 < failure[usable].sum() < usable.sum()
+    if two_classes and len(np.unique(groups[usable])) >= 2:
+        nested = nested_scores(scores, failure, groups, n_splits, seed)
+        out["tracer_nested"], out["tracer_nested_fold"] = nested.scores, nested.fold
+        settings = GRID.settings()
+        record["folds"] = [{"fold": k, "setting": GRID.params(settings[c.index]).model_dump(),
+                            "train_auroc": c.auroc, "n_train": c.n_train} for k, c in enumerate(nested.choices)]
+    else:
+        out["tracer_nested"], out["tracer_nested_fold"] = np.nan, -1
+        record["folds"] = []
+        record["nested_undefined"] = "one class or fewer than 2 tasks among the scored trajectories"
+    return out, record

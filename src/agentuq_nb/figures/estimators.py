@@ -15,22 +15,35 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from agentuq_nb.figures.style import PALETTE, SERIES, legend_below, use_style
+from agentuq_nb.estimators.base import declared_families, family_of
+from agentuq_nb.figures.style import PALETTE, legend_below, use_style
 
-#: family -> colour; the order families are drawn in (top to bottom), length baselines last
-FAMILY_COLORS = {"token": PALETTE["success"], "structure": SERIES[5], "tracer": PALETTE["secondary"],
-                 "action": PALETTE["failure"], "saup": PALETTE["accent"], "early_warning": "#8C7A00",  # dark yellow: legible on white
-                 "verbalized": PALETTE["highlight"], "combined": "#000000", "baseline": PALETTE["neutral"]}
-FAMILY_LABELS = {"token": "token log-probs", "structure": "structure (black-box)", "tracer": "TRACER (black-box)",
-                 "action": "resampled actions", "saup": "SAUP", "early_warning": "early warning",
-                 "verbalized": "verbalized confidence", "combined": "combined (cross-fitted)",
-                 "baseline": "length baselines"}
 #: a label longer than this wraps onto a second line at a separator
 LABEL_CHARS = 30
 #: figure width in inches: one column of a two-column paper
 COLUMN_WIDTH = 3.4
 #: aliases named on a row (the rest counted; the CSV's ``same_scores_as`` has them all)
 MAX_ALIASES = 3
+
+
+def family_color(family: str) -> str:
+    """How the forest colours ``family`` (its declared ``Family.color``: a role of :data:`PALETTE` or a colour;
+    undeclared: the neutral grey)."""
+    color = family_of(family).color
+    return PALETTE.get(color, color) if color else PALETTE["neutral"]
+
+
+def family_label(family: str) -> str:
+    """How the forest's legend names ``family`` (its declared ``Family.label``, else its name)."""
+    return family_of(family).label or family
+
+
+def forest_family_order() -> list[str]:
+    """The families the forest places first, top to bottom (declared ``Family.forest_order``), length baselines
+    left out: they are drawn last, as the reference."""
+    placed = sorted((f for f in declared_families().values() if f.forest_order is not None),
+                    key=lambda f: f.forest_order)
+    return [f.name for f in placed if f.name != "baseline"]
 
 
 def alias_groups(table: pd.DataFrame) -> dict[str, list[str]]:
@@ -55,7 +68,7 @@ def forest_rows(table: pd.DataFrame, metric: str = "auroc", per_family: int = 3,
                 families: list[str] | None = None) -> pd.DataFrame:
     """The rows a forest draws: identical-score estimators collapsed into their representative (``aliases``), then
     the best ``per_family`` of each family by ``metric`` and every length baseline, families in
-    :data:`FAMILY_COLORS` order (others after them, baselines last), best first within a family. ``shown_of`` is how
+    :func:`forest_family_order` (others after them, baselines last), best first within a family. ``shown_of`` is how
     many estimators of the family had a defined ``metric`` (aliases counted). ``families``: only these (and the
     length baselines, always)."""
     t = table[np.isfinite(pd.to_numeric(table[metric], errors="coerce").to_numpy(dtype=float))].copy()
@@ -67,8 +80,8 @@ def forest_rows(table: pd.DataFrame, metric: str = "auroc", per_family: int = 3,
     if "same_scores_as" in t:
         t = t[t["same_scores_as"].isna()]
     t["aliases"] = [groups.get(e, []) for e in t["estimator"]]
-    order = [f for f in FAMILY_COLORS if f != "baseline"]
-    order += sorted(set(t["family"]) - set(FAMILY_COLORS)) + ["baseline"]
+    order = forest_family_order()
+    order += sorted(set(t["family"]) - set(order) - {"baseline"}) + ["baseline"]
     parts = []
     for family in order:
         f = t[t["family"] == family].sort_values(metric, ascending=False, kind="stable")
@@ -120,7 +133,7 @@ def has_forest(table: pd.DataFrame, metric: str = "auroc") -> bool:
 def estimator_forest_figure(table: pd.DataFrame, metric: str = "auroc", per_family: int = 3,
                             mark_length: bool = True, title: str = "Failure prediction by estimator family",
                             width: float = COLUMN_WIDTH, families: list[str] | None = None):
-    """A forest of the estimator table (``evaluation.compare_estimators`` output): the best ``per_family``
+    """A forest of the estimator table (the compare-estimators step's output, ``estimator_table.csv``): the best ``per_family``
     estimators of each family by ``metric`` and every length baseline, coloured by family (legend below), each
     with its 95% bootstrap CI and, on the right, n (trajectories scored) and failures. Estimators whose scores are
     identical are one row naming its aliases. With ``mark_length`` (AUROC only) and a ``beats_length_baseline``
@@ -147,7 +160,7 @@ def estimator_forest_figure(table: pd.DataFrame, metric: str = "auroc", per_fami
     filled = baseline | (rows["beats_length_baseline"].map(_is_true).to_numpy() if marks else ~in_sample)
     filled &= ~in_sample
     for yi, (_, r), full, tuned in zip(y, rows.iterrows(), filled, in_sample):
-        color = FAMILY_COLORS.get(r["family"], PALETTE["neutral"])
+        color = family_color(r["family"])
         lo, hi = r.get(f"{metric}_lo"), r.get(f"{metric}_hi")
         if pd.notna(lo) and pd.notna(hi):
             ax.plot([lo, hi], [yi, yi], color=color, lw=1.4, alpha=1.0 if full else 0.55, solid_capstyle="butt",
@@ -180,8 +193,8 @@ def estimator_forest_figure(table: pd.DataFrame, metric: str = "auroc", per_fami
     n_total = int(np.isfinite(pd.to_numeric(table[metric], errors="coerce").to_numpy(dtype=float)).sum())
     ax.set_title(f"{title}\nbest {per_family} per family of {n_total} estimators (all: estimator_table.csv)",
                  fontsize=8)
-    handles = [Line2D([], [], ls="", marker="s" if f == "baseline" else "o", ms=4.5, color=FAMILY_COLORS.get(
-               f, PALETTE["neutral"]), label=f"{FAMILY_LABELS.get(f, f)} ({shown} of {n})")
+    handles = [Line2D([], [], ls="", marker="s" if f == "baseline" else "o", ms=4.5, color=family_color(f),
+               label=f"{family_label(f)} ({shown} of {n})")
                for f, n, shown in rows.drop_duplicates("family")[["family", "shown_of", "shown"]].itertuples(index=False)]
     if len(base):
         handles.append(Line2D([], [], ls=":", color=PALETTE["neutral"], label="best length baseline's AUROC"))

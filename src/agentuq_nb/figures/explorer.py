@@ -1,6 +1,6 @@
 """A trajectory explorer for JupyterLab, and the same view as one standalone HTML file.
 
-``agentuq_nb.explore(run_dir)`` (or ``agentuq-nb explore RUN_DIR [RUN_DIR…] --out view.html``) shows every
+``agentuq_nb.explore(run_dir)`` (or the command line's ``explore``, which writes :func:`export_html`'s page) shows every
 trajectory of one or more run folders. The list: filtered by outcome, run, a text search (task ids, message text,
 tool names) and an estimator's range, sorted by any estimator the runs hold in either direction, each estimator
 offered with its AUROC on each run (marked when tuned on the run's own labels); the default sort is the estimator
@@ -19,7 +19,7 @@ with the highest AUROC among those *not* tuned on the run's labels (:func:`defau
   calls and tool results pretty-printed with the tool's name (results collapsed), at each decision point the K
   resampled actions in their clusters.
 
-**A learned detector.** A run folder holding a detector's ``predictions.csv`` (``agentuq-nb predict``) shows its
+**A learned detector.** A run folder holding a detector's ``predictions.csv`` (the predict step, :mod:`agentuq_nb.steps.predict`) shows its
 failure probability as the ``detector`` estimator and, per trajectory, a panel of the features' contributions
 (:func:`run_detector_panels`); :func:`attach_detector` does the same for predictions made elsewhere. A link
 ``#trajectory=<key>`` (:func:`trajectory_key`; the run's report links every trajectory so) opens that trajectory.
@@ -51,12 +51,13 @@ import pandas as pd
 from agentuq_nb.common.redaction import MASK, mask_secrets, secret_spans
 from agentuq_nb.estimators import estimators as run_estimators
 from agentuq_nb.estimators import get as get_estimator
+from agentuq_nb.estimators.base import listing_hint
 from agentuq_nb.estimators.detector import DetectorProbability, read_predictions
 from agentuq_nb.estimators.scores import score_table
 from agentuq_nb.evaluation.metrics import UndefinedMetricError, auroc
 from agentuq_nb.figures.blackbox import COMPONENTS, EVENTS
 from agentuq_nb.io.atomic import atomic_write_text
-from agentuq_nb.io.errors import InputError
+from agentuq_nb.io.errors import InputError, remedy
 from agentuq_nb.io.ingest.results import iter_simulations, read_header
 from agentuq_nb.io.outputs import check_output_file
 from agentuq_nb.io.store.rundir import MANIFEST, RunDir
@@ -95,7 +96,7 @@ LINE_SIGNALS = (("nll", "agent turn: mean token NLL", "assistant"),
 EVENT_SIGNALS = tuple((field, label) for field, label, _ in EVENTS)
 #: the estimator of a learned detector's failure probability (the registered `detector` family; :func:`attach_detector`)
 DETECTOR = DetectorProbability.name
-#: the page ``agentuq-nb explore RUN_DIR`` writes into the run folder when no ``--out`` is given
+#: the page the command line's ``explore`` writes into the run folder when no ``--out`` is given
 PAGE_NAME = "explorer.html"
 #: characters that must not appear raw in a JSON payload inside HTML (``</script>``, ``<!--``, entities)
 HTML_UNSAFE = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"}
@@ -142,8 +143,9 @@ def require_run_folder(run: RunDir) -> None:
                                  and ((path / "results.json").is_file() or (path / "simulations").is_dir()))
     if results:
         stem = path.stem if path.is_file() else path.name
-        raise InputError(path, f"is a results file, not a run folder: make its run folder with 'agentuq-nb analyze "
-                               f"{path} --out runs/{stem}', then explore it with 'agentuq-nb explore runs/{stem}'")
+        made = remedy("run_folder_of_results", "make its run folder with the analyze step (agentuq_nb.steps.analyze) "
+                      "into runs/{stem}, then explore that folder", results=path, stem=stem)
+        raise InputError(path, f"is a results file, not a run folder: {made}")
     run.require_folder("explore")
 
 
@@ -465,8 +467,8 @@ def explorer_data(run_dir: str | os.PathLike | RunDir | Iterable, estimators: li
     if estimators:
         missing = [n for n in estimators if n not in chosen]
         if missing:
-            raise InputError(paths[0], f"no run given holds the estimator(s) {', '.join(missing)} (see "
-                                       "'agentuq-nb estimators RUN_DIR')")
+            raise InputError(paths[0], f"no run given holds the estimator(s) {', '.join(missing)} "
+                                       f"({listing_hint()})")
     listed = []
     for name, e in chosen.items():
         quality = [part["quality"].get(name, (None, 0)) for part in parts]
@@ -523,7 +525,7 @@ def detector_panels(predictions: pd.DataFrame, run: int) -> dict[str, dict]:
 
 
 def run_detector_panels(run: RunDir, index: int) -> dict[str, dict]:
-    """The detector panels of a run folder that ``agentuq-nb predict`` wrote ``predictions.csv`` into (none else)."""
+    """The detector panels of a run folder that the predict step wrote ``predictions.csv`` into (none else)."""
     if not run.has("predictions"):
         return {}
     predictions = read_predictions(run)
@@ -534,8 +536,8 @@ def attach_detector(data: dict, predictions: pd.DataFrame, run: int = 0,
                     protocol: str = DetectorProbability.protocol, description: str = DetectorProbability.description,
                     ) -> dict:
     """Show a learned detector's predictions of run ``run`` in ``data`` (:func:`explorer_data`'s, changed in place
-    and returned) where its folder holds none (a notebook's own predictions; a run folder after ``agentuq-nb
-    predict`` shows them without this): ``predictions`` as :func:`detector_panels` reads them. The probability is
+    and returned) where its folder holds none (a notebook's own predictions; a run folder after the predict
+    step shows them without this): ``predictions`` as :func:`detector_panels` reads them. The probability is
     the :data:`DETECTOR` estimator of that run (its AUROC on the run computed here; other runs keep theirs) and each
     trajectory's ``detector`` panel; the default sort is chosen again (:func:`default_sort`)."""
     panels = detector_panels(predictions, run)

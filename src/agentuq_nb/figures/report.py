@@ -13,8 +13,8 @@ masking (:func:`agentuq_nb.common.redaction.redact`, as executed notebooks do) a
 Hooks the other pages wire: a trajectory's link into the explorer is ``<explorer page>#trajectory=<key>``
 (:func:`explorer_href`), the key being the explorer's own trajectory key, ``run|domain|task_id|trial|seed`` with
 run 0 for the page of one run (:func:`trajectory_key`; an empty seed for runs without one; the page opens it from
-``location.hash``), the page the one ``agentuq-nb explore RUN_DIR --out RUN_DIR/explorer.html``
-writes (the run folder's ``explorer`` artefact); a detector's ``predictions.csv`` in the run folder (its
+``location.hash``), the page the explorer writes into the
+run folder (:func:`agentuq_nb.figures.explorer.export_html` to ``RUN_DIR/explorer.html``) (the run folder's ``explorer`` artefact); a detector's ``predictions.csv`` in the run folder (its
 ``predictions`` artefact) is shown as it is (:func:`predictions_section`, its first :data:`MAX_PREDICTION_ROWS`
 rows). The step that writes a page passes their paths (the run folder's layout is ``RunDir``'s).
 
@@ -36,6 +36,7 @@ import pandas as pd
 
 from agentuq_nb.common.redaction import redact
 from agentuq_nb.figures.explorer import trajectory_key
+from agentuq_nb.io.errors import remedy
 
 #: rows of a detector's ``predictions.csv`` a page shows (the file holds them all)
 MAX_PREDICTION_ROWS = 2000
@@ -338,8 +339,9 @@ def run_report(title: str, subtitle: str, counts: Sequence[tuple[str, object]], 
     keys = trajectories[["domain", "task_id", "trial", "seed"]].itertuples(index=False, name=None)
     links = [explorer_href(trajectory_key(*k), explorer.name) for k in keys]
     explore = (f"Each row opens the trajectory in {explorer.name} beside this page"
-               + ("." if explorer.is_file() else f" once it is made: agentuq-nb explore {explorer.parent} --out "
-                  f"{explorer}."))
+               + ("." if explorer.is_file() else remedy(
+                   "explorer_page", " once it is made: agentuq_nb.figures.explorer.export_html(explorer_data({run}), "
+                   "'{page}').", run=explorer.parent, page=explorer)))
     shown = trajectories.drop(columns=["domain", "seed"])
     classes = ["failed" if o == "failed" else "succeeded" if o == "succeeded" else "" for o in shown["outcome"]]
     shown = shown.assign(**{c: shown[c].map(_whole if _integral(shown[c]) else number) for c in shown.columns

@@ -17,7 +17,7 @@ from scipy.optimize import brentq
 from agentuq_nb.evaluation.bootstrap import cluster_codes, percentile_ci, resample_batches
 from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.evaluation.multi_trial import task_labels
-from agentuq_nb.io.errors import InputError
+from agentuq_nb.io.errors import InputError, remedy
 from agentuq_nb.io.ingest.results import iter_simulations, read_header
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.keys import key_dtypes
@@ -25,6 +25,8 @@ from agentuq_nb.records.tau2 import Results
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 
 #: the scalar fields of a simulation's intervention block copied into the per-simulation table
+#: what a folder of intervention outcomes is, said where one is not (the steps name its command: io.errors.remedy)
+POLICY_RUN = "a run of the simulate step with a policy (agentuq_nb.steps.simulate, PolicyConfig)"
 BLOCK_FIELDS = ("num_decisions", "num_flagged", "num_interventions", "agent_tokens", "extra_agent_tokens",
                 "extra_agent_cost", "escalation_cost")
 DECISION_COLUMNS = ["sim", "decision_idx", "message_idx", "signal", "flagged", "action"]
@@ -93,7 +95,7 @@ def read_intervention_run(run_dir) -> InterventionRun:
         block = (sim.model_extra or {}).get("intervention")
         if not isinstance(block, dict):
             raise InputError(path, f"simulation {sim.id} (task {sim.task_id}, trial {sim.trial}) has no "
-                                   "intervention block: not a run of 'agentuq-nb simulate --policy'",
+                                   f"intervention block: not {remedy('policy_run', POLICY_RUN)}",
                              f"simulations[{i}]")
         policy = block.get("policy") or {}
         policies.setdefault(repr(sorted(policy.items())), policy)

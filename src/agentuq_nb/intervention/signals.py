@@ -20,8 +20,8 @@ Found by name with :func:`online_signal`:
   estimator on the finished trajectory's rows. A confidence (``min_chosen_prob``) is negated;
 * ``calibrated:<base>``: the failure probability of a Platt map fitted on the calibration run's
   per-trajectory maximum of ``<base>`` (``intervention.certify.fit_signal_calibrator``);
-* ``detector:<DETECTOR_DIR>``: a learned failure detector's calibrated probability (``agentuq-nb
-  train-detector``) on the trajectory so far, the proposal included - what ``agentuq-nb predict`` gives the
+* ``detector:<DETECTOR_DIR>``: a learned failure detector's calibrated probability (the
+  train-detector step's) on the trajectory so far, the proposal included - what the predict step gives the
   finished trajectory, computed on its prefix (``evaluation.detector_apply``); it needs no log-probs.
 
 Signals are picklable (a Dask worker runs the policy holding them) and deterministic given the point:
@@ -39,6 +39,7 @@ import numpy as np
 import pyarrow as pa
 
 from agentuq_nb.intervention.config import PolicyConfig
+from agentuq_nb.io.errors import remedy
 from agentuq_nb.io.ingest.sidecars import SIDECAR_SCHEMA
 from agentuq_nb.sim.decisions import DecisionPoint
 
@@ -337,7 +338,9 @@ def online_signal(name: str, config: PolicyConfig) -> OnlineSignal:
     if name.startswith(DETECTOR_PREFIX):
         path = name[len(DETECTOR_PREFIX):]
         if not path:
-            raise ValueError(f"signal {name!r}: give detector:<DETECTOR_DIR>, a folder made by agentuq-nb train-detector")
+            made = remedy("detector_signal_folder", "a folder made by the train-detector step "
+                          "(agentuq_nb.steps.train_detector)")
+            raise ValueError(f"signal {name!r}: give detector:<DETECTOR_DIR>, {made}")
         return DetectorSignal(path)
     if name.startswith(CALIBRATED_PREFIX):
         base_name = name[len(CALIBRATED_PREFIX):]

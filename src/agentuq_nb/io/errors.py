@@ -26,6 +26,33 @@ def validation_problem(err) -> str:
     return f"{first['msg'].removeprefix('Value error, ')} at '{loc}'{shown}"
 
 
+#: how a user gets what a lower layer's message names, by the thing's name (``"detector_folder"``,
+#: ``"estimator_listing"``…; a run folder's artefacts are the store's producers,
+#: :func:`agentuq_nb.io.store.rundir.register_producer`), in the words of the layer that has commands: filled by
+#: :mod:`agentuq_nb.steps.hints` from the steps' declarations, so the command line and a library user who imports
+#: ``agentuq_nb.steps`` read the same text. The layers below name no command: without the steps (a notebook importing
+#: only the store or the estimators) each message says what it lacks in its own terms (:func:`remedy`'s default).
+REMEDIES: dict[str, str] = {}
+
+
+def remedy(name: str, default: str, **fields) -> str:
+    """How to get ``name`` as the layer with commands says it (:data:`REMEDIES`), else ``default`` (which names it),
+    each ``{field}`` of the text replaced by its value in ``fields`` (a path, a run folder…)."""
+    text = REMEDIES.get(name, default)
+    for key, value in fields.items():
+        text = text.replace("{" + key + "}", str(value))
+    return text
+
+
+class MissingArtifactError(FileNotFoundError):
+    """A run folder lacks artefact ``artifact`` (its file ``file``) that a reader needs; ``fix`` says how to make
+    it (the command of the step that does, where the steps are loaded; else the artefact's own name)."""
+
+    def __init__(self, run_dir, artifact: str, file: str, fix: str):
+        self.run_dir, self.artifact, self.file, self.fix = str(run_dir), artifact, file, fix
+        super().__init__(f"{self.run_dir}: no {file}; {fix}")
+
+
 class MixedRunError(RuntimeError):
     """A run folder holds files that do not belong together (two runs' files side by side)."""
 

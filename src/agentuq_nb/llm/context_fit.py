@@ -8,7 +8,7 @@ most of it, so a long conversation stops fitting after a few turns. Two behaviou
   ``serve-local``). Scoring and studies keep this: the model must see what the
   trajectory says it saw.
 * **fit** (``fit_context=True`` on a request or ``litellm.completion`` call, or
-  ``agentuq-nb serve-local --fit-context`` for every request): the leading system
+  the ``serve-local`` command's ``--fit-context`` for every request): the leading system
   message(s) and the latest turn are kept, and the oldest turns between them are
   dropped, one turn at a time, until the prompt plus the requested ``max_tokens``
   fits. An assistant message that calls tools and the tool results that answer it

@@ -4,7 +4,7 @@ Two backends, never mixed silently (rows carry ``source``):
 
 * ``teacher_forced`` — the log-probs of the *observed* tokens. Chat APIs cannot
   give these; a legacy completions endpoint with ``echo=True, logprobs=k`` can
-  (vLLM, and ``agentuq-nb serve-local``). The conversation is rendered to text
+  (vLLM, and the ``serve-local`` command: :mod:`agentuq_nb.llm.server`). The conversation is rendered to text
   client-side, sent once through ``litellm.text_completion``, and each returned
   prompt token is assigned to the message body its characters overlap
   (``text_offset``). Rendering is ChatML by default (exact for SmolLM2, Qwen-style

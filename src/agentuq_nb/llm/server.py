@@ -1,4 +1,4 @@
-"""An OpenAI-compatible HTTP server for the embedded model (``agentuq-nb serve-local``).
+"""An OpenAI-compatible HTTP server for the embedded model (the command line's ``serve-local``).
 
 It lets tools that only speak the OpenAI API — τ²-bench, the AgentUQ fork, any
 ``openai`` client — run offline against SmolLM2 with exact log-probs:

@@ -20,7 +20,8 @@ authors' machine - so the sidecars are found here by file name under the local c
 Without the sidecars. Many users download only the release's results JSONs (~52 MB of the 1.7 GB).
 Every simulation there records agentuq's ``uq_summary`` (per role ``total_tokens``, ``trajectory_nll``,
 ``avg_token_nll``, ``mean_topk_entropy``, ``min_chosen_prob``), so a result set whose sidecars are not
-in the download is prepared from those numbers instead (:func:`agentuq_nb.uq.summarize_recorded`): the
+in the download is prepared from those numbers instead
+(:func:`agentuq_nb.steps.recorded_summary.summarize_recorded`): the
 **AUROC table** (trajectory-level token estimators and the length baselines, the published agent-NLL
 comparison included) reproduces from the JSONs alone. The **observation** and **dynamics** figures
 need per-turn rows, i.e. the sidecars: :func:`with_token_rows` keeps the result sets that have them,
@@ -207,7 +208,7 @@ def prepare(result_set: ResultSet, run_dir: str | Path, sidecar_dir: Path | None
     With ``observation_scorer_llm``, user messages are first scored teacher-forced under that model
     (scorer ``agent_llm``) so the observation figure has the agent-side density. With
     ``recorded_summary`` (no sidecars at hand) the trajectory summary comes from the results'
-    recorded ``uq_summary`` instead (:func:`agentuq_nb.uq.summarize_recorded`); nothing is scored.
+    recorded ``uq_summary`` instead (:func:`agentuq_nb.steps.recorded_summary.summarize_recorded`); nothing is scored.
     """
     run = RunDir(run_dir)
     manifest = run.manifest()  # empty for a new folder

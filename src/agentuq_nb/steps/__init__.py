@@ -7,7 +7,8 @@ keyword form a module offers beside ``run`` (``from agentuq_nb.steps.evaluate im
 Steps read and commit run folders; what they compute comes from the layers below: calculators
 (``agentuq_nb.uq``), estimators, statistics (``agentuq_nb.evaluation``), figures. Importing this package
 imports every step module, so each has registered its artefacts' producer with the store
-(``io.store.rundir.register_producer``) and a missing table says which command makes it.
+(``io.store.rundir.register_producer``) and a missing table says which command makes it; the other things a
+lower layer's message names are said in commands by :mod:`.hints`.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pkgutil
 from types import ModuleType
 
 #: modules of this package that are not steps (shared by several)
-SHARED = frozenset({"base", "scoring_jobs", "family_gaps", "detector_inputs"})
+SHARED = frozenset({"base", "scoring_jobs", "family_gaps", "detector_inputs", "hints"})
 
 
 def step_modules() -> list[ModuleType]:
@@ -27,3 +28,9 @@ def step_modules() -> list[ModuleType]:
 
 #: the step modules' names (all imported here: each declares its STEP, so the store knows who makes what)
 STEP_MODULES = tuple(module.__name__.rsplit(".", 1)[1] for module in step_modules())
+
+# the steps' words for what a lower layer's message names (each step is declared by now): see .hints
+from agentuq_nb.io.errors import REMEDIES  # noqa: E402
+from agentuq_nb.steps.hints import remedies  # noqa: E402
+
+REMEDIES.update(remedies())

@@ -49,13 +49,13 @@ from agentuq_nb.io.ingest.results import iter_simulations, read_header
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.config import Seed
 from agentuq_nb.records.keys import key_dtypes
-from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, FailureThreshold, failure_labels
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, FailureThreshold
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.steps.base import FamilyHint, Step, StepConfig
 from agentuq_nb.steps.extract import run_results
 from agentuq_nb.uq.blackbox_signals import signal_tables, tool_types
 from agentuq_nb.uq.embeddings import Embedder, embeddings_available, get_embedder, unit_rows
-from agentuq_nb.uq.tracer import GRID, StepArrays, content_token_nll, grid_scores
+from agentuq_nb.uq.tracer import content_token_nll
 from agentuq_nb.uq.transcript import transcript
 
 STEP = Step("blackbox", "agentuq-nb blackbox RUN_DIR",
@@ -208,47 +208,14 @@ def compute_signals(run_dir: str | os.PathLike | RunDir, config: BlackBoxConfig 
 
 
 # --------------------------------------------------------------------------- TRACER's tuned readouts
-def tuning_tables(turns: pd.DataFrame, rewards: pd.DataFrame, config: BlackBoxConfig) -> tuple[pd.DataFrame, dict]:
-    """(``tracer_tuned`` rows, ``tracer_tuning.json``) from the per-message table and the rewards."""
-    from agentuq_nb.evaluation.multi_trial import task_labels
-    from agentuq_nb.evaluation.tracer_tuning import nested_scores, optimistic_scores
-
-    rewards = key_dtypes(rewards)
-    reward = rewards["reward"].to_numpy(dtype=float)
-    labelled = np.isfinite(reward)
-    failure = failure_labels(reward, config.failure_threshold)
-    scores = grid_scores(StepArrays.of(turns, rewards), GRID)
-    scores[:, ~labelled] = np.nan  # no outcome: neither tuned on nor scored
-    out = rewards[TRAJECTORY_KEYS].copy()
-    record: dict[str, Any] = {"failure_threshold": config.failure_threshold, "seed": config.seed,
-                              "n_splits": config.n_splits, "grid_settings": int(len(scores)),
-                              "grid": "TRACER's coarse grid (optimize_tracer_parameters.py, stage 1)"}
-    optimistic, choice = optimistic_scores(scores, failure)
-    out["tracer_optimistic"] = optimistic
-    record["optimistic"] = {"setting": GRID.params(GRID.settings()[choice.index]).model_dump(),
-                            "auroc": choice.auroc, "n": choice.n_train}
-    groups = task_labels(rewards)
-    usable = labelled & np.isfinite(scores[0])
-    two_classes = 0 < failure[usable].sum() < usable.sum()
-    if two_classes and len(np.unique(groups[usable])) >= 2:
-        nested = nested_scores(scores, failure, groups, config.n_splits, config.seed)
-        out["tracer_nested"], out["tracer_nested_fold"] = nested.scores, nested.fold
-        settings = GRID.settings()
-        record["folds"] = [{"fold": k, "setting": GRID.params(settings[c.index]).model_dump(),
-                            "train_auroc": c.auroc, "n_train": c.n_train} for k, c in enumerate(nested.choices)]
-    else:
-        out["tracer_nested"], out["tracer_nested_fold"] = np.nan, -1
-        record["folds"] = []
-        record["nested_undefined"] = "one class or fewer than 2 tasks among the scored trajectories"
-    return out, record
-
-
 def compute_tuning(run_dir: str | os.PathLike | RunDir, config: BlackBoxConfig = BlackBoxConfig()) -> dict:
     """Publish ``tracer_tuned.parquet`` and ``tracer_tuning.json`` from ``blackbox_turns``."""
+    from agentuq_nb.evaluation.tracer_tuning import tuning_tables
+
     run = RunDir.of(run_dir)
     with run.lock("blackbox"):
         turns = key_dtypes(run.read_frame("blackbox_turns"))
-        tuned, record = tuning_tables(turns, run.rewards(), config)
+        tuned, record = tuning_tables(turns, run.rewards(), config.failure_threshold, config.seed, config.n_splits)
         based_on = run.based_on("blackbox_turns", "trajectories")
         with run.commit("blackbox-tuning") as commit:
             commit.write_parquet("tracer_tuned", tuned, based_on)

@@ -1,10 +1,10 @@
 """``agentuq-nb compare-runs``: one estimator leaderboard across several run folders.
 
-AgentPulse's distribution-free evaluation with FDR control (:mod:`.agent_comparison` applies it to agents)
-applied to *estimators*: every estimator the runs share is scored on each run and pooled over the runs, its
-difference from the best length baseline is tested by a paired bootstrap, and Benjamini-Hochberg controls the
-false discovery rate over the estimators. The statistics (definitions, bootstrap, test) are
-:mod:`.pooled_auroc`'s; this module reads the run folders and writes the output folder.
+AgentPulse's distribution-free evaluation with FDR control (:mod:`agentuq_nb.evaluation.agent_comparison` applies
+it to agents) applied to *estimators*: every estimator the runs share is scored on each run and pooled over the
+runs, its difference from the best length baseline is tested by a paired bootstrap, and Benjamini-Hochberg controls
+the false discovery rate over the estimators. The statistics (definitions, bootstrap, test) are
+:mod:`agentuq_nb.evaluation.pooled_auroc`'s; this module reads the run folders and writes the output folder.
 
 * **Which estimators.** Those available in *every* run (``--estimator`` restricts them; one that some run lacks is
   refused): a pooled number then always covers the same runs, so the leaderboard compares like with like. The
@@ -197,8 +197,8 @@ def _inputs_read(run: RunDir, estimators: Sequence[Estimator]) -> list[str]:
 
 def read_run(run: RunDir, name: str, estimators: Sequence[Estimator],
              failure_threshold: float) -> tuple[pd.DataFrame, dict]:
-    """One run's rows of the leaderboard frame (:mod:`.pooled_auroc`: run, task, failure, length_stratum and the
-    oriented score of each estimator) and what was read ``{"tables": {file: commit}, ...}``."""
+    """One run's rows of the leaderboard frame (:mod:`agentuq_nb.evaluation.pooled_auroc`: run, task, failure,
+    length_stratum and the oriented score of each estimator) and what was read ``{"tables": {file: commit}, ...}``."""
     from agentuq_nb.evaluation.calibration import oriented
     from agentuq_nb.evaluation.estimator_table import LENGTH_COLUMN
     from agentuq_nb.evaluation.length_control import DEFAULT_STRATA, length_strata

@@ -27,8 +27,8 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
-from agentuq_nb.estimators import Estimator, TokenEstimator, default_scorer, get, token_estimator_name
-from agentuq_nb.estimators.token import summary_column
+from agentuq_nb.estimators import Estimator, TokenEstimator, get
+from agentuq_nb.estimators.token import RawColumn, resolve_estimator
 from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.config import NBoot, Seed
@@ -56,46 +56,6 @@ class EvaluateConfig(StepConfig):
     n_boot: NBoot = Field(DEFAULT_N_BOOT, description="bootstrap resamples for the 95% CIs (0: none)")
     seed: Seed = Field(0, description="seed of the bootstrap")
     scheduler: Any = Field(None, description="a Dask scheduler: the summary rows of the role are read on it")
-
-
-class RawColumn(Estimator):
-    """A trajectory-summary column that is not a registered estimator; oriented by the caller (``--invert``)."""
-
-    family = "raw"
-    requires = ("trajectory_summary",)
-
-    def __init__(self, column: str, role: str, scorer: str, higher_is_uncertain: bool):
-        self.name = self.statistic = column
-        self.role, self.scorer = role, scorer
-        self.higher_is_uncertain = higher_is_uncertain
-
-    def scores_from_summary(self, summary: pd.DataFrame) -> pd.Series:
-        return summary_column(summary, self.role, self.scorer, self.name)
-
-    def scores(self, run: RunDir) -> pd.Series:
-        return self.scores_from_summary(read_trajectory_summary(run))
-
-
-def resolve_estimator(uncertainty: str, role: str = "assistant", scorer: str | None = None, invert: bool = False,
-                      summary: pd.DataFrame | None = None) -> Estimator:
-    """The estimator ``evaluate`` scores: a registry name, else ``{role}.{uncertainty}[@{scorer}]`` for a
-    token statistic, else a raw summary column (the only case ``invert`` applies to)."""
-    if uncertainty in STATISTICS_BY_NAME:
-        if scorer is None:
-            scorer = default_scorer(summary, role) if summary is not None else "self"
-        uncertainty = token_estimator_name(role, uncertainty, scorer)
-    try:
-        estimator = get(uncertainty)
-    except KeyError as unknown:
-        if summary is None or uncertainty not in summary.columns:
-            numeric = [] if summary is None else [c for c in summary.columns if pd.api.types.is_numeric_dtype(summary[c])]
-            raise ValueError(f"unknown uncertainty '{uncertainty}': not a registered estimator ({unknown.args[0]}) "
-                             f"and not a trajectory-summary column{f' (columns: {numeric})' if numeric else ''}") from None
-        return RawColumn(uncertainty, role, scorer or default_scorer(summary, role), higher_is_uncertain=not invert)
-    if invert:
-        raise ValueError(f"'{estimator.name}' is a registered estimator with its own orientation "
-                         f"({estimator.orientation}); --invert is only for a raw summary column")
-    return estimator
 
 
 def _role_rows_on_cluster(run: RunDir, role: str, scheduler: Any) -> pd.DataFrame:

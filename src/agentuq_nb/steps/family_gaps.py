@@ -11,14 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agentuq_nb.estimators import estimators
-from agentuq_nb.estimators.base import family_rank
+from agentuq_nb.estimators.base import blackbox_families, family_rank
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.steps.base import STEPS, FamilyHint
 
 #: the token roles of the run's own messages (an observation role is another family's)
 GENERATED_ROLES = frozenset({"assistant", "user", "combined"})
-#: families that come from the black-box step: when it was skipped, its reason is what they need
-BLACKBOX_FAMILIES = frozenset({"structure", "tracer"})
 
 
 @dataclass(frozen=True)
@@ -57,7 +55,7 @@ def missing_families(run: RunDir, blackbox_skipped: str | None = None) -> list[F
         if present.get(hint.family, hint.family in have):
             continue
         needs = (hint.needs_without_tokens if not has_tokens and hint.needs_without_tokens else hint.needs)
-        if hint.family in BLACKBOX_FAMILIES and blackbox_skipped:
+        if hint.family in blackbox_families() and blackbox_skipped:  # the black-box step's reason is what they need
             needs = blackbox_skipped
         command = hint.command_without_tokens if not has_tokens and hint.command_without_tokens else hint.command
         cost = hint.cost(run) if hint.cost is not None else None

@@ -183,7 +183,7 @@ def read_summary(run_dir: str | Path | RunDir, name: str) -> pd.DataFrame:
                    if run.commit_of(p.name) and p.name not in record.based_on]
         if missing:
             raise StaleArtifactError(f"{run.file(name)} does not include {', '.join(missing)} (written after it); "
-                                     f"run 'agentuq-nb aggregate {run.path}' again")
+                                     f"{run.fix(name, 'again')}")
     return frame.copy()
 
 

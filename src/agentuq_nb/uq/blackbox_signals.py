@@ -1,7 +1,7 @@
 """The black-box signals of a run's conversation, per message and per trajectory, from its transcript
 (:mod:`agentuq_nb.uq.transcript`): the structure signals (:mod:`agentuq_nb.uq.structure_signals`) and TRACER's
-components and default score (:mod:`agentuq_nb.uq.tracer`). The black-box step (``agentuq-nb blackbox``,
-:mod:`agentuq_nb.steps.blackbox`) publishes these tables; the learned failure detector's features
+components and default score (:mod:`agentuq_nb.uq.tracer`). The black-box step
+(:mod:`agentuq_nb.steps.blackbox`) publishes these tables; the learned failure detector's features
 (:mod:`agentuq_nb.uq.detector_features`) read the per-trajectory ones.
 """
 from __future__ import annotations

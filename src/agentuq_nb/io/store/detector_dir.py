@@ -44,7 +44,7 @@ import pandas as pd
 
 from agentuq_nb.common.limits import MAX_DETECTOR_ARRAY_BYTES, MAX_DETECTOR_JSON_BYTES, MAX_DETECTOR_TABLE_BYTES
 from agentuq_nb.io.atomic import atomic_write_json, atomic_write_with
-from agentuq_nb.io.errors import InputError
+from agentuq_nb.io.errors import InputError, remedy
 from agentuq_nb.io.files import kind_of, read_limited, read_limited_json
 
 CARD = "card.json"
@@ -204,7 +204,8 @@ def read_detector_dir(path: str | os.PathLike, feature_version: str) -> Detector
     folder = Path(path)
     if os.path.islink(folder) or not folder.is_dir():
         what = "a symlink" if os.path.islink(folder) else ("missing" if not folder.exists() else "not a folder")
-        raise InputError(folder, f"is {what}: give a detector folder (made by 'agentuq-nb train-detector')")
+        made = remedy("detector_folder", "(made by the train-detector step, agentuq_nb.steps.train_detector)")
+        raise InputError(folder, f"is {what}: give a detector folder {made}")
     card_path = file_in(folder, CARD, MAX_DETECTOR_JSON_BYTES)
     card = read_limited_json(card_path, MAX_DETECTOR_JSON_BYTES, "detector card")
     if not isinstance(card, dict) or card.get("format") != FORMAT:

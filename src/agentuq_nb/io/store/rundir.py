@@ -53,7 +53,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from agentuq_nb.common.limits import MAX_SMALL_JSON_BYTES
 from agentuq_nb.common.naming import short_model_name
 from agentuq_nb.io.atomic import atomic_write_json
-from agentuq_nb.io.errors import InputError, MixedRunError, StaleArtifactError
+from agentuq_nb.io.errors import InputError, MissingArtifactError, MixedRunError, StaleArtifactError, remedy
 from agentuq_nb.io.files import check_regular, kind_of, read_limited_json
 from agentuq_nb.io.store.run_lock import RunBusyError, holder, is_locked, run_lock
 from agentuq_nb.records.keys import key_dtypes
@@ -248,6 +248,11 @@ class Manifest(BaseModel):
         the results' own metadata; None when the results name neither."""
         parts = [short_model_name(self.models["assistant"]) if self.models.get("assistant") else None, self.domain]
         return " · ".join(p for p in parts if p) or None
+
+
+def upper_first(text: str) -> str:
+    """``text`` with its first letter a capital (the rest as it is)."""
+    return text[:1].upper() + text[1:]
 
 
 def _first_problem(err: ValidationError) -> tuple[str, str]:
@@ -483,17 +488,29 @@ class RunDir:
     def has(self, name: str) -> bool:
         return self.file(name).exists()
 
-    def producer(self, name: str) -> str:
-        """The command that makes artefact ``name`` of this run (as its step registered it)."""
+    def producer(self, name: str) -> str | None:
+        """The command that makes artefact ``name`` of this run, as its step registered it (None: no step that makes
+        it is loaded - the store alone, as a notebook importing only the estimators has it)."""
         rel = self.relative(name)
         command = PRODUCERS.get(artifact_name(rel) or rel)
-        return command.replace("RUN_DIR", str(self.path)) if command else f"the step that writes {rel} (see 'agentuq-nb --help')"
+        return command.replace("RUN_DIR", str(self.path)) if command else None
+
+    def fix(self, name: str, when: str = "first") -> str:
+        """How to make artefact ``name``, said after what is wrong with it: ``run '<command>' <when>`` with the
+        command its step registered (:func:`register_producer`), else the artefact's own name and where its maker
+        lives (the store names no command)."""
+        command = self.producer(name)
+        rel = self.relative(name)
+        what = (f"'{command}'" if command is not None
+                else f"the step of agentuq_nb.steps that makes the artefact '{artifact_name(rel) or rel}' ({rel})")
+        return f"run {what} {when}" if when else f"run {what}"
 
     def require(self, name: str) -> Path:
-        """The path of artefact ``name``; a clear FileNotFoundError naming the command that makes it."""
+        """The path of artefact ``name``; a clear :class:`~agentuq_nb.io.errors.MissingArtifactError` (a
+        FileNotFoundError) naming it and how to make it (:meth:`fix`)."""
         path = self.file(name)
         if not os.path.lexists(path):
-            raise FileNotFoundError(f"{self.path}: no {path.name}; run '{self.producer(name)}' first")
+            raise MissingArtifactError(self.path, name, path.name, self.fix(name))
         if name in FOLDER_ARTIFACTS:
             return self.folder(name)
         return check_regular(path, f"the run's {path.name}")
@@ -519,7 +536,8 @@ class RunDir:
         main = self.file("tokens")
         files = ([main] if os.path.lexists(main) else []) + sorted(self.path.glob("tokens.*.parquet"))
         if not files and required:
-            raise FileNotFoundError(f"{self.path}: no token table (tokens.parquet); run 'agentuq-nb extract' first")
+            raise MissingArtifactError(self.path, "tokens", "token table (tokens.parquet)",
+                                       remedy("tokens", "run the extract step (agentuq_nb.steps.extract) first"))
         return [check_regular(f, f"the run's {f.name}") for f in files]
 
     # ---------------------------------------------------------------- lock and commits
@@ -539,10 +557,13 @@ class RunDir:
                 raise InputError(self.path, f"cannot be made: {blocking} is a file, not a folder")
             return
         if self.path.exists():
+            made = remedy("run_folder_from_results", "with the extract step (agentuq_nb.steps.extract)",
+                          results=self.path)
             raise InputError(self.path, f"is a file, not a run folder: '{command}' works on a run folder (if the file "
-                             f"is τ²-bench results, make one with 'agentuq-nb extract {self.path} --out RUN_DIR')")
-        raise InputError(self.path, f"no such run folder: '{command}' works on a run folder; make one with "
-                         f"'agentuq-nb extract RESULTS --out {self.path}' (then 'agentuq-nb aggregate {self.path}')")
+                             f"is τ²-bench results, make one {made})")
+        made = remedy("new_run_folder", "with the extract step, then the aggregate step (agentuq_nb.steps.extract, "
+                      "agentuq_nb.steps.aggregate)", run=self.path)
+        raise InputError(self.path, f"no such run folder: '{command}' works on a run folder; make one {made}")
 
     @contextmanager
     def commit(self, step: str) -> Iterator[Commit]:
@@ -653,7 +674,8 @@ class RunDir:
 
     def require_manifest(self) -> Manifest:
         if not (self.path / MANIFEST).exists():
-            raise FileNotFoundError(f"{self.path}: no {MANIFEST}; run 'agentuq-nb extract RESULTS --out {self.path}' first")
+            raise MissingArtifactError(self.path, "manifest", MANIFEST,
+                                       remedy("manifest", self.fix("manifest"), run=self.path))
         return self.manifest()
 
     def commit_of(self, name: str) -> str | None:
@@ -704,13 +726,13 @@ class RunDir:
                         raise StaleArtifactError(
                             f"{self.path / rel} was made from other results than the run's (their content differs: "
                             f"sha256 {commit[:12]}…, the run's {manifest.results_sha256[:12]}… from {manifest.results}); "
-                            f"run '{self.producer(rel)}' again")
+                            f"{self.fix(rel, 'again')}")
                     continue
                 current = manifest.artifacts.get(dependency)
                 if current is not None and current.commit != commit:
                     raise StaleArtifactError(
                         f"{self.path / rel} was computed from an earlier {dependency} (replaced since by "
-                        f"'{current.step}' at {current.written_at}); run '{self.producer(rel)}' again")
+                        f"'{current.step}' at {current.written_at}); {self.fix(rel, 'again')}")
                 todo.append(dependency)
             self._cache[checked] = True
 
@@ -729,9 +751,9 @@ class RunDir:
             return self._check_belongs(rel, current, retried=True)
         if problem == "missing":
             raise MixedRunError(f"{path}: the manifest lists it (written by '{record.step}' at "
-                                f"{record.written_at}) but it is missing; run '{self.producer(rel)}' again")
+                                f"{record.written_at}) but it is missing; {self.fix(rel, 'again')}")
         raise MixedRunError(f"{path} does not belong with the rest of the run folder ({problem}): a write was "
-                            f"interrupted or the file was replaced. Run '{self.producer(rel)}' again; if you "
+                            f"interrupted or the file was replaced. {upper_first(self.fix(rel, 'again'))}; if you "
                             f"replaced it on purpose, RunDir({str(self.path)!r}).forget({rel!r}) takes it as it is.")
 
     def _mismatch(self, rel: str, record: ArtifactRecord) -> str | None:

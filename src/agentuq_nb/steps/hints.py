@@ -1,0 +1,45 @@
+"""How a user gets what a lower layer's message names, in commands: the step layer's words for the layers below,
+which name none (the artefact a reader lacks, a detector folder, the listing of a run's estimators…).
+
+A run folder's artefacts are said by each step's own declaration (``Step.produces``, registered with the store as
+their producer: ``RunDir.fix``); the other things are said here, from the steps' declared commands
+(:data:`agentuq_nb.io.errors.REMEDIES`, read by :func:`agentuq_nb.io.errors.remedy`). Importing ``agentuq_nb.steps``
+imports this module, so a library user who imports the steps reads the same text as the command line; without the
+steps each message names what it lacks in its own terms.
+"""
+from __future__ import annotations
+
+from agentuq_nb.steps.base import STEPS
+
+#: the command line's program
+PROGRAM = "agentuq-nb"
+
+
+def command_of(step: str) -> str:
+    """The declared command of step ``step`` (``STEP.command``: placeholders such as ``RUN_DIR`` kept)."""
+    return STEPS[step].command
+
+
+def command_name(step: str) -> str:
+    """What a user types to run step ``step``, without its arguments (``agentuq-nb train-detector``)."""
+    return f"{PROGRAM} {step}"
+
+
+def remedies() -> dict[str, str]:
+    """The step layer's text for each thing a lower layer's message names (``{…}`` fields filled by that layer)."""
+    extract = command_of("extract")
+    aggregate = command_of("aggregate").replace("RUN_DIR", "{run}")
+    analyze = command_of("analyze").replace("RESULTS", "{results}").replace("RUN_DIR", "runs/{stem}")
+    explore = f"{PROGRAM} explore"  # a command of the command line's own (no step)
+    return {
+        "tokens": f"run '{command_name('extract')}' first",
+        "manifest": f"run '{extract.replace('RUN_DIR', '{run}')}' first",
+        "run_folder_from_results": f"with '{extract.replace('RESULTS', '{results}')}'",
+        "new_run_folder": f"with '{extract.replace('RUN_DIR', '{run}')}' (then '{aggregate}')",
+        "run_folder_of_results": f"make its run folder with '{analyze}', then explore it with '{explore} runs/{{stem}}'",
+        "explorer_page": f" once it is made: {explore} {{run}} --out {{page}}.",
+        "estimator_listing": f"see '{PROGRAM} estimators RUN_DIR'",
+        "detector_folder": f"(made by '{command_name('train-detector')}')",
+        "detector_signal_folder": f"a folder made by {command_name('train-detector')}",
+        "policy_run": f"a run of '{command_name('simulate')} --policy'",
+    }
