@@ -16,13 +16,11 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field
 
-from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.files import content_digest
 from agentuq_nb.io.store.rundir import RunDir, is_run_folder
-from agentuq_nb.records.config import NBoot, Seed
-from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, FailureThreshold, check_failure_threshold
-from agentuq_nb.steps.base import Reporter, Step, StepConfig
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, check_failure_threshold
+from agentuq_nb.steps.base import FailureThresholdField, NBootField, Reporter, SeedField, Step, StepConfig
 from agentuq_nb.steps.blackbox import BlackBoxConfig
 from agentuq_nb.steps.evaluate import EvaluateConfig
 from agentuq_nb.steps.extract import ExtractConfig, ExtractReport
@@ -40,9 +38,9 @@ class AnalyzeConfig(StepConfig):
     uncertainty: str = EVALUATED["uncertainty"]
     role: str = EVALUATED["role"]
     scorer: Optional[str] = EVALUATED["scorer"]
-    failure_threshold: FailureThreshold = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold")
-    n_boot: NBoot = Field(DEFAULT_N_BOOT, description="bootstrap resamples for the 95% CIs (0: none)")
-    seed: Seed = Field(0, description="seed of the bootstrap and the folds")
+    failure_threshold: FailureThresholdField
+    n_boot: NBootField
+    seed: SeedField = Field(description="seed of the bootstrap and the folds")
     blackbox: bool = Field(True, description="also the black-box families (structure, TRACER: from the messages, no "
                            "log-probs needed) and the estimator table of every family the run holds; off: extract, "
                            "aggregate, evaluate only")

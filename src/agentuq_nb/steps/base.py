@@ -15,22 +15,31 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import Field
 
+from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.io.store.rundir import RunDir, register_producer
+from agentuq_nb.records.config import Config, NBoot, Seed
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, FailureThreshold
+
+#: a step's options are a :class:`~agentuq_nb.records.config.Config` (the one config base class: unknown names
+#: refused, each field validated on construction and assignment); the name says where it is used
+StepConfig = Config
+
+#: the fields several steps share, each declared once here (type, bounds, default, description); a config that
+#: words a field's description for its own use writes ``= Field(description=...)`` and keeps the rest
+FailureThresholdField = Annotated[FailureThreshold, Field(DEFAULT_FAILURE_THRESHOLD,
+                                                          description="failure = reward < threshold")]
+NBootField = Annotated[NBoot, Field(DEFAULT_N_BOOT, description="bootstrap resamples for the 95% CIs (0: none)")]
+SeedField = Annotated[Seed, Field(0, description="seed of the bootstrap")]
 
 
-class StepConfig(BaseModel):
-    """A step's options: unknown names refused, each field validated on construction and assignment."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, arbitrary_types_allowed=True)
-
-
-def step_config(module: ModuleType) -> type[StepConfig] | None:
-    """The config class a step module defines (its one :class:`StepConfig` subclass of its own), or None."""
-    found = [v for v in vars(module).values() if isinstance(v, type) and issubclass(v, StepConfig)
-             and v is not StepConfig and v.__module__ == module.__name__]
+def step_config(module: ModuleType) -> type[Config] | None:
+    """The config class a step module defines (its one :class:`Config` subclass of its own), or None."""
+    found = [v for v in vars(module).values() if isinstance(v, type) and issubclass(v, Config)
+             and v is not Config and v.__module__ == module.__name__]
     return found[0] if len(found) == 1 else None
 
 

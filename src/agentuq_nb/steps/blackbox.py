@@ -47,11 +47,10 @@ from agentuq_nb.io.embedding_cache import DEFAULT_MAX_MB
 from agentuq_nb.io.errors import InputError, MixedRunError, StaleArtifactError
 from agentuq_nb.io.ingest.results import iter_simulations, read_header
 from agentuq_nb.io.store.rundir import RunDir
-from agentuq_nb.records.config import Seed
 from agentuq_nb.records.keys import key_dtypes
-from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, FailureThreshold, failure_labels
+from agentuq_nb.records.outcomes import failure_labels
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
-from agentuq_nb.steps.base import FamilyHint, Step, StepConfig
+from agentuq_nb.steps.base import FailureThresholdField, FamilyHint, SeedField, Step, StepConfig
 from agentuq_nb.steps.extract import run_results
 from agentuq_nb.uq.blackbox_signals import signal_tables, tool_types
 from agentuq_nb.uq.embeddings import Embedder, embeddings_available, get_embedder, unit_rows
@@ -67,8 +66,8 @@ STEP = Step("blackbox", "agentuq-nb blackbox RUN_DIR",
 class BlackBoxConfig(StepConfig):
     """What the black-box step computes with; the tuned readouts depend on the first three."""
 
-    failure_threshold: FailureThreshold = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold")
-    seed: Seed = Field(0, description="seed of the folds of TRACER's nested tuning")
+    failure_threshold: FailureThresholdField
+    seed: SeedField = Field(description="seed of the folds of TRACER's nested tuning")
     n_splits: int = Field(5, ge=2, description="folds (by task) of TRACER's nested tuning")
     embedder: Literal["minilm", "hash", "none"] = Field(
         "minilm", description="sentence embeddings (hash: a bag-of-words hash, for tests; none: the signals that need "

@@ -28,9 +28,8 @@ from agentuq_nb.evaluation.defaults import METHODS
 from agentuq_nb.io.atomic import json_ready
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.store.rundir import RunDir
-from agentuq_nb.records.config import NBins, Seed
-from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, FailureThreshold
-from agentuq_nb.steps.base import Step, StepConfig
+from agentuq_nb.records.config import NBins
+from agentuq_nb.steps.base import FailureThresholdField, SeedField, Step, StepConfig
 
 STEP = Step("calibrate", "agentuq-nb calibrate RUN_DIR", ("calibration", "calibration_bins"))
 
@@ -42,9 +41,9 @@ class CalibrateConfig(StepConfig):
     methods: tuple[str, ...] = Field(METHODS, description="platt, isotonic or both")
     transfer_to: Any = Field(None, description="another run folder: maps fitted on RUN_DIR are evaluated on it")
     n_bins: NBins = Field(10, description="equal-mass bins of the ECE, the Brier decomposition and the diagram")
-    failure_threshold: FailureThreshold = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold")
+    failure_threshold: FailureThresholdField
     n_splits: int = Field(5, ge=2, description="folds (by task) of the cross-fitting")
-    seed: Seed = Field(0, description="seed of the folds")
+    seed: SeedField = Field(description="seed of the folds")
     combine: bool = Field(True, description="report the combined predictor beside the estimators")
     combined_input_names: Optional[list[str]] = Field(None, description="inputs of the combined predictor (default: "
                                                       "one estimator per kind of signal)")

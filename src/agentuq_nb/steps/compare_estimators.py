@@ -14,11 +14,9 @@ import pandas as pd
 from pydantic import Field
 
 from agentuq_nb.estimators.scores import estimator_inputs, score_table, with_length_columns
-from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.io.store.rundir import RunDir
-from agentuq_nb.records.config import NBins, NBoot, Seed
-from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, FailureThreshold
-from agentuq_nb.steps.base import Reporter, Step, StepConfig
+from agentuq_nb.records.config import NBins
+from agentuq_nb.steps.base import FailureThresholdField, NBootField, Reporter, SeedField, Step, StepConfig
 from agentuq_nb.steps.blackbox import BlackBoxConfig, ensure_blackbox
 
 STEP = Step("compare-estimators", "agentuq-nb compare-estimators RUN_DIR", ("estimator_table", "combined_scores"))
@@ -27,9 +25,9 @@ STEP = Step("compare-estimators", "agentuq-nb compare-estimators RUN_DIR", ("est
 class CompareEstimatorsConfig(StepConfig):
     """How the estimator table is computed: labels, bootstrap, calibration bins, combined predictors, black-box step."""
 
-    failure_threshold: FailureThreshold = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold")
-    n_boot: NBoot = Field(DEFAULT_N_BOOT, description="bootstrap resamples for the 95% CIs (0: none)")
-    seed: Seed = Field(0, description="seed of the bootstrap, the folds and the black-box tuning")
+    failure_threshold: FailureThresholdField
+    n_boot: NBootField
+    seed: SeedField = Field(description="seed of the bootstrap, the folds and the black-box tuning")
     names: Optional[list[str]] = Field(None, description="only these estimators (default: every one the run holds)")
     n_bins: NBins = Field(10, description="equal-mass bins of the ECE")
     combine: bool = Field(True, description="add the combined predictors' rows")

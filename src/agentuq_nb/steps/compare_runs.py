@@ -53,9 +53,8 @@ from agentuq_nb.io.files import read_limited_json
 from agentuq_nb.io.outputs import check_output_folder
 from agentuq_nb.io.store.run_lock import RunBusyError
 from agentuq_nb.io.store.rundir import RunDir
-from agentuq_nb.records.config import NBoot, Seed
-from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, FailureThreshold, check_failure_threshold
-from agentuq_nb.steps.base import Step, StepConfig
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, check_failure_threshold
+from agentuq_nb.steps.base import FailureThresholdField, NBootField, SeedField, Step, StepConfig
 
 STEP = Step("compare-runs", "agentuq-nb compare-runs RUN_DIR ... --out OUT")
 #: the files written to the output folder (the figure's are the caller's: ``FIGURE_NAME``.png/.pdf)
@@ -368,10 +367,10 @@ class CompareRunsConfig(StepConfig):
 
     run_dirs: list[Path] = Field(min_length=1, description="run folders to compare the estimators across (read only)")
     out: Path = Field(description="output folder for the leaderboard (a plain folder, not a run folder)")
-    failure_threshold: FailureThreshold = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold")
-    n_boot: NBoot = Field(DEFAULT_N_BOOT, description="bootstrap resamples (tasks within each run) for CIs and "
+    failure_threshold: FailureThresholdField
+    n_boot: NBootField = Field(description="bootstrap resamples (tasks within each run) for CIs and "
                         "p-values")
-    seed: Seed = Field(0, description="seed of the bootstrap")
+    seed: SeedField
     names: Optional[list[str]] = Field(None, description="only these estimators (each must be in every run; length "
                                        "baselines always)")
     q: float = Field(0.1, description="false discovery rate of the Benjamini-Hochberg step over "

@@ -11,13 +11,10 @@ import pandas as pd
 from pydantic import Field, field_validator
 
 from agentuq_nb.common.limits import MAX_GRID_OPTION
-from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.store.rundir import RunDir
-from agentuq_nb.records.config import NBoot, Seed
-from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, FailureThreshold
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
-from agentuq_nb.steps.base import FamilyHint, Step, StepConfig
+from agentuq_nb.steps.base import FailureThresholdField, FamilyHint, NBootField, SeedField, Step, StepConfig
 from agentuq_nb.uq.aggregation import read_turn_summary
 from agentuq_nb.uq.dynamics import FRACTIONS
 
@@ -42,9 +39,9 @@ class EarlyWarningConfig(StepConfig):
     table: Literal["turn_summary", "blackbox_turns"] = Field(
         "turn_summary", description="turn_summary (token statistics) | blackbox_turns (per-message black-box "
         "signals, e.g. --value tracer_step_risk --scorer blackbox)")
-    failure_threshold: FailureThreshold = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold")
-    n_boot: NBoot = Field(DEFAULT_N_BOOT, description="bootstrap resamples for the 95% CIs (0: none)")
-    seed: Seed = Field(0, description="seed of the bootstrap")
+    failure_threshold: FailureThresholdField
+    n_boot: NBootField
+    seed: SeedField
 
     @field_validator("fractions")
     @classmethod

@@ -31,11 +31,10 @@ from agentuq_nb.estimators import Estimator, TokenEstimator, default_scorer, get
 from agentuq_nb.estimators.token import summary_column
 from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.io.store.rundir import RunDir
-from agentuq_nb.records.config import NBoot, Seed
-from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, FailureThreshold, check_failure_threshold
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, check_failure_threshold
 from agentuq_nb.records.token_statistics import STATISTICS_BY_NAME
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
-from agentuq_nb.steps.base import Step, StepConfig
+from agentuq_nb.steps.base import FailureThresholdField, NBootField, SeedField, Step, StepConfig
 from agentuq_nb.uq.aggregation import read_trajectory_summary
 
 STEP = Step("evaluate", "agentuq-nb evaluate RUN_DIR", ("eval_metrics", "eval_curves"))
@@ -52,9 +51,9 @@ class EvaluateConfig(StepConfig):
     invert: bool = Field(False, description="only for a raw column: it is a confidence (higher = success); "
                          "registered estimators carry their own orientation")
     estimator: Optional[str] = Field(None, description="a registered estimator's name (instead of role/uncertainty)")
-    failure_threshold: FailureThreshold = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold")
-    n_boot: NBoot = Field(DEFAULT_N_BOOT, description="bootstrap resamples for the 95% CIs (0: none)")
-    seed: Seed = Field(0, description="seed of the bootstrap")
+    failure_threshold: FailureThresholdField
+    n_boot: NBootField
+    seed: SeedField
     scheduler: Any = Field(None, description="a Dask scheduler: the summary rows of the role are read on it")
 
 

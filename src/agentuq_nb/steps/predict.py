@@ -32,14 +32,13 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
-from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.io.atomic import json_ready
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.keys import key_dtypes
-from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, FailureThreshold, failure_labels
+from agentuq_nb.records.outcomes import failure_labels
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
-from agentuq_nb.steps.base import FamilyHint, Step, StepConfig
+from agentuq_nb.steps.base import FailureThresholdField, FamilyHint, NBootField, SeedField, Step, StepConfig
 from agentuq_nb.steps.detector_inputs import BATCH_SIZE, corpus_features, resolve_source
 
 STEP = Step("predict", "agentuq-nb predict DETECTOR_DIR RUN_DIR",
@@ -55,10 +54,10 @@ class PredictConfig(StepConfig):
 
     detector: Path = Field(description="a detector folder (made by agentuq-nb train-detector)")
     top: int = Field(5, ge=1, le=50, description="contributions shown per trajectory")
-    failure_threshold: FailureThreshold = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold "
+    failure_threshold: FailureThresholdField = Field(description="failure = reward < threshold "
                                                 "(labelled runs: the estimator-table row)")
-    n_boot: int = Field(DEFAULT_N_BOOT, ge=0, le=100_000, description="bootstrap resamples of the estimator-table row")
-    seed: int = Field(0, ge=0, description="seed of the bootstrap")
+    n_boot: NBootField = Field(description="bootstrap resamples of the estimator-table row")
+    seed: SeedField = Field(description="seed of the bootstrap")
     scheduler: Optional[str] = Field(None, description="feature extraction on Dask: a scheduler address or local:N")
     batch_size: int = Field(BATCH_SIZE, ge=1, le=100_000, description="simulations per feature-extraction job")
     progress: bool = Field(False, description="show progress bars")

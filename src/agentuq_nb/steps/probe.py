@@ -8,7 +8,7 @@ from typing import Optional
 from pydantic import Field
 
 from agentuq_nb.common.limits import MAX_SAMPLES
-from agentuq_nb.steps.base import Step, StepConfig
+from agentuq_nb.steps.base import SeedField, Step, StepConfig
 from agentuq_nb.uq.structural import ProbeResult, probe
 
 STEP = Step("probe", "agentuq-nb probe PROMPT")
@@ -22,7 +22,7 @@ class ProbeConfig(StepConfig):
     model: Optional[str] = Field(None, description="litellm model name (default: the embedded model)")
     max_tokens: int = Field(48, ge=1, description="tokens per response")
     temperature: float = Field(1.0, gt=0.0, description="sampling temperature")
-    seed: int = Field(0, description="seed of the first response (the i-th: seed + i)")
+    seed: SeedField = Field(description="seed of the first response (the i-th: seed + i)")
     plot: Optional[Path] = Field(None, description="also save the sparklines figure here (.png/.pdf)")
     force: bool = Field(False, description="replace an existing --plot file that probe did not make")
 

@@ -9,9 +9,7 @@ import pandas as pd
 from pydantic import Field
 
 from agentuq_nb.io.store.rundir import RunDir
-from agentuq_nb.records.config import Seed
-from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, FailureThreshold
-from agentuq_nb.steps.base import FamilyHint, Step, StepConfig
+from agentuq_nb.steps.base import FailureThresholdField, FamilyHint, SeedField, Step, StepConfig
 from agentuq_nb.uq import saup as calculators
 
 STEP = Step("saup", "agentuq-nb saup RUN_DIR", ("saup_scores",),
@@ -24,10 +22,9 @@ class SaupConfig(StepConfig):
 
     embedder: Any = Field("minilm", description="sentence embeddings of the steps' drift (D_a, D_o): minilm | hash, "
                           "or an embedder object")
-    failure_threshold: FailureThreshold = Field(DEFAULT_FAILURE_THRESHOLD,
-                                                description="failure = reward < threshold (the HMM's state weights)")
+    failure_threshold: FailureThresholdField = Field(description="failure = reward < threshold (the HMM's state weights)")
     k_folds: int = Field(5, ge=2, description="folds (by task) of the cross-fitted HMM weighting")
-    seed: Seed = Field(0, description="seed of the folds")
+    seed: SeedField = Field(description="seed of the folds")
     hmm: bool = Field(True, description="also the 3-state HMM weighting (saup_hmm)")
 
 

@@ -41,13 +41,13 @@ import pandas as pd
 from pydantic import Field, field_validator
 
 from agentuq_nb.distributed import JobRunner
-from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT, DETECTOR_MAX_TERMS, DETECTOR_MIN_DF, DETECTOR_MIN_TASKS
+from agentuq_nb.evaluation.defaults import DETECTOR_MAX_TERMS, DETECTOR_MIN_DF, DETECTOR_MIN_TASKS
 from agentuq_nb.evaluation.defaults import DETECTOR_PROTOCOLS as PROTOCOLS
 from agentuq_nb.io.atomic import json_ready
 from agentuq_nb.io.store.detector_dir import check_destination, write_detector_dir
-from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, FailureThreshold, failure_labels
+from agentuq_nb.records.outcomes import failure_labels
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
-from agentuq_nb.steps.base import Step, StepConfig
+from agentuq_nb.steps.base import FailureThresholdField, NBootField, SeedField, Step, StepConfig
 from agentuq_nb.steps.detector_inputs import BATCH_SIZE, Source, corpus_features, resolve_sources
 from agentuq_nb.uq.detector_features import FEATURE_VERSION, GROUPS, TrajectoryFeatures, needs_embeddings
 
@@ -77,10 +77,10 @@ class TrainDetectorConfig(StepConfig):
     model: Literal["logistic", "gbm"] = Field("logistic", description="logistic regression (L2) or gradient boosting")
     protocols: list[str] = Field(list(PROTOCOLS), description="protocols reported (leave_one_run_out is always "
                                  "computed: it calibrates the probabilities)")
-    failure_threshold: FailureThreshold = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold")
+    failure_threshold: FailureThresholdField
     n_splits: int = Field(5, ge=2, le=20, description="folds by task (within-run and run-and-task-out protocols)")
-    n_boot: int = Field(DEFAULT_N_BOOT, ge=0, le=100_000, description="bootstrap resamples (tasks within runs)")
-    seed: int = Field(0, ge=0, description="seed of the folds and the bootstrap")
+    n_boot: NBootField = Field(description="bootstrap resamples (tasks within runs)")
+    seed: SeedField = Field(description="seed of the folds and the bootstrap")
     embedder: Literal["minilm", "hash", "none"] = Field("minilm", description="sentence embeddings (hash: a "
                                                         "bag-of-words hash, for tests; none: no embeddings group and "
                                                         "no TRACER)")

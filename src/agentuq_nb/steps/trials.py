@@ -13,11 +13,8 @@ import pandas as pd
 from pydantic import Field
 
 from agentuq_nb.common.limits import MAX_GRID_OPTION
-from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.io.store.rundir import RunDir
-from agentuq_nb.records.config import NBoot, Seed
-from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, FailureThreshold
-from agentuq_nb.steps.base import Step, StepConfig
+from agentuq_nb.steps.base import FailureThresholdField, NBootField, SeedField, Step, StepConfig
 
 STEP = Step("trials", "agentuq-nb trials RUN_DIR|RESULTS")
 
@@ -27,9 +24,9 @@ class TrialsConfig(StepConfig):
 
     k_values: Optional[list[Annotated[int, Field(ge=1)]]] = Field(
         None, max_length=MAX_GRID_OPTION, description="the k of pass^k (default 1 .. the fewest trials of a task)")
-    failure_threshold: FailureThreshold = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold")
-    n_boot: NBoot = Field(DEFAULT_N_BOOT, description="bootstrap resamples of tasks for the 95% CIs (0: none)")
-    seed: Seed = Field(0, description="seed of the bootstrap")
+    failure_threshold: FailureThresholdField
+    n_boot: NBootField = Field(description="bootstrap resamples of tasks for the 95% CIs (0: none)")
+    seed: SeedField
     score: Optional[str] = Field(None, description="Inspect AI logs given as results: the scorer whose value is the "
                                  "reward (as analyze's --score)")
 
