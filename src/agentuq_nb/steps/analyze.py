@@ -69,14 +69,13 @@ def run(run_dir: str | os.PathLike | RunDir, config: AnalyzeConfig, reporter: Re
     from agentuq_nb.steps.aggregate import aggregate, summary_counts
     from agentuq_nb.steps.extract import run as extract
 
-    c = config
     out = Path(RunDir.of(run_dir).path)
     with reporter.stage("check", out):  # names checked before any table is replaced
-        check_estimator_name(c.uncertainty, c.role)
-        check_failure_threshold(c.failure_threshold)
-        check_not_another_run(RunDir.of(run_dir), Path(c.results))
+        check_estimator_name(config.uncertainty, config.role)
+        check_failure_threshold(config.failure_threshold)
+        check_not_another_run(RunDir.of(run_dir), Path(config.results))
     with reporter.stage("extract", out):
-        report = AnalyzeReport(extract(out, ExtractConfig(results=c.results, sidecar_dir=c.sidecar_dir, score=c.score,
+        report = AnalyzeReport(extract(out, ExtractConfig(results=config.results, sidecar_dir=config.sidecar_dir, score=config.score,
                                                           progress=True)))
     if report.extracted.num_tokens > 0:
         with reporter.stage("aggregate", out):
@@ -87,16 +86,16 @@ def run(run_dir: str | os.PathLike | RunDir, config: AnalyzeConfig, reporter: Re
         from agentuq_nb.steps.evaluate import run as evaluate
 
         with reporter.stage("evaluate", out):
-            report.evaluation = evaluate(out, EvaluateConfig(role=c.role, uncertainty=c.uncertainty, scorer=c.scorer,
-                                                             failure_threshold=c.failure_threshold, n_boot=c.n_boot,
-                                                             seed=c.seed))
+            report.evaluation = evaluate(out, EvaluateConfig(role=config.role, uncertainty=config.uncertainty, scorer=config.scorer,
+                                                             failure_threshold=config.failure_threshold, n_boot=config.n_boot,
+                                                             seed=config.seed))
     reporter.show("evaluate", report)
-    if c.blackbox or report.extracted.num_tokens == 0:
+    if config.blackbox or report.extracted.num_tokens == 0:
         from agentuq_nb.steps.compare_estimators import CompareEstimatorsConfig, estimator_table
 
-        blackbox = BlackBoxConfig(embedder=c.embedder) if c.blackbox else False
+        blackbox = BlackBoxConfig(embedder=config.embedder) if config.blackbox else False
         report.estimator_table = estimator_table(out, CompareEstimatorsConfig(
-            failure_threshold=c.failure_threshold, n_boot=c.n_boot, seed=c.seed, blackbox=blackbox, progress=True),
+            failure_threshold=config.failure_threshold, n_boot=config.n_boot, seed=config.seed, blackbox=blackbox, progress=True),
             reporter)
         reporter.show("compare-estimators", report.estimator_table)
     from agentuq_nb.evaluation.multi_trial import tasks_repeat  # scipy: not resident during extract's peak
@@ -105,15 +104,15 @@ def run(run_dir: str | os.PathLike | RunDir, config: AnalyzeConfig, reporter: Re
     if tasks_repeat(rows):
         from agentuq_nb.evaluation.multi_trial import multi_trial_report
 
-        report.trials = multi_trial_report(rows, failure_threshold=c.failure_threshold, n_boot=c.n_boot,
-                                           seed=c.seed)[0]
+        report.trials = multi_trial_report(rows, failure_threshold=config.failure_threshold, n_boot=config.n_boot,
+                                           seed=config.seed)[0]
         reporter.show("trials", trials_lines(report.trials, out))
-    if c.figures:
+    if config.figures:
         with reporter.stage("figures", out):
-            report.figures = analysis_figures(out, c.failure_threshold, c.seed)
-    if c.report:
+            report.figures = analysis_figures(out, config.failure_threshold, config.seed)
+    if config.report:
         with reporter.stage("report", out):
-            report.page = write_report(out, c.failure_threshold, report.trials, report.figures)
+            report.page = write_report(out, config.failure_threshold, report.trials, report.figures)
     return report
 
 

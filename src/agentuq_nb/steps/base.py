@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Annotated
@@ -67,13 +67,16 @@ class Step:
     """A step: ``name`` is what its commits record (``manifest.json``'s ``step``) and the command's name,
     ``command`` how to run it (``RUN_DIR`` stands for the run folder), ``produces`` the artefacts (``rundir.ARTIFACTS``
     names, or a family's ``<name>_scores``) it writes, ``adds`` the estimator families it gives a run that lacks them
-    (said by ``compare-estimators``), ``command_line``: whether it is a command of its own (else a part of one)."""
+    (said by ``compare-estimators``), ``command_line``: whether it is a command of its own (else a part of one),
+    ``run_folder``: whether its ``run`` is ``run(run_dir, config)`` (else ``run(config)``: a step that writes no run
+    folder, as ``compare-runs`` or ``probe``)."""
 
     name: str
     command: str
     produces: tuple[str, ...] = ()
     adds: tuple[FamilyHint, ...] = ()
     command_line: bool = True
+    run_folder: bool = True
 
     def __post_init__(self) -> None:
         register_producer(self.command, self.produces)
@@ -94,3 +97,35 @@ class Reporter:
     def stage(self, step: str, run_dir: Path) -> AbstractContextManager:
         """A context around inner step ``step`` writing ``run_dir``."""
         return nullcontext()
+
+
+@dataclass(frozen=True)
+class Command:
+    """What a step's command line needs beyond its config (``summary``: its help's text, ``--help``'s first lines) (the options are made from the config's fields: flag,
+    default, help from the description, choices from a ``Literal``, bounds; pydantic validates what is typed).
+
+    ``arguments``: the positionals in order: ``"run_dir"`` (the run folder), or a config field (a list field takes
+    several); ``out``: the run folder is the new folder named by ``--out`` (help ``out_help``) instead;
+    ``options``: the fields offered, in order (``"scoring.backend"`` names a nested config's field); ``flags``: a
+    field's option name where it is not ``--field-name`` (a bool defaulting to True gets ``--x/--no-x``);
+    ``help``: a text where the field's description is not the help; ``set``: fields the command line sets
+    (``progress=True``); ``plugins``: offer ``--plugin``; ``errors``: names of exception classes (beside the
+    input errors) said in one line; ``before``/``show``: called with ``(run_dir, config, reporter)`` before the
+    step and with ``(result, run_dir, config, reporter)`` after it, to say what it did; ``interrupted``: what a
+    Ctrl-C left, for a step without a run folder (formatted with the config's fields); ``build``: makes the config
+    from the options' values where one option does not fill one field (``simulate``'s policy)."""
+
+    summary: str = ""
+    arguments: tuple[str, ...] = ("run_dir",)
+    options: tuple[str, ...] = ()
+    flags: dict[str, str] = field(default_factory=dict)
+    help: dict[str, str] = field(default_factory=dict)
+    set: dict[str, object] = field(default_factory=dict)
+    out: bool = False
+    out_help: str = "run directory to write to"
+    plugins: bool = False
+    errors: tuple[str, ...] = ()
+    before: Callable | None = None
+    show: Callable | None = None
+    interrupted: str = "interrupted: nothing was run"
+    build: Callable | None = None

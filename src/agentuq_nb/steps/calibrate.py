@@ -141,43 +141,40 @@ def _transfer(table, estimators, failure, other: RunDir, methods, n_bins, failur
 def run(run_dir: str | os.PathLike | RunDir, config: CalibrateConfig = CalibrateConfig()) -> dict:
     """The calibration report of ``run_dir`` (see the module docstring); publishes ``calibration.json`` and
     ``calibration_bins.csv`` in ``run_dir`` and returns the report."""
-    (names, methods, transfer_to, n_bins, failure_threshold, n_splits, seed, combine, combined_input_names) = (
-        config.names, config.methods, config.transfer_to, config.n_bins, config.failure_threshold, config.n_splits,
-        config.seed, config.combine, config.combined_input_names)
-    methods = tuple(methods)
-    bad = [m for m in methods if m not in METHODS]
-    if bad or not methods:
+    methods = tuple(config.methods)
+    bad = [m for m in config.methods if m not in METHODS]
+    if bad or not config.methods:
         raise ValueError(f"--method must be one of {', '.join(METHODS)} (or both); got {', '.join(bad) or 'none'}")
-    run = RunDir.of(run_dir)
-    run.require_folder(STEP.name)
-    other = None if transfer_to is None else RunDir.of(transfer_to)
+    folder = RunDir.of(run_dir)
+    folder.require_folder(STEP.name)
+    other = None if config.transfer_to is None else RunDir.of(config.transfer_to)
     if other is not None:
         other.require_folder("calibrate --transfer-to")
-        if other.path.resolve() == run.path.resolve():
+        if other.path.resolve() == folder.path.resolve():
             raise InputError(other.path, "is the run being calibrated: --transfer-to needs another run")
         if not other.has("trajectories") and not other.has("trajectory_summary"):
             raise InputError(other.path, "--transfer-to: not a run folder (no trajectories.parquet or "
                                          "trajectory_summary.parquet): the maps are evaluated on another run's "
                                          "trajectories (a run folder 'agentuq-nb analyze RESULTS --out RUN_DIR' made)")
-    with run.lock(STEP.name):  # from the first read to the commit: based_on is what was read
-        table, estimators, failure = labelled_scores(run, names, failure_threshold)
-        report = {"run": str(run.path), "failure_threshold": float(failure_threshold), "n_bins": int(n_bins),
-                  "bins": "quantile (equal mass)", "methods": list(methods), "n_splits": int(n_splits),
-                  "seed": seed, "cross_fitting": cross_fitting_text(n_splits),
+    with folder.lock(STEP.name):  # from the first read to the commit: based_on is what was read
+        table, estimators, failure = labelled_scores(folder, config.names, config.failure_threshold)
+        report = {"run": str(folder.path), "failure_threshold": float(config.failure_threshold), "n_bins": int(config.n_bins),
+                  "bins": "quantile (equal mass)", "methods": list(config.methods), "n_splits": int(config.n_splits),
+                  "seed": config.seed, "cross_fitting": cross_fitting_text(config.n_splits),
                   "n": int(len(table)), "n_failures": int(failure.sum())}
-        report["estimators"], bins = _cross_fitted(table, estimators, failure, methods, n_bins, n_splits, seed,
-                                                   combine, combined_input_names, config.progress)
+        report["estimators"], bins = _cross_fitted(table, estimators, failure, config.methods, config.n_bins, config.n_splits, config.seed,
+                                                   config.combine, config.combined_input_names, config.progress)
         report["transfer"] = None
         if other is not None:
-            sections, transfer_bins = _transfer(table, estimators, failure, other, methods, n_bins, failure_threshold)
-            report["transfer"] = {"fitted_on": str(run.path), "evaluated_on": str(other.path),
+            sections, transfer_bins = _transfer(table, estimators, failure, other, config.methods, config.n_bins, config.failure_threshold)
+            report["transfer"] = {"fitted_on": str(folder.path), "evaluated_on": str(other.path),
                                   "fit": "each map fitted on every scored trajectory of fitted_on",
                                   "estimators": sections}
             bins += transfer_bins
         report = json_ready(report)
         frame = pd.concat(bins, ignore_index=True)[BIN_COLUMNS] if bins else pd.DataFrame(columns=BIN_COLUMNS)
-        with run.commit(STEP.name) as commit:
-            based_on = run.based_on(*estimator_inputs(run, estimators))
+        with folder.commit(STEP.name) as commit:
+            based_on = folder.based_on(*estimator_inputs(folder, estimators))
             commit.write_json("calibration", report, based_on)
             commit.write_with("calibration_bins", lambda p: frame.to_csv(p, index=False), based_on)
     return report

@@ -53,20 +53,17 @@ def run(run_dir: str | os.PathLike | RunDir, config: CompareEstimatorsConfig = C
     the default one), with this call's failure threshold and seed."""
     from agentuq_nb.evaluation.estimator_table import evaluate_estimators_and_combinations
 
-    (failure_threshold, n_boot, seed, names, n_bins, combine, combined_input_names) = (
-        config.failure_threshold, config.n_boot, config.seed, config.names, config.n_bins, config.combine,
-        config.combined_input_names)
-    run = RunDir.of(run_dir)
-    run.require_folder(STEP.name)
-    with run.lock(STEP.name):  # from the first read to the commit: based_on is what was read
+    folder = RunDir.of(run_dir)
+    folder.require_folder(STEP.name)
+    with folder.lock(STEP.name):  # from the first read to the commit: based_on is what was read
         if config.blackbox_config() is not None:
-            ensure_blackbox(run, config.blackbox_config())
-        table, estimators = score_table(run, names)
+            ensure_blackbox(folder, config.blackbox_config())
+        table, estimators = score_table(folder, config.names)
         out, combined_scores = evaluate_estimators_and_combinations(
-            with_length_columns(run, table), estimators, failure_threshold, n_boot, seed,
-            n_bins=n_bins, combine=combine, combined_input_names=combined_input_names, progress=config.progress)
-        based_on = run.based_on(*estimator_inputs(run, [e for e in estimators if e.family != "combined"]))
-        with run.commit(STEP.name) as commit:
+            with_length_columns(folder, table), estimators, config.failure_threshold, config.n_boot, config.seed,
+            n_bins=config.n_bins, combine=config.combine, combined_input_names=config.combined_input_names, progress=config.progress)
+        based_on = folder.based_on(*estimator_inputs(folder, [e for e in estimators if e.family != "combined"]))
+        with folder.commit(STEP.name) as commit:
             commit.write_with("estimator_table", lambda p: out.to_csv(p, index=False), based_on)
             commit.write_parquet("combined_scores", combined_scores, based_on)
     return out

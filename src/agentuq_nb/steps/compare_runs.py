@@ -399,11 +399,10 @@ def draw_run_leaderboard(result: RunLeaderboard, folder: Path) -> list[Path]:
 
 def run(config: CompareRunsConfig) -> RunLeaderboard:
     """``agentuq-nb compare-runs``: refuse a bad ``out`` before any work, compute, write (see the module docstring)."""
-    c = config
-    check_out_folder(c.out, c.run_dirs, c.force)
-    result = build_run_leaderboard(c.run_dirs, c.failure_threshold, c.n_boot, c.seed, c.names, c.q)
-    check_out_folder(c.out, c.run_dirs, c.force)  # again: the work took a while
-    write_run_leaderboard(result, c.out, draw_run_leaderboard if c.figure else None, c.report)
+    check_out_folder(config.out, config.run_dirs, config.force)
+    result = build_run_leaderboard(config.run_dirs, config.failure_threshold, config.n_boot, config.seed, config.names, config.q)
+    check_out_folder(config.out, config.run_dirs, config.force)  # again: the work took a while
+    write_run_leaderboard(result, config.out, draw_run_leaderboard if config.figure else None, config.report)
     return result
 
 

@@ -82,13 +82,13 @@ def run(run_dir: str | Path | RunDir, config: EarlyWarningConfig = EarlyWarningC
     """(AUROC per fraction with CI, per-trajectory scores); publishes the scores."""
     from agentuq_nb.evaluation.dynamics import early_warning_table
 
-    run = RunDir.of(run_dir)
-    with run.lock(STEP.name):  # the inputs cannot change before the commit
-        turns = read_turn_summary(run) if config.table == "turn_summary" else run.read_frame(config.table)
-        check_turn_selection(turns, config, run.file(config.table))
-        aurocs, scores = early_warning_table(run, **config.model_dump())
-        with run.commit(STEP.name) as commit:
-            commit.write_parquet("early_warning_scores", scores, based_on=run.based_on(config.table, "trajectories"))
+    folder = RunDir.of(run_dir)
+    with folder.lock(STEP.name):  # the inputs cannot change before the commit
+        turns = read_turn_summary(folder) if config.table == "turn_summary" else folder.read_frame(config.table)
+        check_turn_selection(turns, config, folder.file(config.table))
+        aurocs, scores = early_warning_table(folder, **config.model_dump())
+        with folder.commit(STEP.name) as commit:
+            commit.write_parquet("early_warning_scores", scores, based_on=folder.based_on(config.table, "trajectories"))
     return aurocs, scores
 
 

@@ -142,38 +142,37 @@ def run(run_dir: str | os.PathLike | RunDir, config: EvaluateConfig = EvaluateCo
     from agentuq_nb.evaluation.metrics import failure_curves
     from agentuq_nb.evaluation.multi_trial import multi_trial_report, task_labels, tasks_repeat
 
-    c = config
-    check_failure_threshold(c.failure_threshold)
-    run = RunDir.of(run_dir)
-    run.require_folder(STEP.name)
-    with run.lock(STEP.name):  # from the first read to the commit: based_on is what was read
-        if c.scheduler is not None and c.estimator is None:
-            summary = _role_rows_on_cluster(run, _summary_role(c.uncertainty, c.role), c.scheduler)
+    check_failure_threshold(config.failure_threshold)
+    folder = RunDir.of(run_dir)
+    folder.require_folder(STEP.name)
+    with folder.lock(STEP.name):  # from the first read to the commit: based_on is what was read
+        if config.scheduler is not None and config.estimator is None:
+            summary = _role_rows_on_cluster(folder, _summary_role(config.uncertainty, config.role), config.scheduler)
         else:
-            summary = read_trajectory_summary(run) if run.has("trajectory_summary") or c.estimator is None else None
-        chosen = (get(c.estimator) if c.estimator is not None
-                  else resolve_estimator(c.uncertainty, c.role, c.scorer, c.invert, summary))
+            summary = read_trajectory_summary(folder) if folder.has("trajectory_summary") or config.estimator is None else None
+        chosen = (get(config.estimator) if config.estimator is not None
+                  else resolve_estimator(config.uncertainty, config.role, config.scorer, config.invert, summary))
         from_summary = summary if isinstance(chosen, (TokenEstimator, RawColumn)) else None
-        rows = estimator_rows(run, chosen, from_summary)
+        rows = estimator_rows(folder, chosen, from_summary)
         if rows.empty:
-            raise ValueError(f"{run.path}: estimator '{chosen.name}' scores no trajectory with a reward")
+            raise ValueError(f"{folder.path}: estimator '{chosen.name}' scores no trajectory with a reward")
         u, r = rows["uncertainty"].to_numpy(dtype=float), rows["reward"].to_numpy(dtype=float)
         repeated = tasks_repeat(rows)
-        result = failure_metrics(u, r, failure_threshold=c.failure_threshold, invert=chosen.invert, n_boot=c.n_boot,
-                                 seed=c.seed, groups=task_labels(rows) if repeated else None)
+        result = failure_metrics(u, r, failure_threshold=config.failure_threshold, invert=chosen.invert, n_boot=config.n_boot,
+                                 seed=config.seed, groups=task_labels(rows) if repeated else None)
         result.update(role=chosen.role, scorer=chosen.scorer, uncertainty=chosen.statistic or chosen.name,
-                      invert=chosen.invert, failure_threshold=c.failure_threshold, n_boot=c.n_boot, seed=c.seed)
+                      invert=chosen.invert, failure_threshold=config.failure_threshold, n_boot=config.n_boot, seed=config.seed)
         if repeated:
             result["bootstrap"]["clusters"] = "tasks (domain, task_id): trajectories of one task are resampled together"
-        if tasks_repeat(all_rewards := run.rewards()):  # task rates over every trial, scored or not
+        if tasks_repeat(all_rewards := folder.rewards()):  # task rates over every trial, scored or not
             scored = all_rewards.merge(rows[TRAJECTORY_KEYS + ["uncertainty"]], on=TRAJECTORY_KEYS, how="left")
-            result["multi_trial"] = multi_trial_report(scored, failure_threshold=c.failure_threshold,
+            result["multi_trial"] = multi_trial_report(scored, failure_threshold=config.failure_threshold,
                                                        uncertainty="uncertainty", invert=chosen.invert,
-                                                       n_boot=c.n_boot, seed=c.seed)[0]
-        curves = failure_curves(u, r, failure_threshold=c.failure_threshold, invert=chosen.invert)
-        inputs = [name for name in ("trajectory_summary", "trajectories", *chosen.requires) if run.has(name)]
-        with run.commit(STEP.name) as commit:
-            based_on = run.based_on(*inputs)
+                                                       n_boot=config.n_boot, seed=config.seed)[0]
+        curves = failure_curves(u, r, failure_threshold=config.failure_threshold, invert=chosen.invert)
+        inputs = [name for name in ("trajectory_summary", "trajectories", *chosen.requires) if folder.has(name)]
+        with folder.commit(STEP.name) as commit:
+            based_on = folder.based_on(*inputs)
             commit.write_json("eval_metrics", result, based_on)
             commit.write_with("eval_curves", lambda p: curves.to_csv(p, index=False), based_on)
     return result

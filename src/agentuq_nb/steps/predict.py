@@ -96,19 +96,19 @@ def run(run_dir: str | os.PathLike | RunDir, config: PredictConfig) -> Predictio
 
     start = time.perf_counter()
     detector = load_detector(config.detector)  # a bad folder is refused before the run is touched
-    run = RunDir.of(run_dir)
-    run.require_folder(STEP.name)
-    with run.lock(STEP.name):
-        if not run.has("trajectories"):
-            raise FileNotFoundError(f"{run.path}: no trajectories.parquet; run 'agentuq-nb extract RESULTS --out "
-                                    f"{run.path}' first (or give predict the results)")
-        source = resolve_source(run.path, run.path.name)
+    folder = RunDir.of(run_dir)
+    folder.require_folder(STEP.name)
+    with folder.lock(STEP.name):
+        if not folder.has("trajectories"):
+            raise FileNotFoundError(f"{folder.path}: no trajectories.parquet; run 'agentuq-nb extract RESULTS --out "
+                                    f"{folder.path}' first (or give predict the results)")
+        source = resolve_source(folder.path, folder.path.name)
         features = corpus_features([source], detector.groups, detector.embedder, detector.embed_max_tokens,
                                    scheduler=config.scheduler, batch_size=config.batch_size, progress=config.progress)
-        rewards = key_dtypes(run.rewards())
+        rewards = key_dtypes(folder.rewards())
         keys = key_dtypes(features.index[TRAJECTORY_KEYS])
         if len(keys.merge(rewards[TRAJECTORY_KEYS], on=TRAJECTORY_KEYS)) != len(rewards) or len(keys) != len(rewards):
-            raise InputError(source.results, f"holds {len(keys)} trajectories where the run {run.path} has "
+            raise InputError(source.results, f"holds {len(keys)} trajectories where the run {folder.path} has "
                                               f"{len(rewards)}: the results changed since they were extracted; "
                                               "extract them again")
         scored = detector.predict(features, config.top)
@@ -137,17 +137,17 @@ def run(run_dir: str | os.PathLike | RunDir, config: PredictConfig) -> Predictio
             y = failure_labels(reward[labelled], config.failure_threshold)
             report["calibration_on_this_run"] = calibration_report(
                 predictions["failure_probability"].to_numpy(dtype=float)[labelled], y)
-        based_on = run.based_on("trajectories")
-        with run.commit(STEP.name) as commit:
+        based_on = folder.based_on("trajectories")
+        with folder.commit(STEP.name) as commit:
             commit.write_parquet("detector_scores", scores, based_on)
             commit.write_with("predictions", lambda p: predictions.to_csv(p, index=False), based_on)
             commit.write_json("detector_report", json_ready({**report, "seconds": time.perf_counter() - start}),
                               based_on)
-        row = estimator_row(run, config.failure_threshold, config.n_boot, config.seed) if labelled.any() else None
+        row = estimator_row(folder, config.failure_threshold, config.n_boot, config.seed) if labelled.any() else None
     if row is not None:
         report["estimator_table_row"] = json_ready(row[row["estimator"] == ESTIMATOR].iloc[0].to_dict())
     report["seconds"] = time.perf_counter() - start
-    return Predictions(run.path, predictions, report, row)
+    return Predictions(folder.path, predictions, report, row)
 
 
 def predict(detector: str | os.PathLike, run_or_results: str | os.PathLike, out: str | os.PathLike | None = None,

@@ -198,40 +198,38 @@ def run(run_dir: str | Path | RunDir, config: SampleActionsConfig = SampleAction
     from agentuq_nb import llm
     from agentuq_nb.uq.action_uq import action_turn_table
 
-    results, embedder = config.results, config.embedder
-    config, execution = config.sampling, config.execution
-    run = RunDir.of(run_dir)
-    with run.lock(STEP.name):
-        results_path, digest = run_results(run, results)
+    folder = RunDir.of(run_dir)
+    with folder.lock(STEP.name):
+        results_path, digest = run_results(folder, config.results)
         info = read_header(results_path).get("info") or {}
-        model, kind = sampler_for(info, config.model)
-        if execution.scheduler is None:  # on a cluster the workers' environment is what counts
+        model, kind = sampler_for(info, config.sampling.model)
+        if config.execution.scheduler is None:  # on a cluster the workers' environment is what counts
             llm.check_model(model)
-        report = ActionSamplingReport(run.path, sampler_model=model, sampler_kind=kind)
-        tools, report.tools_source = agent_tools(info, results_path, config.tools, report.warnings)
-        checkpoint_dir = run.folder(f"{run.relative('checkpoints')}/action_samples", make=True)
+        report = ActionSamplingReport(folder.path, sampler_model=model, sampler_kind=kind)
+        tools, report.tools_source = agent_tools(info, results_path, config.sampling.tools, report.warnings)
+        checkpoint_dir = folder.folder(f"{folder.relative('checkpoints')}/action_samples", make=True)
         # the tools' content, not the file's path: an edited --tools file between two runs is another setting
         check_checkpoint_settings(checkpoint_dir / "sampler.json",
-                                  {**config.fingerprint(), "tools_sha256": tools_digest(tools), "model": model,
+                                  {**config.sampling.fingerprint(), "tools_sha256": tools_digest(tools), "model": model,
                                    "results": str(results_path.resolve()), "results_sha256": digest})
-        runner = JobRunner(label="sample_actions", desc=f"sample actions (K={config.k})", unit="traj",
+        runner = JobRunner(label="sample_actions", desc=f"sample actions (K={config.sampling.k})", unit="traj",
                            noun="trajectories", kept_as=f"checkpointed in {checkpoint_dir}",
-                           **execution.runner_options())
-        runner.run(sample_one, sampling_jobs(results_path, checkpoint_dir, config, report, info, tools, model),
+                           **config.execution.runner_options())
+        runner.run(sample_one, sampling_jobs(results_path, checkpoint_dir, config.sampling, report, info, tools, model),
                    lambda out, sampled: save_sampled(out, sampled, report),
-                   total=simulation_count(results_path, config.limit),
+                   total=simulation_count(results_path, config.sampling.limit),
                    done=lambda: report.skipped, worker_fn=sample_on_worker)
-        samples = read_checkpoints(sorted(checkpoint_dir.glob("*.parquet")), report, config.turns)
+        samples = read_checkpoints(sorted(checkpoint_dir.glob("*.parquet")), report, config.sampling.turns)
         if samples.num_rows == 0:
             raise ValueError(f"{results_path}: no decision point was sampled ({report.without_decisions} trajectories "
-                             f"without an agent decision point under turns={config.turns!r}, "
+                             f"without an agent decision point under turns={config.sampling.turns!r}, "
                              f"{report.overflow_decisions} decision points whose context does not fit)")
-        turns = action_turn_table(samples.to_pandas(), embedder=embedder, conceptual_partials=config.conceptual_partials)
-        with run.commit(STEP.name) as commit:
-            based_on = results_input(run, results_path, digest)
+        turns = action_turn_table(samples.to_pandas(), embedder=config.embedder, conceptual_partials=config.sampling.conceptual_partials)
+        with folder.commit(STEP.name) as commit:
+            based_on = results_input(folder, results_path, digest)
             commit.write_parquet("action_samples", samples, based_on)
             commit.write_parquet("action_turns", turns, based_on)  # made from the samples published with it
-            commit.write_json("action_sampling_report", {"settings": config.fingerprint(), **report.as_dict()}, based_on)
+            commit.write_json("action_sampling_report", {"settings": config.sampling.fingerprint(), **report.as_dict()}, based_on)
     emit_input_warnings(report.warnings)
     return report
 

@@ -30,11 +30,11 @@ class SaupConfig(StepConfig):
 
 def run(run_dir: str | Path | RunDir, config: SaupConfig = SaupConfig()) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(per-trajectory scores, step table) of a run; publishes the scores (the inputs held still by the lock)."""
-    run = RunDir.of(run_dir)
-    with run.lock(STEP.name):
-        scores, steps = calculators.saup(run, **config.model_dump())
-        with run.commit(STEP.name) as commit:
-            commit.write_parquet("saup_scores", scores, based_on=run.based_on("turn_summary", "trajectories"))
+    folder = RunDir.of(run_dir)
+    with folder.lock(STEP.name):
+        scores, steps = calculators.saup(folder, **config.model_dump())
+        with folder.commit(STEP.name) as commit:
+            commit.write_parquet("saup_scores", scores, based_on=folder.based_on("turn_summary", "trajectories"))
     return scores, steps
 
 

@@ -36,22 +36,21 @@ def run(run_dir: str | Path | RunDir, config: ScoreObservationsConfig = ScoreObs
     ``config.execution`` (``scheduler``: one job per trajectory on a Dask cluster, ``api_bases``: one scorer
     server per worker, ``progress`` …) how; the tables are the same however the jobs run. Resumable per
     trajectory; the run folder is locked meanwhile."""
-    results, config, execution = config.results, config.scoring, config.execution
-    roles = config.observation_roles()
-    run = RunDir.of(run_dir)
-    with run.lock(STEP.name):
-        results_path = Path(results) if results else run.results_path()
-        suffix = config.observation_table_suffix()
-        checkpoint_dir = run.checkpoint_dir(f"observations_{suffix}")
+    roles = config.scoring.observation_roles()
+    folder = RunDir.of(run_dir)
+    with folder.lock(STEP.name):
+        results_path = Path(config.results) if config.results else folder.results_path()
+        suffix = config.scoring.observation_table_suffix()
+        checkpoint_dir = folder.checkpoint_dir(f"observations_{suffix}")
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        check_checkpoint_settings(checkpoint_dir / "scorer.json", {"model": config.scorer_llm, "backend": config.source,
+        check_checkpoint_settings(checkpoint_dir / "scorer.json", {"model": config.scoring.scorer_llm, "backend": config.scoring.source,
                                                              "roles": sorted(roles),
                                                              "results": str(results_path.resolve())})
-        report = ScoringReport(run.path)
-        score_results(results_path, checkpoint_dir, config, roles, report, execution)
-        with run.commit(STEP.name) as commit:
-            table = run.observation_tokens(suffix).name
-            report.num_tokens = consolidate(checkpoint_dir, commit.stage(table, run.based_on("tokens")),
+        report = ScoringReport(folder.path)
+        score_results(results_path, checkpoint_dir, config.scoring, roles, report, config.execution)
+        with folder.commit(STEP.name) as commit:
+            table = folder.observation_tokens(suffix).name
+            report.num_tokens = consolidate(checkpoint_dir, commit.stage(table, folder.based_on("tokens")),
                                              commit.metadata)
         atomic_write_json(checkpoint_dir / "report.json", report.as_dict())
     return report

@@ -57,20 +57,20 @@ def run(run_dir: str | Path | RunDir, config: VerbalizedConfig = VerbalizedConfi
         config.results, config.model, config.mode, config.max_tokens, config.progress, config.limit)
     if mode not in QUESTION:
         raise ValueError(f"mode must be one of {sorted(QUESTION)}")
-    run = RunDir.of(run_dir)
+    folder = RunDir.of(run_dir)
     model = model or EMBEDDED_MODEL
     from agentuq_nb import llm
 
     llm.check_model(model)
-    with run.lock(STEP.name):  # the results it reads cannot be republished meanwhile
-        results_path, digest = run_results(run, results)
+    with folder.lock(STEP.name):  # the results it reads cannot be republished meanwhile
+        results_path, digest = run_results(folder, results)
         turn_table = ask_all(results_path, model, mode, max_tokens, progress, limit)
         per_traj = turn_table.groupby(TRAJECTORY_KEYS, dropna=False, sort=False).agg(
             verbalized_confidence=("confidence", "mean"), num_asked=("confidence", "size"),
             num_unparsed=("confidence", lambda s: int(s.isna().sum())), reward=("reward", "first"),
         ).reset_index()
-        with run.commit(STEP.name) as commit:
-            based_on = results_input(run, results_path, digest)  # the answers depend on the results, not the tokens
+        with folder.commit(STEP.name) as commit:
+            based_on = results_input(folder, results_path, digest)  # the answers depend on the results, not the tokens
             commit.write_with("verbalized_confidence_turns", lambda p: turn_table.to_csv(p, index=False), based_on)
             commit.write_with("verbalized_confidence", lambda p: per_traj.to_csv(p, index=False), based_on)
     return per_traj
