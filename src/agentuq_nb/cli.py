@@ -87,9 +87,12 @@ def one_line(text: str) -> str:
 
 
 def in_flags(text: str) -> str:
-    """A message worded in the running command's config field names, in its flags (``n_bins`` → ``--n-bins``)."""
+    """A message worded in the running command's config field names, in its flags: a name with an underscore
+    wherever it stands (``n_bins must be`` → ``--n-bins must be``), a one-word name where it heads a clause
+    (``plot: …``)."""
     for name, flag in sorted(FLAGS.items(), key=lambda item: -len(item[0])):
-        text = re.sub(rf"(?<![\w.-]){re.escape(name)}(?![\w-])", flag, text)
+        after = r"(?![\w-])" if "_" in name else r"(?=:)"
+        text = re.sub(rf"(?<![\w.'/-]){re.escape(name)}{after}", flag.split("/")[0], text)
     return text
 
 
@@ -238,7 +241,7 @@ def parameter(config: type[BaseModel], spec, path: str, argument: bool) -> tuple
     """The typer parameter of the field at ``path`` (an argument, or an option named by ``spec.flags`` or the
     field) and its flag; default, help, choices and bounds are the field's."""
     info, leaf = field_at(config, path), path.rsplit(".", 1)[-1]
-    kind, several = option_type(info.annotation)
+    kind, several = option_type(spec.kinds.get(path, info.annotation))
     flag = spec.flags.get(path, "--" + leaf.replace("_", "-"))
     name = flag.split("/")[0].removeprefix("--").replace("-", "_")
     default = ... if info.is_required() else info.get_default(call_default_factory=True)
@@ -313,8 +316,8 @@ def step_command(module) -> Callable:
         else:
             with _reported(lambda: spec.interrupted.format(**dict(config)), spec.errors):
                 result = module.run(config)
-        if spec.show:
-            spec.show(result, run_dir, config, CommandLine())
+        if spec.show and spec.show(result, run_dir, config, CommandLine()):
+            raise typer.Exit(1)  # the step's result says it failed (doctor: the model does not run)
 
     command.__signature__ = inspect.Signature(parameters)
     command.__doc__ = spec.summary or (module.__doc__ or step.command).strip().split("\n\n")[0]

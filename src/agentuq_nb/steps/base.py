@@ -28,6 +28,13 @@ from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, FailureThresh
 #: refused, each field validated on construction and assignment); the name says where it is used
 StepConfig = Config
 
+#: what a results file may be (the help of every command that reads one)
+RESULTS_HELP = ("τ²-bench results (a v0/v1 JSON file or a v1.0.1 results directory), the original τ-bench's "
+                "results (a JSON list of {task_id, reward, info, traj, trial}) or an Inspect AI log (.eval; the "
+                "[inspect] extra)")
+#: a Dask scheduler option's help
+SCHEDULER_HELP = "run on Dask: a scheduler address (tcp://host:8786) or local:N for N local worker processes"
+
 #: the fields several steps share, each declared once here (type, bounds, default, description); a config that
 #: words a field's description for its own use writes ``= Field(description=...)`` and keeps the rest
 FailureThresholdField = Annotated[FailureThreshold, Field(DEFAULT_FAILURE_THRESHOLD,
@@ -108,7 +115,8 @@ class Command:
     several); ``out``: the run folder is the new folder named by ``--out`` (help ``out_help``) instead;
     ``options``: the fields offered, in order (``"scoring.backend"`` names a nested config's field); ``flags``: a
     field's option name where it is not ``--field-name`` (a bool defaulting to True gets ``--x/--no-x``);
-    ``help``: a text where the field's description is not the help; ``set``: fields the command line sets
+    ``help``: a text where the field's description is not the help; ``kinds``: the type of an option typed otherwise
+    than its field (``--method`` a choice of platt, isotonic or both where the field holds a tuple of methods); ``set``: fields the command line sets
     (``progress=True``); ``plugins``: offer ``--plugin``; ``errors``: names of exception classes (beside the
     input errors) said in one line; ``before``/``show``: called with ``(run_dir, config, reporter)`` before the
     step and with ``(result, run_dir, config, reporter)`` after it, to say what it did; ``interrupted``: what a
@@ -120,6 +128,7 @@ class Command:
     options: tuple[str, ...] = ()
     flags: dict[str, str] = field(default_factory=dict)
     help: dict[str, str] = field(default_factory=dict)
+    kinds: dict[str, object] = field(default_factory=dict)
     set: dict[str, object] = field(default_factory=dict)
     out: bool = False
     out_help: str = "run directory to write to"
@@ -129,3 +138,8 @@ class Command:
     show: Callable | None = None
     interrupted: str = "interrupted: nothing was run"
     build: Callable | None = None
+
+
+def num_text(x: float | None) -> str:
+    """A score as a command prints it (3 decimals; n/a for none)."""
+    return "n/a" if x is None else f"{x:.3f}"

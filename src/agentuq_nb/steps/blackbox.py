@@ -50,7 +50,7 @@ from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.outcomes import failure_labels
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
-from agentuq_nb.steps.base import FailureThresholdField, FamilyHint, SeedField, Step, StepConfig
+from agentuq_nb.steps.base import Command, FailureThresholdField, FamilyHint, Reporter, SeedField, Step, StepConfig
 from agentuq_nb.steps.extract import run_results
 from agentuq_nb.uq.blackbox_signals import signal_tables, tool_types
 from agentuq_nb.uq.embeddings import Embedder, embeddings_available, get_embedder, unit_rows
@@ -323,3 +323,18 @@ def run(run_dir: str | os.PathLike | RunDir, config: BlackBoxConfig = BlackBoxCo
     if status.skipped:
         raise FileNotFoundError(status.skipped)
     return {"signals": status.report, "tracer_tuning": read_json(RunDir.of(run_dir), "tracer_tuning")}
+
+
+def show(done: dict[str, Any], run_dir: Path, config: BlackBoxConfig, say: Reporter) -> None:
+    """What the command prints: the signals' and the tuning's reports."""
+    say.say(json.dumps(done, indent=2))
+
+
+COMMAND = Command(summary="Uncertainty from the messages alone (no log-probs): structure signals and TRACER → "
+                          "blackbox_*.parquet, tracer_tuned.parquet.",
+                  options=("results", "failure_threshold", "seed", "embedder", "force"),
+                  help={"run_dir": "run directory (its manifest names the results)",
+                        "results": "results file, if not the one the run was made from",
+                        "failure_threshold": "failure = reward < threshold (TRACER's tuned readouts)",
+                        "force": "recompute even when the tables are up to date"},
+                  set={"progress": True}, show=show)

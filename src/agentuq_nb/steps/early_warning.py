@@ -14,7 +14,16 @@ from agentuq_nb.common.limits import MAX_GRID_OPTION
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
-from agentuq_nb.steps.base import FailureThresholdField, FamilyHint, NBootField, SeedField, Step, StepConfig
+from agentuq_nb.steps.base import (
+    Command,
+    FailureThresholdField,
+    FamilyHint,
+    NBootField,
+    Reporter,
+    SeedField,
+    Step,
+    StepConfig,
+)
 from agentuq_nb.uq.aggregation import read_turn_summary
 from agentuq_nb.uq.dynamics import FRACTIONS
 
@@ -90,6 +99,22 @@ def run(run_dir: str | Path | RunDir, config: EarlyWarningConfig = EarlyWarningC
         with folder.commit(STEP.name) as commit:
             commit.write_parquet("early_warning_scores", scores, based_on=folder.based_on(config.table, "trajectories"))
     return aurocs, scores
+
+
+def show(result: tuple[pd.DataFrame, pd.DataFrame], run_dir: Path, config: EarlyWarningConfig, say: Reporter) -> None:
+    """What the command prints: the AUROC per fraction with its interval, where the scores are."""
+    cols = ["fraction", "auroc", "auroc_lo", "auroc_hi", "n", "n_failures", "mean_turns_seen"]
+    say.say(result[0][cols].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    say.say(f"→ {RunDir(run_dir).file('early_warning_scores')}")
+
+
+COMMAND = Command(summary="How early failure shows: the mean per-turn uncertainty of the first f of each trajectory "
+                          "vs failure, per fraction → RUN_DIR/early_warning_scores.parquet (family early_warning in "
+                          "compare-estimators).",
+                  options=("fractions", "role", "scorer", "value", "table", "failure_threshold", "n_boot", "seed"),
+                  flags={"fractions": "--fraction"},
+                  help={"run_dir": "run directory (after aggregate, or after blackbox for --table blackbox_turns)",
+                        "fractions": "share of the trajectory seen (repeat; default 0.25 0.5 0.75 1)"}, show=show)
 
 
 def early_warning(run_dir: str | Path | RunDir, **options: Any) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -20,7 +20,9 @@ scores (:mod:`agentuq_nb.evaluation.multi_trial`).
 """
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
@@ -34,7 +36,7 @@ from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, check_failure_threshold
 from agentuq_nb.records.token_statistics import STATISTICS_BY_NAME
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
-from agentuq_nb.steps.base import FailureThresholdField, NBootField, SeedField, Step, StepConfig
+from agentuq_nb.steps.base import Command, FailureThresholdField, NBootField, Reporter, SeedField, Step, StepConfig
 from agentuq_nb.uq.aggregation import read_trajectory_summary
 
 STEP = Step("evaluate", "agentuq-nb evaluate RUN_DIR", ("eval_metrics", "eval_curves"))
@@ -54,7 +56,8 @@ class EvaluateConfig(StepConfig):
     failure_threshold: FailureThresholdField
     n_boot: NBootField
     seed: SeedField
-    scheduler: Any = Field(None, description="a Dask scheduler: the summary rows of the role are read on it")
+    scheduler: Any = Field(None, description="run on Dask: a scheduler address (tcp://host:8786) or local:N for N local "
+                           "worker processes (the summary rows of the role are read on it)")
 
 
 class RawColumn(Estimator):
@@ -176,6 +179,31 @@ def run(run_dir: str | os.PathLike | RunDir, config: EvaluateConfig = EvaluateCo
             commit.write_json("eval_metrics", result, based_on)
             commit.write_with("eval_curves", lambda p: curves.to_csv(p, index=False), based_on)
     return result
+
+
+def show(result: dict, run_dir: Path | None = None, config: EvaluateConfig | None = None,
+         say: Reporter = Reporter()) -> None:
+    """What ``evaluate`` (and ``analyze``) print of an evaluation: the metrics (and, where tasks repeat, the
+    multi-trial readout) on stdout, the notes on stderr."""
+    shown = {"n": result["n"], "n_failures": result["n_failures"], "metrics": result["metrics"]}
+    if "multi_trial" in result:  # tasks repeat: intervals resample tasks; the multi-trial readout beside
+        multi = result["multi_trial"]
+        shown["multi_trial"] = {"n_tasks": multi["n_tasks"], "bootstrap": result["bootstrap"]["method"],
+                                "pass_hat_k": {k: v["value"] for k, v in multi["pass_hat_k"].items()},
+                                "share_flipping": multi["label_noise"]["share_flipping"],
+                                "soft_label_auroc": multi["soft_labels"].get("auroc", {}).get("value")}
+    say.say(json.dumps(shown, indent=2))
+    if result.get("n_dropped"):
+        say.say(f"note: {result['n_dropped']} trajectories left out: their uncertainty or reward is not a finite "
+                "number", warn=True)
+    for metric, reason in result["undefined"].items():
+        say.say(f"note: {metric} is null: {reason}", warn=True)
+
+
+COMMAND = Command(summary="Failure prediction metrics of one estimator with bootstrap CIs → RUN_DIR/eval_metrics.json, "
+                          "eval_curves.csv.",
+                  options=("uncertainty", "role", "scorer", "invert", "failure_threshold", "n_boot", "seed",
+                           "scheduler"), plugins=True, show=show)
 
 
 def evaluate(run_dir: str | os.PathLike | RunDir, **options: Any) -> dict:

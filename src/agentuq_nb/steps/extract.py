@@ -34,7 +34,7 @@ from agentuq_nb.io.input_warnings import emit_input_warnings
 from agentuq_nb.io.store.rundir import RESULTS_CONTENT, RunDir
 from agentuq_nb.records import Results, Simulation
 from agentuq_nb.records.run_tables import MessageColumns
-from agentuq_nb.steps.base import Step, StepConfig
+from agentuq_nb.steps.base import RESULTS_HELP, Command, Reporter, Step, StepConfig
 from agentuq_nb.uq.base_tables import BaseTables
 from agentuq_nb.uq.token_metrics import with_token_metrics
 
@@ -49,9 +49,7 @@ STEP = Step("extract", "agentuq-nb extract RESULTS --out RUN_DIR",
 class ExtractConfig(StepConfig):
     """What is extracted: the results, where their sidecars are, which score is the reward."""
 
-    results: Path = Field(description="τ²-bench results (a v0/v1 JSON file or a v1.0.1 results directory), the "
-                          "original τ-bench's results (a JSON list of {task_id, reward, info, traj, trial}) or an "
-                          "Inspect AI log (.eval; the [inspect] extra)")
+    results: Path = Field(description=RESULTS_HELP)
     sidecar_dir: Optional[Path] = Field(None, description="where agentuq sidecar JSONL files are, if not beside the "
                                         "results")
     score: Optional[str] = Field(None, description="Inspect AI logs: the scorer whose value is the reward, NAME or "
@@ -233,6 +231,19 @@ def _news(report: ExtractReport) -> InputWarnings:
         if kind not in WITHOUT_LOGPROBS:
             news.add(kind, info["example"], info["count"])
     return news
+
+
+def show(report: ExtractReport, run_dir: Path, config: ExtractConfig, say: Reporter) -> None:
+    """What the command prints: the simulations and token rows extracted, where; what to run without log-probs."""
+    say.say(f"{report.num_simulations} simulations, {report.num_tokens} token rows → {run_dir / 'tokens.parquet'}")
+    if report.num_tokens == 0:
+        say.say(f"note: no message carried log-probs, so there is nothing to aggregate; 'agentuq-nb rescore "
+                f"{config.results} --out RUN_DIR' scores the messages with a model instead", warn=True)
+
+
+COMMAND = Command(summary="Token rows from results + sidecars → RUN_DIR/tokens.parquet.", arguments=("results",),
+                  out=True, out_help="run directory to write tokens.parquet and the manifest to",
+                  options=("sidecar_dir", "score"), set={"progress": True}, show=show)
 
 
 def extract(results_path: str | Path, run_dir: str | Path | RunDir, **options: Any) -> ExtractReport:

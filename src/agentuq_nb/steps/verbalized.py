@@ -15,7 +15,7 @@ from agentuq_nb.io.store.rundir import RunDir, register_producer
 from agentuq_nb.records import Results
 from agentuq_nb.records.config import EMBEDDED_MODEL
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
-from agentuq_nb.steps.base import FamilyHint, Step, StepConfig
+from agentuq_nb.steps.base import Command, FamilyHint, Reporter, Step, StepConfig
 from agentuq_nb.steps.extract import results_input, run_results
 from agentuq_nb.uq.observation import agent_system_prompt, conversation
 from agentuq_nb.uq.verbalized import QUESTION, parse_confidence
@@ -98,6 +98,20 @@ def ask_all(results_path: Path, model: str, mode: str, max_tokens: int, progress
     if not turns:
         raise ValueError(f"{results_path}: no agent turn to ask about (mode {mode!r}, limit {limit})")
     return pd.DataFrame(turns)
+
+
+def show(per_traj: pd.DataFrame, run_dir: Path, config: VerbalizedConfig, say: Reporter) -> None:
+    """What the command prints: the trajectories and questions asked, the share unparsed, where."""
+    from agentuq_nb.uq.verbalized import missing_rate
+
+    say.say(f"{len(per_traj)} trajectories, {int(per_traj['num_asked'].sum())} questions, "
+            f"{missing_rate(per_traj):.0%} unparsed → {run_dir / 'verbalized_confidence.csv'}")
+
+
+COMMAND = Command(summary="Ask the agent's model how likely its actions were correct → "
+                          "RUN_DIR/verbalized_confidence.csv.",
+                  options=("results", "mode", "model", "limit"),
+                  help={"run_dir": "run directory (its manifest or results.json names the results)"}, show=show)
 
 
 def verbalized_confidence(run_dir: str | Path | RunDir, **options: Any) -> pd.DataFrame:
