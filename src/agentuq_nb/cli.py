@@ -22,10 +22,12 @@ import typer
 from pydantic import BaseModel, ValidationError
 from typer.core import TyperGroup
 
+from agentuq_nb.common.limits import DEFAULT_MAX_REQUEST_SECONDS
 from agentuq_nb.io.errors import InputError, MixedRunError, StaleArtifactError
 from agentuq_nb.io.input_warnings import InputDataWarning
 from agentuq_nb.io.store.run_lock import RunBusyError
-from agentuq_nb.steps.base import Reporter
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD
+from agentuq_nb.steps.base import SCHEDULER_HELP, Reporter
 
 #: set to 1 to see the traceback of an unexpected error (a bug) instead of its one line
 TRACEBACK_ENV = "AGENTUQ_NB_TRACEBACK"
@@ -91,7 +93,7 @@ def in_flags(text: str) -> str:
     wherever it stands (``n_bins must be`` → ``--n-bins must be``), a one-word name where it heads a clause
     (``plot: …``)."""
     for name, flag in sorted(FLAGS.items(), key=lambda item: -len(item[0])):
-        after = r"(?![\w-])" if "_" in name else r"(?=:)"
+        after = r"(?![\w-])" if "_" in name or "." in name else r"(?=:)"
         text = re.sub(rf"(?<![\w.'/-]){re.escape(name)}{after}", flag.split("/")[0], text)
     return text
 
@@ -103,7 +105,7 @@ def fail(err: Exception) -> None:
 
         what, where = validation_message(err)
         leaf = where.rsplit(".", 1)[-1]
-        message = what if where == "(top level)" else f"{FLAGS.get(leaf, where)}: {what}"
+        message = what if where == "(top level)" else f"{FLAGS.get(where, FLAGS.get(leaf, where))}: {what}"
     else:
         message = err.args[0] if isinstance(err, KeyError) and err.args else err
     typer.secho(f"error: {in_flags(one_line(str(message)))}", fg=typer.colors.RED, err=True)
@@ -240,6 +242,12 @@ def option_type(annotation) -> tuple[Any, bool]:
 def parameter(config: type[BaseModel], spec, path: str, argument: bool) -> tuple[inspect.Parameter, str]:
     """The typer parameter of the field at ``path`` (an argument, or an option named by ``spec.flags`` or the
     field) and its flag; default, help, choices and bounds are the field's."""
+    if path in spec.extras:
+        annotation, default, help = spec.extras[path]
+        flag = spec.flags.get(path, "--" + path.replace("_", "-"))
+        made = typer.Argument(default, help=help) if argument else typer.Option(default, flag, help=help)
+        name = flag.removeprefix("--").replace("-", "_")
+        return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=made, annotation=annotation), flag
     info, leaf = field_at(config, path), path.rsplit(".", 1)[-1]
     kind, several = option_type(spec.kinds.get(path, info.annotation))
     flag = spec.flags.get(path, "--" + leaf.replace("_", "-"))
@@ -274,14 +282,14 @@ def step_command(module) -> Callable:
             made = inspect.Parameter("run_dir", inspect.Parameter.KEYWORD_ONLY, annotation=Path,
                                      default=typer.Argument(..., help=help))
         else:
-            made, flags[path.rsplit(".", 1)[-1]] = parameter(config_type, spec, path, argument=True)
+            made, flags[path] = parameter(config_type, spec, path, argument=True)
         parameters.append(made)
         paths[made.name] = path
     if spec.out:
         parameters.append(inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, annotation=Path,
                                             default=typer.Option(..., "--out", help=spec.out_help)))
     for path in spec.options:
-        made, flags[path.rsplit(".", 1)[-1]] = parameter(config_type, spec, path, argument=False)
+        made, flags[path] = parameter(config_type, spec, path, argument=False)
         parameters.append(made)
         paths[made.name] = path
     if spec.plugins:
@@ -290,7 +298,7 @@ def step_command(module) -> Callable:
 
     def command(**values):
         FLAGS.clear()
-        FLAGS.update(flags)
+        FLAGS.update({path.rsplit(".", 1)[-1]: flag for path, flag in flags.items()} | flags)
         _load_plugins(values.pop("plugin", None))
         run_dir = values.pop("out") if spec.out else values.pop("run_dir", None)
         options: dict[str, Any] = {}
@@ -305,7 +313,10 @@ def step_command(module) -> Callable:
         if spec.out:
             _out_folder(run_dir, step.name)
         with _reported(lambda: "interrupted: nothing was run", spec.errors):
-            config = spec.build(options) if spec.build else config_type(**{**options, **spec.set})
+            if spec.build:
+                run_dir, config = spec.build(options, run_dir)
+            else:
+                config = config_type(**{**options, **spec.set})
             if "reporter" in config_type.model_fields:
                 config.reporter = CommandLine()
             if spec.before:
@@ -337,6 +348,86 @@ def add_step_commands() -> None:
 
 
 add_step_commands()
+
+
+@app.command("estimators")
+def list_estimators(run_dir: Path = typer.Argument(..., help="run directory"),
+                    plugin: Optional[list[str]] = typer.Option(None, "--plugin", help=PLUGIN_HELP)):
+    """The registered estimators this run holds data for: name, family, orientation, what it reads."""
+    from agentuq_nb.estimators import estimators
+    from agentuq_nb.io.store.rundir import RunDir
+
+    _load_plugins(plugin)
+    with _step("estimators", run_dir):
+        RunDir(run_dir).require_folder("estimators")
+        found = estimators(run_dir)
+        if not found:
+            raise InputError(run_dir, "holds no table an estimator reads (no trajectory summary or score file); "
+                                      f"run 'agentuq-nb aggregate {run_dir}' after extract")
+        rows = [(e, ", ".join(e.reads(RunDir(run_dir)))) for e in found]
+    for e, reads in rows:
+        typer.echo(f"{e.name:45s} {e.family:14s} {e.orientation:32s} {reads}")
+
+
+@app.command()
+def explore(
+    run_dir: list[Path] = typer.Argument(..., help="run folder(s) (after analyze); with several, the same task can be "
+                                         "compared across them side by side"),
+    out: Optional[Path] = typer.Option(None, "--out", help="the HTML file to write (one standalone file, opens "
+                                       "offline; default: RUN_DIR/explorer.html for one run)"),
+    estimator: Optional[list[str]] = typer.Option(None, "--estimator", help="estimators offered in the list "
+                                                  "(repeat; default: every one the runs hold)"),
+    failure_threshold: float = typer.Option(DEFAULT_FAILURE_THRESHOLD, help="failure = reward < threshold"),
+    force: bool = typer.Option(False, "--force", help="replace an existing file at --out that explore did not write "
+                               "(never a folder, a link, a special file or a file of a run folder)"),
+):
+    """Every trajectory of one or more runs in one HTML page: why each got its reward (the checks, the expected tool
+    calls beside those made, the task), the same task's other trials side by side, search, sort by any estimator
+    (with its AUROC), per-message signals, tokens coloured by NLL where the run has them (in JupyterLab:
+    agentuq_nb.explore(RUN_DIR))."""
+    from agentuq_nb.figures.explorer import check_page_path, default_page_path, explorer_data, export_html
+
+    with _reported(lambda: f"interrupted: {out or 'the page'} not written"):
+        out = out or default_page_path(run_dir)
+        check_page_path(out, run_dir, force)  # before the work; export_html checks again before it writes
+        data = explorer_data(run_dir, estimators=estimator or None, failure_threshold=failure_threshold)
+        path = export_html(data, out, force, run_dir)
+    typer.echo(f"{len(data['trajectories'])} trajectories → {path}")
+
+
+@app.command()
+def reproduce(params: list[Path] = typer.Argument(..., help="params YAML file(s), e.g. params/quickstart.yaml"),
+              scheduler: Optional[str] = typer.Option(None, help=SCHEDULER_HELP + "; studies run in parallel")):
+    """Run every notebook of a study (or of each grid point) through papermill; figures → figures/<name>/."""
+    from agentuq_nb.pipeline.reproduce import run_studies
+
+    with _reported(lambda: "interrupted", ("RuntimeError",)):
+        run_dirs = run_studies(params, scheduler=scheduler)
+    for run_dir in run_dirs:
+        typer.echo(f"done: {run_dir}")
+
+
+@app.command("serve-local")
+def serve_local(
+    port: int = typer.Option(8000, min=0, max=65535, help="port on 127.0.0.1"),
+    host: str = typer.Option("127.0.0.1", help="bind address (keep loopback unless you mean it)"),
+    max_tokens_cap: int = typer.Option(1024, min=1, help="a request's max_tokens above this is lowered to it"),
+    fit_context: bool = typer.Option(False, "--fit-context/--exact-context",
+                                     help="drop the oldest middle turns of a chat that overflows the 8,192-token "
+                                          "window (counted in usage.context_dropped_messages) instead of a 400; "
+                                          "a request's fit_context field overrides"),
+    max_request_seconds: float = typer.Option(DEFAULT_MAX_REQUEST_SECONDS, min=1,
+                                              help="the longest one request may hold the model (then a 504)"),
+):
+    """Serve the embedded model as an OpenAI-compatible API (chat + completions with logprobs)."""
+    from agentuq_nb.llm.server import serve_local as run_server
+
+    policy = "oldest middle turns dropped on overflow" if fit_context else "exact context (overflow is a 400)"
+    typer.echo(f"serving local/smollm2-135m-instruct on http://{host}:{port}/v1, max_tokens ≤ {max_tokens_cap}, "
+               f"{policy}, at most {max_request_seconds:g} s per request (Ctrl-C to stop)")
+    with _reported(lambda: "stopped"):
+        run_server(host=host, port=port, max_tokens_cap=max_tokens_cap, fit_context=fit_context,
+                   max_request_seconds=max_request_seconds)
 
 
 def main() -> None:  # pragma: no cover - console entry

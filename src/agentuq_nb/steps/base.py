@@ -10,6 +10,7 @@ without a command of its own in ``agentuq_nb.cli`` gets one made from its config
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -120,8 +121,9 @@ class Command:
     (``progress=True``); ``plugins``: offer ``--plugin``; ``errors``: names of exception classes (beside the
     input errors) said in one line; ``before``/``show``: called with ``(run_dir, config, reporter)`` before the
     step and with ``(result, run_dir, config, reporter)`` after it, to say what it did; ``interrupted``: what a
-    Ctrl-C left, for a step without a run folder (formatted with the config's fields); ``build``: makes the config
-    from the options' values where one option does not fill one field (``simulate``'s policy)."""
+    Ctrl-C left, for a step without a run folder (formatted with the config's fields); ``extras``: ``(annotation, default,
+    help)`` of a parameter that is no config field, for ``build``: ``build(values)`` makes ``(run_dir, config)``
+    from the parameters' values where they do not fill the config one to one (``predict``, ``simulate``)."""
 
     summary: str = ""
     arguments: tuple[str, ...] = ("run_dir",)
@@ -129,6 +131,7 @@ class Command:
     flags: dict[str, str] = field(default_factory=dict)
     help: dict[str, str] = field(default_factory=dict)
     kinds: dict[str, object] = field(default_factory=dict)
+    extras: dict[str, tuple] = field(default_factory=dict)
     set: dict[str, object] = field(default_factory=dict)
     out: bool = False
     out_help: str = "run directory to write to"
@@ -143,3 +146,9 @@ class Command:
 def num_text(x: float | None) -> str:
     """A score as a command prints it (3 decimals; n/a for none)."""
     return "n/a" if x is None else f"{x:.3f}"
+
+
+def interval_text(lo: float | None, hi: float | None) -> str:
+    """An interval as a command prints it (— where it is not finite)."""
+    finite = lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi)
+    return f"[{lo:.3f}, {hi:.3f}]" if finite else "—"

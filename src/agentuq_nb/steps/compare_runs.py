@@ -54,9 +54,9 @@ from agentuq_nb.io.outputs import check_output_folder
 from agentuq_nb.io.store.run_lock import RunBusyError
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, check_failure_threshold
-from agentuq_nb.steps.base import FailureThresholdField, NBootField, SeedField, Step, StepConfig
+from agentuq_nb.steps.base import Command, FailureThresholdField, NBootField, Reporter, SeedField, Step, StepConfig
 
-STEP = Step("compare-runs", "agentuq-nb compare-runs RUN_DIR ... --out OUT")
+STEP = Step("compare-runs", "agentuq-nb compare-runs RUN_DIR ... --out OUT", run_folder=False)
 #: the files written to the output folder (the figure's are the caller's: ``FIGURE_NAME``.png/.pdf)
 OUTPUTS = {"leaderboard": "run_leaderboard.csv", "long": "run_leaderboard_long.csv", "inputs": "run_leaderboard.json",
            "report": "report.html"}
@@ -404,6 +404,45 @@ def run(config: CompareRunsConfig) -> RunLeaderboard:
     check_out_folder(config.out, config.run_dirs, config.force)  # again: the work took a while
     write_run_leaderboard(result, config.out, draw_run_leaderboard if config.figure else None, config.report)
     return result
+
+
+#: rows of the leaderboard printed by compare-runs (the CSV holds them all)
+SHOWN_ROWS = 20
+
+
+def show(result: RunLeaderboard, run_dir: None, config: CompareRunsConfig, say: Reporter) -> None:
+    """What compare-runs prints: the runs, the top of the leaderboard (the report's view of it), where the files are,
+    notes."""
+    from agentuq_nb.figures.report import leaderboard_view
+
+    say.say(f"{len(result.runs)} run(s): " + ", ".join(
+        f"{getattr(r, 'title', r.run)} [{r.run}] (n={r.n_trajectories}, {r.n_failures} failed)"
+        for r in result.runs.itertuples()))
+    shown = leaderboard_view(result.leaderboard.head(SHOWN_ROWS), result.q).drop(columns=["n (failures)"])
+    say.say(f"pooled over the runs (pairs within a run only): candidates ranked by the length-controlled AUROC, then "
+            f"the length baselines; vs length: paired difference from "
+            f"{result.baselines.get('auroc_lc') or 'no length baseline'}'s, Benjamini-Hochberg at q = {result.q:g}:")
+    say.say(shown.to_string(index=False))
+    if len(result.leaderboard) > SHOWN_ROWS:
+        say.say(f"… {len(result.leaderboard) - SHOWN_ROWS} more rows in {config.out / OUTPUTS['leaderboard']}")
+    files = [OUTPUTS["leaderboard"], OUTPUTS["long"], f"{FIGURE_NAME}.png", f"{FIGURE_NAME}.pdf", OUTPUTS["report"],
+             OUTPUTS["inputs"]]
+    say.say(f"→ {config.out}: {', '.join(files)}")
+    for note in result.notes:
+        say.say(f"note: {note}", warn=True)
+
+
+COMMAND = Command(summary="One estimator leaderboard across runs: AUROC and length-controlled AUROC per run and pooled "
+                          "(within-run pairs only), vs the best length baseline with BH-FDR → "
+                          "OUT/run_leaderboard.{csv,png,pdf,json}, run_leaderboard_long.csv.",
+                  arguments=("run_dirs",), options=("out", "failure_threshold", "n_boot", "seed", "names", "q", "force"),
+                  flags={"names": "--estimator"},
+                  help={"names": "only these estimators (repeat the option; each must be in every run; length "
+                                 "baselines always)"},
+                  set={"figure": True, "report": True}, plugins=True, show=show,
+                  interrupted=f"interrupted: the run folders are untouched; in {{out}}, {OUTPUTS['inputs']} (written "
+                              "last) is there only beside the complete set of files it lists (a rerun replaces the "
+                              "others with --force)")
 
 
 def compare_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, **options: Any) -> RunLeaderboard:

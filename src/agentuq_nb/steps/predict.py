@@ -38,7 +38,20 @@ from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.outcomes import failure_labels
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
-from agentuq_nb.steps.base import FailureThresholdField, FamilyHint, NBootField, SeedField, Step, StepConfig
+from agentuq_nb.steps.base import (
+    RESULTS_HELP,
+    SCHEDULER_HELP,
+    Command,
+    FailureThresholdField,
+    FamilyHint,
+    NBootField,
+    Reporter,
+    SeedField,
+    Step,
+    StepConfig,
+    interval_text,
+    num_text,
+)
 from agentuq_nb.steps.detector_inputs import BATCH_SIZE, corpus_features, resolve_source
 
 STEP = Step("predict", "agentuq-nb predict DETECTOR_DIR RUN_DIR",
@@ -150,24 +163,65 @@ def run(run_dir: str | os.PathLike | RunDir, config: PredictConfig) -> Predictio
     return Predictions(folder.path, predictions, report, row)
 
 
-def predict(detector: str | os.PathLike, run_or_results: str | os.PathLike, out: str | os.PathLike | None = None,
-            **options: Any) -> Predictions:
-    """Apply ``detector`` to a run folder, or to results extracted into ``out`` first (see the module docstring)."""
+def prepare_run(detector: str | os.PathLike, run_or_results: str | os.PathLike,
+                out: str | os.PathLike | None = None) -> Path:
+    """The run folder ``detector`` is applied to: ``run_or_results`` itself, or ``out`` with the results extracted
+    into it first (a bad detector folder refused before anything is extracted)."""
     from agentuq_nb.steps.extract import extract
 
     given = Path(run_or_results)
-    is_run = given.is_dir() and RunDir(given).has("manifest")
-    if is_run:
+    if given.is_dir() and RunDir(given).has("manifest"):
         if out is not None and Path(out).resolve() != given.resolve():
             raise InputError(out, f"--out is where results are extracted to; {given} is a run folder already, whose "
                                   "predictions are committed into it (leave --out out)")
-        target = given
-    else:
-        if out is None:
-            raise InputError(given, "is results, not a run folder: give --out RUN_DIR to extract them into")
-        from agentuq_nb.evaluation.detector_apply import load_detector
+        return given
+    if out is None:
+        raise InputError(given, "is results, not a run folder: give --out RUN_DIR to extract them into")
+    from agentuq_nb.evaluation.detector_apply import load_detector
 
-        load_detector(detector)  # a bad detector folder is refused before anything is extracted
-        extract(given, out)
-        target = Path(out)
-    return run(target, PredictConfig(detector=detector, **options))
+    load_detector(detector)
+    extract(given, out)
+    return Path(out)
+
+
+def predict(detector: str | os.PathLike, run_or_results: str | os.PathLike, out: str | os.PathLike | None = None,
+            **options: Any) -> Predictions:
+    """Apply ``detector`` to a run folder, or to results extracted into ``out`` first (see the module docstring)."""
+    return run(prepare_run(detector, run_or_results, out), PredictConfig(detector=detector, **options))
+
+
+def command_run(options: dict[str, Any], run_dir: None = None) -> tuple[Path, PredictConfig]:
+    """The command's run folder and config (its positional RUN_OR_RESULTS and ``--out`` say the run folder)."""
+    target = prepare_run(options["detector"], options.pop("run_or_results"), options.pop("out", None))
+    return target, PredictConfig(**options, progress=True)
+
+
+def show(result: Predictions, run_dir: Path, config: PredictConfig, say: Reporter) -> None:
+    """What predict prints: the most likely failures, the count, the detector's row on a labelled run."""
+    shown = result.predictions.sort_values("failure_probability", ascending=False).head(20)
+    cols = [c for c in ("task_id", "trial", "failure_probability", "failed", "model", "feature_1", "contribution_1")
+            if c in shown]
+    say.say(shown[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    report = result.report
+    say.say(f"{report['n']} trajectories ({report['n_in_training']} met in training: scored by the model that left "
+            f"their run out) → {result.run_dir / 'predictions.csv'}")
+    row = report.get("estimator_table_row")
+    if row and row.get("auroc") is None:
+        say.say(f"detector on this run: AUROC undefined ({row.get('undefined') or 'one class only'}; n = {row['n']}, "
+                f"{row['n_failures']} failures)")
+    elif row:
+        say.say(f"detector on this run: AUROC {num_text(row['auroc'])} {interval_text(row['auroc_lo'], row['auroc_hi'])}, "
+                f"length-controlled {num_text(row['auroc_stratified'])}, best length baseline "
+                f"{num_text(row['length_baseline_auroc'])} (n = {row['n']}, {row['n_failures']} failures); "
+                f"'agentuq-nb compare-estimators {result.run_dir}' ranks it with every family")
+
+
+COMMAND = Command(summary="A trained detector on a run, labelled or not → RUN_DIR/predictions.csv (calibrated failure "
+                          "probability, top contributions), detector_scores.parquet (the detector estimator family), "
+                          "detector.json.", arguments=("detector", "run_or_results"),
+                  options=("out", "top", "failure_threshold", "n_boot", "scheduler"),
+                  extras={"run_or_results": (Path, ..., "a run folder (predictions committed into it), or "
+                                             + RESULTS_HELP),
+                          "out": (Optional[Path], None, "run folder to extract results into first (not for a run "
+                                  "folder)")},
+                  help={"scheduler": SCHEDULER_HELP + "; feature extraction"}, build=command_run, show=show)

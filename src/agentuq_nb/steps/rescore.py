@@ -4,6 +4,7 @@ and ``evaluate`` work on a run recorded without log-probs (see :mod:`agentuq_nb.
 """
 from __future__ import annotations
 
+import os
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from agentuq_nb.io.ingest.sidecars import trajectory_table_name
 from agentuq_nb.io.store.rundir import RESULTS_CONTENT, RunDir
 from agentuq_nb.records import Results
 from agentuq_nb.records.config import EMBEDDED_MODEL, ExecutionConfig, ScoringConfig, configs_from_options
-from agentuq_nb.steps.base import FamilyHint, Step, StepConfig
+from agentuq_nb.steps.base import RESULTS_HELP, Command, FamilyHint, Reporter, Step, StepConfig
 from agentuq_nb.steps.extract import results_input
 from agentuq_nb.steps.scoring_jobs import check_checkpoint_settings, score_results
 from agentuq_nb.uq.base_tables import BaseTables
@@ -91,6 +92,33 @@ def run(run_dir: str | Path | RunDir, config: RescoreConfig) -> ScoringReport:
                 scoring={"scorer_llm": config.scoring.scorer_llm, "scorer_mode": config.scoring.scorer_mode, "backend": config.scoring.source,
                          **report.as_dict()})
     return report
+
+
+def before(run_dir: Path, config: RescoreConfig, say: Reporter) -> None:
+    """Said before the command scores in one process on a machine with more cores."""
+    cores = os.cpu_count() or 1
+    if config.execution.scheduler is None and cores > 1:
+        say.say(f"note: scoring in this one process; --scheduler local:{cores} scores on {cores} worker processes, "
+                "each with its own copy of the scorer (the embedded model scores one trajectory per core)", warn=True)
+
+
+def show(report: ScoringReport, run_dir: Path, config: RescoreConfig, say: Reporter) -> None:
+    """What the command prints: the scoring report, its terms, what it cost, what to run next."""
+    from agentuq_nb.steps.score_observations import show as show_scoring
+
+    show_scoring(report, run_dir, config, say)
+    say.say(f"next: agentuq-nb aggregate {run_dir}, then agentuq-nb compare-estimators {run_dir}", warn=True)
+
+
+COMMAND = Command(summary="Teacher-forced token rows for every message of a results file → OUT/tokens.parquet (then "
+                          "aggregate, evaluate).", arguments=("results",), out=True,
+                  out_help="run directory for tokens.parquet and the manifest",
+                  options=("scoring.scorer_llm", "scoring.scorer_mode", "scoring.backend", "scoring.limit",
+                           "execution.scheduler", "execution.api_bases"),
+                  flags={"execution.api_bases": "--api-base"},
+                  help={"results": RESULTS_HELP + ", with or without log-probs",
+                        "scoring.limit": "score only the first N simulations (a first look at the cost)"},
+                  errors=("FanOutFailed",), before=before, show=show)
 
 
 def rescore(results: str | Path, out: str | Path | RunDir, **options: Any) -> ScoringReport:

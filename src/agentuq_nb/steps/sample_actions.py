@@ -28,7 +28,7 @@ from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records import Results
 from agentuq_nb.records.action_samples import ACTION_SAMPLE_SCHEMA
 from agentuq_nb.records.config import EMBEDDED_MODEL, ActionSamplingConfig, ExecutionConfig, configs_from_options
-from agentuq_nb.steps.base import FamilyHint, Step, StepConfig
+from agentuq_nb.steps.base import Command, FamilyHint, Reporter, Step, StepConfig
 from agentuq_nb.steps.extract import results_input, run_results
 from agentuq_nb.steps.scoring_jobs import check_checkpoint_settings, simulation_count
 from agentuq_nb.uq.action_sampling import (
@@ -232,6 +232,31 @@ def run(run_dir: str | Path | RunDir, config: SampleActionsConfig = SampleAction
             commit.write_json("action_sampling_report", {"settings": config.sampling.fingerprint(), **report.as_dict()}, based_on)
     emit_input_warnings(report.warnings)
     return report
+
+
+def show(report: ActionSamplingReport, run_dir: Path, config: SampleActionsConfig, say: Reporter) -> None:
+    """What the command prints: the sampling report; a note when the sampler is not the agent's model."""
+    say.say(json.dumps(report.as_dict(), indent=2))
+    if report.sampler_kind == "observer":
+        say.say(f"note: sampled by {report.sampler_model}, an observer (not the agent's model)", warn=True)
+
+
+COMMAND = Command(summary="K alternative next actions at every agent decision point → RUN_DIR/action_samples.parquet, "
+                          "action_turns.parquet.",
+                  options=("results", "sampling.k", "sampling.model", "sampling.temperature", "sampling.turns",
+                           "sampling.limit", "sampling.max_tokens", "sampling.tools", "sampling.seed",
+                           "sampling.conceptual_partials", "execution.scheduler", "execution.max_concurrency",
+                           "execution.api_bases"),
+                  flags={"execution.api_bases": "--api-base"},
+                  help={"run_dir": "run directory (its manifest or results.json names the results)",
+                        "results": "results file, if not the run's own",
+                        "sampling.model": "sampler (default: the agent's own model; another model is an observer, "
+                                          "labelled as such)",
+                        "sampling.max_tokens": "per sample (default: the agent's, else 128)",
+                        "sampling.tools": "JSON file of the agent's tool schemas, where the results do not record "
+                                          "them (else they are inferred from the calls)",
+                        "execution.max_concurrency": "trajectories in flight (remote samplers)"},
+                  errors=("FanOutFailed",), show=show)
 
 
 def sample_actions(run_dir: str | Path | RunDir, results: str | Path | None = None, embedder: Any = None,
