@@ -22,12 +22,10 @@ import typer
 from pydantic import BaseModel, ValidationError
 from typer.core import TyperGroup
 
-from agentuq_nb.common.limits import DEFAULT_MAX_REQUEST_SECONDS
 from agentuq_nb.io.errors import InputError, MixedRunError, StaleArtifactError
 from agentuq_nb.io.input_warnings import InputDataWarning
 from agentuq_nb.io.store.run_lock import RunBusyError
-from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD
-from agentuq_nb.steps.base import SCHEDULER_HELP, Reporter
+from agentuq_nb.steps.base import SCHEDULER_HELP, Reporter, after_interrupt, manifest_bytes
 
 #: set to 1 to see the traceback of an unexpected error (a bug) instead of its one line
 TRACEBACK_ENV = "AGENTUQ_NB_TRACEBACK"
@@ -112,36 +110,6 @@ def fail(err: Exception) -> None:
     raise typer.Exit(code=2)
 
 
-def _manifest_bytes(run_dir: Path) -> bytes | None:
-    """The manifest as it is before a step (None: none, or not a small regular file - the step says so)."""
-    from agentuq_nb.common.limits import MAX_SMALL_JSON_BYTES
-    from agentuq_nb.io.files import read_limited
-    from agentuq_nb.io.store.rundir import RunDir
-
-    try:
-        return read_limited(RunDir(run_dir).file("manifest"), MAX_SMALL_JSON_BYTES, "manifest")
-    except (OSError, InputError):
-        return None
-
-
-def _after_interrupt(step: str, run_dir: Path, manifest_before: bytes | None) -> str:
-    """What a Ctrl-C during ``step`` left in ``run_dir``, after finishing or discarding its publication."""
-    from agentuq_nb.io.store.rundir import RunDir
-
-    if not run_dir.is_dir():
-        return f"interrupted: '{step}' stopped before it wrote anything"
-    try:  # taking the lock rolls a committed publication forward and removes staged and temporary files
-        with RunDir(run_dir).lock(f"{step}: clean up after Ctrl-C"):
-            pass
-    except Exception as err:  # noqa: BLE001 - said, not raised: the interrupt is what the user must hear about
-        return (f"interrupted: '{step}' stopped; {run_dir} could not be checked ({err}); the next agentuq-nb "
-                "command on it finishes or discards what was being published")
-    if _manifest_bytes(run_dir) != manifest_before:
-        return f"interrupted after '{step}' committed: {run_dir} holds its new files, complete"
-    held = "its previous files, unchanged" if manifest_before is not None else "no run"
-    return f"interrupted: '{step}' published nothing; {run_dir} holds {held} (temporary files removed)"
-
-
 def _say_warnings(caught: list[warnings.WarningMessage]) -> None:
     """Counted input warnings once per kind (the first report of a kind); any other warning as Python shows it."""
     said: set[str] = set()
@@ -178,19 +146,9 @@ def _reported(after_interrupt: Callable[[], str], errors: tuple[str, ...] = ()) 
 def _step(step: str, run_dir: Path) -> Iterator[None]:
     """Run a step that writes ``run_dir``: its input warnings said once per kind, its bad-input errors in one
     line (exit 2), and a Ctrl-C answered with the state it left the folder in (exit 130)."""
-    manifest_before = _manifest_bytes(run_dir)
-    with _reported(lambda: _after_interrupt(step, run_dir, manifest_before)):
+    manifest_before = manifest_bytes(run_dir)
+    with _reported(lambda: after_interrupt(step, run_dir, manifest_before)):
         yield
-
-
-def _out_folder(out: Path, command: str) -> None:
-    """Refuse an ``--out`` that is a file, or that a file is in the way of, before any work."""
-    from agentuq_nb.io.store.rundir import RunDir
-
-    try:
-        RunDir(out).require_folder(command, new=True)
-    except InputError as err:
-        fail(err)
 
 
 def _load_plugins(plugins: Optional[list[str]]) -> None:
@@ -272,35 +230,29 @@ def parameter(config: type[BaseModel], spec, path: str, argument: bool) -> tuple
 def step_command(module) -> Callable:
     """The command of a step module: its arguments and options made from its config and ``COMMAND``, running
     ``run(run_dir, config)`` (``run(config)`` for a step without a run folder) and showing what it returns."""
+    from agentuq_nb.io.store.rundir import RunDir
     from agentuq_nb.steps.base import Command, step_config
 
     step, spec, config_type = module.STEP, getattr(module, "COMMAND", Command()), step_config(module)
     parameters, paths, flags = [], {}, {}
-    for path in spec.arguments:
-        if path == "run_dir":
-            help = "run directory" if spec.help.get("run_dir") is None else spec.help["run_dir"]
-            made = inspect.Parameter("run_dir", inspect.Parameter.KEYWORD_ONLY, annotation=Path,
-                                     default=typer.Argument(..., help=help))
-        else:
-            made, flags[path] = parameter(config_type, spec, path, argument=True)
+    own = {"run_dir": typer.Argument(..., help=spec.help.get("run_dir", "run directory")),
+           "out": typer.Option(..., "--out", help=spec.out_help), "plugin": typer.Option(None, "--plugin", help=(
+               "a module or .py file whose estimators register themselves (repeat the option)"))}
+    special = {"run_dir"} | ({"out"} if spec.out else set()) | {"plugin"}  # the run folder, the plugins: no field
+    for path in (*spec.arguments, *(["out"] if spec.out else []), *spec.options, *(["plugin"] if spec.plugins else [])):
+        if path in special:
+            parameters.append(inspect.Parameter(path, inspect.Parameter.KEYWORD_ONLY, default=own[path],
+                                                annotation=Optional[list[str]] if path == "plugin" else Path))
+            continue
+        made, flags[path] = parameter(config_type, spec, path, argument=path in spec.arguments)
         parameters.append(made)
         paths[made.name] = path
-    if spec.out:
-        parameters.append(inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, annotation=Path,
-                                            default=typer.Option(..., "--out", help=spec.out_help)))
-    for path in spec.options:
-        made, flags[path] = parameter(config_type, spec, path, argument=False)
-        parameters.append(made)
-        paths[made.name] = path
-    if spec.plugins:
-        parameters.append(inspect.Parameter("plugin", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[list[str]],
-                                            default=typer.Option(None, "--plugin", help=PLUGIN_HELP)))
 
     def command(**values):
         FLAGS.clear()
         FLAGS.update({path.rsplit(".", 1)[-1]: flag for path, flag in flags.items()} | flags)
         _load_plugins(values.pop("plugin", None))
-        run_dir = values.pop("out") if spec.out else values.pop("run_dir", None)
+        run_dir = values.pop("out") if spec.out else values.pop("run_dir") if "run_dir" in spec.arguments else None
         options: dict[str, Any] = {}
         for name, value in values.items():
             if value is None or value == []:
@@ -310,9 +262,9 @@ def step_command(module) -> Callable:
             for parent in parents:
                 into = into.setdefault(parent, {})
             into[leaf] = value.value if isinstance(value, Enum) else value
-        if spec.out:
-            _out_folder(run_dir, step.name)
         with _reported(lambda: "interrupted: nothing was run", spec.errors):
+            if spec.out:  # an --out that is a file, or that a file is in the way of, is refused before any work
+                RunDir(run_dir).require_folder(step.name, new=True)
             if spec.build:
                 run_dir, config = spec.build(options, run_dir)
             else:
@@ -335,9 +287,6 @@ def step_command(module) -> Callable:
     return command
 
 
-PLUGIN_HELP = "a module or .py file whose estimators register themselves (repeat the option)"
-
-
 def add_step_commands() -> None:
     """Every step with a command line of its own gets its command."""
     from agentuq_nb.steps import step_modules
@@ -350,51 +299,6 @@ def add_step_commands() -> None:
 add_step_commands()
 
 
-@app.command("estimators")
-def list_estimators(run_dir: Path = typer.Argument(..., help="run directory"),
-                    plugin: Optional[list[str]] = typer.Option(None, "--plugin", help=PLUGIN_HELP)):
-    """The registered estimators this run holds data for: name, family, orientation, what it reads."""
-    from agentuq_nb.estimators import estimators
-    from agentuq_nb.io.store.rundir import RunDir
-
-    _load_plugins(plugin)
-    with _step("estimators", run_dir):
-        RunDir(run_dir).require_folder("estimators")
-        found = estimators(run_dir)
-        if not found:
-            raise InputError(run_dir, "holds no table an estimator reads (no trajectory summary or score file); "
-                                      f"run 'agentuq-nb aggregate {run_dir}' after extract")
-        rows = [(e, ", ".join(e.reads(RunDir(run_dir)))) for e in found]
-    for e, reads in rows:
-        typer.echo(f"{e.name:45s} {e.family:14s} {e.orientation:32s} {reads}")
-
-
-@app.command()
-def explore(
-    run_dir: list[Path] = typer.Argument(..., help="run folder(s) (after analyze); with several, the same task can be "
-                                         "compared across them side by side"),
-    out: Optional[Path] = typer.Option(None, "--out", help="the HTML file to write (one standalone file, opens "
-                                       "offline; default: RUN_DIR/explorer.html for one run)"),
-    estimator: Optional[list[str]] = typer.Option(None, "--estimator", help="estimators offered in the list "
-                                                  "(repeat; default: every one the runs hold)"),
-    failure_threshold: float = typer.Option(DEFAULT_FAILURE_THRESHOLD, help="failure = reward < threshold"),
-    force: bool = typer.Option(False, "--force", help="replace an existing file at --out that explore did not write "
-                               "(never a folder, a link, a special file or a file of a run folder)"),
-):
-    """Every trajectory of one or more runs in one HTML page: why each got its reward (the checks, the expected tool
-    calls beside those made, the task), the same task's other trials side by side, search, sort by any estimator
-    (with its AUROC), per-message signals, tokens coloured by NLL where the run has them (in JupyterLab:
-    agentuq_nb.explore(RUN_DIR))."""
-    from agentuq_nb.figures.explorer import check_page_path, default_page_path, explorer_data, export_html
-
-    with _reported(lambda: f"interrupted: {out or 'the page'} not written"):
-        out = out or default_page_path(run_dir)
-        check_page_path(out, run_dir, force)  # before the work; export_html checks again before it writes
-        data = explorer_data(run_dir, estimators=estimator or None, failure_threshold=failure_threshold)
-        path = export_html(data, out, force, run_dir)
-    typer.echo(f"{len(data['trajectories'])} trajectories → {path}")
-
-
 @app.command()
 def reproduce(params: list[Path] = typer.Argument(..., help="params YAML file(s), e.g. params/quickstart.yaml"),
               scheduler: Optional[str] = typer.Option(None, help=SCHEDULER_HELP + "; studies run in parallel")):
@@ -405,29 +309,6 @@ def reproduce(params: list[Path] = typer.Argument(..., help="params YAML file(s)
         run_dirs = run_studies(params, scheduler=scheduler)
     for run_dir in run_dirs:
         typer.echo(f"done: {run_dir}")
-
-
-@app.command("serve-local")
-def serve_local(
-    port: int = typer.Option(8000, min=0, max=65535, help="port on 127.0.0.1"),
-    host: str = typer.Option("127.0.0.1", help="bind address (keep loopback unless you mean it)"),
-    max_tokens_cap: int = typer.Option(1024, min=1, help="a request's max_tokens above this is lowered to it"),
-    fit_context: bool = typer.Option(False, "--fit-context/--exact-context",
-                                     help="drop the oldest middle turns of a chat that overflows the 8,192-token "
-                                          "window (counted in usage.context_dropped_messages) instead of a 400; "
-                                          "a request's fit_context field overrides"),
-    max_request_seconds: float = typer.Option(DEFAULT_MAX_REQUEST_SECONDS, min=1,
-                                              help="the longest one request may hold the model (then a 504)"),
-):
-    """Serve the embedded model as an OpenAI-compatible API (chat + completions with logprobs)."""
-    from agentuq_nb.llm.server import serve_local as run_server
-
-    policy = "oldest middle turns dropped on overflow" if fit_context else "exact context (overflow is a 400)"
-    typer.echo(f"serving local/smollm2-135m-instruct on http://{host}:{port}/v1, max_tokens ≤ {max_tokens_cap}, "
-               f"{policy}, at most {max_request_seconds:g} s per request (Ctrl-C to stop)")
-    with _reported(lambda: "stopped"):
-        run_server(host=host, port=port, max_tokens_cap=max_tokens_cap, fit_context=fit_context,
-                   max_request_seconds=max_request_seconds)
 
 
 def main() -> None:  # pragma: no cover - console entry

@@ -21,6 +21,7 @@ from typing import Annotated
 from pydantic import Field
 
 from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
+from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.store.rundir import RunDir, register_producer
 from agentuq_nb.records.config import Config, NBoot, Seed
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, FailureThreshold
@@ -152,3 +153,30 @@ def interval_text(lo: float | None, hi: float | None) -> str:
     """An interval as a command prints it (— where it is not finite)."""
     finite = lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi)
     return f"[{lo:.3f}, {hi:.3f}]" if finite else "—"
+
+
+def manifest_bytes(run_dir: Path) -> bytes | None:
+    """The manifest as it is before a step (None: none, or not a small regular file - the step says so)."""
+    from agentuq_nb.common.limits import MAX_SMALL_JSON_BYTES
+    from agentuq_nb.io.files import read_limited
+
+    try:
+        return read_limited(RunDir(run_dir).file("manifest"), MAX_SMALL_JSON_BYTES, "manifest")
+    except (OSError, InputError):
+        return None
+
+
+def after_interrupt(step: str, run_dir: Path, manifest_before: bytes | None) -> str:
+    """What a Ctrl-C during ``step`` left in ``run_dir``, after finishing or discarding its publication."""
+    if not run_dir.is_dir():
+        return f"interrupted: '{step}' stopped before it wrote anything"
+    try:  # taking the lock rolls a committed publication forward and removes staged and temporary files
+        with RunDir(run_dir).lock(f"{step}: clean up after Ctrl-C"):
+            pass
+    except Exception as err:  # noqa: BLE001 - said, not raised: the interrupt is what the user must hear about
+        return (f"interrupted: '{step}' stopped; {run_dir} could not be checked ({err}); the next agentuq-nb "
+                "command on it finishes or discards what was being published")
+    if manifest_bytes(run_dir) != manifest_before:
+        return f"interrupted after '{step}' committed: {run_dir} holds its new files, complete"
+    held = "its previous files, unchanged" if manifest_before is not None else "no run"
+    return f"interrupted: '{step}' published nothing; {run_dir} holds {held} (temporary files removed)"
