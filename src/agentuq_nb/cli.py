@@ -1,8 +1,5 @@
-"""The ``agentuq-nb`` command line: one command per step of a study, each made from its step module (its config's
-fields are the options: flag, default, help, choices, bounds; its ``COMMAND`` says the rest: arguments, what is
-printed), so a command is added by adding a step module. Heavy modules are imported by the steps that need them,
-so ``agentuq-nb --help`` starts fast.
-"""
+"""The ``agentuq-nb`` command line: one command per step module, made from its config (the options: flag, default,
+help, choices, bounds) and its ``COMMAND`` (arguments, what is printed). Heavy modules load only when a step runs."""
 from __future__ import annotations
 
 import inspect
@@ -25,10 +22,10 @@ from typer.core import TyperGroup
 from agentuq_nb.io.errors import InputError, MixedRunError, StaleArtifactError
 from agentuq_nb.io.input_warnings import InputDataWarning
 from agentuq_nb.io.store.run_lock import RunBusyError
+from agentuq_nb.records.config import field_at
 from agentuq_nb.steps.base import SCHEDULER_HELP, Reporter, after_interrupt, manifest_bytes
 
-#: set to 1 to see the traceback of an unexpected error (a bug) instead of its one line
-TRACEBACK_ENV = "AGENTUQ_NB_TRACEBACK"
+TRACEBACK_ENV = "AGENTUQ_NB_TRACEBACK"  # 1: an unexpected error's (a bug's) traceback, not its one line
 #: errors that are the user's to fix: said in one line, exit code 2, no traceback
 USER_ERRORS = (InputError, FileNotFoundError, ValueError, KeyError, ConnectionError, RunBusyError, MixedRunError,
                StaleArtifactError, ModuleNotFoundError, PermissionError, NotADirectoryError, IsADirectoryError)
@@ -102,8 +99,8 @@ def fail(err: Exception) -> None:
         from agentuq_nb.records.config import validation_message
 
         what, where = validation_message(err)
-        leaf = where.rsplit(".", 1)[-1]
-        message = what if where == "(top level)" else f"{FLAGS.get(where, FLAGS.get(leaf, where))}: {what}"
+        flag = FLAGS.get(where, FLAGS.get(where.rsplit(".")[-1], where))
+        message = what if where == "(top level)" else f"{flag}: {what}"
     else:
         message = err.args[0] if isinstance(err, KeyError) and err.args else err
     typer.secho(f"error: {in_flags(one_line(str(message)))}", fg=typer.colors.RED, err=True)
@@ -153,7 +150,6 @@ def _step(step: str, run_dir: Path) -> Iterator[None]:
 
 def _load_plugins(plugins: Optional[list[str]]) -> None:
     from agentuq_nb.estimators import load_plugin
-
     for spec in plugins or []:
         try:
             load_plugin(spec)
@@ -163,7 +159,6 @@ def _load_plugins(plugins: Optional[list[str]]) -> None:
 
 class CommandLine(Reporter):
     """How a step talks here: text on stdout, notes on stderr, each inner step wrapped by :func:`_step`."""
-
     def say(self, text: str, warn: bool = False) -> None:
         typer.secho(text, fg=typer.colors.YELLOW, err=True) if warn else typer.echo(text)
 
@@ -173,16 +168,6 @@ class CommandLine(Reporter):
         if step in ("figures", "report"):
             return _reported(lambda: f"interrupted while making the {step}; {run_dir} holds its tables, complete")
         return _step(step, run_dir)
-
-
-def field_at(config: type[BaseModel], path: str):
-    """The pydantic field at a dotted ``path`` of ``config`` (through nested configs)."""
-    head, _, rest = path.partition(".")
-    info = config.model_fields[head]
-    if not rest:
-        return info
-    return field_at(next(a for a in (info.annotation, *get_args(info.annotation)) if isinstance(a, type)
-                         and issubclass(a, BaseModel)), rest)
 
 
 def option_type(annotation) -> tuple[Any, bool]:
@@ -213,11 +198,9 @@ def parameter(config: type[BaseModel], spec, path: str, argument: bool) -> tuple
     default = ... if info.is_required() else info.get_default(call_default_factory=True)
     default = None if several and default is not ... else default
     default = kind(default) if isinstance(kind, type) and issubclass(kind, Enum) and default is not None else default
-    extra = {"help": spec.help.get(path, info.description)}
-    for bound in info.metadata:  # the field's bounds: typer refuses a value outside naming the option
-        for key, attr in (("min", "ge"), ("max", "le")):
-            if getattr(bound, attr, None) is not None and not several:
-                extra[key] = getattr(bound, attr)
+    extra = {"help": spec.help.get(path, info.description)} | {  # bounds: typer refuses a value outside them
+        key: getattr(b, attr) for b in info.metadata for key, attr in (("min", "ge"), ("max", "le"))
+        if getattr(b, attr, None) is not None and not several}
     if argument:
         made = typer.Argument(default, **extra)
     else:
@@ -239,7 +222,9 @@ def step_command(module) -> Callable:
            "out": typer.Option(..., "--out", help=spec.out_help), "plugin": typer.Option(None, "--plugin", help=(
                "a module or .py file whose estimators register themselves (repeat the option)"))}
     special = {"run_dir"} | ({"out"} if spec.out else set()) | {"plugin"}  # the run folder, the plugins: no field
-    for path in (*spec.arguments, *(["out"] if spec.out else []), *spec.options, *(["plugin"] if spec.plugins else [])):
+    options = spec.options if spec.options is not None else [n for n, i in config_type.model_fields.items() if (
+        option_type(i.annotation)[0] is not str or str in (i.annotation, *get_args(i.annotation)))]  # plain fields
+    for path in (*spec.arguments, *(["out"] if spec.out else []), *options, *(["plugin"] if spec.plugins else [])):
         if path in special:
             parameters.append(inspect.Parameter(path, inspect.Parameter.KEYWORD_ONLY, default=own[path],
                                                 annotation=Optional[list[str]] if path == "plugin" else Path))
@@ -254,13 +239,9 @@ def step_command(module) -> Callable:
         _load_plugins(values.pop("plugin", None))
         run_dir = values.pop("out") if spec.out else values.pop("run_dir") if "run_dir" in spec.arguments else None
         options: dict[str, Any] = {}
-        for name, value in values.items():
-            if value is None or value == []:
-                continue  # not given: the field's default
+        for name, value in ((n, v) for n, v in values.items() if v is not None and v != []):  # else: the default
             *parents, leaf = paths[name].split(".")
-            into = options
-            for parent in parents:
-                into = into.setdefault(parent, {})
+            into = options if not parents else options.setdefault(parents[0], {})  # configs nest one level
             into[leaf] = value.value if isinstance(value, Enum) else value
         with _reported(lambda: "interrupted: nothing was run", spec.errors):
             if spec.out:  # an --out that is a file, or that a file is in the way of, is refused before any work

@@ -9,7 +9,7 @@ schedules work), and a rerun with another fingerprint is refused rather than mix
 """
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal, Optional
+from typing import Annotated, Any, ClassVar, Literal, Optional, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -177,6 +177,17 @@ class ScoringConfig(Config):
 
     def observation_table_suffix(self) -> str:
         return f"{self.scorer_mode}_replay" if self.source == "chat_replay" else self.scorer_mode
+
+
+def field_at(config: type[BaseModel], path: str) -> Any:
+    """The pydantic field at a dotted ``path`` of ``config`` (through nested configs)."""
+    head, _, rest = path.partition(".")
+    info = config.model_fields[head]
+    if not rest:
+        return info
+    return field_at(next(a for a in (info.annotation, *get_args(info.annotation)) if isinstance(a, type)
+                         and issubclass(a, BaseModel)), rest)
+
 
 
 def configs_from_options(options: dict[str, Any], config_type: type[BaseModel], label: str,

@@ -115,7 +115,7 @@ class Command:
 
     ``arguments``: the positionals in order: ``"run_dir"`` (the run folder), or a config field (a list field takes
     several); ``out``: the run folder is the new folder named by ``--out`` (help ``out_help``) instead;
-    ``options``: the fields offered, in order (``"scoring.backend"`` names a nested config's field); ``flags``: a
+    ``options``: the fields offered, in order (None: every field of a plain type, a list of one, or a choice) (``"scoring.backend"`` names a nested config's field); ``flags``: a
     field's option name where it is not ``--field-name`` (a bool defaulting to True gets ``--x/--no-x``);
     ``help``: a text where the field's description is not the help; ``kinds``: the type of an option typed otherwise
     than its field (``--method`` a choice of platt, isotonic or both where the field holds a tuple of methods); ``set``: fields the command line sets
@@ -128,7 +128,7 @@ class Command:
 
     summary: str = ""
     arguments: tuple[str, ...] = ("run_dir",)
-    options: tuple[str, ...] = ()
+    options: tuple[str, ...] | None = None
     flags: dict[str, str] = field(default_factory=dict)
     help: dict[str, str] = field(default_factory=dict)
     kinds: dict[str, object] = field(default_factory=dict)
