@@ -26,11 +26,9 @@ from agentuq_nb.records.config import field_at
 from agentuq_nb.steps.base import SCHEDULER_HELP, Reporter, after_interrupt, manifest_bytes
 
 TRACEBACK_ENV = "AGENTUQ_NB_TRACEBACK"  # 1: an unexpected error's (a bug's) traceback, not its one line
-#: errors that are the user's to fix: said in one line, exit code 2, no traceback
 USER_ERRORS = (InputError, FileNotFoundError, ValueError, KeyError, ConnectionError, RunBusyError, MixedRunError,
-               StaleArtifactError, ModuleNotFoundError, PermissionError, NotADirectoryError, IsADirectoryError)
-#: the running command's flags by config field name: its errors, worded in field names, are said in flags
-FLAGS: dict[str, str] = {}
+               StaleArtifactError, ModuleNotFoundError, PermissionError, NotADirectoryError, IsADirectoryError)  # exit 2
+FLAGS: dict[str, str] = {}  # the running command's flags by field name: its errors are said in flags
 
 
 class OneLineErrors(TyperGroup):
@@ -85,11 +83,10 @@ def one_line(text: str) -> str:
 
 def in_flags(text: str) -> str:
     """A message worded in the running command's config field names, in its flags: a name with an underscore
-    wherever it stands (``n_bins must be`` → ``--n-bins must be``), a one-word name where it heads a clause
-    (``plot: …``)."""
+    wherever it stands (``n_bins must be`` → ``--n-bins must be``), a one-word name where it heads a clause."""
     for name, flag in sorted(FLAGS.items(), key=lambda item: -len(item[0])):
-        after = r"(?![\w-])" if "_" in name or "." in name else r"(?=:)"
-        text = re.sub(rf"(?<![\w.'/-]){re.escape(name)}{after}", flag.split("/")[0], text)
+        before = r"(?<![\w.'/-])" if "_" in name or "." in name else r"(?:^|(?<=: )|(?<=; ))"
+        text = re.sub(rf"{before}{re.escape(name)}(?![\w-])", flag.split("/")[0], text)
     return text
 
 
@@ -100,7 +97,7 @@ def fail(err: Exception) -> None:
 
         what, where = validation_message(err)
         flag = FLAGS.get(where, FLAGS.get(where.rsplit(".")[-1], where))
-        message = what if where == "(top level)" else f"{flag}: {what}"
+        message = what if where == "(top level)" or what.startswith(where.rsplit(".")[-1]) else f"{flag}: {what}"
     else:
         message = err.args[0] if isinstance(err, KeyError) and err.args else err
     typer.secho(f"error: {in_flags(one_line(str(message)))}", fg=typer.colors.RED, err=True)
@@ -158,7 +155,7 @@ def _load_plugins(plugins: Optional[list[str]]) -> None:
 
 
 class CommandLine(Reporter):
-    """How a step talks here: text on stdout, notes on stderr, each inner step wrapped by :func:`_step`."""
+    """How a step talks here: stdout, notes on stderr, each inner step wrapped by :func:`_step`."""
     def say(self, text: str, warn: bool = False) -> None:
         typer.secho(text, fg=typer.colors.YELLOW, err=True) if warn else typer.echo(text)
 
@@ -262,6 +259,8 @@ def step_command(module) -> Callable:
                 result = module.run(config)
         if spec.show and spec.show(result, run_dir, config, CommandLine()):
             raise typer.Exit(1)  # the step's result says it failed (doctor: the model does not run)
+        if not spec.show:  # a step without a printer: its describe(result), else the result
+            typer.echo(module.describe(result) if hasattr(module, "describe") else result)
 
     command.__signature__ = inspect.Signature(parameters)
     command.__doc__ = spec.summary or (module.__doc__ or step.command).strip().split("\n\n")[0]

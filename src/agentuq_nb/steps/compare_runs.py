@@ -236,7 +236,7 @@ def build_run_leaderboard(run_dirs: Sequence[str | os.PathLike], failure_thresho
     check_failure_threshold(failure_threshold)
     check_fdr_level(q)
     if n_boot < 0:
-        raise ValueError(f"--n-boot must be >= 0, not {n_boot}")
+        raise ValueError(f"n_boot must be >= 0, not {n_boot}")
     runs = _check_runs(run_dirs)
     labels = run_names([r.path for r in runs])
     candidates, baselines, left_out = shared_estimators(runs, names, labels)

@@ -57,10 +57,10 @@ class EarlyWarningConfig(StepConfig):
     def _shares(cls, fractions: tuple[float, ...]) -> tuple[float, ...]:
         for f in fractions:
             if not (math.isfinite(f) and 0 < f <= 1):
-                raise ValueError(f"--fraction {f:g} is not a share of a trajectory: give values in (0, 1] "
+                raise ValueError(f"fractions {f:g} is not a share of a trajectory: give values in (0, 1] "
                                  "(0.25: its first quarter, 1: all of it)")
         if len(set(fractions)) < len(fractions):
-            raise ValueError(f"--fraction repeats a value ({', '.join(f'{f:g}' for f in fractions)})")
+            raise ValueError(f"fractions repeats a value ({', '.join(f'{f:g}' for f in fractions)})")
         return fractions
 
 
@@ -70,12 +70,12 @@ def check_turn_selection(turns: pd.DataFrame, config: EarlyWarningConfig, path: 
     a key column (``--value task_id``) a nonsense one, both published."""
     roles = sorted(map(str, turns["role"].dropna().unique())) if "role" in turns else []
     if config.role not in roles:
-        raise InputError(path, f"--role {config.role!r}: the table has no turns of that role (its roles: "
+        raise InputError(path, f"role {config.role!r}: the table has no turns of that role (its roles: "
                                f"{', '.join(roles) or 'none'})")
     mine = turns[turns["role"] == config.role]
     scorers = sorted(map(str, mine["scorer"].dropna().unique())) if "scorer" in mine else []
     if config.scorer not in scorers:
-        raise InputError(path, f"--scorer {config.scorer!r}: the table has no {config.role} turns scored by it (its "
+        raise InputError(path, f"scorer {config.scorer!r}: the table has no {config.role} turns scored by it (its "
                                f"scorers of {config.role} turns: {', '.join(scorers) or 'none'})")
     values = [c for c in turns.columns if c not in TURN_KEY_COLUMNS and pd.api.types.is_numeric_dtype(turns[c])
               and not pd.api.types.is_bool_dtype(turns[c])]
@@ -83,7 +83,7 @@ def check_turn_selection(turns: pd.DataFrame, config: EarlyWarningConfig, path: 
         what = ("identifies a turn rather than measuring it" if config.value in TURN_KEY_COLUMNS else
                 "is not numeric" if config.value in turns.columns else "is not a column of the table")
         shown = ", ".join(values[:12]) + (f", … ({len(values)} in all)" if len(values) > 12 else "")
-        raise InputError(path, f"--value {config.value!r} {what} (the table's per-turn values: {shown})")
+        raise InputError(path, f"value {config.value!r} {what} (the table's per-turn values: {shown})")
 
 
 def run(run_dir: str | Path | RunDir, config: EarlyWarningConfig = EarlyWarningConfig()

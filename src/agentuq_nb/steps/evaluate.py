@@ -96,7 +96,7 @@ def resolve_estimator(uncertainty: str, role: str = "assistant", scorer: str | N
         return RawColumn(uncertainty, role, scorer or default_scorer(summary, role), higher_is_uncertain=not invert)
     if invert:
         raise ValueError(f"'{estimator.name}' is a registered estimator with its own orientation "
-                         f"({estimator.orientation}); --invert is only for a raw summary column")
+                         f"({estimator.orientation}); invert is only for a raw summary column")
     return estimator
 
 

@@ -160,9 +160,9 @@ def run(run_dir: str | Path | RunDir, config: ExtractConfig) -> ExtractReport:
     and the manifest in ``run_dir``, as one commit, from ``config.results``."""
     folder = RunDir.of(run_dir)
     if folder.path.exists() and not folder.path.is_dir():
-        raise InputError(folder.path, "is a file, not a run folder: give --out a folder (new or holding a folder)")
+        raise InputError(folder.path, "is a file, not a run folder: give --out a folder (new or holding a run)")
     if config.sidecar_dir is not None and not Path(config.sidecar_dir).is_dir():
-        raise InputError(config.sidecar_dir, "--sidecar-dir " + ("is not a directory" if Path(config.sidecar_dir).exists() else "does not exist"))
+        raise InputError(config.sidecar_dir, "sidecar_dir " + ("is not a directory" if Path(config.sidecar_dir).exists() else "does not exist"))
     layout = layout_before_simulations(config.results)  # v0 or v1: told by the first simulation, as it streams
     header = read_header(config.results, config.score)
     domain = Results.domain_of(header.get("info"))

@@ -120,7 +120,7 @@ def sampler_for(info: dict, model: str | None) -> tuple[str, str]:
     agent_model = str((info.get("agent_info") or {}).get("llm") or "")
     if model is None:
         if not agent_model:
-            raise ValueError("the results do not name the agent's model (info.agent_info.llm); pass --model")
+            raise ValueError("the results do not name the agent's model (info.agent_info.llm); give model (the sampler)")
         if agent_model != EMBEDDED_MODEL:
             missing = litellm.validate_environment(model=agent_model).get("missing_keys") or []
             if missing:

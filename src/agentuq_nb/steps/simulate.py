@@ -40,12 +40,13 @@ POLICY_ONLY = ("threshold", "calibration", "risk", "oracle", "rate")
 
 
 def command_run(options: dict[str, Any], run_dir: Path) -> tuple[Path, SimulateConfig]:
-    """The command's config: no policy unless ``policy.policy`` is given (its other fields are refused without)."""
+    """The command's config: no policy unless ``policy.policy`` is given (its other options, left at their
+    defaults, are then ignored; those that mean something only with a policy are refused)."""
     policy = options.pop("policy", {})
     if "policy" not in policy and (given := [f"policy.{name}" for name in POLICY_ONLY if name in policy]):
         raise ValueError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} used only with policy.policy "
                          "(observe | defer | resample_vote | confirm | random); nothing was run")
-    return run_dir, SimulateConfig(**options, policy=policy or None)
+    return run_dir, SimulateConfig(**options, policy=policy if "policy" in policy else None)
 
 
 def before(run_dir: Path, config: SimulateConfig, say: Reporter) -> None:
