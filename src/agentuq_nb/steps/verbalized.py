@@ -53,18 +53,16 @@ def run(run_dir: str | Path | RunDir, config: VerbalizedConfig = VerbalizedConfi
     ``RUN_DIR/verbalized_confidence.csv`` (mean over turns, counts of missing answers), one commit.
 
     ``limit`` asks about the first N simulations only (a quick look at a large run)."""
-    results, model, mode, max_tokens, progress, limit = (
-        config.results, config.model, config.mode, config.max_tokens, config.progress, config.limit)
-    if mode not in QUESTION:
+    if config.mode not in QUESTION:
         raise ValueError(f"mode must be one of {sorted(QUESTION)}")
     folder = RunDir.of(run_dir)
-    model = model or EMBEDDED_MODEL
+    model = config.model or EMBEDDED_MODEL
     from agentuq_nb import llm
 
     llm.check_model(model)
     with folder.lock(STEP.name):  # the results it reads cannot be republished meanwhile
-        results_path, digest = run_results(folder, results)
-        turn_table = ask_all(results_path, model, mode, max_tokens, progress, limit)
+        results_path, digest = run_results(folder, config.results)
+        turn_table = ask_all(results_path, model, config.mode, config.max_tokens, config.progress, config.limit)
         per_traj = turn_table.groupby(TRAJECTORY_KEYS, dropna=False, sort=False).agg(
             verbalized_confidence=("confidence", "mean"), num_asked=("confidence", "size"),
             num_unparsed=("confidence", lambda s: int(s.isna().sum())), reward=("reward", "first"),
