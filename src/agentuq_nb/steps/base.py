@@ -2,11 +2,11 @@
 commits are recorded under, the command a user types and the artefacts it makes.
 
 A step module is one command: ``STEP = Step(...)``, a config (a :class:`StepConfig`: each default written once,
-the command line's options made from its fields) and ``run(run_dir, config)``. Declaring a step registers its
+the command line's options made from its fields), ``run(run_dir, config)`` (``run(config)`` for a step that
+declares no run folder) and, where the command needs more than its config says, a :class:`Command`. Declaring a step registers its
 command as the producer of its artefacts with the store, so a reader missing one says what to run
 (``io.store.rundir.register_producer``: the store knows every artefact's file name, not who makes it), and the
-estimator families it adds (:class:`FamilyHint`), so ``compare-estimators`` says how to get a missing one. A step
-without a command of its own in ``agentuq_nb.cli`` gets one made from its config.
+estimator families it adds (:class:`FamilyHint`), so ``compare-estimators`` says how to get a missing one.
 """
 from __future__ import annotations
 
@@ -100,9 +100,6 @@ class Reporter:
     def say(self, text: str, warn: bool = False) -> None:
         """Tell the user ``text`` (``warn``: a note on stderr)."""
 
-    def show(self, what: str, value: object) -> None:
-        """Show an inner step's result as it is made (``what``: the step's name)."""
-
     def stage(self, step: str, run_dir: Path) -> AbstractContextManager:
         """A context around inner step ``step`` writing ``run_dir``."""
         return nullcontext()
@@ -110,21 +107,24 @@ class Reporter:
 
 @dataclass(frozen=True)
 class Command:
-    """What a step's command line needs beyond its config (``summary``: its help's text, ``--help``'s first lines) (the options are made from the config's fields: flag,
-    default, help from the description, choices from a ``Literal``, bounds; pydantic validates what is typed).
+    """What a step's command line needs beyond its config, whose fields are the options (flag, default, help from
+    the description, choices from a ``Literal``, bounds; pydantic validates what is typed). ``summary``: the text
+    ``--help`` starts with.
 
     ``arguments``: the positionals in order: ``"run_dir"`` (the run folder), or a config field (a list field takes
     several); ``out``: the run folder is the new folder named by ``--out`` (help ``out_help``) instead;
-    ``options``: the fields offered, in order (None: every field of a plain type, a list of one, or a choice) (``"scoring.backend"`` names a nested config's field); ``flags``: a
-    field's option name where it is not ``--field-name`` (a bool defaulting to True gets ``--x/--no-x``);
-    ``help``: a text where the field's description is not the help; ``kinds``: the type of an option typed otherwise
-    than its field (``--method`` a choice of platt, isotonic or both where the field holds a tuple of methods); ``set``: fields the command line sets
-    (``progress=True``); ``plugins``: offer ``--plugin``; ``errors``: names of exception classes (beside the
-    input errors) said in one line; ``before``/``show``: called with ``(run_dir, config, reporter)`` before the
-    step and with ``(result, run_dir, config, reporter)`` after it, to say what it did; ``interrupted``: what a
-    Ctrl-C left, for a step without a run folder (formatted with the config's fields); ``extras``: ``(annotation, default,
-    help)`` of a parameter that is no config field, for ``build``: ``build(values)`` makes ``(run_dir, config)``
-    from the parameters' values where they do not fill the config one to one (``predict``, ``simulate``)."""
+    ``options``: the fields offered, in order (``"scoring.backend"``: a nested config's field; None: every field of
+    a plain type, a list of one, or a choice); ``flags``: a field's option name where it is not ``--field-name`` (a
+    bool defaulting to True gets ``--x/--no-x``); ``help``: a text where the field's description is not the help;
+    ``kinds``: the type of an option typed otherwise than its field (``--method``: a choice of platt, isotonic or
+    both, where the field holds a tuple of methods); ``set``: fields the command line sets (``progress=True``);
+    ``plugins``: offer ``--plugin``; ``errors``: names of exception classes (beside the input errors) said in one
+    line; ``before``/``show``: called with ``(run_dir, config, reporter)`` before the step and with ``(result,
+    run_dir, config, reporter)`` after it, to say what it did (``show`` returning True: exit 1); ``interrupted``:
+    what a Ctrl-C left, for a step without a run folder (formatted with the config's fields); ``extras``:
+    ``(annotation, default, help)`` of a parameter that is no config field, for ``build``: ``build(values,
+    run_dir)`` makes ``(run_dir, config)`` from the parameters' values where they do not fill the config one to one
+    (``predict``, ``simulate``)."""
 
     summary: str = ""
     arguments: tuple[str, ...] = ("run_dir",)
