@@ -137,11 +137,11 @@ def _reported(after_interrupt: Callable[[], str], errors: tuple[str, ...] = ()) 
 
 
 @contextmanager
-def _step(step: str, run_dir: Path) -> Iterator[None]:
+def _step(step: str, run_dir: Path, errors: tuple[str, ...] = ()) -> Iterator[None]:
     """Run a step that writes ``run_dir``: its input warnings said once per kind, its bad-input errors in one
     line (exit 2), and a Ctrl-C answered with the state it left the folder in (exit 130)."""
     manifest_before = manifest_bytes(run_dir)
-    with _reported(lambda: after_interrupt(step, run_dir, manifest_before)):
+    with _reported(lambda: after_interrupt(step, run_dir, manifest_before), errors):
         yield
 
 
@@ -252,7 +252,7 @@ def step_command(module) -> Callable:
             if spec.before:
                 spec.before(run_dir, config, CommandLine())
         if step.run_folder:
-            with _step(step.name, run_dir) if run_dir is not None else _reported(lambda: "", spec.errors):
+            with _step(step.name, Path(run_dir), spec.errors):
                 result = module.run(run_dir, config)
         else:
             with _reported(lambda: spec.interrupted.format(**dict(config)), spec.errors):
