@@ -219,8 +219,8 @@ def step_command(module) -> Callable:
            "out": typer.Option(..., "--out", help=spec.out_help), "plugin": typer.Option(None, "--plugin", help=(
                "a module or .py file whose estimators register themselves (repeat the option)"))}
     special = {"run_dir"} | ({"out"} if spec.out else set()) | {"plugin"}  # the run folder, the plugins: no field
-    options = spec.options if spec.options is not None else [n for n, i in config_type.model_fields.items() if (
-        option_type(i.annotation)[0] is not str or str in (i.annotation, *get_args(i.annotation)))]  # plain fields
+    options = spec.options if spec.options is not None else [n for n, i in config_type.model_fields.items() if n not in
+        spec.arguments and (option_type(i.annotation)[0] is not str or str in (i.annotation, *get_args(i.annotation)))]
     for path in (*spec.arguments, *(["out"] if spec.out else []), *options, *(["plugin"] if spec.plugins else [])):
         if path in special:
             parameters.append(inspect.Parameter(path, inspect.Parameter.KEYWORD_ONLY, default=own[path],
