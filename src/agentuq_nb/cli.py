@@ -227,6 +227,7 @@ def step_command(module) -> Callable:
                                                 annotation=Optional[list[str]] if path == "plugin" else Path))
             continue
         made, flags[path] = parameter(config_type, spec, path, argument=path in spec.arguments)
+        flags[path] = path.rsplit(".")[-1].upper() if path in spec.arguments else flags[path]  # a positional
         parameters.append(made)
         paths[made.name] = path
 

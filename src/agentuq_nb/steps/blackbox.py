@@ -103,7 +103,7 @@ def results_for(run: RunDir, config: BlackBoxConfig) -> tuple[Path, str]:
     path = Path(config.results) if config.results is not None else run.results_path()
     if not os.path.lexists(path):
         raise FileNotFoundError(f"{run.path}: the results it was made from ({path}) are not there any more; "
-                                "pass them with --results to compute the black-box signals")
+                                "give them as results (the black-box config's) to compute the black-box signals")
     return run_results(run, path)
 
 

@@ -78,7 +78,7 @@ def models_by_role(header: dict) -> dict[str, str]:
     return out
 
 
-def run_results(run: RunDir, results: str | os.PathLike | None, option: str = "--results") -> tuple[Path, str]:
+def run_results(run: RunDir, results: str | os.PathLike | None, option: str = "results") -> tuple[Path, str]:
     """(the results a step reads - ``results``, else the run's own - and the SHA-256 of their content), refused
     when their content is not what the run was made from (the manifest's ``results_sha256``): a copy elsewhere is
     the same results, an edited or another file is not, and what a step made from it would be mixed with the

@@ -125,7 +125,7 @@ def sampler_for(info: dict, model: str | None) -> tuple[str, str]:
             missing = litellm.validate_environment(model=agent_model).get("missing_keys") or []
             if missing:
                 raise ValueError(f"the agent's model {agent_model!r} cannot be run here (missing {', '.join(missing)}); "
-                                 f"pass --model {EMBEDDED_MODEL} to sample with the embedded model as an observer")
+                                 f"give model {EMBEDDED_MODEL} to sample with the embedded model as an observer")
         model = agent_model
     return model, ("self" if model == agent_model else "observer")
 
