@@ -114,3 +114,22 @@ def test_no_function_writes_its_own_copy_of_the_shared_defaults():
                 if isinstance(default, ast.Constant) and shared.get(arg.arg, object()) == default.value:
                     copies.append(f"{path.relative_to(SRC)}:{node.lineno} {node.name}({arg.arg}={default.value!r})")
     assert not copies, copies
+
+
+def test_every_command_but_reproduce_is_made_from_its_step_module():
+    """One way to add a command: a step module (config, run, STEP, COMMAND); cli.py writes none by hand."""
+    from agentuq_nb.steps import step_modules
+
+    steps = {module.STEP.name for module in step_modules() if module.STEP.command_line}
+    assert steps <= set(commands()), steps - set(commands())
+    assert set(commands()) - steps == {"reproduce"}  # runs papermill: the pipeline, above the steps
+    assert len((SRC / "cli.py").read_text().splitlines()) <= 300
+    assert "Embedder" not in (SRC / "cli.py").read_text()  # the choices are the configs' Literals
+
+
+def test_an_option_says_its_fields_description_where_the_step_gives_no_other_help():
+    from agentuq_nb.steps.evaluate import EvaluateConfig
+
+    options = {param.name: param for param in commands()["evaluate"].params}
+    for name in ("uncertainty", "role", "scorer", "failure_threshold", "n_boot", "seed"):
+        assert options[name].help == EvaluateConfig.model_fields[name].description, name

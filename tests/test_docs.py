@@ -284,6 +284,15 @@ def test_the_command_line_page_names_every_command_with_its_real_options_and_def
     assert not wrong, "\n".join(wrong)
 
 
+def test_the_command_line_synopsis_is_made_from_the_commands():
+    """The synopsis block of docs/guide/cli.md is what the commands themselves give (their configs and COMMAND)."""
+    from agentuq_nb.cli import app
+    from agentuq_nb.cli_synopsis import synopsis
+
+    block = re.search(r"```\n(agentuq-nb .*?)```", (DOCS / "guide" / "cli.md").read_text(), flags=re.S).group(1)
+    assert block == synopsis(app), "stale synopsis: run python -m agentuq_nb.cli_synopsis docs/guide/cli.md"
+
+
 #: a number as the README writes one (a sign, digits, a decimal part); names such as gpt-4.1 hold numbers too
 NUMBER = re.compile(r"\d+(?:\.\d+)?")
 

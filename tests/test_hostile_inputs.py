@@ -190,9 +190,9 @@ def test_a_sidecar_path_that_is_a_directory_is_said_to_be_one(sidecar_run, tmp_p
 
 def test_sidecar_dir_that_is_not_a_directory(sidecar_run, tmp_path):
     results, sidecars = sidecar_run
-    with pytest.raises(InputError, match="--sidecar-dir is not a directory"):
+    with pytest.raises(InputError, match="sidecar_dir is not a directory"):
         extract(results, tmp_path / "run", sidecar_dir=sidecars[0])
-    with pytest.raises(InputError, match="--sidecar-dir does not exist"):
+    with pytest.raises(InputError, match="sidecar_dir does not exist"):
         extract(results, tmp_path / "run", sidecar_dir=tmp_path / "nowhere")
 
 

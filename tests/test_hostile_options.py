@@ -224,11 +224,12 @@ def test_a_transfer_run_that_holds_no_trajectories_is_refused(run, tmp_path):
 
 
 def test_refusals_in_code_are_input_errors_naming_the_file(tmp_path):
-    """The same checks reached from Python (a notebook), not only from the command line."""
+    """The same checks reached from Python (a notebook), not only from the command line: worded in the config's
+    field names (the command line says them in its flags: --role 'wizard')."""
     from agentuq_nb.steps.early_warning import early_warning
 
     results = write_synthetic_results(tmp_path / "src", num_simulations=4, messages_per_simulation=4, seed=4)
     extract(results, tmp_path / "run")
     aggregate(tmp_path / "run")
-    with pytest.raises(InputError, match="--role 'wizard'"):
+    with pytest.raises(InputError, match=": role 'wizard': the table has no turns of that role"):
         early_warning(tmp_path / "run", role="wizard", n_boot=0)

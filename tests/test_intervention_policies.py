@@ -175,9 +175,9 @@ def test_an_oracle_run_of_other_tasks_is_refused_before_anything_runs(tmp_path):
 def test_the_policy_options_are_refused_in_one_line_without_policy_or_with_a_nan_threshold(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(Path(estimators.__file__).resolve().parents[2])}
     for extra, said in ((["--policy-threshold", "0.5"], "--policy-threshold is used only with --policy"),
-                        (["--policy", "defer", "--policy-threshold", "nan"], "--policy-threshold: threshold is NaN"),
+                        (["--policy", "defer", "--policy-threshold", "nan"], "--policy-threshold is NaN"),
                         (["--policy", "defer", "--risk", "2"], "--risk: Input should be less than 1"),
-                        (["--policy", "defer"], "--policy: policy 'defer' needs exactly one trigger")):
+                        (["--policy", "defer"], "--policy 'defer' needs exactly one trigger")):
         done = subprocess.run([sys.executable, "-m", "agentuq_nb.cli", "simulate", "--domain", "bookshop", "--out",
                                str(tmp_path / "run"), *extra], capture_output=True, text=True, env=env, timeout=120)
         lines = [line for line in done.stderr.splitlines() if line.strip()]

@@ -105,8 +105,35 @@ def test_every_step_module_declares_its_step_config_and_run():
                    and v is not StepConfig and v.__module__ == module.__name__]
         assert len(configs) == 1, f"steps.{name} defines {len(configs)} StepConfig classes, not one"
         assert callable(getattr(module, "run", None)), f"steps.{name} has no run()"
-        first = next(iter(inspect.signature(module.run).parameters))
-        assert first in ("run_dir", "out", "config"), f"steps.{name}.run takes {first} first"
+        parameters = inspect.signature(module.run).parameters
+        expected = ["run_dir", "config"] if module.STEP.run_folder else ["config"]
+        assert list(parameters)[:len(expected)] == expected, f"steps.{name}.run{inspect.signature(module.run)}"
+        assert all(p.default is not p.empty for p in list(parameters.values())[len(expected):]), name
+
+
+def test_a_step_run_reads_its_config_where_it_uses_it_and_names_no_local_run():
+    """No ``c = config`` or ``(a, b) = (config.a, config.b)`` at the top of ``run``, no local ``run`` hiding it."""
+    import ast
+
+    from agentuq_nb.steps import STEP_MODULES
+
+    found = []
+    for name in STEP_MODULES:
+        tree = ast.parse((PACKAGE / "steps" / f"{name}.py").read_text())
+        body = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "run")
+        for node in ast.walk(body):
+            if isinstance(node, ast.Name) and node.id == "run" and isinstance(node.ctx, ast.Store):
+                found.append(f"steps.{name}.run names a local run (line {node.lineno})")
+            if isinstance(node, ast.Assign) and any("config" in {n.id for n in ast.walk(node.value)
+                                                                 if isinstance(n, ast.Name)} and
+                                                    isinstance(t, (ast.Tuple, ast.Name)) and
+                                                    (isinstance(node.value, ast.Name) or isinstance(t, ast.Tuple))
+                                                    for t in node.targets) and \
+                    all(isinstance(v, ast.Attribute) or isinstance(v, ast.Name) for v in
+                        (node.value.elts if isinstance(node.value, ast.Tuple) else [node.value])):
+                found.append(f"steps.{name}.run unpacks or rebinds its config (line {node.lineno})")
+    assert not found, found
+
 
 
 #: the layers below the steps (and distributed beside them): they name no command of the command line

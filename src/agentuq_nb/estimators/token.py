@@ -143,7 +143,7 @@ def default_scorer(summary: pd.DataFrame, role: str) -> str:
         return scorers[0]
     if not scorers:
         raise ValueError(f"no trajectory has role '{role}'; roles present: {sorted(summary['role'].unique())}")
-    raise ValueError(f"role '{role}' is scored by several scorers {scorers}; choose one with --scorer")
+    raise ValueError(f"role '{role}' is scored by several scorers {scorers}; scorer must name one")
 
 
 class RawColumn(Estimator):
@@ -181,7 +181,7 @@ def resolve_estimator(uncertainty: str, role: str = "assistant", scorer: str | N
 
     if uncertainty in STATISTICS_BY_NAME:
         if summary is None and role not in ROLE_ORDER and not role.startswith("observation_"):
-            raise ValueError(f"--role {role!r} is not a role of the token statistics ({', '.join(ROLE_ORDER)})")
+            raise ValueError(f"role {role!r} is not a role of the token statistics ({', '.join(ROLE_ORDER)})")
         if scorer is None:
             scorer = default_scorer(summary, role) if summary is not None else SELF
         uncertainty = token_estimator_name(role, uncertainty, scorer)
@@ -205,7 +205,7 @@ def resolve_estimator(uncertainty: str, role: str = "assistant", scorer: str | N
         return RawColumn(uncertainty, role, scorer or default_scorer(summary, role), higher_is_uncertain=not invert)
     if invert:
         raise ValueError(f"'{estimator.name}' is a registered estimator with its own orientation "
-                         f"({estimator.orientation}); --invert is only for a raw summary column")
+                         f"({estimator.orientation}); invert is only for a raw summary column")
     return estimator
 
 

@@ -36,7 +36,8 @@ class PolicyConfig(Config):
     alpha: float = Field(0.1, gt=0.0, lt=1.0, description="the certificate fails with probability at most alpha")
     oracle: Optional[str] = Field(None, description="an earlier run folder: intervene on the runs that failed in it")
     rate: Optional[float] = Field(None, ge=0.0, le=1.0, description="random: the probability per decision point")
-    random_action: Literal["defer", "resample_vote", "confirm"] = "defer"
+    random_action: Literal["defer", "resample_vote", "confirm"] = Field("defer", description="random: what an "
+                                                                        "intervention does")
     k: int = Field(5, ge=2, description="resampled actions (resample_vote, and the action signals)")
     sample_temperature: float = Field(1.0, gt=0.0)
     escalation_cost: float = Field(1.0, ge=0.0, description="the cost of one hand-off to a human, in study units")

@@ -9,7 +9,7 @@ schedules work), and a rerun with another fingerprint is refused rather than mix
 """
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal, Optional
+from typing import Annotated, Any, ClassVar, Literal, Optional, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -37,8 +37,8 @@ class SimulationConfig(Config):
     """What a simulation run is: the domain, the two LLMs and everything that shapes their messages."""
 
     domain: str = Field(min_length=1, description="a built-in domain's name (or a custom Domain's)")
-    agent_llm: str = EMBEDDED_MODEL
-    user_llm: str = EMBEDDED_MODEL
+    agent_llm: str = Field(EMBEDDED_MODEL, description="litellm model name")
+    user_llm: str = Field(EMBEDDED_MODEL, description="litellm model name")
     task_ids: Optional[list[str]] = Field(None, description="these tasks, in this order")
     num_tasks: Optional[int] = Field(None, ge=1, description="else the first N tasks; neither: all")
     num_trials: int = Field(1, ge=1)
@@ -49,7 +49,7 @@ class SimulationConfig(Config):
     retries: int = Field(3, ge=0, description="LLM call retries on rate limits and transient errors")
     agent_max_tokens: int = Field(64, ge=1)
     user_max_tokens: int = Field(32, ge=1)
-    temperature: float = Field(0.0, ge=0.0)
+    temperature: float = Field(0.0, ge=0.0, description="sampling temperature of both LLMs")
     agent_llm_args: dict[str, Any] = Field(default_factory=dict, description="extra litellm arguments (api_base…)")
     user_llm_args: dict[str, Any] = Field(default_factory=dict)
     scaffold: Literal["auto", "tiny", "tau2"] = "auto"
@@ -60,7 +60,8 @@ class SimulationConfig(Config):
     @field_validator("task_ids", mode="before")
     @classmethod
     def _ids_as_text(cls, value):
-        return None if value is None else [str(v) for v in value]
+        """Ids as text; one given as ``"1,2"`` is two (``--task-ids 1,2``)."""
+        return None if value is None else [t.strip() for v in value for t in str(v).split(",") if t.strip()] or None
 
     def style(self, llm: str) -> str:
         """The prompt scaffold of a role played by ``llm``: ``tiny`` for the embedded model under ``auto``."""
@@ -80,8 +81,10 @@ class ExecutionConfig(Config):
     """How jobs run: in this process (``max_concurrency`` threads) or on a Dask cluster; never what they compute."""
 
     max_concurrency: int = Field(1, ge=1, description="jobs in flight in this process (threads)")
-    scheduler: Any = Field(None, description="a Dask scheduler address, 'local:N' or a distributed.Client")
-    api_bases: Optional[list[str]] = Field(None, description="OpenAI-compatible servers, one per Dask worker")
+    scheduler: Any = Field(None, description="run on Dask: a scheduler address (tcp://host:8786) or local:N for N "
+                           "local worker processes (or a distributed.Client)")
+    api_bases: Optional[list[str]] = Field(None, description="OpenAI-compatible server for remote models, one per "
+                                           "worker with a scheduler (repeat the option)")
     task_retries: int = Field(2, ge=0, description="reruns of a failed job on the cluster")
     progress: bool = True
 
@@ -147,11 +150,12 @@ BACKEND_SOURCES = {"teacher_forced": "teacher_forced", "echo": "teacher_forced",
 class ScoringConfig(Config):
     """A teacher-forced (or replayed) scoring pass over recorded trajectories."""
 
-    scorer_mode: Literal["agent_llm", "auxiliary_llm"] = "agent_llm"
-    scorer_llm: str = EMBEDDED_MODEL
-    backend: Literal["teacher_forced", "echo", "chat_replay"] = "teacher_forced"
-    user_messages: bool = True
-    tool_messages: bool = True
+    scorer_mode: Literal["agent_llm", "auxiliary_llm"] = Field("agent_llm", description="agent_llm | auxiliary_llm")
+    scorer_llm: str = Field(EMBEDDED_MODEL, description="litellm model name")
+    backend: Literal["teacher_forced", "echo", "chat_replay"] = Field(
+        "teacher_forced", description="teacher_forced | echo | chat_replay")
+    user_messages: bool = Field(True, description="score the user's messages")
+    tool_messages: bool = Field(True, description="score the tools' messages")
     top_logprobs: int = Field(5, ge=0, le=20)
     limit: Optional[int] = Field(None, ge=1, description="score only the first N simulations")
 
@@ -173,6 +177,17 @@ class ScoringConfig(Config):
 
     def observation_table_suffix(self) -> str:
         return f"{self.scorer_mode}_replay" if self.source == "chat_replay" else self.scorer_mode
+
+
+def field_at(config: type[BaseModel], path: str) -> Any:
+    """The pydantic field at a dotted ``path`` of ``config`` (through nested configs)."""
+    head, _, rest = path.partition(".")
+    info = config.model_fields[head]
+    if not rest:
+        return info
+    return field_at(next(a for a in (info.annotation, *get_args(info.annotation)) if isinstance(a, type)
+                         and issubclass(a, BaseModel)), rest)
+
 
 
 def configs_from_options(options: dict[str, Any], config_type: type[BaseModel], label: str,

@@ -18,7 +18,7 @@ from pydantic import Field
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.io.store.token_table import read_token_dataset
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
-from agentuq_nb.steps.base import Step, StepConfig
+from agentuq_nb.steps.base import Command, Reporter, Step, StepConfig
 from agentuq_nb.uq.aggregation import (
     NO_TOKENS,
     NoTokenRowsError,
@@ -83,30 +83,29 @@ def run(run_dir: str | Path | RunDir, config: AggregateConfig = AggregateConfig(
 
     ``scheduler`` (a Dask address, ``local:N`` or a ``distributed.Client``): compute on the
     cluster over the partitioned dataset; ``filters``: only the matching token rows."""
-    batch_rows, scheduler, filters = config.batch_rows, config.scheduler, config.filters
-    run = RunDir.of(run_dir)
-    run.require_folder(STEP.name)
-    with run.lock(STEP.name):
+    folder = RunDir.of(run_dir)
+    folder.require_folder(STEP.name)
+    with folder.lock(STEP.name):
         try:
-            if scheduler is None:
-                partials = run_partials(run, batch_rows, filters)
+            if config.scheduler is None:
+                partials = run_partials(folder, config.batch_rows, config.filters)
             else:
-                partials = turn_partials_on_cluster(run, scheduler, filters)
+                partials = turn_partials_on_cluster(folder, config.scheduler, config.filters)
         except NoTokenRowsError as err:
-            results = run.manifest().results or "RESULTS"
-            raise NoTokenRowsError(f"{run.path}: {err}. Score the messages with a model instead - 'agentuq-nb "
+            results = folder.manifest().results or "RESULTS"
+            raise NoTokenRowsError(f"{folder.path}: {err}. Score the messages with a model instead - 'agentuq-nb "
                                    f"rescore {results} --out RUN_DIR' computes teacher-forced log-probs - then "
                                    "aggregate that run") from err
         except ValueError as err:
-            raise ValueError(err if str(run.path) in str(err) else f"{run.path}: {err}") from err
-        trajectories = run.read_frame("trajectories") if run.has("trajectories") else None
+            raise ValueError(err if str(folder.path) in str(err) else f"{folder.path}: {err}") from err
+        trajectories = folder.read_frame("trajectories") if folder.has("trajectories") else None
         if trajectories is not None:
-            run.rewards()  # refuses a table that holds two trajectories under one key (their tokens would merge)
+            folder.rewards()  # refuses a table that holds two trajectories under one key (their tokens would merge)
         turns = turn_summary_from(partials)
         trajs = trajectory_summary_from(partials, trajectories)
         del partials  # (one row per turn) before the summaries are written
-        inputs = run.based_on(*run.token_tables(), "trajectories")
-        with run.commit(STEP.name) as commit:
+        inputs = folder.based_on(*folder.token_tables(), "trajectories")
+        with folder.commit(STEP.name) as commit:
             for name, df in (("turn_summary", turns), ("trajectory_summary", trajs)):
                 table = pa.Table.from_pandas(df, preserve_index=False)  # once, for the CSV and the Parquet file
                 commit.write_with(f"{name}_csv", csv_writer(table), based_on=inputs)
@@ -116,6 +115,15 @@ def run(run_dir: str | Path | RunDir, config: AggregateConfig = AggregateConfig(
     # after aggregate in the same process (``agentuq-nb analyze``) start from a lower peak
     pa.default_memory_pool().release_unused()
     return turns, trajs
+
+
+def show(result: tuple[pd.DataFrame, pd.DataFrame], run_dir: Path, config: AggregateConfig, say: Reporter) -> None:
+    """What the command prints: the rows written and where."""
+    say.say(f"{summary_counts(*result)} → {run_dir}")
+
+
+COMMAND = Command(summary="Turn and trajectory summaries → RUN_DIR/{turn,trajectory}_summary.{csv,parquet}.",
+                  options=("scheduler",), help={"run_dir": "run directory with tokens.parquet"}, show=show)
 
 
 def aggregate(run_dir: str | Path | RunDir, **options: Any) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -16,13 +16,11 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field
 
-from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.files import content_digest
 from agentuq_nb.io.store.rundir import RunDir, is_run_folder
-from agentuq_nb.records.config import NBoot, Seed
-from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, FailureThreshold, check_failure_threshold
-from agentuq_nb.steps.base import Reporter, Step, StepConfig
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, check_failure_threshold
+from agentuq_nb.steps.base import Command, FailureThresholdField, NBootField, Reporter, SeedField, Step, StepConfig
 from agentuq_nb.steps.blackbox import BlackBoxConfig
 from agentuq_nb.steps.evaluate import EvaluateConfig
 from agentuq_nb.steps.extract import ExtractConfig, ExtractReport
@@ -40,9 +38,9 @@ class AnalyzeConfig(StepConfig):
     uncertainty: str = EVALUATED["uncertainty"]
     role: str = EVALUATED["role"]
     scorer: Optional[str] = EVALUATED["scorer"]
-    failure_threshold: FailureThreshold = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold")
-    n_boot: NBoot = Field(DEFAULT_N_BOOT, description="bootstrap resamples for the 95% CIs (0: none)")
-    seed: Seed = Field(0, description="seed of the bootstrap and the folds")
+    failure_threshold: FailureThresholdField
+    n_boot: NBootField
+    seed: SeedField = Field(description="seed of the bootstrap and the folds")
     blackbox: bool = Field(True, description="also the black-box families (structure, TRACER: from the messages, no "
                            "log-probs needed) and the estimator table of every family the run holds; off: extract, "
                            "aggregate, evaluate only")
@@ -51,6 +49,8 @@ class AnalyzeConfig(StepConfig):
                           "log-probs, the ROC and accuracy-rejection curves) into RUN_DIR/figures")
     report: bool = Field(True, description="write RUN_DIR/report.html: the outcome counts, the estimator table, the "
                          "figures and every trajectory's failure probability in one offline page")
+    reporter: Reporter = Field(default_factory=Reporter, exclude=True, description="what the step says while it "
+                               "runs and how each inner step is wrapped (nothing, in a library call)")
 
 
 @dataclass
@@ -64,59 +64,94 @@ class AnalyzeReport:
     page: Path | None = None  # report.html
 
 
-def run(run_dir: str | os.PathLike | RunDir, config: AnalyzeConfig, reporter: Reporter = Reporter()) -> AnalyzeReport:
-    """Extract, aggregate, evaluate, the estimator table, the figures (see the module docstring); ``reporter``
+def run(run_dir: str | os.PathLike | RunDir, config: AnalyzeConfig) -> AnalyzeReport:
+    """Extract, aggregate, evaluate, the estimator table, the figures (see the module docstring); ``config.reporter``
     shows each inner step's result as it is made."""
     from agentuq_nb.estimators.token import check_estimator_name
     from agentuq_nb.steps.aggregate import aggregate, summary_counts
     from agentuq_nb.steps.extract import run as extract
 
-    c = config
     out = Path(RunDir.of(run_dir).path)
-    with reporter.stage("check", out):  # names checked before any table is replaced
-        check_estimator_name(c.uncertainty, c.role)
-        check_failure_threshold(c.failure_threshold)
-        check_not_another_run(RunDir.of(run_dir), Path(c.results))
-    with reporter.stage("extract", out):
-        report = AnalyzeReport(extract(out, ExtractConfig(results=c.results, sidecar_dir=c.sidecar_dir, score=c.score,
+    with config.reporter.stage("check", out):  # names checked before any table is replaced
+        check_estimator_name(config.uncertainty, config.role)
+        check_failure_threshold(config.failure_threshold)
+        check_not_another_run(RunDir.of(run_dir), Path(config.results))
+    with config.reporter.stage("extract", out):
+        report = AnalyzeReport(extract(out, ExtractConfig(results=config.results, sidecar_dir=config.sidecar_dir, score=config.score,
                                                           progress=True)))
     if report.extracted.num_tokens > 0:
-        with reporter.stage("aggregate", out):
+        with config.reporter.stage("aggregate", out):
             turns, trajs = aggregate(out)
             report.summary_counts = summary_counts(turns, trajs)
             del turns, trajs  # the summaries are on disk: not resident while evaluate runs
         # imported only now: scipy and sklearn (~80 MiB) are then not resident during extract's peak
         from agentuq_nb.steps.evaluate import run as evaluate
 
-        with reporter.stage("evaluate", out):
-            report.evaluation = evaluate(out, EvaluateConfig(role=c.role, uncertainty=c.uncertainty, scorer=c.scorer,
-                                                             failure_threshold=c.failure_threshold, n_boot=c.n_boot,
-                                                             seed=c.seed))
-    reporter.show("evaluate", report)
-    if c.blackbox or report.extracted.num_tokens == 0:
-        from agentuq_nb.steps.compare_estimators import CompareEstimatorsConfig, estimator_table
+        with config.reporter.stage("evaluate", out):
+            report.evaluation = evaluate(out, EvaluateConfig(role=config.role, uncertainty=config.uncertainty, scorer=config.scorer,
+                                                             failure_threshold=config.failure_threshold, n_boot=config.n_boot,
+                                                             seed=config.seed))
+    say_evaluation(report, config.reporter)
+    if config.blackbox or report.extracted.num_tokens == 0:
+        from agentuq_nb.steps.compare_estimators import CompareEstimatorsConfig
+        from agentuq_nb.steps.compare_estimators import run as estimator_table
+        from agentuq_nb.steps.compare_estimators import show as show_table
 
-        blackbox = BlackBoxConfig(embedder=c.embedder) if c.blackbox else False
+        blackbox = BlackBoxConfig(embedder=config.embedder) if config.blackbox else False
         report.estimator_table = estimator_table(out, CompareEstimatorsConfig(
-            failure_threshold=c.failure_threshold, n_boot=c.n_boot, seed=c.seed, blackbox=blackbox, progress=True),
-            reporter)
-        reporter.show("compare-estimators", report.estimator_table)
+            failure_threshold=config.failure_threshold, n_boot=config.n_boot, seed=config.seed, blackbox=blackbox,
+            progress=True, reporter=config.reporter))
+        show_table(report.estimator_table, out, None, config.reporter)
     from agentuq_nb.evaluation.multi_trial import tasks_repeat  # scipy: not resident during extract's peak
 
     rows = RunDir.of(out).rewards()
     if tasks_repeat(rows):
         from agentuq_nb.evaluation.multi_trial import multi_trial_report
 
-        report.trials = multi_trial_report(rows, failure_threshold=c.failure_threshold, n_boot=c.n_boot,
-                                           seed=c.seed)[0]
-        reporter.show("trials", trials_lines(report.trials, out))
-    if c.figures:
-        with reporter.stage("figures", out):
-            report.figures = analysis_figures(out, c.failure_threshold, c.seed)
-    if c.report:
-        with reporter.stage("report", out):
-            report.page = write_report(out, c.failure_threshold, report.trials, report.figures)
+        report.trials = multi_trial_report(rows, failure_threshold=config.failure_threshold, n_boot=config.n_boot,
+                                           seed=config.seed)[0]
+        for line in trials_lines(report.trials, out):
+            config.reporter.say(line)
+    if config.figures:
+        with config.reporter.stage("figures", out):
+            report.figures = analysis_figures(out, config.failure_threshold, config.seed)
+    if config.report:
+        with config.reporter.stage("report", out):
+            report.page = write_report(out, config.failure_threshold, report.trials, report.figures)
     return report
+
+
+def say_evaluation(report: AnalyzeReport, say: Reporter) -> None:
+    """What analyze says after its evaluation: what was extracted and aggregated, the evaluation's metrics."""
+    from agentuq_nb.steps.evaluate import show
+
+    extracted = report.extracted
+    if report.evaluation is not None:
+        say.say(f"{extracted.num_simulations} simulations, {extracted.num_tokens} token rows; "
+                f"{report.summary_counts} → {extracted.run_dir}")
+        show(report.evaluation, say=say)
+    else:
+        say.say(f"{extracted.num_simulations} simulations, no token log-probs → {extracted.run_dir}")
+
+
+def show(done: AnalyzeReport, run_dir: Path, config: AnalyzeConfig, say: Reporter) -> None:
+    """What the command prints at the end: the figures, the report page, the explorer's command."""
+    if done.figures:
+        say.say(f"figures → {run_dir / 'figures'}: {', '.join(p.stem for p in done.figures)} (PNG and PDF)")
+    if done.page is not None:
+        say.say(f"report → {done.page} (one offline page: counts, table, figures, every trajectory)")
+    if done.figures or done.page is not None:
+        say.say(f"every trajectory, interactively: agentuq-nb explore {run_dir} (→ {run_dir / 'explorer.html'}, which "
+                "report.html links)")
+
+
+COMMAND = Command(summary="Results → RUN_DIR in one process: extract, aggregate and evaluate where the run has token "
+                          "log-probs; the black-box families and the estimator table of every family it holds (with "
+                          "or without log-probs); its figures.", arguments=("results",), out=True,
+                  out_help="run directory to write the tables, summaries and metrics to",
+                  options=("sidecar_dir", "uncertainty", "role", "scorer", "failure_threshold", "n_boot", "seed",
+                           "blackbox", "embedder", "score", "figures", "report"),
+                  help={"embedder": "sentence embeddings of the black-box signals"}, show=show)
 
 
 def check_not_another_run(run: RunDir, results: Path) -> None:

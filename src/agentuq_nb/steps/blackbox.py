@@ -47,11 +47,9 @@ from agentuq_nb.io.embedding_cache import DEFAULT_MAX_MB
 from agentuq_nb.io.errors import InputError, MixedRunError, StaleArtifactError
 from agentuq_nb.io.ingest.results import iter_simulations, read_header
 from agentuq_nb.io.store.rundir import RunDir
-from agentuq_nb.records.config import Seed
 from agentuq_nb.records.keys import key_dtypes
-from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, FailureThreshold
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
-from agentuq_nb.steps.base import FamilyHint, Step, StepConfig
+from agentuq_nb.steps.base import Command, FailureThresholdField, FamilyHint, Reporter, SeedField, Step, StepConfig
 from agentuq_nb.steps.extract import run_results
 from agentuq_nb.uq.blackbox_signals import signal_tables, tool_types
 from agentuq_nb.uq.embeddings import Embedder, embeddings_available, get_embedder, unit_rows
@@ -67,8 +65,8 @@ STEP = Step("blackbox", "agentuq-nb blackbox RUN_DIR",
 class BlackBoxConfig(StepConfig):
     """What the black-box step computes with; the tuned readouts depend on the first three."""
 
-    failure_threshold: FailureThreshold = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold")
-    seed: Seed = Field(0, description="seed of the folds of TRACER's nested tuning")
+    failure_threshold: FailureThresholdField
+    seed: SeedField = Field(description="seed of the folds of TRACER's nested tuning")
     n_splits: int = Field(5, ge=2, description="folds (by task) of TRACER's nested tuning")
     embedder: Literal["minilm", "hash", "none"] = Field(
         "minilm", description="sentence embeddings (hash: a bag-of-words hash, for tests; none: the signals that need "
@@ -104,7 +102,7 @@ def results_for(run: RunDir, config: BlackBoxConfig) -> tuple[Path, str]:
     path = Path(config.results) if config.results is not None else run.results_path()
     if not os.path.lexists(path):
         raise FileNotFoundError(f"{run.path}: the results it was made from ({path}) are not there any more; "
-                                "pass them with --results to compute the black-box signals")
+                                "give them as results (the black-box config's) to compute the black-box signals")
     return run_results(run, path)
 
 
@@ -291,3 +289,18 @@ def run(run_dir: str | os.PathLike | RunDir, config: BlackBoxConfig = BlackBoxCo
     if status.skipped:
         raise FileNotFoundError(status.skipped)
     return {"signals": status.report, "tracer_tuning": read_json(RunDir.of(run_dir), "tracer_tuning")}
+
+
+def show(done: dict[str, Any], run_dir: Path, config: BlackBoxConfig, say: Reporter) -> None:
+    """What the command prints: the signals' and the tuning's reports."""
+    say.say(json.dumps(done, indent=2))
+
+
+COMMAND = Command(summary="Uncertainty from the messages alone (no log-probs): structure signals and TRACER → "
+                          "blackbox_*.parquet, tracer_tuned.parquet.",
+                  options=("results", "failure_threshold", "seed", "embedder", "force"),
+                  help={"run_dir": "run directory (its manifest names the results)",
+                        "results": "results file, if not the one the run was made from",
+                        "failure_threshold": "failure = reward < threshold (TRACER's tuned readouts)",
+                        "force": "recompute even when the tables are up to date"},
+                  set={"progress": True}, show=show)

@@ -15,11 +15,12 @@ count``) under the run's lock.
 from __future__ import annotations
 
 import os
-from typing import Any, Optional
+from pathlib import Path
+from typing import Any, Literal, Optional
 
 import numpy as np
 import pandas as pd
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from agentuq_nb.estimators import Estimator, get
 from agentuq_nb.estimators.combined import COMBINED
@@ -28,9 +29,8 @@ from agentuq_nb.evaluation.defaults import METHODS
 from agentuq_nb.io.atomic import json_ready
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.store.rundir import RunDir
-from agentuq_nb.records.config import NBins, Seed
-from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, FailureThreshold
-from agentuq_nb.steps.base import Step, StepConfig
+from agentuq_nb.records.config import NBins
+from agentuq_nb.steps.base import Command, FailureThresholdField, Reporter, SeedField, Step, StepConfig, num_text
 
 STEP = Step("calibrate", "agentuq-nb calibrate RUN_DIR", ("calibration", "calibration_bins"))
 
@@ -39,16 +39,27 @@ class CalibrateConfig(StepConfig):
     """What is calibrated (estimators, methods), on what bins and folds, and where the maps are carried to."""
 
     names: Optional[list[str]] = Field(None, description="only these estimators (default: every one the run holds)")
-    methods: tuple[str, ...] = Field(METHODS, description="platt, isotonic or both")
-    transfer_to: Any = Field(None, description="another run folder: maps fitted on RUN_DIR are evaluated on it")
+    methods: tuple[str, ...] = Field("both", validate_default=True, description="platt | isotonic | both")
+    transfer_to: Optional[Path] = Field(None, description="another run folder: maps fitted on RUN_DIR are evaluated "
+                                        "on it")
     n_bins: NBins = Field(10, description="equal-mass bins of the ECE, the Brier decomposition and the diagram")
-    failure_threshold: FailureThreshold = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold")
+    failure_threshold: FailureThresholdField
     n_splits: int = Field(5, ge=2, description="folds (by task) of the cross-fitting")
-    seed: Seed = Field(0, description="seed of the folds")
+    seed: SeedField = Field(description="seed of the folds")
     combine: bool = Field(True, description="report the combined predictor beside the estimators")
     combined_input_names: Optional[list[str]] = Field(None, description="inputs of the combined predictor (default: "
                                                       "one estimator per kind of signal)")
     progress: bool = Field(False, description="show a progress bar (stderr) counting the estimators calibrated")
+
+    @field_validator("methods", mode="before")
+    @classmethod
+    def known_methods(cls, value: Any) -> tuple[str, ...]:
+        """``"both"`` (or a method's name) stands for its methods; an unknown method is refused."""
+        value = METHODS if value == "both" else (value,) if isinstance(value, str) else tuple(value)
+        bad = [m for m in value if m not in METHODS]
+        if bad or not value:
+            raise ValueError(f"methods must be one of {', '.join(METHODS)} (or both); got {', '.join(bad) or 'none'}")
+        return value
 
 
 BIN_COLUMNS = ["setting", "estimator", "method", "bin", "lo", "hi", "mean_prob", "failure_rate", "count"]
@@ -142,46 +153,70 @@ def _transfer(table, estimators, failure, other: RunDir, methods, n_bins, failur
 def run(run_dir: str | os.PathLike | RunDir, config: CalibrateConfig = CalibrateConfig()) -> dict:
     """The calibration report of ``run_dir`` (see the module docstring); publishes ``calibration.json`` and
     ``calibration_bins.csv`` in ``run_dir`` and returns the report."""
-    (names, methods, transfer_to, n_bins, failure_threshold, n_splits, seed, combine, combined_input_names) = (
-        config.names, config.methods, config.transfer_to, config.n_bins, config.failure_threshold, config.n_splits,
-        config.seed, config.combine, config.combined_input_names)
-    methods = tuple(methods)
-    bad = [m for m in methods if m not in METHODS]
-    if bad or not methods:
-        raise ValueError(f"--method must be one of {', '.join(METHODS)} (or both); got {', '.join(bad) or 'none'}")
-    run = RunDir.of(run_dir)
-    run.require_folder(STEP.name)
-    other = None if transfer_to is None else RunDir.of(transfer_to)
+    folder = RunDir.of(run_dir)
+    folder.require_folder(STEP.name)
+    other = None if config.transfer_to is None else RunDir.of(config.transfer_to)
     if other is not None:
-        other.require_folder("calibrate --transfer-to")
-        if other.path.resolve() == run.path.resolve():
-            raise InputError(other.path, "is the run being calibrated: --transfer-to needs another run")
+        other.require_folder("calibrate transfer_to")
+        if other.path.resolve() == folder.path.resolve():
+            raise InputError(other.path, "is the run being calibrated: transfer_to needs another run")
         if not other.has("trajectories") and not other.has("trajectory_summary"):
-            raise InputError(other.path, "--transfer-to: not a run folder (no trajectories.parquet or "
+            raise InputError(other.path, "transfer_to: not a run folder (no trajectories.parquet or "
                                          "trajectory_summary.parquet): the maps are evaluated on another run's "
                                          "trajectories (a run folder 'agentuq-nb analyze RESULTS --out RUN_DIR' made)")
-    with run.lock(STEP.name):  # from the first read to the commit: based_on is what was read
-        table, estimators, failure = labelled_scores(run, names, failure_threshold)
-        report = {"run": str(run.path), "failure_threshold": float(failure_threshold), "n_bins": int(n_bins),
-                  "bins": "quantile (equal mass)", "methods": list(methods), "n_splits": int(n_splits),
-                  "seed": seed, "cross_fitting": cross_fitting_text(n_splits),
+    with folder.lock(STEP.name):  # from the first read to the commit: based_on is what was read
+        table, estimators, failure = labelled_scores(folder, config.names, config.failure_threshold)
+        report = {"run": str(folder.path), "failure_threshold": float(config.failure_threshold), "n_bins": int(config.n_bins),
+                  "bins": "quantile (equal mass)", "methods": list(config.methods), "n_splits": int(config.n_splits),
+                  "seed": config.seed, "cross_fitting": cross_fitting_text(config.n_splits),
                   "n": int(len(table)), "n_failures": int(failure.sum())}
-        report["estimators"], bins = _cross_fitted(table, estimators, failure, methods, n_bins, n_splits, seed,
-                                                   combine, combined_input_names, config.progress)
+        report["estimators"], bins = _cross_fitted(table, estimators, failure, config.methods, config.n_bins, config.n_splits, config.seed,
+                                                   config.combine, config.combined_input_names, config.progress)
         report["transfer"] = None
         if other is not None:
-            sections, transfer_bins = _transfer(table, estimators, failure, other, methods, n_bins, failure_threshold)
-            report["transfer"] = {"fitted_on": str(run.path), "evaluated_on": str(other.path),
+            sections, transfer_bins = _transfer(table, estimators, failure, other, config.methods, config.n_bins, config.failure_threshold)
+            report["transfer"] = {"fitted_on": str(folder.path), "evaluated_on": str(other.path),
                                   "fit": "each map fitted on every scored trajectory of fitted_on",
                                   "estimators": sections}
             bins += transfer_bins
         report = json_ready(report)
         frame = pd.concat(bins, ignore_index=True)[BIN_COLUMNS] if bins else pd.DataFrame(columns=BIN_COLUMNS)
-        with run.commit(STEP.name) as commit:
-            based_on = run.based_on(*estimator_inputs(run, estimators))
+        with folder.commit(STEP.name) as commit:
+            based_on = folder.based_on(*estimator_inputs(folder, estimators))
             commit.write_json("calibration", report, based_on)
             commit.write_with("calibration_bins", lambda p: frame.to_csv(p, index=False), based_on)
     return report
+
+
+def show(report: dict, run_dir: Path, config: CalibrateConfig, say: Reporter) -> None:
+    """What the command prints: each estimator's and method's scores, cross-fitted and (with transfer_to) carried
+    over."""
+    sections = [("cross-fitted on " + report["run"], report["estimators"])]
+    if report["transfer"]:
+        t = report["transfer"]
+        sections.append((f"fitted on {t['fitted_on']}, evaluated on {t['evaluated_on']}", t["estimators"]))
+    for title, entries in sections:
+        say.say(title)
+        for name, entry in entries.items():
+            label = f"{name} [in-sample]" if entry.get("protocol") == "in-sample" else name
+            for m, rep in entry["methods"].items():
+                say.say(f"  {label:40s} {m:9s} n={rep['n']:<4d} ECE={num_text(rep['ece'])} "
+                        f"ECE_debiased={num_text(rep['ece_debiased'])} Brier={num_text(rep['brier'])} "
+                        f"log_loss={num_text(rep['log_loss'])}")
+            if entry.get("undefined"):
+                say.say(f"  {name}: not calibrated: {entry['undefined']}", warn=True)
+
+
+COMMAND = Command(
+    summary="Estimators as failure probabilities (Platt, isotonic; cross-fitted by task): ECE, debiased ECE, Brier "
+            "and its decomposition, log loss, reliability bins → RUN_DIR/calibration.json, calibration_bins.csv.",
+    options=("names", "methods", "transfer_to", "n_bins", "failure_threshold", "seed", "combined_input_names"),
+    flags={"names": "--estimator", "methods": "--method", "combined_input_names": "--combine-input"},
+    kinds={"methods": Literal["platt", "isotonic", "both"]},
+    help={"names": "only these estimators (repeat the option)",
+          "combined_input_names": "an input of the combined predictor (repeat; default: one estimator per kind of "
+                                  "signal)"},
+    set={"progress": True}, plugins=True, show=show)
 
 
 def calibrate(run_dir: str | os.PathLike | RunDir, **options: Any) -> dict:

@@ -8,17 +8,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 import pandas as pd
 from pydantic import Field
 
 from agentuq_nb.estimators.scores import estimator_inputs, score_table, with_length_columns
-from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.io.store.rundir import RunDir
-from agentuq_nb.records.config import NBins, NBoot, Seed
-from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, FailureThreshold
-from agentuq_nb.steps.base import Reporter, Step, StepConfig
+from agentuq_nb.records.config import NBins
+from agentuq_nb.steps.base import Command, FailureThresholdField, NBootField, Reporter, SeedField, Step, StepConfig
 from agentuq_nb.steps.blackbox import BlackBoxConfig, ensure_blackbox
 
 STEP = Step("compare-estimators", "agentuq-nb compare-estimators RUN_DIR", ("estimator_table", "combined_scores"))
@@ -27,56 +25,59 @@ STEP = Step("compare-estimators", "agentuq-nb compare-estimators RUN_DIR", ("est
 class CompareEstimatorsConfig(StepConfig):
     """How the estimator table is computed: labels, bootstrap, calibration bins, combined predictors, black-box step."""
 
-    failure_threshold: FailureThreshold = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold")
-    n_boot: NBoot = Field(DEFAULT_N_BOOT, description="bootstrap resamples for the 95% CIs (0: none)")
-    seed: Seed = Field(0, description="seed of the bootstrap, the folds and the black-box tuning")
+    failure_threshold: FailureThresholdField
+    n_boot: NBootField
+    seed: SeedField = Field(description="seed of the bootstrap, the folds and the black-box tuning")
     names: Optional[list[str]] = Field(None, description="only these estimators (default: every one the run holds)")
     n_bins: NBins = Field(10, description="equal-mass bins of the ECE")
     combine: bool = Field(True, description="add the combined predictors' rows")
     combined_input_names: Optional[list[str]] = Field(None, description="inputs of the combined predictor (default: "
                                                       "one estimator per kind of signal)")
-    blackbox: bool | BlackBoxConfig = Field(True, description="bring the black-box families up to date first "
-                                         "(a config, or True for the default one)")
+    blackbox: bool | BlackBoxConfig = Field(True, description="bring the black-box families (structure, TRACER) up "
+                                         "to date first (a config, or True for the default one)")
+    embedder: Literal["minilm", "hash", "none"] = Field(BlackBoxConfig.model_fields["embedder"].default,
+                                                        description="sentence embeddings of the black-box signals "
+                                                        "(where blackbox is True; a config names its own)")
+    reporter: Reporter = Field(default_factory=Reporter, exclude=True,
+                               description="what the step says while it runs (nothing, in a library call)")
     progress: bool = Field(False, description="show progress bars (stderr): the texts embedded, the table's rows")
 
     def blackbox_config(self) -> BlackBoxConfig | None:
         """The black-box step's config with this table's failure threshold and seed (None: not brought up to date)."""
         if self.blackbox is False:
             return None
-        signals = self.blackbox if isinstance(self.blackbox, BlackBoxConfig) else BlackBoxConfig()
+        signals = self.blackbox if isinstance(self.blackbox, BlackBoxConfig) else BlackBoxConfig(embedder=self.embedder)
         return signals.model_copy(update={"failure_threshold": self.failure_threshold, "seed": self.seed,
                                           "progress": self.progress or signals.progress})
 
 
-def run(run_dir: str | os.PathLike | RunDir, config: CompareEstimatorsConfig = CompareEstimatorsConfig()) -> pd.DataFrame:
+def publish_table(run_dir: str | os.PathLike | RunDir, config: CompareEstimatorsConfig = CompareEstimatorsConfig()
+                  ) -> pd.DataFrame:
     """Evaluate every estimator available in the run (or ``names``); publish ``RUN_DIR/estimator_table.csv``.
 
     ``blackbox``: first bring the black-box families up to date (:func:`ensure_blackbox`; a config, or True for
     the default one), with this call's failure threshold and seed."""
     from agentuq_nb.evaluation.estimator_table import evaluate_estimators_and_combinations
 
-    (failure_threshold, n_boot, seed, names, n_bins, combine, combined_input_names) = (
-        config.failure_threshold, config.n_boot, config.seed, config.names, config.n_bins, config.combine,
-        config.combined_input_names)
-    run = RunDir.of(run_dir)
-    run.require_folder(STEP.name)
-    with run.lock(STEP.name):  # from the first read to the commit: based_on is what was read
+    folder = RunDir.of(run_dir)
+    folder.require_folder(STEP.name)
+    with folder.lock(STEP.name):  # from the first read to the commit: based_on is what was read
         if config.blackbox_config() is not None:
-            ensure_blackbox(run, config.blackbox_config())
-        table, estimators = score_table(run, names)
+            ensure_blackbox(folder, config.blackbox_config())
+        table, estimators = score_table(folder, config.names)
         out, combined_scores = evaluate_estimators_and_combinations(
-            with_length_columns(run, table), estimators, failure_threshold, n_boot, seed,
-            n_bins=n_bins, combine=combine, combined_input_names=combined_input_names, progress=config.progress)
-        based_on = run.based_on(*estimator_inputs(run, [e for e in estimators if e.family != "combined"]))
-        with run.commit(STEP.name) as commit:
+            with_length_columns(folder, table), estimators, config.failure_threshold, config.n_boot, config.seed,
+            n_bins=config.n_bins, combine=config.combine, combined_input_names=config.combined_input_names, progress=config.progress)
+        based_on = folder.based_on(*estimator_inputs(folder, [e for e in estimators if e.family != "combined"]))
+        with folder.commit(STEP.name) as commit:
             commit.write_with("estimator_table", lambda p: out.to_csv(p, index=False), based_on)
             commit.write_parquet("combined_scores", combined_scores, based_on)
     return out
 
 
 def compare_estimators(run_dir: str | os.PathLike | RunDir, **options: Any) -> pd.DataFrame:
-    """:func:`run` with the :class:`CompareEstimatorsConfig` fields as keywords."""
-    return run(run_dir, CompareEstimatorsConfig(**options))
+    """:func:`publish_table` with the :class:`CompareEstimatorsConfig` fields as keywords: the table."""
+    return publish_table(run_dir, CompareEstimatorsConfig(**options))
 
 
 def read_estimator_table(run_dir: str | os.PathLike | RunDir) -> pd.DataFrame:
@@ -97,8 +98,7 @@ class EstimatorTableReport:
     blackbox: Any = None  # the black-box step's status
 
 
-def estimator_table(run_dir: str | os.PathLike | RunDir, config: CompareEstimatorsConfig = CompareEstimatorsConfig(),
-                    reporter: Reporter = Reporter()) -> EstimatorTableReport:
+def run(run_dir: str | os.PathLike | RunDir, config: CompareEstimatorsConfig = CompareEstimatorsConfig()) -> EstimatorTableReport:
     """The table with what a user needs around it: the summaries made first where the run has token rows but no
     summaries (straight after rescore), the black-box families brought up to date, and the families the run lacks
     with the command that adds each (:func:`~agentuq_nb.steps.family_gaps.missing_families`)."""
@@ -110,19 +110,58 @@ def estimator_table(run_dir: str | os.PathLike | RunDir, config: CompareEstimato
     folder = RunDir.of(run_dir)
     if (folder.path.is_dir() and not folder.has("trajectory_summary")
             and any(pq.read_metadata(f).num_rows for f in folder.token_tables())):
-        reporter.say(f"{folder.path} has token rows but no turn or trajectory summaries: running 'agentuq-nb aggregate "
+        config.reporter.say(f"{folder.path} has token rows but no turn or trajectory summaries: running 'agentuq-nb aggregate "
                      f"{folder.path}' first", warn=True)
-        with reporter.stage("aggregate", folder.path):
+        with config.reporter.stage("aggregate", folder.path):
             turns, trajs = aggregate(folder)
-        reporter.say(summary_counts(turns, trajs), warn=True)
+        config.reporter.say(summary_counts(turns, trajs), warn=True)
     status = None
-    with reporter.stage(STEP.name, folder.path):
+    with config.reporter.stage(STEP.name, folder.path):
         if config.blackbox_config() is not None:
             status = ensure_blackbox(folder, config.blackbox_config())
             if status.report and "signals" in status.computed:
                 r = status.report
-                reporter.say(f"black-box signals: {r['trajectories']} trajectories, {r['messages']} messages in "
+                config.reporter.say(f"black-box signals: {r['trajectories']} trajectories, {r['messages']} messages in "
                              f"{r['seconds']:.1f} s ({r['embed_seconds']:.1f} s embedding {r['texts_embedded']} texts)")
-        table = run(folder, config.model_copy(update={"blackbox": False}))
+        table = publish_table(folder, config.model_copy(update={"blackbox": False}))
         gaps = missing_families(folder, status.skipped if status is not None else None)
     return EstimatorTableReport(table, folder.file("estimator_table"), config.failure_threshold, gaps, status)
+
+
+def show(report: EstimatorTableReport, run_dir: Path, config: CompareEstimatorsConfig, say: Reporter) -> None:
+    """What compare-estimators (and analyze) print of the table (the report's view of it: figures.report), the notes
+    that say how to read it, where it is, why no AUROC is defined (said once), and the families the run lacks with
+    the command that adds each, its cost and the model it runs."""
+    from agentuq_nb.evaluation.estimator_table import SORT_COLUMN
+    from agentuq_nb.figures.report import estimator_notes, estimator_view, undefined_reason
+
+    table = report.table
+    undefined = undefined_reason(table)
+    if undefined is None:
+        say.say(estimator_view(table).to_string(index=False))
+        for note in estimator_notes(table, SORT_COLUMN):
+            say.say(f"  {note}")
+    else:
+        say.say(f"note: {undefined} (failure threshold {report.failure_threshold:g}); the table lists "
+                f"{len(table)} estimators without it", warn=True)
+    say.say(f"→ {report.path}")
+    if undefined is None:
+        one_class = table[table["auroc"].isna() & ((table["n_failures"] == 0) | (table["n_failures"] == table["n"]))]
+        if len(one_class):
+            say.say(f"note: AUROC is undefined for {len(one_class)} estimator(s) whose scored trajectories hold one "
+                    f"outcome only: {', '.join(one_class['estimator'].astype(str).head(5))}"
+                    + (" …" if len(one_class) > 5 else ""), warn=True)
+    if report.gaps:
+        say.say("families not computed for this run (what each needs: the command that adds it):\n"
+                + "\n".join(f"  - {gap}" for gap in report.gaps), warn=True)
+
+
+COMMAND = Command(summary="Every estimator in the run vs failure (AUROC, AUARC, AURC, PRR, Spearman, CIs, p vs avg "
+                          "NLL) → estimator_table.csv.",
+                  options=("failure_threshold", "n_boot", "seed", "names", "combined_input_names", "blackbox",
+                           "embedder"),
+                  flags={"names": "--estimator", "combined_input_names": "--combine-input"}, kinds={"blackbox": bool},
+                  help={"names": "only these estimators (repeat the option)",
+                        "combined_input_names": "an input of the combined predictor (repeat; default: one estimator "
+                                                "per kind of signal)"},
+                  set={"progress": True}, plugins=True, show=show)

@@ -53,11 +53,10 @@ from agentuq_nb.io.files import read_limited_json
 from agentuq_nb.io.outputs import check_output_folder
 from agentuq_nb.io.store.run_lock import RunBusyError
 from agentuq_nb.io.store.rundir import RunDir
-from agentuq_nb.records.config import NBoot, Seed
-from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, FailureThreshold, check_failure_threshold
-from agentuq_nb.steps.base import Step, StepConfig
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, check_failure_threshold
+from agentuq_nb.steps.base import Command, FailureThresholdField, NBootField, Reporter, SeedField, Step, StepConfig
 
-STEP = Step("compare-runs", "agentuq-nb compare-runs RUN_DIR ... --out OUT")
+STEP = Step("compare-runs", "agentuq-nb compare-runs RUN_DIR ... --out OUT", run_folder=False)
 #: the files written to the output folder (the figure's are the caller's: ``FIGURE_NAME``.png/.pdf)
 OUTPUTS = {"leaderboard": "run_leaderboard.csv", "long": "run_leaderboard_long.csv", "inputs": "run_leaderboard.json",
            "report": "report.html"}
@@ -237,7 +236,7 @@ def build_run_leaderboard(run_dirs: Sequence[str | os.PathLike], failure_thresho
     check_failure_threshold(failure_threshold)
     check_fdr_level(q)
     if n_boot < 0:
-        raise ValueError(f"--n-boot must be >= 0, not {n_boot}")
+        raise ValueError(f"n_boot must be >= 0, not {n_boot}")
     runs = _check_runs(run_dirs)
     labels = run_names([r.path for r in runs])
     candidates, baselines, left_out = shared_estimators(runs, names, labels)
@@ -368,10 +367,10 @@ class CompareRunsConfig(StepConfig):
 
     run_dirs: list[Path] = Field(min_length=1, description="run folders to compare the estimators across (read only)")
     out: Path = Field(description="output folder for the leaderboard (a plain folder, not a run folder)")
-    failure_threshold: FailureThreshold = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold")
-    n_boot: NBoot = Field(DEFAULT_N_BOOT, description="bootstrap resamples (tasks within each run) for CIs and "
+    failure_threshold: FailureThresholdField
+    n_boot: NBootField = Field(description="bootstrap resamples (tasks within each run) for CIs and "
                         "p-values")
-    seed: Seed = Field(0, description="seed of the bootstrap")
+    seed: SeedField
     names: Optional[list[str]] = Field(None, description="only these estimators (each must be in every run; length "
                                        "baselines always)")
     q: float = Field(0.1, description="false discovery rate of the Benjamini-Hochberg step over "
@@ -400,12 +399,50 @@ def draw_run_leaderboard(result: RunLeaderboard, folder: Path) -> list[Path]:
 
 def run(config: CompareRunsConfig) -> RunLeaderboard:
     """``agentuq-nb compare-runs``: refuse a bad ``out`` before any work, compute, write (see the module docstring)."""
-    c = config
-    check_out_folder(c.out, c.run_dirs, c.force)
-    result = build_run_leaderboard(c.run_dirs, c.failure_threshold, c.n_boot, c.seed, c.names, c.q)
-    check_out_folder(c.out, c.run_dirs, c.force)  # again: the work took a while
-    write_run_leaderboard(result, c.out, draw_run_leaderboard if c.figure else None, c.report)
+    check_out_folder(config.out, config.run_dirs, config.force)
+    result = build_run_leaderboard(config.run_dirs, config.failure_threshold, config.n_boot, config.seed, config.names, config.q)
+    check_out_folder(config.out, config.run_dirs, config.force)  # again: the work took a while
+    write_run_leaderboard(result, config.out, draw_run_leaderboard if config.figure else None, config.report)
     return result
+
+
+#: rows of the leaderboard printed by compare-runs (the CSV holds them all)
+SHOWN_ROWS = 20
+
+
+def show(result: RunLeaderboard, run_dir: None, config: CompareRunsConfig, say: Reporter) -> None:
+    """What compare-runs prints: the runs, the top of the leaderboard (the report's view of it), where the files are,
+    notes."""
+    from agentuq_nb.figures.report import leaderboard_view
+
+    say.say(f"{len(result.runs)} run(s): " + ", ".join(
+        f"{getattr(r, 'title', r.run)} [{r.run}] (n={r.n_trajectories}, {r.n_failures} failed)"
+        for r in result.runs.itertuples()))
+    shown = leaderboard_view(result.leaderboard.head(SHOWN_ROWS), result.q).drop(columns=["n (failures)"])
+    say.say(f"pooled over the runs (pairs within a run only): candidates ranked by the length-controlled AUROC, then "
+            f"the length baselines; vs length: paired difference from "
+            f"{result.baselines.get('auroc_lc') or 'no length baseline'}'s, Benjamini-Hochberg at q = {result.q:g}:")
+    say.say(shown.to_string(index=False))
+    if len(result.leaderboard) > SHOWN_ROWS:
+        say.say(f"… {len(result.leaderboard) - SHOWN_ROWS} more rows in {config.out / OUTPUTS['leaderboard']}")
+    files = [OUTPUTS["leaderboard"], OUTPUTS["long"], f"{FIGURE_NAME}.png", f"{FIGURE_NAME}.pdf", OUTPUTS["report"],
+             OUTPUTS["inputs"]]
+    say.say(f"→ {config.out}: {', '.join(files)}")
+    for note in result.notes:
+        say.say(f"note: {note}", warn=True)
+
+
+COMMAND = Command(summary="One estimator leaderboard across runs: AUROC and length-controlled AUROC per run and pooled "
+                          "(within-run pairs only), vs the best length baseline with BH-FDR → "
+                          "OUT/run_leaderboard.{csv,png,pdf,json}, run_leaderboard_long.csv.",
+                  arguments=("run_dirs",), options=("out", "failure_threshold", "n_boot", "seed", "names", "q", "force"),
+                  flags={"names": "--estimator"},
+                  help={"names": "only these estimators (repeat the option; each must be in every run; length "
+                                 "baselines always)"},
+                  set={"figure": True, "report": True}, plugins=True, show=show,
+                  interrupted=f"interrupted: the run folders are untouched; in {{out}}, {OUTPUTS['inputs']} (written "
+                              "last) is there only beside the complete set of files it lists (a rerun replaces the "
+                              "others with --force)")
 
 
 def compare_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, **options: Any) -> RunLeaderboard:

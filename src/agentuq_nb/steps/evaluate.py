@@ -20,7 +20,9 @@ scores (:mod:`agentuq_nb.evaluation.multi_trial`).
 """
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
@@ -31,11 +33,10 @@ from agentuq_nb.estimators import Estimator, TokenEstimator, get
 from agentuq_nb.estimators.token import RawColumn, resolve_estimator
 from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.io.store.rundir import RunDir
-from agentuq_nb.records.config import NBoot, Seed
-from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, FailureThreshold, check_failure_threshold
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, check_failure_threshold
 from agentuq_nb.records.token_statistics import STATISTICS_BY_NAME
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
-from agentuq_nb.steps.base import Step, StepConfig
+from agentuq_nb.steps.base import Command, FailureThresholdField, NBootField, Reporter, SeedField, Step, StepConfig
 from agentuq_nb.uq.aggregation import read_trajectory_summary
 
 STEP = Step("evaluate", "agentuq-nb evaluate RUN_DIR", ("eval_metrics", "eval_curves"))
@@ -52,10 +53,11 @@ class EvaluateConfig(StepConfig):
     invert: bool = Field(False, description="only for a raw column: it is a confidence (higher = success); "
                          "registered estimators carry their own orientation")
     estimator: Optional[str] = Field(None, description="a registered estimator's name (instead of role/uncertainty)")
-    failure_threshold: FailureThreshold = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold")
-    n_boot: NBoot = Field(DEFAULT_N_BOOT, description="bootstrap resamples for the 95% CIs (0: none)")
-    seed: Seed = Field(0, description="seed of the bootstrap")
-    scheduler: Any = Field(None, description="a Dask scheduler: the summary rows of the role are read on it")
+    failure_threshold: FailureThresholdField
+    n_boot: NBootField
+    seed: SeedField
+    scheduler: Any = Field(None, description="run on Dask: a scheduler address (tcp://host:8786) or local:N for N local "
+                           "worker processes (the summary rows of the role are read on it)")
 
 
 def _role_rows_on_cluster(run: RunDir, role: str, scheduler: Any) -> pd.DataFrame:
@@ -103,41 +105,65 @@ def run(run_dir: str | os.PathLike | RunDir, config: EvaluateConfig = EvaluateCo
     from agentuq_nb.evaluation.metrics import failure_curves
     from agentuq_nb.evaluation.multi_trial import multi_trial_report, task_labels, tasks_repeat
 
-    c = config
-    check_failure_threshold(c.failure_threshold)
-    run = RunDir.of(run_dir)
-    run.require_folder(STEP.name)
-    with run.lock(STEP.name):  # from the first read to the commit: based_on is what was read
-        if c.scheduler is not None and c.estimator is None:
-            summary = _role_rows_on_cluster(run, _summary_role(c.uncertainty, c.role), c.scheduler)
+    check_failure_threshold(config.failure_threshold)
+    folder = RunDir.of(run_dir)
+    folder.require_folder(STEP.name)
+    with folder.lock(STEP.name):  # from the first read to the commit: based_on is what was read
+        if config.scheduler is not None and config.estimator is None:
+            summary = _role_rows_on_cluster(folder, _summary_role(config.uncertainty, config.role), config.scheduler)
         else:
-            summary = read_trajectory_summary(run) if run.has("trajectory_summary") or c.estimator is None else None
-        chosen = (get(c.estimator) if c.estimator is not None
-                  else resolve_estimator(c.uncertainty, c.role, c.scorer, c.invert, summary))
+            summary = read_trajectory_summary(folder) if folder.has("trajectory_summary") or config.estimator is None else None
+        chosen = (get(config.estimator) if config.estimator is not None
+                  else resolve_estimator(config.uncertainty, config.role, config.scorer, config.invert, summary))
         from_summary = summary if isinstance(chosen, (TokenEstimator, RawColumn)) else None
-        rows = estimator_rows(run, chosen, from_summary)
+        rows = estimator_rows(folder, chosen, from_summary)
         if rows.empty:
-            raise ValueError(f"{run.path}: estimator '{chosen.name}' scores no trajectory with a reward")
+            raise ValueError(f"{folder.path}: estimator '{chosen.name}' scores no trajectory with a reward")
         u, r = rows["uncertainty"].to_numpy(dtype=float), rows["reward"].to_numpy(dtype=float)
         repeated = tasks_repeat(rows)
-        result = failure_metrics(u, r, failure_threshold=c.failure_threshold, invert=chosen.invert, n_boot=c.n_boot,
-                                 seed=c.seed, groups=task_labels(rows) if repeated else None)
+        result = failure_metrics(u, r, failure_threshold=config.failure_threshold, invert=chosen.invert, n_boot=config.n_boot,
+                                 seed=config.seed, groups=task_labels(rows) if repeated else None)
         result.update(role=chosen.role, scorer=chosen.scorer, uncertainty=chosen.statistic or chosen.name,
-                      invert=chosen.invert, failure_threshold=c.failure_threshold, n_boot=c.n_boot, seed=c.seed)
+                      invert=chosen.invert, failure_threshold=config.failure_threshold, n_boot=config.n_boot, seed=config.seed)
         if repeated:
             result["bootstrap"]["clusters"] = "tasks (domain, task_id): trajectories of one task are resampled together"
-        if tasks_repeat(all_rewards := run.rewards()):  # task rates over every trial, scored or not
+        if tasks_repeat(all_rewards := folder.rewards()):  # task rates over every trial, scored or not
             scored = all_rewards.merge(rows[TRAJECTORY_KEYS + ["uncertainty"]], on=TRAJECTORY_KEYS, how="left")
-            result["multi_trial"] = multi_trial_report(scored, failure_threshold=c.failure_threshold,
+            result["multi_trial"] = multi_trial_report(scored, failure_threshold=config.failure_threshold,
                                                        uncertainty="uncertainty", invert=chosen.invert,
-                                                       n_boot=c.n_boot, seed=c.seed)[0]
-        curves = failure_curves(u, r, failure_threshold=c.failure_threshold, invert=chosen.invert)
-        inputs = [name for name in ("trajectory_summary", "trajectories", *chosen.requires) if run.has(name)]
-        with run.commit(STEP.name) as commit:
-            based_on = run.based_on(*inputs)
+                                                       n_boot=config.n_boot, seed=config.seed)[0]
+        curves = failure_curves(u, r, failure_threshold=config.failure_threshold, invert=chosen.invert)
+        inputs = [name for name in ("trajectory_summary", "trajectories", *chosen.requires) if folder.has(name)]
+        with folder.commit(STEP.name) as commit:
+            based_on = folder.based_on(*inputs)
             commit.write_json("eval_metrics", result, based_on)
             commit.write_with("eval_curves", lambda p: curves.to_csv(p, index=False), based_on)
     return result
+
+
+def show(result: dict, run_dir: Path | None = None, config: EvaluateConfig | None = None,
+         say: Reporter = Reporter()) -> None:
+    """What ``evaluate`` (and ``analyze``) print of an evaluation: the metrics (and, where tasks repeat, the
+    multi-trial readout) on stdout, the notes on stderr."""
+    shown = {"n": result["n"], "n_failures": result["n_failures"], "metrics": result["metrics"]}
+    if "multi_trial" in result:  # tasks repeat: intervals resample tasks; the multi-trial readout beside
+        multi = result["multi_trial"]
+        shown["multi_trial"] = {"n_tasks": multi["n_tasks"], "bootstrap": result["bootstrap"]["method"],
+                                "pass_hat_k": {k: v["value"] for k, v in multi["pass_hat_k"].items()},
+                                "share_flipping": multi["label_noise"]["share_flipping"],
+                                "soft_label_auroc": multi["soft_labels"].get("auroc", {}).get("value")}
+    say.say(json.dumps(shown, indent=2))
+    if result.get("n_dropped"):
+        say.say(f"note: {result['n_dropped']} trajectories left out: their uncertainty or reward is not a finite "
+                "number", warn=True)
+    for metric, reason in result["undefined"].items():
+        say.say(f"note: {metric} is null: {reason}", warn=True)
+
+
+COMMAND = Command(summary="Failure prediction metrics of one estimator with bootstrap CIs → RUN_DIR/eval_metrics.json, "
+                          "eval_curves.csv.",
+                  options=("uncertainty", "role", "scorer", "invert", "failure_threshold", "n_boot", "seed",
+                           "scheduler"), plugins=True, show=show)
 
 
 def evaluate(run_dir: str | os.PathLike | RunDir, **options: Any) -> dict:

@@ -34,7 +34,7 @@ from agentuq_nb.io.input_warnings import emit_input_warnings
 from agentuq_nb.io.store.rundir import RESULTS_CONTENT, RunDir
 from agentuq_nb.records import Results, Simulation
 from agentuq_nb.records.run_tables import MessageColumns
-from agentuq_nb.steps.base import Step, StepConfig
+from agentuq_nb.steps.base import RESULTS_HELP, Command, Reporter, Step, StepConfig
 from agentuq_nb.uq.base_tables import BaseTables
 from agentuq_nb.uq.token_metrics import with_token_metrics
 
@@ -49,9 +49,7 @@ STEP = Step("extract", "agentuq-nb extract RESULTS --out RUN_DIR",
 class ExtractConfig(StepConfig):
     """What is extracted: the results, where their sidecars are, which score is the reward."""
 
-    results: Path = Field(description="τ²-bench results (a v0/v1 JSON file or a v1.0.1 results directory), the "
-                          "original τ-bench's results (a JSON list of {task_id, reward, info, traj, trial}) or an "
-                          "Inspect AI log (.eval; the [inspect] extra)")
+    results: Path = Field(description=RESULTS_HELP)
     sidecar_dir: Optional[Path] = Field(None, description="where agentuq sidecar JSONL files are, if not beside the "
                                         "results")
     score: Optional[str] = Field(None, description="Inspect AI logs: the scorer whose value is the reward, NAME or "
@@ -80,7 +78,7 @@ def models_by_role(header: dict) -> dict[str, str]:
     return out
 
 
-def run_results(run: RunDir, results: str | os.PathLike | None, option: str = "--results") -> tuple[Path, str]:
+def run_results(run: RunDir, results: str | os.PathLike | None, option: str = "results") -> tuple[Path, str]:
     """(the results a step reads - ``results``, else the run's own - and the SHA-256 of their content), refused
     when their content is not what the run was made from (the manifest's ``results_sha256``): a copy elsewhere is
     the same results, an edited or another file is not, and what a step made from it would be mixed with the
@@ -160,52 +158,50 @@ def _batches(sims: Iterable[Simulation], resolver: SidecarResolver, batch_bytes:
 def run(run_dir: str | Path | RunDir, config: ExtractConfig) -> ExtractReport:
     """Publish ``tokens.parquet``, ``turn_partials.parquet``, ``messages.parquet``, ``trajectories.parquet``
     and the manifest in ``run_dir``, as one commit, from ``config.results``."""
-    results_path, sidecar_dir, progress, batch_bytes, score = (
-        config.results, config.sidecar_dir, config.progress, config.batch_bytes, config.score)
-    results_path, run = Path(results_path), RunDir.of(run_dir)
-    if run.path.exists() and not run.path.is_dir():
-        raise InputError(run.path, "is a file, not a run folder: give --out a folder (new or holding a run)")
-    if sidecar_dir is not None and not Path(sidecar_dir).is_dir():
-        raise InputError(sidecar_dir, "--sidecar-dir " + ("is not a directory" if Path(sidecar_dir).exists() else "does not exist"))
-    layout = layout_before_simulations(results_path)  # v0 or v1: told by the first simulation, as it streams
-    header = read_header(results_path, score)
+    folder = RunDir.of(run_dir)
+    if folder.path.exists() and not folder.path.is_dir():
+        raise InputError(folder.path, "is a file, not a run folder: give --out a folder (new or holding a run)")
+    if config.sidecar_dir is not None and not Path(config.sidecar_dir).is_dir():
+        raise InputError(config.sidecar_dir, "sidecar_dir " + ("is not a directory" if Path(config.sidecar_dir).exists() else "does not exist"))
+    layout = layout_before_simulations(config.results)  # v0 or v1: told by the first simulation, as it streams
+    header = read_header(config.results, config.score)
     domain = Results.domain_of(header.get("info"))
     models = models_by_role(header)
     reward_from = (header.get("info") or {}).get("reward_from")
-    resolver = SidecarResolver(results_path if results_path.is_file() else results_path / "results.json",
-                               Path(sidecar_dir) if sidecar_dir else None)
-    digest = content_digest(results_path)  # what the run's artefacts are made from (their stamp)
-    report = ExtractReport(run.path)
+    resolver = SidecarResolver(config.results if config.results.is_file() else config.results / "results.json",
+                               Path(config.sidecar_dir) if config.sidecar_dir else None)
+    digest = content_digest(config.results)  # what the run's artefacts are made from (their stamp)
+    report = ExtractReport(folder.path)
     bar = None
-    if progress:
+    if config.progress:
         from tqdm.auto import tqdm
 
         bar = tqdm(desc="extract", unit="sim")
     try:
-        with fewer_collections(), run.commit(STEP.name) as commit, closing(resolver), \
-                BaseTables(commit, results_input(run, results_path, digest)) as tables:
+        with fewer_collections(), folder.commit(STEP.name) as commit, closing(resolver), \
+                BaseTables(commit, results_input(folder, config.results, digest)) as tables:
             first: list[Simulation] = []
-            sims = _remember_first(iter_simulations(results_path, report.warnings, score), first)
-            for batch, parsed in _batches(sims, resolver, batch_bytes):
+            sims = _remember_first(iter_simulations(config.results, report.warnings, config.score), first)
+            for batch, parsed in _batches(sims, resolver, config.batch_bytes):
                 messages = MessageColumns.of(batch)  # one pass over the messages, for the tokens and the message table
                 raw, sim_pos = batch_raw_tokens(batch, domain, resolver, report.warnings, models, parsed.result(), messages)
-                where = lambda row, batch=batch, sim_pos=sim_pos: f"{results_path} simulation {batch[sim_pos[row]].id}"  # noqa: E731
+                where = lambda row, batch=batch, sim_pos=sim_pos: f"{config.results} simulation {batch[sim_pos[row]].id}"  # noqa: E731
                 tables.add_tokens(with_token_metrics(raw, where, report.warnings))
-                report.num_simulations += tables.add_simulations(batch, domain, str(results_path), report.warnings,
+                report.num_simulations += tables.add_simulations(batch, domain, str(config.results), report.warnings,
                                                                  messages)
                 if bar is not None:
                     bar.update(len(batch))
             if report.num_simulations == 0:
-                raise InputError(results_path, "the results hold no simulations ('simulations' is empty: an aborted "
+                raise InputError(config.results, "the results hold no simulations ('simulations' is empty: an aborted "
                                  "τ²-bench run leaves this); nothing was extracted")
             resolver.report_unplaced(report.warnings)
             report.warnings.merge(resolver.warnings)
-            tables.close(str(results_path), report.warnings)
+            tables.close(str(config.results), report.warnings)
             report.num_tokens = tables.num_tokens
             commit.update_manifest(
-                step=STEP.name, results=str(results_path.resolve()), results_sha256=digest,
+                step=STEP.name, results=str(config.results.resolve()), results_sha256=digest,
                 layout=layout or simulation_layout(first[0] if first else None),
-                sidecar_dir=str(Path(sidecar_dir).resolve()) if sidecar_dir else None, domain=domain, models=models,
+                sidecar_dir=str(Path(config.sidecar_dir).resolve()) if config.sidecar_dir else None, domain=domain, models=models,
                 num_simulations=report.num_simulations, num_tokens=report.num_tokens,
                 warnings=report.warnings.as_dict(), scoring=None,
                 **({"reward_from": reward_from} if reward_from else {}))
@@ -235,6 +231,19 @@ def _news(report: ExtractReport) -> InputWarnings:
         if kind not in WITHOUT_LOGPROBS:
             news.add(kind, info["example"], info["count"])
     return news
+
+
+def show(report: ExtractReport, run_dir: Path, config: ExtractConfig, say: Reporter) -> None:
+    """What the command prints: the simulations and token rows extracted, where; what to run without log-probs."""
+    say.say(f"{report.num_simulations} simulations, {report.num_tokens} token rows → {run_dir / 'tokens.parquet'}")
+    if report.num_tokens == 0:
+        say.say(f"note: no message carried log-probs, so there is nothing to aggregate; 'agentuq-nb rescore "
+                f"{config.results} --out RUN_DIR' scores the messages with a model instead", warn=True)
+
+
+COMMAND = Command(summary="Token rows from results + sidecars → RUN_DIR/tokens.parquet.", arguments=("results",),
+                  out=True, out_help="run directory to write tokens.parquet and the manifest to",
+                  options=("sidecar_dir", "score"), set={"progress": True}, show=show)
 
 
 def extract(results_path: str | Path, run_dir: str | Path | RunDir, **options: Any) -> ExtractReport:

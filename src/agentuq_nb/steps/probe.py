@@ -8,10 +8,10 @@ from typing import Optional
 from pydantic import Field
 
 from agentuq_nb.common.limits import MAX_SAMPLES
-from agentuq_nb.steps.base import Step, StepConfig
+from agentuq_nb.steps.base import Command, Reporter, SeedField, Step, StepConfig
 from agentuq_nb.uq.structural import ProbeResult, probe
 
-STEP = Step("probe", "agentuq-nb probe PROMPT")
+STEP = Step("probe", "agentuq-nb probe PROMPT", run_folder=False)
 
 
 class ProbeConfig(StepConfig):
@@ -22,7 +22,7 @@ class ProbeConfig(StepConfig):
     model: Optional[str] = Field(None, description="litellm model name (default: the embedded model)")
     max_tokens: int = Field(48, ge=1, description="tokens per response")
     temperature: float = Field(1.0, gt=0.0, description="sampling temperature")
-    seed: int = Field(0, description="seed of the first response (the i-th: seed + i)")
+    seed: SeedField = Field(description="seed of the first response (the i-th: seed + i)")
     plot: Optional[Path] = Field(None, description="also save the sparklines figure here (.png/.pdf)")
     force: bool = Field(False, description="replace an existing --plot file that probe did not make")
 
@@ -47,3 +47,15 @@ def run(config: ProbeConfig) -> ProbeResult:
         finally:
             plt.close(fig)
     return result
+
+
+def show(result: ProbeResult, run_dir: None, config: ProbeConfig, say: Reporter) -> None:
+    """What the command prints: the probe's summary, where the figure is."""
+    say.say(result.summary())
+    if config.plot is not None:
+        say.say(f"figure → {config.plot}")
+
+
+COMMAND = Command(summary="Structural and conceptual uncertainty of one prompt, with per-token sparklines.",
+                  arguments=("prompt",), options=("n", "model", "max_tokens", "temperature", "seed", "plot", "force"),
+                  show=show)

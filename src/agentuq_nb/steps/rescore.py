@@ -4,6 +4,7 @@ and ``evaluate`` work on a run recorded without log-probs (see :mod:`agentuq_nb.
 """
 from __future__ import annotations
 
+import os
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from agentuq_nb.io.ingest.sidecars import trajectory_table_name
 from agentuq_nb.io.store.rundir import RESULTS_CONTENT, RunDir
 from agentuq_nb.records import Results
 from agentuq_nb.records.config import EMBEDDED_MODEL, ExecutionConfig, ScoringConfig, configs_from_options
-from agentuq_nb.steps.base import FamilyHint, Step, StepConfig
+from agentuq_nb.steps.base import RESULTS_HELP, Command, FamilyHint, Reporter, Step, StepConfig
 from agentuq_nb.steps.extract import results_input
 from agentuq_nb.steps.scoring_jobs import check_checkpoint_settings, score_results
 from agentuq_nb.uq.base_tables import BaseTables
@@ -55,32 +56,31 @@ class RescoreConfig(StepConfig):
     execution: ExecutionConfig = Field(default_factory=ExecutionConfig)
 
 
-def run(out: str | Path | RunDir, config: RescoreConfig) -> ScoringReport:
+def run(run_dir: str | Path | RunDir, config: RescoreConfig) -> ScoringReport:
     """Rows for every message of a results file → ``OUT``'s base tables (tokens, partials, messages,
     trajectories) and manifest, published as one commit, so that ``aggregate`` and ``evaluate`` work on
     any recorded run.
 
     ``config.scoring`` and ``config.execution`` as in ``score-observations``; ``limit`` scores only the first N
     simulations (a quick look at a large file)."""
-    results_path, run = Path(config.results), RunDir.of(out)
-    config, execution = config.scoring, config.execution
-    with run.lock(STEP.name):
-        checkpoint_dir = run.checkpoint_dir(f"rescore_{config.scorer_mode}")
+    results_path, folder = Path(config.results), RunDir.of(run_dir)
+    with folder.lock(STEP.name):
+        checkpoint_dir = folder.checkpoint_dir(f"rescore_{config.scoring.scorer_mode}")
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        check_checkpoint_settings(checkpoint_dir / "scorer.json", {"model": config.scorer_llm, "backend": config.source,
+        check_checkpoint_settings(checkpoint_dir / "scorer.json", {"model": config.scoring.scorer_llm, "backend": config.scoring.source,
                                                              "results": str(results_path.resolve())})
-        report = ScoringReport(run.path)
-        score_results(results_path, checkpoint_dir, config, {"assistant", "user", "tool"}, report, execution)
+        report = ScoringReport(folder.path)
+        score_results(results_path, checkpoint_dir, config.scoring, {"assistant", "user", "tool"}, report, config.execution)
         domain = Results.domain_of(read_header(results_path).get("info"))
         # the checkpoints of the simulations scored now: with --limit, never those an earlier, longer run left
         chosen = {trajectory_table_name(domain, sim.task_id, sim.trial, sim.seed)
-                  for sim in islice(iter_simulations(results_path), config.limit)}
-        based_on = results_input(run, results_path)
-        with run.commit(STEP.name) as commit, BaseTables(commit, based_on) as tables:
+                  for sim in islice(iter_simulations(results_path), config.scoring.limit)}
+        based_on = results_input(folder, results_path)
+        with folder.commit(STEP.name) as commit, BaseTables(commit, based_on) as tables:
             for part in sorted(checkpoint_dir.glob("*.parquet")):
                 if part.name in chosen:
                     tables.add_tokens(pq.read_table(part))
-            tables.add_simulations(islice(iter_simulations(results_path, report.warnings), config.limit), domain,
+            tables.add_simulations(islice(iter_simulations(results_path, report.warnings), config.scoring.limit), domain,
                                    str(results_path), report.warnings)
             tables.close(str(results_path), report.warnings)
             report.num_tokens = tables.num_tokens
@@ -89,9 +89,36 @@ def run(out: str | Path | RunDir, config: RescoreConfig) -> ScoringReport:
                 layout=None, sidecar_dir=None, domain=domain,
                 models={}, num_simulations=len(tables.trajectories), num_tokens=report.num_tokens,
                 warnings=report.warnings.as_dict(),
-                scoring={"scorer_llm": config.scorer_llm, "scorer_mode": config.scorer_mode, "backend": config.source,
+                scoring={"scorer_llm": config.scoring.scorer_llm, "scorer_mode": config.scoring.scorer_mode, "backend": config.scoring.source,
                          **report.as_dict()})
     return report
+
+
+def before(run_dir: Path, config: RescoreConfig, say: Reporter) -> None:
+    """Said before the command scores in one process on a machine with more cores."""
+    cores = os.cpu_count() or 1
+    if config.execution.scheduler is None and cores > 1:
+        say.say(f"note: scoring in this one process; --scheduler local:{cores} scores on {cores} worker processes, "
+                "each with its own copy of the scorer (the embedded model scores one trajectory per core)", warn=True)
+
+
+def show(report: ScoringReport, run_dir: Path, config: RescoreConfig, say: Reporter) -> None:
+    """What the command prints: the scoring report, its terms, what it cost, what to run next."""
+    from agentuq_nb.steps.score_observations import show as show_scoring
+
+    show_scoring(report, run_dir, config, say)
+    say.say(f"next: agentuq-nb aggregate {run_dir}, then agentuq-nb compare-estimators {run_dir}", warn=True)
+
+
+COMMAND = Command(summary="Teacher-forced token rows for every message of a results file → OUT/tokens.parquet (then "
+                          "aggregate, evaluate).", arguments=("results",), out=True,
+                  out_help="run directory for tokens.parquet and the manifest",
+                  options=("scoring.scorer_llm", "scoring.scorer_mode", "scoring.backend", "scoring.limit",
+                           "execution.scheduler", "execution.api_bases"),
+                  flags={"execution.api_bases": "--api-base"},
+                  help={"results": RESULTS_HELP + ", with or without log-probs",
+                        "scoring.limit": "score only the first N simulations (a first look at the cost)"},
+                  errors=("FanOutFailed",), before=before, show=show)
 
 
 def rescore(results: str | Path, out: str | Path | RunDir, **options: Any) -> ScoringReport:

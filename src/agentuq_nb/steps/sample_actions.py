@@ -28,7 +28,7 @@ from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records import Results
 from agentuq_nb.records.action_samples import ACTION_SAMPLE_SCHEMA
 from agentuq_nb.records.config import EMBEDDED_MODEL, ActionSamplingConfig, ExecutionConfig, configs_from_options
-from agentuq_nb.steps.base import FamilyHint, Step, StepConfig
+from agentuq_nb.steps.base import Command, FamilyHint, Reporter, Step, StepConfig
 from agentuq_nb.steps.extract import results_input, run_results
 from agentuq_nb.steps.scoring_jobs import check_checkpoint_settings, simulation_count
 from agentuq_nb.uq.action_sampling import (
@@ -120,12 +120,12 @@ def sampler_for(info: dict, model: str | None) -> tuple[str, str]:
     agent_model = str((info.get("agent_info") or {}).get("llm") or "")
     if model is None:
         if not agent_model:
-            raise ValueError("the results do not name the agent's model (info.agent_info.llm); pass --model")
+            raise ValueError("the results do not name the agent's model (info.agent_info.llm); give model (the sampler)")
         if agent_model != EMBEDDED_MODEL:
             missing = litellm.validate_environment(model=agent_model).get("missing_keys") or []
             if missing:
                 raise ValueError(f"the agent's model {agent_model!r} cannot be run here (missing {', '.join(missing)}); "
-                                 f"pass --model {EMBEDDED_MODEL} to sample with the embedded model as an observer")
+                                 f"give model {EMBEDDED_MODEL} to sample with the embedded model as an observer")
         model = agent_model
     return model, ("self" if model == agent_model else "observer")
 
@@ -198,42 +198,65 @@ def run(run_dir: str | Path | RunDir, config: SampleActionsConfig = SampleAction
     from agentuq_nb import llm
     from agentuq_nb.uq.action_uq import action_turn_table
 
-    results, embedder = config.results, config.embedder
-    config, execution = config.sampling, config.execution
-    run = RunDir.of(run_dir)
-    with run.lock(STEP.name):
-        results_path, digest = run_results(run, results)
+    folder = RunDir.of(run_dir)
+    with folder.lock(STEP.name):
+        results_path, digest = run_results(folder, config.results)
         info = read_header(results_path).get("info") or {}
-        model, kind = sampler_for(info, config.model)
-        if execution.scheduler is None:  # on a cluster the workers' environment is what counts
+        model, kind = sampler_for(info, config.sampling.model)
+        if config.execution.scheduler is None:  # on a cluster the workers' environment is what counts
             llm.check_model(model)
-        report = ActionSamplingReport(run.path, sampler_model=model, sampler_kind=kind)
-        tools, report.tools_source = agent_tools(info, results_path, config.tools, report.warnings)
-        checkpoint_dir = run.folder(f"{run.relative('checkpoints')}/action_samples", make=True)
+        report = ActionSamplingReport(folder.path, sampler_model=model, sampler_kind=kind)
+        tools, report.tools_source = agent_tools(info, results_path, config.sampling.tools, report.warnings)
+        checkpoint_dir = folder.folder(f"{folder.relative('checkpoints')}/action_samples", make=True)
         # the tools' content, not the file's path: an edited --tools file between two runs is another setting
         check_checkpoint_settings(checkpoint_dir / "sampler.json",
-                                  {**config.fingerprint(), "tools_sha256": tools_digest(tools), "model": model,
+                                  {**config.sampling.fingerprint(), "tools_sha256": tools_digest(tools), "model": model,
                                    "results": str(results_path.resolve()), "results_sha256": digest})
-        runner = JobRunner(label="sample_actions", desc=f"sample actions (K={config.k})", unit="traj",
+        runner = JobRunner(label="sample_actions", desc=f"sample actions (K={config.sampling.k})", unit="traj",
                            noun="trajectories", kept_as=f"checkpointed in {checkpoint_dir}",
-                           **execution.runner_options())
-        runner.run(sample_one, sampling_jobs(results_path, checkpoint_dir, config, report, info, tools, model),
+                           **config.execution.runner_options())
+        runner.run(sample_one, sampling_jobs(results_path, checkpoint_dir, config.sampling, report, info, tools, model),
                    lambda out, sampled: save_sampled(out, sampled, report),
-                   total=simulation_count(results_path, config.limit),
+                   total=simulation_count(results_path, config.sampling.limit),
                    done=lambda: report.skipped, worker_fn=sample_on_worker)
-        samples = read_checkpoints(sorted(checkpoint_dir.glob("*.parquet")), report, config.turns)
+        samples = read_checkpoints(sorted(checkpoint_dir.glob("*.parquet")), report, config.sampling.turns)
         if samples.num_rows == 0:
             raise ValueError(f"{results_path}: no decision point was sampled ({report.without_decisions} trajectories "
-                             f"without an agent decision point under turns={config.turns!r}, "
+                             f"without an agent decision point under turns={config.sampling.turns!r}, "
                              f"{report.overflow_decisions} decision points whose context does not fit)")
-        turns = action_turn_table(samples.to_pandas(), embedder=embedder, conceptual_partials=config.conceptual_partials)
-        with run.commit(STEP.name) as commit:
-            based_on = results_input(run, results_path, digest)
+        turns = action_turn_table(samples.to_pandas(), embedder=config.embedder, conceptual_partials=config.sampling.conceptual_partials)
+        with folder.commit(STEP.name) as commit:
+            based_on = results_input(folder, results_path, digest)
             commit.write_parquet("action_samples", samples, based_on)
             commit.write_parquet("action_turns", turns, based_on)  # made from the samples published with it
-            commit.write_json("action_sampling_report", {"settings": config.fingerprint(), **report.as_dict()}, based_on)
+            commit.write_json("action_sampling_report", {"settings": config.sampling.fingerprint(), **report.as_dict()}, based_on)
     emit_input_warnings(report.warnings)
     return report
+
+
+def show(report: ActionSamplingReport, run_dir: Path, config: SampleActionsConfig, say: Reporter) -> None:
+    """What the command prints: the sampling report; a note when the sampler is not the agent's model."""
+    say.say(json.dumps(report.as_dict(), indent=2))
+    if report.sampler_kind == "observer":
+        say.say(f"note: sampled by {report.sampler_model}, an observer (not the agent's model)", warn=True)
+
+
+COMMAND = Command(summary="K alternative next actions at every agent decision point → RUN_DIR/action_samples.parquet, "
+                          "action_turns.parquet.",
+                  options=("results", "sampling.k", "sampling.model", "sampling.temperature", "sampling.turns",
+                           "sampling.limit", "sampling.max_tokens", "sampling.tools", "sampling.seed",
+                           "sampling.conceptual_partials", "execution.scheduler", "execution.max_concurrency",
+                           "execution.api_bases"),
+                  flags={"execution.api_bases": "--api-base"},
+                  help={"run_dir": "run directory (its manifest or results.json names the results)",
+                        "results": "results file, if not the run's own",
+                        "sampling.model": "sampler (default: the agent's own model; another model is an observer, "
+                                          "labelled as such)",
+                        "sampling.max_tokens": "per sample (default: the agent's, else 128)",
+                        "sampling.tools": "JSON file of the agent's tool schemas, where the results do not record "
+                                          "them (else they are inferred from the calls)",
+                        "execution.max_concurrency": "trajectories in flight (remote samplers)"},
+                  errors=("FanOutFailed",), show=show)
 
 
 def sample_actions(run_dir: str | Path | RunDir, results: str | Path | None = None, embedder: Any = None,

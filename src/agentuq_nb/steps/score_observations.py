@@ -3,6 +3,7 @@
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Optional
 
@@ -11,7 +12,7 @@ from pydantic import Field
 from agentuq_nb.io.atomic import atomic_write_json
 from agentuq_nb.io.store.rundir import OBSERVATION_TOKENS, RunDir
 from agentuq_nb.records.config import ExecutionConfig, ScoringConfig, configs_from_options
-from agentuq_nb.steps.base import FamilyHint, Step, StepConfig
+from agentuq_nb.steps.base import Command, FamilyHint, Reporter, Step, StepConfig
 from agentuq_nb.steps.scoring_jobs import check_checkpoint_settings, consolidate, score_results
 from agentuq_nb.uq.observation import ScoringReport
 
@@ -36,25 +37,43 @@ def run(run_dir: str | Path | RunDir, config: ScoreObservationsConfig = ScoreObs
     ``config.execution`` (``scheduler``: one job per trajectory on a Dask cluster, ``api_bases``: one scorer
     server per worker, ``progress`` …) how; the tables are the same however the jobs run. Resumable per
     trajectory; the run folder is locked meanwhile."""
-    results, config, execution = config.results, config.scoring, config.execution
-    roles = config.observation_roles()
-    run = RunDir.of(run_dir)
-    with run.lock(STEP.name):
-        results_path = Path(results) if results else run.results_path()
-        suffix = config.observation_table_suffix()
-        checkpoint_dir = run.checkpoint_dir(f"observations_{suffix}")
+    roles = config.scoring.observation_roles()
+    folder = RunDir.of(run_dir)
+    with folder.lock(STEP.name):
+        results_path = Path(config.results) if config.results else folder.results_path()
+        suffix = config.scoring.observation_table_suffix()
+        checkpoint_dir = folder.checkpoint_dir(f"observations_{suffix}")
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        check_checkpoint_settings(checkpoint_dir / "scorer.json", {"model": config.scorer_llm, "backend": config.source,
+        check_checkpoint_settings(checkpoint_dir / "scorer.json", {"model": config.scoring.scorer_llm, "backend": config.scoring.source,
                                                              "roles": sorted(roles),
                                                              "results": str(results_path.resolve())})
-        report = ScoringReport(run.path)
-        score_results(results_path, checkpoint_dir, config, roles, report, execution)
-        with run.commit(STEP.name) as commit:
-            table = run.observation_tokens(suffix).name
-            report.num_tokens = consolidate(checkpoint_dir, commit.stage(table, run.based_on("tokens")),
+        report = ScoringReport(folder.path)
+        score_results(results_path, checkpoint_dir, config.scoring, roles, report, config.execution)
+        with folder.commit(STEP.name) as commit:
+            table = folder.observation_tokens(suffix).name
+            report.num_tokens = consolidate(checkpoint_dir, commit.stage(table, folder.based_on("tokens")),
                                              commit.metadata)
         atomic_write_json(checkpoint_dir / "report.json", report.as_dict())
     return report
+
+
+def show(report: ScoringReport, run_dir: Path, config: ScoreObservationsConfig, say: Reporter) -> None:
+    """What the command prints: the scoring report, its terms, what the scoring cost."""
+    say.say(json.dumps(report.as_dict(), indent=2))
+    for line in report.explain():
+        say.say(f"  {line}", warn=True)
+    if report.cost.line():
+        say.say(f"cost: {report.cost.line()}", warn=True)
+
+
+COMMAND = Command(summary="Surprise of every user and tool message under a scorer → "
+                          "RUN_DIR/tokens.observations_<mode>.parquet.",
+                  options=("results", "scoring.scorer_mode", "scoring.scorer_llm", "scoring.backend",
+                           "scoring.user_messages", "scoring.tool_messages", "execution.scheduler",
+                           "execution.api_bases"),
+                  flags={"execution.api_bases": "--api-base"},
+                  help={"run_dir": "run directory (its manifest or results.json names the results)",
+                        "results": "results file, if not the run's own"}, errors=("FanOutFailed",), show=show)
 
 
 def score_observations(run_dir: str | Path | RunDir, results: str | Path | None = None, **options: Any) -> ScoringReport:

@@ -41,13 +41,24 @@ import pandas as pd
 from pydantic import Field, field_validator
 
 from agentuq_nb.distributed import JobRunner
-from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT, DETECTOR_MAX_TERMS, DETECTOR_MIN_DF, DETECTOR_MIN_TASKS
+from agentuq_nb.evaluation.defaults import DETECTOR_MAX_TERMS, DETECTOR_MIN_DF, DETECTOR_MIN_TASKS
 from agentuq_nb.evaluation.defaults import DETECTOR_PROTOCOLS as PROTOCOLS
 from agentuq_nb.io.atomic import json_ready
 from agentuq_nb.io.store.detector_dir import check_destination, write_detector_dir
-from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, FailureThreshold, failure_labels
+from agentuq_nb.records.outcomes import failure_labels
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
-from agentuq_nb.steps.base import Step, StepConfig
+from agentuq_nb.steps.base import (
+    RESULTS_HELP,
+    SCHEDULER_HELP,
+    Command,
+    FailureThresholdField,
+    NBootField,
+    Reporter,
+    SeedField,
+    Step,
+    StepConfig,
+    interval_text,
+)
 from agentuq_nb.steps.detector_inputs import BATCH_SIZE, Source, corpus_features, resolve_sources
 from agentuq_nb.uq.detector_features import FEATURE_VERSION, GROUPS, TrajectoryFeatures, needs_embeddings
 
@@ -55,7 +66,7 @@ if TYPE_CHECKING:  # the statistics are imported when the step runs: the command
     from agentuq_nb.evaluation.detector_model import DetectorSettings, FittedDetector
     from agentuq_nb.evaluation.detector_protocols import Fold
 
-STEP = Step("train-detector", "agentuq-nb train-detector RUN_OR_RESULTS ... --out DETECTOR_DIR")
+STEP = Step("train-detector", "agentuq-nb train-detector RUN_OR_RESULTS ... --out DETECTOR_DIR", run_folder=False)
 #: the protocol whose fold models are read on prefixes (early detection) by default: run- and task-disjoint
 EARLY_PROTOCOL = "leave_run_and_task_out"
 #: the protocol whose out-of-fold log-odds calibrate the detector's probabilities
@@ -77,10 +88,10 @@ class TrainDetectorConfig(StepConfig):
     model: Literal["logistic", "gbm"] = Field("logistic", description="logistic regression (L2) or gradient boosting")
     protocols: list[str] = Field(list(PROTOCOLS), description="protocols reported (leave_one_run_out is always "
                                  "computed: it calibrates the probabilities)")
-    failure_threshold: FailureThreshold = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold")
+    failure_threshold: FailureThresholdField
     n_splits: int = Field(5, ge=2, le=20, description="folds by task (within-run and run-and-task-out protocols)")
-    n_boot: int = Field(DEFAULT_N_BOOT, ge=0, le=100_000, description="bootstrap resamples (tasks within runs)")
-    seed: int = Field(0, ge=0, description="seed of the folds and the bootstrap")
+    n_boot: NBootField = Field(description="bootstrap resamples (tasks within runs)")
+    seed: SeedField = Field(description="seed of the folds and the bootstrap")
     embedder: Literal["minilm", "hash", "none"] = Field("minilm", description="sentence embeddings (hash: a "
                                                         "bag-of-words hash, for tests; none: no embeddings group and "
                                                         "no TRACER)")
@@ -464,6 +475,51 @@ def detector_state(final: FittedDetector, final_map, loro_models: list[dict], ru
     state["fingerprints"] = index["fingerprint"].to_numpy(dtype=np.int64)
     state["fingerprint_runs"] = np.array([runs.index(r) for r in index["run"]], dtype=np.int32)
     return out, state
+
+
+def show(trained: TrainedDetector, run_dir: None, config: TrainDetectorConfig, say: Reporter) -> None:
+    """What train-detector prints: what it learned from, each protocol against length and the task prior, where."""
+    card = trained.card
+    say.say(f"{card['n']} labelled trajectories ({card['n_failures']} failures) of {card['n_runs']} run(s), "
+            f"{', '.join(card['domains'])}; features {', '.join(card['feature_groups'])}; "
+            f"{card['settings']['model']}; {card['seconds']['total']:.1f} s")
+    rows = []
+    for name, row in card["protocols"].items():
+        if "auroc" not in row:
+            rows.append({"protocol": name, "auroc": "—", "vs length": row.get("note", "—"), "vs task prior": "—"})
+            continue
+        prior = (f"{row['vs_prior']} ({row['diff_vs_prior']:+.3f} [{row['diff_vs_prior_lo']:+.3f}, "
+                 f"{row['diff_vs_prior_hi']:+.3f}])" if "vs_prior" in row else "no recurring task")
+        rows.append({"protocol": name, "auroc": f"{row['auroc']:.3f} {interval_text(row['auroc_lo'], row['auroc_hi'])}",
+                     "vs length": f"{row['vs_length']} {row['length_baseline']} ({row['diff_vs_length']:+.3f} "
+                                  f"[{row['diff_vs_length_lo']:+.3f}, {row['diff_vs_length_hi']:+.3f}])",
+                     "vs task prior": prior, "ECE": f"{row.get('calibration_ece', float('nan')):.3f}"})
+    say.say("pooled within-run AUROC of the held-out scores (tasks resampled within runs); 'beats' = the paired "
+            "interval of the difference excludes 0:")
+    say.say(pd.DataFrame(rows).to_string(index=False))
+    say.say(f"→ {trained.path} (probabilities calibrated on {card['calibration']['probabilities']})")
+    for note in card.get("notes", []):
+        say.say(f"note: {note}", warn=True)
+
+
+COMMAND = Command(summary="A failure detector learned from labelled runs, judged by every protocol against length and "
+                          "the task prior → DETECTOR_DIR (card.json, model.json, arrays.npz, protocols.csv …; never "
+                          "pickle).", arguments=("inputs",),
+                  options=("out", "groups", "model", "protocols", "failure_threshold", "n_splits", "n_boot", "seed",
+                           "embedder", "max_terms", "min_tasks", "early_turns", "early_fractions", "scheduler"),
+                  flags={"groups": "--group", "protocols": "--protocol", "early_turns": "--early-turn",
+                         "early_fractions": "--early-fraction"},
+                  help={"inputs": "labelled runs: " + RESULTS_HELP + ", or run folders",
+                        "groups": "a feature group: text, blackbox, embeddings, length (repeat; default: all four)",
+                        "model": "logistic | gbm",
+                        "protocols": "a protocol reported: within_run, leave_one_run_out, leave_run_and_task_out, "
+                                     "leave_one_domain_out (repeat; default: all four)",
+                        "early_turns": "early detection: also score the first K agent turns (repeat)",
+                        "early_fractions": "early detection: also score the first fraction F of the messages "
+                                           "(repeat)",
+                        "scheduler": SCHEDULER_HELP + "; feature extraction"},
+                  set={"progress": True}, show=show,
+                  interrupted="interrupted: nothing was written to {out} (a detector folder is published whole)")
 
 
 def train_detector(inputs: list[str | os.PathLike], out: str | os.PathLike, **options: Any) -> TrainedDetector:

@@ -13,11 +13,17 @@ import pandas as pd
 from pydantic import Field
 
 from agentuq_nb.common.limits import MAX_GRID_OPTION
-from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.io.store.rundir import RunDir
-from agentuq_nb.records.config import NBoot, Seed
-from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, FailureThreshold
-from agentuq_nb.steps.base import Step, StepConfig
+from agentuq_nb.steps.base import (
+    RESULTS_HELP,
+    Command,
+    FailureThresholdField,
+    NBootField,
+    Reporter,
+    SeedField,
+    Step,
+    StepConfig,
+)
 
 STEP = Step("trials", "agentuq-nb trials RUN_DIR|RESULTS")
 
@@ -27,9 +33,9 @@ class TrialsConfig(StepConfig):
 
     k_values: Optional[list[Annotated[int, Field(ge=1)]]] = Field(
         None, max_length=MAX_GRID_OPTION, description="the k of pass^k (default 1 .. the fewest trials of a task)")
-    failure_threshold: FailureThreshold = Field(DEFAULT_FAILURE_THRESHOLD, description="failure = reward < threshold")
-    n_boot: NBoot = Field(DEFAULT_N_BOOT, description="bootstrap resamples of tasks for the 95% CIs (0: none)")
-    seed: Seed = Field(0, description="seed of the bootstrap")
+    failure_threshold: FailureThresholdField
+    n_boot: NBootField = Field(description="bootstrap resamples of tasks for the 95% CIs (0: none)")
+    seed: SeedField
     score: Optional[str] = Field(None, description="Inspect AI logs given as results: the scorer whose value is the "
                                  "reward (as analyze's --score)")
 
@@ -62,3 +68,32 @@ def run(run_dir: str | Path | RunDir, config: TrialsConfig = TrialsConfig()) -> 
     source = run_dir if is_run_folder(run_dir) else results_rewards(RunDir.of(run_dir).path, config.score)
     report, _ = multi_trial_report(source, **config.model_dump(exclude={"score"}))
     return report
+
+
+def show(report: dict[str, Any], run_dir: Path, config: TrialsConfig, say: Reporter) -> None:
+    """What the command prints: the trials per task, pass^k with its interval, the label noise, notes."""
+    trials_per_task = report["trials_per_task"]
+    say.say(f"{report['n_trajectories']} trajectories, {report['n_tasks']} tasks, trials per task "
+            f"{trials_per_task['min']}–{trials_per_task['max']}; mean task success rate "
+            f"{report['mean_task_success_rate']:.3f}")
+    say.say(f"{'k':>3}  {'pass^k':>7}  95% CI (tasks resampled)")
+    for key, v in report["pass_hat_k"].items():
+        ci = "—" if v["ci"] is None else f"[{v['ci'][0]:.3f}, {v['ci'][1]:.3f}]"
+        say.say(f"{key:>3}  {v['value']:7.3f}  {ci}")
+    noise = report["label_noise"]
+    if noise["n_tasks_with_repeats"]:
+        say.say(f"label noise: {noise['n_flipping']} of {noise['n_tasks_with_repeats']} tasks with ≥ 2 trials flip "
+                f"verdict ({noise['share_flipping']:.1%}); mean within-task variance of failure "
+                f"{noise['mean_within_task_variance']:.3f}")
+    else:
+        say.say("label noise: no task has 2 trials (run with --num-trials ≥ 2)")
+    for note in report["notes"]:
+        say.say(f"note: {note}", warn=True)
+
+
+COMMAND = Command(summary="Multi-trial labels of a run: pass^k as τ²-bench defines it (CIs resample tasks) and label "
+                          "noise (prints only).",
+                  options=("k_values", "failure_threshold", "n_boot", "seed", "score"), flags={"k_values": "--k"},
+                  help={"run_dir": "a run folder, or a results file as analyze takes it: " + RESULTS_HELP,
+                        "k_values": "the k of pass^k (repeat the option; default 1 .. the fewest trials of a task)"},
+                  show=show)

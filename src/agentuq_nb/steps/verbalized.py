@@ -15,7 +15,7 @@ from agentuq_nb.io.store.rundir import RunDir, register_producer
 from agentuq_nb.records import Results
 from agentuq_nb.records.config import EMBEDDED_MODEL
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
-from agentuq_nb.steps.base import FamilyHint, Step, StepConfig
+from agentuq_nb.steps.base import Command, FamilyHint, Reporter, Step, StepConfig
 from agentuq_nb.steps.extract import results_input, run_results
 from agentuq_nb.uq.observation import agent_system_prompt, conversation
 from agentuq_nb.uq.verbalized import QUESTION, parse_confidence
@@ -53,24 +53,22 @@ def run(run_dir: str | Path | RunDir, config: VerbalizedConfig = VerbalizedConfi
     ``RUN_DIR/verbalized_confidence.csv`` (mean over turns, counts of missing answers), one commit.
 
     ``limit`` asks about the first N simulations only (a quick look at a large run)."""
-    results, model, mode, max_tokens, progress, limit = (
-        config.results, config.model, config.mode, config.max_tokens, config.progress, config.limit)
-    if mode not in QUESTION:
+    if config.mode not in QUESTION:
         raise ValueError(f"mode must be one of {sorted(QUESTION)}")
-    run = RunDir.of(run_dir)
-    model = model or EMBEDDED_MODEL
+    folder = RunDir.of(run_dir)
+    model = config.model or EMBEDDED_MODEL
     from agentuq_nb import llm
 
     llm.check_model(model)
-    with run.lock(STEP.name):  # the results it reads cannot be republished meanwhile
-        results_path, digest = run_results(run, results)
-        turn_table = ask_all(results_path, model, mode, max_tokens, progress, limit)
+    with folder.lock(STEP.name):  # the results it reads cannot be republished meanwhile
+        results_path, digest = run_results(folder, config.results)
+        turn_table = ask_all(results_path, model, config.mode, config.max_tokens, config.progress, config.limit)
         per_traj = turn_table.groupby(TRAJECTORY_KEYS, dropna=False, sort=False).agg(
             verbalized_confidence=("confidence", "mean"), num_asked=("confidence", "size"),
             num_unparsed=("confidence", lambda s: int(s.isna().sum())), reward=("reward", "first"),
         ).reset_index()
-        with run.commit(STEP.name) as commit:
-            based_on = results_input(run, results_path, digest)  # the answers depend on the results, not the tokens
+        with folder.commit(STEP.name) as commit:
+            based_on = results_input(folder, results_path, digest)  # the answers depend on the results, not the tokens
             commit.write_with("verbalized_confidence_turns", lambda p: turn_table.to_csv(p, index=False), based_on)
             commit.write_with("verbalized_confidence", lambda p: per_traj.to_csv(p, index=False), based_on)
     return per_traj
@@ -98,6 +96,20 @@ def ask_all(results_path: Path, model: str, mode: str, max_tokens: int, progress
     if not turns:
         raise ValueError(f"{results_path}: no agent turn to ask about (mode {mode!r}, limit {limit})")
     return pd.DataFrame(turns)
+
+
+def show(per_traj: pd.DataFrame, run_dir: Path, config: VerbalizedConfig, say: Reporter) -> None:
+    """What the command prints: the trajectories and questions asked, the share unparsed, where."""
+    from agentuq_nb.uq.verbalized import missing_rate
+
+    say.say(f"{len(per_traj)} trajectories, {int(per_traj['num_asked'].sum())} questions, "
+            f"{missing_rate(per_traj):.0%} unparsed → {run_dir / 'verbalized_confidence.csv'}")
+
+
+COMMAND = Command(summary="Ask the agent's model how likely its actions were correct → "
+                          "RUN_DIR/verbalized_confidence.csv.",
+                  options=("results", "mode", "model", "limit"),
+                  help={"run_dir": "run directory (its manifest or results.json names the results)"}, show=show)
 
 
 def verbalized_confidence(run_dir: str | Path | RunDir, **options: Any) -> pd.DataFrame:
