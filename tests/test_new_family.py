@@ -1,8 +1,10 @@
 """A new estimator family with a table of its own is three new files and no edit: its calculator (``uq/``), its
-estimator module (``estimators/``) and its step module (``steps/``). In a copy of the package with only those
-three files added, the family gets a command made from its config, an artefact the store publishes and recovers
-(``<family>_scores.parquet``), the line ``compare-estimators`` prints where a run lacks it, and its rows in the
-estimator table once the command has run."""
+estimator module (``estimators/``) and its step module (``steps/``). In the repository as it stands (every file of
+it, the documentation and the tests included, copied to a temporary folder) with only those three files added, the
+family gets a command made from its config, an artefact the store publishes and recovers
+(``<family>_scores.parquet``), the line ``compare-estimators`` prints where a run lacks it, its rows in the
+estimator table once the command has run, and its command on the command line page; and the repository's own checks
+of the commands, the documentation and the layers pass on that tree without another edit."""
 from __future__ import annotations
 
 import json
@@ -17,7 +19,13 @@ import pandas as pd
 
 from agentuq_nb.testing.synthetic import write_synthetic_results
 
-PACKAGE = Path(__file__).resolve().parents[1] / "src" / "agentuq_nb"
+ROOT = Path(__file__).resolve().parents[1]
+#: what is not the repository: environments, caches, outputs a study or the site's build leave in the working copy
+NOT_THE_TREE = shutil.ignore_patterns(".git", ".venv", "site", "runs", "__pycache__", ".pytest_cache", ".ruff_cache",
+                                      ".hypothesis", "*.egg-info", ".ipynb_checkpoints")
+#: the repository's checks that a new command or family could break: the commands made from the steps, every
+#: option's default, the command line page and the other documentation, the layers and the step contract
+TREE_CHECKS = ("tests/test_cli_defaults.py", "tests/test_docs.py", "tests/test_layers.py")
 
 CALCULATOR = '''
 """The longest message of each trajectory, in characters (a new family's calculator)."""
@@ -68,11 +76,11 @@ class LongestMessageConfig(StepConfig):
 
 
 def run(run_dir: str | Path | RunDir, config: LongestMessageConfig = LongestMessageConfig()):
-    run = RunDir.of(run_dir)
-    with run.lock(STEP.name):
-        scores = longest_message(run.read_frame("messages"), (config.role,))
-        with run.commit(STEP.name) as commit:
-            commit.write_parquet("longest_message_scores", scores, based_on=run.based_on("messages"))
+    folder = RunDir.of(run_dir)
+    with folder.lock(STEP.name):
+        scores = longest_message(folder.read_frame("messages"), (config.role,))
+        with folder.commit(STEP.name) as commit:
+            commit.write_parquet("longest_message_scores", scores, based_on=folder.based_on("messages"))
     return scores
 
 
@@ -81,32 +89,35 @@ def describe(scores) -> str:
 '''
 
 
-def cli(copy: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(copy)}
-    return subprocess.run([sys.executable, "-m", "agentuq_nb.cli", *args], capture_output=True, text=True,
-                          timeout=600, env=env, cwd=copy)
+def python(tree: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(tree / "src")}
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=600, env=env, cwd=tree)
+
+
+def cli(tree: Path, *args: str) -> subprocess.CompletedProcess:
+    return python(tree, "-m", "agentuq_nb.cli", *args)
 
 
 def test_a_new_family_with_its_own_table_is_three_files_and_no_edit(tmp_path):
-    copy = tmp_path / "src"
-    shutil.copytree(PACKAGE, copy / "agentuq_nb", ignore=shutil.ignore_patterns("__pycache__"))
+    tree = tmp_path / "tree"
+    shutil.copytree(ROOT, tree, ignore=NOT_THE_TREE)
     added = {"uq/longest_message.py": CALCULATOR, "estimators/longest_message.py": ESTIMATOR,
              "steps/longest_message.py": STEP}
     for rel, text in added.items():
-        (copy / "agentuq_nb" / rel).write_text(textwrap.dedent(text).lstrip())
+        (tree / "src" / "agentuq_nb" / rel).write_text(textwrap.dedent(text).lstrip())
     results = write_synthetic_results(tmp_path / "results", num_simulations=12, seed=3)
     run = tmp_path / "run"
 
-    assert cli(copy, "extract", str(results), "--out", str(run)).returncode == 0
-    helped = cli(copy, "longest-message", "--help")
+    assert cli(tree, "extract", str(results), "--out", str(run)).returncode == 0
+    helped = cli(tree, "longest-message", "--help")
     assert helped.returncode == 0 and "--role" in helped.stdout and "the role whose messages" in helped.stdout
 
-    before = cli(copy, "compare-estimators", str(run), "--n-boot", "20", "--embedder", "hash")
+    before = cli(tree, "compare-estimators", str(run), "--n-boot", "20", "--embedder", "hash")
     assert before.returncode == 0, before.stderr[-2000:]
     assert f"longest_message (the longest agent message): agentuq-nb longest-message {run}" in before.stderr
     assert "longest_message.max_chars" not in before.stdout
 
-    made = cli(copy, "longest-message", str(run))
+    made = cli(tree, "longest-message", str(run))
     assert made.returncode == 0, made.stderr[-2000:]
     assert "12 trajectories" in made.stdout
     manifest = json.loads((run / "manifest.json").read_text())
@@ -115,9 +126,17 @@ def test_a_new_family_with_its_own_table_is_three_files_and_no_edit(tmp_path):
     messages = pd.read_parquet(run / "messages.parquet")
     assert scores["max_chars"].max() == messages.loc[messages["role"] == "assistant", "content_chars"].max()
 
-    after = cli(copy, "compare-estimators", str(run), "--n-boot", "20", "--embedder", "hash")
+    after = cli(tree, "compare-estimators", str(run), "--n-boot", "20", "--embedder", "hash")
     assert after.returncode == 0, after.stderr[-2000:]
     assert "longest_message.max_chars" in after.stdout
     assert "longest_message (" not in after.stderr
     table = pd.read_csv(run / "estimator_table.csv")
     assert table.set_index("estimator").loc["longest_message.max_chars", "family"] == "longest_message"
+
+    # documented without an edit: the command line page as the site's build makes it names the command
+    page = python(tree, "-c", "import pathlib, agentuq_nb.cli_synopsis as s; "
+                  "print(s.fill_synopsis(pathlib.Path('docs/guide/cli.md').read_text()))")
+    assert page.returncode == 0 and "agentuq-nb longest-message RUN_DIR [--role assistant]" in page.stdout
+    # and the repository's own checks pass on the tree with the three files: nothing else needed an edit
+    checked = python(tree, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *TREE_CHECKS)
+    assert checked.returncode == 0, checked.stdout[-3000:]

@@ -1,13 +1,13 @@
-"""The synopsis of every command, made from the commands themselves (so from the step configs and their ``COMMAND``):
-``docs/guide/cli.md`` shows it, and a test compares the page with it. ``python -m agentuq_nb.cli_synopsis FILE``
-writes it into FILE's synopsis block (the code block that starts with ``agentuq-nb``)."""
+"""The synopsis of every command, made from the commands themselves (so from the step configs and their ``COMMAND``).
+``docs/guide/cli.md`` holds :data:`MARKER` where the synopsis goes, and the documentation site's build fills it in
+(``docs/hooks/cli_synopsis.py``, a MkDocs hook): a new step's command is on the page without an edit to it.
+``python -m agentuq_nb.cli_synopsis`` prints it."""
 from __future__ import annotations
 
 import re
 import sys
 import textwrap
 from enum import Enum
-from pathlib import Path
 
 import typer.main
 
@@ -53,14 +53,18 @@ def synopsis(app: typer.Typer) -> str:
     return "\n".join(command_synopsis(name, command) for name, command in commands.items()) + "\n"
 
 
-def write_synopsis(page: Path) -> None:
-    """Replace the synopsis block of ``page`` (its code block starting with ``agentuq-nb``)."""
+#: where a page wants the synopsis (replaced by a code block of it when the site is built)
+MARKER = "<!-- synopsis: made from the commands when the site is built -->"
+
+
+def fill_synopsis(markdown: str) -> str:
+    """``markdown`` with :data:`MARKER` replaced by the synopsis in a code block."""
     from agentuq_nb.cli import app
 
-    text = page.read_text()
-    page.write_text(re.sub(r"```\nagentuq-nb .*?```", lambda _: f"```\n{synopsis(app)}```", text, count=1,
-                           flags=re.S))
+    return markdown.replace(MARKER, f"```\n{synopsis(app)}```")
 
 
 if __name__ == "__main__":  # pragma: no cover
-    write_synopsis(Path(sys.argv[1]))
+    from agentuq_nb.cli import app
+
+    sys.stdout.write(synopsis(app))
