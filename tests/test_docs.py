@@ -326,19 +326,26 @@ def readme_section(name: str) -> str:
     return text.split(start, 1)[1].split(end, 1)[0]
 
 
+def readme_section_quoting(name: str, findings: str) -> tuple[dict, str]:
+    """The study record committed at ``findings`` and the README section ``name``, after checking that every number
+    of the section is one the record holds."""
+    import json
+
+    record = json.loads((ROOT / findings).read_text())
+    held = set(numbers(json.dumps(record, ensure_ascii=False)))
+    section = readme_section(name)
+    missing = [n for n in numbers(section) if n not in held]
+    assert not missing, f"README numbers not in {findings}: {missing}"
+    return record, section
+
+
 def test_the_real_runs_headline_states_only_numbers_the_study_wrote_and_names_its_runs():
     """Every number of the README's real-runs paragraph (which the site's pages include) is in the study's findings
     as notebook 13 wrote them (committed as docs/findings/real_runs.json, with the runs they were measured on): a
     claim that is not in the study's output fails here, so a new run of the study shows which sentences changed."""
-    import json
-
     from agentuq_nb.pipeline.real_runs import COMMITTED_FINDINGS
 
-    record = json.loads((ROOT / COMMITTED_FINDINGS).read_text())
-    held = set(numbers(json.dumps(record, ensure_ascii=False)))
-    section = readme_section("real-runs")
-    missing = [n for n in numbers(section) if n not in held]
-    assert not missing, f"README numbers not in {COMMITTED_FINDINGS}: {missing}"
+    record, section = readme_section_quoting("real-runs", COMMITTED_FINDINGS)
     # the runs it is about: how many, how many trajectories, and each run's agent and domain
     assert f"{record['n_runs']} real runs" in section or f"{record['n_runs']} runs" in section
     assert f"{record['n_trajectories']} trajectories" in section
@@ -349,15 +356,9 @@ def test_the_real_runs_headline_states_only_numbers_the_study_wrote_and_names_it
 def test_the_quickstart_paragraph_states_only_numbers_the_study_wrote():
     """Every number of the README's quickstart paragraph is in the study record notebook 11 wrote on the quickstart
     run (committed as docs/findings/quickstart.json): a rerun that moves a number shows which sentence changed."""
-    import json
-
     from agentuq_nb.pipeline.findings import COMMITTED_QUICKSTART
 
-    record = json.loads((ROOT / COMMITTED_QUICKSTART).read_text())
-    held = set(numbers(json.dumps(record, ensure_ascii=False)))
-    section = readme_section("quickstart")
-    missing = [n for n in numbers(section) if n not in held]
-    assert not missing, f"README numbers not in {COMMITTED_QUICKSTART}: {missing}"
+    record, section = readme_section_quoting("quickstart", COMMITTED_QUICKSTART)
     assert f"{record['n_trajectories']} trajectories" in section and f"({COMMITTED_QUICKSTART})" in section
     assert f"{record['n_estimators']} estimators" in section
 
