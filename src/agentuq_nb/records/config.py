@@ -41,11 +41,12 @@ class SimulationConfig(Config):
     user_llm: str = Field(EMBEDDED_MODEL, description="litellm model name")
     task_ids: Optional[list[str]] = Field(None, description="these tasks, in this order")
     num_tasks: Optional[int] = Field(None, ge=1, description="else the first N tasks; neither: all")
-    num_trials: int = Field(1, ge=1)
-    top_logprobs: int = Field(5, ge=0, le=20)
-    seed: int = 300
-    max_steps: int = Field(10, ge=1)
-    max_errors: int = Field(5, ge=1)
+    num_trials: int = Field(1, ge=1, description="trials per task (each its own seed, drawn from seed)")
+    top_logprobs: int = Field(5, ge=0, le=20, description="alternatives kept per generated token")
+    seed: int = Field(300, description="seed of the trials: each LLM call samples with one drawn from it, the task "
+                      "and the message index")
+    max_steps: int = Field(10, ge=1, description="turns (agent, user or tools) a simulation may take before it is stopped")
+    max_errors: int = Field(5, ge=1, description="tool errors and malformed tool calls a simulation may make before it is stopped")
     retries: int = Field(3, ge=0, description="LLM call retries on rate limits and transient errors")
     agent_max_tokens: int = Field(64, ge=1)
     user_max_tokens: int = Field(32, ge=1)
@@ -106,8 +107,8 @@ class ActionSamplingConfig(Config):
     turns: str = Field("all", description="all | tool (decision points where the agent called a tool) | first:N")
     limit: Optional[int] = Field(None, ge=1, description="sample only the first N simulations")
     max_tokens: Optional[int] = Field(None, ge=1, description="per sample; None = the agent's recorded max_tokens, else 128")
-    top_logprobs: int = Field(5, ge=0, le=20)
-    seed: int = 0
+    top_logprobs: int = Field(5, ge=0, le=20, description="alternatives kept per sampled token")
+    seed: int = Field(0, description="seed of the samples (each decision point's drawn from it)")
     tools: Optional[str] = Field(None, description="a JSON file of the agent's tool schemas, where the results "
                                                    "file does not record them")
     conceptual_partials: bool = Field(True, description="embed the partial responses (conceptual uncertainty's "

@@ -120,12 +120,12 @@ def sampler_for(info: dict, model: str | None) -> tuple[str, str]:
     agent_model = str((info.get("agent_info") or {}).get("llm") or "")
     if model is None:
         if not agent_model:
-            raise ValueError("the results do not name the agent's model (info.agent_info.llm); give model (the sampler)")
+            raise ValueError("the results do not name the agent's model (info.agent_info.llm); model must name the sampler")
         if agent_model != EMBEDDED_MODEL:
             missing = litellm.validate_environment(model=agent_model).get("missing_keys") or []
             if missing:
                 raise ValueError(f"the agent's model {agent_model!r} cannot be run here (missing {', '.join(missing)}); "
-                                 f"give model {EMBEDDED_MODEL} to sample with the embedded model as an observer")
+                                 f"model={EMBEDDED_MODEL} samples with the embedded model as an observer")
         model = agent_model
     return model, ("self" if model == agent_model else "observer")
 
