@@ -157,10 +157,14 @@ def test_a_chunked_body_past_the_limit_is_refused_as_it_streams(monkeypatch):
 
 
 def test_no_request_holds_the_model_longer_than_the_servers_limit():
+    """A prompt of several decode batches (about 3,000 tokens: seconds of work on any CPU this runs on) outlasts a 1 s
+    limit whatever the model would answer (a request that hoped for a long sampled story was answered in 27 tokens
+    under 1 s once); the prompt starts with a number of its own, so no cached prefix shortens it."""
+    prompt = f"{time.time_ns()} " + "The lighthouse keeper climbs the stairs and lights the lamp again. " * 250
     with app_client(max_request_seconds=1) as app:
         started = time.monotonic()
         response = app.post("/v1/chat/completions", json=chat_body(max_tokens=None, messages=[
-            {"role": "user", "content": "Write a very long story about a lighthouse keeper."}], temperature=1.0))
+            {"role": "user", "content": prompt}], temperature=1.0))
         held = time.monotonic() - started
         assert response.status_code == 504, response.text
         assert "--max-request-seconds" in response.json()["error"]["message"]
