@@ -236,12 +236,12 @@ def test_the_default_sort_is_the_best_honest_estimator_never_an_in_sample_one(re
 
 
 def test_a_key_split_across_tokens_is_masked_and_the_payload_cannot_leave_its_script():
-    from agentuq_nb.figures.explorer import _masked_tokens, page_json
+    from agentuq_nb.figures.explorer import masked_tokens, page_json
 
     key = KEYS[0]
     tokens = [["my key is ", 0.1, [["a", 0.5]]], [key[:7], 0.2, [["b", 0.5]]], [key[7:20], 0.3, []],
               [key[20:] + " ok", 0.4, [["c", 0.5]]], [" bye", 0.5, [["d", 0.5]]]]
-    masked = _masked_tokens(tokens)
+    masked = masked_tokens(tokens)
     assert [t[0] for t in masked] == ["my key is ", "***", "", " ok", " bye"]
     assert masked[1][2] == [] and masked[4][2] == [["d", 0.5]]  # the secret's tokens lose their alternatives too
     text = page_json({"m": HOSTILE})

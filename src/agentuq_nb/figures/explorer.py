@@ -260,7 +260,7 @@ def _arguments_text(arguments) -> str:
                                                                            default=str)
 
 
-def _masked_tokens(tokens: list) -> list:
+def masked_tokens(tokens: list) -> list:
     """A message's tokens with every secret found on their joined text masked: the secret's characters are dropped
     from the tokens that hold them, the token where it starts shows :data:`~agentuq_nb.common.redaction.MASK`, and
     none of them keeps its alternatives."""
@@ -314,7 +314,7 @@ def _messages(sim: Simulation, key: str, tokens: dict, signals: dict, entropy_at
         shown.append({
             "idx": idx, "turn": int(m.turn_idx) if m.turn_idx is not None else idx, "role": role,
             "text": None if toks else text, "json": is_json, "cut": cut, "calls": calls,
-            "tool": str(tool) if tool else None, "tokens": _masked_tokens(toks) if toks else None,
+            "tool": str(tool) if tool else None, "tokens": masked_tokens(toks) if toks else None,
             "nll": _num(np.mean(nlls), 3) if nlls else None, "s": values, "ev": fired,
             "error": reports_error(m.error, content) if role == "tool" else bool(m.error)})
     return shown, made
