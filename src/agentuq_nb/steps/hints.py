@@ -30,7 +30,7 @@ def remedies() -> dict[str, str]:
     extract = command_of("extract")
     aggregate = command_of("aggregate").replace("RUN_DIR", "{run}")
     analyze = command_of("analyze").replace("RESULTS", "{results}").replace("RUN_DIR", "runs/{stem}")
-    explore = f"{PROGRAM} explore"  # a command of the command line's own (no step)
+    explore = command_name("explore")
     return {
         "tokens": f"run '{command_name('extract')}' first",
         "manifest": f"run '{extract.replace('RUN_DIR', '{run}')}' first",
@@ -38,7 +38,7 @@ def remedies() -> dict[str, str]:
         "new_run_folder": f"with '{extract.replace('RUN_DIR', '{run}')}' (then '{aggregate}')",
         "run_folder_of_results": f"make its run folder with '{analyze}', then explore it with '{explore} runs/{{stem}}'",
         "explorer_page": f" once it is made: {explore} {{run}} --out {{page}}.",
-        "estimator_listing": f"see '{PROGRAM} estimators RUN_DIR'",
+        "estimator_listing": f"see '{command_of('estimators')}'",
         "detector_folder": f"(made by '{command_name('train-detector')}')",
         "detector_signal_folder": f"a folder made by {command_name('train-detector')}",
         "policy_run": f"a run of '{command_name('simulate')} --policy'",
