@@ -39,8 +39,11 @@ $(STAMP): pyproject.toml requirements.lock setup.py src/agentuq_nb/io/ingest/sid
 
 # ends with the self-check: the embedded model loaded and a few tokens decoded in a subprocess; when it cannot run,
 # one line says why and which command rebuilds llama.cpp (agentuq-nb doctor says more)
+# then the static MiniLM table the black-box signals embed with is distilled (~20 s, once per machine; kept beside
+# the embedding cache in the user's cache folder)
 setup: llama $(STAMP) browser
 	$(BIN)/python -m agentuq_nb.llm.model_check
+	$(BIN)/python -m agentuq_nb.uq.static_embedding
 
 browser:
 	@test -x $(CHROMIUM) || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium; }

@@ -12,7 +12,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Optional
 
 from pydantic import Field
 
@@ -21,7 +21,7 @@ from agentuq_nb.io.files import content_digest
 from agentuq_nb.io.store.rundir import RunDir, is_run_folder
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, check_failure_threshold
 from agentuq_nb.steps.base import Command, FailureThresholdField, NBootField, Reporter, SeedField, Step, StepConfig
-from agentuq_nb.steps.blackbox import BlackBoxConfig
+from agentuq_nb.steps.blackbox import BlackBoxConfig, BlackBoxEmbedder
 from agentuq_nb.steps.evaluate import EvaluateConfig
 from agentuq_nb.steps.extract import ExtractConfig, ExtractReport
 
@@ -44,7 +44,7 @@ class AnalyzeConfig(StepConfig):
     blackbox: bool = Field(True, description="also the black-box families (structure, TRACER: from the messages, no "
                            "log-probs needed) and the estimator table of every family the run holds; off: extract, "
                            "aggregate, evaluate only")
-    embedder: Literal["minilm", "hash", "none"] = BlackBoxConfig.model_fields["embedder"]
+    embedder: BlackBoxEmbedder = BlackBoxConfig.model_fields["embedder"]
     figures: bool = Field(True, description="draw the estimator forest, the reliability diagram (and, with "
                           "log-probs, the ROC and accuracy-rejection curves) into RUN_DIR/figures")
     report: bool = Field(True, description="write RUN_DIR/report.html: the outcome counts, the estimator table, the "

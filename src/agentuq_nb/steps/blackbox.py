@@ -62,17 +62,24 @@ STEP = Step("blackbox", "agentuq-nb blackbox RUN_DIR",
                        for family in ("structure", "tracer")))
 
 
+#: the embeddings the black-box signals can be computed with (the first is the default)
+BlackBoxEmbedder = Literal["minilm-static", "minilm", "hash", "none"]
+
+
 class BlackBoxConfig(StepConfig):
     """What the black-box step computes with; the tuned readouts depend on the first three."""
 
     failure_threshold: FailureThresholdField
     seed: SeedField = Field(description="seed of the folds of TRACER's nested tuning")
     n_splits: int = Field(5, ge=2, description="folds (by task) of TRACER's nested tuning")
-    embedder: Literal["minilm", "hash", "none"] = Field(
-        "minilm", description="sentence embeddings (hash: a bag-of-words hash, for tests; none: the signals that need "
-        "none, as where the [embeddings] extra is not installed)")
-    embed_max_tokens: int = Field(128, ge=8, le=512, description="word pieces MiniLM reads of each text: 128, the "
-                                  "length it was trained on (its cost grows with each piece)")
+    embedder: BlackBoxEmbedder = Field(
+        "minilm-static", description="sentence embeddings (minilm-static: all-MiniLM-L6-v2 distilled into a static "
+        "table, whole texts, ~1,700 texts in 0.25 s; minilm: the transformer itself, closer to TRACER's embeddings, "
+        "~60 s for a 50-trajectory run's first read; hash: a bag-of-words hash, for tests; none: the signals that "
+        "need none, as where the [embeddings] extra is not installed)")
+    embed_max_tokens: int = Field(128, ge=8, le=512, description="word pieces the minilm transformer reads of each "
+                                  "text: 128, the length it was trained on (its cost grows with each piece; "
+                                  "minilm-static reads whole texts)")
     embed_cache: Optional[str] = Field(None, description="file of the persistent embedding cache shared by runs and "
                                        "processes (default: $AGENTUQ_NB_EMBED_CACHE, else embeddings.sqlite in the "
                                        "user's cache folder); 'off': none")
@@ -163,7 +170,7 @@ def effective_embedder(config: BlackBoxConfig, embedder=None) -> str:
     with ``minilm`` becoming ``none`` where the ``[embeddings]`` extra is not installed."""
     if embedder is not None:
         return type(embedder).__name__
-    if config.embedder == "minilm" and not embeddings_available():
+    if config.embedder in ("minilm", "minilm-static") and not embeddings_available():
         return "none"
     return config.embedder
 
@@ -185,7 +192,8 @@ def compute_signals(run_dir: str | os.PathLike | RunDir, config: BlackBoxConfig 
         u = message_u(run)
         name = effective_embedder(config, embedder)
         embed = None if name == "none" else TimedEmbedder(embedder if embedder is not None else get_embedder(
-            name, config.embed_max_tokens, config.embed_cache, config.embed_cache_max_mb), config.progress)
+            name, config.embed_max_tokens, config.embed_cache, config.embed_cache_max_mb, config.progress),
+            config.progress)
         turns, scores = signal_tables(t, embed, u, kinds, trajectories)
         report = {"embedder": name, "embed_max_tokens": config.embed_max_tokens, "results": str(results),
                   "results_sha256": digest,
@@ -196,7 +204,7 @@ def compute_signals(run_dir: str | os.PathLike | RunDir, config: BlackBoxConfig 
                   "embed_seconds": round(embed.seconds, 3) if embed else 0.0,
                   "seconds": round(time.perf_counter() - start, 3)}
         if embed is None:
-            report["left_out"] = NO_EMBEDDINGS if config.embedder == "minilm" else "embedder 'none': no TRACER"
+            report["left_out"] = NO_EMBEDDINGS if config.embedder != "none" else "embedder 'none': no TRACER"
         based_on = run.based_on("trajectories", *(["tokens"] if u is not None else []))
         with run.commit("blackbox") as commit:
             commit.write_parquet("blackbox_turns", turns, based_on)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Optional
 
 import pandas as pd
 from pydantic import Field
@@ -17,7 +17,7 @@ from agentuq_nb.estimators.scores import estimator_inputs, score_table, with_len
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.config import NBins
 from agentuq_nb.steps.base import Command, FailureThresholdField, NBootField, Reporter, SeedField, Step, StepConfig
-from agentuq_nb.steps.blackbox import BlackBoxConfig, ensure_blackbox
+from agentuq_nb.steps.blackbox import BlackBoxConfig, BlackBoxEmbedder, ensure_blackbox
 
 STEP = Step("compare-estimators", "agentuq-nb compare-estimators RUN_DIR", ("estimator_table", "combined_scores"))
 
@@ -35,7 +35,7 @@ class CompareEstimatorsConfig(StepConfig):
                                                       "one estimator per kind of signal)")
     blackbox: bool | BlackBoxConfig = Field(True, description="bring the black-box families (structure, TRACER) up "
                                          "to date first (a config, or True for the default one)")
-    embedder: Literal["minilm", "hash", "none"] = Field(BlackBoxConfig.model_fields["embedder"].default,
+    embedder: BlackBoxEmbedder = Field(BlackBoxConfig.model_fields["embedder"].default,
                                                         description="sentence embeddings of the black-box signals "
                                                         "(where blackbox is True; a config names its own)")
     reporter: Reporter = Field(default_factory=Reporter, exclude=True,

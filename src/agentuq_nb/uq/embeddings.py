@@ -198,11 +198,12 @@ class HashEmbedder:
 
 
 def embeddings_available() -> bool:
-    """Whether the ``[embeddings]`` extra is installed: sentence-transformers, torch and the bundled model."""
+    """Whether the ``[embeddings]`` extra is installed: sentence-transformers, torch, model2vec and the bundled
+    model."""
     import importlib.util
 
     try:
-        if any(importlib.util.find_spec(m) is None for m in ("sentence_transformers", "torch")):
+        if any(importlib.util.find_spec(m) is None for m in ("sentence_transformers", "torch", "model2vec")):
             return False
         bundled_model_path()
     except (ImportError, ValueError, RuntimeError):
@@ -211,13 +212,19 @@ def embeddings_available() -> bool:
 
 
 def get_embedder(embedder=None, max_tokens: int | None = None, cache: str | os.PathLike | None = None,
-                 cache_max_mb: float = DEFAULT_MAX_MB):
+                 cache_max_mb: float = DEFAULT_MAX_MB, progress: bool = False):
     """``None``/"default"/"minilm" → the bundled sentence-transformer (reading ``max_tokens`` word pieces of a text,
-    with the persistent cache of :func:`default_embedder`); "hash" → :class:`HashEmbedder`."""
+    with the persistent cache of :func:`default_embedder`); "minilm-static" → MiniLM distilled into a static table
+    (:mod:`agentuq_nb.uq.static_embedding`; its table kept beside ``cache``; ``progress``: a bar while it is
+    distilled, once per machine); "hash" → :class:`HashEmbedder`."""
     if embedder is None or embedder in ("default", "minilm"):
         return default_embedder(max_tokens, cache, cache_max_mb)
+    if embedder == "minilm-static":
+        from agentuq_nb.uq.static_embedding import static_embedder  # it builds on this module
+
+        return static_embedder(cache, progress)
     if embedder == "hash":
         return HashEmbedder()
     if isinstance(embedder, str):
-        raise ValueError(f"unknown embedder {embedder!r}; use 'minilm' or 'hash'")
+        raise ValueError(f"unknown embedder {embedder!r}; use 'minilm', 'minilm-static' or 'hash'")
     return embedder

@@ -1,0 +1,108 @@
+"""A model's static embedding table as a file: written once, read back as untrusted input.
+
+The black-box signals embed texts with a static table distilled from all-MiniLM-L6-v2
+(:mod:`agentuq_nb.uq.static_embedding`); distilling takes half a minute, so the table is kept in the user's cache
+folder beside the embedding cache (:func:`~agentuq_nb.io.embedding_cache.cache_path`), named by a hash of what it was
+made from (:func:`table_path`). Format: safetensors (raw little-endian float32 and a JSON header, never pickle), one
+tensor ``table`` and the metadata ``format`` and ``identity`` (the model's identity and the distillation's settings).
+
+The file is untrusted, like the embedding cache: a table is used only when the file is a regular file of this user
+(not a symlink), no larger than the table it should hold, its metadata name this format and this identity, and its
+tensor is float32 of the expected shape with finite values. Anything else is refused with one warning naming the file
+and what is wrong - and never deleted or changed: the caller distills the table afresh for the process.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import tempfile
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+FORMAT = "agentuq_nb static embedding table 1"
+#: bytes a safetensors file holds beyond its tensor (the JSON header)
+HEADER_SLACK = 64 * 1024
+#: largest absolute value a table entry may hold (distilled entries are below ~10)
+MAX_ABS_VALUE = 1e3
+
+
+class StaticTableWarning(UserWarning):
+    """A static table file was refused: the table is distilled again for this process."""
+
+
+def table_path(cache_file: Path | None, identity: str) -> Path | None:
+    """Where the table made as ``identity`` says is kept: beside the embedding cache file (None: no cache, none)."""
+    if cache_file is None:
+        return None
+    digest = hashlib.blake2b(identity.encode("utf-8"), digest_size=8).hexdigest()
+    return Path(cache_file).parent / f"static-table-{digest}.safetensors"
+
+
+def refuse(path: Path, why: str) -> None:
+    warnings.warn(f"{path}: {why}; the static embedding table is distilled again for this process (remove the file "
+                  "to let it be rewritten)", StaticTableWarning, stacklevel=3)
+
+
+def read_table(path: Path, identity: str, shape: tuple[int, int]) -> np.ndarray | None:
+    """The table in ``path`` if it is the one ``identity`` names, of ``shape``; None if there is no file or it is
+    refused (with a :class:`StaticTableWarning`)."""
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        refuse(path, "is not a regular file (a symlink, a folder, a device)")
+        return None
+    if hasattr(os, "getuid") and info.st_uid != os.getuid():
+        refuse(path, "belongs to another user")
+        return None
+    expected = shape[0] * shape[1] * 4
+    if info.st_size > expected + HEADER_SLACK:
+        refuse(path, f"holds {info.st_size:,} bytes where a {shape[0]}×{shape[1]} float32 table takes {expected:,}")
+        return None
+    try:
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="numpy") as f:
+            meta = f.metadata() or {}
+        if meta.get("format") != FORMAT or meta.get("identity") != identity:
+            refuse(path, "was made from another model or with other settings")
+            return None
+        tensors = load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as err:
+        refuse(path, f"is not a readable safetensors file ({err})")
+        return None
+    table = tensors.get("table")
+    if set(tensors) != {"table"} or table is None:
+        refuse(path, f"holds the tensors {sorted(tensors)}, not one named 'table'")
+        return None
+    if table.dtype != np.float32 or table.shape != tuple(shape):
+        refuse(path, f"holds a {table.dtype} table of shape {table.shape}, not float32 {tuple(shape)}")
+        return None
+    if not np.isfinite(table).all() or np.abs(table).max(initial=0.0) > MAX_ABS_VALUE:
+        refuse(path, "holds non-finite or out-of-range values")
+        return None
+    return table
+
+
+def write_table(path: Path, table: np.ndarray, identity: str) -> None:
+    """Write ``table`` to ``path`` atomically (a temporary file beside it, then a rename): a reader sees the old file
+    or the whole new one, and two processes distilling at once leave one of their (equal) tables."""
+    from safetensors.numpy import save_file
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".static-table-", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        save_file({"table": np.ascontiguousarray(table, dtype=np.float32)}, tmp,
+                  metadata={"format": FORMAT, "identity": identity})
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
