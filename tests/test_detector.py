@@ -623,3 +623,22 @@ def test_the_readme_detector_paragraph_states_only_numbers_the_study_wrote():
     assert not missing, f"README numbers not in {COMMITTED_FINDINGS}: {missing}"
     assert " ".join(headline(record).split()) in " ".join(section.split()), "the README's paragraph is the study's"
     assert f"({COMMITTED_FINDINGS})" in section and README.exists()
+
+
+def test_a_detector_on_the_static_minilm_table_names_it_and_predicts_what_it_learned(runs, tmp_path):
+    """The black-box signals' default embeddings serve the detector too: its card names the distilled table, and a
+    prediction on a training run is the out-of-fold score the card's protocol made."""
+    from agentuq_nb.steps.predict import predict
+    from agentuq_nb.steps.train_detector import train_detector
+    from agentuq_nb.uq.embeddings import embeddings_available
+    from agentuq_nb.uq.static_embedding import table_identity
+
+    if not embeddings_available():
+        pytest.skip("the [embeddings] extra is not installed")
+    result = train_detector(runs[:4], tmp_path / "det", embedder="minilm-static", n_boot=0, n_splits=3,
+                            groups=["blackbox", "embeddings", "length"])
+    assert result.card["embedder"]["name"] == "minilm-static"
+    assert table_identity() in result.card["embedder"]["model"]
+    again = predict(result.path, runs[0], tmp_path / "run", n_boot=0)
+    oof = result.oof[result.oof["run"] == result.card["training_runs"][0]["name"]]
+    assert np.allclose(np.sort(again.predictions["log_odds"]), np.sort(oof["log_odds[leave_one_run_out]"]))

@@ -17,7 +17,7 @@ WIDTH, INDENT = 116, " " * 20
 
 def usage_word(param) -> str:
     """One argument or option as the synopsis writes it: ``RUN_DIR``, ``--out OUT``, ``[--n-boot 1000]``,
-    ``[--embedder minilm|hash|none]``, ``[--estimator NAME …]``, ``[--no-hmm]``."""
+    ``[--embedder minilm-static|minilm|hash|none]``, ``[--estimator NAME …]``, ``[--no-hmm]``."""
     name = (param.name or "").upper()
     if param.param_type_name == "argument":
         return f"{name} …" if param.nargs == -1 else name

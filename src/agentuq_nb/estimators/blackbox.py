@@ -48,7 +48,7 @@ STRUCTURE = (
     ("agent_apology", "apologies in the agent's text ('sorry', 'unfortunately'...)"),
     ("agent_inability", "the agent saying it cannot do something ('I'm unable', 'not possible'...)"),
     ("transfer_to_human", "1 if the agent transferred to a human (tool or words): the task left its hands"),
-    ("user_repetition", "largest MiniLM similarity of a user message to an earlier one: the user repeating "
+    ("user_repetition", "largest embedding similarity of a user message to an earlier one: the user repeating "
                         "themselves"),
     ("user_frustration", "negative cues in the user's text ('frustrating', 'I already told you'...)"),
     ("distinct_tools", "distinct tools the agent used: how wide it had to search"),

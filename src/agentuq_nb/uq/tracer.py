@@ -24,8 +24,9 @@ trajectory score ``(1 - w)·mean(top-k % of the step risks) + w·max(step risks)
 (α = β = γ = 1, k = 0.1, w = 0.1); :data:`GRID` is the coarse grid of its optimizer (32,000 settings).
 
 Differences from TRACER's code, each forced or deliberate: embeddings come from the bundled
-all-MiniLM-L6-v2 (TRACER calls Vertex AI's ``text-embedding-004``; MiniLM reads the first 256 word pieces
-of a text, Vertex ~20k tokens); D_a's text is the message's content, as TRACER's optimizer (which made its
+all-MiniLM-L6-v2 (TRACER calls Vertex AI's ``text-embedding-004``, which reads ~20k tokens of a text): by default
+its static distillation, which reads whole texts (:mod:`agentuq_nb.uq.static_embedding`), or the transformer, which
+reads the first 128 word pieces (``embedder="minilm"``; the cosines feed this module, whichever made them); D_a's text is the message's content, as TRACER's optimizer (which made its
 published numbers) computes it. How the parameters are tuned - on other tasks, or on the evaluated run as
 TRACER does - is evaluation's (:mod:`agentuq_nb.evaluation.tracer_tuning`).
 """

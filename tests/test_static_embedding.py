@@ -1,0 +1,163 @@
+"""The static MiniLM table the black-box signals embed with: distilled from the real bundled model, read back only when
+it is the table it claims to be, and a text's vector the mean of its pieces' rows."""
+from __future__ import annotations
+
+import os
+import warnings
+
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+from agentuq_nb.io.embedding_cache import cache_path
+from agentuq_nb.io.static_table import FORMAT, StaticTableWarning, read_table, table_path, write_table
+from agentuq_nb.uq.embeddings import bundled_model_path, embeddings_available, get_embedder
+from agentuq_nb.uq.static_embedding import DIMS, UNUSED, StaticEmbedder, load_table, table_identity, vocabulary_size
+
+pytestmark = pytest.mark.skipif(not embeddings_available(), reason="the [embeddings] extra is not installed")
+
+
+@pytest.fixture(scope="module")
+def table() -> np.ndarray:
+    """The table as the tests' embedding cache folder keeps it (distilled by the first test that needs it)."""
+    return load_table()
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(bundled_model_path() / "tokenizer.json"))
+    tok.no_truncation()
+    tok.no_padding()
+    return tok
+
+
+def test_the_table_is_distilled_once_and_read_back_equal(table):
+    path = table_path(cache_path(None), table_identity())
+    assert path is not None and path.is_file()
+    assert table.shape == (vocabulary_size(), DIMS) and table.dtype == np.float32
+    assert np.array_equal(read_table(path, table_identity(), table.shape), table)
+    assert np.array_equal(load_table(), table)  # the second load reads the file
+
+
+def test_placeholders_have_no_row_and_every_other_piece_has_one(table, tokenizer):
+    vocab = tokenizer.get_vocab()
+    unused = [i for piece, i in vocab.items() if UNUSED.fullmatch(piece)]
+    assert len(unused) > 900
+    assert not table[unused].any()
+    used = np.setdiff1d(np.arange(len(table)), unused)
+    assert (np.linalg.norm(table[used], axis=1) > 0).all()
+
+
+def test_a_text_is_the_normalised_mean_of_its_pieces_rows(table, tokenizer):
+    texts = ["I'd like to cancel reservation ZFA04Y, please.", "Tool: get_user_details(user_id=mia_li_3668)",
+             "Observation: {\"flights\": [{\"flight_number\": \"HAT136\", \"price\": 1024}]}", "", "   "]
+    vectors = StaticEmbedder(table).embed(texts)
+    for text, vector in zip(texts, vectors):
+        ids = tokenizer.encode(text, add_special_tokens=False).ids
+        if not ids:
+            assert not vector.any()  # an empty text is the zero vector, as TRACER's signals expect
+            continue
+        mean = table[ids].mean(axis=0)
+        np.testing.assert_allclose(vector, mean / np.linalg.norm(mean), atol=1e-6)
+
+
+def test_meaning_is_kept_where_it_matters_for_the_signals(table):
+    embed = StaticEmbedder(table).embed
+    a, b, c = embed(["I want to cancel my flight reservation.", "Please cancel the booking of my flight.",
+                     "The product arrived broken and I need a refund for the laptop."])
+    assert a @ b > a @ c + 0.2 and a @ b > b @ c + 0.2
+
+
+def test_long_texts_are_read_up_to_the_bound_and_not_past_it(table):
+    embed = StaticEmbedder(table, max_tokens=16).embed
+    head = "flight " * 16
+    same = embed([head, head + "refund laptop broken " * 50])
+    np.testing.assert_allclose(same[0], same[1], atol=1e-6)
+
+
+def test_get_embedder_names_it(table):
+    embedder = get_embedder("minilm-static")
+    assert isinstance(embedder, StaticEmbedder)
+    assert embedder.embed(["hello"]).shape == (1, DIMS)
+
+
+# --------------------------------------------------------------------------- a planted or damaged table file
+def refused(path, identity=None, shape=None) -> str:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert read_table(path, identity or table_identity(), shape or (vocabulary_size(), DIMS)) is None
+    messages = [str(w.message) for w in caught if issubclass(w.category, StaticTableWarning)]
+    assert len(messages) == 1 and str(path) in messages[0]
+    return messages[0]
+
+
+def test_a_missing_file_is_silently_none(tmp_path):
+    assert read_table(tmp_path / "none.safetensors", table_identity(), (4, 2)) is None
+
+
+def test_planted_tables_are_refused_with_one_line_naming_the_file(tmp_path, table):
+    good = tmp_path / "good.safetensors"
+    write_table(good, table, table_identity())
+    assert read_table(good, table_identity(), table.shape) is not None
+
+    other = tmp_path / "other.safetensors"
+    write_table(other, table, table_identity() + ";another model")
+    assert "another model or with other settings" in refused(other)
+
+    small = tmp_path / "small.safetensors"
+    write_table(small, table[:100], table_identity())
+    assert "shape" in refused(small)
+
+    bad = table.copy()
+    bad[5, 3] = np.nan
+    nan = tmp_path / "nan.safetensors"
+    write_table(nan, bad, table_identity())
+    assert "non-finite" in refused(nan)
+
+    huge = table.copy()
+    huge[7, 0] = 1e9
+    out_of_range = tmp_path / "huge.safetensors"
+    write_table(out_of_range, huge, table_identity())
+    assert "out-of-range" in refused(out_of_range)
+
+    as_f64 = tmp_path / "f64.safetensors"
+    save_file({"table": table.astype(np.float64)}, str(as_f64), metadata={"format": FORMAT, "identity": table_identity()})
+    assert "holds" in refused(as_f64)
+
+    extra = tmp_path / "extra.safetensors"
+    save_file({"table": table, "payload": np.zeros(3, np.float32)}, str(extra),
+              metadata={"format": FORMAT, "identity": table_identity()})
+    assert "'table'" in refused(extra)
+
+    link = tmp_path / "link.safetensors"
+    os.symlink(good, link)
+    assert "regular file" in refused(link)
+
+    pickled = tmp_path / "pickle.safetensors"
+    import pickle
+
+    pickled.write_bytes(pickle.dumps({"table": table[:10]}))
+    assert "safetensors" in refused(pickled)
+
+    padded = tmp_path / "padded.safetensors"
+    padded.write_bytes(good.read_bytes() + b"\0" * (1 << 20))
+    assert "bytes" in refused(padded)
+
+
+def test_a_refused_file_is_left_as_it_is_and_the_table_distilled_for_the_process(tmp_path, table, monkeypatch):
+    cache = tmp_path / "embeddings.sqlite"
+    path = table_path(cache, table_identity())
+    path.write_bytes(b"planted")
+    with pytest.warns(StaticTableWarning, match="planted|safetensors"):
+        again = load_table(cache)
+    assert path.read_bytes() == b"planted"
+    np.testing.assert_allclose(again, table, atol=1e-4)  # the real distillation again (float rounding of the batches)
+
+
+def test_with_the_cache_off_nothing_is_written(tmp_path, monkeypatch, table):
+    monkeypatch.chdir(tmp_path)
+    assert table_path(cache_path("off"), table_identity()) is None
+    np.testing.assert_allclose(load_table("off"), table, atol=1e-4)
+    assert not any(tmp_path.iterdir())
