@@ -1,5 +1,8 @@
 """Seconds of ``agentuq-nb analyze`` per real results file, cold and warm, beside the embedding floor of its model.
 
+What the persistent embedding cache does for the transformer (``--embedder minilm``, given to every ``analyze`` here;
+the default embedder, MiniLM's static table, needs no cache: ``bench_embedders.py`` compares the two).
+
 For each file (default: the shared real runs in ../shared/data/tau2 and ../shared/data/real_runs, none with log-probs;
 a file the reader refuses is said and skipped), each in a fresh process, one after the other:
 
@@ -51,7 +54,8 @@ def analyze(results: Path, out: Path, cache: Path, src: Path) -> dict:
     env = {**os.environ, "PYTHONPATH": str(src), "AGENTUQ_NB_EMBED_CACHE": str(cache)}
     code = "import sys; from agentuq_nb.cli import app; app(sys.argv[1:])"
     cpu0, start = children_cpu(), time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", code, "analyze", str(results), "--out", str(out)], env=env,
+    done = subprocess.run([sys.executable, "-c", code, "analyze", str(results), "--out", str(out), "--embedder",
+                           "minilm"], env=env,
                           capture_output=True, text=True)
     row = {"wall": time.perf_counter() - start, "cpu": children_cpu() - cpu0, "code": done.returncode,
            "error": done.stderr.strip().splitlines()[-1] if done.returncode and done.stderr.strip() else ""}

@@ -1,4 +1,5 @@
-"""Seconds per real results file for the black-box families (structure + TRACER), model load included.
+"""Seconds per real results file for the black-box families (structure + TRACER) with the MiniLM transformer
+(``embedder="minilm"``; the default static table: ``bench_embedders.py``), model load included.
 
 For each file (default: every real τ²-bench run in ../shared/data/tau2 and ../shared/data/real_runs, none with
 log-probs) the run is extracted once (not timed), then a fresh Python process times what ``analyze``
@@ -44,7 +45,7 @@ def worker(run: str, max_tokens: int) -> None:
     wall0, cpu0 = time.perf_counter(), cpu()
     from agentuq_nb.steps.blackbox import BlackBoxConfig, compute_signals, compute_tuning
 
-    config = BlackBoxConfig(embed_max_tokens=max_tokens)
+    config = BlackBoxConfig(embedder="minilm", embed_max_tokens=max_tokens)  # the transformer: what is timed here
     report = compute_signals(run, config)
     signals_wall, signals_cpu = time.perf_counter() - wall0, cpu() - cpu0
     tuning_start = time.perf_counter()

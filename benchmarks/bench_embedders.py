@@ -67,14 +67,18 @@ def paired_table(folders: dict[str, list[Path]], n_boot: int, seed: int = 0):
 
     names = list(folders)
     runs = {e: [RunDir.of(p) for p in paths] for e, paths in folders.items()}
-    estimators = None
-    for e in names:
-        candidates, baselines, _ = shared_estimators(runs[e])
-        found = {x.name: x for x in candidates + baselines}
-        estimators = found if estimators is None else {k: v for k, v in estimators.items() if k in found}
-    chosen = list(estimators.values())
-    frames = {e: pd.concat([read_run(run, run.path.name, chosen, 1.0)[0] for run in runs[e]], ignore_index=True)
-              for e in names}
+    # per run, the estimators it holds under every embedder (structure.user_repetition: only runs with user messages)
+    held = []
+    for i in range(len(runs[names[0]])):
+        found = None
+        for e in names:
+            candidates, baselines, _ = shared_estimators([runs[e][i]])
+            mine = {x.name: x for x in candidates + baselines}
+            found = mine if found is None else {k: v for k, v in found.items() if k in mine}
+        held.append(found)
+    estimators = list(dict.fromkeys(name for found in held for name in found))
+    frames = {e: pd.concat([read_run(run, run.path.name, list(found.values()), 1.0)[0]
+                            for run, found in zip(runs[e], held)], ignore_index=True) for e in names}
     base = frames[names[0]]
     for e in names[1:]:
         assert (frames[e][["run", "task", "failure", "length_stratum"]].to_numpy() ==
@@ -91,7 +95,7 @@ def paired_table(folders: dict[str, list[Path]], n_boot: int, seed: int = 0):
             for e in names[1:]:
                 diffs[e][0].append(stats[e]["pooled_auroc"] - stats[names[0]]["pooled_auroc"])
                 diffs[e][1].append(stats[e]["pooled_auroc_lc"] - stats[names[0]]["pooled_auroc_lc"])
-        row = {"estimator": est}
+        row = {"estimator": est, "runs": int(sum(est in found for found in held))}
         for e in names:
             row[f"auroc {e}"] = float(point[e]["pooled_auroc"][0])
             row[f"auroc_lc {e}"] = float(point[e]["pooled_auroc_lc"][0])
@@ -112,7 +116,15 @@ def main() -> None:
     parser.add_argument("--n-boot", type=int, default=2000)
     parser.add_argument("--workdir", type=Path, default=None, help="keep the run folders here (default: a temporary "
                         "folder, removed at the end)")
+    parser.add_argument("--compare-only", action="store_true", help="only the AUROC table, of the run folders an "
+                        "earlier run left in --workdir")
     args = parser.parse_args()
+    if args.compare_only:
+        if args.workdir is None:
+            sys.exit("--compare-only reads the run folders of --workdir")
+        sys.path.insert(0, str(SRC))
+        print_table({e: [args.workdir / "runs" / e / f.stem for f in args.files] for e in args.embedders}, args)
+        return
     sys.path.insert(0, str(SRC))
     from agentuq_nb.io.static_table import table_path
     from agentuq_nb.uq.static_embedding import load_table, table_identity
@@ -145,14 +157,18 @@ def main() -> None:
                 cells.append(f"{row['wall']:>9.1f} /{row['cpu']:>6.1f} /{row['signals']:>6.2f} /{row['embed']:>6.2f}")
             print(f"{results.stem[:44]:<44} {traj:>4} {texts:>5}  " + "  ".join(cells), flush=True)
         if all(len(v) == len(args.files) for v in folders.values()) and len(args.embedders) > 1:
-            import pandas as pd
+            print_table(folders, args)
 
-            table = paired_table(folders, args.n_boot)
-            pd.set_option("display.width", 250)
-            pd.set_option("display.max_columns", 30)
-            print(f"\npooled over {len(args.files)} runs; Δ = embedder − {args.embedders[0]}, paired, "
-                  f"{args.n_boot} task resamples within runs")
-            print(table.round(3).to_string(index=False))
+
+def print_table(folders: dict[str, list[Path]], args) -> None:
+    import pandas as pd
+
+    table = paired_table(folders, args.n_boot)
+    pd.set_option("display.width", 250)
+    pd.set_option("display.max_columns", 30)
+    print(f"\npooled over the runs holding each estimator (runs); Δ = embedder − {args.embedders[0]}, paired, "
+          f"{args.n_boot} task resamples within runs")
+    print(table.round(3).to_string(index=False))
 
 
 if __name__ == "__main__":
