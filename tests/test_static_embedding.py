@@ -161,3 +161,12 @@ def test_with_the_cache_off_nothing_is_written(tmp_path, monkeypatch, table):
     assert table_path(cache_path("off"), table_identity()) is None
     np.testing.assert_allclose(load_table("off"), table, atol=1e-4)
     assert not any(tmp_path.iterdir())
+
+
+def test_a_cache_folder_that_cannot_be_made_keeps_the_table_in_memory(tmp_path, table):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the cache folder should be")
+    with pytest.warns(StaticTableWarning, match="could not be kept"):
+        again = load_table(blocker / "embeddings.sqlite")
+    np.testing.assert_allclose(again, table, atol=1e-4)
+    assert blocker.read_text() == "a file where the cache folder should be"

@@ -54,7 +54,7 @@ def read_table(path: Path, identity: str, shape: tuple[int, int]) -> np.ndarray 
 
     try:
         info = os.lstat(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
     if not stat.S_ISREG(info.st_mode):
         refuse(path, "is not a regular file (a symlink, a folder, a device)")

@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import warnings
 from functools import lru_cache
 from pathlib import Path
 
@@ -32,7 +33,7 @@ import numpy as np
 from agentuq_nb.common.offline import ensure_offline_env
 from agentuq_nb.common.progress import progress_bar
 from agentuq_nb.io.embedding_cache import cache_path
-from agentuq_nb.io.static_table import read_table, table_path, write_table
+from agentuq_nb.io.static_table import StaticTableWarning, read_table, table_path, write_table
 from agentuq_nb.uq.embeddings import bundled_model_path, model_identity
 
 #: dimensions the distilled table keeps (PCA), Model2Vec's default
@@ -102,7 +103,11 @@ def load_table(cache: str | os.PathLike | None = None, progress: bool = False) -
         if table is None:
             table = distill_table(progress)
             if path is not None and not os.path.lexists(path):  # a refused file stays as it is
-                write_table(path, table, identity)
+                try:
+                    write_table(path, table, identity)
+                except OSError as err:  # a read-only cache folder: the table serves this process only
+                    warnings.warn(f"{path}: the static embedding table could not be kept ({err}); it is distilled "
+                                  "again by the next process", StaticTableWarning, stacklevel=2)
     return table
 
 
