@@ -49,13 +49,14 @@ def children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def analyze(results: Path, out: Path, cache: Path, src: Path) -> dict:
-    """One ``analyze`` in a fresh process: wall and CPU seconds, exit code, and its blackbox.json."""
+def analyze(results: Path, out: Path, cache: Path, src: Path, embedder: str = "minilm") -> dict:
+    """One ``analyze --embedder EMBEDDER`` in a fresh process: wall and CPU seconds, exit code, and its
+    blackbox.json."""
     env = {**os.environ, "PYTHONPATH": str(src), "AGENTUQ_NB_EMBED_CACHE": str(cache)}
     code = "import sys; from agentuq_nb.cli import app; app(sys.argv[1:])"
     cpu0, start = children_cpu(), time.perf_counter()
     done = subprocess.run([sys.executable, "-c", code, "analyze", str(results), "--out", str(out), "--embedder",
-                           "minilm"], env=env,
+                           embedder], env=env,
                           capture_output=True, text=True)
     row = {"wall": time.perf_counter() - start, "cpu": children_cpu() - cpu0, "code": done.returncode,
            "error": done.stderr.strip().splitlines()[-1] if done.returncode and done.stderr.strip() else ""}

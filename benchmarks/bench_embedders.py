@@ -19,40 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-SHARED = HERE.parents[1] / "shared" / "data"
-DEFAULT_FILES = sorted((SHARED / "tau2").glob("*.json")) + sorted((SHARED / "real_runs").glob("*.json"))
-SRC = HERE.parent / "src"
-
-
-def children_cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
-
-
-def analyze(results: Path, out: Path, embedder: str, cache: Path) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(SRC), "AGENTUQ_NB_EMBED_CACHE": str(cache)}
-    code = "import sys; from agentuq_nb.cli import app; app(sys.argv[1:])"
-    cpu0, start = children_cpu(), time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", code, "analyze", str(results), "--out", str(out), "--embedder",
-                           embedder], env=env, capture_output=True, text=True)
-    row = {"wall": time.perf_counter() - start, "cpu": children_cpu() - cpu0, "code": done.returncode}
-    if done.returncode:
-        row["error"] = (done.stderr.strip().splitlines() or [""])[-1]
-    report = out / "blackbox.json"
-    if report.is_file():
-        r = json.loads(report.read_text())
-        row.update(signals=r["seconds"], embed=r["embed_seconds"], texts=r["texts_embedded"])
-    return row
+from bench_analyze import DEFAULT_FILES, SRC, analyze  # the same fresh-process analyze, timed the same way
 
 
 def paired_table(folders: dict[str, list[Path]], n_boot: int, seed: int = 0):
@@ -147,7 +120,7 @@ def main() -> None:
                 cache.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy(table_file, table_path(cache, table_identity()))
                 out = work / "runs" / e / results.stem
-                row = analyze(results, out, e, cache)
+                row = analyze(results, out, cache, SRC, e)
                 if row["code"]:
                     cells.append(f"{'failed: ' + row.get('error', '')[:30]:>38}")
                     continue
