@@ -64,6 +64,39 @@ def test_the_installed_llama_cpp_is_make_setups_build_without_amx():
     assert check.ok and not set(check.compiled_features) & set(llama_build.WITHHELD)
 
 
+#: AMX instructions and one AVX-512 VNNI instruction beside them (not AMX), as an assembler writes them
+AMX_ASSEMBLY = """\t.text
+f:
+\tldtilecfg (%rax)
+\ttileloadd (%rax,%rbx,1), %tmm0
+\ttdpbssd %tmm2, %tmm1, %tmm0
+\ttilestored %tmm0, (%rax,%rbx,1)
+\ttilerelease
+\tvpdpbusd %zmm1, %zmm2, %zmm3
+\tret
+"""
+
+
+def test_amx_instructions_are_counted_in_machine_code(tmp_path):
+    (tmp_path / "amx.s").write_text(AMX_ASSEMBLY)
+    subprocess.run(["cc", "-c", str(tmp_path / "amx.s"), "-o", str(tmp_path / "amx.o")], check=True)
+    assert llama_build.amx_instructions(tmp_path / "amx.o") == 5
+    (tmp_path / "plain.s").write_text(AMX_ASSEMBLY.split("\tldtilecfg")[0] + "\tvpdpbusd %zmm1, %zmm2, %zmm3\n")
+    subprocess.run(["cc", "-c", str(tmp_path / "plain.s"), "-o", str(tmp_path / "plain.o")], check=True)
+    assert llama_build.amx_instructions(tmp_path / "plain.o") == 0
+    with pytest.raises(OSError, match="objdump could not read it"):
+        llama_build.amx_instructions(tmp_path / "amx.s")
+
+
+def test_the_installed_llama_cpp_holds_no_amx_instruction():
+    """What a machine that reports AMX and traps it needs (issue 38), checked on the machine code itself: none of
+    the installed llama.cpp's libraries holds an AMX instruction (this machine need not report AMX: the build
+    leaves AMX out whatever the CPU says)."""
+    libraries = llama_build.installed_libraries()
+    assert any(path.name.startswith("libggml-cpu") for path in libraries), libraries
+    assert {path.name: llama_build.amx_instructions(path) for path in libraries} == {path.name: 0 for path in libraries}
+
+
 def test_a_process_killed_by_an_illegal_instruction_is_named_with_the_command_that_rebuilds():
     check = run_check([sys.executable, "-c", ILLEGAL_INSTRUCTION], timeout=60)
     assert not check.ok and check.returncode == -signal.SIGILL
@@ -164,8 +197,9 @@ def test_doctor_prints_the_build_and_the_model_and_exits_0():
     done = subprocess.run([*CLI, "doctor", "--max-tokens", "2"], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = {key.strip(): text for key, text in (line.split("  ", 1) for line in done.stdout.splitlines())}
-    assert {"machine", "CPU reports", "llama.cpp has", "built by", "embedded model", "embedding model",
-            "versions"} <= set(lines)
+    assert {"machine", "CPU reports", "llama.cpp has", "built by", "AMX in its code", "embedded model",
+            "embedding model", "versions"} <= set(lines)
+    assert lines["AMX in its code"].startswith("none: ") and "no AMX instruction" in lines["AMX in its code"]
     text = done.stdout
     assert "runs: loaded in" in text and f"llama-cpp-python {llama_build.installed_version()}" in text
     assert "AVX2" in lines["llama.cpp has"] or "NEON" in lines["llama.cpp has"]
@@ -185,3 +219,4 @@ def test_doctor_exits_1_with_the_cause_when_the_model_cannot_run(tmp_path):
     assert done.returncode == 1, done.stdout + done.stderr
     assert "does not run: llama-cpp-python is not installed (the [local] extra); rebuild: " in done.stdout
     assert "unknown (the check ended before llama.cpp said)" in done.stdout
+    assert "not checked: llama-cpp-python is not installed" in done.stdout

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import importlib.metadata
+import importlib.util
 import json
 import os
 import platform
@@ -70,6 +71,8 @@ LEVELS: dict[str, tuple[str, ...]] = {
 }
 #: the venv remembers a level given once, so that the next ``make setup`` keeps it (in ``sys.prefix``)
 LEVEL_RECORD = "agentuq_nb-llama-cpu"
+#: AMX's instructions as objdump names them (tile configuration, loads, stores, zeroing, the dot products)
+AMX_MNEMONIC = re.compile(r"\t(ldtilecfg|sttilecfg|tileloadd|tileloaddt1|tilestored|tilerelease|tilezero|tdp\w+)\b")
 KEEP_BUILDS = 4  # wheel folders kept in the cache (each ~25 MB); older ones are removed after a build
 BUILD_RECORD = "build.json"
 
@@ -210,6 +213,38 @@ def installed_build() -> dict | None:
         return json.loads((wheel.parent / BUILD_RECORD).read_text())
     except (OSError, json.JSONDecodeError):
         return None
+
+
+def installed_libraries() -> list[Path]:
+    """The shared libraries of the installed llama-cpp-python (``llama_cpp/lib``), each library once."""
+    try:
+        spec = importlib.util.find_spec("llama_cpp")
+    except (ImportError, ValueError):
+        return []
+    if spec is None or spec.origin is None:
+        return []
+    folder = Path(spec.origin).parent / "lib"
+    # the wheel holds each library three times (libggml-cpu.so, .so.0, .so.0.25.3: copies, not links)
+    found: dict[str, Path] = {}
+    for path in sorted(folder.glob("*.so*"), key=lambda path: len(path.name)):
+        if path.is_file():
+            found.setdefault(path.name.split(".so")[0], path)
+    return sorted(found.values())
+
+
+def amx_instructions(library: Path) -> int | None:
+    """How many AMX instructions the machine code of ``library`` holds (objdump's disassembly, read as it streams);
+    None when objdump (binutils) is not installed. The proof that a build cannot trap on AMX, short of a machine
+    that traps: ``GGML_NATIVE=OFF`` and the AMX options OFF leave none in."""
+    objdump = shutil.which("objdump")
+    if objdump is None:
+        return None
+    command = [objdump, "-d", "--no-show-raw-insn", str(library)]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) as dis:
+        count = sum(1 for line in dis.stdout if AMX_MNEMONIC.search(line))
+    if dis.returncode != 0:
+        raise OSError(f"{library}: objdump could not read it (exit {dis.returncode})")
+    return count
 
 
 def remembered_level(prefix: Path | None = None) -> str | None:

@@ -1,5 +1,5 @@
 """``doctor``: what this installation can run, no run folder. The CPU flags the machine reports, what llama.cpp was
-compiled with and by whom, whether the embedded model loads and decodes (in a subprocess: an instruction the CPU
+compiled with and by whom (and that its machine code holds no AMX instruction), whether the embedded model loads and decodes (in a subprocess: an instruction the CPU
 does not execute cannot kill the doctor, :mod:`agentuq_nb.llm.model_check`), whether the embedding model is
 installed and its static table made, and the versions that matter. ``report.ok`` is False when the embedded model
 does not run."""
@@ -75,6 +75,27 @@ def build_origin() -> str:
             f"{same}")
 
 
+def amx_status() -> str:
+    """Whether the installed llama.cpp's machine code holds an AMX instruction (its libraries disassembled)."""
+    from agentuq_nb.llm import llama_build
+
+    libraries = llama_build.installed_libraries()
+    if not libraries:
+        return "not checked: llama-cpp-python is not installed"
+    try:
+        counts = {library.name: llama_build.amx_instructions(library) for library in libraries}
+    except OSError as err:
+        return f"not checked: {err}"
+    if None in counts.values():
+        return "not checked: objdump (binutils) is not installed"
+    found = {name: count for name, count in counts.items() if count}
+    if not found:
+        return f"none: {len(counts)} libraries disassembled (objdump), no AMX instruction in them"
+    where = ", ".join(f"{count:,} in {name}" for name, count in found.items())
+    return (f"{sum(found.values()):,} AMX instructions ({where}): a machine that reports AMX and traps it kills the "
+            f"model; {llama_build.install_command()} builds llama.cpp without them")
+
+
 def embedding_status() -> str:
     """Whether the embedding model is installed, and where (not loaded: that takes torch)."""
     from agentuq_nb.uq.embeddings import bundled_model_path, embeddings_available
@@ -128,6 +149,7 @@ def run(config: DoctorConfig) -> DoctorReport:
         ("llama.cpp has", " ".join(compiled) if compiled is not None else
          "unknown (the check ended before llama.cpp said)"),
         ("built by", build_origin()),
+        ("AMX in its code", amx_status()),
         ("embedded model", report.model.summary()),
         ("embedding model", embedding_status()),
         ("static table", static_table_status()),
