@@ -240,7 +240,8 @@ def amx_instructions(library: Path) -> int | None:
     if objdump is None:
         return None
     command = [objdump, "-d", "--no-show-raw-insn", str(library)]
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) as dis:
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                          errors="replace") as dis:
         count = sum(1 for line in dis.stdout if AMX_MNEMONIC.search(line))
     if dis.returncode != 0:
         raise OSError(f"{library}: objdump could not read it (exit {dis.returncode})")

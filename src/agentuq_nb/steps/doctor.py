@@ -81,7 +81,8 @@ def amx_status() -> str:
 
     libraries = llama_build.installed_libraries()
     if not libraries:
-        return "not checked: llama-cpp-python is not installed"
+        return ("not checked: llama-cpp-python is not installed" if llama_build.installed_version() is None
+                else "not checked: its libraries were not found (llama_cpp/lib/*.so)")
     try:
         counts = {library.name: llama_build.amx_instructions(library) for library in libraries}
     except OSError as err:
