@@ -1,8 +1,8 @@
 """``doctor``: what this installation can run, no run folder. The CPU flags the machine reports, what llama.cpp was
-compiled with and by whom (and that its machine code holds no AMX instruction), whether the embedded model loads and decodes (in a subprocess: an instruction the CPU
-does not execute cannot kill the doctor, :mod:`agentuq_nb.llm.model_check`), whether the embedding model is
-installed and its static table made, and the versions that matter. ``report.ok`` is False when the embedded model
-does not run."""
+compiled with and by whom, how many AMX instructions its machine code holds, whether the embedded model loads and
+decodes (in a subprocess: an instruction the CPU does not execute cannot kill the doctor,
+:mod:`agentuq_nb.llm.model_check`), whether the embedding model is installed and its static table made, and the
+versions that matter. ``report.ok`` is False when the embedded model does not run."""
 from __future__ import annotations
 
 import importlib.metadata
