@@ -312,7 +312,8 @@ function render({ model, el }) {
   function madeCell(x, goto) {
     const c = x.call;
     const same = !x.diff || !x.diff.length;
-    return [goto(c.message, `[${c.message}]`), " ", h("code", {}, same ? `${c.name}(${c.args})` : `${c.name}(…)`),
+    return [goto(c.message, `[${c.message}]`), " ", h("code", { title: c.args },
+      `${c.name}(${same ? "as expected" : "…"})`),
       c.errored ? h("span", { class: "aq-evchip aq-errchip" }, x.matched ? "errored: credited, but changed nothing" : "errored") : null,
       x.credited_elsewhere ? h("span", { class: "aq-detail" }, " (it counted for another expected call)") : null,
       same ? null : h("table", { class: "aq-argdiff" },
@@ -355,7 +356,7 @@ function render({ model, el }) {
         h("b", {}, "What decided the reward: "), v.text) : null,
       t.task_mismatch ? h("div", { class: "aq-warn aq-task-mismatch" }, `The file's task ${t.task_id} does not ` +
         "match the harness's checks (its expected actions differ from those the harness checked): the expected " +
-        "calls below are the harness's; the file's task (another customer's instructions) is not shown.") : null,
+        "calls below are the harness's, and the file's task is not shown (its instructions may be another task's).") : null,
       t.divergence ? h("div", { class: "aq-divergence" }, h("b", {}, "First divergence from the expected actions: "),
         goto(t.divergence.message, `[${t.divergence.message}]`), ` (turn ${t.divergence.turn}) ${t.divergence.what}`) : null,
       unrequested.length ? h("div", { class: "aq-unrequested-list" },

@@ -368,7 +368,7 @@ def _forensics(sim: Simulation, task: dict | None, made: list, is_write, shown: 
     for row in rows:
         call = row.pop("call")
         j = row.pop("call_index")
-        expected.append({**row, "arguments": _arguments_text(row["arguments"]),
+        expected.append({**row, "arguments": json.dumps(row["arguments"], ensure_ascii=False, default=str),
                          "call": None if call is None else {"message": call["message_idx"], "name": call["name"],
                                                             "args": _arguments_text(call["arguments"]), "ci": j,
                                                             "errored": call.get("errored")}})
