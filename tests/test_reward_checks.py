@@ -250,13 +250,14 @@ SHARED_RUNS = sorted(SHARED.glob("*.json")) + sorted((SHARED.parent / "real_runs
 @pytest.mark.parametrize("path", SHARED_RUNS, ids=lambda p: p.stem)
 def test_every_shared_runs_tasks_are_the_ones_its_harness_checked(path):
     """The ten shared runs carry their own tasks: no mismatch; compared are the simulations whose harness recorded
-    action checks (τ²-bench writes none for a task without actions or a simulation cut short)."""
+    the actions it checked (action checks, or its note that the task has none; nothing for a simulation cut
+    short)."""
     data = json.loads(path.read_text())
     sims = data if isinstance(data, list) else data["simulations"]
     integrity = TaskIntegrity(tasks_by_id(None if isinstance(data, list) else data))
     for sim in sims:
         integrity.add(sim["id"], sim["task_id"], sim, sim.get("reward_info"))
-    recorded = sum(isinstance((s.get("reward_info") or {}).get("action_checks"), list) for s in sims)
+    recorded = sum(harness_actions(s.get("reward_info")) is not None for s in sims)
     assert integrity.mismatched == 0 and integrity.message() is None
     # a bare list of simulations has no tasks: nothing to compare, its expected actions are the harness's own
     assert integrity.checked == (0 if isinstance(data, list) else recorded) and recorded > 0
@@ -274,11 +275,10 @@ def test_a_tasks_list_of_other_customers_is_caught_with_its_count():
     integrity = TaskIntegrity(tasks_by_id({"tasks": rotated}))
     for sim in data["simulations"]:
         agrees = integrity.add(sim["id"], sim["task_id"], sim, sim["reward_info"])
-        checks = sim["reward_info"].get("action_checks")
-        assert agrees is (None if checks is None else task_matches_checks(
-            tasks_by_id({"tasks": rotated})[sim["task_id"]], sim["reward_info"]))
-        if checks:  # the expected actions shown are those the harness checked, not the rotated task's
-            assert [a["name"] for a in harness_actions(sim["reward_info"])] == [c["action"]["name"] for c in checks]
-    assert (integrity.mismatched, integrity.checked) == (18, 18)
-    assert integrity.message() == ("18 of 18 trajectories: the file's task does not match the harness's checks; "
+        checked = harness_actions(sim["reward_info"])
+        assert checked is not None and agrees is False
+        # the expected actions shown are those the harness checked (none, where it noted the task has none)
+        assert [a["name"] for a in checked] == [c["action"]["name"] for c in sim["reward_info"]["action_checks"] or []]
+    assert (integrity.mismatched, integrity.checked) == (20, 20)
+    assert integrity.message() == ("20 of 20 trajectories: the file's task does not match the harness's checks; "
                                    "expected actions taken from the harness's checks")

@@ -78,10 +78,16 @@ def test_every_reader_checks_the_task_against_the_harness(tmp_path):
     """v0 JSON, a v1.0.1 directory, τ-bench's list, a bare list of simulations: the mismatches counted among the
     simulations compared (those whose harness recorded action checks), the first named."""
     rotated = counted(rotated_airline(tmp_path))
-    assert (rotated["count"], rotated["of"]) == (18, 18) and "task" in rotated["example"]
+    # all 20 compared: 18 with action checks, 2 whose harness noted that their task has no actions
+    assert (rotated["count"], rotated["of"]) == (20, 20) and "task" in rotated["example"]
     directory = counted(retail_v101_directory(tmp_path))
     # tasks 12 and 18 changed in v1.0.1 (18: the exchange's new item, 8069050545 in the run, 1071497737 in v1.0.1)
     assert (directory["count"], directory["of"]) == (2, 40) and directory["example"].endswith(", task 18")
+    # the same as one v1 JSON file (v1.0.1's single-file results: the simulations inline, its format named)
+    single = json.loads((directory_path := tmp_path / "ft-gpt-4.1_retail_v101" / "results.json").read_text())
+    single["simulations"] = [json.loads(f.read_text()) for f in sorted(directory_path.parent.glob("simulations/*"))]
+    (tmp_path / "v1.json").write_text(json.dumps({**single, "format_version": "1.0"}))
+    assert {k: v for k, v in counted(tmp_path / "v1.json").items() if k != "example"} == {"count": 2, "of": 40}
     assert counted(AIRLINE) is None and counted(RETAIL) is None  # the shared files carry their own tasks
     _need(LEADERBOARD_LIST)
     assert counted(LEADERBOARD_LIST) is None  # no tasks: nothing to disagree with
@@ -198,3 +204,54 @@ def test_the_cause_is_pointed_at_in_chromium(retail_run, tmp_path):
         _shot(page, tmp_path, "retail_18_task_mismatch.png")
         browser.close()
     assert errors == []
+
+
+def test_the_explorer_of_a_v0_file_with_other_tasks_a_file_without_tasks_and_tau_bench(tmp_path):
+    """The rotated airline run (v0 JSON): every trajectory's expected calls are the harness's and no task is shown;
+    the leaderboard's bare list (no tasks): the expected calls are the harness's; τ-bench: which check decided the
+    reward, and a trajectory τ-bench never scored said to have none computed."""
+    from agentuq_nb.figures.explorer import explorer_data
+    from agentuq_nb.steps.extract import extract
+
+    from agentuq_nb.io.input_warnings import InputDataWarning
+
+    results = rotated_airline(tmp_path)
+    edited = json.loads(results.read_text())
+    edited["simulations"][0]["reward_info"] = None  # one the harness did not score: nothing to compare its task with
+    results.write_text(json.dumps(edited))
+    raw = {s["task_id"]: s for s in edited["simulations"]}
+    with pytest.warns(InputDataWarning, match=f"19 of 19 trajectories: {MISMATCH}"):
+        extract(results, tmp_path / "rotated")
+    data = explorer_data(tmp_path / "rotated")
+    assert data["runs"][0]["task_mismatch"]["text"] == f"19 of 19 trajectories: {MISMATCH}"
+    assert data["tasks"] == {}  # no task of this file is shown
+    for t in data["trajectories"]:
+        assert t["task"] is None
+        if raw[t["task_id"]]["reward_info"] is None:  # not compared, but its run's tasks are not the simulated ones
+            assert t["task_unverified"] and not t["task_mismatch"] and t["expected"] == []
+            assert not t["verdict"]["computed"] and "reward_info is null" in t["verdict"]["text"]
+            continue
+        checks = raw[t["task_id"]]["reward_info"]["action_checks"] or []
+        assert t["task_mismatch"] and [(x["name"], x["matched"]) for x in t["expected"]] == [
+            (c["action"]["name"], c["action_match"]) for c in checks]
+
+    _need(LEADERBOARD_LIST)
+    extract(LEADERBOARD_LIST, tmp_path / "list")
+    data = explorer_data(tmp_path / "list")
+    assert data["runs"][0]["task_mismatch"] is None
+    raw = {s["task_id"]: s for s in json.loads(LEADERBOARD_LIST.read_text())}
+    failed = next(t for t in data["trajectories"] if t["failed"])
+    assert failed["expected_from"] == "harness" and len(failed["expected"]) == len(
+        raw[failed["task_id"]]["reward_info"]["action_checks"])
+    assert failed["verdict"]["decided_by"] == ["COMMUNICATE"]  # its one failure: every expected call made
+
+    from test_tau_bench_results import REWARDS, tool_calling_entry, write_json
+
+    entries = [tool_calling_entry(task, trial, float(REWARDS[task][trial])) for trial in range(4) for task in range(3)]
+    extract(write_json(tmp_path / "tool-calling-retail.json", entries), tmp_path / "tau")
+    by_key = {(t["task_id"], t["trial"]): t for t in explorer_data(tmp_path / "tau")["trajectories"]}
+    assert by_key[("1", 1)]["verdict"]["text"].startswith("decided by τ-bench's database check (the hash after the "
+                                                         "run differs")
+    unscored = by_key[("2", 1)]  # out of steps: τ-bench wrote reward 0 and no check
+    assert not unscored["verdict"]["computed"] and unscored["verdict"]["text"].startswith("no check was computed")
+    assert by_key[("0", 0)]["expected_from"] == "harness" and by_key[("0", 0)]["task"] is not None

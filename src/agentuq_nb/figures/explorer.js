@@ -357,6 +357,8 @@ function render({ model, el }) {
       t.task_mismatch ? h("div", { class: "aq-warn aq-task-mismatch" }, `The file's task ${t.task_id} does not ` +
         "match the harness's checks (its expected actions differ from those the harness checked): the expected " +
         "calls below are the harness's, and the file's task is not shown (its instructions may be another task's).") : null,
+      t.task_unverified ? h("div", { class: "aq-warn aq-task-mismatch" }, "The harness recorded no check to compare the " +
+        `file's task ${t.task_id} with, and other tasks of this run do not match theirs: it is not shown.`) : null,
       t.divergence ? h("div", { class: "aq-divergence" }, h("b", {}, "First divergence from the expected actions: "),
         goto(t.divergence.message, `[${t.divergence.message}]`), ` (turn ${t.divergence.turn}) ${t.divergence.what}`) : null,
       unrequested.length ? h("div", { class: "aq-unrequested-list" },

@@ -437,7 +437,8 @@ def _one_run(run: RunDir, index: int, estimators: Sequence[str] | None, scorer: 
     domain = run.manifest().domain or Results.domain_of(header.get("info"))
     integrity = TaskIntegrity(tasks_by_id(header))
     kinds = tool_types(header)  # the results' own read/write tags, else the name rule (is_write_tool)
-    views, task_briefs = {}, {}
+    is_write = lambda name: is_write_tool(name, kinds)  # noqa: E731
+    views, task_briefs, unverified, task_keys = {}, {}, {}, {}
     for sim in iter_simulations(results):
         key = trajectory_key(domain, sim.task_id, sim.trial, sim.seed, index)
         if key not in wanted or key in views:
@@ -445,19 +446,28 @@ def _one_run(run: RunDir, index: int, estimators: Sequence[str] | None, scorer: 
         entropy_at = {d["message"]: d["entropy"] for d in decisions.get(key, [])}
         messages, made = _messages(sim, key, tokens, signals, entropy_at)
         reward_info = sim.reward_info.model_dump() if sim.reward_info is not None else None
-        mismatch = integrity.add(sim.id, sim.task_id, sim.model_extra, reward_info) is False
-        task = None if mismatch else task_of(sim.task_id, sim.model_extra, integrity.tasks)
-        task_key = f"{index}|{domain}|{sim.task_id}"
-        if task is not None and task_key not in task_briefs:  # its expected actions are each trajectory's
-            task_briefs[task_key] = {k: v for k, v in task_brief(task).items() if k != "actions"}
-        views[key] = {"messages": messages, "task": task_key if task is not None else None, "task_mismatch": mismatch,
-                      **_forensics(sim, task, made, lambda name: is_write_tool(name, kinds), messages)}
+        agrees = integrity.add(sim.id, sim.task_id, sim.model_extra, reward_info)
+        task = None if agrees is False else task_of(sim.task_id, sim.model_extra, integrity.tasks)
+        if agrees is None and task is not None:  # nothing to check it against: trusted unless others of the run fail
+            unverified[key] = (sim, made, messages)
+        task_keys[key] = f"{index}|{domain}|{sim.task_id}"
+        views[key] = {"messages": messages, "task": task, "task_mismatch": agrees is False, "task_unverified": False,
+                      **_forensics(sim, task, made, is_write, messages)}
+    for key, (sim, made, messages) in unverified.items():
+        if integrity.mismatched:  # the file's tasks are not the simulated ones elsewhere: this one is not shown either
+            views[key].update(task=None, task_unverified=True, **_forensics(sim, None, made, is_write, messages))
+    for key, view in views.items():
+        task = view["task"]
+        view["task"] = None if task is None else task_keys[key]
+        if task is not None and view["task"] not in task_briefs:  # its expected actions are each trajectory's
+            task_briefs[view["task"]] = {k: v for k, v in task_brief(task).items() if k != "actions"}
 
     panels = run_detector_panels(run, index)
     trajectories = []
     for (_, row), fail, has_label in zip(scores.iterrows(), failed, labelled):
         key = row["key"]
-        view = views.get(key, {"messages": [], "task": None, "task_mismatch": False, "checks": [], "notes": [],
+        view = views.get(key, {"messages": [], "task": None, "task_mismatch": False, "task_unverified": False,
+                               "checks": [], "notes": [],
                                "basis": None, "breakdown": None, "verdict": reward_verdict(None), "expected": [],
                                "expected_from": None, "made": [], "unrequested": [], "divergence": None})
         trajectories.append({

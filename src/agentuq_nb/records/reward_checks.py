@@ -403,15 +403,22 @@ def reward_verdict(reward_info: Mapping | None, basis: Iterable[str] | None = No
 # --------------------------------------------------------------------------- the task against the harness's checks
 def harness_actions(reward_info: Mapping | None) -> list[dict] | None:
     """The expected actions the harness checked, as :func:`expected_actions` gives a task's: τ²-bench's
-    ``action_checks[].action``, τ-bench's ``reward_info.actions``; None when the simulation records none (no
-    ``reward_info``, a simulation cut short, a task without actions: τ²-bench then writes no ``action_checks``)."""
+    ``action_checks[].action``, τ-bench's ``reward_info.actions``; none (``[]``) where τ²-bench's action evaluator
+    noted that the task has none (it then writes no ``action_checks``); None when the simulation records nothing to
+    tell (no ``reward_info``, a simulation cut short)."""
     info = _dict(reward_info)
+    if _dict(_dict(info.get("info")).get("action")).get("note") == NO_ACTIONS_NOTE:
+        return []
     if isinstance(info.get("action_checks"), list):
         return expected_actions({"evaluation_criteria": {"actions": [_dict(c).get("action") for c in
                                                                      info["action_checks"]]}})
     if isinstance(info.get("actions"), list):
         return expected_actions({"actions": info["actions"]})
     return None
+
+
+#: τ²-bench's action evaluator's note for a task without expected actions (``reward_info.info.action.note``)
+NO_ACTIONS_NOTE = "No actions to evaluate"
 
 
 def _signature(actions: list[dict]) -> list[tuple]:
