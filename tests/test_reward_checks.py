@@ -280,5 +280,9 @@ def test_a_tasks_list_of_other_customers_is_caught_with_its_count():
         # the expected actions shown are those the harness checked (none, where it noted the task has none)
         assert [a["name"] for a in checked] == [c["action"]["name"] for c in sim["reward_info"]["action_checks"] or []]
     assert (integrity.mismatched, integrity.checked) == (20, 20)
+    own = tasks_by_id(data)  # the file's own list agrees; nothing to compare without a task or checks
+    assert all(task_matches_checks(own[s["task_id"]], s["reward_info"]) for s in data["simulations"])
+    assert task_matches_checks(None, data["simulations"][0]["reward_info"]) is None
+    assert task_matches_checks(own[data["simulations"][0]["task_id"]], None) is None
     assert integrity.message() == ("20 of 20 trajectories: the file's task does not match the harness's checks; "
                                    "expected actions taken from the harness's checks")

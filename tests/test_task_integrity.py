@@ -211,9 +211,8 @@ def test_the_explorer_of_a_v0_file_with_other_tasks_a_file_without_tasks_and_tau
     the leaderboard's bare list (no tasks): the expected calls are the harness's; τ-bench: which check decided the
     reward, and a trajectory τ-bench never scored said to have none computed."""
     from agentuq_nb.figures.explorer import explorer_data
-    from agentuq_nb.steps.extract import extract
-
     from agentuq_nb.io.input_warnings import InputDataWarning
+    from agentuq_nb.steps.extract import extract
 
     results = rotated_airline(tmp_path)
     edited = json.loads(results.read_text())
