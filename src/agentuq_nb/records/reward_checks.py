@@ -252,9 +252,9 @@ def expected_beside_made(expected: list[dict], made: list[dict], action_checks: 
     some call :func:`matches`; ``verdict_by`` says which (``"harness"`` / ``"name and arguments"``). ``call`` (its
     position in ``made``: ``call_index``) is the call that *counted*: of the calls that match, the first that did not
     error (the harness credits a match whatever its result, but an errored call changed nothing), else the first that
-    errored; with no match, the closest call of the same tool: one no other expected action counted, that did not
-    error, with the fewest differing arguments, in that order (``credited_elsewhere`` says when the closest does what
-    another expected action asks); else None. ``differs``: the arguments on which that call differs, ``diff``: them
+    errored; with no match, the closest call of the same tool: one that does what no other expected action asks,
+    that did not error, with the fewest differing arguments, in that order (``credited_elsewhere`` says when the
+    closest does what another expected action asks); else None. ``differs``: the arguments on which that call differs, ``diff``: them
     with both values (:func:`argument_diff`). ``made``: ``[{message_idx, name, arguments, requestor, errored}]``
     (``errored``: the call's result reported an error)."""
     verdicts: dict[str, bool | None] = {}
@@ -307,9 +307,11 @@ def unrequested_writes(rows: list[dict], made: list[dict], is_write: Callable[[s
 def first_divergence(rows: list[dict], made: list[dict], unrequested: list[int], last_message: int | None) -> dict | None:
     """Where the trajectory first left the expected actions, as ``{message_idx, call_index, what}``; None when it
     made every expected call (the harness's verdict) and no unrequested write. The earliest of: an unrequested
-    write (:func:`unrequested_writes`), the closest call of an expected action not made (when no other expected
-    action counted it: a call with other arguments); else, an expected action with no call of its tool at all,
-    placed at the trajectory's last message (``last_message``)."""
+    write (:func:`unrequested_writes`), the closest call of an expected action not made (when it does what no
+    other expected action asks: a call with other arguments); else, an expected action with no call of its tool
+    (or only calls that other expected actions claim), placed at the trajectory's last message (``last_message``).
+    A write the harness's environment does not check (a telecom reboot the user was told to do) counts as a
+    divergence too: the expected actions are the path, not the reward."""
     candidates = []
     for j in unrequested:
         c = made[j]
