@@ -174,7 +174,7 @@ def test_the_cause_is_pointed_at_in_chromium(retail_run, tmp_path):
         assert forensics.get_attribute("open") is not None
         assert "decided by the database check (database 0); communicate passed" in \
             forensics.locator(".aq-reward-verdict").inner_text()
-        assert "[20] (turn 20) return_delivered_order_items: a write no expected action asked for" in \
+        assert "[20] return_delivered_order_items: a write no expected action asked for" in \
             forensics.locator(".aq-divergence").inner_text()
         marked = pane.locator('.aq-msg[data-idx="20"]')
         assert "aq-diverged" in marked.get_attribute("class")
@@ -182,7 +182,8 @@ def test_the_cause_is_pointed_at_in_chromium(retail_run, tmp_path):
         assert pane.locator(".aq-unrequested").count() == 1  # the reads and the expected exchange are not marked
         exchange = forensics.locator('tr[data-expected="27_5"]')
         assert "errored: credited, but changed nothing" in exchange.inner_text() and "[22]" in exchange.inner_text()
-        assert pane.locator('.aq-msg[data-idx="22"] .aq-call .aq-evchip').first.inner_text() == "expected call 27_5 ✓"
+        assert pane.locator('.aq-msg[data-idx="22"] .aq-call .aq-evchip').first.inner_text() == (
+            "expected call 27_5 ✓ (credited, but it errored: changed nothing)")
         _shot(page, tmp_path, "retail_27_unrequested_write.png")
         forensics.locator(".aq-divergence .aq-goto").click()  # the link goes to the message
         assert marked.is_visible()

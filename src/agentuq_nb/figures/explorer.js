@@ -360,7 +360,8 @@ function render({ model, el }) {
       t.task_unverified ? h("div", { class: "aq-warn aq-task-mismatch" }, "The harness recorded no check to compare the " +
         `file's task ${t.task_id} with, and other tasks of this run do not match theirs: it is not shown.`) : null,
       t.divergence ? h("div", { class: "aq-divergence" }, h("b", {}, "First divergence from the expected actions: "),
-        goto(t.divergence.message, `[${t.divergence.message}]`), ` (turn ${t.divergence.turn}) ${t.divergence.what}`) : null,
+        goto(t.divergence.message, `[${t.divergence.message}]`),
+        `${t.divergence.turn !== t.divergence.message ? ` (turn ${t.divergence.turn})` : ""} ${t.divergence.what}`) : null,
       unrequested.length ? h("div", { class: "aq-unrequested-list" },
         h("b", {}, `Unrequested write${unrequested.length > 1 ? "s" : ""} (no expected action asked for ` +
           `${unrequested.length > 1 ? "them" : "it"}): `),
@@ -519,15 +520,16 @@ function render({ model, el }) {
   // the marks of a made call (by its index ci): the expected call it counted for, or is closest to; unrequested write
   function callMarks(t, ci) {
     const out = [];
+    const c = (t.made || []).find((y) => y.ci === ci);
+    const errored = Boolean(c && c.errored);
     for (const x of t.expected.filter((e) => e.call && e.call.ci === ci)) {
       const exact = !x.diff || !x.diff.length;
-      out.push(h("span", { class: `aq-evchip ${x.matched && exact ? "aq-okchip" : "aq-errchip"}` },
-        exact ? `expected call ${x.id} ${x.matched ? "✓" : "✗"}` : `closest to expected ${x.id} (differs in ${x.differs.join(", ")})`));
+      out.push(h("span", { class: `aq-evchip ${x.matched && exact && !errored ? "aq-okchip" : "aq-errchip"}` },
+        exact ? `expected call ${x.id} ${x.matched ? "✓" : "✗"}${errored ? " (credited, but it errored: changed nothing)" : ""}`
+          : `closest to expected ${x.id} (differs in ${x.differs.join(", ")})`));
     }
     if ((t.unrequested || []).includes(ci)) {
-      const c = (t.made || []).find((y) => y.ci === ci);
-      out.push(h("span", { class: "aq-evchip aq-unrequested" },
-        `unrequested write${c && c.errored ? " (errored: changed nothing)" : ""}`));
+      out.push(h("span", { class: "aq-evchip aq-unrequested" }, `unrequested write${errored ? " (errored: changed nothing)" : ""}`));
     }
     return out;
   }
