@@ -407,6 +407,7 @@ def test_a_real_run_without_log_probs_in_chromium(real_run, tmp_path):
         forensics = page.locator(".aq-pane >> nth=0 >> .aq-forensics")
         assert forensics.get_attribute("open") is not None  # open on a failure
         assert "✗" in forensics.inner_text() and "database" in forensics.inner_text()
+        assert forensics.locator(".aq-reward-verdict").inner_text().startswith("What decided the reward: decided by the")
         _shot(page, tmp_path, "real_failed.png")
         readout = _hover_message_and_read_signals(page, "user")
         assert "TRACER step risk" in readout
@@ -433,6 +434,7 @@ def test_an_original_tau_bench_run_without_seeds_in_chromium(tau_bench_run, tmp_
         page.locator(".aq-list .aq-item").first.click()
         forensics = page.inner_text(".aq-pane >> nth=0 >> .aq-forensics")
         assert "database (hash)" in forensics and "cancel_pending_order" in forensics
+        assert "What decided the reward: decided by τ-bench's database check" in forensics
         page.locator(".aq-pane >> nth=0 >> .aq-task > summary").click()
         assert "want to cancel order" in page.inner_text(".aq-pane >> nth=0 >> .aq-task")
         page.locator(".aq-opposite").click()  # every task with a failure has a success among its 4 trials

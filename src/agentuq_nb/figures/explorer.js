@@ -102,7 +102,8 @@ function render({ model, el }) {
   const panes = h("div", { class: "aq-panes" });
   root.append(
     h("div", { class: "aq-side" },
-      h("div", { class: "aq-runs" }, ...data.runs.map((r, i) => h("div", { class: "aq-run-line" }, runSummary(i)))),
+      h("div", { class: "aq-runs" }, ...data.runs.map((r, i) => h("div", { class: "aq-run-line" }, runSummary(i),
+        r.task_mismatch ? h("div", { class: "aq-warn aq-task-mismatch" }, r.task_mismatch.text) : null))),
       h("div", { class: "aq-controls" },
         multi ? h("label", {}, h("span", {}, "Run"), runSel) : null,
         h("label", {}, h("span", {}, "Outcome"), outcomeSel),
@@ -269,10 +270,8 @@ function render({ model, el }) {
     }
     const byMessage = {};
     for (const d of t.decisions) (byMessage[d.message] = byMessage[d.message] || []).push(d);
-    const expectedAt = {};
-    for (const x of t.expected) if (x.call) (expectedAt[x.call.message] = expectedAt[x.call.message] || []).push(x);
     node.append(h("div", { class: "aq-msgs" },
-      ...t.messages.map((m, i) => messageView(m, i, byMessage[m.idx] || [], expectedAt[m.idx] || [], node))));
+      ...t.messages.map((m, i) => messageView(m, i, byMessage[m.idx] || [], t, node))));
     if (!t.messages.length) node.append(h("p", {}, "No message of this trajectory is in its results file."));
     return node;
   }
@@ -309,6 +308,21 @@ function render({ model, el }) {
   }
 
   // ------------------------------------------------------------------ why it got its reward
+  // the made call beside an expected one: where it is, whether it errored, and only the arguments that differ
+  function madeCell(x, goto) {
+    const c = x.call;
+    const same = !x.diff || !x.diff.length;
+    return [goto(c.message, `[${c.message}]`), " ", h("code", { title: c.args },
+      `${c.name}(${same ? "as expected" : "…"})`),
+      c.errored ? h("span", { class: "aq-evchip aq-errchip" }, x.matched ? "errored: credited, but changed nothing" : "errored") : null,
+      x.credited_elsewhere ? h("span", { class: "aq-detail" }, " (it counted for another expected call)") : null,
+      same ? null : h("table", { class: "aq-argdiff" },
+        h("tr", {}, h("th", {}, "argument"), h("th", {}, "expected"), h("th", {}, "made")),
+        ...x.diff.map(([k, want, got]) => h("tr", {}, h("td", {}, k),
+          h("td", { class: "aq-want" }, want === null ? "(absent)" : want),
+          h("td", { class: "aq-got" }, got === null ? "(absent)" : got))))];
+  }
+
   function forensics(t) {
     const failedChecks = t.checks.filter((c) => c.passed === false);
     const counted = failedChecks.filter((c) => c.counted !== false);
@@ -322,6 +336,8 @@ function render({ model, el }) {
     const unscored = !t.checks.length && t.notes.length;
     if (unscored) summary.unshift(t.notes[0]);
     const task = t.task ? data.tasks[t.task] : null;
+    const made = Object.fromEntries((t.made || []).map((c) => [c.ci, c]));
+    const unrequested = (t.unrequested || []).map((ci) => made[ci]).filter((c) => c);
     // the expected actions' checks are one row here, and each beside the call made in the table below
     const actions = t.checks.filter((c) => c.kind === "ACTION");
     const rows = t.checks.filter((c) => c.kind !== "ACTION" || !t.expected.length);
@@ -331,8 +347,26 @@ function render({ model, el }) {
         kind: "ACTION", label: `${met} of ${actions.length} expected tool calls made (each below)`,
         passed: actions.some((c) => c.passed === null) ? null : met === actions.length, counted: actions[0].counted });
     }
+    const goto = (idx, label) => h("a", { href: "#", class: "aq-goto", onclick: (ev) => {
+      ev.preventDefault(); goTo(ev.target.closest(".aq-pane"), idx); } }, label);
+    const v = t.verdict || { computed: false, text: "" };
     return h("details", { class: "aq-forensics", open: t.failed === true },
       h("summary", {}, h("b", {}, "Why this reward: "), summary.join("; ")),
+      v.text ? h("div", { class: `aq-reward-verdict${v.computed ? "" : " aq-warn"}` },
+        h("b", {}, "What decided the reward: "), v.text) : null,
+      t.task_mismatch ? h("div", { class: "aq-warn aq-task-mismatch" }, `The file's task ${t.task_id} does not ` +
+        "match the harness's checks (its expected actions differ from those the harness checked): the expected " +
+        "calls below are the harness's, and the file's task is not shown (its instructions may be another task's).") : null,
+      t.task_unverified ? h("div", { class: "aq-warn aq-task-mismatch" }, "The harness recorded no check to compare the " +
+        `file's task ${t.task_id} with, and other tasks of this run do not match theirs: it is not shown.`) : null,
+      t.divergence ? h("div", { class: "aq-divergence" }, h("b", {}, "First divergence from the expected actions: "),
+        goto(t.divergence.message, `[${t.divergence.message}]`),
+        `${t.divergence.turn !== t.divergence.message ? ` (turn ${t.divergence.turn})` : ""} ${t.divergence.what}`) : null,
+      unrequested.length ? h("div", { class: "aq-unrequested-list" },
+        h("b", {}, `Unrequested write${unrequested.length > 1 ? "s" : ""} (no expected action asked for ` +
+          `${unrequested.length > 1 ? "them" : "it"}): `),
+        ...unrequested.flatMap((c, i) => [i ? ", " : "", goto(c.message, `[${c.message}] ${c.name}`),
+          c.errored ? " (errored: changed nothing)" : ""])) : null,
       t.notes.length ? h("div", { class: "aq-detail aq-notes" }, `the harness noted: ${t.notes.join("; ")}`) : null,
       rows.length ? h("table", { class: "aq-table aq-checks" },
         h("tr", {}, h("th", {}, ""), h("th", {}, "check"), h("th", {}, "what was checked"), h("th", {}, "in the reward")),
@@ -342,15 +376,16 @@ function render({ model, el }) {
           h("td", {}, c.label, c.detail && c.kind !== "ACTION" ? h("div", { class: "aq-detail" }, c.detail) : null),
           h("td", {}, c.counted === null ? "?" : c.counted ? "counted" : "diagnostic only")))) : null,
       t.expected.length ? h("div", { class: "aq-expected" },
-        h("div", { class: "aq-section-head" }, "Expected tool calls beside those made"),
+        h("div", { class: "aq-section-head" }, `Expected tool calls (${t.expected_from === "harness" ?
+          "as the harness checked them" : "the task's"}) beside the call that counted`),
         h("table", { class: "aq-table" },
-          h("tr", {}, h("th", {}, ""), h("th", {}, "expected"), h("th", {}, "made (message)"), h("th", {}, "verdict by")),
-          ...t.expected.map((x) => h("tr", { class: x.matched === false ? "aq-check-failed" : x.matched ? "aq-check-passed" : null },
+          h("tr", {}, h("th", {}, ""), h("th", {}, "expected"), h("th", {}, "made: the call that counted, or the closest"),
+            h("th", {}, "verdict by")),
+          ...t.expected.map((x) => h("tr", { class: x.matched === false ? "aq-check-failed" : x.matched ? "aq-check-passed" : null,
+            "data-expected": x.id },
             h("td", { class: "aq-verdict" }, x.matched === null ? "?" : x.matched ? "✓" : "✗"),
             h("td", {}, h("code", {}, `${x.name}(${x.arguments})`)),
-            h("td", {}, x.call ? [h("code", {}, `${x.call.name}(${x.call.args})`), ` [${x.call.message}]`,
-              x.differs.length ? h("div", { class: "aq-detail" }, `differs in: ${x.differs.join(", ")}`) : null]
-              : h("span", { class: "aq-detail" }, `no call of ${x.name}`)),
+            h("td", {}, x.call ? madeCell(x, goto) : h("span", { class: "aq-detail" }, `no call of ${x.name}`)),
             h("td", { class: "aq-detail" }, x.verdict_by))))) : null,
       task ? h("details", { class: "aq-task" },
         h("summary", {}, h("b", {}, "The task"), task.purpose ? h("span", { class: "aq-detail" }, ` (purpose: ${task.purpose})`) : null),
@@ -482,12 +517,32 @@ function render({ model, el }) {
       m.cut ? h("div", { class: "aq-detail" }, `… ${m.cut} more characters in the results file`) : null);
   }
 
-  function messageView(m, position, decisions, expected, paneNode) {
+  // the marks of a made call (by its index ci): the expected call it counted for, or is closest to; unrequested write
+  function callMarks(t, ci) {
+    const out = [];
+    const c = (t.made || []).find((y) => y.ci === ci);
+    const errored = Boolean(c && c.errored);
+    for (const x of t.expected.filter((e) => e.call && e.call.ci === ci)) {
+      const exact = !x.diff || !x.diff.length;
+      out.push(h("span", { class: `aq-evchip ${x.matched && exact && !errored ? "aq-okchip" : "aq-errchip"}` },
+        exact ? `expected call ${x.id} ${x.matched ? "✓" : "✗"}${errored ? " (credited, but it errored: changed nothing)" : ""}`
+          : `closest to expected ${x.id} (differs in ${x.differs.join(", ")})`));
+    }
+    if ((t.unrequested || []).includes(ci)) {
+      out.push(h("span", { class: "aq-evchip aq-unrequested" }, `unrequested write${errored ? " (errored: changed nothing)" : ""}`));
+    }
+    return out;
+  }
+
+  function messageView(m, position, decisions, t, paneNode) {
     const hit = Boolean(state.query) && ((m.text || "").toLowerCase().includes(state.query) ||
       tokensText(m).toLowerCase().includes(state.query) ||
       m.calls.some((c) => `${c.name} ${c.args}`.toLowerCase().includes(state.query)));
     const fired = data.events.filter((ev) => m.ev.includes(ev.field));
+    const diverged = t.divergence && t.divergence.message === m.idx;
     const head = h("div", { class: "aq-msg-head" }, `[${m.idx}] ${ROLE[m.role] || m.role}`,
+      diverged ? h("span", { class: "aq-evchip aq-divchip" }, `▸ first divergence: ${t.divergence.what}`) : null,
+      m.action_ci !== null && m.action_ci !== undefined ? callMarks(t, m.action_ci) : null,
       m.nll !== null ? h("span", { class: "aq-msg-note" }, ` mean NLL ${fmt(m.nll, 2)}`) : null,
       m.s.tracer_step_risk !== undefined ? h("span", { class: "aq-msg-note" }, ` · step risk ${fmt(m.s.tracer_step_risk, 2)}`) : null,
       m.error ? h("span", { class: "aq-evchip aq-errchip" }, "error") : null,
@@ -501,15 +556,13 @@ function render({ model, el }) {
     } else {
       content = (m.tokens || m.text) ? body(m) : null;
     }
-    const calls = m.calls.map((c) => {
-      const exp = expected.filter((x) => x.call && x.call.name === c.name && x.call.args === c.args);
-      return h("div", { class: "aq-call" },
-        h("pre", {}, ...marked(`${c.requestor === "user" ? "(the user's tool) " : ""}${c.name}(${c.args})`, state.query)),
-        ...exp.map((x) => h("span", { class: `aq-evchip ${x.matched ? "aq-okchip" : "aq-errchip"}` },
-          x.matched ? `expected call ${x.id} ✓` : `closest to expected ${x.id} (differs in ${x.differs.join(", ")})`)));
-    });
+    const calls = m.calls.map((c) => h("div", { class: `aq-call${(t.unrequested || []).includes(c.ci) ? " aq-unrequested-call" : ""}`,
+      "data-ci": c.ci },
+      h("pre", {}, ...marked(`${c.requestor === "user" ? "(the user's tool) " : ""}${c.name}(${c.args})`, state.query)),
+      ...callMarks(t, c.ci)));
     const node = h("div", {
-      class: `aq-msg aq-${m.role}${m.error ? " aq-error" : ""}${hit ? " aq-hit" : ""}`, "data-idx": m.idx,
+      class: `aq-msg aq-${m.role}${m.error ? " aq-error" : ""}${hit ? " aq-hit" : ""}${diverged ? " aq-diverged" : ""}`,
+      "data-idx": m.idx,
       onmouseenter: () => { if (paneNode.aqCursor) paneNode.aqCursor(position); },
     }, head, content, ...calls, ...decisions.map(decisionBox));
     return node;

@@ -6,11 +6,17 @@ tool names) and an estimator's range, sorted by any estimator the runs hold in e
 offered with its AUROC on each run (marked when tuned on the run's own labels); the default sort is the estimator
 with the highest AUROC among those *not* tuned on the run's labels (:func:`default_sort`). The chosen trajectory:
 
-* **why it got its reward** (:mod:`agentuq_nb.records.reward_checks`): the harness's checks one by one (database,
-  environment assertions, expected actions, what the agent had to communicate, natural-language assertions), the
-  failing ones marked and those outside the reward basis said to be diagnostic; each expected tool call beside the
-  call that matched it or the closest one made (with the arguments that differ); the task's instructions and
-  purpose;
+* **why it got its reward** (:mod:`agentuq_nb.records.reward_checks`): which check decided the reward (or that
+  the harness computed none, or that τ-bench's outputs check replaced its database verdict); the harness's checks
+  one by one (database, environment assertions, expected actions, what the agent had to communicate,
+  natural-language assertions), the failing ones marked and those outside the reward basis said to be diagnostic;
+  each expected tool call (as the harness checked them, else the task's) beside the call that *counted* (a matching
+  call that did not error) or the closest one made, with an inline diff of the arguments that differ; the write
+  calls no expected action asked for, marked on their message ("unrequested write": write tools from the results'
+  tool definitions, else from the tool's name, :func:`~agentuq_nb.uq.structure_signals.is_write_tool`); the first
+  message where the trajectory left the expected actions; the task's instructions and purpose — not shown when the
+  file's task is not the one the harness checked (:class:`~agentuq_nb.records.reward_checks.TaskIntegrity`: the page
+  says so once per run, with the count);
 * the other trials of the same task, and the same task in the other runs given, to open **side by side**;
 * per-message **sparklines** of the signals the run holds (the agent's mean token NLL; TRACER's step risk and its
   components; the user's repetition; the resampled actions' semantic entropy) and a strip of the structure events
@@ -66,13 +72,22 @@ from agentuq_nb.records import Results, Simulation
 from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, failure_labels
 from agentuq_nb.records.reward_checks import (
+    TaskIntegrity,
     expected_beside_made,
+    first_divergence,
+    harness_actions,
     reward_checks,
     reward_notes,
+    reward_verdict,
     task_brief,
+    task_of,
+    tasks_by_id,
     text_action,
+    unrequested_writes,
 )
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
+from agentuq_nb.uq.blackbox_signals import tool_types
+from agentuq_nb.uq.structure_signals import is_write_tool
 from agentuq_nb.uq.transcript import reports_error
 
 #: the estimators offered first (those the run holds), then every other one it holds
@@ -287,19 +302,31 @@ def masked_tokens(tokens: list) -> list:
 
 
 def _messages(sim: Simulation, key: str, tokens: dict, signals: dict, entropy_at: dict) -> tuple[list, list]:
-    """The page's messages of a simulation, and the calls it made (``[{message_idx, name, arguments}]``)."""
+    """The page's messages of a simulation, and the calls it made (``[{message_idx, name, arguments, requestor,
+    errored}]``: ``errored`` when the call's result reports an error; each message's call names its position ``ci``
+    in that list)."""
     names: dict[str, str] = {}
     made, shown = [], []
+    call_ids: list[str | None] = []
+    errors: dict[str, bool] = {}
     for idx, m in enumerate(sim.messages):
         role = str(m.role)
         content = m.content if isinstance(m.content, str) else ("" if m.content is None else str(m.content))
         calls = []
         for call in m.tool_calls or []:
             names[str(call.id)] = call.name
-            made.append({"message_idx": idx, "name": call.name, "arguments": call.arguments})
-            calls.append({"name": call.name, "args": _arguments_text(call.arguments), "requestor": call.requestor})
+            calls.append({"name": call.name, "args": _arguments_text(call.arguments), "requestor": call.requestor,
+                          "ci": len(made)})
+            made.append({"message_idx": idx, "name": call.name, "arguments": call.arguments,
+                         "requestor": str(call.requestor or "assistant")})
+            call_ids.append(str(call.id))
+        action_ci = None
         if role == "assistant" and not calls and (acted := text_action(content)):
-            made.append({"message_idx": idx, **acted})
+            action_ci = len(made)
+            made.append({"message_idx": idx, **acted, "requestor": "assistant"})
+            call_ids.append(None)
+        if role == "tool" and m.id is not None:
+            errors[str(m.id)] = reports_error(m.error, content)
         toks = tokens.get((key, idx))
         values, fired = signals.get((key, idx), ({}, []))
         values = dict(values)
@@ -313,38 +340,51 @@ def _messages(sim: Simulation, key: str, tokens: dict, signals: dict, entropy_at
         tool = (m.model_extra or {}).get("name") or names.get(str(m.id)) if role == "tool" else None
         shown.append({
             "idx": idx, "turn": int(m.turn_idx) if m.turn_idx is not None else idx, "role": role,
-            "text": None if toks else text, "json": is_json, "cut": cut, "calls": calls,
+            "text": None if toks else text, "json": is_json, "cut": cut, "calls": calls, "action_ci": action_ci,
             "tool": str(tool) if tool else None, "tokens": masked_tokens(toks) if toks else None,
             "nll": _num(np.mean(nlls), 3) if nlls else None, "s": values, "ev": fired,
             "error": reports_error(m.error, content) if role == "tool" else bool(m.error)})
+    for call, call_id in zip(made, call_ids):
+        if call_id is not None:
+            call["errored"] = errors.get(call_id)
+        else:  # a ReAct agent's text action: its result is the next message (τ-bench's "API output: …")
+            after = call["message_idx"] + 1
+            call["errored"] = shown[after]["error"] if after < len(shown) else None
     return shown, made
 
 
-def _forensics(sim: Simulation, task: dict | None, made: list) -> dict:
-    """The reward's checks and the expected calls beside those made (:mod:`agentuq_nb.records.reward_checks`)."""
+def _forensics(sim: Simulation, task: dict | None, made: list, is_write, shown: list) -> dict:
+    """The reward's checks and verdict, the expected calls (the harness's where it recorded them, else the task's)
+    beside those made, the unrequested writes and the first divergence (:mod:`agentuq_nb.records.reward_checks`)."""
     reward_info = sim.reward_info.model_dump() if sim.reward_info is not None else {}
     brief = task_brief(task)
     basis = brief["reward_basis"] if brief else None
-    expected = expected_beside_made(brief["actions"] if brief else [], made, reward_info.get("action_checks"))
-    for row in expected:
-        row["arguments"] = _arguments_text(row["arguments"])
-        call = row["call"]
-        row["call"] = None if call is None else {"message": call["message_idx"], "name": call["name"],
-                                                 "args": _arguments_text(call["arguments"])}
+    checked = harness_actions(reward_info)
+    actions = checked if checked is not None else (brief["actions"] if brief else [])
+    rows = expected_beside_made(actions, made, reward_info.get("action_checks"))
+    unrequested = unrequested_writes(rows, made, is_write)
+    divergence = first_divergence(rows, made, unrequested, shown[-1]["idx"] if shown else None)
+    expected = []
+    for row in rows:
+        call = row.pop("call")
+        j = row.pop("call_index")
+        expected.append({**row, "arguments": json.dumps(row["arguments"], ensure_ascii=False, default=str),
+                         "call": None if call is None else {"message": call["message_idx"], "name": call["name"],
+                                                            "args": _arguments_text(call["arguments"]), "ci": j,
+                                                            "errored": call.get("errored")}})
+    if divergence is not None:
+        at = divergence["message_idx"]
+        divergence = {"message": at, "ci": divergence["call_index"], "what": divergence["what"],
+                      "turn": next((m["turn"] for m in shown if m["idx"] == at), at)}
     breakdown = reward_info.get("reward_breakdown") or {}
     return {"checks": reward_checks(reward_info, basis), "notes": reward_notes(reward_info),
             "basis": [str(b) for b in (reward_info.get("reward_basis") or basis or [])] or None,
             "breakdown": [[str(k), _num(v, 3)] for k, v in breakdown.items()] or None,
-            "expected": expected}
-
-
-def _task_of(sim: Simulation, tasks: dict[str, dict]) -> dict | None:
-    """The simulation's task: the results header's (τ²-bench), else τ-bench's ``info.task``."""
-    if str(sim.task_id) in tasks:
-        return tasks[str(sim.task_id)]
-    info = (sim.model_extra or {}).get("info")
-    task = info.get("task") if isinstance(info, dict) else None
-    return task if isinstance(task, dict) else None
+            "verdict": reward_verdict(reward_info if sim.reward_info is not None else None, basis),
+            "expected": expected, "expected_from": ("harness" if checked is not None else "task") if expected else None,
+            "made": [{"ci": j, "message": c["message_idx"], "name": c["name"], "errored": c.get("errored"),
+                      "write": bool(is_write(str(c["name"])))} for j, c in enumerate(made)],
+            "unrequested": unrequested, "divergence": divergence}
 
 
 # --------------------------------------------------------------------------- one run
@@ -395,27 +435,41 @@ def _one_run(run: RunDir, index: int, estimators: Sequence[str] | None, scorer: 
                                   "the messages from it (move it back, or analyze the results again)")
     header = read_header(results)
     domain = run.manifest().domain or Results.domain_of(header.get("info"))
-    tasks = {str(t.get("id")): t for t in header.get("tasks") or [] if isinstance(t, dict)}
-    views, task_briefs = {}, {}
+    integrity = TaskIntegrity(tasks_by_id(header))
+    kinds = tool_types(header)  # the results' own read/write tags, else the name rule (is_write_tool)
+    is_write = lambda name: is_write_tool(name, kinds)  # noqa: E731
+    views, task_briefs, unverified, task_keys = {}, {}, {}, {}
     for sim in iter_simulations(results):
         key = trajectory_key(domain, sim.task_id, sim.trial, sim.seed, index)
         if key not in wanted or key in views:
             continue
         entropy_at = {d["message"]: d["entropy"] for d in decisions.get(key, [])}
         messages, made = _messages(sim, key, tokens, signals, entropy_at)
-        task = _task_of(sim, tasks)
-        task_key = f"{index}|{domain}|{sim.task_id}"
-        if task is not None and task_key not in task_briefs:  # its expected actions are each trajectory's
-            task_briefs[task_key] = {k: v for k, v in task_brief(task).items() if k != "actions"}
-        views[key] = {"messages": messages, "task": task_key if task is not None else None,
-                      **_forensics(sim, task, made)}
+        reward_info = sim.reward_info.model_dump() if sim.reward_info is not None else None
+        agrees = integrity.add(sim.id, sim.task_id, sim.model_extra, reward_info)
+        task = None if agrees is False else task_of(sim.task_id, sim.model_extra, integrity.tasks)
+        if agrees is None and task is not None:  # nothing to check it against: trusted unless others of the run fail
+            unverified[key] = (sim, made, messages)
+        task_keys[key] = f"{index}|{domain}|{sim.task_id}"
+        views[key] = {"messages": messages, "task": task, "task_mismatch": agrees is False, "task_unverified": False,
+                      **_forensics(sim, task, made, is_write, messages)}
+    for key, (sim, made, messages) in unverified.items():
+        if integrity.mismatched:  # the file's tasks are not the simulated ones elsewhere: this one is not shown either
+            views[key].update(task=None, task_unverified=True, **_forensics(sim, None, made, is_write, messages))
+    for key, view in views.items():
+        task = view["task"]
+        view["task"] = None if task is None else task_keys[key]
+        if task is not None and view["task"] not in task_briefs:  # its expected actions are each trajectory's
+            task_briefs[view["task"]] = {k: v for k, v in task_brief(task).items() if k != "actions"}
 
     panels = run_detector_panels(run, index)
     trajectories = []
     for (_, row), fail, has_label in zip(scores.iterrows(), failed, labelled):
         key = row["key"]
-        view = views.get(key, {"messages": [], "task": None, "checks": [], "notes": [], "basis": None,
-                               "breakdown": None, "expected": []})
+        view = views.get(key, {"messages": [], "task": None, "task_mismatch": False, "task_unverified": False,
+                               "checks": [], "notes": [],
+                               "basis": None, "breakdown": None, "verdict": reward_verdict(None), "expected": [],
+                               "expected_from": None, "made": [], "unrequested": [], "divergence": None})
         trajectories.append({
             "key": key, "run": index, "domain": str(row["domain"]), "task_id": str(row["task_id"]),
             "trial": _int(row["trial"]), "seed": _int(row["seed"]), "reward": _num(row["reward"], 3),
@@ -425,7 +479,11 @@ def _one_run(run: RunDir, index: int, estimators: Sequence[str] | None, scorer: 
             "decisions": decisions.get(key, []), **view})
     return {"run": {**_run_label(run), "scorer": used_scorer, "has_tokens": bool(tokens),
                     "n": len(trajectories), "failures": int((failed & labelled).sum()),
-                    "unlabelled": int((~labelled).sum())},
+                    "unlabelled": int((~labelled).sum()),
+                    "task_mismatch": {"n": integrity.mismatched, "of": integrity.checked, "text": integrity.message()}
+                    if integrity.mismatched else None,
+                    "write_tools_from": "the results' tool definitions" if kinds else "the tool's name (a state-"
+                                        "changing verb: book, cancel, modify, return…)"},
             "estimators": chosen, "quality": quality, "trajectories": trajectories, "tasks": task_briefs}
 
 

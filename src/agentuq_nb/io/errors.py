@@ -67,19 +67,25 @@ class InputWarnings:
 
     counts: Counter = field(default_factory=Counter)
     examples: dict[str, str] = field(default_factory=dict)
+    #: per kind counted "n of a total", that total (the trajectories compared, …)
+    totals: Counter = field(default_factory=Counter)
 
-    def add(self, kind: str, example: str, n: int = 1) -> None:
+    def add(self, kind: str, example: str, n: int = 1, of: int | None = None) -> None:
         if n <= 0:
             return
         self.counts[kind] += n
         self.examples.setdefault(kind, example)
+        if of is not None:
+            self.totals[kind] += of
 
     def merge(self, other: "InputWarnings") -> None:
         for kind, n in other.counts.items():
-            self.add(kind, other.examples.get(kind, ""), n)
+            self.add(kind, other.examples.get(kind, ""), n, other.totals.get(kind))
 
     def as_dict(self) -> dict:
-        return {k: {"count": int(n), "example": self.examples.get(k, "")} for k, n in sorted(self.counts.items())}
+        return {k: {"count": int(n), "example": self.examples.get(k, ""),
+                    **({"of": int(self.totals[k])} if k in self.totals else {})}
+                for k, n in sorted(self.counts.items())}
 
     def __bool__(self) -> bool:
         return bool(self.counts)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import warnings
 
 from agentuq_nb.io.errors import InputWarnings
+from agentuq_nb.records.reward_checks import TASK_MISMATCH
 
 #: what a count of each kind means, said after the number
 KIND_PHRASES = {
@@ -27,6 +28,7 @@ KIND_PHRASES = {
     "assistant_messages_without_logprobs": "assistant message(s) carry no log-probs",
     "user_messages_without_logprobs": "user message(s) carry no log-probs",
     "simulations_without_reward": "simulation(s) have no reward",
+    "tasks_not_the_simulated": "trajectories: " + TASK_MISMATCH,
     "tool_call_arguments_not_json": "tool call(s) whose arguments are not a JSON object (kept as written under "
                                     "arguments['__malformed_arguments__'])",
     "tau_bench_runs_raised": "τ-bench entries whose run raised an error (info.error: τ-bench wrote reward 0, "
@@ -55,15 +57,18 @@ KIND_PHRASES = {
 
 
 class InputDataWarning(UserWarning):
-    """Input that was used but is not as it should be: ``kind``, ``count`` and the first ``example``."""
+    """Input that was used but is not as it should be: ``kind``, ``count`` (of ``of``, where the kind is counted
+    among a total) and the first ``example``."""
 
-    def __init__(self, kind: str, count: int, example: str):
-        self.kind, self.count, self.example = kind, int(count), example
+    def __init__(self, kind: str, count: int, example: str, of: int | None = None):
+        self.kind, self.count, self.example, self.of = kind, int(count), example, of
         phrase = KIND_PHRASES.get(kind, kind.replace("_", " "))
-        super().__init__(f"{self.count} {phrase} (first: {example})" if example else f"{self.count} {phrase}")
+        number = f"{self.count} of {int(of)}" if of is not None else f"{self.count}"
+        super().__init__(f"{number} {phrase} (first: {example})" if example else f"{number} {phrase}")
 
 
 def emit_input_warnings(counted: InputWarnings, stacklevel: int = 2) -> None:
     """One :class:`InputDataWarning` per kind counted in ``counted``."""
     for kind, info in counted.as_dict().items():
-        warnings.warn(InputDataWarning(kind, info["count"], info["example"]), stacklevel=stacklevel + 1)
+        warnings.warn(InputDataWarning(kind, info["count"], info["example"], info.get("of")),
+                      stacklevel=stacklevel + 1)

@@ -18,12 +18,22 @@ that check, though the reward still includes the database's).
 
 An expected action is matched to a call as τ²-bench's ``Action.compare_with_tool_call`` does: same name, equal
 arguments on ``compare_args`` (all of the call's arguments when it names none). The verdict is the harness's where
-the file has one (``action_checks``), else this comparison's, and says which.
+the file has one (``action_checks``), else this comparison's, and says which. Beside each expected action stands the
+call that *counted* (a matching call that did not error; :func:`expected_beside_made`) or the closest one, with the
+arguments that differ; the write calls no expected action asked for (:func:`unrequested_writes`) and the first place
+the trajectory left the expected actions (:func:`first_divergence`) point at the cause of a failure, and
+:func:`reward_verdict` says which check decided the reward (or that none was computed).
+
+**Task integrity.** A results file's ``tasks`` list may not be the one simulated (a leaderboard submission that
+ships another version's tasks: same ids, other customers). The harness's own checks name the expected actions it
+checked, so a task is taken for the simulated one only when its expected actions are those
+(:func:`task_matches_checks`); the expected actions shown are always the harness's where it recorded them
+(:func:`harness_actions`), and a run's mismatches are counted once (:class:`TaskIntegrity`).
 """
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 #: the kinds of check, as τ²-bench's ``RewardType`` names them, in the order shown
@@ -224,12 +234,29 @@ def differing_arguments(expected: Mapping, call: Mapping) -> list[str]:
 _MISSING = object()
 
 
+def argument_diff(expected: Mapping, call: Mapping) -> list[list]:
+    """The arguments on which ``call`` differs from ``expected`` (:func:`differing_arguments`), each as
+    ``[name, expected value, made value]``, the values as compact JSON text (None where the argument is absent)."""
+    wanted, made = _dict(expected.get("arguments")), _dict(call.get("arguments"))
+
+    def shown(args: dict, key: str) -> str | None:
+        return json.dumps(args[key], default=str, ensure_ascii=False) if key in args else None
+    return [[k, shown(wanted, k), shown(made, k)] for k in differing_arguments(expected, call)]
+
+
 def expected_beside_made(expected: list[dict], made: list[dict], action_checks: list | None = None) -> list[dict]:
-    """Each expected action beside the calls made: ``{**expected, matched, verdict_by, call, differs}`` where
+    """Each expected action beside the calls made: ``{**expected, matched, verdict_by, call, call_index,
+    credited_elsewhere, differs, diff}``.
+
     ``matched`` is the harness's verdict (``action_checks``, by action id, else in order) or, without one, whether
-    some call :func:`matches`; ``verdict_by`` says which (``"harness"`` / ``"name and arguments"``); ``call`` is the
-    matching call, else the closest call of the same tool (fewest differing arguments), else None; ``differs``: the
-    arguments on which that call differs. ``made``: ``[{message_idx, name, arguments, requestor}]``."""
+    some call :func:`matches`; ``verdict_by`` says which (``"harness"`` / ``"name and arguments"``). ``call`` (its
+    position in ``made``: ``call_index``) is the call that *counted*: of the calls that match, the first that did not
+    error (the harness credits a match whatever its result, but an errored call changed nothing), else the first that
+    errored; with no match, the closest call of the same tool: one that does what no other expected action asks,
+    that did not error, with the fewest differing arguments, in that order (``credited_elsewhere`` says when the
+    closest does what another expected action asks); else None. ``differs``: the arguments on which that call differs, ``diff``: them
+    with both values (:func:`argument_diff`). ``made``: ``[{message_idx, name, arguments, requestor, errored}]``
+    (``errored``: the call's result reported an error)."""
     verdicts: dict[str, bool | None] = {}
     ordered: list[bool | None] = []
     for item in _list(action_checks):
@@ -239,18 +266,216 @@ def expected_beside_made(expected: list[dict], made: list[dict], action_checks: 
         action_id = _dict(item.get("action")).get("action_id")
         if action_id is not None:
             verdicts[str(action_id)] = verdict
+    found_by = [[j for j, c in enumerate(made) if matches(action, c)] for action in expected]
+    counted: list[int | None] = []
+    for found in found_by:
+        succeeded = [j for j in found if not made[j].get("errored")]
+        counted.append((succeeded or found or [None])[0])
+    claimed = {j for found in found_by for j in found}  # calls that do what some expected action asks
     out = []
     for i, action in enumerate(expected):
-        found = [c for c in made if matches(action, c)]
-        same_tool = [c for c in made if c.get("name") == action["name"]]
-        closest = found[0] if found else min(same_tool, key=lambda c: len(differing_arguments(action, c)),
-                                             default=None)
+        pick = counted[i]
+        if pick is None:
+            same_tool = [j for j, c in enumerate(made) if c.get("name") == action["name"]]
+            pick = min(same_tool, default=None, key=lambda j: (j in claimed, bool(made[j].get("errored")),
+                                                                len(differing_arguments(action, made[j])), j))
         if action["id"] in verdicts:
             matched, by = verdicts[action["id"]], "harness"
         elif not verdicts and i < len(ordered):
             matched, by = ordered[i], "harness"
         else:
-            matched, by = bool(found), "name and arguments"
-        out.append({**action, "matched": matched, "verdict_by": by, "call": closest,
-                    "differs": [] if closest is None or found else differing_arguments(action, closest)})
+            matched, by = bool(found_by[i]), "name and arguments"
+        call = None if pick is None else made[pick]
+        exact = pick is not None and pick in found_by[i]
+        out.append({**action, "matched": matched, "verdict_by": by, "call": call, "call_index": pick,
+                    "credited_elsewhere": bool(pick is not None and not exact and pick in claimed),
+                    "differs": [] if call is None or exact else differing_arguments(action, call),
+                    "diff": [] if call is None or exact else argument_diff(action, call)})
     return out
+
+
+def unrequested_writes(rows: list[dict], made: list[dict], is_write: Callable[[str], bool]) -> list[int]:
+    """The positions in ``made`` of the write calls no expected action asked for: a call of a state-changing tool
+    (``is_write(name)``) that matches no expected action and is no expected action's closest call (``rows``:
+    :func:`expected_beside_made`'s). An errored one is listed too (it changed nothing, but it is where the
+    trajectory left the expected path)."""
+    paired = {r["call_index"] for r in rows if r["call_index"] is not None}
+    return [j for j, c in enumerate(made) if is_write(str(c.get("name"))) and j not in paired
+            and not any(matches(r, c) for r in rows)]
+
+
+def first_divergence(rows: list[dict], made: list[dict], unrequested: list[int], last_message: int | None) -> dict | None:
+    """Where the trajectory first left the expected actions, as ``{message_idx, call_index, what}``; None when it
+    made every expected call (the harness's verdict) and no unrequested write. The earliest of: an unrequested
+    write (:func:`unrequested_writes`), the closest call of an expected action not made (when it does what no
+    other expected action asks: a call with other arguments); else, an expected action with no call of its tool
+    (or only calls that other expected actions claim), placed at the trajectory's last message (``last_message``).
+    A write the harness's environment does not check (a telecom reboot the user was told to do) counts as a
+    divergence too: the expected actions are the path, not the reward."""
+    candidates = []
+    for j in unrequested:
+        c = made[j]
+        what = (f"{c.get('name')}: a write no expected action asked for"
+                + (" (it errored: it changed nothing)" if c.get("errored") else ""))
+        candidates.append((c["message_idx"], j, what))
+    missing = []
+    for r in rows:
+        if r["matched"] is not False:
+            continue
+        j = r["call_index"]
+        if j is not None and not r["credited_elsewhere"]:
+            c = made[j]
+            candidates.append((c["message_idx"], j, f"{r['name']} made with other arguments than expected "
+                               f"({', '.join(r['differs']) or 'none compared'})"
+                               + (" and it errored" if c.get("errored") else "")))
+        else:
+            missing.append(r)
+    if candidates:
+        message_idx, j, what = min(candidates, key=lambda c: (c[0], c[1]))
+        return {"message_idx": message_idx, "call_index": j, "what": what}
+    if missing and last_message is not None:
+        names = ", ".join(dict.fromkeys(r["name"] for r in missing))
+        return {"message_idx": last_message, "call_index": None,
+                "what": f"the trajectory ended without the expected {names}"}
+    return None
+
+
+#: the checks as said in a sentence (τ²-bench's ``RewardType`` and τ-bench's breakdown keys)
+CHECK_WORDS = {"DB": "database", "ENV_ASSERTION": "environment assertions", "ACTION": "expected actions",
+               "COMMUNICATE": "communicate", "NL_ASSERTION": "NL assertions", "r_actions": "database (hash)",
+               "r_outputs": "outputs"}
+
+
+def _number(value: Any) -> str:
+    return f"{float(value):g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else "?"
+
+
+def reward_verdict(reward_info: Mapping | None, basis: Iterable[str] | None = None) -> dict:
+    """Which check decided the reward, in one sentence: ``{decided_by: [kind…], computed: bool, text}``.
+
+    ``computed`` is False when the harness computed no check (``reward_info`` null, or only a reward and a note: a
+    simulation cut short); τ-bench's outputs check, which replaces its database verdict in what it records, is
+    said to do so. ``basis``: the task's reward basis, where the simulation names none."""
+    info = _dict(reward_info)
+    if not info:
+        return {"decided_by": [], "computed": False,
+                "text": "the harness computed no check for this trajectory (reward_info is null): nothing in the "
+                        "file explains its reward"}
+    reward = info.get("reward")
+    env = _dict(info.get("info"))
+    if "r_outputs" in env:
+        outputs = _flag(env.get("r_outputs"))
+        if outputs and isinstance(reward, (int, float)) and float(reward) < 1.0:
+            text = (f"τ-bench's outputs check replaced the database verdict in what it recorded: the outputs passed "
+                    f"(r_outputs {_number(env.get('r_outputs'))}), yet the reward is {_number(reward)}, so the "
+                    "database check (not recorded) decided it")
+            return {"decided_by": ["DB"], "computed": True, "text": text}
+        return {"decided_by": ["COMMUNICATE"], "computed": True,
+                "text": f"τ-bench's outputs check replaced the database verdict in what it recorded: the outputs "
+                        f"{'passed' if outputs else 'failed'} (r_outputs {_number(env.get('r_outputs'))}), reward "
+                        f"{_number(reward)}"}
+    if "r_actions" in env:
+        passed = _flag(env.get("r_actions"))
+        return {"decided_by": ["DB"], "computed": True,
+                "text": f"decided by τ-bench's database check (the hash after the run {'equals' if passed else 'differs from'} "
+                        f"the one the expected actions give; r_actions {_number(env.get('r_actions'))})"}
+    breakdown = {str(k): v for k, v in _dict(info.get("reward_breakdown")).items()}
+    named = info.get("reward_basis") or (list(basis) if basis else None)
+    if not breakdown:  # the checks that count, as listed, where the harness wrote no breakdown
+        for c in reward_checks(info, named):
+            if c["counted"]:
+                breakdown[c["kind"]] = min(breakdown.get(c["kind"], 1.0), 0.0 if c["passed"] is False else 1.0)
+    if not breakdown:
+        notes = reward_notes(info)
+        why = f": {notes[0]}" if notes else ""
+        return {"decided_by": [], "computed": False,
+                "text": f"no check was computed (the file records the reward {_number(reward)} and no breakdown){why}"}
+    failing = [k for k, v in breakdown.items() if isinstance(v, (int, float)) and float(v) < 1.0]
+    passing = [k for k in breakdown if k not in failing]
+    word = lambda kinds: ", ".join(CHECK_WORDS.get(k, k) for k in kinds)  # noqa: E731
+    if failing:
+        text = (f"decided by the {word(failing)} check{'s' if len(failing) > 1 else ''} (" +
+                ", ".join(f"{CHECK_WORDS.get(k, k)} {_number(breakdown[k])}" for k in failing) + ")"
+                + (f"; {word(passing)} passed" if passing else ""))
+        return {"decided_by": failing, "computed": True, "text": text}
+    return {"decided_by": [], "computed": True,
+            "text": f"every check in the reward passed ({word(passing)}): reward {_number(reward)}"}
+
+
+# --------------------------------------------------------------------------- the task against the harness's checks
+def harness_actions(reward_info: Mapping | None) -> list[dict] | None:
+    """The expected actions the harness checked, as :func:`expected_actions` gives a task's: τ²-bench's
+    ``action_checks[].action``, τ-bench's ``reward_info.actions``; none (``[]``) where τ²-bench's action evaluator
+    noted that the task has none (it then writes no ``action_checks``); None when the simulation records nothing to
+    tell (no ``reward_info``, a simulation cut short)."""
+    info = _dict(reward_info)
+    if _dict(_dict(info.get("info")).get("action")).get("note") == NO_ACTIONS_NOTE:
+        return []
+    if isinstance(info.get("action_checks"), list):
+        return expected_actions({"evaluation_criteria": {"actions": [_dict(c).get("action") for c in
+                                                                     info["action_checks"]]}})
+    if isinstance(info.get("actions"), list):
+        return expected_actions({"actions": info["actions"]})
+    return None
+
+
+#: τ²-bench's action evaluator's note for a task without expected actions (``reward_info.info.action.note``)
+NO_ACTIONS_NOTE = "No actions to evaluate"
+
+
+def _signature(actions: list[dict]) -> list[tuple]:
+    return [(a["name"], json.dumps(a["arguments"], sort_keys=True, default=str)) for a in actions]
+
+
+def task_matches_checks(task: Mapping | None, reward_info: Mapping | None) -> bool | None:
+    """Whether ``task`` is the one the harness checked: its expected actions (name and arguments, in order; with the
+    arguments, the user they act for) are those of the harness's checks (:func:`harness_actions`). None when there
+    is nothing to compare (no task, or no checks recorded)."""
+    checked = harness_actions(reward_info)
+    if task is None or not _dict(task) or checked is None:
+        return None
+    return _signature(expected_actions(task)) == _signature(checked)
+
+
+def task_of(task_id: Any, extra: Mapping | None, tasks: Mapping[str, dict]) -> dict | None:
+    """A simulation's task: the results header's of its ``task_id`` (τ²-bench; a results directory's
+    ``results.json``), else τ-bench's ``info.task`` (``extra``: the simulation's unknown keys); None without one."""
+    if str(task_id) in tasks:
+        return tasks[str(task_id)]
+    task = _dict(_dict(_dict(extra).get("info")).get("task"))
+    return task or None
+
+
+def tasks_by_id(header: Mapping | None) -> dict[str, dict]:
+    """A results header's tasks by id."""
+    return {str(t.get("id")): t for t in _list(_dict(header).get("tasks")) if isinstance(t, Mapping)}
+
+
+#: what a run with mismatched tasks is told, after "N of M trajectories"
+TASK_MISMATCH = ("the file's task does not match the harness's checks; expected actions taken from the harness's "
+                 "checks")
+
+
+class TaskIntegrity:
+    """Counts, over a run's simulations, those whose task could be compared with the harness's checks (``checked``)
+    and those whose task is not the one simulated (``mismatched``, the first named in ``example``):
+    :func:`task_matches_checks`."""
+
+    def __init__(self, tasks: Mapping[str, dict]):
+        self.tasks, self.checked, self.mismatched, self.example = tasks, 0, 0, ""
+
+    def add(self, sim_id: Any, task_id: Any, extra: Mapping | None, reward_info: Mapping | None) -> bool | None:
+        """Count one simulation; returns :func:`task_matches_checks` of it."""
+        agrees = task_matches_checks(task_of(task_id, extra, self.tasks), reward_info)
+        if agrees is not None:
+            self.checked += 1
+            if not agrees:
+                self.mismatched += 1
+                self.example = self.example or f"simulation {sim_id}, task {task_id}"
+        return agrees
+
+    def message(self) -> str | None:
+        """"N of M trajectories: …" (:data:`TASK_MISMATCH`), or None when every task compared agrees."""
+        if not self.mismatched:
+            return None
+        return f"{self.mismatched} of {self.checked} trajectories: {TASK_MISMATCH}"

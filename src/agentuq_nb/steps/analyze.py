@@ -20,6 +20,7 @@ from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.files import content_digest
 from agentuq_nb.io.store.rundir import RunDir, is_run_folder
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, check_failure_threshold
+from agentuq_nb.records.reward_checks import TASK_MISMATCH
 from agentuq_nb.steps.base import Command, FailureThresholdField, NBootField, Reporter, SeedField, Step, StepConfig
 from agentuq_nb.steps.blackbox import BlackBoxConfig, BlackBoxEmbedder
 from agentuq_nb.steps.evaluate import EvaluateConfig
@@ -337,6 +338,10 @@ def write_report(run_dir: str | os.PathLike | RunDir, failure_threshold: float =
     warning = undefined_reason(table) if table is not None else "no estimator table: run agentuq-nb compare-estimators"
     notes = [f"failure = reward < {failure_threshold:g}; every interval is a 95% percentile bootstrap that resamples "
              "tasks (with all their trials)"]
+    mismatch = (manifest.warnings or {}).get("tasks_not_the_simulated")
+    if mismatch:  # said where the run's tables are read, not only when extract ran
+        notes.append(f"{mismatch['count']} of {mismatch.get('of', '?')} trajectories: {TASK_MISMATCH} (the "
+                     "explorer shows those)")
     captions = {"estimator_forest": "The estimator forest", "reliability": "Calibration",
                 "roc": "ROC of the evaluated estimator", "accuracy_rejection": "Accuracy-rejection curve"}
     if figures is None:

@@ -229,7 +229,7 @@ def _news(report: ExtractReport) -> InputWarnings:
     news = InputWarnings()
     for kind, info in report.warnings.as_dict().items():
         if kind not in WITHOUT_LOGPROBS:
-            news.add(kind, info["example"], info["count"])
+            news.add(kind, info["example"], info["count"], info.get("of"))
     return news
 
 

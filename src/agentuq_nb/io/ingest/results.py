@@ -36,6 +36,7 @@ from agentuq_nb.io.files import open_regular
 from agentuq_nb.io.ingest import inspect_logs, simulation_list, tau_bench
 from agentuq_nb.io.ingest.json_stream import GuardedReader, JsonScanner, LongToken, read_json_document, stream_items
 from agentuq_nb.records import Results, Simulation
+from agentuq_nb.records.reward_checks import TaskIntegrity, tasks_by_id
 
 HEADER_KEYS = ("timestamp", "info", "tasks")
 NOT_RESULTS = ("top level is neither a JSON object (τ²-bench results) nor a JSON list (the original τ-bench's "
@@ -303,10 +304,24 @@ def iter_simulations(path: str | Path, warnings: InputWarnings | None = None,
     """Stream the simulations of a results file or directory, in file order.
 
     ``warnings`` counts input kept but not as it should be (τ-bench files: malformed tool-call arguments,
-    runs that raised); without it they are not counted (what they concern is still in the simulations).
-    ``score`` (Inspect logs only): the scorer whose value is the reward, ``NAME`` or ``NAME:KEY`` (default: the
-    eval's first scorer)."""
+    runs that raised; any file: simulations whose task - the header's ``tasks``, a results directory's
+    ``results.json``, τ-bench's ``info.task`` - is not the one the harness checked,
+    :class:`~agentuq_nb.records.reward_checks.TaskIntegrity`, counted once the last simulation is read); without
+    it they are not counted (what they concern is still in the simulations). ``score`` (Inspect logs only): the
+    scorer whose value is the reward, ``NAME`` or ``NAME:KEY`` (default: the eval's first scorer)."""
     path = Path(path)
+    if warnings is None or inspect_logs.is_inspect_log(path):  # an Inspect log has no task list to check
+        yield from _iter_simulations(path, warnings, score)
+        return
+    integrity = TaskIntegrity(tasks_by_id(read_header(path, score)))
+    for sim in _iter_simulations(path, warnings, score):
+        integrity.add(sim.id, sim.task_id, sim.model_extra,
+                      None if sim.reward_info is None else sim.reward_info.model_dump())
+        yield sim
+    warnings.add("tasks_not_the_simulated", f"{path} {integrity.example}", integrity.mismatched, of=integrity.checked)
+
+
+def _iter_simulations(path: Path, warnings: InputWarnings | None, score: str | None) -> Iterator[Simulation]:
     layout = layout_before_simulations(path)  # v0 or v1 needs no telling apart here: read alike
     if layout == inspect_logs.LAYOUT:
         yield from inspect_logs.iter_simulations(path, warnings, score)
