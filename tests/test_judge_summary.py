@@ -1,0 +1,163 @@
+"""τ²-bench's published judge summaries (``../shared/data/judges``) read as labelled runs, and per-trajectory scores from
+elsewhere imported as the ``external`` family: the real files, small where a subset does."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.metrics import roc_auc_score
+
+from agentuq_nb.io.errors import InputError
+from agentuq_nb.io.ingest import judge_summary
+from agentuq_nb.io.ingest.results import detect_layout, iter_simulations, read_header
+from agentuq_nb.io.ingest.score_files import read_score_file, verdict_score
+
+ROOT = Path(__file__).resolve().parents[1]
+JUDGES = ROOT.parent / "shared" / "data" / "judges"
+RETAIL = JUDGES / "retail-multi-judge-full.json.summary_customer_outcome_v1.json"
+RETAIL_TRIAGE = JUDGES / "retail-multi-judge-full.json.summary_quick_triage_v1.json"
+TELECOM = JUDGES / "telecom-multi-judge-full.json.summary_customer_outcome_v1.json"
+
+
+def require(path: Path) -> Path:
+    if not path.is_file():
+        pytest.skip(f"{path} not found (the published judge summaries live in ../shared/data/judges)")
+    return path
+
+
+def subset(path: Path, out: Path, n: int, change=None) -> Path:
+    """The first ``n`` entries of a real summary written to ``out`` (``change(entries)`` edits them first)."""
+    data = json.loads(require(path).read_text())
+    data["entries"] = data["entries"][:n]
+    if change is not None:
+        change(data["entries"])
+    out.write_text(json.dumps(data))
+    return out
+
+
+def test_the_retail_summary_reads_as_a_run_of_114_labelled_trajectories():
+    path = require(RETAIL)
+    assert detect_layout(path) == judge_summary.LAYOUT
+    header = read_header(path)
+    assert header["info"]["environment_info"]["domain_name"] == "retail"
+    assert header["info"]["environment_info"]["policy"].startswith("# Retail agent policy")
+    assert header["info"]["judge_summary"]["model"] == "azure/gpt-4o-2024-11-20"
+    sims = list(iter_simulations(path))
+    assert len(sims) == 114 and len({s.id for s in sims}) == 114
+    rewards = [s.reward for s in sims]
+    assert (rewards.count(1.0), rewards.count(0.0)) == (68, 46)
+    roles = pd.Series([m.role for s in sims for m in s.messages]).value_counts()
+    assert set(roles.index) == {"assistant", "user", "tool"}
+    calls = [c for s in sims for m in s.messages for c in (m.tool_calls or [])]
+    tools = [m for s in sims for m in s.messages if m.role == "tool"]
+    assert len(calls) == len(tools) == 860  # the transcript's 860 TOOL CALL lines, each answered
+    assert all(isinstance(c.arguments, dict) and "__malformed__" not in json.dumps(c.arguments) for c in calls)
+    assert all(t.requestor == "assistant" for t in tools)
+    first = sims[0]  # entry 0: task 4, a t-shirt modified; its transcript's lines 20-21 are the call and its result
+    call_msg = next(m for m in first.messages if m.tool_calls and m.tool_calls[0].name == "modify_pending_order_items")
+    assert call_msg.tool_calls[0].arguments["new_item_ids"] == ["9647292434"]
+    answer = first.messages[call_msg.turn_idx + 1]
+    assert answer.role == "tool" and answer.id == call_msg.tool_calls[0].id and answer.id.startswith("call_")
+    assert first.messages[-1].role == "user" and first.termination_reason == "user_stop"
+    # a message over several lines stays one message (its numbered list is no message of its own)
+    multi = [m for s in sims for m in s.messages if m.role == "assistant" and m.content and "\n1. " in m.content]
+    assert multi
+
+
+def test_telecom_tool_results_of_the_users_own_calls_are_kept_as_the_users():
+    sims = list(iter_simulations(require(TELECOM)))
+    assert len(sims) == 114
+    tools = [m for s in sims for m in s.messages if m.role == "tool"]
+    by_user = [m for m in tools if m.requestor == "user"]
+    assert by_user and all(getattr(m, "name", None) is None for m in by_user)
+    # an assistant text line followed by its calls is one message with both (τ²-bench's shape)
+    assert any(m.content and m.tool_calls for s in sims for m in s.messages if m.role == "assistant")
+    for s in sims:  # every assistant call answered by the next results, ids shared
+        for i, m in enumerate(s.messages):
+            for k, call in enumerate(m.tool_calls or []):
+                assert s.messages[i + 1 + k].id == call.id
+
+
+def test_the_four_summaries_of_a_run_hold_the_same_trajectories(tmp_path):
+    a = [(s.id, [m.content for m in s.messages]) for s in iter_simulations(subset(RETAIL, tmp_path / "a.json", 5))]
+    b = [(s.id, [m.content for m in s.messages]) for s in
+         iter_simulations(subset(RETAIL_TRIAGE, tmp_path / "b.json", 5))]
+    assert a == b
+
+
+@pytest.mark.parametrize("change, said", [
+    (lambda e: e[1].update(judge_prompt=e[1]["judge_prompt"].replace("Conversation transcript:", "Transcript:")),
+     "has 0 'Conversation transcript:' lines"),
+    (lambda e: e[1].update(judge_prompt=e[1]["judge_prompt"].replace("Conversation transcript:\n1. ",
+                                                                     "Conversation transcript:\nhello\n1. ")),
+     "first line is not '1. Assistant"),
+    (lambda e: e[1].update(tau2_reward="1.0"), "'tau2_reward' is '1.0'"),
+    (lambda e: e[1].pop("simulation_id"), "'simulation_id' is null"),
+])
+def test_a_malformed_entry_is_one_line_naming_the_file_and_the_entry(tmp_path, change, said):
+    path = subset(RETAIL, tmp_path / "bad.json", 3, change)
+    with pytest.raises(InputError) as err:
+        list(iter_simulations(path))
+    text = str(err.value)
+    assert "\n" not in text and str(path) in text and said in text and "entries[1]" in text
+
+
+def test_extract_analyze_and_import_scores_reproduce_the_published_verdicts_auroc(tmp_path):
+    from agentuq_nb.steps.compare_estimators import compare_estimators
+    from agentuq_nb.steps.extract import extract
+    from agentuq_nb.steps.import_scores import import_scores
+
+    path = require(RETAIL)
+    run = tmp_path / "run"
+    extract(path, run)
+    imported = import_scores(run, path)
+    assert imported.name == "customer_outcome_v1" and imported.counts["n_matched"] == 114
+    assert set(imported.rows["verdict"]) == {"pass", "fail"} and imported.rows["justification"].notna().all()
+    entries = json.loads(path.read_text())["entries"]
+    failed = np.array([e["tau2_reward"] < 1 for e in entries])
+    verdict = np.array([verdict_score(e["judge_verdict"]) for e in entries])
+    expected = roc_auc_score(failed, verdict)
+    table = compare_estimators(run, names=["external.customer_outcome_v1"], blackbox=False, n_boot=0, combine=False)
+    row = table.set_index("estimator").loc["external.customer_outcome_v1"]
+    assert row["family"] == "external" and row["n"] == 114
+    assert row["auroc"] == pytest.approx(expected, abs=1e-12)
+    assert np.isfinite(row["diff_vs_length"])  # the paired difference from the best length baseline
+
+
+def test_a_score_file_whose_keys_match_too_few_trajectories_is_refused_with_the_counts(tmp_path):
+    from agentuq_nb.steps.extract import extract
+    from agentuq_nb.steps.import_scores import import_scores
+
+    run = tmp_path / "run"
+    extract(subset(RETAIL, tmp_path / "retail.json", 20), run)
+    sims = list(iter_simulations(tmp_path / "retail.json"))
+    rows = [{"task_id": s.task_id, "trial": 0, "score": 0.1 * i} for i, s in enumerate(sims[:6])]
+    rows += [{"task_id": f"other-{i}", "trial": 0, "score": 0.5} for i in range(10)]
+    pd.DataFrame(rows).to_csv(tmp_path / "scores.csv", index=False)
+    with pytest.raises(InputError) as err:
+        import_scores(run, tmp_path / "scores.csv", name="vendor")
+    text = str(err.value)
+    assert "match 6 of the run's 20 trajectories (30%)" in text and "10 of its 16 rows" in text
+    assert not (run / "external_scores.parquet").exists()
+    # at a stated threshold it is taken, the safety score negated for ranking
+    done = import_scores(run, tmp_path / "scores.csv", name="vendor", orientation="safety", min_match=0.25)
+    assert done.counts["n_matched"] == 6 and (done.rows["risk"] == -done.rows["score"]).all()
+
+
+@pytest.mark.parametrize("body, said", [
+    ("simulation_id,score\na,0.5\nb,nan\n", "line 3"),
+    ("simulation_id,score\na,0.5\na,0.7\n", "simulation_id a is scored more than once (line 2, line 3"),
+    ("simulation_id,score\na,high\n", "score 'score' 'high' is not a number"),
+    ('{"simulation_id": "a", "score": 1}\n{"simulation_id": "b", "score": Infinity}\n', "line 2"),
+    ('{"simulation_id": "a", "score": 1}\n[1, 2]\n', "line is not a JSON object (at line 2)"),
+    ("id,score\na,1\n", "no key columns"),
+])
+def test_a_bad_score_file_is_one_line_naming_the_file_and_the_row(tmp_path, body, said):
+    path = tmp_path / "scores.txt"
+    path.write_text(body)
+    with pytest.raises(InputError) as err:
+        read_score_file(path)
+    assert str(path) in str(err.value) and said in str(err.value) and "\n" not in str(err.value)
