@@ -161,3 +161,23 @@ def test_a_bad_score_file_is_one_line_naming_the_file_and_the_row(tmp_path, body
     with pytest.raises(InputError) as err:
         read_score_file(path)
     assert str(path) in str(err.value) and said in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_explorer_shows_each_monitors_verdict_and_justification_beside_the_trajectory(tmp_path):
+    from agentuq_nb.figures.explorer import explorer_data
+    from agentuq_nb.steps.extract import extract
+    from agentuq_nb.steps.import_scores import import_scores
+
+    path = subset(RETAIL, tmp_path / "retail.json", 8)
+    extract(path, tmp_path / "run")
+    import_scores(tmp_path / "run", path, name="published")
+    data = explorer_data(tmp_path / "run", max_trajectories=8)
+    entries = {e["task_id"]: e for e in json.loads(path.read_text())["entries"]}
+    assert any(e["name"] == "external.published" and e["family"] == "external" for e in data["estimators"])
+    for t in data["trajectories"]:
+        (monitor,) = t["monitors"]
+        entry = entries[t["task_id"]]
+        assert monitor["estimator"] == "external.published" and monitor["verdict"] == entry["judge_verdict"]
+        assert monitor["justification"] == entry["judge_justification"]
+        assert monitor["cost_usd"] == pytest.approx(entry["judge_cost_usd"], abs=1e-4)
+        assert t["values"]["external.published"] == verdict_score(entry["judge_verdict"])

@@ -12,7 +12,7 @@ from agentuq_nb.estimators.base import Family, declare_family, register
 from agentuq_nb.estimators.monitor import MonitorFamily
 
 #: scores imported from outside (published judge verdicts, third-party trust scores)
-EXTERNAL = declare_family(Family("external", rank=78, label="external monitors", color="#AA4499", forest_order=5))
+EXTERNAL = declare_family(Family("external", rank=78, label="external monitors", color="#999933", forest_order=5))
 
 
 @register
