@@ -181,3 +181,19 @@ def test_the_explorer_shows_each_monitors_verdict_and_justification_beside_the_t
         assert monitor["justification"] == entry["judge_justification"]
         assert monitor["cost_usd"] == pytest.approx(entry["judge_cost_usd"], abs=1e-4)
         assert t["values"]["external.published"] == verdict_score(entry["judge_verdict"])
+
+
+def test_two_summaries_of_one_run_are_refused_as_two_runs(tmp_path):
+    from agentuq_nb.steps.compare_runs import compare_runs
+    from agentuq_nb.steps.detector_inputs import resolve_sources
+    from agentuq_nb.steps.extract import extract
+
+    outcome = subset(RETAIL, tmp_path / "outcome.json", 6)
+    triage = subset(RETAIL_TRIAGE, tmp_path / "triage.json", 6)
+    with pytest.raises(InputError, match="holds 6 of the same simulations as .*outcome.json"):
+        resolve_sources([outcome, triage])
+    extract(outcome, tmp_path / "a")
+    extract(triage, tmp_path / "b")
+    with pytest.raises(InputError, match="holds 6 of the same simulations as"):
+        compare_runs([tmp_path / "a", tmp_path / "b"], out=tmp_path / "cmp")
+    assert not (tmp_path / "cmp").exists()

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from agentuq_nb.distributed import JobRunner
 from agentuq_nb.io.errors import InputError
+from agentuq_nb.io.ingest import judge_summary
 from agentuq_nb.io.ingest.results import detect_layout, iter_simulations, read_header
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records import Results
@@ -102,6 +103,14 @@ def resolve_sources(paths: Sequence[str | os.PathLike]) -> list[Source]:
         if s.sha256 in seen:
             raise InputError(s.given, f"holds the same results as {seen[s.sha256].given}: each run counts once")
         seen[s.sha256] = s
+    judged: list[tuple[Source, frozenset]] = []
+    for s in sources:  # a judge summary per prompt of one run: the same trajectories under another content hash
+        if s.layout == judge_summary.LAYOUT:
+            ids = judge_summary.simulation_ids(s.results)
+            shared = next(((o, len(ids & o_ids)) for o, o_ids in judged if ids & o_ids), None)
+            if shared:
+                raise InputError(s.given, judge_summary.same_run_message(shared[1], str(shared[0].given)))
+            judged.append((s, ids))
     return sources
 
 

@@ -40,9 +40,9 @@ model is not recorded in the file.
 
 **One run, four files.** The script writes one summary per judge prompt, each with the same simulations and the same
 transcripts: a run is one of them (any one; what differs is the verdicts, which ``import-scores`` takes from each file
-onto that one run). Two summaries of one run extracted as two runs are the same trajectories twice: ``compare-runs``
-and ``train-detector`` then count them twice (a detector's "other runs" would hold the very trajectories it is
-tested on); give them one.
+onto that one run). Two summaries of one run given as two runs would be the same trajectories twice (a detector's
+"other runs" holding the very trajectories it is tested on): ``compare-runs`` and ``train-detector`` refuse judge
+summaries that share simulations (:func:`simulation_ids`, :func:`same_run_message`).
 
 Every entry is untrusted: what does not read as the above is one :class:`~agentuq_nb.io.errors.InputError` naming
 the file, the entry (its index and simulation id) and the line.
@@ -288,6 +288,18 @@ def results_header(path: str | Path) -> dict[str, Any]:
                             "environment_info": {"domain_name": domain, **({"policy": policy} if policy else {})},
                             "judge_summary": {**totals, **judge}}
     return {"info": info}
+
+
+def simulation_ids(path: str | Path) -> frozenset[str]:
+    """The simulation ids a judge summary judged: what tells two summaries of one run (one per prompt) apart from
+    summaries of two runs."""
+    return frozenset(str(e.get("simulation_id")) for e in stream_items(Path(path), "entries.item") if isinstance(e, dict))
+
+
+def same_run_message(n_shared: int, other: str) -> str:
+    """What a command says of a judge summary that shares ``n_shared`` simulations with input ``other``."""
+    return (f"holds {n_shared} of the same simulations as {other}: the judge summaries of one run (one per judge "
+            "prompt) hold the same trajectories; give the run once (import the other prompts' verdicts onto it)")
 
 
 def iter_simulations(path: str | Path, warnings: InputWarnings | None = None) -> Iterator[Simulation]:
