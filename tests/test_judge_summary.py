@@ -197,3 +197,48 @@ def test_two_summaries_of_one_run_are_refused_as_two_runs(tmp_path):
     with pytest.raises(InputError, match="holds 6 of the same simulations as"):
         compare_runs([tmp_path / "a", tmp_path / "b"], out=tmp_path / "cmp")
     assert not (tmp_path / "cmp").exists()
+
+
+def test_the_monitors_are_a_feature_group_the_detector_may_use(tmp_path):
+    from agentuq_nb.steps.extract import extract
+    from agentuq_nb.steps.import_scores import import_scores
+    from agentuq_nb.steps.predict import predict
+    from agentuq_nb.steps.train_detector import train_detector
+
+    runs = []
+    for name, path in (("retail", RETAIL), ("telecom", TELECOM)):
+        small = subset(path, tmp_path / f"{name}.json", 30)
+        extract(small, tmp_path / name)
+        import_scores(tmp_path / name, small, name="published")
+        runs.append(tmp_path / name)
+    trained = train_detector(runs, tmp_path / "detector", groups=["length", "monitors"], embedder="none",
+                             protocols=["within_run", "leave_one_run_out"], n_boot=0, n_splits=3)
+    card = json.loads((tmp_path / "detector" / "card.json").read_text())
+    assert card["feature_groups"] == ["length", "monitors"]
+    assert trained.protocols["protocol"].tolist()[:2] == ["within_run", "leave_one_run_out"]
+    assert "monitor.external.published" in (tmp_path / "detector" / "model.json").read_text()
+    # a run without the monitor cannot be scored by it; one that holds it can
+    extract(subset(RETAIL, tmp_path / "bare.json", 10), tmp_path / "bare")
+    with pytest.raises(InputError, match="holds none"):
+        predict(tmp_path / "detector", tmp_path / "bare")
+    with pytest.raises(InputError, match="give the run folder"):
+        train_detector([tmp_path / "retail.json", runs[1]], tmp_path / "d2", groups=["monitors"], embedder="none",
+                       protocols=["within_run"], n_boot=0)
+
+
+def test_import_scores_on_the_command_line_refuses_mismatched_keys_in_one_line(tmp_path):
+    from typer.testing import CliRunner
+
+    from agentuq_nb.cli import app
+    from agentuq_nb.steps.extract import extract
+
+    small = subset(RETAIL, tmp_path / "retail.json", 12)
+    extract(small, tmp_path / "run")
+    other = subset(TELECOM, tmp_path / "telecom.json", 12)  # another run's verdicts: no key matches
+    result = CliRunner().invoke(app, ["import-scores", str(tmp_path / "run"), str(other)])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and str(other) in lines[0]
+    assert "match 0 of the run's 12 trajectories (0%)" in lines[0] and "12 of its 12 rows" in lines[0]
+    done = CliRunner().invoke(app, ["import-scores", str(tmp_path / "run"), str(small), "--name", "outcome"])
+    assert done.exit_code == 0 and "external.outcome: 12 of the run's 12 trajectories scored" in done.output
