@@ -242,3 +242,32 @@ def test_import_scores_on_the_command_line_refuses_mismatched_keys_in_one_line(t
     assert "match 0 of the run's 12 trajectories (0%)" in lines[0] and "12 of its 12 rows" in lines[0]
     done = CliRunner().invoke(app, ["import-scores", str(tmp_path / "run"), str(small), "--name", "outcome"])
     assert done.exit_code == 0 and "external.outcome: 12 of the run's 12 trajectories scored" in done.output
+
+
+def test_the_judges_notebook_sets_each_prompt_against_length_and_the_prior(tmp_path):
+    """Notebook 15 on the retail summaries of two prompts and one prior run (few resamples: a smoke run of
+    params/judges.yaml's study): the table's numbers are sklearn's AUROC of the verdicts, the figure, the sentences."""
+    import nbformat
+    import yaml
+
+    from agentuq_nb.pipeline import judges
+    from agentuq_nb.pipeline.reproduce import run_study
+
+    prior = ROOT.parent / "shared" / "data" / "real_runs" / "ft-gpt-4.1_retail_1trial.json"
+    files = [str(require(RETAIL)), str(require(RETAIL_TRIAGE)), str(tmp_path / "absent.json")]
+    params = tmp_path / "judges_smoke.yaml"
+    params.write_text(yaml.safe_dump({"parameters": {"summaries": files, "prior_runs": [str(require(prior))],
+                                                     "n_boot": 50}, "notebooks": ["15_judges"]}))
+    run_dir = run_study(params, root=ROOT, output_root=tmp_path, log=lambda *_: None)
+    assert (tmp_path / "figures" / "judges_smoke" / "judges_auroc.png").stat().st_size > 1000
+    executed = nbformat.read(run_dir / "notebooks" / "15_judges.ipynb", as_version=4)
+    text = "".join(str(o.get("text", "")) + str(o.get("data", {}).get("text/markdown", ""))
+                   for c in executed.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert "**retail**: 114 trajectories, 46 failed, judged with 2 prompt(s)" in text and "skipped" in text
+    assert "the best length baseline (num_tool_calls) reaches 0.63" in text and "The task prior covers" in text
+    table = judges.judge_rows(judges.read_inputs(files[:2], [prior]), n_boot=0)
+    entries = json.loads(RETAIL.read_text())["entries"]
+    expected = roc_auc_score([e["tau2_reward"] < 1 for e in entries], [verdict_score(e["judge_verdict"]) for e in entries])
+    row = table.set_index("prompt").loc["customer_outcome_v1"]
+    assert row["auroc"] == pytest.approx(expected) and row["n"] == 114
+    assert row["total_cost_usd"] == pytest.approx(sum(e["judge_cost_usd"] for e in entries))
