@@ -271,3 +271,30 @@ def test_the_judges_notebook_sets_each_prompt_against_length_and_the_prior(tmp_p
     row = table.set_index("prompt").loc["customer_outcome_v1"]
     assert row["auroc"] == pytest.approx(expected) and row["n"] == 114
     assert row["total_cost_usd"] == pytest.approx(sum(e["judge_cost_usd"] for e in entries))
+
+
+def test_a_jsonl_trust_score_keyed_by_task_is_an_estimator_ranked_negated(tmp_path):
+    from agentuq_nb.estimators import get
+    from agentuq_nb.io.store.rundir import RunDir
+    from agentuq_nb.steps.extract import extract
+    from agentuq_nb.steps.import_scores import import_scores
+
+    small = subset(RETAIL, tmp_path / "retail.json", 10)
+    extract(small, tmp_path / "run")
+    sims = list(iter_simulations(small))
+    lines = [json.dumps({"task_id": s.task_id, "score": 0.9 if s.reward == 1 else 0.2, "verdict": "trusted"})
+             for s in sims]
+    (tmp_path / "trust.jsonl").write_text("\n".join(lines) + "\n")
+    done = import_scores(tmp_path / "run", tmp_path / "trust.jsonl", name="vendor", orientation="safety")
+    assert done.counts["keyed_by"] == "task_id" and done.counts["n_matched"] == 10
+    estimator = get("external.vendor")
+    assert estimator.family == "external" and estimator.is_available(RunDir(tmp_path / "run"))
+    scores = estimator.scores(RunDir(tmp_path / "run"))
+    failed = {s.task_id: s.reward < 1 for s in sims}
+    assert all((value > -0.5) == failed[key[1]] for key, value in scores.items())  # failures riskiest
+    # a second import of another name keeps the first; the same name again replaces it
+    import_scores(tmp_path / "run", small, name="published")
+    import_scores(tmp_path / "run", tmp_path / "trust.jsonl", name="vendor")
+    table = pd.read_parquet(tmp_path / "run" / "external_scores.parquet")
+    assert table.groupby("monitor").size().to_dict() == {"published": 10, "vendor": 10}
+    assert table.loc[table["monitor"] == "vendor", "higher_is_uncertain"].all()

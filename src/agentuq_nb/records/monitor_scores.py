@@ -111,8 +111,8 @@ class ScoreMatchError(ValueError):
 
 def match_scores(trajectories: pd.DataFrame, scores: pd.DataFrame,
                  min_match: float = DEFAULT_MIN_MATCH) -> tuple[pd.DataFrame, dict]:
-    """The rows of ``scores`` (a score file's frame: ``simulation_id``, or ``task_id`` and ``trial`` with ``domain``
-    where a run spans several, then ``score`` …) joined to the run's ``trajectories`` (keys + ``simulation_id``), and
+    """The rows of ``scores`` (a score file's frame: ``simulation_id``, or ``task_id`` with ``trial`` and ``domain``
+    where a run needs them, then ``score`` …) joined to the run's ``trajectories`` (keys + ``simulation_id``), and
     the counts: ``n_run`` (the run's trajectories), ``n_file`` (the file's rows), ``n_matched``, ``n_unmatched_rows``
     (rows naming no trajectory of the run), ``unmatched_example``, ``keyed_by``. A :class:`ScoreMatchError` with the
     counts where fewer than ``min_match`` of the run's trajectories are matched; a ValueError where the file's keys
@@ -126,14 +126,16 @@ def match_scores(trajectories: pd.DataFrame, scores: pd.DataFrame,
     else:
         keyed_by = [k for k in ("domain", "task_id", "trial") if k in file.columns]
         file["task_id"] = file["task_id"].astype("string")
-        file["trial"] = file["trial"].astype("Int64")
+        if "trial" in file.columns:
+            file["trial"] = file["trial"].astype("Int64")
         if "domain" in file.columns:
             file["domain"] = file["domain"].astype(str)
     if runs.duplicated(keyed_by).any():
         shared = runs[runs.duplicated(keyed_by, keep=False)].iloc[0]
         raise ValueError(f"{' / '.join(f'{k} {shared[k]}' for k in keyed_by)} names more than one trajectory of the "
-                         f"run (several domains or seeds): key the scores by simulation_id"
-                         f"{'' if 'domain' in keyed_by else ' or add a domain column'}")
+                         f"run (several domains, trials or seeds): key the scores by simulation_id"
+                         f"{'' if 'trial' in keyed_by else ', or add a trial column'}"
+                         f"{'' if 'domain' in keyed_by else ', or add a domain column'}")
     file_cols = [c for c in file.columns if c not in TRAJECTORY_KEYS and c != "simulation_id"] + keyed_by
     joined = runs.merge(file[file_cols], on=keyed_by, how="inner")
     unmatched = file.merge(runs[keyed_by], on=keyed_by, how="left", indicator=True)

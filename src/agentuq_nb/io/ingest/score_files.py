@@ -2,7 +2,8 @@
 verdicts.
 
 * **A score file** (:func:`read_score_file`): CSV (a header row) or JSONL (one object per line), one row per
-  trajectory, keyed by ``simulation_id``, or by ``task_id`` and ``trial`` (``domain`` too where the run spans several);
+  trajectory, keyed by ``simulation_id``, or by ``task_id`` and ``trial`` (``domain`` too where the run spans several;
+  ``task_id`` alone where the run has one trajectory per task);
   the score in a column (``score`` unless told); ``verdict``, ``justification`` and ``cost_usd`` kept where present.
   Refused with one line naming the file and the row: a file larger than
   :data:`~agentuq_nb.common.limits.MAX_SCORE_FILE_BYTES`, a line that is no JSON object, a missing key or score
@@ -41,7 +42,8 @@ PASS_VERDICTS = frozenset({"pass", "passed", "success", "succeeded", "satisfied"
 #: the score of a verdict that is neither (partially satisfied, unknown): between the two
 OTHER_VERDICT_SCORE = 0.5
 #: the columns a score file may key its rows by, in order of preference
-KEY_SETS = (("simulation_id",), ("domain", "task_id", "trial"), ("task_id", "trial"))
+KEY_SETS = (("simulation_id",), ("domain", "task_id", "trial"), ("task_id", "trial"), ("domain", "task_id"),
+            ("task_id",))
 OPTIONAL = ("verdict", "justification", "cost_usd")
 #: characters of a justification kept (a judge's reasons: a paragraph)
 MAX_JUSTIFICATION_CHARS = 4000
@@ -125,7 +127,7 @@ def read_score_file(path: str | Path, column: str = "score") -> pd.DataFrame:
     columns = set().union(*(row.keys() for row in rows))
     keys = next((k for k in KEY_SETS if all(c in columns for c in k)), None)
     if keys is None:
-        raise InputError(path, f"no key columns: a score file needs 'simulation_id', or 'task_id' and 'trial' (it has "
+        raise InputError(path, f"no key columns: a score file needs 'simulation_id', or 'task_id' (and 'trial') (it has "
                                f"{', '.join(sorted(c for c in columns if c != 'row'))[:200]})")
     if column not in columns:
         raise InputError(path, f"no score column '{column}' (it has {', '.join(sorted(columns - {'row'}))[:200]}); "
