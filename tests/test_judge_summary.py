@@ -298,3 +298,19 @@ def test_a_jsonl_trust_score_keyed_by_task_is_an_estimator_ranked_negated(tmp_pa
     table = pd.read_parquet(tmp_path / "run" / "external_scores.parquet")
     assert table.groupby("monitor").size().to_dict() == {"published": 10, "vendor": 10}
     assert table.loc[table["monitor"] == "vendor", "higher_is_uncertain"].all()
+
+
+def test_monitors_imported_onto_trajectories_since_replaced_are_left_out_and_dropped(tmp_path):
+    from agentuq_nb.estimators import available
+    from agentuq_nb.steps.extract import extract
+    from agentuq_nb.steps.import_scores import import_scores
+
+    first = subset(RETAIL, tmp_path / "first.json", 5)
+    second = subset(RETAIL, tmp_path / "second.json", 10, change=lambda e: e.__delitem__(slice(0, 5)))
+    extract(first, tmp_path / "run")
+    import_scores(tmp_path / "run", first, name="old")
+    extract(second, tmp_path / "run")  # other trajectories: the old monitor scores another run
+    assert not any(n.startswith("external.") for n in available(tmp_path / "run"))
+    done = import_scores(tmp_path / "run", second, name="new")
+    assert done.dropped == ["old"] and done.counts["n_matched"] == 5
+    assert [n for n in available(tmp_path / "run") if n.startswith("external.")] == ["external.new"]

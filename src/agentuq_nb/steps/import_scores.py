@@ -13,7 +13,7 @@ prompt (``customer_outcome_v1``) unless ``--name`` says otherwise.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional
 
@@ -21,10 +21,10 @@ import pandas as pd
 from pydantic import Field, field_validator
 
 from agentuq_nb.common.naming import slug
-from agentuq_nb.io.errors import InputError
+from agentuq_nb.io.errors import InputError, StaleArtifactError
 from agentuq_nb.io.ingest import judge_summary
 from agentuq_nb.io.ingest.score_files import read_scores
-from agentuq_nb.io.store.rundir import RunDir
+from agentuq_nb.io.store.rundir import RunDir, read_parquet_file
 from agentuq_nb.records.monitor_scores import (
     DEFAULT_MIN_MATCH,
     ScoreMatchError,
@@ -70,6 +70,8 @@ class ImportedScores:
     rows: pd.DataFrame
     counts: dict
     run_dir: Path
+    #: monitors imported onto the run's earlier trajectories (since extracted again), dropped: import them again
+    dropped: list[str] = field(default_factory=list)
 
 
 def monitor_name(config: ImportScoresConfig, scores: pd.DataFrame) -> str:
@@ -104,11 +106,17 @@ def run(run_dir: str | Path | RunDir, config: ImportScoresConfig) -> ImportedSco
             source = f"judge summary {scores.attrs.get('prompt_name')} by {scores.attrs.get('judge_model')} ({source})"
         rows = matched.assign(monitor=name, higher_is_uncertain=config.orientation == "risk", source=source)
         rows = rows.drop(columns=["row"], errors="ignore")
-        existing = folder.read_frame(ARTIFACT) if folder.has(ARTIFACT) else None
+        existing, dropped = None, []
+        if folder.has(ARTIFACT):
+            try:
+                existing = folder.read_frame(ARTIFACT)
+            except StaleArtifactError:  # imported onto trajectories since replaced: they score another run
+                dropped = sorted(set(read_parquet_file(folder.file(ARTIFACT), columns=["monitor"])["monitor"]))
         table = replace_monitor(existing, rows)
         with folder.commit(STEP.name) as commit:
             commit.write_parquet(ARTIFACT, table, based_on=folder.based_on("trajectories"))
-    return ImportedScores(name, table[table["monitor"] == name].reset_index(drop=True), counts, folder.path)
+    return ImportedScores(name, table[table["monitor"] == name].reset_index(drop=True), counts, folder.path,
+                          [d for d in dropped if d != name])
 
 
 def show(result: ImportedScores, run_dir: Path, config: ImportScoresConfig, say: Reporter) -> None:
@@ -119,6 +127,9 @@ def show(result: ImportedScores, run_dir: Path, config: ImportScoresConfig, say:
     if c["n_unmatched_rows"]:
         say.say(f"{c['n_unmatched_rows']} of the file's rows name no trajectory of this run, e.g. "
                 f"{c['unmatched_example']}", warn=True)
+    if result.dropped:
+        say.say(f"dropped the monitors imported onto the run's earlier trajectories (extracted again since): "
+                f"{', '.join(result.dropped)}; import them again", warn=True)
     if c["n_matched"] < c["n_run"]:
         say.say(f"{c['n_run'] - c['n_matched']} trajectories have no score: the estimator table ranks "
                 f"external.{result.name} on the {c['n_matched']} scored", warn=True)
