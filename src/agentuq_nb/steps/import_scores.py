@@ -13,6 +13,7 @@ prompt (``customer_outcome_v1``) unless ``--name`` says otherwise.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional
@@ -20,7 +21,6 @@ from typing import Any, Literal, Optional
 import pandas as pd
 from pydantic import Field, field_validator
 
-from agentuq_nb.common.naming import slug
 from agentuq_nb.io.errors import InputError, StaleArtifactError
 from agentuq_nb.io.ingest import judge_summary
 from agentuq_nb.io.ingest.score_files import read_scores
@@ -80,7 +80,7 @@ def monitor_name(config: ImportScoresConfig, scores: pd.DataFrame) -> str:
         return config.name
     prompt = scores.attrs.get("prompt_name")
     if prompt:
-        return check_monitor_name(slug(str(prompt)).lower()[:64])
+        return check_monitor_name(re.sub(r"[^a-z0-9_\-]+", "_", str(prompt).lower()).strip("_-")[:64] or "judge")
     raise InputError(config.file, "a score file's monitor needs a name: give --name NAME")
 
 
