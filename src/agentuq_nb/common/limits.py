@@ -25,6 +25,10 @@ MAX_RESOLVED_ATTACHMENT_BYTES = 256 * MiB
 #: one line of a sidecar JSONL file (one token row: a few hundred bytes; DuckDB itself stops at 16 MiB)
 MAX_SIDECAR_LINE_BYTES = 16 * MiB
 
+# ------------------------------------------------------------------ score files (io.ingest.score_files)
+#: a per-trajectory score file a user imports, or a judge summary (τ²-bench's published ones: 1.7-3.4 MB)
+MAX_SCORE_FILE_BYTES = 256 * MiB
+
 # ------------------------------------------------------------------ small JSON files of a run folder
 #: manifest.json, a commit's journal, checkpoint settings, a --tools file, the lock holder's note
 MAX_SMALL_JSON_BYTES = 64 * MiB

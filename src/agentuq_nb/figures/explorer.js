@@ -261,6 +261,7 @@ function render({ model, el }) {
       allValues(t, rank));
     node.append(head);
     if (t.detector) node.append(detectorView(t.detector));
+    if (t.monitors && t.monitors.length) node.append(monitorView(t.monitors));
     node.append(forensics(t));
     const signals = signalStrip(t, node);
     if (signals) node.append(signals);
@@ -289,6 +290,20 @@ function render({ model, el }) {
           h("td", {}, h("a", { href: "#", onclick: (ev) => { ev.preventDefault(); setEstimator(e.name); } }, e.name)),
           h("td", {}, fmt(t.values[e.name])), h("td", {}, rank[e.name] ? `${rank[e.name][0]} / ${rank[e.name][1]}` : ""),
           h("td", {}, fmt(auroc(e), 2)), h("td", {}, e.in_sample ? "IN-SAMPLE" : e.protocol || "—")))));
+  }
+
+  function monitorView(monitors) {
+    return h("div", { class: "aq-monitors" },
+      h("div", { class: "aq-section-head" }, `Monitors: what ${monitors.length === 1 ? "one" : monitors.length} ` +
+        `monitor${monitors.length === 1 ? "" : "s"} said of this trajectory`),
+      ...monitors.map((m) => h("div", { class: "aq-monitor" },
+        h("div", {},
+          h("a", { href: "#", onclick: (ev) => { ev.preventDefault(); setEstimator(m.estimator); } }, m.estimator),
+          m.verdict !== null ? h("span", { class: "aq-chip aq-chip-verdict" }, `verdict: ${m.verdict}`) : null,
+          h("span", { class: "aq-chip" }, `score ${fmt(m.score)}`),
+          m.cost_usd !== null ? h("span", { class: "aq-chip" }, `$${fmt(m.cost_usd, 4)}`) : null),
+        m.justification ? h("p", { class: "aq-justification" }, m.justification) : null,
+        m.source ? h("div", { class: "aq-detail" }, m.source) : null)));
   }
 
   function detectorView(d) {

@@ -30,6 +30,10 @@ failure probability as the ``detector`` estimator and, per trajectory, a panel o
 (:func:`run_detector_panels`); :func:`attach_detector` does the same for predictions made elsewhere. A link
 ``#trajectory=<key>`` (:func:`trajectory_key`; the run's report links every trajectory so) opens that trajectory.
 
+**Monitors.** What each monitor of the run (an LLM judge, imported scores or published verdicts: the ``judge`` and
+``external`` families) said of the trajectory - its verdict, its justification, its score and cost - stands beside the
+trajectory's messages (:func:`run_monitor_panels`).
+
 **The page is safe to share** (:func:`standalone_html`): every string from the run passes the secret masking of
 executed notebooks (:func:`agentuq_nb.common.redaction.mask_secrets`; a key split across a message's tokens is found
 on the message's text, :func:`~agentuq_nb.common.redaction.secret_spans`), and the JSON payload holds no ``<``,
@@ -59,6 +63,7 @@ from agentuq_nb.estimators import estimators as run_estimators
 from agentuq_nb.estimators import get as get_estimator
 from agentuq_nb.estimators.base import listing_hint
 from agentuq_nb.estimators.detector import DetectorProbability, read_predictions
+from agentuq_nb.estimators.monitor import monitor_families, read_monitor_rows
 from agentuq_nb.estimators.scores import score_table
 from agentuq_nb.evaluation.metrics import UndefinedMetricError, auroc
 from agentuq_nb.figures.blackbox import COMPONENTS, EVENTS
@@ -463,6 +468,7 @@ def _one_run(run: RunDir, index: int, estimators: Sequence[str] | None, scorer: 
             task_briefs[view["task"]] = {k: v for k, v in task_brief(task).items() if k != "actions"}
 
     panels = run_detector_panels(run, index)
+    monitors = run_monitor_panels(run, index)
     trajectories = []
     for (_, row), fail, has_label in zip(scores.iterrows(), failed, labelled):
         key = row["key"]
@@ -476,7 +482,7 @@ def _one_run(run: RunDir, index: int, estimators: Sequence[str] | None, scorer: 
             "failed": bool(fail) if has_label else None,
             "termination": None if pd.isna(ended.get(key)) else str(ended.get(key)),
             "values": {e.name: _num(row[e.name]) for e in chosen}, "detector": panels.get(key),
-            "decisions": decisions.get(key, []), **view})
+            "monitors": monitors.get(key, []), "decisions": decisions.get(key, []), **view})
     return {"run": {**_run_label(run), "scorer": used_scorer, "has_tokens": bool(tokens),
                     "n": len(trajectories), "failures": int((failed & labelled).sum()),
                     "unlabelled": int((~labelled).sum()),
@@ -579,6 +585,24 @@ def detector_panels(predictions: pd.DataFrame, run: int) -> dict[str, dict]:
                 for c in (contribution if isinstance(contribution, list) else [])]
         rows.sort(key=lambda c: -abs(c["contribution"] or 0))
         panels[key] = {"p_failure": _num(p), "contributions": rows}
+    return panels
+
+
+def run_monitor_panels(run: RunDir, index: int) -> dict[str, list[dict]]:
+    """Per trajectory of run ``index`` (by its key), what each monitor of the run said of it (families ``judge``,
+    ``external``…: :mod:`agentuq_nb.estimators.monitor`): ``{estimator, score, risk, verdict, justification,
+    cost_usd, source}``, the verdict and its justification where the monitor gave them."""
+    panels: dict[str, list[dict]] = {}
+    for family in monitor_families():
+        rows = read_monitor_rows(run, family)
+        if rows.empty:
+            continue
+        for key, row in zip(_keyed(rows, index), rows.itertuples(index=False)):
+            panels.setdefault(key, []).append({
+                "estimator": f"{family}.{row.monitor}", "score": _num(row.score), "risk": _num(row.risk),
+                "verdict": None if pd.isna(row.verdict) else str(row.verdict),
+                "justification": None if pd.isna(row.justification) else str(row.justification),
+                "cost_usd": _num(row.cost_usd), "source": None if pd.isna(row.source) else str(row.source)})
     return panels
 
 

@@ -50,6 +50,7 @@ from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.io.atomic import atomic_write_json, atomic_write_with
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.files import read_limited_json
+from agentuq_nb.io.ingest import judge_summary
 from agentuq_nb.io.outputs import check_output_folder
 from agentuq_nb.io.store.run_lock import RunBusyError
 from agentuq_nb.io.store.rundir import RunDir
@@ -161,7 +162,21 @@ def _check_runs(run_dirs: Sequence[str | os.PathLike]) -> list[RunDir]:
             raise InputError(run.path, "holds no trajectories (no trajectories.parquet or trajectory_summary.parquet):"
                                        f" make them with 'agentuq-nb extract RESULTS --out {run.path}'")
         runs.append(run)
+    _check_judged_once(runs)
     return runs
+
+
+def _check_judged_once(runs: Sequence[RunDir]) -> None:
+    """Refuse runs made from judge summaries of one run (one per judge prompt): the same trajectories twice."""
+    judged: list[tuple[RunDir, set]] = []
+    for run in runs:
+        if run.manifest().layout != judge_summary.LAYOUT:
+            continue
+        ids = set(run.read_frame("trajectories")["simulation_id"].dropna().astype(str))
+        for other, other_ids in judged:
+            if ids & other_ids:
+                raise InputError(run.path, judge_summary.same_run_message(len(ids & other_ids), str(other.path)))
+        judged.append((run, ids))
 
 
 def shared_estimators(runs: Sequence[RunDir], names: Sequence[str] | None = None,

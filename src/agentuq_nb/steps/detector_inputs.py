@@ -8,7 +8,8 @@ take) or as run folders, and their features, extracted batch by batch on the job
   sources, in order, with ``run`` (the source's short name) on each row: simulations are streamed in batches of
   ``batch_size``; each batch is one job of the job executor (:class:`~agentuq_nb.distributed.JobRunner`: in this
   process, or on Dask with ``scheduler``, where each worker loads the embedder once), so memory holds one batch of
-  simulations and the features, never a whole file of simulations.
+  simulations and the features, never a whole file of simulations. The ``monitors`` group is read from each run
+  folder's monitor tables (:func:`monitor_table_of`), not from the messages.
 """
 from __future__ import annotations
 
@@ -19,8 +20,12 @@ from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 
+import pandas as pd
+
 from agentuq_nb.distributed import JobRunner
+from agentuq_nb.estimators.monitor import monitor_families, read_monitor_rows
 from agentuq_nb.io.errors import InputError
+from agentuq_nb.io.ingest import judge_summary
 from agentuq_nb.io.ingest.results import detect_layout, iter_simulations, read_header
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records import Results
@@ -28,7 +33,13 @@ from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.steps.compare_runs import run_names
 from agentuq_nb.uq.blackbox_signals import tool_types
-from agentuq_nb.uq.detector_features import FeatureJob, TrajectoryFeatures, extract_job
+from agentuq_nb.uq.detector_features import (
+    MONITOR_GROUP,
+    FeatureJob,
+    TrajectoryFeatures,
+    extract_job,
+    with_monitor_columns,
+)
 
 #: simulations per feature-extraction job
 BATCH_SIZE = 200
@@ -102,6 +113,14 @@ def resolve_sources(paths: Sequence[str | os.PathLike]) -> list[Source]:
         if s.sha256 in seen:
             raise InputError(s.given, f"holds the same results as {seen[s.sha256].given}: each run counts once")
         seen[s.sha256] = s
+    judged: list[tuple[Source, frozenset]] = []
+    for s in sources:  # a judge summary per prompt of one run: the same trajectories under another content hash
+        if s.layout == judge_summary.LAYOUT:
+            ids = judge_summary.simulation_ids(s.results)
+            shared = next(((o, len(ids & o_ids)) for o, o_ids in judged if ids & o_ids), None)
+            if shared:
+                raise InputError(s.given, judge_summary.same_run_message(shared[1], str(shared[0].given)))
+            judged.append((s, ids))
     return sources
 
 
@@ -139,7 +158,42 @@ def corpus_features(sources: Sequence[Source], groups: Sequence[str], embedder: 
     for source in sources:
         if source.run is not None:
             features.index = with_run_rewards(features.index, source)
+    if MONITOR_GROUP in groups:
+        features = with_monitor_columns(features, monitor_columns(sources))
     return features
+
+
+def monitor_table_of(source: Source) -> pd.DataFrame:
+    """The trajectory keys and one column per monitor of a run folder (its risk; every monitor family's table,
+    :func:`agentuq_nb.estimators.monitor.read_monitor_rows`); an InputError for an input that is no run folder."""
+    if source.run is None:
+        raise InputError(source.given, f"the '{MONITOR_GROUP}' feature group reads the monitors imported into a run "
+                                       "folder (import-scores): give the run folder, not its results")
+    parts = []
+    for family in monitor_families():
+        rows = read_monitor_rows(source.run, family)
+        if len(rows):
+            parts.append(rows.assign(estimator=family + "." + rows["monitor"].astype(str)))
+    if not parts:
+        return pd.DataFrame(columns=TRAJECTORY_KEYS)
+    rows = pd.concat(parts, ignore_index=True)
+    wide = rows.pivot_table(index=TRAJECTORY_KEYS, columns="estimator", values="risk", dropna=False, observed=True)
+    return key_dtypes(wide.reset_index().rename_axis(columns=None))
+
+
+def monitor_columns(sources: Sequence[Source]) -> pd.DataFrame:
+    """Every source's monitor columns, ``run`` on each row; refused (naming the run) unless every source holds the
+    same monitors: a monitor some runs lack would be a column of missing values in them."""
+    tables = [monitor_table_of(s).assign(run=s.name) for s in sources]
+    held = [sorted(c for c in t.columns if c not in (*TRAJECTORY_KEYS, "run")) for t in tables]
+    for source, names in zip(sources, held):
+        if not names:
+            raise InputError(source.given, f"the '{MONITOR_GROUP}' feature group needs monitors in every run: this "
+                                           "one holds none (agentuq-nb import-scores RUN_DIR FILE --name NAME)")
+        if names != held[0]:
+            raise InputError(source.given, f"holds the monitors {', '.join(names)} where {sources[0].given} holds "
+                                           f"{', '.join(held[0])}: import the same monitors into every run")
+    return pd.concat(tables, ignore_index=True)
 
 
 def with_run_rewards(index, source: Source):

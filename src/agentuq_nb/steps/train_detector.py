@@ -93,7 +93,7 @@ class TrainDetectorConfig(StepConfig):
                                "run folders")
     out: Path = Field(description="the detector folder to write (new, or a detector folder to replace)")
     groups: list[str] = Field(list(GROUPS), description="feature groups: text, blackbox (structure + TRACER), "
-                              "embeddings, length")
+                              "embeddings, length; monitors (the run folders' imported scores and judges) when asked")
     model: Literal["logistic", "gbm"] = Field("logistic", description="logistic regression (L2) or gradient boosting")
     protocols: list[str] = Field(list(PROTOCOLS), description="protocols reported (leave_one_run_out is always "
                                  "computed: it calibrates the probabilities)")
@@ -520,7 +520,8 @@ COMMAND = Command(summary="A failure detector learned from labelled runs, judged
                   flags={"groups": "--group", "protocols": "--protocol", "early_turns": "--early-turn",
                          "early_fractions": "--early-fraction"},
                   help={"inputs": "labelled runs: " + RESULTS_HELP + ", or run folders",
-                        "groups": "a feature group: text, blackbox, embeddings, length (repeat; default: all four)",
+                        "groups": "a feature group: text, blackbox, embeddings, length, monitors (the run folders' "
+                                  "imported scores and judges; never a default) (repeat; default: the first four)",
                         "model": "logistic | gbm",
                         "protocols": "a protocol reported: within_run, leave_one_run_out, leave_run_and_task_out, "
                                      "leave_one_domain_out (repeat; default: all four)",

@@ -1,4 +1,4 @@
-"""The learned failure detector's features: one row per trajectory, in four switchable groups (calculators only;
+"""The learned failure detector's features: one row per trajectory, in switchable groups (calculators only;
 the model is :mod:`agentuq_nb.evaluation.detector_model`, the splitting :mod:`agentuq_nb.evaluation.detector_protocols`).
 
 * ``text`` - **role-tagged terms**, counted per trajectory (:func:`role_terms`): the agent's and the user's words and
@@ -17,6 +17,12 @@ the model is :mod:`agentuq_nb.evaluation.detector_model`, the splitting :mod:`ag
   TRACER embeds the same texts, so the embedder's cache serves both.
 * ``length`` - the **length baselines** (``num_messages``, ``num_tool_calls``, ``agent_chars``, as
   :func:`agentuq_nb.records.run_tables.trajectory_record` counts them), as ``log(1 + n)``.
+* ``monitors`` (:data:`MONITOR_GROUP`, never a default) - what the run's **monitors** said (imported scores, published
+  judge verdicts, LLM judges: :mod:`agentuq_nb.records.monitor_scores`), one column ``monitor.<family>.<monitor>`` per
+  monitor, its risk. They come from the run folders, not the messages: the step that reads them adds them
+  (:func:`with_monitor_columns`); a trajectory a monitor did not score is missing (the model imputes the training
+  median). A monitor that was itself fitted to these labels would leak them past the protocols: import label-blind
+  ones.
 
 :func:`extract_features` computes them for a batch of simulations (a job of the job executor: it streams, and runs on
 Dask workers as well as here); :meth:`TrajectoryFeatures.concat` joins batches. :func:`prefix_of` cuts a simulation to
@@ -49,6 +55,12 @@ from agentuq_nb.uq.transcript import transcript
 FEATURE_VERSION = "1"
 #: the feature groups, in column order
 GROUPS = ("text", "blackbox", "embeddings", "length")
+#: the group of the run's monitors (read from the run folders, never a default group)
+MONITOR_GROUP = "monitors"
+#: every group a detector may use, in column order
+ALL_GROUPS = (*GROUPS, MONITOR_GROUP)
+#: a monitor column's name: this prefix and the monitor's estimator name
+MONITOR_PREFIX = "monitor."
 LENGTH_COLUMNS = ("num_messages", "num_tool_calls", "agent_chars")
 #: the black-box columns: the structure signals and TRACER's default score and components (no U: no log-probs)
 BLACKBOX_COLUMNS = tuple(f"structure.{s}" for s in TRAJECTORY_SIGNALS) + (
@@ -215,12 +227,27 @@ class TrajectoryFeatures:
 
 
 def check_groups(groups: Iterable[str]) -> tuple[str, ...]:
-    """``groups`` in :data:`GROUPS` order, each known, at least one."""
+    """``groups`` in :data:`ALL_GROUPS` order, each known, at least one."""
     given = list(groups)
-    unknown = [g for g in given if g not in GROUPS]
+    unknown = [g for g in given if g not in ALL_GROUPS]
     if unknown or not given:
-        raise ValueError(f"feature groups must be among {', '.join(GROUPS)} (at least one), not {given}")
-    return tuple(g for g in GROUPS if g in given)
+        raise ValueError(f"feature groups must be among {', '.join(ALL_GROUPS)} (at least one), not {given}")
+    return tuple(g for g in ALL_GROUPS if g in given)
+
+
+def with_monitor_columns(features: TrajectoryFeatures, monitors: pd.DataFrame) -> TrajectoryFeatures:
+    """``features`` with one dense column per monitor (group :data:`MONITOR_GROUP`): ``monitors`` holds ``run``, the
+    trajectory keys and one column per monitor (its estimator's name: the risk it gave the trajectory); a row of
+    ``features`` no monitor scored gets NaN (imputed by the model)."""
+    names = [c for c in monitors.columns if c not in (*TRAJECTORY_KEYS, "run")]
+    keys = ["run", *TRAJECTORY_KEYS]
+    joined = key_dtypes(features.index[keys], deep=False).merge(key_dtypes(monitors, deep=False), on=keys,
+                                                                how="left", validate="many_to_one")
+    values = joined[names].to_numpy(dtype=float) if names else np.zeros((len(features), 0))
+    dense = values if features.dense is None else np.hstack([features.dense, values])
+    return TrajectoryFeatures(features.index, features.groups, features.vocabulary, features.counts, dense,
+                              [*features.dense_names, *(MONITOR_PREFIX + n for n in names)],
+                              [*features.dense_groups, *([MONITOR_GROUP] * len(names))])
 
 
 def needs_embeddings(groups: Iterable[str]) -> bool:

@@ -13,6 +13,9 @@
 * ``simulation_list`` – a bare JSON *list* of τ²-bench simulations (leaderboard submissions), recognised by its
   first item's ``messages``; each item is the simulation it is, and the header (domain, models) is made from
   them as :mod:`agentuq_nb.io.ingest.simulation_list` describes.
+* ``judge_summary`` – τ²-bench's LLM-judge summary (``{total_judged, entries: [{simulation_id, tau2_reward,
+  judge_prompt, …}]}``), recognised by that shape: the conversation in each entry's ``judge_prompt`` becomes a
+  simulation, its reward ``tau2_reward``, as :mod:`agentuq_nb.io.ingest.judge_summary` describes.
 * ``inspect`` – an Inspect AI evaluation log (``.eval``, or the older ``.json``), read through inspect-ai's own
   reader (the ``[inspect]`` extra): each sample and epoch becomes a simulation as
   :mod:`agentuq_nb.io.ingest.inspect_logs` describes; ``score`` picks the score that is the reward.
@@ -33,7 +36,7 @@ from pydantic import ValidationError
 
 from agentuq_nb.io.errors import InputError, InputWarnings, validation_problem
 from agentuq_nb.io.files import open_regular
-from agentuq_nb.io.ingest import inspect_logs, simulation_list, tau_bench
+from agentuq_nb.io.ingest import inspect_logs, judge_summary, simulation_list, tau_bench
 from agentuq_nb.io.ingest.json_stream import GuardedReader, JsonScanner, LongToken, read_json_document, stream_items
 from agentuq_nb.records import Results, Simulation
 from agentuq_nb.records.reward_checks import TaskIntegrity, tasks_by_id
@@ -44,9 +47,9 @@ NOT_RESULTS = ("top level is neither a JSON object (τ²-bench results) nor a JS
 
 
 def detect_layout(path: str | Path) -> str:
-    """Return ``"dir"``, ``"v1"``, ``"v0"``, ``"tau_bench"``, ``"simulation_list"`` or ``"inspect"``; raise InputError if
-    ``path`` is neither τ²-bench's results (a file, a directory or a bare list of simulations), nor the original
-    τ-bench's, nor an Inspect AI log."""
+    """Return ``"dir"``, ``"v1"``, ``"v0"``, ``"tau_bench"``, ``"simulation_list"``, ``"judge_summary"`` or
+    ``"inspect"``; raise InputError if ``path`` is neither τ²-bench's results (a file, a directory or a bare list of
+    simulations), nor its judge summary, nor the original τ-bench's, nor an Inspect AI log."""
     layout = layout_before_simulations(path)
     if layout is not None:
         return layout
@@ -67,6 +70,8 @@ def layout_before_simulations(path: str | Path) -> str | None:
         return "dir"
     if _first_byte(path) == b"[":
         return _list_layout(path)
+    if judge_summary.is_judge_summary(path):
+        return judge_summary.LAYOUT
     header = read_header(path)
     # τ²-bench ≥ 1.0 adds a simulation_index (null in single-file results) and a per-simulation
     # ``mode``; some writers name the format
@@ -163,6 +168,8 @@ def read_header(path: str | Path, score: str | None = None) -> dict[str, Any]:
             return {}
     elif path.is_file() and _first_byte(path) == b"[":
         return _simulation_list_header(path) if _list_layout(path) == simulation_list.LAYOUT else _tau_bench_header(path)
+    elif path.is_file() and judge_summary.is_judge_summary(path):
+        return judge_summary.results_header(path)
     try:
         header, saw_simulations = _streamed_header(path)
     except (ijson.JSONError, LongToken):  # NaN/Infinity, or a long string: the scanner reads it (linear, bounded)
@@ -329,6 +336,9 @@ def _iter_simulations(path: Path, warnings: InputWarnings | None, score: str | N
     _score_only_for_inspect(path, score)
     if layout == tau_bench.LAYOUT:
         yield from _iter_tau_bench(path, warnings)
+        return
+    if layout == judge_summary.LAYOUT:
+        yield from judge_summary.iter_simulations(path, warnings)
         return
     if layout == simulation_list.LAYOUT:
         for i, raw in enumerate(_list_items(path)):
