@@ -473,7 +473,9 @@ def test_real_tau2_runs_without_logprobs_rank_the_length_baselines(tmp_path):
 
 
 def test_the_figure_has_a_row_per_estimator_a_column_per_run_and_the_marks(two_runs):
-    from agentuq_nb.figures.run_leaderboard import run_leaderboard_figure
+    import matplotlib.text
+
+    from agentuq_nb.figures.run_leaderboard import DISPLAY_DPI, MIN_FONT_PT, column_head, run_leaderboard_figure
 
     result = build_run_leaderboard(two_runs, n_boot=100)
     fig = run_leaderboard_figure(result.leaderboard, result.long, result.runs, q=result.q)
@@ -483,8 +485,13 @@ def test_the_figure_has_a_row_per_estimator_a_column_per_run_and_the_marks(two_r
     assert labels[0].startswith(result.leaderboard["estimator"].iloc[0])
     assert sum("[length baseline]" in label for label in labels) == 3
     heads = [t.get_text() for t in ax.get_xticklabels()]
-    # the model and the domain from the results' metadata; the run's name beside them where two runs share them
-    assert heads[0].startswith("synthetic-llm · synthetic\n(alpha)\nn = 24 / ") and heads[-1].startswith("pooled (2 runs)")
+    # the run's name, beneath it the model and the domain from the results' metadata (issue 49: two runs of one
+    # model and domain are told apart by their names)
+    assert heads[0].startswith("alpha\nsynthetic-llm · synthetic\nn = 24 / ") and heads[-1].startswith("pooled (2 runs)")
+    assert column_head("run", None) == "run" and column_head("tau", "airline") == "tau\nairline"
+    # no text smaller than MIN_FONT_PT: legible (≥ 9 px) where report.html shows the figure at DISPLAY_DPI
+    sizes = [t.get_fontsize() for t in fig.findobj(matplotlib.text.Text) if t.get_text().strip() and t.get_visible()]
+    assert min(sizes) >= MIN_FONT_PT and MIN_FONT_PT / 72 * DISPLAY_DPI >= 9
     texts = [t.get_text() for t in ax.texts]
     assert "◆ reference" in texts and any(t.startswith("▲ q=") for t in texts)
     # every cell names the (failure, success) pairs of like length it rests on; the message count's is "self"

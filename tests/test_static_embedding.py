@@ -11,8 +11,8 @@ from safetensors.numpy import save_file
 
 from agentuq_nb.io.embedding_cache import cache_path
 from agentuq_nb.io.static_table import FORMAT, StaticTableWarning, read_table, table_path, write_table
-from agentuq_nb.uq.embeddings import bundled_model_path, embeddings_available, get_embedder
 from agentuq_nb.steps.blackbox import distillation_seconds
+from agentuq_nb.uq.embeddings import bundled_model_path, embeddings_available, get_embedder
 from agentuq_nb.uq.static_embedding import (
     DIMS,
     DISTILLATIONS,
