@@ -294,7 +294,8 @@ def leaderboard_view(leaderboard: pd.DataFrame, q: float) -> pd.DataFrame:
 # --------------------------------------------------------------------------- HTML
 STYLE = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#222;background:#fff}
-main{max-width:1180px;margin:0 auto;padding:18px 22px 60px}
+main{max-width:1440px;margin:0 auto;padding:18px 22px 60px}
+main p,main h1,main h2,.counts{max-width:1180px}
 h1{font-size:21px;margin:8px 0 2px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ddd}
 .sub{color:#555;margin:0 0 10px}.note{color:#555;font-size:13px;margin:4px 0}
 .warn{background:#fff6e0;border-left:4px solid #e69f00;padding:6px 10px;margin:10px 0}
@@ -303,7 +304,7 @@ h1{font-size:21px;margin:8px 0 2px}h2{font-size:17px;margin:28px 0 8px;border-bo
 table{border-collapse:separate;border-spacing:0;font-size:12.5px;margin:6px 0}
 th,td{border-bottom:1px solid #eee;padding:3px 8px;text-align:left;vertical-align:top;white-space:nowrap}
 th{background:#f5f5f5;position:sticky;top:0;z-index:2;cursor:pointer;user-select:none;white-space:normal;
-min-width:4em;max-width:11em;vertical-align:bottom}
+max-width:11em;vertical-align:bottom;overflow-wrap:anywhere}
 th[aria-sort=ascending]::after{content:" ▲"}th[aria-sort=descending]::after{content:" ▼"}
 tr{background:#fff}tr.in-sample{background:#fffbea}tr.in-sample td{color:#8a6d00}
 tr.baseline td{color:#555;font-style:italic}tr.inverted td{color:#7a2e00}
