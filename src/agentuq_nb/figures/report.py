@@ -304,7 +304,7 @@ h1{font-size:21px;margin:8px 0 2px}h2{font-size:17px;margin:28px 0 8px;border-bo
 table{border-collapse:separate;border-spacing:0;font-size:12.5px;margin:6px 0}
 th,td{border-bottom:1px solid #eee;padding:3px 8px;text-align:left;vertical-align:top;white-space:nowrap}
 th{background:#f5f5f5;position:sticky;top:0;z-index:2;cursor:pointer;user-select:none;white-space:normal;
-max-width:11em;vertical-align:bottom;overflow-wrap:anywhere}
+max-width:11em;vertical-align:bottom}
 th[aria-sort=ascending]::after{content:" ▲"}th[aria-sort=descending]::after{content:" ▼"}
 tr{background:#fff}tr.in-sample{background:#fffbea}tr.in-sample td{color:#8a6d00}
 tr.baseline td{color:#555;font-style:italic}tr.inverted td{color:#7a2e00}
@@ -342,13 +342,20 @@ document.querySelectorAll("table.sortable th").forEach(function (th) {
 """
 
 
+def breakable(name) -> str:
+    """A column name as page text (:func:`text`) that may wrap after ``_``, ``.`` and ``+`` too: a long estimator name
+    in a header (``P(failure) blackbox_gbm+length``) wraps instead of running over the next column."""
+    return text(name).replace("_", "_<wbr>").replace(".", ".<wbr>").replace("+", "+<wbr>")
+
+
 def html_table(view: pd.DataFrame, row_classes: Sequence[str] | None = None, links: Sequence[str | None] | None = None,
                link_text: str = "explore ▸", scroll: bool = True, pin_first: bool = True) -> str:
     """A sortable table of ``view``'s cells (each passed through :func:`text`), a class per row, and a last column
     of links (``links``: one relative URL per row, or None). ``scroll``: in a box that scrolls both ways, so that a
     table wider than the page never runs off its edge; ``pin_first``: its first column (what names a row) stays in
     view while it scrolls sideways, as does the column of links on the right."""
-    head = "".join(f"<th>{text(c)}</th>" for c in view.columns) + ('<th class="link"></th>' if links is not None else "")
+    head = "".join(f"<th>{breakable(c)}</th>" for c in view.columns) + ('<th class="link"></th>' if links is not None
+                                                                          else "")
     rows = []
     for i, values in enumerate(view.itertuples(index=False, name=None)):
         cls = f' class="{text(row_classes[i])}"' if row_classes is not None and row_classes[i] else ""
