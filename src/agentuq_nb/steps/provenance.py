@@ -7,16 +7,14 @@ from pathlib import Path
 
 
 def package_version() -> str:
-    """The installed agentuq_nb's version (its distribution's metadata; the package's ``__version__`` when it runs
-    from a source tree that is not installed)."""
+    """The installed agentuq_nb's version (its distribution's metadata, which pyproject.toml's ``version`` makes);
+    ``0+not-installed`` when it runs from a source tree that was never installed."""
     import importlib.metadata
 
     try:
         return importlib.metadata.version("agentuq_nb")
     except importlib.metadata.PackageNotFoundError:
-        from agentuq_nb import __version__
-
-        return __version__
+        return "0+not-installed"
 
 
 def provenance(command: str, settings: dict, inputs: dict) -> dict:
