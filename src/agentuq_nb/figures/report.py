@@ -342,10 +342,18 @@ document.querySelectorAll("table.sortable th").forEach(function (th) {
 """
 
 
+#: a column name longer than this may wrap inside a word (:func:`breakable`)
+LONG_NAME = 16
+
+
 def breakable(name) -> str:
-    """A column name as page text (:func:`text`) that may wrap after ``_``, ``.`` and ``+`` too: a long estimator name
-    in a header (``P(failure) blackbox_gbm+length``) wraps instead of running over the next column."""
-    return text(name).replace("_", "_<wbr>").replace(".", ".<wbr>").replace("+", "+<wbr>")
+    """A column name as page text (:func:`text`); one longer than :data:`LONG_NAME` may wrap after ``_``, ``.`` and
+    ``+`` too: a long estimator name in a header (``P(failure) blackbox_gbm+length``) wraps instead of running over
+    the next column."""
+    shown = text(name)
+    if len(str(name)) <= LONG_NAME:
+        return shown
+    return shown.replace("_", "_<wbr>").replace(".", ".<wbr>").replace("+", "+<wbr>")
 
 
 def html_table(view: pd.DataFrame, row_classes: Sequence[str] | None = None, links: Sequence[str | None] | None = None,
