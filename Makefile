@@ -21,14 +21,19 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	# torch first, pinned: the CPU build on this machine's disk, not a multi-GB CUDA build
+
+# torch first, pinned: the CPU build on this machine's disk, not a multi-GB CUDA build (a stamp of its own, so that
+# a .venv made by `make docs`, which needs no torch, still gets it before the rest)
+TORCH := $(VENV)/.torch
+$(TORCH): | $(BIN)/python
 	$(BIN)/pip install --quiet torch==2.13.0
+	touch $(TORCH)
 
 # llama-cpp-python for this CPU without AMX (GGML_NATIVE=OFF, each instruction set named), from a wheel kept per flag
 # set in ~/.cache/agentuq_nb/llama-cpp-python/<key>/: compiled the first time (about 6-11 min on 2 cores), installed in
 # seconds after; never from pip's wheel cache, which would hand back a wheel built with other flags. Before the rest,
 # so that pip finds it installed and builds nothing.
-llama: $(BIN)/python
+llama: $(TORCH)
 	$(BIN)/python src/agentuq_nb/llm/llama_build.py install --lock requirements.lock $(if $(LLAMA_CPU),--cpu $(LLAMA_CPU))
 
 # setup.py and the C source: the sidecar scanner is compiled by the install (a few seconds)
@@ -62,8 +67,15 @@ lint: setup
 	$(BIN)/ruff check src tests benchmarks
 
 # the documentation site (mkdocs.yml, docs/, the API reference from the docstrings) into site/, git-ignored;
-# --strict: a broken link or anchor, a page left out of the navigation or an unreadable docstring fails it
-docs: setup
+# --strict: a broken link or anchor, a page left out of the navigation or an unreadable docstring fails it.
+# It needs the core install and the [docs] extra only: no llama.cpp build, no torch (the command line page's
+# synopsis imports the command line, which the core install runs; the API reference is read from the source)
+DOCS_STAMP := $(VENV)/.docs-installed
+$(DOCS_STAMP): pyproject.toml requirements.lock setup.py | $(BIN)/python
+	$(BIN)/pip install --quiet -c requirements.lock -e ".[docs]"
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 lab: setup

@@ -230,27 +230,51 @@ def test_calibrate_command_refuses_bad_arguments(tau2_runs, tmp_path):
 
 
 def test_reliability_diagram_shows_bins_with_counts():
+    """issue 49: Wilson intervals on each observed rate (statsmodels), counts said (once for equal-mass bins, beside
+    each point otherwise), n, ECE and Brier in the legend, no flat count panel, nothing clipped at the axes."""
+    import matplotlib.pyplot as plt
+    from statsmodels.stats.proportion import proportion_confint
+
     from agentuq_nb.figures.calibration import reliability_diagram
 
     p, y = _calibrated(400, 7)
     table, skewed = reliability_table(p, y, 5, "uniform"), reliability_table(p ** 3, y, 5, "uniform")
     fig = reliability_diagram({"platt": table, "raw": skewed})
-    ax, hist = fig.axes
-    assert not ax.texts  # counts are in the panel below, not written over the points
-    heights = sorted(int(p.get_height()) for p in hist.patches)
-    assert heights == sorted(table["count"].tolist() + skewed["count"].tolist())
-    assert sum(len(c.get_offsets()) for c in ax.collections) == 10
-    assert [t.get_text() for t in fig.legends[0].get_texts()][1:] == ["platt (n = 400)", "raw (n = 400)"]
-    labelled = reliability_diagram({"platt": table}, annotate_counts=True).axes[0]
-    assert sorted(int(t.get_text()) for t in labelled.texts) == sorted(table["count"].tolist())
-    # the axes span the bins (with a margin), not all of [0, 1], unless asked
+    assert len(fig.axes) == 1  # no "trajectories in bin" panel
+    ax = fig.axes[0]
+    # uneven bins (the skewed ones): each count beside its point; near-even ones: said once in the legend
+    assert sorted(int(t.get_text()) for t in ax.texts) == sorted(skewed["count"].tolist())
+    legend = [t.get_text() for t in fig.legends[0].get_texts()][1:]
+    ece = float((table["count"] / 400 * (table["mean_prob"] - table["failure_rate"]).abs()).sum())
+    brier = brier_score_loss(y, p)  # the bins' sq_error, count-weighted, is the Brier score of the rows
+    counts = f"{table['count'].min()}-{table['count'].max()}"
+    assert legend[0] == f"platt: n = 400, 5 bins of {counts}; ECE {ece:.3f}, Brier {brier:.3f}"
+    assert legend[1].startswith("raw: n = 400; ECE ")
+    every = reliability_diagram({"platt": table, "raw": skewed}, annotate_counts=True).axes[0]
+    assert sorted(int(t.get_text()) for t in every.texts) == sorted([*table["count"], *skewed["count"]])
+    # each bin's interval is the Wilson interval of its failures
+    bars = [c for c in ax.collections if c.get_segments() and len(c.get_segments()) == len(table)][0]
+    k = np.round(table["failure_rate"] * table["count"])
+    lo, hi = proportion_confint(k, table["count"], method="wilson")
+    segments = sorted(bars.get_segments(), key=lambda s: s[0][0])
+    np.testing.assert_allclose([s[0][1] for s in segments], lo)
+    np.testing.assert_allclose([s[1][1] for s in segments], hi)
+    # nothing clipped: every interval end lies inside the axes
+    y0, y1 = ax.get_ylim()
+    assert y0 < float(np.min(lo)) and float(np.max(hi)) < y1
+    # equal-mass bins: the counts said once in the legend, no number over the points
+    even = reliability_diagram({"platt": reliability_table(p, y, 10)})
+    assert not even.axes[0].texts
+    assert "10 bins of 40" in [t.get_text() for t in even.legends[0].get_texts()][1]
+    # the axes span the bins and their intervals (with a margin), not all of [0, 1], unless asked
     q = 0.7 + 0.2 * p
     narrow = reliability_table(q, np.random.default_rng(1).uniform(size=len(q)) < q, 5, "uniform")
-    lo, hi = reliability_diagram(narrow).axes[0].get_xlim()
-    assert lo >= 0.5 and hi <= 1.0
-    assert reliability_diagram(narrow, full_range=True).axes[0].get_xlim() == (0.0, 1.0)
+    lo_x, hi_x = reliability_diagram(narrow).axes[0].get_xlim()
+    assert lo_x >= 0.5 and hi_x <= 1.0 + 0.031
+    assert reliability_diagram(narrow, full_range=True).axes[0].get_xlim() == pytest.approx((-0.03, 1.03))
     with pytest.raises(ValueError, match="count"):
         reliability_diagram(table.drop(columns="count"))
+    plt.close("all")
 
 
 def test_folds_fall_back_to_group_folds_when_a_class_is_too_rare_to_stratify():

@@ -291,6 +291,16 @@ def test_help_renders_literally_and_wraps_at_80_columns():
     assert "--limit" in rescore
 
 
+def test_version_says_the_installed_version():
+    """issue 49: `agentuq-nb --version` prints the distribution's version (pyproject.toml's) and exits 0."""
+    import importlib.metadata
+
+    done = subprocess.run([*CLI, "--version"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout == f"agentuq-nb {importlib.metadata.version('agentuq_nb')}\n"
+    listed = subprocess.run([*CLI, "--help"], capture_output=True, text=True, timeout=120).stdout
+    assert "--version" in listed and "analyze" in listed  # the commands are still there
+
+
 def test_trials_takes_a_results_file_as_analyze_does_and_a_run_without_seeds(tmp_path):
     """No circle between trials and aggregate: a results file is read as it is (here the original τ-bench's, whose
     runs have no seed); its run folder gives the same numbers."""

@@ -38,6 +38,7 @@ from agentuq_nb.steps.compare_runs import (
     write_run_leaderboard,
 )
 from agentuq_nb.steps.extract import extract
+from agentuq_nb.steps.provenance import package_version
 from agentuq_nb.testing.synthetic import write_synthetic_results
 
 from conftest import TAU2_FILES
@@ -333,9 +334,11 @@ def test_cli_end_to_end_reads_the_runs_only_and_writes_a_traceable_folder(two_ru
     assert board["estimator"].iloc[0] in done.stdout and "beats length" in done.stdout
     inputs = json.loads((out / OUTPUTS["inputs"]).read_text())
     assert (inputs["seed"], inputs["q"], inputs["n_boot"], inputs["failure_threshold"]) == (3, 0.2, 200, 1.0)
+    assert inputs["agentuq_nb"] == package_version() and 'id="provenance"' in page  # issue 49: what made it
     for run, entry in zip(two_runs, inputs["runs"]):
         manifest = json.loads((run / "manifest.json").read_text())
         assert entry["path"] == str(run.resolve())
+        assert entry["results_sha256"] == manifest["results_sha256"] and entry["results_sha256"] in page
         assert entry["tables"]["trajectories.parquet"] == manifest["artifacts"]["trajectories.parquet"]["commit"]
         assert entry["tables"]["trajectory_summary.parquet"] == \
             manifest["artifacts"]["trajectory_summary.parquet"]["commit"]
@@ -473,7 +476,9 @@ def test_real_tau2_runs_without_logprobs_rank_the_length_baselines(tmp_path):
 
 
 def test_the_figure_has_a_row_per_estimator_a_column_per_run_and_the_marks(two_runs):
-    from agentuq_nb.figures.run_leaderboard import run_leaderboard_figure
+    import matplotlib.text
+
+    from agentuq_nb.figures.run_leaderboard import DISPLAY_DPI, MIN_FONT_PT, column_head, run_leaderboard_figure
 
     result = build_run_leaderboard(two_runs, n_boot=100)
     fig = run_leaderboard_figure(result.leaderboard, result.long, result.runs, q=result.q)
@@ -483,8 +488,13 @@ def test_the_figure_has_a_row_per_estimator_a_column_per_run_and_the_marks(two_r
     assert labels[0].startswith(result.leaderboard["estimator"].iloc[0])
     assert sum("[length baseline]" in label for label in labels) == 3
     heads = [t.get_text() for t in ax.get_xticklabels()]
-    # the model and the domain from the results' metadata; the run's name beside them where two runs share them
-    assert heads[0].startswith("synthetic-llm · synthetic\n(alpha)\nn = 24 / ") and heads[-1].startswith("pooled (2 runs)")
+    # the run's name, beneath it the model and the domain from the results' metadata (issue 49: two runs of one
+    # model and domain are told apart by their names)
+    assert heads[0].startswith("alpha\nsynthetic-llm · synthetic\nn = 24 / ") and heads[-1].startswith("pooled (2 runs)")
+    assert column_head("run", None) == "run" and column_head("tau", "airline") == "tau\nairline"
+    # no text smaller than MIN_FONT_PT: legible (≥ 9 px) where report.html shows the figure at DISPLAY_DPI
+    sizes = [t.get_fontsize() for t in fig.findobj(matplotlib.text.Text) if t.get_text().strip() and t.get_visible()]
+    assert min(sizes) >= MIN_FONT_PT and MIN_FONT_PT / 72 * DISPLAY_DPI >= 9
     texts = [t.get_text() for t in ax.texts]
     assert "◆ reference" in texts and any(t.startswith("▲ q=") for t in texts)
     # every cell names the (failure, success) pairs of like length it rests on; the message count's is "self"
@@ -497,3 +507,35 @@ def test_the_figure_has_a_row_per_estimator_a_column_per_run_and_the_marks(two_r
     assert fig.axes[1].get_ylabel().startswith("length-controlled AUROC")
     import matplotlib.pyplot as plt
     plt.close(fig)
+
+
+def test_the_comparison_page_at_1400_px_shows_the_heatmap_legibly_and_no_table_runs_off(two_runs, tmp_path):
+    """issue 49: report.html shows the heatmap at its natural size (100 px an inch of a 200-dpi PNG: its smallest
+    text, MIN_FONT_PT, ≥ 9 px as rendered), in a box that scrolls sideways when it is wider than the page, never
+    shrunk to fit; the tables stay inside the page (their own boxes scroll)."""
+    from agentuq_nb.figures.report import SAVED_DPI
+    from agentuq_nb.figures.run_leaderboard import MIN_FONT_PT
+    from agentuq_nb.steps.compare_runs import draw_run_leaderboard
+    from test_explorer import CHROMIUM_FLAGS, _browser
+    from test_report import LAYOUT_PROBLEMS
+
+    result = build_run_leaderboard(two_runs, n_boot=50)
+    write_run_leaderboard(result, tmp_path, draw_run_leaderboard, report=True)
+    with _browser() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_FLAGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.goto((tmp_path / OUTPUTS["report"]).as_uri())
+        assert page.evaluate(LAYOUT_PROBLEMS) == []
+        shown, natural = page.locator("img.natural").evaluate("img => [img.getBoundingClientRect().width, "
+                                                              "img.naturalWidth]")
+        smallest_px = MIN_FONT_PT / 72 * SAVED_DPI * shown / natural  # points → PNG pixels → CSS pixels shown
+        assert smallest_px >= 9, smallest_px
+        # a window narrower than the figure: the figure keeps its size and its box scrolls
+        page.set_viewport_size({"width": 600, "height": 900})
+        assert page.locator("img.natural").evaluate("img => img.getBoundingClientRect().width") == pytest.approx(shown)
+        assert page.locator(".figure-scroll").evaluate("b => b.scrollWidth > b.clientWidth")
+        assert page.evaluate(LAYOUT_PROBLEMS) == []
+        # the runs table names each run first (pinned), its agent · domain beside it
+        heads = page.locator("section:has(h2:has-text('Runs')) th").all_inner_texts()
+        assert heads[:2] == ["run", "agent · domain"]
+        browser.close()

@@ -378,3 +378,63 @@ def test_the_estimator_families_table_names_only_declared_families():
     table = page.split("## The families", 1)[1].split("\n\n")[2]
     rows = {line.split("|")[1].strip() for line in table.splitlines()[2:] if line.startswith("|")}
     assert rows and rows <= set(declared_families()), rows - set(declared_families())
+
+
+def test_make_docs_needs_no_llama_cpp_build():
+    """issue 49: `make docs` installs the core package with the [docs] extra, not `make setup`'s environment (which
+    compiles llama.cpp): its prerequisites name neither setup nor llama, its install neither [local] nor [all]."""
+    import tomllib
+
+    makefile = (ROOT / "Makefile").read_text()
+    prerequisites = re.search(r"^docs:(.*)$", makefile, flags=re.M).group(1).split()
+    assert prerequisites == ["$(DOCS_STAMP)"], prerequisites
+    rule = re.search(r"^\$\(DOCS_STAMP\):(.*)\n((?:\t.*\n)+)", makefile, flags=re.M)
+    assert rule and '-e ".[docs]"' in rule.group(2), rule
+    assert not re.search(r"\bsetup\b(?!\.py)|llama|\$\(STAMP\)|\$\(TORCH\)|\[all|\[local", rule.group(0)), \
+        rule.group(0)
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert not any("llama" in d or "torch" in d or "agentuq_nb[" in d for d in extras["docs"]), extras["docs"]
+
+
+def test_the_site_searches_offline_with_its_own_worker_shim():
+    """The search index is bundled (Material's offline plugin) and the Web Worker shim it needs on file:// is the
+    site's own copy, not a CDN's: the plugin appends unpkg's unless a polyfill names iframe-worker."""
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    plugins = [p if isinstance(p, str) else next(iter(p)) for p in config["plugins"]]
+    assert "search" in plugins and "offline" in plugins
+    polyfills = config["extra"]["polyfills"]
+    assert any("iframe-worker" in p for p in polyfills) and not any("://" in p for p in polyfills)
+    assert all((DOCS / p).is_file() for p in polyfills)
+
+
+def test_the_built_site_searches_from_the_disk():
+    """`make docs` (which `make test` runs before the tests) leaves site/: opened from the disk in Chromium, with no
+    network, its search finds a page."""
+    from test_explorer import CHROMIUM_FLAGS, _browser
+
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    index = ROOT / config.get("site_dir", "site") / "index.html"
+    if not index.is_file():
+        pytest.skip("no site/ built: `make docs` builds it (make test does, before the tests)")
+    assert "unpkg.com" not in index.read_text()
+    requests, errors = [], []
+    with _browser() as p:
+        from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_FLAGS)
+        page = browser.new_page(viewport={"width": 1200, "height": 900})
+        page.on("request", lambda req: requests.append(req.url))
+        page.on("pageerror", lambda err: errors.append(str(err)))
+        page.goto(index.as_uri())
+        box = page.locator("input.md-search__input")
+        for _attempt in range(6):  # the worker starts in its iframe: a query typed before it listens is typed again
+            box.fill("")
+            box.press_sequentially("reliability", delay=40)
+            try:
+                page.wait_for_selector(".md-search-result__item", timeout=10_000)
+                break
+            except PlaywrightTimeout:
+                continue
+        assert "matching document" in page.inner_text(".md-search-result__meta")
+        browser.close()
+    assert errors == [] and all(url.startswith(("file:", "data:", "blob:", "about:")) for url in requests), requests

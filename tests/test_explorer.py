@@ -494,6 +494,11 @@ def test_explore_on_a_results_file_names_the_command_that_makes_the_run_folder(t
     assert out.exit_code == 2 and len(out.stderr.strip().splitlines()) == 1
     assert f"agentuq-nb analyze {results} --out runs/results" in out.stderr
     assert not (tmp_path / "x.html").exists()
+    # issue 49: without --out too, "run analyze first" with the command, not a complaint about --out
+    out = CliRunner().invoke(app, ["explore", str(results)])
+    assert out.exit_code == 2 and len(out.stderr.strip().splitlines()) == 1
+    assert "run analyze first" in out.stderr and f"agentuq-nb analyze {results} --out runs/results" in out.stderr
+    assert "--out" not in out.stderr.replace(f"{results} --out runs/results", "")
 
 
 def test_two_runs_side_by_side_and_a_detectors_slot(run_dir, tmp_path):

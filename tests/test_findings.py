@@ -93,3 +93,27 @@ def test_a_study_record_counts_what_excludes_chance_once_per_score_and_marks_wha
     assert "`action_semantic_entropy.mean` = `action_semantic_entropy.max` 0.700 [0.520, 0.940]" in text
     assert "`tracer.optimistic` 0.800 [0.600, 0.950] (n = 14) (tuned on this run's own labels)" in text
     assert "10 of 10 decision points have 4 clusters of 4" in text
+
+
+def test_findings_json_records_the_version_the_settings_and_the_inputs_hashes(tmp_path):
+    """issue 49: a study's findings.json says what made it - the package version, the notebook's settings and the
+    SHA-256 of each results file it read - beside the numbers, which stay as the study wrote them."""
+    import hashlib
+    import json
+    from pathlib import Path
+
+    from agentuq_nb.pipeline.findings import write_findings
+    from agentuq_nb.steps.provenance import package_version
+
+    from conftest import require_tau2
+
+    results = require_tau2()[:2]
+    record = study_record("quickstart", _rewards(), _table())
+    path = write_findings(record, tmp_path, {"n_boot": 1000, "seed": 0}, results)
+    written = json.loads(path.read_text())
+    assert {k: v for k, v in written.items() if k != "provenance"} == json.loads(json.dumps(record))
+    made = written["provenance"]
+    assert made["agentuq_nb"] == package_version() and made["settings"] == {"n_boot": 1000, "seed": 0}
+    assert made["inputs"] == {str(p): hashlib.sha256(Path(p).read_bytes()).hexdigest() for p in results}
+    known = json.loads(write_findings(record, tmp_path, inputs={"run.json": "ab" * 32}).read_text())
+    assert known["provenance"]["inputs"] == {"run.json": "ab" * 32}

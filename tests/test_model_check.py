@@ -220,3 +220,33 @@ def test_doctor_exits_1_with_the_cause_when_the_model_cannot_run(tmp_path):
     assert "does not run: llama-cpp-python is not installed (the [local] extra); rebuild: " in done.stdout
     assert "unknown (the check ended before llama.cpp said)" in done.stdout
     assert "AMX in its code  not checked: " in done.stdout
+
+
+def test_a_build_made_under_another_cache_folder_is_still_ours(tmp_path, monkeypatch):
+    """issue 49: the build record is read beside the wheel the package was installed from, wherever the cache was
+    (a non-default XDG_CACHE_HOME at build time, or now): doctor never calls that build pip's, nor proposes a rebuild."""
+    plan = llama_build.plan_build("0.3.36", "avx2", flags=AMX_XEON)
+    folder = tmp_path / "built-elsewhere" / "agentuq_nb" / "llama-cpp-python" / plan.key
+    folder.mkdir(parents=True)
+    wheel = folder / "llama_cpp_python-0.3.36-cp311-cp311-linux_x86_64.whl"
+    wheel.write_bytes(b"")
+    (folder / llama_build.BUILD_RECORD).write_text(json.dumps({"key": plan.key, "level": "avx2",
+                                                               "options": plan.options, "args": plan.args}))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "another-cache"))
+    assert llama_build.cache_root() != folder.parent
+    assert llama_build.build_record(wheel)["key"] == plan.key
+    # a build.json that does not describe its folder (another key) is not taken for ours
+    (folder / llama_build.BUILD_RECORD).write_text(json.dumps({"key": "other", "options": {}}))
+    assert llama_build.build_record(wheel) is None
+
+
+def test_doctor_names_our_build_under_a_non_default_cache_folder(tmp_path, monkeypatch):
+    """The installed llama-cpp-python (make setup's build) seen by doctor with XDG_CACHE_HOME pointing elsewhere."""
+    from agentuq_nb.steps.doctor import build_origin
+
+    if llama_build.installed_build() is None:
+        pytest.skip("llama-cpp-python here is not make setup's build")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    origin = build_origin()
+    assert origin.startswith("agentuq_nb's build step") and "built by pip" not in origin
+    assert f"outside the present cache {tmp_path}" in origin

@@ -22,6 +22,34 @@ HOSTILE_TASK = f"<script>window.hit=1</script>{KEY}"
 HOSTILE_MODEL = "<img src=x onerror=\"window.hit=2\">"
 
 
+#: what overflows a page of width ``innerWidth``: the page itself scrolling sideways, or a table wider than the page's
+#: column that is not inside a box that scrolls sideways within it (each problem one line)
+LAYOUT_PROBLEMS = """() => {
+  const problems = [], root = document.documentElement, main = document.querySelector("main").getBoundingClientRect();
+  if (root.scrollWidth > root.clientWidth) { problems.push("the page scrolls sideways: " + root.scrollWidth); }
+  const scroller = (el) => {
+    for (let box = el.parentElement; box && box !== document.body; box = box.parentElement) {
+      if (["auto", "scroll"].includes(getComputedStyle(box).overflowX)) { return box; }
+    }
+    return null;
+  };
+  for (const el of document.querySelectorAll("main table, main img")) {
+    const box = scroller(el), right = (box || el).getBoundingClientRect().right;
+    const name = el.tagName + " " + ((el.querySelector && el.querySelector("th")) ? el.querySelector("th").textContent : el.alt);
+    if (right > main.right + 1) { problems.push(name + (box ? ": its scroll box" : "") + " ends at " + right); }
+  }
+  return problems;
+}"""
+
+
+def pinned_after_scroll(page, section: str) -> tuple[float, float]:
+    """Scroll a section's table box to its right end: the left of its first column's first cell, and of the box."""
+    box = page.locator(f"section:has(h2:has-text('{section}')) .scroll").first
+    box.evaluate("b => { b.scrollLeft = b.scrollWidth; }")
+    cell = box.locator("tbody tr").first.locator("td").first
+    return cell.bounding_box()["x"], box.bounding_box()["x"]
+
+
 def analyze(results: Path, out: Path, *extra) -> subprocess.CompletedProcess:
     done = subprocess.run([*CLI, "analyze", str(results), "--out", str(out), "--embedder", "hash", "--n-boot", "50",
                            *extra], capture_output=True, text=True, timeout=900)
@@ -117,6 +145,33 @@ def test_the_report_is_one_offline_page_that_escapes_and_masks_what_the_results_
     print(f"screenshot: {tmp_path / 'report.png'}")
 
 
+def test_the_report_fits_1400_px_its_tables_scroll_with_the_key_column_pinned_and_says_what_made_it(hostile_run):
+    """(Before the next test rewrites the page without analyze's settings.) Issue 49: at 1,400 px no table runs off the page (each scrolls sideways in its own box, the column that names a
+    row pinned), the tests against length are corrected for their number and say so, the families left out (command,
+    cost, model) are on the page, and the page records the version, settings and the results' SHA-256."""
+    run, _ = hostile_run
+    html = (run / "report.html").read_text()
+    assert "Benjamini-Hochberg adjusted across this run" in html and "beats length (BH)" in html
+    assert "Families left out" in html and "agentuq-nb rescore" in html and "min for its" in html
+    manifest = json.loads((run / "manifest.json").read_text())
+    with _browser() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_FLAGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.goto((run / "report.html").as_uri())
+        assert page.evaluate(LAYOUT_PROBLEMS) == []
+        made = json.loads(page.locator("script#provenance").text_content())
+        assert made["inputs"]["results_sha256"] == manifest["results_sha256"] and made["agentuq_nb"]
+        assert made["settings"]["n_boot"] == 50 and made["settings"]["embedder"] == "hash"
+        assert made["command"] == "agentuq-nb analyze"
+        # a narrow window: the tables scroll inside their boxes, the first column stays where it was
+        page.set_viewport_size({"width": 700, "height": 900})
+        assert page.evaluate(LAYOUT_PROBLEMS) == []
+        for section in ("Estimators", "Trajectories"):
+            cell, box = pinned_after_scroll(page, section)
+            assert abs(cell - box) <= 2, (section, cell, box)
+        browser.close()
+
+
 def test_a_detectors_predictions_are_shown_where_the_run_holds_them(hostile_run):
     from agentuq_nb.steps.analyze import write_report
 
@@ -151,6 +206,8 @@ def test_a_run_with_one_outcome_or_no_labels_goes_through_analyze(outcome, tmp_p
 
 
 def test_the_estimator_view_names_every_column_it_shows():
+    from statsmodels.stats.multitest import multipletests
+
     from agentuq_nb.figures.report import estimator_notes, estimator_view, undefined_reason
 
     table = pd.DataFrame({
@@ -162,15 +219,30 @@ def test_the_estimator_view_names_every_column_it_shows():
         "length_baseline_auroc": [0.65] * 3, "diff_vs_length": [0.15, 0.05, float("nan")],
         "diff_vs_length_lo": [0.01, -0.2, float("nan")], "diff_vs_length_hi": [0.3, 0.3, float("nan")],
         "beats_length_baseline": [False, False, None], "ece": [0.1, 0.2, 0.3], "brier": [0.2, 0.2, 0.2],
+        "p_value_vs_length": [0.01, 0.04, float("nan")],
         "reference": [None] * 3, "p_value_vs_reference": [float("nan")] * 3,
         "undefined": [None, None, "auroc_stratified, auroc_residual: the length control holds num_messages fixed"]})
     view = estimator_view(table)
     assert list(view.columns) == ["estimator", "family", "protocol", "n", "failures", "AUROC [95% CI]",
-                                  "length-controlled", "vs num_messages [95% CI]", "beats length", "ECE", "Brier"]
-    assert view["beats length"].tolist() == ["no", "no", "—"]  # in-sample: no, whatever its interval says
+                                  "length-controlled", "vs num_messages [95% CI]", "beats length (BH)", "ECE", "Brier"]
+    # in-sample and length baselines are not tested: "—", whatever their interval says
+    assert view["beats length (BH)"].tolist() == ["—", "yes · q 0.040", "—"]
     assert view.at[0, "protocol"] == "in-sample ✱" and view.at[0, "vs num_messages [95% CI]"] == "+0.150 [+0.010, +0.300]"
+    # issue 49: Benjamini-Hochberg across the run's tests (statsmodels), a strongly inverted signal marked
+    more = pd.concat([table.iloc[[1]].assign(estimator=f"s{i}", p_value_vs_length=p, diff_vs_length=d)
+                      for i, (p, d) in enumerate([(0.01, 0.2), (0.03, -0.2), (0.2, 0.1), (0.6, 0.05)])]
+                     + [table.iloc[[2]]], ignore_index=True)
+    more.loc[1, ["auroc", "auroc_lo", "auroc_hi"]] = [0.29, 0.18, 0.41]
+    q = multipletests([0.01, 0.03, 0.2, 0.6], method="fdr_bh")[1]
+    assert q[1] > 0.05 > 0.03  # p = 0.03 alone would pass at 0.05, not after the correction at that level
+    cells = estimator_view(more)["beats length (BH)"].tolist()
+    assert cells == [f"yes · q {q[0]:#.2g}", f"below · q {q[1]:#.2g}", f"no · q {q[2]:#.2g}", f"no · q {q[3]:#.2g}", "—"]
+    assert estimator_view(more).at[1, "AUROC [95% CI]"] == "0.290 [0.180, 0.410] ▼ inverted"
+    assert any("▼ inverted: s1" in n for n in estimator_notes(more))
+    assert any("across this run's 4 tests" in n and "1 beat length, 1 fall below it" in n for n in estimator_notes(more))
     notes = " ".join(estimator_notes(table))
     assert "sorted by auroc_stratified" in notes and "tracer.optimistic" in notes and "strata hold it fixed" in notes
     assert "p vs" not in " ".join(view.columns)  # no token reference: no such column
     assert undefined_reason(table) is None
     assert "no trajectory has a reward" in undefined_reason(table.assign(auroc=float("nan"), n=0, n_failures=0))
+

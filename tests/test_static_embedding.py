@@ -11,8 +11,17 @@ from safetensors.numpy import save_file
 
 from agentuq_nb.io.embedding_cache import cache_path
 from agentuq_nb.io.static_table import FORMAT, StaticTableWarning, read_table, table_path, write_table
+from agentuq_nb.steps.blackbox import distillation_seconds
 from agentuq_nb.uq.embeddings import bundled_model_path, embeddings_available, get_embedder
-from agentuq_nb.uq.static_embedding import DIMS, UNUSED, StaticEmbedder, load_table, table_identity, vocabulary_size
+from agentuq_nb.uq.static_embedding import (
+    DIMS,
+    DISTILLATIONS,
+    UNUSED,
+    StaticEmbedder,
+    load_table,
+    table_identity,
+    vocabulary_size,
+)
 
 pytestmark = pytest.mark.skipif(not embeddings_available(), reason="the [embeddings] extra is not installed")
 
@@ -38,7 +47,9 @@ def test_the_table_is_distilled_once_and_read_back_equal(table):
     assert path is not None and path.is_file()
     assert table.shape == (vocabulary_size(), DIMS) and table.dtype == np.float32
     assert np.array_equal(read_table(path, table_identity(), table.shape), table)
+    kept = len(DISTILLATIONS)
     assert np.array_equal(load_table(), table)  # the second load reads the file
+    assert len(DISTILLATIONS) == kept  # and is no distillation (what compare-estimators says apart, issue 49)
 
 
 def test_placeholders_have_no_row_and_every_other_piece_has_one(table, tokenizer):
@@ -159,7 +170,9 @@ def test_a_refused_file_is_left_as_it_is_and_the_table_distilled_for_the_process
 def test_with_the_cache_off_nothing_is_written(tmp_path, monkeypatch, table):
     monkeypatch.chdir(tmp_path)
     assert table_path(cache_path("off"), table_identity()) is None
+    before = distillation_seconds()
     np.testing.assert_allclose(load_table("off"), table, atol=1e-4)
+    assert distillation_seconds() - before == pytest.approx(DISTILLATIONS[-1]) and DISTILLATIONS[-1] > 0
     assert not any(tmp_path.iterdir())
 
 

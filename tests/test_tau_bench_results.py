@@ -310,6 +310,22 @@ def test_rescore_renders_a_tau_bench_trajectory_with_the_agents_prompt_once(tool
     assert RETAIL_POLICY in scorer_system_prompt("auxiliary_llm", info)
 
 
+def test_rescore_cost_of_a_tau_bench_run_does_not_call_the_embedded_model_its_agent(tool_calling_run, tmp_path):
+    """issue 49: τ-bench records no agent model; the embedded scorer (and sampler) is then a stand-in, not "the run's
+    own agent"."""
+    from agentuq_nb.io.store.rundir import RunDir
+    from agentuq_nb.steps.rescore import rescore_cost
+    from agentuq_nb.steps.sample_actions import sampling_cost
+
+    run = tmp_path / "run"
+    assert CliRunner().invoke(app, ["extract", str(tool_calling_run), "--out", str(run)]).exit_code == 0
+    assert RunDir.of(run).manifest().models.get("assistant") is None
+    cost = rescore_cost(RunDir.of(run))
+    assert "own agent" not in cost and "a stand-in: the results record no agent model" in cost
+    sampling = sampling_cost(RunDir.of(run))  # the action family's cost line: an observer, not "the agent's own"
+    assert "own model" not in sampling and "as an observer: the results record no agent model" in sampling
+
+
 @pytest.mark.slow
 def test_rescore_scores_a_tau_bench_trajectory_with_the_embedded_model(tool_calling_run, tmp_path):
     from agentuq_nb.steps.rescore import rescore

@@ -68,6 +68,21 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, cls=OneLineErrors,
                   help="agentuq-nb: uncertainty quantification for LLM agents, one command per step of a study.")
 
 
+def show_version(value: bool) -> None:
+    """``agentuq-nb --version``: the installed package's version, then exit."""
+    if value:
+        from agentuq_nb.steps.provenance import package_version
+
+        typer.echo(f"agentuq-nb {package_version()}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def options(version: bool = typer.Option(False, "--version", callback=show_version, is_eager=True,
+                                         help="show the installed version and exit")) -> None:
+    pass
+
+
 def one_line(text: str) -> str:
     """A message in one line: its lines joined, cut where a traceback starts, and every other control or format
     character (an escape sequence, a bidi override, a NUL typed into a name) shown escaped."""

@@ -192,14 +192,16 @@ def bin_ids(prob: np.ndarray, n_bins: int = 10, strategy: str = "quantile") -> t
 
 
 def reliability_table(prob, failure, n_bins: int = 10, strategy: str = "quantile") -> pd.DataFrame:
-    """One row per non-empty bin: ``bin, lo, hi`` (edges), ``mean_prob``, ``failure_rate`` (observed) and
-    ``count`` - what a reliability diagram draws."""
+    """One row per non-empty bin: ``bin, lo, hi`` (edges), ``mean_prob``, ``failure_rate`` (observed), ``count`` -
+    what a reliability diagram draws - and ``sq_error``, the bin's mean of (p - y)² (count-weighted over the bins:
+    the Brier score, which a diagram's legend gives)."""
     p, y = _prob_and_labels(prob, failure)
     if len(p) == 0:
-        return pd.DataFrame(columns=["bin", "lo", "hi", "mean_prob", "failure_rate", "count"])
+        return pd.DataFrame(columns=["bin", "lo", "hi", "mean_prob", "failure_rate", "count", "sq_error"])
     ids, edges = bin_ids(p, n_bins, strategy)
-    t = (pd.DataFrame({"bin": ids, "p": p, "y": y}).groupby("bin")
-         .agg(mean_prob=("p", "mean"), failure_rate=("y", "mean"), count=("y", "size")).reset_index())
+    t = (pd.DataFrame({"bin": ids, "p": p, "y": y, "se": (p - y) ** 2}).groupby("bin")
+         .agg(mean_prob=("p", "mean"), failure_rate=("y", "mean"), count=("y", "size"), sq_error=("se", "mean"))
+         .reset_index())
     t.insert(1, "lo", edges[t["bin"].to_numpy()])
     t.insert(2, "hi", edges[t["bin"].to_numpy() + 1])
     return t

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 #: bootstrap resamples of every CI and paired test, unless a caller asks for other
 DEFAULT_N_BOOT = 1000
+#: the false discovery rate of the Benjamini-Hochberg step over an estimator table's tests against the best length
+#: baseline (the tests of one run on its page, of the pooled leaderboard in compare-runs)
+DEFAULT_FDR_Q = 0.1
 #: the calibration maps: Platt scaling and isotonic regression
 METHODS = ("platt", "isotonic")
 #: the protocols that judge a learned failure detector (:mod:`.detector_protocols` says what each holds out)

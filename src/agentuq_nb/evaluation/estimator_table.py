@@ -53,7 +53,7 @@ from agentuq_nb.estimators.combined import COMBINED
 from agentuq_nb.evaluation.bootstrap import paired_bootstrap_pvalue
 from agentuq_nb.evaluation.calibration import calibration_report, cross_fitted_probabilities, oriented
 from agentuq_nb.evaluation.combined_predictor import cross_fitted_combination
-from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
+from agentuq_nb.evaluation.defaults import DEFAULT_FDR_Q, DEFAULT_N_BOOT
 from agentuq_nb.evaluation.failure_report import failure_metrics
 from agentuq_nb.evaluation.length_control import beats_length_baseline, length_controlled
 from agentuq_nb.evaluation.metrics import auroc, failure_labels
@@ -270,6 +270,30 @@ def _versus_length(u: np.ndarray, invert: bool, name: str, family: str, est: Est
     row.update(diff_vs_length=p["diff"], diff_vs_length_lo=lo, diff_vs_length_hi=hi, p_value_vs_length=p["p_value"],
                n_vs_length=p["n"], beats_length_baseline=beats_length_baseline(lo, row["in_sample"]))
     return row
+
+
+def length_verdicts(table: pd.DataFrame, q: float = DEFAULT_FDR_Q) -> pd.DataFrame:
+    """The run's tests against the best length baseline, corrected for their number: the ``p_value_vs_length`` of
+    every row that is tested (not a length baseline, not tuned in-sample, a finite p-value) Benjamini-Hochberg
+    adjusted across those rows (statsmodels, :func:`~agentuq_nb.evaluation.conformal.bh_adjusted`), aligned with
+    ``table``: ``q_value_vs_length`` (NaN where untested) and ``verdict`` - ``beats length`` / ``below length``
+    (q ≤ ``q``, the difference's sign) / ``not distinguishable`` / None (untested). The row-wise
+    ``beats_length_baseline`` (its own 95% interval above 0) is uncorrected: with 24 tests a run, about one
+    crosses by chance."""
+    from agentuq_nb.evaluation.conformal import bh_adjusted
+
+    if "p_value_vs_length" not in table:
+        return pd.DataFrame({"q_value_vs_length": np.nan, "verdict": None}, index=table.index)
+    p = pd.to_numeric(table["p_value_vs_length"], errors="coerce").to_numpy(dtype=float)
+    in_sample = table.get("in_sample", pd.Series(False, index=table.index)).astype(str).eq("True").to_numpy()
+    tested = np.isfinite(p) & (table["family"].astype(str) != "baseline").to_numpy() & ~in_sample
+    qv = np.full(len(table), np.nan)
+    if tested.any():
+        qv[tested] = bh_adjusted(p[tested])
+    diff = pd.to_numeric(table.get("diff_vs_length"), errors="coerce").to_numpy(dtype=float)
+    verdict = np.where(~tested, None, np.where(qv > q, "not distinguishable",
+                                                np.where(diff > 0, "beats length", "below length")))
+    return pd.DataFrame({"q_value_vs_length": qv, "verdict": verdict}, index=table.index)
 
 
 def same_scores_as(scores: list[tuple[str, str, np.ndarray]]) -> list[str | None]:

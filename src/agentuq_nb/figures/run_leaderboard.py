@@ -25,6 +25,11 @@ IN_SAMPLE_MARK = "[in-sample]"
 
 #: a run name longer than this is shortened in the middle (the CSV and the JSON carry it whole)
 MAX_RUN_NAME = 34
+#: the smallest text of the figure (points): report.html shows the figure at 100 px per inch, where this is
+#: 7 / 72 * 100 ≈ 9.7 px (:data:`DISPLAY_DPI`; the PNG is saved at 200 dpi and scrolls at that size)
+MIN_FONT_PT = 7.0
+#: pixels per inch at which a page shows the figure (half the PNG's 200 dpi): its smallest text then ≥ 9 px
+DISPLAY_DPI = 100
 
 
 def _shorten(name: str) -> str:
@@ -41,6 +46,15 @@ def _label(row) -> str:
     return f"{name}  {IN_SAMPLE_MARK}" if str(row.get("in_sample")) == "True" else name
 
 
+def column_head(name: str, title) -> str:
+    """A run's column head: its name (shortened in the middle past :data:`MAX_RUN_NAME`), and beneath it the agent's
+    model and domain as the results record them (``runs["title"]``, the name it may carry in brackets dropped), or
+    nothing more when they record neither."""
+    title = str(title) if title is not None and not (isinstance(title, float) and np.isnan(title)) else ""
+    title = title.removesuffix(f" ({name})")
+    return _shorten(name) + (f"\n{_shorten(title)}" if title and title != name else "")
+
+
 def q_text(q: float) -> str:
     """A q-value to two significant digits, trailing zeros kept (0.1016 → ``0.10``: never read as ≤ 0.1)."""
     return f"{q:#.2g}".rstrip(".")
@@ -52,8 +66,9 @@ def run_leaderboard_figure(leaderboard: pd.DataFrame, long: pd.DataFrame, runs: 
     then, below a line, the in-sample ones and the length baselines) x runs and the pooled column. A cell's colour and large number: the length-controlled
     AUROC (centred at 0.5 = chance); below it the raw AUROC in brackets and the number of (failure, success) pairs of
     like length the length-controlled AUROC rests on; a cell resting on fewer than :data:`FEW_PAIRS` is hatched.
-    Column heads: the run's agent model and domain (``runs["title"]``, else its name) and n = trajectories /
-    failures. Length baselines are grey italic rows (the message count, which the strata hold fixed, has no
+    Column heads (:func:`column_head`): the run's name (two runs of one model and domain stay apart), beneath it the
+    agent's model and domain (``runs["title"]``), and n = trajectories / failures. No text is smaller than
+    :data:`MIN_FONT_PT`: legible where a page shows the figure at :data:`DISPLAY_DPI`. Length baselines are grey italic rows (the message count, which the strata hold fixed, has no
     length-controlled value: "self"); in-sample rows are marked :data:`IN_SAMPLE_MARK` and never tested; the
     right column marks the estimators whose pooled length-controlled AUROC differs from the best length baseline's
     after Benjamini-Hochberg at ``q`` (▲ above, ▼ below) with their q-value to two significant digits.
@@ -70,7 +85,7 @@ def run_leaderboard_figure(leaderboard: pd.DataFrame, long: pd.DataFrame, runs: 
                                                                                        columns=cols)
     notes = long.pivot(index="estimator", columns="run", values="note").reindex(index=rows["estimator"], columns=cols)
     n_rows, n_runs = len(rows), len(names)
-    gap, text_width, cell = 0.35, 1.9, 0.95
+    gap, text_width, cell = 0.35, 1.9, 1.25
     # x edges: one unit per run, a gap, the pooled column, then the column of test marks (text only)
     edges = np.r_[np.arange(n_runs + 1), n_runs + gap, n_runs + gap + 1]
     centres = np.r_[np.arange(n_runs) + 0.5, n_runs + gap + 0.5]
@@ -82,7 +97,7 @@ def run_leaderboard_figure(leaderboard: pd.DataFrame, long: pd.DataFrame, runs: 
 
     label_chars = max([len(_label(r)) for _, r in rows.iterrows()] + [10])
     width = 0.075 * label_chars + cell * (n_runs + 1 + gap) + text_width * 0.75 + 1.4
-    height = 0.42 * n_rows + 3.1
+    height = 0.5 * n_rows + 3.6
     fig, ax = plt.subplots(figsize=(width, height))
     mesh = ax.pcolormesh(edges, np.arange(n_rows + 1), np.ma.masked_invalid(values), cmap=CMAP, norm=norm,
                          edgecolors="white", linewidth=0.8)
@@ -93,7 +108,7 @@ def run_leaderboard_figure(leaderboard: pd.DataFrame, long: pd.DataFrame, runs: 
             x = centres[j]
             left = x - 0.5
             if not np.isfinite(v) and not np.isfinite(r):
-                ax.text(x, i + 0.5, "n/a", ha="center", va="center", fontsize=6, color=PALETTE["neutral"])
+                ax.text(x, i + 0.5, "n/a", ha="center", va="center", fontsize=MIN_FONT_PT, color=PALETTE["neutral"])
                 continue
             few = np.isfinite(v) and np.isfinite(p) and p < FEW_PAIRS
             if few:  # washed out (its colour still there, faint) and hatched: the numbers stay legible in grey
@@ -104,12 +119,12 @@ def run_leaderboard_figure(leaderboard: pd.DataFrame, long: pd.DataFrame, runs: 
             color = "white" if dark else PALETTE["neutral"] if few else "black"
             self_stratified = notes.iat[i, j] == SELF_STRATIFIED_NOTE
             big = "self" if self_stratified else "n/a" if not np.isfinite(v) else f"{v:.2f}"
-            ax.text(x, i + 0.36, big, ha="center", va="center", fontsize=7, color=color,
+            ax.text(x, i + 0.32, big, ha="center", va="center", fontsize=8, color=color,
                     fontweight="bold" if col == POOLED else "normal",
                     fontstyle="italic" if self_stratified else "normal")
             small = ("" if not np.isfinite(r) else f"({r:.2f})") + (
                 "" if self_stratified or not np.isfinite(p) else f" · {int(p)} pairs")
-            ax.text(x, i + 0.74, small.strip(), ha="center", va="center", fontsize=5.2, color=color)
+            ax.text(x, i + 0.74, small.strip(), ha="center", va="center", fontsize=MIN_FONT_PT, color=color)
     ranked = rows["rank"].notna().to_numpy() if "rank" in rows else np.ones(n_rows, bool)
     if ranked.any() and not ranked.all():  # the unranked rows (in-sample, length baselines) below the candidates
         ax.axhline(int(ranked.sum()), color=PALETTE["neutral"], lw=1.0)
@@ -129,30 +144,30 @@ def run_leaderboard_figure(leaderboard: pd.DataFrame, long: pd.DataFrame, runs: 
                      else PALETTE["neutral"])
         else:
             text, color = "not tested", PALETTE["neutral"]
-        ax.text(x_text, i + 0.5, text, ha="left", va="center", fontsize=7, color=color)
+        ax.text(x_text, i + 0.5, text, ha="left", va="center", fontsize=8, color=color)
     ax.set_xlim(0, n_runs + gap + 1 + text_width)
     ax.set_ylim(n_rows, 0)
     ax.grid(False)
     for side in ("top", "right", "bottom", "left"):
         ax.spines[side].set_visible(False)
     ax.tick_params(length=0)
-    ax.set_yticks(np.arange(n_rows) + 0.5, [_label(r) for _, r in rows.iterrows()], fontsize=7)
+    ax.set_yticks(np.arange(n_rows) + 0.5, [_label(r) for _, r in rows.iterrows()], fontsize=8)
     for tick, (_, r) in zip(ax.get_yticklabels(), rows.iterrows()):
         if r["family"] == "baseline":
             tick.set_color(PALETTE["neutral"])
             tick.set_fontstyle("italic")
     by_run = runs.set_index("run")
     titles = by_run["title"] if "title" in by_run else pd.Series(names, index=names)
-    heads = ["\n".join(_shorten(part) for part in str(titles.get(n) or n).replace(" (", "\n(").split("\n"))
-             + f"\nn = {by_run.at[n, 'n_trajectories']} / {by_run.at[n, 'n_failures']} failed" for n in names]
+    heads = [column_head(n, titles.get(n)) + f"\nn = {by_run.at[n, 'n_trajectories']} / {by_run.at[n, 'n_failures']} "
+             "failed" for n in names]
     total_n, total_f = int(runs["n_trajectories"].sum()), int(runs["n_failures"].sum())
     heads.append(f"pooled ({n_runs} run{'s' if n_runs != 1 else ''})\nn = {total_n} / {total_f} failed")
     ax.xaxis.tick_top()
-    ax.set_xticks(centres, heads, fontsize=7, rotation=40, ha="left", rotation_mode="anchor")
-    ax.text(x_text, -0.25, f"vs length\n(BH q ≤ {q:g})", ha="left", va="bottom", fontsize=7)
+    ax.set_xticks(centres, heads, fontsize=MIN_FONT_PT, rotation=40, ha="left", rotation_mode="anchor")
+    ax.text(x_text, -0.25, f"vs length\n(BH q ≤ {q:g})", ha="left", va="bottom", fontsize=8)
     bar = fig.colorbar(mesh, ax=ax, fraction=0.04, pad=0.02, shrink=min(1.0, 8 / max(n_rows, 1)) if n_rows > 8 else 1.0)
     bar.set_label("length-controlled AUROC (0.5 = chance)", fontsize=8)
-    bar.ax.tick_params(labelsize=7)
+    bar.ax.tick_params(labelsize=MIN_FONT_PT)
     reference = rows["length_baseline_lc"].dropna().iloc[0] if rows["length_baseline_lc"].notna().any() else None
     ref_text = (f"▲/▼: pooled length-controlled AUROC above/below the best length baseline's ({reference}), "
                 f"paired bootstrap over tasks, Benjamini-Hochberg at q = {q:g}; q to two significant digits."
@@ -163,10 +178,11 @@ def run_leaderboard_figure(leaderboard: pd.DataFrame, long: pd.DataFrame, runs: 
                f"{failure_threshold:g}. Pooled: failures compared with successes of the same run (and length "
                f"stratum) only. {ref_text} \"self\": the message count has no length-controlled AUROC, its strata "
                f"hold it fixed. {IN_SAMPLE_MARK}: tuned on the labels it is evaluated on (optimistic), never tested. "
-               "Column heads: the agent's model and domain from the results' metadata; n = trajectories / failures.")
+               "Column heads: the run's name, beneath it the agent's model and domain from the results' metadata "
+               "(as recorded: a τ-bench run names no model); n = trajectories / failures.")
     ax.set_title(f"Estimators across {n_runs} run{'s' if n_runs != 1 else ''}: failure prediction beyond length",
                  fontsize=10, pad=12)
     fig.tight_layout()
-    fig.text(0.01, 0.0, textwrap.fill(caption, int(width * 15)), ha="left", va="top", fontsize=7,
+    fig.text(0.01, 0.0, textwrap.fill(caption, int(width * 13)), ha="left", va="top", fontsize=MIN_FONT_PT,
              color=PALETTE["neutral"])
     return fig

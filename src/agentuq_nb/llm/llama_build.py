@@ -204,15 +204,25 @@ def installed_wheel() -> Path | None:
 
 
 def installed_build() -> dict | None:
-    """How the installed llama-cpp-python was built, when it came from this module's cache (its ``build.json``);
-    None for any other build (pip's own: ``-march=native``, AMX wherever the CPU reports it)."""
-    wheel = installed_wheel()
-    if wheel is None or wheel.parent.parent != cache_root():
+    """How the installed llama-cpp-python was built, when it came from this module's build (:func:`build_record` of
+    the wheel it was installed from); None for any other build (pip's own: ``-march=native``, AMX wherever the CPU
+    reports it)."""
+    return build_record(installed_wheel())
+
+
+def build_record(wheel: Path | None) -> dict | None:
+    """The ``build.json`` :func:`build_wheel` left beside ``wheel``, read from the wheel's own folder - wherever the
+    cache was when it was built: a build made under another ``XDG_CACHE_HOME`` than the present one is still this
+    module's (issue 49) -, or None when there is none or it does not describe that folder (its key is the folder's
+    name)."""
+    if wheel is None:
         return None
     try:
-        return json.loads((wheel.parent / BUILD_RECORD).read_text())
+        record = json.loads((wheel.parent / BUILD_RECORD).read_text())
     except (OSError, json.JSONDecodeError):
         return None
+    ours = isinstance(record, dict) and record.get("key") == wheel.parent.name and isinstance(record.get("options"), dict)
+    return record if ours else None
 
 
 def installed_libraries() -> list[Path]:

@@ -7,6 +7,7 @@ are :func:`agentuq_nb.pipeline.real_runs.findings`."""
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -246,11 +247,19 @@ def study_findings(record: dict) -> str:
 FINDINGS_NAME = "findings.json"
 
 
-def write_findings(record: dict, folder: str | os.PathLike) -> Path:
+def write_findings(record: dict, folder: str | os.PathLike, settings: dict | None = None,
+                   inputs: Sequence[str | os.PathLike] | dict | None = None) -> Path:
     """``folder/findings.json``: a study's record (:func:`study_record`, the real-runs and detector studies' own),
-    beside its figures."""
+    beside its figures, with what made it under ``provenance`` (:func:`~agentuq_nb.steps.provenance.provenance`):
+    the package version, the study's ``settings`` (its notebook's parameters) and its ``inputs`` - results files,
+    each hashed here (SHA-256 of its content), or ``{name: sha256}`` already known (a run folder's recorded
+    ``results_sha256``)."""
     from agentuq_nb.io.atomic import atomic_write_json
+    from agentuq_nb.steps.provenance import file_digest, provenance
 
+    if not isinstance(inputs, dict):
+        inputs = {str(p): file_digest(p) for p in (inputs or ())}
+    record = {**record, "provenance": provenance(f"study {record.get('study', '')}".strip(), settings or {}, inputs)}
     path = Path(folder) / FINDINGS_NAME
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(path, record)

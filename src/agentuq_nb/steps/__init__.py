@@ -17,7 +17,7 @@ import pkgutil
 from types import ModuleType
 
 #: modules of this package that are not steps (shared by several)
-SHARED = frozenset({"base", "scoring_jobs", "family_gaps", "detector_inputs", "hints"})
+SHARED = frozenset({"base", "scoring_jobs", "family_gaps", "detector_inputs", "hints", "provenance"})
 
 
 def step_modules() -> list[ModuleType]:

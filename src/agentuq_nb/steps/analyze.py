@@ -118,7 +118,10 @@ def run(run_dir: str | os.PathLike | RunDir, config: AnalyzeConfig) -> AnalyzeRe
             report.figures = analysis_figures(out, config.failure_threshold, config.seed)
     if config.report:
         with config.reporter.stage("report", out):
-            report.page = write_report(out, config.failure_threshold, report.trials, report.figures)
+            gaps = report.estimator_table.gaps if report.estimator_table is not None else None
+            settings = config.model_dump(mode="json", include={"n_boot", "seed", "embedder", "blackbox", "uncertainty", "role",
+                                                  "scorer"})
+            report.page = write_report(out, config.failure_threshold, report.trials, report.figures, gaps, settings)
     return report
 
 
@@ -316,15 +319,20 @@ def trajectory_rows(run: RunDir, table, failure_threshold: float = DEFAULT_FAILU
 
 
 def write_report(run_dir: str | os.PathLike | RunDir, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD,
-                 trials: dict | None = None, figures: list[Path] | None = None) -> Path:
+                 trials: dict | None = None, figures: list[Path] | None = None, gaps: list | None = None,
+                 settings: dict | None = None) -> Path:
     """``RUN_DIR/report.html`` (:func:`agentuq_nb.figures.report.run_report`) from the run's tables and figures (the
-    PNGs given, else those ``analysis_figures`` left in ``RUN_DIR/figures``), published as one commit; returns its
-    path."""
+    PNGs given, else those ``analysis_figures`` left in ``RUN_DIR/figures``), the families the run lacks (``gaps``,
+    else :func:`~agentuq_nb.steps.family_gaps.missing_families`) and what made it (the version, ``settings`` - the
+    failure threshold at least -, the results' and the tables' content hashes), published as one commit; returns
+    its path."""
     import numpy as np
 
     from agentuq_nb.figures.report import run_report, undefined_reason
     from agentuq_nb.records.outcomes import failure_labels
     from agentuq_nb.steps.compare_estimators import read_estimator_table
+    from agentuq_nb.steps.family_gaps import missing_families
+    from agentuq_nb.steps.provenance import provenance
 
     run = RunDir.of(run_dir)
     manifest = run.manifest()
@@ -351,10 +359,14 @@ def write_report(run_dir: str | os.PathLike | RunDir, failure_threshold: float =
     models = ", ".join(f"{role}: {model}" for role, model in manifest.models.items())
     subtitle = " · ".join(x for x in [f"results: {manifest.results}" if manifest.results else None, models or None,
                                       f"run folder: {run.path}"] if x)
+    based_on = run.based_on(*[name for name in ("estimator_table", "trajectories", "combined_scores") if run.has(name)])
+    made = provenance(STEP.command.split(" RESULTS")[0], {"failure_threshold": failure_threshold, **(settings or {})},
+                      {"results": manifest.results, "results_sha256": manifest.results_sha256,
+                       "tables (commit ids)": based_on})
     page = run_report(manifest.title() or run.path.name, subtitle, counts, warning, notes,
                       table if table is not None else _empty_table(), shown, rows, note, run.file("explorer"),
-                      run.file("predictions"), trials_lines(trials, run.path) if trials else ())
-    based_on = run.based_on(*[name for name in ("estimator_table", "trajectories", "combined_scores") if run.has(name)])
+                      run.file("predictions"), trials_lines(trials, run.path) if trials else (),
+                      missing_families(run) if gaps is None else gaps, made)
     with run.commit(STEP.name) as commit:
         commit.write_with("report", lambda p: p.write_text(page, encoding="utf-8"), based_on)
     return run.file("report")

@@ -167,6 +167,14 @@ class TimedEmbedder:
         return vectors
 
 
+def distillation_seconds() -> float:
+    """Seconds this process has spent distilling the static embedding table so far (0 when it never did)."""
+    import sys
+
+    module = sys.modules.get("agentuq_nb.uq.static_embedding")  # never imported: never distilled
+    return float(sum(module.DISTILLATIONS)) if module is not None else 0.0
+
+
 def effective_embedder(config: BlackBoxConfig, embedder=None) -> str:
     """The embeddings the signals will be computed with: an embedder object's class name, else ``config``'s,
     with ``minilm`` becoming ``none`` where the ``[embeddings]`` extra is not installed."""
@@ -193,9 +201,11 @@ def compute_signals(run_dir: str | os.PathLike | RunDir, config: BlackBoxConfig 
         kinds = tool_types(header)
         u = message_u(run)
         name = effective_embedder(config, embedder)
+        distilled = distillation_seconds()
         embed = None if name == "none" else TimedEmbedder(embedder if embedder is not None else get_embedder(
             name, config.embed_max_tokens, config.embed_cache, config.embed_cache_max_mb, config.progress),
             config.progress)
+        distilled = distillation_seconds() - distilled
         turns, scores = signal_tables(t, embed, u, kinds, trajectories)
         report = {"embedder": name, "embed_max_tokens": config.embed_max_tokens, "results": str(results),
                   "results_sha256": digest,
@@ -204,6 +214,8 @@ def compute_signals(run_dir: str | os.PathLike | RunDir, config: BlackBoxConfig 
                   "texts_embedded": embed.texts if embed else 0,
                   "texts_computed": embed.computed if embed else 0,
                   "embed_seconds": round(embed.seconds, 3) if embed else 0.0,
+                  # the static table distilled for this run (once per machine: then kept beside the embedding cache)
+                  "distill_seconds": round(distilled, 3),
                   "seconds": round(time.perf_counter() - start, 3)}
         if embed is None:
             report["left_out"] = NO_EMBEDDINGS if config.embedder != "none" else "embedder 'none': no TRACER"

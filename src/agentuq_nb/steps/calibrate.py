@@ -10,7 +10,7 @@ run it was ``fitted_on`` and the one ``evaluated_on``.
 
 Written to ``RUN_DIR/calibration.json`` and ``RUN_DIR/calibration_bins.csv`` (one row per reliability bin:
 ``setting`` (cross_fitted | transfer), ``estimator``, ``method``, ``bin, lo, hi, mean_prob, failure_rate,
-count``) under the run's lock.
+count, sq_error``) under the run's lock.
 """
 from __future__ import annotations
 
@@ -62,7 +62,8 @@ class CalibrateConfig(StepConfig):
         return value
 
 
-BIN_COLUMNS = ["setting", "estimator", "method", "bin", "lo", "hi", "mean_prob", "failure_rate", "count"]
+BIN_COLUMNS = ["setting", "estimator", "method", "bin", "lo", "hi", "mean_prob", "failure_rate", "count",
+               "sq_error"]
 
 
 def labelled_scores(run: RunDir, names: list[str] | None, failure_threshold: float

@@ -46,7 +46,7 @@ from agentuq_nb.common.limits import MAX_SMALL_JSON_BYTES
 from agentuq_nb.estimators import BASELINES, Estimator, get
 from agentuq_nb.estimators import estimators as run_estimators
 from agentuq_nb.estimators.scores import score_table, with_length_columns
-from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
+from agentuq_nb.evaluation.defaults import DEFAULT_FDR_Q, DEFAULT_N_BOOT
 from agentuq_nb.io.atomic import atomic_write_json, atomic_write_with
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.files import read_limited_json
@@ -56,6 +56,7 @@ from agentuq_nb.io.store.run_lock import RunBusyError
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, check_failure_threshold
 from agentuq_nb.steps.base import Command, FailureThresholdField, NBootField, Reporter, SeedField, Step, StepConfig
+from agentuq_nb.steps.provenance import package_version
 
 STEP = Step("compare-runs", "agentuq-nb compare-runs RUN_DIR ... --out OUT", run_folder=False)
 #: the files written to the output folder (the figure's are the caller's: ``FIGURE_NAME``.png/.pdf)
@@ -236,13 +237,14 @@ def read_run(run: RunDir, name: str, estimators: Sequence[Estimator],
     for e in estimators:
         frame[e.name] = oriented(table[e.name], e.invert)
     manifest = run.manifest()
-    return frame, {"name": name, "path": str(run.path.resolve()), "results": manifest.results, "title": manifest.title(),
+    return frame, {"name": name, "path": str(run.path.resolve()), "results": manifest.results,
+                   "results_sha256": manifest.results_sha256, "title": manifest.title(),
                    "domain": manifest.domain, "models": manifest.models, "manifest_created_at": manifest.created_at,
                    "tables": {rel: before.get(rel) for rel in (run.relative(t) for t in tables)}}
 
 
 def build_run_leaderboard(run_dirs: Sequence[str | os.PathLike], failure_threshold: float = DEFAULT_FAILURE_THRESHOLD, n_boot: int = DEFAULT_N_BOOT,
-                    seed: int = 0, names: Sequence[str] | None = None, q: float = 0.1) -> RunLeaderboard:
+                    seed: int = 0, names: Sequence[str] | None = None, q: float = DEFAULT_FDR_Q) -> RunLeaderboard:
     """Read the runs and compute the leaderboard (see the module docstring); writes nothing."""
     from agentuq_nb.evaluation.estimator_table import LENGTH_COLUMN
     from agentuq_nb.evaluation.length_control import DEFAULT_STRATA
@@ -282,7 +284,8 @@ def build_run_leaderboard(run_dirs: Sequence[str | os.PathLike], failure_thresho
         info.update(n_trajectories=int(row["n_trajectories"]), n_failures=int(row["n_failures"]),
                     n_tasks=int(row["n_tasks"]))
     notes = _notes(run_info, candidates, baselines, left_out, result.baselines, failure_threshold)
-    inputs = {"command": STEP.name, "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    inputs = {"command": STEP.name, "agentuq_nb": package_version(),
+              "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "runs": read, "failure_threshold": float(failure_threshold), "n_boot": int(n_boot), "seed": int(seed),
               "q": float(q), "ci": 0.95, "length_strata": DEFAULT_STRATA, "estimators": [e.name for e in candidates],
               "length_baselines": [e.name for e in baselines], "left_out": left_out,
@@ -346,8 +349,14 @@ def write_report(result: RunLeaderboard, out: Path, figures: Sequence[Path]) -> 
                 f"made by agentuq-nb {STEP.name}")
     pages = result.runs.assign(report=[RunDir(p).file("report") for p in result.runs["path"]],
                                explorer=[RunDir(p).file("explorer") for p in result.runs["path"]])
+    from agentuq_nb.steps.provenance import provenance
+
+    settings = {k: result.inputs[k] for k in ("failure_threshold", "n_boot", "seed", "q", "ci", "length_strata")}
+    inputs = {run["name"]: {"results": run.get("results"), "results_sha256": run.get("results_sha256"),
+                            "tables (commit ids)": run.get("tables")} for run in result.inputs["runs"]}
     page = runs_report(title, subtitle, pages, result.notes, result.leaderboard, result.q,
-                       [("Every estimator on every run", p) for p in figures], out)
+                       [("Every estimator on every run", p) for p in figures], out,
+                       provenance(STEP.command.split(" RUN_DIR")[0], settings, inputs))
     path = out / OUTPUTS["report"]
     atomic_write_with(path, lambda p: p.write_text(page, encoding="utf-8"))
     return path
@@ -388,7 +397,7 @@ class CompareRunsConfig(StepConfig):
     seed: SeedField
     names: Optional[list[str]] = Field(None, description="only these estimators (each must be in every run; length "
                                        "baselines always)")
-    q: float = Field(0.1, description="false discovery rate of the Benjamini-Hochberg step over "
+    q: float = Field(DEFAULT_FDR_Q, description="false discovery rate of the Benjamini-Hochberg step over "
                      "estimators")
     figure: bool = Field(False, description="draw the estimators x runs figure beside the tables (the command does)")
     report: bool = Field(False, description="write OUT/report.html, the runs, the figure and the leaderboard in one "

@@ -71,8 +71,11 @@ def build_origin() -> str:
     here = llama_build.plan_build(installed, llama_build.remembered_level() or "auto")
     same = ("this machine's build" if here.key == record["key"] else
             f"not this machine's build (key {here.key}: {llama_build.install_command()} installs it)")
+    wheel = llama_build.installed_wheel()
+    elsewhere = (f" (its wheel kept in {wheel.parent}, outside the present cache {llama_build.cache_root()})"
+                 if wheel is not None and wheel.parent.parent != llama_build.cache_root() else "")
     return (f"agentuq_nb's build step: GGML_NATIVE=OFF, level {record['level']}: {on}; AMX off; key {record['key']}, "
-            f"{same}")
+            f"{same}{elsewhere}")
 
 
 def amx_status() -> str:

@@ -28,8 +28,17 @@ class ExploreConfig(StepConfig):
 
 def run(config: ExploreConfig) -> tuple[Path, int]:
     """Write the page; its path and the number of trajectories it shows."""
-    from agentuq_nb.figures.explorer import check_page_path, default_page_path, explorer_data, export_html
+    from agentuq_nb.figures.explorer import (
+        check_page_path,
+        default_page_path,
+        explorer_data,
+        export_html,
+        require_run_folder,
+    )
+    from agentuq_nb.io.store.rundir import RunDir
 
+    for run_dir in config.run_dirs:  # a results file named first: "run analyze first", not a complaint about --out
+        require_run_folder(RunDir(run_dir))
     out = config.out or default_page_path(config.run_dirs)
     check_page_path(out, config.run_dirs, config.force)  # before the work; export_html checks again before it writes
     data = explorer_data(config.run_dirs, estimators=config.names, failure_threshold=config.failure_threshold)

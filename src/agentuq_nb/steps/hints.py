@@ -36,7 +36,7 @@ def remedies() -> dict[str, str]:
         "manifest": f"run '{extract.replace('RUN_DIR', '{run}')}' first",
         "run_folder_from_results": f"with '{extract.replace('RESULTS', '{results}')}'",
         "new_run_folder": f"with '{extract.replace('RUN_DIR', '{run}')}' (then '{aggregate}')",
-        "run_folder_of_results": f"make its run folder with '{analyze}', then explore it with '{explore} runs/{{stem}}'",
+        "run_folder_of_results": f"run analyze first ('{analyze}'), then '{explore} runs/{{stem}}'",
         "explorer_page": f" once it is made: {explore} {{run}} --out {{page}}.",
         "estimator_listing": f"see '{command_of('estimators')}'",
         "detector_folder": f"(made by '{command_name('train-detector')}')",

@@ -35,7 +35,8 @@ def rescore_cost(run: RunDir) -> str | None:
     n = pq.read_metadata(run.file("messages")).num_rows
     agent = run.manifest().models.get("assistant")
     minutes = max(1, round(n * EMBEDDED_SECONDS_PER_MESSAGE / 60))
-    scorer = f"not the run's agent ({agent})" if agent and agent != EMBEDDED_MODEL else "the run's own agent"
+    scorer = (f"not the run's agent ({agent})" if agent and agent != EMBEDDED_MODEL else "the run's own agent" if agent
+              else "a stand-in: the results record no agent model")
     return (f"about {minutes} min for its {n} messages in one process on 2 cores (measured: 510 messages of 20 GPT-4.1 "
             f"airline trajectories in 20 min); scored by the embedded SmolLM2-135M ({EMBEDDED_MODEL}), {scorer}; "
             "--scorer-llm MODEL scores with another, --limit N scores the first N trajectories only")

@@ -65,7 +65,8 @@ def sampling_cost(run: RunDir) -> str | None:
     agent = run.manifest().models.get("assistant")
     who = (f"the embedded SmolLM2-135M as an observer, not the run's agent ({agent}): set {agent}'s API key and "
            "leave --model out to sample the agent itself" if agent and agent != EMBEDDED_MODEL
-           else "the agent's own model, the embedded SmolLM2-135M")
+           else "the agent's own model, the embedded SmolLM2-135M" if agent
+           else "the embedded SmolLM2-135M as an observer: the results record no agent model")
     return (f"about {minutes} min for its {points} decision points on 2 cores (measured: 99 decision points of 20 "
             f"GPT-4.1 airline trajectories in 26 min); sampled by {who}")
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 import warnings
 from functools import lru_cache
 from pathlib import Path
@@ -48,6 +49,8 @@ UNUSED = re.compile(r"\[unused\d+\]")
 BATCH = 1024
 METHOD = f"static;[CLS] piece [SEP] mean-pooled;unused dropped;pca={DIMS};sif={SIF_COEFFICIENT};zipf by id"
 _lock = threading.Lock()
+#: seconds of each distillation this process made (the one-off cost a caller may want to say apart from its own work)
+DISTILLATIONS: list[float] = []
 
 
 @lru_cache(maxsize=1)
@@ -101,7 +104,9 @@ def load_table(cache: str | os.PathLike | None = None, progress: bool = False) -
     with _lock:
         table = read_table(path, identity, shape) if path is not None else None
         if table is None:
+            start = time.perf_counter()
             table = distill_table(progress)
+            DISTILLATIONS.append(time.perf_counter() - start)
             if path is not None and not os.path.lexists(path):  # a refused file stays as it is
                 try:
                     write_table(path, table, identity)
@@ -143,8 +148,6 @@ def static_embedder(cache: str | os.PathLike | None = None, progress: bool = Fal
 
 def main() -> None:
     """``make setup``: distil the table once per machine (or check the kept one), and say where it is."""
-    import time
-
     start = time.perf_counter()
     table = load_table(progress=True)
     path = table_path(cache_path(None), table_identity())
