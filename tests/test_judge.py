@@ -210,11 +210,13 @@ def test_a_changed_trajectory_is_judged_anew_the_others_come_from_the_cache(judg
     assert again.exit_code == 0, again.output
     report = report_of(again.output)
     assert (report["judged"], report["cached"]) == (2, 4)
+    changed_task = str(json.loads(changed.read_text())["simulations"][1]["task_id"])
+    before = pd.read_parquet(run / "judge_scores.parquet").groupby("task_id")["content_sha256"].first()
     table = pd.read_parquet(copy / "judge_scores.parquet")
-    first = pd.read_parquet(run / "judge_scores.parquet")
-    moved = table.merge(first, on=["task_id", "monitor"], suffixes=("", "_before"))
-    same = moved["content_sha256"] == moved["content_sha256_before"]
-    assert (~same).sum() == 2 and set(moved.loc[~same, "task_id"]) == {str(json.loads(changed.read_text())["simulations"][1]["task_id"])}
+    assert len(table) + report["unparsed"] == 6  # an answer without a verdict is counted, not a row
+    renewed = table["content_sha256"] != table["task_id"].map(before)
+    assert set(table.loc[renewed, "task_id"]) == {changed_task}
+    assert set(table.loc[~renewed, "task_id"]) == set(before.index) - {changed_task}
 
 
 def test_a_judge_added_later_joins_the_table_and_the_earlier_ones_are_kept(judged, tmp_path):
@@ -223,18 +225,20 @@ def test_a_judge_added_later_joins_the_table_and_the_earlier_ones_are_kept(judge
     subprocess.run(["cp", "-r", str(run), str(copy)], check=True)
     template = tmp_path / "short.txt"
     template.write_text("{transcript}\nDid the agent do its job? Answer pass or fail.")
-    added = cli("judge", str(results), "--out", str(copy), "--prompt", str(template), *FAST)
+    added = cli("judge", str(results), "--out", str(copy), "--prompt", str(template), "--limit", "1", *FAST)
     assert added.exit_code == 0, added.output
     table = pd.read_parquet(copy / "judge_scores.parquet")
-    assert table.groupby("monitor").size().to_dict() == {judge_name(p, EMBEDDED_MODEL): 3
-                                                         for p in ("outcome", "triage", "short")}
+    sizes = table.groupby("monitor").size().to_dict()
+    assert sizes == {judge_name("outcome", EMBEDDED_MODEL): 3, judge_name("triage", EMBEDDED_MODEL): 3,
+                     judge_name("short", EMBEDDED_MODEL): 1}
+    assert (table.loc[table["prompt"] == "short", "prompt_source"] == str(template)).all()
 
 
 def test_a_judge_run_killed_after_its_first_verdict_resumes_and_asks_only_the_rest(tmp_path):
     results = real_slice(tmp_path)
     run = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    command = [sys.executable, "-m", "agentuq_nb.cli", "judge", str(results), "--out", str(run), *FAST]
+    command = [sys.executable, "-m", "agentuq_nb.cli", "judge", str(results), "--out", str(run), "--limit", "2", *FAST]
     proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 300
@@ -245,10 +249,10 @@ def test_a_judge_run_killed_after_its_first_verdict_resumes_and_asks_only_the_re
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     before = len(cached(run))
-    assert 1 <= before <= 3
-    assert before == 3 or not (run / "judge_scores.parquet").exists()  # nothing published before the last verdict
-    resumed = cli("judge", str(results), "--out", str(run), *FAST)
+    assert 1 <= before <= 2
+    assert before == 2 or not (run / "judge_scores.parquet").exists()  # nothing published before the last verdict
+    resumed = cli("judge", str(results), "--out", str(run), "--limit", "2", *FAST)
     assert resumed.exit_code == 0, resumed.output
     report = report_of(resumed.output)
-    assert (report["judged"], report["cached"]) == (3 - before, before)
-    assert len(cached(run)) == 3 and len(pd.read_parquet(run / "judge_scores.parquet")) == 3
+    assert (report["judged"], report["cached"]) == (2 - before, before)
+    assert len(cached(run)) == 2 and len(pd.read_parquet(run / "judge_scores.parquet")) + report["unparsed"] == 2

@@ -69,7 +69,7 @@ INTEGER_COLUMNS = ("prompt_tokens", "completion_tokens", "transcript_entries", "
                    "context_tokens")
 #: the judge table: a monitor table's columns, then the judge's own
 TABLE_COLUMNS = [*MONITOR_COLUMNS[:MONITOR_COLUMNS.index("risk")], *MONITOR_COLUMNS[MONITOR_COLUMNS.index("risk") + 1:],
-                 "model", "prompt", "prompt_sha256", "p_pass", "probability_source", "verdict_token", "verdict_mass",
+                 "model", "prompt", "prompt_source", "prompt_sha256", "p_pass", "probability_source", "verdict_token", "verdict_mass",
                  *INTEGER_COLUMNS, "content_sha256", "cache_key"]
 
 
@@ -96,10 +96,11 @@ class JudgeConfig(StepConfig):
 
     results: Path = Field(description=RESULTS_HELP)
     models: list[str] = Field(default_factory=lambda: [EMBEDDED_MODEL], min_length=1,
-                              description="the judge: a litellm model name (repeat for a panel)")
+                              description=f"the judge: a litellm model name (repeat for a panel; default: "
+                                          f"{EMBEDDED_MODEL})")
     prompts: list[str] = Field(default_factory=lambda: ["outcome"], min_length=1,
                                description=f"a named prompt ({', '.join(PROMPTS)}) or a template file (repeat for a "
-                                           "panel)")
+                                           "panel; default: outcome)")
     max_tokens: int = Field(48, ge=1, le=4096, description="tokens of each answer (the verdict comes first)")
     top_logprobs: int = Field(TOP_LOGPROBS, ge=0, le=20, description="top-k alternatives asked per answer token (the "
                               "verdict's probability is read from them; 0: the verbalized verdict only)")
@@ -253,7 +254,8 @@ def verdict_table(cache: Path, wanted: list, report: JudgeReport) -> pd.DataFram
                      "score": float(entry["p_fail"]), "higher_is_uncertain": True, "verdict": entry.get("verdict"),
                      "justification": str(entry.get("answer") or ""), "cost_usd": cost,
                      "source": f"{settings.model} with the prompt {prompt.name} ({prompt.source})",
-                     "model": settings.model, "prompt": prompt.name, "prompt_sha256": prompt.sha256,
+                     "model": settings.model, "prompt": prompt.name, "prompt_source": prompt.source,
+                     "prompt_sha256": prompt.sha256,
                      "p_pass": entry.get("p_pass"), "probability_source": source, "verdict_token": entry.get("verdict_token"),
                      "verdict_mass": entry.get("verdict_mass"), "prompt_tokens": entry.get("prompt_tokens"),
                      "completion_tokens": entry.get("completion_tokens"),
