@@ -206,6 +206,9 @@ def test_a_changed_trajectory_is_judged_anew_the_others_come_from_the_cache(judg
 
     changed = real_slice(tmp_path, "changed.json", edit)
     assert cli("extract", str(changed), "--out", str(copy)).exit_code == 0
+    from agentuq_nb.estimators import available
+
+    assert not [n for n in available(copy) if n.startswith("judge.")]  # judged on the earlier results: stale
     again = cli("judge", str(changed), "--out", str(copy), "--prompt", "outcome", "--prompt", "triage", *FAST)
     assert again.exit_code == 0, again.output
     report = report_of(again.output)

@@ -23,6 +23,7 @@ import pandas as pd
 
 from agentuq_nb.estimators.base import Estimator, Family, by_trajectory, declare_family, register
 from agentuq_nb.estimators.monitor import MonitorFamily
+from agentuq_nb.io.errors import StaleArtifactError
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.monitor_scores import artifact_of, monitors_of
 from agentuq_nb.uq.judge import PANEL_AGGREGATES, PROBABILITY_SOURCES, panel_scores
@@ -67,7 +68,10 @@ class PanelEstimator(Estimator):
 
     def is_available(self, run: RunDir) -> bool:
         run = RunDir.of(run)
-        return run.has(ARTIFACT) and len(monitors_of(run.read_frame(ARTIFACT))) >= 2
+        try:
+            return run.has(ARTIFACT) and len(monitors_of(run.read_frame(ARTIFACT))) >= 2
+        except StaleArtifactError:
+            return False
 
 
 @register
@@ -85,7 +89,10 @@ class JudgeMonitors(MonitorFamily):
                 f"({read})")
 
     def discover(self, run: RunDir) -> list[Estimator]:
-        found = super().discover(run)
+        try:
+            found = super().discover(run)
+        except StaleArtifactError:  # judged on other results than the run's: listed once judged again
+            return []
         if len(found) >= 2:
             found += [PanelEstimator(aggregate) for aggregate in PANEL_AGGREGATES]
         return found

@@ -6,8 +6,8 @@ What a judge reads, how its verdict becomes a probability and how a long convers
 judge, or on Dask with ``--scheduler``), cached in ``checkpoints/judge/<key>.json`` as soon as it arrives (an atomic
 write): the key is the trajectory's content, the model, the prompt's text and the settings, so a rerun - after a
 kill, or with a judge added - asks only what is not cached, and a trajectory whose content changed is judged anew.
-The table is published as one commit; judges of an earlier run of this command that this one does not ask are
-kept in it (a panel grows one judge at a time). A run folder not extracted yet is extracted first.
+The table is published as one commit; verdicts of an earlier run of this command that this one does not ask again
+(other judges, other trajectories) are kept in it: a panel grows one judge at a time. A run folder not extracted yet is extracted first.
 """
 from __future__ import annotations
 
@@ -157,17 +157,18 @@ def read_verdict_file(path: Path, expected: dict) -> dict:
     return entry
 
 
-def earlier_judges(folder: RunDir, asked: set[str], keys: pd.DataFrame) -> pd.DataFrame | None:
-    """The rows of an up-to-date judge table (made from these results) of the judges not asked now, on the
-    trajectories judged now (a stale table, made from other results, is not kept)."""
+def earlier_verdicts(folder: RunDir, asked: pd.DataFrame) -> pd.DataFrame | None:
+    """The rows of an up-to-date judge table (made from these results: a stale one is not kept) that were not asked
+    again now (``asked``: the keys and monitor of every verdict asked now): other judges, and other trajectories of
+    the same judges (a run with ``--limit``)."""
     if not folder.has("judge_scores"):
         return None
     try:
-        table = folder.read_frame("judge_scores")
+        table = key_dtypes(folder.read_frame("judge_scores"))
     except StaleArtifactError:
         return None
-    kept = table[~table["monitor"].astype(str).isin(asked)]
-    return key_dtypes(kept).merge(keys, on=TRAJECTORY_KEYS, how="inner")
+    marked = table.merge(asked.drop_duplicates(), on=[*TRAJECTORY_KEYS, "monitor"], how="left", indicator=True)
+    return table[(marked["_merge"] == "left_only").to_numpy()]
 
 
 def run(run_dir: str | Path | RunDir, config: JudgeConfig) -> JudgeReport:
@@ -220,8 +221,8 @@ def run(run_dir: str | Path | RunDir, config: JudgeConfig) -> JudgeReport:
                    total=simulation_count(results_path, config.limit) * len(judges), done=lambda: report.cached,
                    worker_fn=judge_on_worker)
         table = verdict_table(cache, wanted, report)
-        keys = key_dtypes(pd.DataFrame([w[0] for w in wanted]).drop_duplicates())
-        earlier = earlier_judges(folder, set(names), keys)
+        asked = key_dtypes(pd.DataFrame([{**w[0], "monitor": judge_name(w[3].name, w[4].model)} for w in wanted]))
+        earlier = earlier_verdicts(folder, asked)
         table = replace_monitor(earlier if earlier is not None and not earlier.empty else None, table)
         meta = json.dumps({"context_rule": CONTEXT_RULE, "settings": [s.as_key() for _, s in judges],
                            "prompts": {p.name: {"sha256": p.sha256, "source": p.source} for p in prompts}})
@@ -292,7 +293,7 @@ COMMAND = Command(summary="An LLM judge (or a panel) over every trajectory → R
                            "limit", "execution.scheduler", "execution.max_concurrency", "execution.api_bases"),
                   flags={"models": "--model", "prompts": "--prompt", "execution.api_bases": "--api-base"},
                   help={"execution.max_concurrency": "verdicts in flight (remote judges)"},
-                  errors=("FanOutFailed",), show=show)
+                  errors=("FanOutFailed", "APIError"), show=show)
 
 
 def judge(results: str | Path, out: str | Path | RunDir, **options: Any) -> JudgeReport:
