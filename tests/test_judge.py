@@ -84,6 +84,12 @@ def test_without_top_k_the_verdict_is_read_from_the_text_and_an_answer_without_o
     assert unparsed.probability_source == "unparsed" and math.isnan(unparsed.p_fail)
 
 
+def test_a_verdict_word_late_in_the_answer_is_read_from_the_text_not_from_its_log_probs():
+    tokens = [row(t, {t: 0.9, "x": 0.1}) for t in ("The", " agent", " did", " well", ":")] + [row(" fail", {" fail": 0.7, " pass": 0.3})]
+    verdict = read_verdict(tokens, "The agent did well: fail")
+    assert verdict.probability_source == "verbalized" and verdict.p_fail == 1.0
+
+
 @pytest.mark.parametrize("token, word", [("pass", "pass"), (" PASS", "pass"), ("Pa", "pass"), ("**fail", "fail"),
                                          ("failed", "fail"), ("False", None), ("Final", None), (" ", None)])
 def test_verdict_words_and_their_prefixes(token, word):

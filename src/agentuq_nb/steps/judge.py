@@ -54,9 +54,11 @@ from agentuq_nb.uq.judge import (
     transcript_entries,
 )
 
-#: what one verdict of the embedded model took on the 2-core reference machine, under load from other work:
-#: 3 real airline trajectories (gpt-4.1), the outcome prompt, a 2,048-token context, 8 answer tokens
-EMBEDDED_SECONDS_PER_VERDICT = 6.0
+#: what one verdict of the embedded model takes on 2 cores: its prompt decoded at the rate DESIGN.md measured
+#: (≈530 tokens in ≈3.3 s) for the outcome prompt's mean of 2,245 tokens on 3 real gpt-4.1 airline trajectories
+#: (whole, in its 8,192-token window), plus 48 answer tokens at ~70 tok/s; measured end to end on a machine shared
+#: with other work (load average ~21 on 2 cores) it was ~110 s per verdict
+EMBEDDED_SECONDS_PER_VERDICT = 2245 * 3.3 / 530 + 48 / 70
 #: how a long conversation is fitted to the judge's context (said by the command and recorded in the table)
 CONTEXT_RULE = ("a message longer than --max-entry-chars keeps its head and tail; a transcript that does not fit "
                 "keeps its opening messages (up to a third of the room) and as many closing messages as fit, one "

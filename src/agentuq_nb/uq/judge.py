@@ -12,8 +12,8 @@
   The room is the judge's context window (or ``context_tokens``) less the rest of the prompt, the answer's
   ``max_tokens`` and a margin (:data:`MARGIN`).
 * **The verdict** (:func:`read_verdict`). The judge is told (:data:`JUDGE_SYSTEM`) that its reply starts with
-  the verdict. Where the answer carries token log-probs, the *verdict position* is the first generated token whose
-  top-k alternatives hold a verdict word (``pass``/``fail``, any case, or a prefix of one such as ``Pa``; at
+  the verdict. Where the answer carries token log-probs, the *verdict position* is the first of its first
+  :data:`VERDICT_WINDOW` tokens whose top-k alternatives hold a verdict word (``pass``/``fail``, any case, or a prefix of one such as ``Pa``; at
   temperature 0 the chosen token is the top alternative, so a verdict written first is found there); the
   probabilities of the pass words and of the fail words among those alternatives are summed, and
   ``p_fail = P(fail words) / (P(pass words) + P(fail words))`` (``probability_source = "logprobs"``;
@@ -64,6 +64,9 @@ MAX_ENTRY_CHARS = 2000
 MARGIN = 64
 #: top-k alternatives asked for at each generated token (OpenAI's most)
 TOP_LOGPROBS = 20
+#: the answer tokens where a verdict is looked for in the log-probs (the verdict comes first, perhaps after markup
+#: such as ``**`` or a space); a verdict word later in the answer is read from the text
+VERDICT_WINDOW = 4
 #: the words a verdict is made of
 VERDICTS = ("pass", "fail")
 PROBABILITY_SOURCES = ("logprobs", "verbalized", "unparsed")
@@ -246,11 +249,12 @@ class Verdict:
 
 def read_verdict(tokens: list[dict], text: str) -> Verdict:
     """The verdict of an answer from its token rows (``records.tokens``: ``token``, ``topk_tokens``,
-    ``topk_logprobs``): at the first position whose top-k alternatives hold a verdict word (at temperature 0 the
+    ``topk_logprobs``): at the first position (of the first :data:`VERDICT_WINDOW`) whose top-k alternatives hold a
+    verdict word (at temperature 0 the
     chosen token is the top one, so a verdict word written first is found there), the verdict words' probabilities
     renormalized; the verdict is the chosen token's word where it is one, else the likelier. Without such a position,
     from the ``text``."""
-    for position, row in enumerate(tokens):
+    for position, row in enumerate(tokens[:VERDICT_WINDOW]):
         mass = {word: 0.0 for word in VERDICTS}
         for alternative, logprob in zip(list(row.get("topk_tokens") or []), list(row.get("topk_logprobs") or [])):
             word = verdict_word(str(alternative))
