@@ -200,6 +200,25 @@ def test_the_judges_and_their_panel_are_estimators_of_the_table(judged):
     assert made.exit_code == 0, made.output
     table = pd.read_csv(run / "estimator_table.csv").set_index("estimator")
     assert table.loc[one, "family"] == "judge" and table.loc["judge.panel_median", "family"] == "judge"
+    from agentuq_nb.estimators.judge import judge_totals
+
+    totals = judge_totals(run).set_index("prompt")
+    assert totals["trajectories"].to_dict() == {"outcome": 3, "triage": 3} and (totals["cost_usd"] == 0).all()
+    assert (totals["logprobs"] == 3).all() and (totals["prompt_tokens"] > 0).all()
+
+
+def test_without_log_probs_the_verdict_is_verbalized_or_counted_unparsed(judged, tmp_path):
+    results, run, _ = judged
+    copy = tmp_path / "run"
+    subprocess.run(["cp", "-r", str(run), str(copy)], check=True)
+    asked = cli("judge", str(results), "--out", str(copy), "--top-logprobs", "0", "--limit", "1", *FAST)
+    assert asked.exit_code == 0, asked.output
+    report = report_of(asked.output)
+    assert report["judged"] == 1 and report["logprobs"] == 0 and report["verbalized"] + report["unparsed"] == 1
+    rows = pd.read_parquet(copy / "judge_scores.parquet")
+    outcome = rows[rows["prompt"] == "outcome"]  # asked now with other settings: its earlier rows are not kept
+    assert len(outcome) == report["verbalized"] and set(outcome["probability_source"]) <= {"verbalized"}
+    assert (rows["prompt"] == "triage").sum() == 3  # another judge: kept
 
 
 def test_a_changed_trajectory_is_judged_anew_the_others_come_from_the_cache(judged, tmp_path):

@@ -72,7 +72,7 @@ INTEGER_COLUMNS = ("prompt_tokens", "completion_tokens", "transcript_entries", "
 #: the judge table: a monitor table's columns, then the judge's own
 TABLE_COLUMNS = [*MONITOR_COLUMNS[:MONITOR_COLUMNS.index("risk")], *MONITOR_COLUMNS[MONITOR_COLUMNS.index("risk") + 1:],
                  "model", "prompt", "prompt_source", "prompt_sha256", "p_pass", "probability_source", "verdict_token", "verdict_mass",
-                 *INTEGER_COLUMNS, "content_sha256", "cache_key"]
+                 *INTEGER_COLUMNS, "content_sha256", "settings_sha256", "cache_key"]
 
 
 def judge_cost(run: RunDir) -> str | None:
@@ -161,16 +161,21 @@ def read_verdict_file(path: Path, expected: dict) -> dict:
 
 def earlier_verdicts(folder: RunDir, asked: pd.DataFrame) -> pd.DataFrame | None:
     """The rows of an up-to-date judge table (made from these results: a stale one is not kept) that were not asked
-    again now (``asked``: the keys and monitor of every verdict asked now): other judges, and other trajectories of
-    the same judges (a run with ``--limit``)."""
+    again now (``asked``: the keys, monitor and settings of every verdict asked now): other judges, and other
+    trajectories of the same judges asked with the same settings (a run with ``--limit``); a judge asked now with
+    other settings keeps none of its earlier rows, so that one judge's rows share one setting."""
     if not folder.has("judge_scores"):
         return None
     try:
         table = key_dtypes(folder.read_frame("judge_scores"))
     except StaleArtifactError:
         return None
-    marked = table.merge(asked.drop_duplicates(), on=[*TRAJECTORY_KEYS, "monitor"], how="left", indicator=True)
-    return table[(marked["_merge"] == "left_only").to_numpy()]
+    now = asked.drop_duplicates("monitor").set_index("monitor")["settings_sha256"]
+    theirs = table["settings_sha256"] if "settings_sha256" in table.columns else pd.Series(None, index=table.index)
+    other_settings = table["monitor"].map(now).notna() & (table["monitor"].map(now) != theirs)
+    marked = table.merge(asked[[*TRAJECTORY_KEYS, "monitor"]].drop_duplicates(), on=[*TRAJECTORY_KEYS, "monitor"],
+                         how="left", indicator=True)
+    return table[((marked["_merge"] == "left_only").to_numpy()) & ~other_settings.to_numpy()]
 
 
 def run(run_dir: str | Path | RunDir, config: JudgeConfig) -> JudgeReport:
@@ -223,7 +228,8 @@ def run(run_dir: str | Path | RunDir, config: JudgeConfig) -> JudgeReport:
                    total=simulation_count(results_path, config.limit) * len(judges), done=lambda: report.cached,
                    worker_fn=judge_on_worker)
         table = verdict_table(cache, wanted, report)
-        asked = key_dtypes(pd.DataFrame([{**w[0], "monitor": judge_name(w[3].name, w[4].model)} for w in wanted]))
+        asked = key_dtypes(pd.DataFrame([{**w[0], "monitor": judge_name(w[3].name, w[4].model),
+                                          "settings_sha256": w[4].sha256} for w in wanted]))
         earlier = earlier_verdicts(folder, asked)
         table = replace_monitor(earlier if earlier is not None and not earlier.empty else None, table)
         meta = json.dumps({"context_rule": CONTEXT_RULE, "settings": [s.as_key() for _, s in judges],
@@ -265,7 +271,7 @@ def verdict_table(cache: Path, wanted: list, report: JudgeReport) -> pd.DataFram
                      "transcript_entries": entry.get("transcript_entries"),
                      "elided_entries": entry.get("elided_entries"), "elided_tokens": entry.get("elided_tokens"),
                      "context_tokens": entry.get("context_tokens"), "content_sha256": entry.get("content_sha256"),
-                     "cache_key": key})
+                     "settings_sha256": settings.sha256, "cache_key": key})
     table = pd.DataFrame(rows, columns=TABLE_COLUMNS)
     for column in ("p_pass", "verdict_mass", "cost_usd"):
         table[column] = pd.to_numeric(table[column], errors="coerce").astype(float)

@@ -289,6 +289,10 @@ class JudgeSettings:
         return {"model": self.model, "max_tokens": self.max_tokens, "top_logprobs": self.top_logprobs,
                 "context_tokens": self.context_tokens, "max_entry_chars": self.max_entry_chars, "temperature": 0.0}
 
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(json.dumps(self.as_key(), sort_keys=True).encode()).hexdigest()
+
 
 def cache_key(content_sha256: str, prompt: JudgePrompt, settings: JudgeSettings) -> str:
     """The name of a verdict's cache entry: the trajectory's content, the prompt's text, the model and settings."""
