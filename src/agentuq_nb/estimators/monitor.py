@@ -21,12 +21,14 @@ run such as the explorer).
 """
 from __future__ import annotations
 
+import importlib
 import os
 from typing import ClassVar
 
 import pandas as pd
 
 from agentuq_nb.estimators.base import Estimator, EstimatorFamily, by_trajectory
+from agentuq_nb.io.errors import StaleArtifactError
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.monitor_scores import MONITOR_NAME, artifact_of, monitor_table, monitors_of
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
@@ -53,12 +55,22 @@ class MonitorScore(Estimator):
         return run.has(self.requires[0]) and self.monitor in set(run.read_frame(self.requires[0])["monitor"])
 
 
+#: the families whose estimators are monitors (each :class:`MonitorFamily` subclass adds its own when it is defined):
+#: where a view of the run looks for verdicts and justifications
+MONITOR_FAMILIES: list[str] = []
+
+
 class MonitorFamily(EstimatorFamily):
     """The monitors of one family's table as estimators (subclass it, naming ``family`` and ``what`` a monitor is)."""
 
     family: ClassVar[str] = "custom"
     #: what one monitor of the family is, for the descriptions ("an LLM judge's verdict")
     what: ClassVar[str] = "a monitor's score"
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.family not in MONITOR_FAMILIES:
+            MONITOR_FAMILIES.append(cls.family)
 
     def describe(self, table: pd.DataFrame, monitor: str) -> str:
         """A monitor's description, from its rows (orientation, source)."""
@@ -72,7 +84,10 @@ class MonitorFamily(EstimatorFamily):
         artifact = artifact_of(self.family)
         if not run.has(artifact):
             return []
-        table = run.read_frame(artifact)
+        try:
+            table = run.read_frame(artifact)
+        except StaleArtifactError:  # made for trajectories since replaced: import the scores again
+            return []
         return [MonitorScore(self.family, m, self.describe(table, m)) for m in monitors_of(table)]
 
     def parse(self, name: str) -> Estimator | None:
@@ -83,6 +98,12 @@ class MonitorFamily(EstimatorFamily):
 
     def pattern(self) -> str:
         return f"{self.family}.<monitor>"
+
+
+def monitor_families() -> list[str]:
+    """The families of monitors (their estimator modules imported first)."""
+    importlib.import_module("agentuq_nb.estimators")
+    return list(MONITOR_FAMILIES)
 
 
 def read_monitor_rows(run_dir: str | os.PathLike | RunDir, family: str) -> pd.DataFrame:

@@ -95,3 +95,60 @@ def replace_monitor(existing: pd.DataFrame | None, rows: pd.DataFrame) -> pd.Dat
 def monitors_of(table: pd.DataFrame) -> list[str]:
     """The monitors a table holds, in the order they were first added."""
     return list(dict.fromkeys(table["monitor"].astype(str)))
+
+
+#: the share of a run's trajectories a score file must match unless told otherwise (import-scores' --min-match)
+DEFAULT_MIN_MATCH = 0.5
+
+
+class ScoreMatchError(ValueError):
+    """A score file whose keys match too few of a run's trajectories: ``counts`` (:func:`match_scores`)."""
+
+    def __init__(self, message: str, counts: dict):
+        self.counts = counts
+        super().__init__(message)
+
+
+def match_scores(trajectories: pd.DataFrame, scores: pd.DataFrame,
+                 min_match: float = DEFAULT_MIN_MATCH) -> tuple[pd.DataFrame, dict]:
+    """The rows of ``scores`` (a score file's frame: ``simulation_id``, or ``task_id`` with ``trial`` and ``domain``
+    where a run needs them, then ``score`` …) joined to the run's ``trajectories`` (keys + ``simulation_id``), and
+    the counts: ``n_run`` (the run's trajectories), ``n_file`` (the file's rows), ``n_matched``, ``n_unmatched_rows``
+    (rows naming no trajectory of the run), ``unmatched_example``, ``keyed_by``. A :class:`ScoreMatchError` with the
+    counts where fewer than ``min_match`` of the run's trajectories are matched; a ValueError where the file's keys
+    name several trajectories at once (task and trial of a run with several domains or seeds)."""
+    runs = key_dtypes(trajectories[[*TRAJECTORY_KEYS, "simulation_id"]].reset_index(drop=True), deep=False)
+    file = scores.copy()
+    if "simulation_id" in file.columns:
+        keyed_by = ["simulation_id"]
+        runs["simulation_id"] = runs["simulation_id"].astype("string")
+        file["simulation_id"] = file["simulation_id"].astype("string")
+    else:
+        keyed_by = [k for k in ("domain", "task_id", "trial") if k in file.columns]
+        file["task_id"] = file["task_id"].astype("string")
+        if "trial" in file.columns:
+            file["trial"] = file["trial"].astype("Int64")
+        if "domain" in file.columns:
+            file["domain"] = file["domain"].astype(str)
+    if runs.duplicated(keyed_by).any():
+        shared = runs[runs.duplicated(keyed_by, keep=False)].iloc[0]
+        raise ValueError(f"{' / '.join(f'{k} {shared[k]}' for k in keyed_by)} names more than one trajectory of the "
+                         f"run (several domains, trials or seeds): key the scores by simulation_id"
+                         f"{'' if 'trial' in keyed_by else ', or add a trial column'}"
+                         f"{'' if 'domain' in keyed_by else ', or add a domain column'}")
+    file_cols = [c for c in file.columns if c not in TRAJECTORY_KEYS and c != "simulation_id"] + keyed_by
+    joined = runs.merge(file[file_cols], on=keyed_by, how="inner")
+    unmatched = file.merge(runs[keyed_by], on=keyed_by, how="left", indicator=True)
+    unmatched = unmatched[unmatched["_merge"] == "left_only"]
+    counts = {"n_run": int(len(runs)), "n_file": int(len(file)), "n_matched": int(len(joined)),
+              "n_unmatched_rows": int(len(unmatched)), "keyed_by": " + ".join(keyed_by),
+              "unmatched_example": (" / ".join(str(unmatched.iloc[0][k]) for k in keyed_by)
+                                    if len(unmatched) else None)}
+    if counts["n_run"] == 0 or counts["n_matched"] < min_match * counts["n_run"]:
+        share = counts["n_matched"] / counts["n_run"] if counts["n_run"] else 0.0
+        example = f", e.g. {counts['unmatched_example']}" if counts["unmatched_example"] else ""
+        raise ScoreMatchError(
+            f"its keys ({counts['keyed_by']}) match {counts['n_matched']} of the run's {counts['n_run']} trajectories "
+            f"({share:.0%}), fewer than the {min_match:.0%} required; {counts['n_unmatched_rows']} of its "
+            f"{counts['n_file']} rows name no trajectory of the run{example}", counts)
+    return joined, counts
