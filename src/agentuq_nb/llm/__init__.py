@@ -7,6 +7,7 @@
 * ``score(context, target, ...)`` / ``score_trajectory(messages, ...)`` — log-probs of
   observed messages (``teacher_forced``, or ``chat_replay`` for APIs without prompt
   log-probs).
+* ``context_window(model)`` / ``count_tokens(text, model)`` — what a prompt may hold and what a text takes.
 * ``LOCAL_MODEL`` — the embedded SmolLM2-135M-Instruct, registered as a litellm
   provider when this package is imported; ``server.serve_local`` exposes it as an
   OpenAI-compatible server.
@@ -23,6 +24,8 @@ from agentuq_nb.llm.client import (
     MissingLogprobsError,
     RetryPolicy,
     ScoredTokens,
+    context_window,
+    count_tokens,
     generate,
     sample,
     score,
@@ -59,5 +62,5 @@ def check_model(model: str, llm_args: dict | None = None) -> None:
 __all__ = [
     "LOCAL_MODEL", "Generation", "ScoredTokens", "RetryPolicy", "MissingLogprobsError",
     "PromptLogprobsUnavailable", "ContextWindowError", "JinjaChat",
-    "generate", "sample", "supports_n", "score", "score_trajectory", "get_local_model", "require_local_model", "check_model",
+    "generate", "sample", "supports_n", "context_window", "count_tokens", "score", "score_trajectory", "get_local_model", "require_local_model", "check_model",
 ]

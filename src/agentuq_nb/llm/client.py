@@ -382,3 +382,26 @@ def _chat_replay(context, role, idx, system, k, keys, request) -> list[dict]:
     for row in gen.tokens:
         row.update(keys, role=role, message_idx=idx)
     return gen.tokens
+
+
+# ----------------------------------------------------------------------------- sizes
+
+def context_window(model: str) -> int | None:
+    """The tokens a prompt to ``model`` may hold, as litellm's model map says (the embedded model registers its
+    own); None where litellm does not know the model."""
+    try:
+        info = litellm.get_model_info(model)
+    except Exception:  # noqa: BLE001 - a model litellm has no entry for
+        return None
+    window = info.get("max_input_tokens") or info.get("max_tokens")
+    return int(window) if window else None
+
+
+def count_tokens(text: str, model: str) -> int:
+    """The tokens ``text`` takes for ``model``: the embedded model's own tokenizer; for another model litellm's
+    ``token_counter`` (the provider's tokenizer where litellm has it, else tiktoken's: an estimate)."""
+    if _is_local(model):
+        from agentuq_nb.llm.local_model import get_local_model
+
+        return len(get_local_model().tokenize(text))
+    return int(litellm.token_counter(model=model, text=text))

@@ -1,4 +1,4 @@
-"""The context-overflow policy of the embedded model: drop the oldest middle turns.
+"""The context-overflow policy of the embedded model: drop the oldest middle turns; and a judge's: keep both ends.
 
 SmolLM2's window is 8,192 tokens; τ²-bench's retail policy and tool list alone fill
 most of it, so a long conversation stops fitting after a few turns. Two behaviours:
@@ -22,6 +22,10 @@ What was dropped is reported, never silent: ``LocalCompletion.dropped_messages``
 header. A message's log-probs were then computed from the shortened prompt: a
 study that re-scores such a trajectory teacher-forced on the full history gets
 other numbers (``extract``/``rescore`` see the counts in the raw OpenAI choice).
+
+A judge (``uq.judge``) reads a transcript as text in one message, for any model: :func:`keep_ends` keeps its
+opening messages (up to a third of the room) and as many closing ones as fit, and one marker line names how many
+messages (and tokens) were left out in the middle.
 """
 from __future__ import annotations
 
@@ -70,3 +74,44 @@ def drop_oldest_turns(messages: list[dict], fits: Callable[[list[dict]], bool]) 
         if fits(kept) or n_drop == len(middle):
             return FittedMessages(kept, len(messages) - len(kept))
     raise AssertionError("unreachable")
+
+
+#: the line that stands for the entries :func:`keep_ends` left out (``{n}`` of them, ``{tokens}`` tokens)
+ELISION_MARKER = "[... {n} messages ({tokens} tokens) left out here to fit the judge's context ...]"
+#: tokens kept free for the marker line itself
+MARKER_TOKENS = 32
+
+
+@dataclass(frozen=True)
+class KeptEnds:
+    """What :func:`keep_ends` kept: the entries (with the marker line where the middle was left out), how many were
+    left out and their tokens."""
+
+    entries: list[str]
+    elided: int
+    elided_tokens: int
+
+
+def keep_ends(entries: list[str], counts: list[int], budget: int, head_share: float = 1 / 3) -> KeptEnds:
+    """The entries of a text (a transcript's messages, each with its token count) fitted to ``budget`` tokens: all
+    of them if they fit; else the opening entries up to ``head_share`` of the budget, then as many of the closing
+    entries as fit in the rest, the middle replaced by one :data:`ELISION_MARKER` line naming what was left out.
+
+    A judge reads a conversation, not a chat it continues, so the turn structure of :func:`drop_oldest_turns` does
+    not apply: the request that opens the conversation and the end that shows how it went are what it needs most."""
+    if len(entries) != len(counts):
+        raise ValueError("one token count per entry")
+    if sum(counts) <= budget:
+        return KeptEnds(list(entries), 0, 0)
+    room = max(0, budget - MARKER_TOKENS)
+    head, used = 0, 0
+    while head < len(entries) and used + counts[head] <= room * head_share:
+        used += counts[head]
+        head += 1
+    tail = len(entries)
+    while tail > head and used + counts[tail - 1] <= room:
+        tail -= 1
+        used += counts[tail]
+    left_out = counts[head:tail]
+    marker = ELISION_MARKER.format(n=len(left_out), tokens=sum(left_out))
+    return KeptEnds(list(entries[:head]) + [marker] + list(entries[tail:]), len(left_out), sum(left_out))
