@@ -161,7 +161,7 @@ def _check_runs(run_dirs: Sequence[str | os.PathLike]) -> list[RunDir]:
             raise InputError(run.path, "holds no trajectories (no trajectories.parquet or trajectory_summary.parquet):"
                                        f" make them with 'agentuq-nb extract RESULTS --out {run.path}'")
         runs.append(run)
-    return runs
+    return sorted(runs, key=lambda r: str(r.path.resolve()))  # the same leaderboard whatever order they came in
 
 
 def shared_estimators(runs: Sequence[RunDir], names: Sequence[str] | None = None,
