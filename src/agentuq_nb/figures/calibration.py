@@ -32,7 +32,8 @@ def reliability_diagram(bins: pd.DataFrame | dict[str, pd.DataFrame], title: str
     of ``calibration_bins.csv`` of one estimator and method): bins' mean predicted probability (x) against
     their observed failure rate (y), marker area giving each bin's count; the diagonal is perfect calibration.
     Below, the bins' counts by predicted probability. ``bins``: one table, or ``{label: table}``; each label gets
-    its n. The axes span the bins' range (``full_range``: all of [0, 1]); ``annotate_counts`` also writes each
+    its n. A table with ``failure_rate_lo`` / ``failure_rate_hi``
+    (:func:`agentuq_nb.evaluation.label_shift.reliability_bands`) is drawn with that band. The axes span the bins' range (``full_range``: all of [0, 1]); ``annotate_counts`` also writes each
     bin's count beside its point (the panel below shows them without).
     """
     tables = {"": bins} if isinstance(bins, pd.DataFrame) else dict(bins)
@@ -57,6 +58,8 @@ def reliability_diagram(bins: pd.DataFrame | dict[str, pd.DataFrame], title: str
         ax.plot(t["mean_prob"], t["failure_rate"], color=color, lw=1.2, marker="o", ms=0,
                 label=f"{label} (n = {n})" if label else f"n = {n} trajectories")
         ax.scatter(t["mean_prob"], t["failure_rate"], s=15 + 120 * t["count"] / biggest, color=color, zorder=3)
+        if {"failure_rate_lo", "failure_rate_hi"} <= set(t.columns):  # bootstrap bands of each bin's observed rate
+            ax.fill_between(t["mean_prob"], t["failure_rate_lo"], t["failure_rate_hi"], color=color, alpha=0.15, lw=0)
         if annotate_counts:
             for x, y, c in zip(t["mean_prob"], t["failure_rate"], t["count"]):
                 ax.annotate(str(int(c)), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=6, color=color)
