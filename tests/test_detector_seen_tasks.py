@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -95,9 +94,8 @@ def test_predict_tells_the_tasks_it_saw_by_content_and_what_the_detector_adds_ov
 
 def test_a_tau_bench_task_with_a_training_tasks_id_is_not_seen(trained, tmp_path):
     """τ-bench's retail tasks reuse τ²-bench's ids for other tasks: the same (domain, id), another content."""
-    from test_tau_bench_results import REWARDS, tool_calling_entry, write_json
-
     from agentuq_nb.steps.predict import predict
+    from test_tau_bench_results import REWARDS, tool_calling_entry, write_json
 
     ids = {0: "5", 1: "9", 2: "12"}  # ids of the τ² retail training run's tasks
     entries = [{**tool_calling_entry(task, trial, float(REWARDS[task][trial])), "task_id": ids[task]}
@@ -158,6 +156,8 @@ def test_the_inputs_order_does_not_change_what_is_learned(tmp_path):
     options = dict(embedder="none", groups=["text", "length"], protocols=["leave_one_run_out"], n_boot=50, n_splits=3)
     a = train_detector(TRAINING, tmp_path / "a", **options)
     b = train_detector([TRAINING[2], TRAINING[0], TRAINING[1]], tmp_path / "b", **options)
+    assert [r["name"] for r in a.card["training_runs"]] == [r["name"] for r in b.card["training_runs"]]
+    assert a.card["protocols"] == b.card["protocols"] and a.card["calibration"] == b.card["calibration"]
     for name in ("protocols.csv", "oof_predictions.csv", "label_shift.csv", "model.json", "card.md"):
         left, right = (tmp_path / "a" / name).read_text(), (tmp_path / "b" / name).read_text()
         if name == "card.md":  # its first line names the time it was made
@@ -169,9 +169,9 @@ def test_the_report_ranks_by_the_detector_when_one_is_given(trained, tmp_path):
     from typer.testing import CliRunner
 
     from agentuq_nb.cli import app
+    from agentuq_nb.io.store.rundir import RunDir
     from agentuq_nb.steps.analyze import trajectory_rows
     from agentuq_nb.steps.compare_estimators import read_estimator_table
-    from agentuq_nb.io.store.rundir import RunDir
 
     out = tmp_path / "run"
     done = CliRunner().invoke(app, ["analyze", str(NEW_RUN), "--out", str(out), "--embedder", "hash", "--n-boot", "50",

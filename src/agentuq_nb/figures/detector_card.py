@@ -131,7 +131,7 @@ def card_markdown(card: dict[str, Any]) -> str:
     """``card.md`` of a detector card (module docstring)."""
     runs = card.get("training_runs", [])
     tasks = card.get("tasks") or {}
-    lines = [f"# Failure detector — model card", "",
+    lines = ["# Failure detector — model card", "",
              f"Made by `agentuq-nb {card.get('command', 'train-detector')}` at {card.get('created_at')}; features "
              f"{', '.join(card.get('feature_groups', []))} (extraction version {card.get('feature_version')}), model "
              f"{card.get('settings', {}).get('model')}, embedder {card.get('embedder', {}).get('name')}.", "",

@@ -398,16 +398,19 @@ def trajectory_rows(run: RunDir, table, failure_threshold: float = DEFAULT_FAILU
 
 
 def detector_predictions(run: RunDir):
-    """The run's ``predictions.csv`` (a detector applied by predict), or None when there is none or it is not the
-    current run's (made from other trajectories)."""
+    """The run's ``predictions.csv`` (a detector applied by predict), or None when there is none, it is not the current
+    run's (made from other trajectories) or it is not predict's (no keys and ``failure_probability``)."""
     if not run.has("predictions"):
         return None
     from agentuq_nb.estimators.detector import read_predictions
 
+    from agentuq_nb.records.tokens import TRAJECTORY_KEYS
+
     try:
-        return read_predictions(run)
-    except (OSError, ValueError, StaleArtifactError):  # stale or unreadable: the report ranks without it
+        frame = read_predictions(run)
+    except (OSError, ValueError, KeyError, StaleArtifactError):  # stale or unreadable: the report ranks without it
         return None
+    return frame if {*TRAJECTORY_KEYS, "failure_probability"} <= set(frame.columns) else None
 
 
 def detector_rate_text(run: RunDir) -> str:
@@ -458,9 +461,13 @@ def write_report(run_dir: str | os.PathLike | RunDir, failure_threshold: float =
     models = ", ".join(f"{role}: {model}" for role, model in manifest.models.items())
     subtitle = " · ".join(x for x in [f"results: {manifest.results}" if manifest.results else None, models or None,
                                       f"run folder: {run.path}"] if x)
+    detector_column = next((c for c in rows.columns if c.startswith("detector (Brier ")), None)
     page = run_report(manifest.title() or run.path.name, subtitle, counts, warning, notes,
                       table if table is not None else _empty_table(), shown, rows, note, run.file("explorer"),
-                      run.file("predictions"), trials_lines(trials, run.path) if trials else ())
+                      run.file("predictions"), trials_lines(trials, run.path) if trials else (),
+                      f"On this run the detector's failure_probability scores worse than the base rate "
+                      f"({detector_column.removeprefix('detector (').split(':')[0]}): read it as a score, not a "
+                      "probability." if detector_column else None)
     based_on = run.based_on(*[name for name in ("estimator_table", "trajectories", "combined_scores") if run.has(name)])
     with run.commit(STEP.name) as commit:
         commit.write_with("report", lambda p: p.write_text(page, encoding="utf-8"), based_on)
