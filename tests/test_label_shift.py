@@ -129,3 +129,43 @@ def test_a_task_is_its_instructions_not_its_id():
                                       ("airline", "6", "content:b")])
     assert keys == [content_key(tau2), "id:6", "id:5"]
     assert pd.Series(keys).str.startswith("content:").sum() == 1
+
+
+def test_map_em_keeps_uninformative_scores_at_the_training_rate_and_maximizes_the_posterior():
+    """Probabilities that barely spread, their mean a little above the training rate: plain EM runs to the boundary
+    (the likelihood is nearly flat), MAP-EM with κ pseudo-trajectories stays near the training rate, at the maximum of
+    likelihood + Beta log-prior (scipy as the reference)."""
+    rng = np.random.default_rng(4)
+    p = 0.22 + 0.004 * rng.random(30)
+    assert em_failure_rate(p, 0.2167).rate > 0.95
+    found = em_failure_rate(p, 0.2167, strength=30)
+    assert abs(found.rate - 0.2167) < 0.1
+
+    def posterior(r):
+        return rate_log_likelihood(r, p, 0.2167) + 30 * (0.2167 * np.log(r) + (1 - 0.2167) * np.log(1 - r))
+
+    best = minimize_scalar(lambda r: -posterior(r), bounds=(1e-6, 1 - 1e-6), method="bounded", options={"xatol": 1e-9})
+    assert found.rate == pytest.approx(best.x, abs=1e-4)
+    none = em_failure_rate(p, 0.2167, strength=float("inf"))
+    assert none.rate == pytest.approx(0.2167)
+    estimate, adapted = adapt(p, 0.2167, n_boot=50, strength=float("inf"))
+    assert estimate.resampled == "none" and np.isnan(estimate.lo) and np.allclose(adapted, p)
+
+
+def test_the_prior_strength_is_chosen_by_held_out_runs():
+    from agentuq_nb.evaluation.label_shift import choose_strength, held_out_calibration
+
+    rng = np.random.default_rng(8)
+    # label shift holds: the scores say each run's rate, so a weak prior (adapting) wins
+    parts = [scores(rng, 200, rate) for rate in (0.1, 0.3, 0.6, 0.85)]
+    runs = np.concatenate([[f"r{i}"] * 200 for i in range(4)])
+    s, y = np.concatenate([a for a, _ in parts]), np.concatenate([b for _, b in parts])
+    strength, table = choose_strength(held_out_calibration(s, y, runs))
+    assert strength <= 10 and len(table) == 8
+    # the scores carry nothing of the label and each run's scores are offset at random: adapting does not help
+    offsets = rng.normal(0, 1.5, 4)
+    noise = rng.normal(0, 0.3, 800) + np.repeat(offsets, 200)
+    strength, _ = choose_strength(held_out_calibration(noise, y, runs))
+    assert strength >= 100
+    # nothing left to choose on (the other run of two is the held-out one): no adaptation
+    assert choose_strength(held_out_calibration(s[:400], y[:400], runs[:400], leave_out=("r1",)))[0] == float("inf")

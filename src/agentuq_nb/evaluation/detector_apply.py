@@ -15,8 +15,9 @@ Contributions are each model's own (:meth:`~agentuq_nb.evaluation.detector_model
 
 **The run's own failure rate.** Each map was fitted where the failure rate was its ``source_rate`` (the training
 runs'); the predicted run has its own. :meth:`Detector.adapt_to_run` estimates it from the run's probabilities by
-label-shift EM with a bootstrap interval (:func:`~agentuq_nb.evaluation.label_shift.adapt`) and moves every
-probability to it (an adjusted intercept). **Seen tasks**: :meth:`Detector.tasks_seen` tells, per trajectory, whether
+label-shift EM with a bootstrap interval (:func:`~agentuq_nb.evaluation.label_shift.adapt`; MAP-EM with the prior
+strength the training runs chose, ``prior_strength`` of the map: infinite = not adapted) and moves every probability
+to it (an adjusted intercept). **Seen tasks**: :meth:`Detector.tasks_seen` tells, per trajectory, whether
 its task - its domain and the hash of its instructions (:mod:`agentuq_nb.records.task_identity`) - was among the
 training tasks, and that task's failure rate there (the task prior).
 """
@@ -106,7 +107,12 @@ class Detector:
         source = scored["source_rate"].to_numpy(dtype=float)
         if not (np.isfinite(source) & np.isfinite(p)).any() or np.nanstd(p) == 0:
             return None, p
-        return adapt(p, np.where(np.isfinite(source), source, np.nan), n_boot, seed, groups)
+        models = scored["model"].to_numpy(dtype=object)
+        main = pd.Series(models).mode().iloc[0]  # the map that scores most rows gives the prior strength
+        mapping = self.final_map if main == FINAL else self.loro[main[len(LORO_PREFIX):]][1]
+        raw = (mapping or {}).get("prior_strength", 0.0)
+        strength = float("inf") if raw is None else float(raw)  # JSON has no infinity: null = not adapted
+        return adapt(p, np.where(np.isfinite(source), source, np.nan), n_boot, seed, groups, strength=strength)
 
     def predict(self, features: TrajectoryFeatures, top: int = 5) -> pd.DataFrame:
         """One row per row of ``features``: ``failure_probability`` (calibrated on the training runs), ``log_odds``,

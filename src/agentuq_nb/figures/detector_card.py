@@ -57,19 +57,28 @@ def label_shift_lines(card: dict[str, Any]) -> list[str]:
     shift = (card.get("calibration") or {}).get("label_shift")
     if not shift or not shift.get("runs"):
         return ["No label-shift judgement: it needs two or more training runs."]
-    lines = ["| held-out run | n | true failure rate | estimated rate [95% interval] | Brier (adapted) | "
-             "Brier of the base rate ȳ(1−ȳ) | Brier (unadapted) | ECE (adapted) |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| held-out run | n | true failure rate | estimated rate [95% interval] | κ | plain EM's rate | "
+             "Brier (adapted) | Brier of the base rate ȳ(1−ȳ) | Brier (unadapted) | ECE (adapted) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in shift["runs"]:
         lines.append(f"| {r['run']} | {r['n']} | {num(r['true_rate'])} | {num(r['estimated_rate'])}"
-                     f"{span(r.get('estimated_rate_lo'), r.get('estimated_rate_hi'))} | {num(r['brier_adapted'])} | "
+                     f"{span(r.get('estimated_rate_lo'), r.get('estimated_rate_hi'))} | {strength(r.get('prior_strength'))} "
+                     f"| {num(r.get('em_rate'))} | {num(r['brier_adapted'])} | "
                      f"{num(r['brier_base_rate'])} | {num(r['brier_calibrated'])} | {num(r['ece_adapted'])} |")
     s = shift["summary"]
     lines += ["", f"Adapted Brier ≤ the base rate's on {s['runs_brier_adapted_le_base_rate']} of {s['n_runs']} runs "
                   f"(unadapted: {s['runs_brier_calibrated_le_base_rate']}); failure-rate MAE {num(s['rate_mae'])} "
                   f"(the unadapted mean probability's: {num(s['rate_mae_unadapted'])}; soft BBSE's: "
                   f"{num(s['rate_mae_bbse'])}); the interval holds the true rate on {s['interval_covers_true_rate']} "
-                  f"of {s['n_runs']} runs. Method: {shift.get('method', 'EM')}."]
+                  f"of {s['n_runs']} runs. Method: {shift.get('method', 'EM')}. κ: pseudo-trajectories at the "
+                  f"training rate (∞: not adapted); `predict` uses κ = {strength(shift.get('prior_strength'))}, chosen "
+                  "on all training runs."]
     return lines
+
+
+def strength(k: Any) -> str:
+    """A prior strength as the card prints it (None or infinite: ∞, not adapted)."""
+    return "∞" if k is None or k == float("inf") else f"{k:g}"
 
 
 def _ranking_sentence(row: dict[str, Any] | None) -> str:

@@ -403,7 +403,6 @@ def detector_predictions(run: RunDir):
     if not run.has("predictions"):
         return None
     from agentuq_nb.estimators.detector import read_predictions
-
     from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 
     try:

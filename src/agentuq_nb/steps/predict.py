@@ -206,8 +206,9 @@ def rate_report(estimate, scored: pd.DataFrame) -> dict[str, Any]:
     if estimate is None:
         return {**base, "estimated": None, "note": "not adapted: the detector's maps carry no training rate, or its "
                                                    "probabilities are constant"}
-    return {**base, "estimated": estimate.rate, "lo": estimate.lo, "hi": estimate.hi, "method": "label-shift EM "
-            "(Saerens et al. 2002)", "resampled": estimate.resampled, "converged": estimate.converged}
+    return {**base, "estimated": estimate.rate, "lo": estimate.lo, "hi": estimate.hi,
+            "method": f"label-shift {estimate.method} (Saerens et al. 2002)" if estimate.resampled != "none"
+            else estimate.method, "resampled": estimate.resampled, "converged": estimate.converged}
 
 
 def task_history_comparison(predictions: pd.DataFrame, index: pd.DataFrame, failure: np.ndarray, n_boot: int,
@@ -286,10 +287,13 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
     lines = []
     rate = report.get("failure_rate") or {}
     own = (f"; its own (labelled) rate: {rate['true_rate']:.3f}" if rate.get("true_rate") is not None else "")
-    if rate.get("estimated") is not None:
+    if rate.get("estimated") is not None and rate.get("resampled") != "none":
         lines.append(f"estimated failure rate of this run: {rate['estimated']:.3f} "
-                     f"{interval_text(rate.get('lo'), rate.get('hi'))} (label-shift EM, {rate.get('resampled')} "
+                     f"{interval_text(rate.get('lo'), rate.get('hi'))} ({rate.get('method')}, {rate.get('resampled')} "
                      f"resampled; the training runs': {num_text(rate.get('training_rate'))}){own}")
+    elif rate.get("estimated") is not None:
+        lines.append(f"failure rate of this run: not estimated from its scores - on held-out training runs adapting "
+                     f"did not beat the training runs' rate, {rate['estimated']:.3f}, which the probabilities keep{own}")
     else:
         lines.append(f"failure rate of this run: not estimated ({rate.get('note', '')}){own}")
     seen = report.get("tasks_seen") or {}

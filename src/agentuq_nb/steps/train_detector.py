@@ -407,6 +407,10 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], confi
                                                         loro.log_odds[runs != fold.held_out])}
                        for fold, model in zip(loro.folds, loro.models)]
         label_shift, label_shift_rows = judge_label_shift(loro.log_odds, failure, runs, tasks, c.n_boot, c.seed)
+        final_map["prior_strength"] = label_shift["prior_strength"]
+        chosen = {r["run"]: r["prior_strength"] for r in label_shift["runs"]}
+        for entry in loro_models:
+            entry["calibration"]["prior_strength"] = chosen.get(entry["run"], float("inf"))
         calibrated_on = (f"leave-one-run-out log-odds of the {len(runs_present)} training runs (each run's from a model "
                          "that never saw it)")
     else:
@@ -503,13 +507,22 @@ def judge_label_shift(log_odds: np.ndarray, failure: np.ndarray, runs: np.ndarra
     """Label-shift adaptation judged by leave-one-run-out (:func:`~agentuq_nb.evaluation.label_shift.
     leave_one_run_out_adaptation`): the card's summary and per-run rows, the rows' probabilities, and the pooled
     reliability bins (with bootstrap bands) before and after adaptation."""
-    from agentuq_nb.evaluation.label_shift import adaptation_summary, leave_one_run_out_adaptation, reliability_bands
+    from agentuq_nb.evaluation.label_shift import (
+        adaptation_summary,
+        choose_strength,
+        held_out_calibration,
+        leave_one_run_out_adaptation,
+        reliability_bands,
+    )
 
     per_run, rows = leave_one_run_out_adaptation(log_odds, failure, runs, n_boot, seed, tasks)
+    strength, choice = choose_strength(held_out_calibration(log_odds, failure, runs))
     bins = {name: reliability_bands(rows[name], rows["failure"], n_boot=n_boot, seed=seed).to_dict("records")
             for name in ("calibrated", "adapted")} if len(rows) else {}
-    return ({"method": "EM (Saerens et al. 2002) on Platt-calibrated leave-one-run-out log-odds; the run's rate "
-                       "resampled by task for its interval",
+    return ({"method": "MAP-EM (Saerens et al. 2002, with a prior of κ pseudo-trajectories at the training rate, κ "
+                       "chosen on held-out training runs, nested) on Platt-calibrated leave-one-run-out log-odds; the "
+                       "run's rate resampled by task for its interval",
+             "prior_strength": strength, "prior_strength_choice": choice.to_dict("records"),
              "summary": adaptation_summary(per_run), "runs": per_run.to_dict("records"), "reliability": bins}, rows)
 
 
