@@ -124,6 +124,11 @@ def _probability_sentence(card: dict[str, Any]) -> str:
     advice = ("they can be read as probabilities" if k == n else
               "read them as a ranking and the run's estimated failure rate, not as exact probabilities" if 2 * k >= n
               else "read them as a ranking only, and the run's failure rate with its interval")
+    if strength(shift.get("prior_strength")) == "∞":
+        return (f"Its scores do not tell a run's own failure rate (on held-out training runs, moving the probabilities "
+                f"to an estimated rate did not beat keeping the training rate, so predict keeps it); they were at "
+                f"least as good as the run's true base rate (Brier) on {k} of {n} held-out runs and the training rate "
+                f"missed the runs' rates by {num(s['rate_mae'])} on average: {advice}.")
     return (f"Its probabilities, moved to each held-out run's estimated failure rate, were at least as good as the "
             f"run's true base rate (Brier) on {k} of {n} runs, and the run's failure rate was estimated with a mean "
             f"absolute error of {num(s['rate_mae'])}: {advice}.")

@@ -581,6 +581,13 @@ def show(trained: TrainedDetector, run_dir: None, config: TrainDetectorConfig, s
             "interval of the difference excludes 0:")
     say.say(pd.DataFrame(rows).to_string(index=False))
     say.say(f"→ {trained.path} (probabilities calibrated on {card['calibration']['probabilities']})")
+    shift = (card["calibration"].get("label_shift") or {}).get("summary") or {}
+    if shift.get("n_runs"):
+        kappa = card["calibration"]["label_shift"].get("prior_strength")
+        say.say(f"each run held out: Brier ≤ its base rate's on {shift['runs_brier_adapted_le_base_rate']} of "
+                f"{shift['n_runs']} runs, its failure rate estimated with MAE {shift['rate_mae']:.3f} ("
+                + ("not adapted: the scores did not tell a run's rate better than the training rate" if kappa is None
+                   else f"label-shift EM, {kappa:g} pseudo-trajectories at the training rate") + f"); {trained.path / 'card.md'}")
     for note in card.get("notes", []):
         say.say(f"note: {note}", warn=True)
 
