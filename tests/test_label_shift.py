@@ -115,6 +115,7 @@ def test_reliability_bands_hold_each_bins_rate_and_count():
     assert bins["count"].sum() == 500 and len(bins) == 5
     assert (bins["failure_rate_lo"] <= bins["failure_rate"]).all() and (bins["failure_rate"] <= bins["failure_rate_hi"]).all()
     assert (bins["failure_rate_hi"] - bins["failure_rate_lo"] > 0.05).all()
+    assert reliability_bands(p, y, n_bins=5, n_boot=0)["failure_rate_lo"].isna().all()  # no resample, no band
 
 
 def test_a_task_is_its_instructions_not_its_id():

@@ -197,6 +197,8 @@ def reliability_bands(prob, failure, n_bins: int = 10, n_boot: int = 1000, seed=
     table = reliability_table(p[ok], y[ok], n_bins)
     if table.empty:
         return table.assign(failure_rate_lo=[], failure_rate_hi=[])
+    if n_boot < 1:
+        return table.assign(failure_rate_lo=np.nan, failure_rate_hi=np.nan)
     rng = np.random.default_rng(seed)
     counts = table["count"].to_numpy(dtype=int)
     rates = table["failure_rate"].to_numpy(dtype=float)
