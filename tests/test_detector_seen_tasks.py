@@ -58,7 +58,7 @@ def test_predict_estimates_the_runs_failure_rate_and_shows_its_own_beside_it(pre
     assert rate["true_rate"] == pytest.approx(truth)
     if rate["resampled"] == "none":  # the training runs chose not to adapt: the training rate, said so
         assert rate["estimated"] == pytest.approx(rate["training_rate"]) and rate["lo"] is None
-        assert "not estimated from its scores" in printed
+        assert "failure rate of this run: not adapted" in printed
     else:
         assert 0 <= rate["lo"] <= rate["estimated"] <= rate["hi"] <= 1 and rate["resampled"] == "trajectories"
         assert f"estimated failure rate of this run: {rate['estimated']:.3f}" in printed
@@ -69,6 +69,12 @@ def test_predict_estimates_the_runs_failure_rate_and_shows_its_own_beside_it(pre
     shift = np.log(rate["estimated"] / (1 - rate["estimated"])) - np.log(p["source_rate"] / (1 - p["source_rate"]))
     assert np.allclose(logit - before, shift, atol=1e-6)
     assert f"its own (labelled) rate: {truth:.3f}" in printed
+    # the expected share of failures: the mean of the probabilities written, with its interval, beside the held-out
+    # error of the detector's rate estimate
+    assert rate["mean_probability"] == pytest.approx(p["failure_probability"].mean())
+    assert rate["mean_probability_lo"] <= rate["mean_probability"] <= rate["mean_probability_hi"]
+    assert f"expected failures by its probabilities: {p['failure_probability'].sum():.1f} of 50" in printed
+    assert rate["held_out_rate_mae"] is not None and "missed the true one by" in printed
     assert report["brier_base_rate"] == pytest.approx(truth * (1 - truth))
 
 

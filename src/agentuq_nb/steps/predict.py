@@ -164,7 +164,8 @@ def run(run_dir: str | os.PathLike | RunDir, config: PredictConfig) -> Predictio
             "n": int(len(predictions)), "n_labelled": int(labelled.sum()),
             "n_in_training": int(predictions["in_training"].sum()),
             "tasks_seen": seen_summary(seen),
-            "failure_rate": rate_report(estimate, scored),
+            "failure_rate": rate_report(estimate, scored, tasks, config.n_boot, config.seed,
+                                        ((card.get("calibration") or {}).get("label_shift") or {}).get("summary")),
         }
         if labelled.any():
             y = failure_labels(reward[labelled], config.failure_threshold)
@@ -199,10 +200,26 @@ def seen_summary(seen: pd.DataFrame) -> dict[str, Any]:
             "by_content": int(by_content.sum()), "by_id_only": int((~by_content).sum())}
 
 
-def rate_report(estimate, scored: pd.DataFrame) -> dict[str, Any]:
-    """The run's estimated failure rate (label-shift EM) with its interval, beside the rates it started from."""
+def rate_report(estimate, scored: pd.DataFrame, tasks=None, n_boot: int = 0, seed: int = 0,
+                held_out: dict | None = None) -> dict[str, Any]:
+    """The run's estimated failure rate (label-shift EM) with its interval, beside the rates it started from: the
+    training rate, and the mean of the probabilities written (the expected share of failures) with a bootstrap
+    interval (tasks resampled where they repeat); ``held_out_rate_mae``: how far the detector's rate estimate was
+    from the true rate of held-out training runs on average (the card's label-shift judgement)."""
+    from agentuq_nb.evaluation.label_shift import resample_weights
+
+    p = scored["failure_probability"].to_numpy(dtype=float)
+    ok = np.isfinite(p)
+    mean_lo = mean_hi = None
+    if n_boot and ok.any():
+        w, _ = resample_weights(int(ok.sum()), n_boot, seed, None if tasks is None else np.asarray(tasks)[ok])
+        means = (w @ p[ok]) / np.maximum(w.sum(axis=1), 1)
+        mean_lo, mean_hi = (float(q) for q in np.quantile(means, [0.025, 0.975]))
     base = {"training_rate": float(np.nanmean(scored["source_rate"])) if scored["source_rate"].notna().any() else None,
-            "mean_probability_at_training_rate": float(np.nanmean(scored["failure_probability_training_rate"]))}
+            "mean_probability_at_training_rate": float(np.nanmean(scored["failure_probability_training_rate"])),
+            "mean_probability": float(p[ok].mean()) if ok.any() else None, "mean_probability_lo": mean_lo,
+            "mean_probability_hi": mean_hi, "expected_failures": float(p[ok].sum()),
+            "held_out_rate_mae": (held_out or {}).get("rate_mae")}
     if estimate is None:
         return {**base, "estimated": None, "note": "not adapted: the detector's maps carry no training rate, or its "
                                                    "probabilities are constant"}
@@ -292,10 +309,17 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
                      f"{interval_text(rate.get('lo'), rate.get('hi'))} ({rate.get('method')}, {rate.get('resampled')} "
                      f"resampled; the training runs': {num_text(rate.get('training_rate'))}){own}")
     elif rate.get("estimated") is not None:
-        lines.append(f"failure rate of this run: not estimated from its scores - on held-out training runs adapting "
-                     f"did not beat the training runs' rate, {rate['estimated']:.3f}, which the probabilities keep{own}")
+        lines.append(f"failure rate of this run: not adapted - on held-out training runs, moving the probabilities to "
+                     f"a rate estimated from a run's scores did not beat keeping the training runs' "
+                     f"{rate['estimated']:.3f}{own}")
     else:
         lines.append(f"failure rate of this run: not estimated ({rate.get('note', '')}){own}")
+    if rate.get("mean_probability") is not None:
+        miss = (f"; on held-out training runs the detector's rate missed the true one by {rate['held_out_rate_mae']:.3f} "
+                "on average" if rate.get("held_out_rate_mae") is not None else "")
+        lines.append(f"expected failures by its probabilities: {rate['expected_failures']:.1f} of {report['n']} "
+                     f"(mean {rate['mean_probability']:.3f} "
+                     f"{interval_text(rate.get('mean_probability_lo'), rate.get('mean_probability_hi'))}){miss}{own}")
     seen = report.get("tasks_seen") or {}
     if seen.get("share_seen") is not None:
         lines.append(f"tasks seen in training: {seen['n_seen']} of {seen['n']} trajectories ({seen['share_seen']:.0%}; "
