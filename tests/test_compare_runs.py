@@ -453,6 +453,13 @@ def test_a_run_with_one_class_adds_nothing_to_the_pooled_auroc(two_runs, tmp_pat
     assert any("all_failed holds one class only" in note for note in result.notes)
 
 
+def test_the_leaderboard_does_not_depend_on_the_order_the_runs_are_given_in(two_runs):
+    forward = build_run_leaderboard(two_runs, n_boot=30, names=["assistant.avg_token_nll"])
+    backward = build_run_leaderboard(two_runs[::-1], n_boot=30, names=["assistant.avg_token_nll"])
+    pd.testing.assert_frame_equal(forward.leaderboard, backward.leaderboard)
+    pd.testing.assert_frame_equal(forward.long, backward.long)
+
+
 def test_run_names_tell_runs_apart():
     assert run_names([Path("/a/x/run"), Path("/b/y/run"), Path("/c/other")]) == ["x/run", "y/run", "other"]
     assert run_names([Path("/a/pooled")]) == ["a/pooled"]

@@ -19,8 +19,10 @@ the run- and domain-disjoint ones a row of the test run or domain - raises :clas
 
 **Baselines**, beside every protocol: the best length baseline (of ``num_messages``, ``num_tool_calls``,
 ``agent_chars``, chosen on these data, which favours length), and the **task-difficulty prior**
-(:func:`task_prior`): the failure rate of the same task (domain and task id) in the *other* runs, where benchmark
-tasks recur (NaN for a task no other run holds; such rows drop out of that comparison only).
+(:func:`task_prior`): the failure rate of the same task in the *other* runs, where benchmark tasks recur (NaN for a
+task no other run holds; such rows drop out of that comparison only). "The same task" is its domain and its identity
+within it as the caller gives it - the steps give the hash of its instructions
+(:mod:`agentuq_nb.records.task_identity`), since benchmarks reuse ids for different tasks.
 
 **The comparison** (:func:`protocol_comparison`) is :mod:`.pooled_auroc`'s: AUROC pooled over runs with pairs within a
 run only, tasks resampled within runs for the intervals, and the *paired* bootstrap of the difference between the
@@ -67,7 +69,8 @@ class Fold:
 
 
 def task_keys(domains, task_ids) -> np.ndarray:
-    """A task's key across runs: its domain and task id (tasks of different domains share ids)."""
+    """A task's key across runs: its domain and its identity within the domain (``task_ids``: the content key of its
+    instructions, or its id where there is none; tasks of different domains share ids)."""
     return (pd.Series(domains, dtype="string").fillna("") + "\x1f" + pd.Series(task_ids, dtype="string").fillna("")
             ).to_numpy(dtype=object)
 

@@ -28,6 +28,14 @@ def wilson_interval(table: pd.DataFrame, alpha: float = 0.05) -> tuple[np.ndarra
     return np.asarray(lo, dtype=float), np.asarray(hi, dtype=float)
 
 
+def rate_interval(table: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Each bin's interval of its observed rate: the table's own bootstrap band where it has one
+    (``failure_rate_lo`` / ``failure_rate_hi``), else Wilson's."""
+    if {"failure_rate_lo", "failure_rate_hi"} <= set(table.columns):
+        return table["failure_rate_lo"].to_numpy(dtype=float), table["failure_rate_hi"].to_numpy(dtype=float)
+    return wilson_interval(table)
+
+
 def binned_scores(table: pd.DataFrame) -> tuple[float, float]:
     """ECE (L1, count-weighted: the bins drawn) and the Brier score (from the bins' ``sq_error``, the mean squared
     error of their rows, which :func:`~agentuq_nb.evaluation.calibration.reliability_table` gives; NaN without it)."""
@@ -67,7 +75,9 @@ def reliability_diagram(bins: pd.DataFrame | dict[str, pd.DataFrame], title: str
     Counts: bins of (nearly) equal counts - equal-mass bins - are said once in the legend ("10 bins of 39-40"); bins
     of uneven counts have each count written beside its point (``annotate_counts`` forces either). ``bins``: one
     table, or ``{label: table}``. The axes span the bins and their intervals (``full_range``: all of [0, 1]), with
-    room for a marker at 0 or 1: nothing is clipped.
+    room for a marker at 0 or 1: nothing is clipped. A table with ``failure_rate_lo`` / ``failure_rate_hi``
+    (:func:`agentuq_nb.evaluation.label_shift.reliability_bands`: bootstrap bands) is drawn with those intervals
+    instead of Wilson's.
     """
     tables = {"": bins} if isinstance(bins, pd.DataFrame) else dict(bins)
     for label, t in tables.items():
@@ -77,7 +87,7 @@ def reliability_diagram(bins: pd.DataFrame | dict[str, pd.DataFrame], title: str
     use_style()
     fig, ax = plt.subplots(figsize=(4.6, 4.9), layout="constrained")
     tables = {label: t.sort_values("mean_prob").reset_index(drop=True) for label, t in tables.items()}
-    intervals = {label: wilson_interval(t) for label, t in tables.items()}
+    intervals = {label: rate_interval(t) for label, t in tables.items()}
     spanned = np.concatenate([np.concatenate([t["mean_prob"].to_numpy(dtype=float), lo, hi])
                               for (t, (lo, hi)) in zip(tables.values(), intervals.values())] or [np.array([0.0, 1.0])])
     lo_axis, hi_axis = (0.0, 1.0) if full_range else _fitted_range(spanned)
@@ -101,7 +111,8 @@ def reliability_diagram(bins: pd.DataFrame | dict[str, pd.DataFrame], title: str
                 ax.annotate(str(int(c)), (xi, yi), textcoords="offset points", xytext=(4, -3), fontsize=6,
                             color=color, ha="left", va="top")
     ax.set(xlim=(lo_axis - EDGE, hi_axis + EDGE), ylim=(lo_axis - EDGE, hi_axis + EDGE), aspect="equal",
-           xlabel="predicted failure probability (bin mean)", ylabel="observed failure rate (Wilson 95% interval)")
+           xlabel="predicted failure probability (bin mean)", ylabel="observed failure rate (95% interval: "
+           + ("bootstrap" if any({"failure_rate_lo"} <= set(t.columns) for t in tables.values()) else "Wilson") + ")")
     ax.set_title(title, fontsize=9)
     legend_below(fig, ax=ax, ncol=1)
     return fig

@@ -443,9 +443,10 @@ def counts_html(items: Sequence[tuple[str, object]]) -> str:
         f'<div class="count"><b>{text(v)}</b>{text(k)}</div>' for k, v in items) + "</div>"
 
 
-def predictions_section(path: str | os.PathLike) -> str | None:
+def predictions_section(path: str | os.PathLike, note: str | None = None) -> str | None:
     """A detector's ``predictions.csv`` at ``path`` as a table (its first :data:`MAX_PREDICTION_ROWS` rows, every
-    value escaped), or None when there is none. A file that is not a readable CSV is said, not raised."""
+    value escaped), or None when there is none; ``note``: said above it as a warning (e.g. that its probabilities
+    score worse than the base rate here). A file that is not a readable CSV is said, not raised."""
     from agentuq_nb.io.errors import InputError
     from agentuq_nb.io.files import check_regular
 
@@ -459,22 +460,23 @@ def predictions_section(path: str | os.PathLike) -> str | None:
         return paragraph(f"{path.name} is there but could not be read: {err}", "warn")
     more = f" (the first {MAX_PREDICTION_ROWS}; the file holds more)" if len(frame) == MAX_PREDICTION_ROWS else ""
     return (paragraph(f"{path.name}: a detector's failure probability per trajectory, as the file has it{more}.")
-            + html_table(frame, scroll=True))
+            + (paragraph(note, "warn") if note else "") + html_table(frame, scroll=True))
 
 
 def run_report(title: str, subtitle: str, counts: Sequence[tuple[str, object]], warning: str | None,
                notes: Sequence[str], table: pd.DataFrame, figures: Sequence[tuple[str, str | os.PathLike]],
                trajectories: pd.DataFrame, trajectory_note: str, explorer: str | os.PathLike,
                predictions: str | os.PathLike | None = None, trials: Sequence[str] = (), left_out: Sequence = (),
-               provenance: dict | None = None) -> str:
+               provenance: dict | None = None, predictions_note: str | None = None) -> str:
     """The page of one run (see the module docstring). ``counts``: the outcome counts; ``warning``: what limits the
     whole page, said once at its top (an undefined AUROC); ``notes``: what holds for the whole run; ``table``: the
     estimator table;
     ``figures``: ``(caption, PNG path)``; ``trajectories``: one row per trajectory with ``domain, task_id, trial,
     seed`` and ``outcome`` then the columns to show (failure probabilities, signals), in the order to show;
     ``explorer``: the run's explorer page (linked beside the report, made or not); ``predictions``: a detector's
-    predictions.csv (shown where it exists); ``trials``: the multi-trial lines, if tasks repeat; ``left_out``: the
-    families the run lacks (:func:`families_left_out`); ``provenance``: what made the page (:func:`provenance_html`)."""
+    predictions.csv (shown where it exists), with ``predictions_note`` above it; ``trials``: the multi-trial lines,
+    if tasks repeat; ``left_out``: the families the run lacks (:func:`families_left_out`); ``provenance``: what made
+    the page (:func:`provenance_html`)."""
     sections = [("", counts_html(counts) + (paragraph(warning, "warn") if warning else "")
                  + "".join(paragraph(n) for n in notes))]
     if trials:
@@ -501,7 +503,7 @@ def run_report(title: str, subtitle: str, counts: Sequence[tuple[str, object]], 
                             if c not in ("task_id", "trial", "outcome") and pd.api.types.is_numeric_dtype(shown[c])})
     sections.append(("Trajectories", paragraph(trajectory_note) + paragraph(explore)
                      + html_table(shown, classes, links, scroll=True)))
-    shown_predictions = predictions_section(predictions) if predictions is not None else None
+    shown_predictions = predictions_section(predictions, predictions_note) if predictions is not None else None
     if shown_predictions is not None:
         sections.append(("Detector predictions", shown_predictions))
     if left_out:

@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 from pydantic import Field
 
-from agentuq_nb.io.errors import InputError
+from agentuq_nb.io.errors import InputError, StaleArtifactError
 from agentuq_nb.io.files import content_digest
 from agentuq_nb.io.store.rundir import RunDir, is_run_folder
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, check_failure_threshold
@@ -50,6 +50,9 @@ class AnalyzeConfig(StepConfig):
                           "log-probs, the ROC and accuracy-rejection curves) into RUN_DIR/figures")
     report: bool = Field(True, description="write RUN_DIR/report.html: the outcome counts, the estimator table, the "
                          "figures and every trajectory's failure probability in one offline page")
+    detector: Optional[Path] = Field(None, description="a detector folder (agentuq-nb train-detector): applied to the "
+                                     "run (agentuq-nb predict) before the estimator table, so the table holds the "
+                                     "detector family and report.html ranks the trajectories by it")
     reporter: Reporter = Field(default_factory=Reporter, exclude=True, description="what the step says while it "
                                "runs and how each inner step is wrapped (nothing, in a library call)")
 
@@ -63,6 +66,7 @@ class AnalyzeReport:
     figures: list[Path] = field(default_factory=list)
     trials: dict | None = None  # the multi-trial readout, where tasks repeat
     page: Path | None = None  # report.html
+    predictions: Any = None  # the detector's predictions, when one was given
 
 
 def run(run_dir: str | os.PathLike | RunDir, config: AnalyzeConfig) -> AnalyzeReport:
@@ -93,6 +97,15 @@ def run(run_dir: str | os.PathLike | RunDir, config: AnalyzeConfig) -> AnalyzeRe
                                                              failure_threshold=config.failure_threshold, n_boot=config.n_boot,
                                                              seed=config.seed))
     say_evaluation(report, config.reporter)
+    if config.detector is not None:
+        from agentuq_nb.steps.predict import PredictConfig
+        from agentuq_nb.steps.predict import run as predict
+        from agentuq_nb.steps.predict import show as show_predictions
+
+        with config.reporter.stage("predict", out):
+            report.predictions = predict(out, PredictConfig(detector=config.detector, failure_threshold=config.
+                                                            failure_threshold, n_boot=config.n_boot, seed=config.seed))
+        show_predictions(report.predictions, out, None, config.reporter)
     if config.blackbox or report.extracted.num_tokens == 0:
         from agentuq_nb.steps.compare_estimators import CompareEstimatorsConfig
         from agentuq_nb.steps.compare_estimators import run as estimator_table
@@ -154,8 +167,10 @@ COMMAND = Command(summary="Results → RUN_DIR in one process: extract, aggregat
                           "or without log-probs); its figures.", arguments=("results",), out=True,
                   out_help="run directory to write the tables, summaries and metrics to",
                   options=("sidecar_dir", "uncertainty", "role", "scorer", "failure_threshold", "n_boot", "seed",
-                           "blackbox", "embedder", "score", "figures", "report"),
-                  help={"embedder": "sentence embeddings of the black-box signals"}, show=show)
+                           "blackbox", "embedder", "score", "figures", "report", "detector"),
+                  help={"embedder": "sentence embeddings of the black-box signals",
+                        "detector": "a detector folder (train-detector) applied to the run; the report ranks by it"},
+                  show=show)
 
 
 def check_not_another_run(run: RunDir, results: Path) -> None:
@@ -283,39 +298,138 @@ def reliability_bins(run: RunDir, table, failure_threshold: float = DEFAULT_FAIL
 LISTED_SIGNALS = ("tracer.default", "structure.tool_errors", "num_messages")
 
 
+def ranking_estimator(table) -> tuple[str | None, bool]:
+    """``(name, invert)`` of the estimator that ranks the report's trajectories when no detector was applied: the row
+    of the estimator table with the highest AUROC among those not tuned on the labels they are scored on (its scores
+    out of sample: a signal fitted on no label, a length baseline, or a combination cross-fitted by task); ``(None,
+    False)`` when no row has an AUROC (no labels, one outcome)."""
+    import numpy as np
+
+    if table is None or not len(table) or "auroc" not in table:
+        return None, False
+    in_sample = table["in_sample"].fillna(False).astype(bool) if "in_sample" in table else False
+    auroc = table["auroc"].astype(float)
+    rows = table[~in_sample & np.isfinite(auroc)].sort_values("auroc", ascending=False, kind="stable")
+    if rows.empty:
+        return None, False
+    best = rows.iloc[0]
+    return str(best["estimator"]), bool(best.get("invert")) if "invert" in rows else False
+
+
+def probability_label(name: str, brier, base_rate_brier) -> str:
+    """The column a failure probability is shown under: ``P(failure) NAME``, unless its Brier score on the run is
+    worse than the base rate's ȳ(1 - ȳ) - then it is said not to be a probability."""
+    import numpy as np
+
+    if brier is not None and base_rate_brier is not None and np.isfinite(brier) and brier > base_rate_brier:
+        return f"{name} (Brier {brier:.3f} > base rate's {base_rate_brier:.3f}: a score, not a probability)"
+    return f"P(failure) {name}"
+
+
 def trajectory_rows(run: RunDir, table, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD):
-    """One row per trajectory for the report: keys, ``outcome`` (failed, succeeded, no reward), ``reward``, the
-    out-of-fold failure probabilities of the two combinations with the lowest Brier score (``P(failure) NAME``)
-    and :data:`LISTED_SIGNALS`, sorted by the first probability (else the first signal), highest first; and a
-    sentence saying what the columns are."""
+    """One row per trajectory for the report: keys, ``outcome`` (failed, succeeded, no reward), ``reward``, then the
+    ranking column and the columns beside it, sorted by the ranking column, highest (most likely to fail) first; and
+    a sentence saying what the columns are and which estimator ranks them.
+
+    The ranking: the **detector** where one was applied to the run (``predictions.csv``, the predict step: its
+    probability, moved to the run's estimated failure rate), else the **best out-of-sample estimator** of the run
+    (:func:`ranking_estimator`), named. Beside it the combination with the lowest Brier score and
+    :data:`LISTED_SIGNALS`. A probability column whose Brier score on the run is worse than the base rate's says so
+    in its header (:func:`probability_label`)."""
     import numpy as np
 
     from agentuq_nb.estimators import get
     from agentuq_nb.estimators.scores import score_table
     from agentuq_nb.records.outcomes import failure_labels
 
+    detector = detector_predictions(run)
     combined = table[(table["family"] == "combined") & table["brier"].notna()].sort_values("brier", kind="stable")
-    best = [str(e) for e in combined["estimator"].head(2)]
+    best_combined = [str(e) for e in combined["estimator"].head(1)]
+    ranking, invert = (None, False) if detector is not None else ranking_estimator(table)
     signals = [e for e in LISTED_SIGNALS if get(e).is_available(run)]
-    frame, _ = score_table(run, [*best, *signals])
+    names = list(dict.fromkeys([*([ranking] if ranking else []), *best_combined, *signals]))
+    frame, _ = score_table(run, names)
     reward = frame["reward"].to_numpy(dtype=float)
     labelled = np.isfinite(reward)
     failed = failure_labels(np.where(labelled, reward, np.inf), failure_threshold)
+    base = float(failed[labelled].mean() * (1 - failed[labelled].mean())) if labelled.any() else None
     frame.insert(4, "outcome", np.where(~labelled, "no reward", np.where(failed, "failed", "succeeded")))
-    frame = frame.rename(columns={b: f"P(failure) {b}" for b in best})
-    order = f"P(failure) {best[0]}" if best else signals[0] if signals else "reward"
-    frame = frame.sort_values(order, ascending=False, na_position="last", kind="stable").reset_index(drop=True)
-    columns = ["domain", "task_id", "trial", "seed", "outcome", "reward", *[c for c in frame.columns if c not in
-                                                                            ("domain", "task_id", "trial", "seed",
-                                                                             "outcome", "reward")]]
-    if best:
-        note = (f"P(failure): out-of-fold failure probabilities (cross-fitted by task: no trajectory scored by a fit "
-                f"that saw its task) of the combinations with the lowest Brier score; sorted by {best[0]}'s, highest "
-                f"first. Then {', '.join(signals)}, as they are.")
+    brier = dict(zip(table["estimator"].astype(str), table["brier"])) if "brier" in table else {}
+    family = dict(zip(table["estimator"].astype(str), table["family"])) if len(table) else {}
+    renamed = {n: probability_label(n, brier.get(n), base) for n in names if family.get(n) == "combined"}
+    if detector is not None:
+        from agentuq_nb.records.keys import key_dtypes
+        from agentuq_nb.records.tokens import TRAJECTORY_KEYS
+
+        merged = key_dtypes(frame).merge(detector[[*TRAJECTORY_KEYS, "failure_probability", *(
+            ["task_seen"] if "task_seen" in detector else [])]].drop_duplicates(TRAJECTORY_KEYS),
+            on=TRAJECTORY_KEYS, how="left")  # a left merge on unique keys: the rows stay in frame's order
+        p = merged["failure_probability"].to_numpy(dtype=float)
+        ok = labelled & np.isfinite(p)
+        det_brier = float(np.mean((p[ok] - failed[ok]) ** 2)) if ok.any() else None
+        label = probability_label("detector", det_brier, base)
+        frame = merged.rename(columns={"failure_probability": label})
+        order, ascending = label, False
+        names_first = [label, *(["task_seen"] if "task_seen" in frame else [])]
+    elif ranking is not None:
+        order, ascending = renamed.get(ranking, ranking), invert
+        names_first = [order]
     else:
-        note = (f"No combination could be fitted (it needs both outcomes): the trajectories are sorted by {order}, "
-                "highest first" + (" - a signal fitted on no label." if order == "tracer.default" else "."))
+        order = signals[0] if signals else "reward"
+        ascending, names_first = False, []
+    frame = frame.rename(columns=renamed)
+    frame = frame.sort_values(order, ascending=ascending, na_position="last", kind="stable").reset_index(drop=True)
+    keys = ("domain", "task_id", "trial", "seed", "outcome", "reward")
+    rest = [c for c in frame.columns if c not in keys and c not in names_first]
+    columns = [*keys, *names_first, *rest]
+    if detector is not None:
+        note = (f"Ranked by the detector applied to this run (predict: trained on other labelled runs; its probability "
+                f"moved to this run's estimated failure rate{detector_rate_text(run)}), highest first. Then "
+                f"{', '.join(c for c in rest) or 'nothing else'}.")
+    elif ranking is not None:
+        row = table.set_index("estimator").loc[ranking]
+        what = ("its out-of-fold failure probability (cross-fitted by task)" if family.get(ranking) == "combined"
+                else "its value as computed (higher = more likely a failure)" if not invert
+                else "its value as computed (lower = more likely a failure)")
+        note = (f"Ranked by {ranking}, the estimator with the highest AUROC on this run ({float(row['auroc']):.3f}) "
+                f"among those whose scores are out of sample (none tuned on these labels; the choice of the best is "
+                f"made on them), by {what}, most likely failures first. Then {', '.join(rest) or 'nothing else'}, as "
+                "they are; a column of probabilities whose Brier score is worse than the base rate's says so.")
+    else:
+        note = (f"No estimator has an AUROC on this run (it needs both outcomes): the trajectories are sorted by "
+                f"{order}, highest first" + (" - a signal fitted on no label." if order == "tracer.default" else "."))
     return frame[columns], note
+
+
+def detector_predictions(run: RunDir):
+    """The run's ``predictions.csv`` (a detector applied by predict), or None when there is none, it is not the current
+    run's (made from other trajectories) or it is not predict's (no keys and ``failure_probability``)."""
+    if not run.has("predictions"):
+        return None
+    from agentuq_nb.estimators.detector import read_predictions
+    from agentuq_nb.records.tokens import TRAJECTORY_KEYS
+
+    try:
+        frame = read_predictions(run)
+    except (OSError, ValueError, KeyError, StaleArtifactError):  # stale or unreadable: the report ranks without it
+        return None
+    return frame if {*TRAJECTORY_KEYS, "failure_probability"} <= set(frame.columns) else None
+
+
+def detector_rate_text(run: RunDir) -> str:
+    """`` X [lo, hi]`` of the run's estimated failure rate from ``detector.json``, where predict wrote one."""
+    if not run.has("detector_report"):
+        return ""
+    try:
+        rate = json.loads(run.file("detector_report").read_text()).get("failure_rate") or {}
+    except (OSError, ValueError):
+        return ""
+    if rate.get("estimated") is None:
+        return ""
+    lo, hi = rate.get("lo"), rate.get("hi")
+    own = f"; its own rate {rate['true_rate']:.3f}" if rate.get("true_rate") is not None else ""
+    return (f", {rate['estimated']:.3f}" + (f" [{lo:.3f}, {hi:.3f}]" if lo is not None and hi is not None else "")
+            + own)
 
 
 def write_report(run_dir: str | os.PathLike | RunDir, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD,
@@ -359,6 +473,7 @@ def write_report(run_dir: str | os.PathLike | RunDir, failure_threshold: float =
     models = ", ".join(f"{role}: {model}" for role, model in manifest.models.items())
     subtitle = " · ".join(x for x in [f"results: {manifest.results}" if manifest.results else None, models or None,
                                       f"run folder: {run.path}"] if x)
+    detector_column = next((c for c in rows.columns if c.startswith("detector (Brier ")), None)
     based_on = run.based_on(*[name for name in ("estimator_table", "trajectories", "combined_scores") if run.has(name)])
     made = provenance(STEP.command.split(" RESULTS")[0], {"failure_threshold": failure_threshold, **(settings or {})},
                       {"results": manifest.results, "results_sha256": manifest.results_sha256,
@@ -366,7 +481,10 @@ def write_report(run_dir: str | os.PathLike | RunDir, failure_threshold: float =
     page = run_report(manifest.title() or run.path.name, subtitle, counts, warning, notes,
                       table if table is not None else _empty_table(), shown, rows, note, run.file("explorer"),
                       run.file("predictions"), trials_lines(trials, run.path) if trials else (),
-                      missing_families(run) if gaps is None else gaps, made)
+                      missing_families(run) if gaps is None else gaps, made,
+                      f"On this run the detector's failure_probability scores worse than the base rate "
+                      f"({detector_column.removeprefix('detector (').split(':')[0]}): read it as a score, not a "
+                      "probability." if detector_column else None)
     with run.commit(STEP.name) as commit:
         commit.write_with("report", lambda p: p.write_text(page, encoding="utf-8"), based_on)
     return run.file("report")

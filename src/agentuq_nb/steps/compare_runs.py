@@ -164,7 +164,7 @@ def _check_runs(run_dirs: Sequence[str | os.PathLike]) -> list[RunDir]:
                                        f" make them with 'agentuq-nb extract RESULTS --out {run.path}'")
         runs.append(run)
     _check_judged_once(runs)
-    return runs
+    return sorted(runs, key=lambda r: str(r.path.resolve()))  # the same leaderboard whatever order they came in
 
 
 def _check_judged_once(runs: Sequence[RunDir]) -> None:

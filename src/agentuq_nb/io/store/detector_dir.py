@@ -10,7 +10,9 @@ Layout (every name fixed; nothing else is read):
 * ``arrays.npz`` - every array (``numpy.savez_compressed``), read with ``allow_pickle=False``: no object array can be
   in it, and no byte of the folder is ever executed;
 * tables (:data:`TABLES`, CSV) - the protocols' results, out-of-fold predictions, calibration bins, early detection,
-  top features: what the card summarizes, for a study to draw.
+  top features, the label-shift judgement per run and its rows: what the card summarizes, for a study to draw;
+* ``card.md`` (:data:`CARD_TEXT`) - the card for a person: what it was trained on, every protocol against both
+  baselines, what to trust (made from ``card.json``'s numbers; hashed like the tables).
 
 **Reading** (:func:`read_detector_dir`) checks, each failure one :class:`~agentuq_nb.io.errors.InputError` naming the
 file: the folder is a directory; each file a regular file (a symlink is refused: nothing outside the folder is read)
@@ -51,8 +53,11 @@ CARD = "card.json"
 MODEL = "model.json"
 ARRAYS = "arrays.npz"
 #: the tables a detector folder may hold beside its card, model and arrays
-TABLES = ("protocols.csv", "oof_predictions.csv", "reliability.csv", "early_detection.csv", "top_features.csv")
-FILES = (MODEL, ARRAYS, *TABLES)
+TABLES = ("protocols.csv", "oof_predictions.csv", "reliability.csv", "early_detection.csv", "top_features.csv",
+          "label_shift.csv", "label_shift_rows.csv")
+#: the model card as a person reads it (Markdown, made from card.json's numbers)
+CARD_TEXT = "card.md"
+FILES = (MODEL, ARRAYS, *TABLES, CARD_TEXT)
 #: the folder's format: raised when the layout changes
 FORMAT = "agentuq_nb detector 1"
 HASH_KEY = "card_sha256"
@@ -114,14 +119,15 @@ def check_destination(out: str | os.PathLike) -> Path:
 
 
 def write_detector_dir(out: str | os.PathLike, card: dict[str, Any], model: dict[str, Any],
-                       arrays: dict[str, np.ndarray], tables: dict[str, pd.DataFrame] | None = None) -> dict[str, Any]:
+                       arrays: dict[str, np.ndarray], tables: dict[str, pd.DataFrame] | None = None,
+                       texts: dict[str, str] | None = None) -> dict[str, Any]:
     """Write a detector folder (see the module docstring); returns the card as written: ``card`` with ``format``,
-    ``files`` and its own hash."""
+    ``files`` and its own hash. ``texts``: ``{CARD_TEXT: markdown}``."""
     out = check_destination(out)
     bad = [name for name, a in arrays.items() if np.asarray(a).dtype.hasobject or "/" in name]
     if bad:
         raise ValueError(f"arrays {bad} cannot be saved without pickle (object dtype) or have a path in their name")
-    unknown = set(tables or {}) - set(TABLES)
+    unknown = (set(tables or {}) - set(TABLES)) | (set(texts or {}) - {CARD_TEXT})
     if unknown:
         raise ValueError(f"{sorted(unknown)} are not tables of a detector folder ({', '.join(TABLES)})")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -131,7 +137,9 @@ def write_detector_dir(out: str | os.PathLike, card: dict[str, Any], model: dict
         atomic_write_with(staging / ARRAYS, lambda p: _save_arrays(p, arrays))
         for name, frame in (tables or {}).items():
             atomic_write_with(staging / name, lambda p, frame=frame: frame.to_csv(p, index=False))
-        written = [MODEL, ARRAYS, *(tables or {})]
+        for name, text in (texts or {}).items():
+            atomic_write_with(staging / name, lambda p, text=text: Path(p).write_text(text, encoding="utf-8"))
+        written = [MODEL, ARRAYS, *(tables or {}), *(texts or {})]
         full = {**card, "format": FORMAT, "files": {name: sha256_file(staging / name) for name in written}}
         full[HASH_KEY] = canonical_hash(full)
         atomic_write_json(staging / CARD, full)

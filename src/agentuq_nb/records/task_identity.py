@@ -1,0 +1,80 @@
+"""A task's identity across runs: its domain and the content of what the user was asked to do, not its id alone.
+
+Benchmarks reuse ids for different tasks (the original τ-bench's airline task "5" is not τ²-bench's airline task
+"5"), and a run of another benchmark version may renumber them. So a task is keyed by a hash of its **instructions**:
+
+* a τ²-bench task (the results header's ``tasks``): its ``user_scenario`` (persona and instructions);
+* an original τ-bench task (each entry's ``info.task``): its ``user_id`` and ``instruction``.
+
+:func:`content_key` gives ``content:<16 hex>`` (BLAKE2b of the canonical JSON of those fields); where a run holds no
+task content (a bare list of simulations), :func:`id_key` gives ``id:<task id>``: the task is then known by its id
+only, and every table that uses the key says so (its value starts with ``id:``) - unless
+:func:`resolve_id_keys` finds the same (domain, id) with exactly one content among the other runs (or a detector's
+training tasks), whose key it then takes. :func:`task_of` finds a simulation's task. The domain is not in the key: the caller pairs the two (a task of one domain never meets one of
+another).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+CONTENT_PREFIX = "content:"
+ID_PREFIX = "id:"
+
+
+def instructions_of(task: Any) -> Any:
+    """What identifies ``task`` (see the module docstring), or None when it holds no instructions."""
+    if not isinstance(task, Mapping):
+        return None
+    scenario = task.get("user_scenario")
+    if isinstance(scenario, Mapping) and (scenario.get("instructions") or scenario.get("persona")):
+        return {"persona": scenario.get("persona"), "instructions": scenario.get("instructions")}
+    if task.get("instruction"):
+        return {"user_id": task.get("user_id"), "instruction": task.get("instruction")}
+    return None
+
+
+def content_key(task: Any) -> str | None:
+    """``content:<hash>`` of the task's instructions; None when it has none."""
+    body = instructions_of(task)
+    if body is None:
+        return None
+    text = json.dumps(body, sort_keys=True, ensure_ascii=False, default=str, separators=(",", ":"))
+    return CONTENT_PREFIX + hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
+def id_key(task_id: Any) -> str:
+    """The key of a task known by its id only."""
+    return f"{ID_PREFIX}{task_id}"
+
+
+def task_of(task_id: Any, extra: Mapping[str, Any] | None, tasks: Mapping[str, Any]) -> Any:
+    """A simulation's task: the results header's (``tasks``: id → task), else τ-bench's ``info.task`` (``extra``: the
+    simulation's fields beyond the schema's)."""
+    if str(task_id) in tasks:
+        return tasks[str(task_id)]
+    info = (extra or {}).get("info")
+    task = info.get("task") if isinstance(info, Mapping) else None
+    return task if isinstance(task, Mapping) else None
+
+
+def is_content_key(key: Any) -> bool:
+    return isinstance(key, str) and key.startswith(CONTENT_PREFIX)
+
+
+def resolve_id_keys(domains, task_ids, keys, reference: Sequence[tuple[str, str, str]] = ()) -> list[str]:
+    """``keys`` with each ``id:`` key replaced by the content key its (domain, task id) has among the rows (and the
+    ``reference`` triples ``(domain, task id, key)``, e.g. a detector's training tasks) when they give that pair
+    exactly one content key: a run that holds no task content is matched to the same benchmark's tasks by id,
+    and stays ``id:`` where the id is ambiguous (two contents) or unknown."""
+    known: dict[tuple[str, str], set[str]] = {}
+    for d, t, k in [*zip(domains, task_ids, keys), *reference]:
+        if is_content_key(k):
+            known.setdefault((str(d), str(t)), set()).add(k)
+    out = []
+    for d, t, k in zip(domains, task_ids, keys):
+        found = known.get((str(d), str(t)), set())
+        out.append(next(iter(found)) if not is_content_key(k) and len(found) == 1 else k)
+    return out

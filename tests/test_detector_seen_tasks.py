@@ -1,0 +1,231 @@
+"""The detector on real shared runs (static MiniLM table): probabilities adapted to the predicted run's own failure
+rate, seen tasks told by their content (not their id), card.md made from card.json's numbers, results independent
+of the order the inputs are given in, and report.html ranking by the detector or the best out-of-sample estimator."""
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import TAU2_DIR
+
+pytestmark = pytest.mark.filterwarnings("ignore::agentuq_nb.io.input_warnings.InputDataWarning")
+REAL = TAU2_DIR.parent / "real_runs"
+TRAINING = [TAU2_DIR / "gpt-4.1_airline_1trial.json", TAU2_DIR / "ft-gpt-4.1_airline_1trial.json",
+            REAL / "ft-gpt-4.1_retail_1trial.json"]
+NEW_RUN = REAL / "claude-sonnet-4.5_airline_1trial.json"  # 50 airline tasks, 20 of them the training runs'
+
+
+def require_shared() -> None:
+    missing = [p for p in [*TRAINING, NEW_RUN] if not p.exists()]
+    if missing:
+        pytest.skip(f"{missing[0]} not found (the shared real runs live in ../shared/data)")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A detector of two τ² airline runs and a retail run, on the static MiniLM table."""
+    from agentuq_nb.steps.train_detector import train_detector
+
+    require_shared()
+    return train_detector(TRAINING, tmp_path_factory.mktemp("seen") / "det", embedder="minilm-static", n_boot=100,
+                          n_splits=3)
+
+
+@pytest.fixture(scope="module")
+def predicted(trained, tmp_path_factory):
+    """The detector applied to the claude-sonnet airline run (labelled), through the command line."""
+    from typer.testing import CliRunner
+
+    from agentuq_nb.cli import app
+
+    out = tmp_path_factory.mktemp("predicted") / "run"
+    done = CliRunner().invoke(app, ["predict", str(trained.path), str(NEW_RUN), "--out", str(out), "--n-boot", "200"])
+    assert done.exit_code == 0, done.output
+    return out, done.output
+
+
+def test_predict_estimates_the_runs_failure_rate_and_shows_its_own_beside_it(predicted):
+    from agentuq_nb.estimators.detector import read_predictions
+
+    out, printed = predicted
+    report = json.loads((out / "detector.json").read_text())
+    rate = report["failure_rate"]
+    truth = 14 / 50
+    assert rate["true_rate"] == pytest.approx(truth)
+    if rate["resampled"] == "none":  # the training runs chose not to adapt: the training rate, said so
+        assert rate["estimated"] == pytest.approx(rate["training_rate"]) and rate["lo"] is None
+        assert "failure rate of this run: not adapted" in printed
+    else:
+        assert 0 <= rate["lo"] <= rate["estimated"] <= rate["hi"] <= 1 and rate["resampled"] == "trajectories"
+        assert f"estimated failure rate of this run: {rate['estimated']:.3f}" in printed
+    p = read_predictions(out)
+    # the adapted probabilities are the calibrated ones moved by one log-odds shift, to the estimated rate
+    logit = np.log(p["failure_probability"] / (1 - p["failure_probability"]))
+    before = np.log(p["failure_probability_training_rate"] / (1 - p["failure_probability_training_rate"]))
+    shift = np.log(rate["estimated"] / (1 - rate["estimated"])) - np.log(p["source_rate"] / (1 - p["source_rate"]))
+    assert np.allclose(logit - before, shift, atol=1e-6)
+    assert f"its own (labelled) rate: {truth:.3f}" in printed
+    # the expected share of failures: the mean of the probabilities written, with its interval, beside the held-out
+    # error of the detector's rate estimate
+    assert rate["mean_probability"] == pytest.approx(p["failure_probability"].mean())
+    assert rate["mean_probability_lo"] <= rate["mean_probability"] <= rate["mean_probability_hi"]
+    assert f"expected failures by its probabilities: {p['failure_probability'].sum():.1f} of 50" in printed
+    assert rate["held_out_rate_mae"] is not None and "missed the true one by" in printed
+    assert report["brier_base_rate"] == pytest.approx(truth * (1 - truth))
+
+
+def test_predict_tells_the_tasks_it_saw_by_content_and_what_the_detector_adds_over_them(trained, predicted):
+    from agentuq_nb.estimators.detector import read_predictions
+
+    out, printed = predicted
+    p = read_predictions(out)
+    training_ids = {str(s["task_id"]) for s in json.loads(TRAINING[0].read_text())["simulations"]}
+    assert p["task_seen"].astype(bool).tolist() == [t in training_ids for t in p["task_id"]]
+    assert p["task_seen"].sum() == 20 and p["task_key"].str.startswith("content:").all()
+    prior = p.loc[p["task_seen"].astype(bool), "task_prior"]
+    assert prior.between(0, 1).all() and p.loc[~p["task_seen"].astype(bool), "task_prior"].isna().all()
+    report = json.loads((out / "detector.json").read_text())
+    assert report["tasks_seen"]["n_seen"] == 20 and report["tasks_seen"]["share_seen"] == pytest.approx(0.4)
+    row = report["against_task_history"]
+    assert row["prior_n"] == 20 and 0 <= row["prior_auroc"] <= 1 and 0 <= row["length_auroc"] <= 1
+    assert "tasks seen in training: 20 of 50 trajectories (40%" in printed
+    assert f"the detector adds {row['diff_vs_prior']:+.3f}" in printed and "over what the task's history alone gives" \
+        in printed
+    # the task prior is the task's failure rate in the training runs, task by task
+    card_tasks = pd.DataFrame(json.loads((trained.path / "model.json").read_text())["tasks"])
+    airline = card_tasks[card_tasks["domain"] == "airline"].set_index("task_id")
+    for task_id, value in zip(p.loc[p["task_seen"].astype(bool), "task_id"], prior):
+        assert value == pytest.approx(airline.loc[str(task_id), "failures"] / airline.loc[str(task_id), "n"])
+
+
+def test_a_tau_bench_task_with_a_training_tasks_id_is_not_seen(trained, tmp_path):
+    """τ-bench's retail tasks reuse τ²-bench's ids for other tasks: the same (domain, id), another content."""
+    from agentuq_nb.steps.predict import predict
+    from test_tau_bench_results import REWARDS, tool_calling_entry, write_json
+
+    ids = {0: "5", 1: "9", 2: "12"}  # ids of the τ² retail training run's tasks
+    entries = [{**tool_calling_entry(task, trial, float(REWARDS[task][trial])), "task_id": ids[task]}
+               for trial in range(2) for task in range(3)]
+    results = write_json(tmp_path / "tool-calling-gpt-4o-retail.json", entries)
+    done = predict(trained.path, results, tmp_path / "run", n_boot=50)
+    p = done.predictions
+    assert set(p["domain"]) == {"retail"} and set(p["task_id"]) == {"5", "9", "12"}
+    assert not p["task_seen"].any() and p["task_prior"].isna().all()
+    assert p["task_key"].str.startswith("content:").all()
+    assert done.report["tasks_seen"]["share_seen"] == 0
+
+
+def test_card_md_states_card_json_numbers_and_three_trust_sentences(trained):
+    card = json.loads((trained.path / "card.json").read_text())
+    text = (trained.path / "card.md").read_text()
+    assert "card.md" in card["files"]  # hashed with the folder's other files
+    for name, row in card["protocols"].items():
+        line = next(x for x in text.splitlines() if x.startswith(f"| {name} |"))
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[2].startswith(f"{row['auroc']:.3f} [{row['auroc_lo']:.3f}, {row['auroc_hi']:.3f}]")
+        assert cells[3] == f"{row['length_auroc']:.3f} ({row['length_baseline']})"
+        assert cells[4].startswith(f"{row['diff_vs_length']:+.3f}") and cells[4].endswith(row["vs_length"])
+        if "prior_auroc" in row:
+            assert cells[5] == f"{row['prior_auroc']:.3f} ({row['prior_n']})"
+            assert cells[6].endswith(row["vs_prior"])
+    trust = text.split("## What to trust")[1].split("##")[0]
+    sentences = re.findall(r"^\d\. (.+)$", trust, flags=re.M)
+    assert len(sentences) == 3
+    loro = card["protocols"]["leave_one_run_out"]
+    assert f"AUROC {loro['auroc']:.3f}" in sentences[0]
+    shift = card["calibration"]["label_shift"]
+    assert f"on {shift['summary']['runs_brier_adapted_le_base_rate']} of 3 " in sentences[2]
+    assert f"{shift['summary']['rate_mae']:.3f}" in sentences[2]
+    for r in shift["runs"]:
+        assert f"| {r['run']} | {r['n']} | {r['true_rate']:.3f} | {r['estimated_rate']:.3f}" in text
+    assert f"{card['tasks']['n_tasks']} distinct tasks" in text
+
+
+def test_the_label_shift_judgement_holds_each_training_runs_true_rate(trained):
+    card = trained.card
+    shift = card["calibration"]["label_shift"]
+    runs = {r["name"]: r for r in card["training_runs"]}
+    assert [r["run"] for r in shift["runs"]] == list(runs)
+    for r in shift["runs"]:
+        truth = runs[r["run"]]["n_failures"] / runs[r["run"]]["n_labelled"]
+        assert r["true_rate"] == pytest.approx(truth) and r["brier_base_rate"] == pytest.approx(truth * (1 - truth))
+        assert r["rate_error"] == pytest.approx(abs(r["estimated_rate"] - truth))
+    bins = pd.DataFrame(shift["reliability"]["adapted"])
+    assert bins["count"].sum() == card["n"] and (bins["failure_rate_lo"] <= bins["failure_rate_hi"]).all()
+    table = pd.read_csv(trained.path / "label_shift.csv")
+    assert len(table) == 3 and np.allclose(table["brier_adapted"], [r["brier_adapted"] for r in shift["runs"]])
+
+
+def test_the_inputs_order_does_not_change_what_is_learned(tmp_path):
+    from agentuq_nb.steps.train_detector import train_detector
+
+    require_shared()
+    options = dict(embedder="none", groups=["text", "length"], protocols=["leave_one_run_out"], n_boot=50, n_splits=3)
+    a = train_detector(TRAINING, tmp_path / "a", **options)
+    b = train_detector([TRAINING[2], TRAINING[0], TRAINING[1]], tmp_path / "b", **options)
+    assert [r["name"] for r in a.card["training_runs"]] == [r["name"] for r in b.card["training_runs"]]
+    assert a.card["protocols"] == b.card["protocols"] and a.card["calibration"] == b.card["calibration"]
+    for name in ("protocols.csv", "oof_predictions.csv", "label_shift.csv", "model.json", "card.md"):
+        left, right = (tmp_path / "a" / name).read_text(), (tmp_path / "b" / name).read_text()
+        if name == "card.md":  # its first line names the time it was made
+            left, right = left.split("\n", 3)[3], right.split("\n", 3)[3]
+        assert left == right, name
+
+
+def test_the_report_ranks_by_the_detector_when_one_is_given(trained, tmp_path):
+    from typer.testing import CliRunner
+
+    from agentuq_nb.cli import app
+    from agentuq_nb.io.store.rundir import RunDir
+    from agentuq_nb.steps.analyze import trajectory_rows
+    from agentuq_nb.steps.compare_estimators import read_estimator_table
+
+    out = tmp_path / "run"
+    done = CliRunner().invoke(app, ["analyze", str(NEW_RUN), "--out", str(out), "--embedder", "hash", "--n-boot", "50",
+                                    "--no-figures", "--detector", str(trained.path)])
+    assert done.exit_code == 0, done.output
+    table = read_estimator_table(RunDir(out))
+    assert "detector" in set(table["estimator"])
+    rows, note = trajectory_rows(RunDir(out), table)
+    ranking = rows.columns[6]
+    assert "detector" in ranking and note.startswith("Ranked by the detector")
+    assert rows[ranking].is_monotonic_decreasing
+    assert "Ranked by the detector" in (out / "report.html").read_text()
+
+
+def test_without_a_detector_the_report_ranks_by_the_best_out_of_sample_estimator_and_marks_bad_probabilities(
+        tmp_path):
+    from typer.testing import CliRunner
+
+    from agentuq_nb.cli import app
+    from agentuq_nb.io.store.rundir import RunDir
+    from agentuq_nb.steps.analyze import probability_label, ranking_estimator, trajectory_rows
+    from agentuq_nb.steps.compare_estimators import read_estimator_table
+
+    require_shared()
+    out = tmp_path / "run"
+    done = CliRunner().invoke(app, ["analyze", str(NEW_RUN), "--out", str(out), "--embedder", "hash", "--n-boot", "50",
+                                    "--no-figures"])
+    assert done.exit_code == 0, done.output
+    table = read_estimator_table(RunDir(out))
+    name, invert = ranking_estimator(table)
+    eligible = table[~table["in_sample"].fillna(False).astype(bool)]
+    assert name == eligible.sort_values("auroc", ascending=False).iloc[0]["estimator"]
+    rows, note = trajectory_rows(RunDir(out), table)
+    assert note.startswith(f"Ranked by {name}, the estimator with the highest AUROC on this run")
+    y = (rows["outcome"] == "failed").to_numpy()
+    base = y.mean() * (1 - y.mean())
+    brier = dict(zip(table["estimator"], table["brier"]))
+    probabilities = [c for c in rows.columns if c.startswith("P(failure) ") or " (Brier " in c]
+    assert probabilities  # the combination with the lowest Brier score is shown
+    for column in probabilities:
+        if column.startswith("P(failure) "):
+            assert brier[column.removeprefix("P(failure) ")] <= base, column
+        else:
+            assert brier[column.split(" (Brier ")[0]] > base and "not a probability" in column
+    assert probability_label("x", 0.30, 0.25).startswith("x (Brier 0.300 > base rate's 0.250")
+    assert probability_label("x", 0.20, 0.25) == "P(failure) x"

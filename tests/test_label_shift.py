@@ -1,0 +1,172 @@
+"""Label-shift adaptation (pure statistics): EM recovers a run's shifted failure rate from scores drawn through a
+fitted calibration, its fixed point is the likelihood's maximum (scipy as the reference), the interval covers the
+truth, the adapted probabilities are the Bayes-shifted ones, and the leave-one-run-out judgement reports what it
+says. Task identity: a hash of the instructions, the id only as a fallback."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.optimize import minimize_scalar
+
+from agentuq_nb.evaluation.calibration import fit_calibrator
+from agentuq_nb.evaluation.label_shift import (
+    adapt,
+    adaptation_summary,
+    bbse_failure_rate,
+    em_failure_rate,
+    leave_one_run_out_adaptation,
+    rate_log_likelihood,
+    reliability_bands,
+    shift_probabilities,
+)
+from agentuq_nb.records.task_identity import content_key, id_key, resolve_id_keys
+
+
+def scores(rng, n: int, rate: float) -> tuple[np.ndarray, np.ndarray]:
+    """Labels at failure rate ``rate`` and a score whose class-conditional law does not depend on it (label shift):
+    failures N(1, 1), successes N(-1, 1)."""
+    y = rng.random(n) < rate
+    return rng.normal(np.where(y, 1.0, -1.0), 1.0), y
+
+
+@pytest.fixture(scope="module")
+def source():
+    """A Platt calibration fitted on a source population whose failure rate is 0.3."""
+    rng = np.random.default_rng(0)
+    s, y = scores(rng, 4000, 0.3)
+    calibrator = fit_calibrator(s, y, "platt")
+    return calibrator, float(calibrator.predict(s).mean())
+
+
+@pytest.mark.parametrize("rate", [0.08, 0.3, 0.7])
+def test_em_recovers_a_shifted_failure_rate_from_the_calibrated_scores(source, rate):
+    calibrator, source_rate = source
+    rng = np.random.default_rng(int(rate * 100))
+    s, y = scores(rng, 3000, rate)
+    p = calibrator.predict(s)
+    found = em_failure_rate(p, source_rate)
+    assert found.converged and found.rate == pytest.approx(y.mean(), abs=0.03)
+    # the unadapted mean stays pulled towards the source's 0.3 where the shift is large
+    if abs(rate - 0.3) > 0.2:
+        assert abs(found.rate - y.mean()) < abs(p.mean() - y.mean()) / 2
+    # EM's fixed point is the maximum of the mixture likelihood (scipy's bounded search as the reference)
+    best = minimize_scalar(lambda r: -rate_log_likelihood(r, p, source_rate), bounds=(1e-6, 1 - 1e-6),
+                           method="bounded", options={"xatol": 1e-9})
+    assert found.rate == pytest.approx(best.x, abs=1e-4)
+
+
+def test_the_adapted_probabilities_are_bayes_shifted_and_better_than_unadapted(source):
+    calibrator, source_rate = source
+    rng = np.random.default_rng(5)
+    s, y = scores(rng, 2000, 0.75)
+    p = calibrator.predict(s)
+    estimate, adapted = adapt(p, source_rate, n_boot=300, seed=1)
+    odds = adapted / (1 - adapted) / (p / (1 - p))
+    assert np.allclose(odds, (estimate.rate / (1 - estimate.rate)) / (source_rate / (1 - source_rate)))
+    assert estimate.lo < y.mean() < estimate.hi and estimate.resampled == "trajectories"
+    assert np.mean((adapted - y) ** 2) < np.mean((p - y) ** 2)
+    assert np.allclose(shift_probabilities(p, source_rate, source_rate), p)  # no shift: the same probabilities
+    # soft BBSE on the same data lands near the truth too
+    ss, sy = scores(np.random.default_rng(9), 4000, 0.3)
+    assert bbse_failure_rate(p, calibrator.predict(ss), sy) == pytest.approx(y.mean(), abs=0.05)
+
+
+def test_the_interval_resamples_tasks_when_they_repeat_and_nan_rows_stay_nan(source):
+    calibrator, source_rate = source
+    rng = np.random.default_rng(3)
+    s, _ = scores(rng, 120, 0.5)
+    p = calibrator.predict(s)
+    p[:3] = np.nan
+    groups = np.repeat(np.arange(40), 3)
+    estimate, adapted = adapt(p, source_rate, n_boot=200, seed=0, groups=groups)
+    assert estimate.resampled == "tasks" and estimate.n == 117 and np.isnan(adapted[:3]).all()
+    assert np.isfinite(adapted[3:]).all() and estimate.lo <= estimate.rate <= estimate.hi
+    again, _ = adapt(p, source_rate, n_boot=200, seed=0, groups=groups)
+    assert again == estimate  # seeded
+
+
+def test_leave_one_run_out_adaptation_judges_each_run_against_its_base_rate():
+    rng = np.random.default_rng(11)
+    parts = [(f"run{i}", *scores(rng, 150, rate)) for i, rate in enumerate((0.1, 0.3, 0.5, 0.8))]
+    runs = np.concatenate([[name] * len(s) for name, s, _ in parts])
+    log_odds = np.concatenate([s for _, s, _ in parts])
+    y = np.concatenate([y for _, _, y in parts])
+    per_run, rows = leave_one_run_out_adaptation(log_odds, y, runs, n_boot=100, seed=0)
+    assert list(per_run["run"]) == ["run0", "run1", "run2", "run3"] and len(rows) == 600
+    t = per_run.set_index("run")
+    for name, _, yy in parts:
+        assert t.loc[name, "true_rate"] == pytest.approx(yy.mean())
+        assert t.loc[name, "brier_base_rate"] == pytest.approx(yy.mean() * (1 - yy.mean()))
+    # the extreme runs: the adapted rate is far closer than the calibrated mean, and beats the base rate's Brier
+    for name in ("run0", "run3"):
+        assert t.loc[name, "rate_error"] < t.loc[name, "rate_error_unadapted"]
+        assert t.loc[name, "brier_adapted"] <= t.loc[name, "brier_base_rate"]
+    summary = adaptation_summary(per_run)
+    assert summary["n_runs"] == 4 and summary["runs_brier_adapted_le_base_rate"] == 4
+    assert summary["rate_mae"] < summary["rate_mae_unadapted"]
+
+
+def test_reliability_bands_hold_each_bins_rate_and_count():
+    rng = np.random.default_rng(2)
+    p = rng.random(500)
+    y = rng.random(500) < p
+    bins = reliability_bands(p, y, n_bins=5, n_boot=400)
+    assert bins["count"].sum() == 500 and len(bins) == 5
+    assert (bins["failure_rate_lo"] <= bins["failure_rate"]).all() and (bins["failure_rate"] <= bins["failure_rate_hi"]).all()
+    assert (bins["failure_rate_hi"] - bins["failure_rate_lo"] > 0.05).all()
+    assert reliability_bands(p, y, n_bins=5, n_boot=0)["failure_rate_lo"].isna().all()  # no resample, no band
+
+
+def test_a_task_is_its_instructions_not_its_id():
+    tau2 = {"id": "5", "user_scenario": {"persona": None, "instructions": {"reason_for_call": "Cancel EHGLP3."}}}
+    tau_bench = {"user_id": "mia_li_3668", "instruction": "Cancel EHGLP3.", "actions": []}
+    assert content_key(tau2) != content_key(tau_bench)
+    assert content_key(tau2) == content_key({**tau2, "id": "other", "evaluation_criteria": {"x": 1}})
+    assert content_key({"id": "5"}) is None and id_key(5) == "id:5"
+    # a run without content is matched by (domain, id) where that names one content, else keeps its id key
+    keys = resolve_id_keys(["airline", "airline", "retail"], ["5", "6", "5"], ["id:5", "id:6", "id:5"],
+                           reference=[("airline", "5", content_key(tau2)), ("airline", "6", "content:a"),
+                                      ("airline", "6", "content:b")])
+    assert keys == [content_key(tau2), "id:6", "id:5"]
+    assert pd.Series(keys).str.startswith("content:").sum() == 1
+
+
+def test_map_em_keeps_uninformative_scores_at_the_training_rate_and_maximizes_the_posterior():
+    """Probabilities that barely spread, their mean a little above the training rate: plain EM runs to the boundary
+    (the likelihood is nearly flat), MAP-EM with κ pseudo-trajectories stays near the training rate, at the maximum of
+    likelihood + Beta log-prior (scipy as the reference)."""
+    rng = np.random.default_rng(4)
+    p = 0.22 + 0.004 * rng.random(30)
+    assert em_failure_rate(p, 0.2167).rate > 0.95
+    found = em_failure_rate(p, 0.2167, strength=30)
+    assert abs(found.rate - 0.2167) < 0.1
+
+    def posterior(r):
+        return rate_log_likelihood(r, p, 0.2167) + 30 * (0.2167 * np.log(r) + (1 - 0.2167) * np.log(1 - r))
+
+    best = minimize_scalar(lambda r: -posterior(r), bounds=(1e-6, 1 - 1e-6), method="bounded", options={"xatol": 1e-9})
+    assert found.rate == pytest.approx(best.x, abs=1e-4)
+    none = em_failure_rate(p, 0.2167, strength=float("inf"))
+    assert none.rate == pytest.approx(0.2167)
+    estimate, adapted = adapt(p, 0.2167, n_boot=50, strength=float("inf"))
+    assert estimate.resampled == "none" and np.isnan(estimate.lo) and np.allclose(adapted, p)
+
+
+def test_the_prior_strength_is_chosen_by_held_out_runs():
+    from agentuq_nb.evaluation.label_shift import choose_strength, held_out_calibration
+
+    rng = np.random.default_rng(8)
+    # label shift holds: the scores say each run's rate, so a weak prior (adapting) wins
+    parts = [scores(rng, 200, rate) for rate in (0.1, 0.3, 0.6, 0.85)]
+    runs = np.concatenate([[f"r{i}"] * 200 for i in range(4)])
+    s, y = np.concatenate([a for a, _ in parts]), np.concatenate([b for _, b in parts])
+    strength, table = choose_strength(held_out_calibration(s, y, runs))
+    assert strength <= 10 and len(table) == 8
+    # the scores carry nothing of the label and each run's scores are offset at random: adapting does not help
+    offsets = rng.normal(0, 1.5, 4)
+    noise = rng.normal(0, 0.3, 800) + np.repeat(offsets, 200)
+    strength, _ = choose_strength(held_out_calibration(noise, y, runs))
+    assert strength >= 100
+    # nothing left to choose on (the other run of two is the held-out one): no adaptation
+    assert choose_strength(held_out_calibration(s[:400], y[:400], runs[:400], leave_out=("r1",)))[0] == float("inf")
