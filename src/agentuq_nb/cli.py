@@ -6,7 +6,6 @@ import inspect
 import os
 import re
 import sys
-import unicodedata
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -19,7 +18,7 @@ import typer
 from pydantic import BaseModel, ValidationError
 from typer.core import TyperGroup
 
-from agentuq_nb.io.errors import InputError, MixedRunError, StaleArtifactError
+from agentuq_nb.io.errors import InputError, MixedRunError, StaleArtifactError, one_line
 from agentuq_nb.io.input_warnings import InputDataWarning
 from agentuq_nb.io.store.run_lock import RunBusyError
 from agentuq_nb.records.config import field_at
@@ -68,32 +67,16 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, cls=OneLineErrors,
                   help="agentuq-nb: uncertainty quantification for LLM agents, one command per step of a study.")
 
 
-def show_version(value: bool) -> None:
-    """``agentuq-nb --version``: the installed package's version, then exit."""
+def show_version(value: bool) -> None:  # agentuq-nb --version: the installed package's version, then exit
     if value:
         from agentuq_nb.steps.provenance import package_version
-
         typer.echo(f"agentuq-nb {package_version()}")
         raise typer.Exit(0)
 
 
 @app.callback()
 def options(version: bool = typer.Option(False, "--version", callback=show_version, is_eager=True,
-                                         help="show the installed version and exit")) -> None:
-    pass
-
-
-def one_line(text: str) -> str:
-    """A message in one line: its lines joined, cut where a traceback starts, and every other control or format
-    character (an escape sequence, a bidi override, a NUL typed into a name) shown escaped."""
-    lines = []
-    for line in str(text).splitlines():
-        if line.lstrip().startswith("Traceback (most recent call last)"):
-            break
-        if line.strip():
-            lines.append(line.strip())
-    return "".join(c if c == " " or unicodedata.category(c) not in ("Cc", "Cf") else c.encode("unicode_escape")
-                   .decode("ascii") for c in " ".join(lines))
+                                         help="show the installed version and exit")) -> None: ...
 
 
 def in_flags(text: str) -> str:

@@ -1,6 +1,7 @@
 """Errors and counted warnings about bad input, each naming the file and the place."""
 from __future__ import annotations
 
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -89,3 +90,16 @@ class InputWarnings:
 
     def __bool__(self) -> bool:
         return bool(self.counts)
+
+
+def one_line(text: str) -> str:
+    """A message in one line: its lines joined, cut where a traceback starts, and every other control or format
+    character (an escape sequence, a bidi override, a NUL typed into a name) shown escaped."""
+    lines = []
+    for line in str(text).splitlines():
+        if line.lstrip().startswith("Traceback (most recent call last)"):
+            break
+        if line.strip():
+            lines.append(line.strip())
+    return "".join(c if c == " " or unicodedata.category(c) not in ("Cc", "Cf") else c.encode("unicode_escape")
+                   .decode("ascii") for c in " ".join(lines))
