@@ -58,9 +58,16 @@ from agentuq_nb.steps.base import (
     Step,
     StepConfig,
     interval_text,
+    num_text,
 )
 from agentuq_nb.steps.detector_inputs import BATCH_SIZE, Source, corpus_features, resolve_sources
-from agentuq_nb.uq.detector_features import FEATURE_VERSION, GROUPS, TrajectoryFeatures, needs_embeddings
+from agentuq_nb.uq.detector_features import (
+    EMBED_MAX_TOKENS_RANGE,
+    FEATURE_VERSION,
+    GROUPS,
+    TrajectoryFeatures,
+    needs_embeddings,
+)
 
 if TYPE_CHECKING:  # the statistics are imported when the step runs: the command line starts without them
     from agentuq_nb.evaluation.detector_model import DetectorSettings, FittedDetector
@@ -105,7 +112,8 @@ class TrainDetectorConfig(StepConfig):
         "minilm", description="sentence embeddings (minilm-static: MiniLM distilled into a static table, as the "
         "black-box signals embed by default, ~100× faster on texts never embedded before; hash: a bag-of-words hash, "
         "for tests; none: no embeddings group and no TRACER)")
-    embed_max_tokens: int = Field(128, ge=8, le=512, description="word pieces MiniLM reads of each text")
+    embed_max_tokens: int = Field(128, ge=EMBED_MAX_TOKENS_RANGE[0], le=EMBED_MAX_TOKENS_RANGE[1],
+                                  description="word pieces MiniLM reads of each text")
     max_terms: int = Field(DETECTOR_MAX_TERMS, ge=1, le=200_000, description="text terms a model keeps (the most frequent)")
     min_df: int = Field(DETECTOR_MIN_DF, ge=1, description="a term is kept when at least this many training "
                         "trajectories hold it")

@@ -57,6 +57,23 @@ _TRACER_SOURCE = {"tracer.default": "tracer_default", "tracer.repetition": "trac
                   "tracer.action_gap": "tracer_action_gap", "tracer.user_gap": "tracer_user_gap"}
 #: the embedding blocks (each the size of the embedder's vectors)
 EMBEDDING_BLOCKS = ("embedding.agent_mean", "embedding.user_mean", "embedding.agent_last")
+#: the embedders a detector is made with (train-detector's ``--embedder``)
+EMBEDDERS = ("minilm", "minilm-static", "hash", "none")
+#: word pieces MiniLM reads of each text: train-detector's ``embed_max_tokens`` bounds, and a detector card's
+EMBED_MAX_TOKENS_RANGE = (8, 512)
+
+
+def embedder_dim(embedder: str) -> int:
+    """The size of ``embedder``'s vectors (an embedding block's columns; 0 for ``none``)."""
+    if embedder == "hash":
+        from agentuq_nb.uq.embeddings import HashEmbedder
+
+        return HashEmbedder().dim
+    if embedder == "minilm-static":
+        from agentuq_nb.uq.static_embedding import DIMS
+
+        return DIMS
+    return {"minilm": 384, "none": 0}[embedder]
 #: characters of a message read for its terms (a longer one is cut: a term list stays bounded)
 MAX_TERM_CHARS = 20_000
 #: a tool result of at most this many characters that is not JSON is a status message: its words are terms

@@ -29,12 +29,14 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import os
 import shutil
 import stat
 import tempfile
 import uuid
 import zipfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -252,6 +254,8 @@ def read_arrays(path: Path, data: bytes) -> dict[str, np.ndarray]:
         if total > MAX_DETECTOR_ARRAY_BYTES:
             raise InputError(path, f"inflates to more than the {MAX_DETECTOR_ARRAY_BYTES:,} bytes a detector's arrays "
                                    "may have")
+    for info in archive.infolist():
+        check_member_header(path, archive, info)
     out = {}
     try:
         with np.load(io.BytesIO(data), allow_pickle=False) as npz:
@@ -260,3 +264,34 @@ def read_arrays(path: Path, data: bytes) -> dict[str, np.ndarray]:
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:
         raise InputError(path, f"cannot be read as plain arrays (no pickle is loaded): {err}") from None
     return out
+
+
+def check_member_header(path: Path, archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> None:
+    """Refuse a member whose ``.npy`` header (read alone, before its data) names an object dtype or a shape whose
+    bytes are not the member's: numpy allocates the header's shape before it reads, so a small member claiming a
+    billion rows would take gigabytes."""
+    from numpy.lib import format as npy
+
+    member = info.filename
+    try:
+        with archive.open(info) as fh:
+            version = npy.read_magic(fh)
+            if version == (1, 0):
+                shape, _, dtype = npy.read_array_header_1_0(fh)
+            elif version == (2, 0):
+                shape, _, dtype = npy.read_array_header_2_0(fh)
+            else:
+                raise ValueError(f"format version {version} (this reader takes 1.0 and 2.0)")
+            data_bytes = info.file_size - fh.tell()
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, RuntimeError) as err:
+        raise InputError(path, f"member {member}: is not a plain array (.npy): {err}") from None
+    if dtype.hasobject:
+        raise InputError(path, f"cannot be read as plain arrays (no pickle is loaded): member {member} holds objects "
+                               f"(dtype {dtype}); a detector's arrays are numbers and text")
+    if any(d < 0 for d in shape) or dtype.itemsize == 0:
+        raise InputError(path, f"member {member}: has the shape {shape} of {dtype}, not an array's (a negative "
+                               "length or an element of no bytes)")
+    claimed = math.prod(shape) * dtype.itemsize
+    if claimed != data_bytes:
+        raise InputError(path, f"member {member}: its header claims shape {shape} of {dtype} ({claimed:,} bytes) but "
+                               f"the member holds {data_bytes:,} bytes of data")

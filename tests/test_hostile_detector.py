@@ -1,0 +1,333 @@
+"""Hostile detector folders: a detector folder is untrusted input, bounded and total. Every array's dtype and shape is
+checked (its ``.npy`` header first, before numpy allocates what it claims), every number finite and in range, the GBM's
+trees acyclic, the card's size-setting fields bounded as their options are and its embedder the weights' own; any
+failure is one line naming the file and the field - never a TypeError, an IndexError, a hang or gigabytes.
+
+Each case edits a real detector folder (trained on small τ²-bench runs, hash embeddings) and re-signs it - the hashes
+are not a signature, who edits the folder recomputes them - so only the checks of the content stand in the way."""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import shutil
+import struct
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+from tests.test_detector import write_run
+from tests.test_hostile_folders import assert_ended_cleanly, run_cli
+
+from agentuq_nb.evaluation.detector_apply import load_detector
+from agentuq_nb.io.errors import InputError
+from agentuq_nb.io.store.detector_dir import canonical_hash
+
+pytestmark = pytest.mark.filterwarnings("ignore::agentuq_nb.io.input_warnings.InputDataWarning")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> list[Path]:
+    folder = tmp_path_factory.mktemp("hostile_detector_runs")
+    return [write_run(folder / f"agent{i}.json", f"agent{i}", "airline", seed=i) for i in range(3)]
+
+
+@pytest.fixture(scope="module")
+def detectors(runs, tmp_path_factory) -> dict[str, Path]:
+    """A logistic detector on text, hash embeddings and length, and a GBM on text and length."""
+    from agentuq_nb.steps.train_detector import train_detector
+
+    root = tmp_path_factory.mktemp("hostile_detectors")
+    common = dict(embedder="hash", n_boot=0, protocols=["within_run"])
+    return {"logistic": train_detector(runs, root / "logistic", groups=["text", "embeddings", "length"],
+                                       **common).path,
+            "gbm": train_detector(runs, root / "gbm", groups=["text", "length"], model="gbm", **common).path}
+
+
+def read_arrays(folder: Path) -> dict[str, np.ndarray]:
+    with np.load(folder / "arrays.npz", allow_pickle=False) as npz:
+        return {name: npz[name] for name in npz.files}
+
+
+def resign(folder: Path, target: Path, *, card=None, model=None, arrays=None, arrays_bytes: bytes | None = None) -> Path:
+    """A copy of ``folder`` at ``target`` with the card, model.json or arrays replaced and every hash made to match."""
+    shutil.copytree(folder, target)
+    stored = json.loads((target / "card.json").read_text())
+    if model is not None:
+        (target / "model.json").write_text(json.dumps(model))  # NaN and Infinity written as Python's json reads them
+    if arrays is not None:
+        buffer = io.BytesIO()
+        np.savez_compressed(buffer, **arrays)
+        arrays_bytes = buffer.getvalue()
+    if arrays_bytes is not None:
+        (target / "arrays.npz").write_bytes(arrays_bytes)
+    stored = card if card is not None else stored
+    for name in stored["files"]:
+        stored["files"][name] = hashlib.sha256((target / name).read_bytes()).hexdigest()
+    stored["card_sha256"] = canonical_hash(stored)
+    (target / "card.json").write_text(json.dumps(stored))
+    return target
+
+
+def edited(folder: Path, target: Path, edit) -> Path:
+    """``edit(card, model, arrays)`` applied in place to the folder's parsed parts, then re-signed."""
+    card = json.loads((folder / "card.json").read_text())
+    model = json.loads((folder / "model.json").read_text())
+    arrays = read_arrays(folder)
+    edit(card, model, arrays)
+    return resign(folder, target, card=card, model=model, arrays=arrays)
+
+
+def header_bomb(arrays: dict[str, np.ndarray], member: str, shape: tuple[int, ...]) -> bytes:
+    """An archive whose ``member`` is a tiny ``.npy`` whose header claims ``shape`` (numpy would allocate it first)."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, value in arrays.items():
+            one = io.BytesIO()
+            np.save(one, value)
+            data = one.getvalue()
+            if name == member:
+                header = repr({"descr": "<f8", "fortran_order": False, "shape": shape}).encode()
+                header += b" " * (-(len(header) + 11) % 64) + b"\n"
+                data = b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header + b"\0" * 4096
+            archive.writestr(f"{name}.npy", data)
+    return buffer.getvalue()
+
+
+def set_path(tree, path, value):
+    for key in path[:-1]:
+        tree = tree[key]
+    tree[path[-1]] = value
+
+
+# (detector, edit, file, what the one line says)
+CASES = {
+    "a NaN weight": ("logistic", lambda c, m, a: a["final.coef"].__setitem__(0, np.nan), "arrays.npz",
+                     r"final\.coef: holds a value that is not a finite number"),
+    "an infinite scale": ("logistic", lambda c, m, a: a["final.scale"].__setitem__(1, np.inf), "arrays.npz",
+                          r"final\.scale: holds a value that is not a finite number"),
+    "a zero scale": ("logistic", lambda c, m, a: a["final.scale"].__setitem__(1, 0.0), "arrays.npz",
+                     r"final\.scale: holds a scale that is not positive"),
+    "a huge weight": ("logistic", lambda c, m, a: a["final.coef"].__setitem__(0, 1e300), "arrays.npz",
+                      r"final\.coef: holds a value that is not a finite number within"),
+    "an infinite intercept": ("logistic", lambda c, m, a: m["final"].__setitem__("intercept", float("inf")),
+                              "model.json", r"final\.intercept: Input should be a finite number"),
+    "a text intercept": ("logistic", lambda c, m, a: m["final"].__setitem__("intercept", "x"), "model.json",
+                         r"final\.intercept: Input should be a valid number"),
+    "a NaN calibration slope": ("logistic", lambda c, m, a: m["final_calibration"].__setitem__("a", float("nan")),
+                                "model.json", r"final_calibration\.a: Input should be a finite number"),
+    "a calibration constant above 1": ("logistic", lambda c, m, a: m.__setitem__("final_calibration",
+                                                                                  {"constant": 2.0, "n": 3}),
+                                       "model.json", r"final_calibration\.constant: Input should be less than"),
+    "a leave-one-run-out map of NaN": ("logistic", lambda c, m, a: m["loro"][1]["calibration"].__setitem__(
+        "b", float("-inf")), "model.json", r"loro\.1\.calibration\.b: Input should be a finite number"),
+    "weights as text": ("logistic", lambda c, m, a: a.__setitem__("final.coef", a["final.coef"].astype(str)),
+                        "arrays.npz", r"final\.coef: is <U\d+ of 1 dimension\(s\), not float64"),
+    "weights of another shape": ("logistic", lambda c, m, a: a.__setitem__("final.coef", a["final.coef"][:-1]),
+                                 "arrays.npz", r"final\.coef: has shape \(\d+,\), expected"),
+    "weights as a matrix": ("logistic", lambda c, m, a: a.__setitem__("loro0.coef", a["loro0.coef"][None, :]),
+                            "arrays.npz", r"loro0\.coef: is float64 of 2 dimension\(s\)"),
+    "no final model": ("logistic", lambda c, m, a: m.pop("final"), "model.json", r"final: Field required"),
+    "runs as a number": ("logistic", lambda c, m, a: m.__setitem__("runs", 3), "model.json",
+                         r"runs: Input should be a valid list"),
+    "a leave-one-run-out entry as text": ("logistic", lambda c, m, a: m.__setitem__("loro", ["abc"]), "model.json",
+                                          r"loro\.0: Input should be a valid dictionary"),
+    "a run left out twice": ("logistic", lambda c, m, a: m["loro"][1].__setitem__("run", m["loro"][0]["run"]),
+                             "model.json", r"loro\.1\.run: .* is named twice"),
+    "dense names as text": ("logistic", lambda c, m, a: m["final"].__setitem__("dense_names", "length"),
+                            "model.json", r"final\.dense_names: Input should be a valid list"),
+    "a column the extraction never makes": ("logistic", lambda c, m, a: m["final"]["dense_names"].__setitem__(
+        0, "os.system"), "model.json", r"final\.dense_names: 'os\.system' is not a column the extraction makes"),
+    "max_tokens of a billion": ("logistic", lambda c, m, a: c["embedder"].__setitem__("max_tokens", 10**9),
+                                "card.json", r"embedder\.max_tokens: Input should be less than or equal to 512"),
+    "max_tokens as text": ("logistic", lambda c, m, a: c["embedder"].__setitem__("max_tokens", "128"),
+                           "card.json", r"embedder\.max_tokens: Input should be a valid integer"),
+    "another embedder named": ("logistic", lambda c, m, a: c["embedder"].__setitem__("name", "minilm"), "model.json",
+                               r"final\.dense_names: embedding\.agent_mean has 256 dimensions where the card's "
+                               r"embedder 'minilm' makes 384"),
+    "an unknown embedder": ("logistic", lambda c, m, a: c["embedder"].__setitem__("name", "../evil"), "card.json",
+                            r"embedder\.name: Input should be 'minilm'"),
+    "groups not the model's": ("logistic", lambda c, m, a: c.__setitem__("feature_groups", ["text", "length"]),
+                               "model.json", r"final\.settings\.groups: .* are not the card's feature_groups"),
+    "an unknown group": ("logistic", lambda c, m, a: c.__setitem__("feature_groups", ["text", "dns"]), "card.json",
+                         r"feature_groups: "),
+    "fingerprints as floats": ("logistic", lambda c, m, a: a.__setitem__("fingerprints", a["fingerprints"] * 1.0),
+                               "arrays.npz", r"fingerprints: is float64"),
+    "a GBM node its own right child": ("gbm", lambda c, m, a: a["final.tree_nodes"]["right"].__setitem__(0, 0),
+                                       "arrays.npz", r"final\.tree_nodes: tree 0: a node refers to a node the tree "
+                                                     r"does not have, or to one not after it \(a cycle\)"),
+    "a GBM node pointing back": ("gbm", lambda c, m, a: a["final.tree_nodes"]["left"].__setitem__(
+        int(np.flatnonzero(~a["final.tree_nodes"]["is_leaf"].astype(bool))[-1]), 0), "arrays.npz",
+                                 r"final\.tree_nodes: tree \d+: a node refers to"),
+    "a NaN leaf": ("gbm", lambda c, m, a: a["final.tree_nodes"]["value"].__setitem__(-1, np.nan), "arrays.npz",
+                   r"final\.tree_nodes: hold a leaf value that is not a finite number"),
+    "tree sizes that lie": ("gbm", lambda c, m, a: a["final.tree_sizes"].__setitem__(0, 10**12), "arrays.npz",
+                            r"final\.tree_sizes: do not add up"),
+    "occlusion of another shape": ("gbm", lambda c, m, a: a.__setitem__("final.occlusion", np.zeros(1)),
+                                   "arrays.npz", r"final\.occlusion: has shape \(1,\), expected"),
+    "more trees than records": ("gbm", lambda c, m, a: m["final"].__setitem__("n_trees", 10**9), "arrays.npz",
+                                r"final\.tree_sizes: do not add up"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_hostile_detector_folder_is_refused_in_one_line_naming_the_file_and_field(detectors, tmp_path, case):
+    which, edit, file, message = CASES[case]
+    folder = edited(detectors[which], tmp_path / "det", edit)
+    with pytest.raises(InputError, match=message) as refused:
+        load_detector(folder)
+    assert str(refused.value).startswith(f"{folder / file}: ") and "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("shape", [(10**9,), (2**40, 2**30), (-1,)])
+def test_an_array_header_claiming_more_than_its_member_holds_is_refused_before_numpy_allocates_it(detectors, tmp_path,
+                                                                                                  shape):
+    """A 4 KiB member whose header claims 8 GB (numpy allocates the header's shape before it reads the data) is refused
+    from its header alone, whatever the shape's product."""
+    import tracemalloc
+
+    arrays = read_arrays(detectors["logistic"])
+    folder = resign(detectors["logistic"], tmp_path / "det", arrays_bytes=header_bomb(arrays, "final.coef", shape))
+    tracemalloc.start()
+    try:
+        with pytest.raises(InputError, match=r"arrays\.npz: member final\.coef\.npy: ") as refused:
+            load_detector(folder)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert "header claims" in str(refused.value) or "not an array's" in str(refused.value)
+    assert peak < 64 << 20  # well below the 8 GB the header claims (a handful of MB of real arrays)
+
+
+def test_an_object_or_zero_width_member_is_refused_from_its_header(detectors, tmp_path):
+    """Elements of no bytes (a billion of them iterated for nothing) and objects (pickle) are refused by the header."""
+    arrays = read_arrays(detectors["logistic"])
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, value in arrays.items():
+            one = io.BytesIO()
+            np.save(one, value)
+            archive.writestr(f"{name}.npy", one.getvalue())
+        header = repr({"descr": "<U0", "fortran_order": False, "shape": (10**15,)}).encode()
+        header += b" " * (-(len(header) + 11) % 64) + b"\n"
+        archive.writestr("final.more.npy", b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header)
+    folder = resign(detectors["logistic"], tmp_path / "det", arrays_bytes=buffer.getvalue())
+    with pytest.raises(InputError, match=r"member final\.more\.npy: has the shape \(1000000000000000,\) of <U0"):
+        load_detector(folder)
+    pickled = io.BytesIO()
+    np.save(pickled, np.array([{"os": "system"}], dtype=object), allow_pickle=True)
+    with zipfile.ZipFile(io.BytesIO(buffer.getvalue()), "r") as source, zipfile.ZipFile(
+            buffer := io.BytesIO(), "w") as archive:
+        for info in source.infolist():
+            if info.filename != "final.more.npy":
+                archive.writestr(info, source.read(info))
+        archive.writestr("final.evil.npy", pickled.getvalue())
+    folder = resign(detectors["logistic"], tmp_path / "det2", arrays_bytes=buffer.getvalue())
+    with pytest.raises(InputError, match=r"no pickle is loaded\): member final\.evil\.npy holds objects"):
+        load_detector(folder)
+
+
+def test_many_leave_one_run_out_entries_are_refused_or_read_without_rereading_the_arrays(detectors, tmp_path):
+    """Each entry's arrays are found by one pass over the archive (loading is linear in the folder); entries that
+    name runs the model does not have are refused by their index."""
+    def many(card, model, arrays):
+        entry = model["loro"][0]
+        model["loro"] = [dict(entry, run=f"run{i}") for i in range(2000)]
+
+    folder = edited(detectors["logistic"], tmp_path / "det", many)
+    with pytest.raises(InputError, match=r"model\.json: loro\.0\.run: 'run0' is not one of the runs"):
+        load_detector(folder)
+
+
+def test_predict_says_one_line_on_a_hostile_detector_and_extracts_nothing(detectors, runs, tmp_path):
+    folder = edited(detectors["gbm"], tmp_path / "det",
+                    lambda c, m, a: a["final.tree_nodes"]["right"].__setitem__(0, 0))
+    code, out, err = run_cli("predict", folder, runs[0], "--out", tmp_path / "run")
+    assert_ended_cleanly(code, out, err)
+    assert code == 2 and "a node refers to a node the tree does not have" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_untouched_detector_still_loads_and_predicts_finite_probabilities(detectors, runs):
+    from agentuq_nb.steps.detector_inputs import corpus_features, resolve_sources
+
+    for folder in detectors.values():
+        detector = load_detector(folder)
+        features = corpus_features(resolve_sources(runs[:1]), detector.groups, detector.embedder)
+        p = detector.predict(features)["failure_probability"].to_numpy(dtype=float)
+        assert np.isfinite(p).all() and ((p >= 0) & (p <= 1)).all()
+
+
+# --------------------------------------------------------------------------- hunting: any value anywhere
+JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers(-10**12, 10**12) | st.floats() | st.text(max_size=8),
+                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner,
+                                                                                       max_size=3), max_leaves=6)
+
+
+def json_paths(tree, prefix=()):
+    """Every path to a value of a JSON tree (bounded: the first entries of long lists)."""
+    out = [prefix] if prefix else []
+    if isinstance(tree, dict):
+        for key, value in tree.items():
+            out += json_paths(value, (*prefix, key))
+    elif isinstance(tree, list):
+        for i, value in enumerate(tree[:3]):
+            out += json_paths(value, (*prefix, i))
+    return out
+
+
+ARRAY_VALUES = st.sampled_from([np.float64, np.float32, np.int64, np.int8, np.bool_, "<U3"]).flatmap(
+    lambda dtype: st.lists(st.sampled_from([0, 1, 2, 7]), min_size=0, max_size=2).map(tuple).flatmap(
+        lambda shape: st.sampled_from([0.0, 1.0, -1.0, np.nan, np.inf, 1e308]).map(
+            lambda fill: np.full(shape, fill).astype(dtype) if dtype != "<U3" else np.full(shape, "x", dtype=dtype))))
+
+
+FEATURES: dict = {}
+
+
+def hunting_features(results: Path, groups: tuple[str, ...]):
+    """The features of one run for ``groups`` (hash embeddings), extracted once per set of groups."""
+    from agentuq_nb.steps.detector_inputs import corpus_features, resolve_sources
+
+    key = (str(results), tuple(groups))
+    if key not in FEATURES:
+        FEATURES[key] = corpus_features(resolve_sources([results]), groups, "hash")
+    return FEATURES[key]
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_hunting_any_edit_of_a_detector_folder_loads_and_predicts_in_range_or_is_refused_in_one_line(
+        detectors, runs, tmp_path_factory, data):
+    which = data.draw(st.sampled_from(sorted(detectors)))
+    folder = detectors[which]
+    card = json.loads((folder / "card.json").read_text())
+    model = json.loads((folder / "model.json").read_text())
+    arrays = read_arrays(folder)
+    where = data.draw(st.sampled_from(["card", "model", "array"]))
+    if where == "array":
+        name = data.draw(st.sampled_from(sorted(arrays)))
+        arrays[name] = data.draw(ARRAY_VALUES)
+    else:
+        tree = card if where == "card" else model
+        paths = [p for p in json_paths(tree) if where == "model" or p[0] in ("embedder", "feature_groups", "settings")]
+        set_path(tree, data.draw(st.sampled_from(paths)), data.draw(JSON_VALUES))
+    target = tmp_path_factory.mktemp("hunt") / "det"
+    try:
+        hostile = resign(folder, target, card=card, model=model, arrays=arrays)
+    except ValueError:  # a card holding NaN has no canonical hash: such a card cannot be signed, nor read
+        return
+    try:
+        detector = load_detector(hostile)
+    except InputError as err:
+        assert "\n" not in str(err) and str(err).startswith(str(hostile))
+        event(f"refused: {where}")
+        return
+    event(f"loaded: {where}")
+    features = hunting_features(runs[0], detector.groups)
+    p = detector.predict(features)["failure_probability"].to_numpy(dtype=float)
+    assert ((p >= 0) & (p <= 1)).all()  # NaN nowhere: the numbers a prediction is made of are finite
+
