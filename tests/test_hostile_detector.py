@@ -331,3 +331,117 @@ def test_hunting_any_edit_of_a_detector_folder_loads_and_predicts_in_range_or_is
     p = detector.predict(features)["failure_probability"].to_numpy(dtype=float)
     assert ((p >= 0) & (p <= 1)).all()  # NaN nowhere: the numbers a prediction is made of are finite
 
+
+# --------------------------------------------------------------------------- the detector commands' outputs and inputs
+def directory_layout(results: Path, target: Path) -> Path:
+    """``results`` (a τ²-bench v0 file) as a results directory: results.json and simulations/<id>.json."""
+    raw = json.loads(results.read_text())
+    (target / "simulations").mkdir(parents=True)
+    (target / "results.json").write_text(json.dumps({k: v for k, v in raw.items() if k != "simulations"}))
+    for sim in raw["simulations"]:
+        (target / "simulations" / f"{sim['id']}.json").write_text(json.dumps(sim))
+    return target
+
+
+FAST = ("--embedder", "hash", "--group", "length", "--n-boot", "0", "--protocol", "within_run")
+
+
+def test_train_detector_out_refuses_what_is_not_a_detectors_and_replaces_foreign_files_only_with_force(runs, tmp_path):
+    """A directory named card.json (or arrays.npz holding a file) is not a card: refused, kept whole, even with
+    --force; someone else's card.json and model.json are replaced only with --force."""
+    for entry in ("card.json", "arrays.npz"):
+        out = tmp_path / f"dir_{entry}"
+        (out / entry / "sub").mkdir(parents=True)
+        (out / entry / "sub" / "keep.txt").write_text("mine")
+        if entry != "card.json":
+            (out / "card.json").write_text("{}")
+        for force in ((), ("--force",)):
+            code, stdout, stderr = run_cli("train-detector", *runs, "--out", out, *FAST, *force)
+            assert_ended_cleanly(code, stdout, stderr)
+            assert code == 2 and f"{entry}: is a directory" in stderr, stderr
+            assert (out / entry / "sub" / "keep.txt").read_text() == "mine"
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "card.json").write_text(json.dumps({"owner": "someone else"}))
+    (foreign / "model.json").write_text("{}")
+    code, stdout, stderr = run_cli("train-detector", *runs, "--out", foreign, *FAST)
+    assert_ended_cleanly(code, stdout, stderr)
+    assert code == 2 and "card.json: exists and was not made by 'train-detector'" in stderr and "--force" in stderr
+    assert json.loads((foreign / "card.json").read_text()) == {"owner": "someone else"}
+    code, stdout, stderr = run_cli("train-detector", *runs, "--out", foreign, *FAST, "--force")
+    assert code == 0, stderr
+    assert load_detector(foreign).card["n_runs"] == 3
+    code, stdout, stderr = run_cli("train-detector", *runs[:2], "--out", foreign, *FAST)  # its own: replaced
+    assert code == 0 and load_detector(foreign).card["n_runs"] == 2, stderr
+
+
+def test_train_detector_out_is_never_inside_an_input_nor_the_current_folder(runs, tmp_path, monkeypatch):
+    results = directory_layout(runs[0], tmp_path / "results_dir")
+    before = sorted(p.name for p in results.rglob("*"))
+    code, stdout, stderr = run_cli("train-detector", results, *runs[1:], "--out", results / "det", *FAST)
+    assert_ended_cleanly(code, stdout, stderr)
+    assert code == 2 and "an input of 'train-detector'" in stderr, stderr
+    assert sorted(p.name for p in results.rglob("*")) == before
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.chdir(empty)
+    code, stdout, stderr = run_cli("train-detector", *runs, "--out", ".", *FAST)
+    assert_ended_cleanly(code, stdout, stderr)
+    assert code == 2 and "is the current folder" in stderr and not any(empty.iterdir())
+
+
+def test_predict_and_extract_never_write_into_another_run_the_detector_or_the_results(detectors, runs, tmp_path):
+    from agentuq_nb.steps.extract import extract
+
+    other = tmp_path / "other_run"
+    extract(runs[1], other)
+    before = (other / "trajectories.parquet").read_bytes()
+    for args in (("predict", detectors["logistic"], runs[0], "--out", other), ("extract", runs[0], "--out", other)):
+        code, stdout, stderr = run_cli(*args)
+        assert_ended_cleanly(code, stdout, stderr)
+        assert code == 2 and "holds another run" in stderr, stderr
+    assert (other / "trajectories.parquet").read_bytes() == before
+    code, stdout, stderr = run_cli("predict", detectors["logistic"], runs[0], "--out", detectors["logistic"])
+    assert code == 2 and "an input of 'predict'" in stderr, stderr
+    load_detector(detectors["logistic"])  # untouched
+    results = directory_layout(runs[0], tmp_path / "results_dir")
+    code, stdout, stderr = run_cli("extract", results, "--out", results / "run")
+    assert code == 2 and "inside" in stderr and not (results / "run").exists(), stderr
+    extract(runs[1], other)  # the same results again: the same run, fine
+
+
+def test_the_same_results_twice_count_once_whatever_their_name_and_special_files_are_refused(runs, tmp_path):
+    """A copy or a symlink of a run's results is the same run (identity by content, not by file name); a FIFO or a
+    /dev/zero symlink in a results directory is refused by the safe reader, never read."""
+    import os
+
+    from agentuq_nb.steps.detector_inputs import resolve_sources
+
+    copy = tmp_path / "copy_of_agent0.json"
+    shutil.copy(runs[0], copy)
+    link = tmp_path / "link.json"
+    link.symlink_to(runs[0])
+    for twin in (copy, link):
+        with pytest.raises(InputError, match=f"holds the same results as {runs[0]}: each run counts once"):
+            resolve_sources([runs[0], runs[1], twin])
+    for special in ("fifo", "zero"):
+        results = directory_layout(runs[0], tmp_path / f"dir_{special}")
+        planted = results / "simulations" / "zz.json"
+        os.mkfifo(planted) if special == "fifo" else planted.symlink_to("/dev/zero")
+        code, stdout, stderr = run_cli("train-detector", results, runs[1], "--out", tmp_path / f"det_{special}", *FAST)
+        assert_ended_cleanly(code, stdout, stderr)
+        assert code == 2 and "not a regular file" in stderr, stderr
+
+
+def test_predict_refuses_a_run_whose_results_changed_since_extracted(detectors, runs, tmp_path):
+    from agentuq_nb.steps.predict import predict
+
+    results = tmp_path / "agent0.json"
+    shutil.copy(runs[0], results)
+    predict(detectors["logistic"], results, tmp_path / "run", n_boot=0)
+    raw = json.loads(results.read_text())
+    raw["simulations"][0]["messages"][-2]["content"] = "Changed afterwards."
+    results.write_text(json.dumps(raw))
+    with pytest.raises(InputError, match=r"not the results .* was made from"):
+        predict(detectors["logistic"], tmp_path / "run", n_boot=0)
+

@@ -128,6 +128,8 @@ class TrainDetectorConfig(StepConfig):
     threads: int = Field(2, ge=1, le=32, description="folds fitted at once (threads of the job executor; each fit "
                          "on one BLAS thread)")
     progress: bool = Field(False, description="show progress bars")
+    force: bool = Field(False, description="replace a detector folder's files that another writer made (a card.json "
+                        "that is not a detector's)")
 
     @field_validator("groups")
     @classmethod
@@ -350,9 +352,10 @@ def compact(row: dict[str, Any]) -> dict[str, Any]:
 def run(config: TrainDetectorConfig, on_fit: Callable[[str, Fold, pd.DataFrame], None] | None = None
         ) -> TrainedDetector:
     """``train-detector`` (see the module docstring); ``on_fit``: told each fold's training rows (tests)."""
-    check_destination(config.out)
+    check_destination(config.out, config.inputs, config.force)
     start = time.perf_counter()
     sources = resolve_sources(config.inputs)
+    check_destination(config.out, [*config.inputs, *(s.results for s in sources)], config.force)  # a run's results
     features = corpus_features(sources, config.groups,
                                config.embedder if needs_embeddings(config.groups) else "none",
                                config.embed_max_tokens, scheduler=config.scheduler, batch_size=config.batch_size,
@@ -474,7 +477,8 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], confi
     seconds["total"] = time.perf_counter() - start
     card["seconds"] = {k: round(v, 2) for k, v in seconds.items()}
     if write:
-        card = write_detector_dir(c.out, json_ready(card), json_ready(model_json), arrays, tables)
+        card = write_detector_dir(c.out, json_ready(card), json_ready(model_json), arrays, tables,
+                                  inputs=[*c.inputs, *(s.results for s in sources)], force=c.force)
     return TrainedDetector(Path(c.out), card, protocols, oof, reliability, top, early, seconds, evaluated)
 
 
@@ -524,7 +528,7 @@ COMMAND = Command(summary="A failure detector learned from labelled runs, judged
                           "the task prior → DETECTOR_DIR (card.json, model.json, arrays.npz, protocols.csv …; never "
                           "pickle).", arguments=("inputs",),
                   options=("out", "groups", "model", "protocols", "failure_threshold", "n_splits", "n_boot", "seed",
-                           "embedder", "max_terms", "min_tasks", "early_turns", "early_fractions", "scheduler"),
+                           "embedder", "max_terms", "min_tasks", "early_turns", "early_fractions", "scheduler", "force"),
                   flags={"groups": "--group", "protocols": "--protocol", "early_turns": "--early-turn",
                          "early_fractions": "--early-fraction"},
                   help={"inputs": "labelled runs: " + RESULTS_HELP + ", or run folders",

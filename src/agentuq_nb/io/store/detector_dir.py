@@ -95,31 +95,70 @@ def sha256_file(path: Path) -> str:
 
 
 # --------------------------------------------------------------------------- writing
-def check_destination(out: str | os.PathLike) -> Path:
-    """Refuse a destination that is not new, an empty folder or a detector folder (before any work)."""
+def own_card(folder: Path) -> dict[str, Any] | None:
+    """The detector card of ``folder`` when it is one this format writes (a regular file whose own hash holds), else
+    None."""
+    try:
+        card = read_limited_json(file_in(folder, CARD, MAX_DETECTOR_JSON_BYTES), MAX_DETECTOR_JSON_BYTES,
+                                 "detector card")
+        return card if isinstance(card, dict) and card.get("format") == FORMAT and \
+            card.get(HASH_KEY) == canonical_hash(card) else None
+    except (InputError, ValueError, TypeError):
+        return None
+
+
+def made_by_train_detector(path: Path) -> bool:
+    """Whether ``path`` (an entry of a detector folder's names) is a detector's own: the folder's card is one of this
+    format, and the file is the card or a file the card lists with its hash."""
+    card = own_card(path.parent)
+    if card is None:
+        return False
+    if path.name == CARD:
+        return True
+    expected = (card.get("files") or {}).get(path.name) if isinstance(card.get("files"), dict) else None
+    limit = MAX_DETECTOR_ARRAY_BYTES if path.name == ARRAYS else MAX_DETECTOR_TABLE_BYTES
+    try:
+        return isinstance(expected, str) and bool(checked_bytes(path.parent, path.name, expected, limit))
+    except InputError:
+        return False
+
+
+def check_destination(out: str | os.PathLike, inputs: Iterable[str | os.PathLike] = (), force: bool = False) -> Path:
+    """Refuse a destination that is not new, an empty folder or a detector folder (before any work), by the one output
+    rule (:func:`agentuq_nb.io.outputs.check_output_folder`): not a link, a run folder, an input or inside one; each
+    entry of a detector's names a regular file a detector wrote (``force``: or someone else's regular file). The
+    folder is replaced whole, so it may hold nothing else."""
+    from agentuq_nb.io.outputs import check_output_folder
+
     out = Path(out)
+    if out.name in ("", ".", "..") or Path(os.path.abspath(out)) == Path.cwd():
+        raise InputError(out, "is the current folder or its parent: --out names the detector's own folder, which is "
+                              "replaced whole (e.g. --out detector)")
     if os.path.islink(out):
         raise InputError(out, "is a symlink: give the detector folder's own path (new, or a detector folder to replace)")
-    if out.exists():
-        if not out.is_dir():
-            raise InputError(out, f"is {kind_of(os.lstat(out).st_mode)}: --out takes a folder for the detector")
+    if out.exists() and out.is_dir():
         entries = {e.name for e in os.scandir(out)}
         if entries and CARD not in entries:
             raise InputError(out, "holds other files and no detector card: choose a new folder for the detector")
         if entries - {CARD, *FILES}:
             raise InputError(out, f"holds files a detector folder does not ({', '.join(sorted(entries - {CARD, *FILES}))}"
                                   "): choose a new folder for the detector")
-    blocking = next((p for p in out.parents if p.exists() and not p.is_dir()), None)
-    if blocking is not None:
-        raise InputError(out, f"cannot be made: {blocking} is a file, not a folder")
+        for name in sorted(entries):  # a directory named card.json is not a card: the folder would be deleted whole
+            mode = os.lstat(out / name).st_mode
+            if not stat.S_ISREG(mode):
+                raise InputError(out / name, f"is {kind_of(mode)}, not a detector folder's file: --out replaces only a "
+                                             "detector folder (its regular files); choose a new folder")
+    check_output_folder(out, command="train-detector", files=(CARD, *FILES), made_before=made_by_train_detector,
+                        inputs=inputs, force=force)
     return out
 
 
 def write_detector_dir(out: str | os.PathLike, card: dict[str, Any], model: dict[str, Any],
-                       arrays: dict[str, np.ndarray], tables: dict[str, pd.DataFrame] | None = None) -> dict[str, Any]:
+                       arrays: dict[str, np.ndarray], tables: dict[str, pd.DataFrame] | None = None,
+                       inputs: Iterable[str | os.PathLike] = (), force: bool = False) -> dict[str, Any]:
     """Write a detector folder (see the module docstring); returns the card as written: ``card`` with ``format``,
-    ``files`` and its own hash."""
-    out = check_destination(out)
+    ``files`` and its own hash. ``inputs`` and ``force``: as :func:`check_destination`, checked again here."""
+    out = check_destination(out, inputs, force)
     bad = [name for name, a in arrays.items() if np.asarray(a).dtype.hasobject or "/" in name]
     if bad:
         raise ValueError(f"arrays {bad} cannot be saved without pickle (object dtype) or have a path in their name")
@@ -239,8 +278,9 @@ def read_detector_dir(path: str | os.PathLike, feature_version: str) -> Detector
 
 
 def read_arrays(path: Path, data: bytes) -> dict[str, np.ndarray]:
-    """The arrays of an ``.npz`` archive's bytes: members checked (plain ``.npy`` names, inflated sizes bounded)
-    before numpy reads them without pickle."""
+    """The arrays of an ``.npz`` archive's bytes: members checked (plain ``.npy`` names, inflated sizes bounded, each
+    member's ``.npy`` header read first: a plain dtype, never an object, and a shape whose bytes are exactly the
+    member's - a header cannot claim more than the file holds) before numpy reads them without pickle."""
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
     except zipfile.BadZipFile as err:
