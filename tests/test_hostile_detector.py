@@ -445,3 +445,41 @@ def test_predict_refuses_a_run_whose_results_changed_since_extracted(detectors, 
     with pytest.raises(InputError, match=r"not the results .* was made from"):
         predict(detectors["logistic"], tmp_path / "run", n_boot=0)
 
+
+def test_train_detector_on_one_run_works_and_repeated_keys_are_named(runs, tmp_path):
+    """One labelled run is a documented path (calibrated within it; no ECE across runs: said as n/a, no crash); two
+    trajectories with one (task, trial, seed) are refused naming the file."""
+    code, stdout, stderr = run_cli("train-detector", runs[0], "--out", tmp_path / "one", "--embedder", "hash",
+                                   "--group", "length", "--n-boot", "0")
+    assert code == 0, stderr
+    assert load_detector(tmp_path / "one").card["n_runs"] == 1
+    raw = json.loads(runs[1].read_text())
+    raw["simulations"].append({**raw["simulations"][0], "id": "twin"})
+    twice = tmp_path / "twice.json"
+    twice.write_text(json.dumps(raw))
+    code, stdout, stderr = run_cli("train-detector", runs[0], twice, "--out", tmp_path / "det", *FAST)
+    assert_ended_cleanly(code, stdout, stderr)
+    assert code == 2 and f"{twice}: holds 2 labelled trajectories whose (task, trial, seed)" in stderr, stderr
+
+
+def test_a_path_beginning_with_a_fields_name_stays_a_path_in_a_message(runs, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, stdout, stderr = run_cli("analyze", "embedder/x.json", "--out", tmp_path / "run")
+    assert_ended_cleanly(code, stdout, stderr)
+    assert code == 2 and "error: embedder/x.json: " in stderr and "--embedder/x.json" not in stderr, stderr
+
+
+def test_rescore_limit_past_any_run_is_refused_before_the_model_loads(runs, tmp_path):
+    code, stdout, stderr = run_cli("rescore", runs[0], "--out", tmp_path / "run", "--limit", str(10**20))
+    assert_ended_cleanly(code, stdout, stderr)
+    assert code == 2 and "--limit" in stderr and "less than or equal to 1000000000" in stderr, stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_bad_notebook_parameter_is_one_line_naming_it_before_the_work(runs, tmp_path):
+    from agentuq_nb.pipeline.detector_study import run_study
+
+    with pytest.raises(ValueError, match=r"^notebook parameter n_boot: Input should be greater than or equal to 0 "
+                                         r"\(given -5\)$"):
+        run_study([str(r) for r in runs], tmp_path / "study", n_boot=-5, embedder="hash")
+    assert not (tmp_path / "study").exists()

@@ -80,6 +80,9 @@ MAX_N_BOOT = 100_000
 #: bins of a calibration or ECE table, shares of a trajectory (early-warning), k values of pass^k: grid-like
 #: options each of whose points costs a pass over the run
 MAX_GRID_OPTION = 1_000
+#: simulations a --limit selects (rescore, sample-actions): far past any results file, and within what Python's
+#: islice takes (``--limit 1e20`` failed after the model had loaded)
+MAX_LIMIT = 10**9
 #: samples drawn at one prompt (sample-actions --k, probe --n): OpenAI's limit on n, serve-local's too
 MAX_SAMPLES = 128
 

@@ -44,6 +44,7 @@ from agentuq_nb.distributed import JobRunner
 from agentuq_nb.evaluation.defaults import DETECTOR_MAX_TERMS, DETECTOR_MIN_DF, DETECTOR_MIN_TASKS
 from agentuq_nb.evaluation.defaults import DETECTOR_PROTOCOLS as PROTOCOLS
 from agentuq_nb.io.atomic import json_ready
+from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.store.detector_dir import check_destination, write_detector_dir
 from agentuq_nb.records.outcomes import failure_labels
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
@@ -384,6 +385,13 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], confi
                          f"(failure = reward < {c.failure_threshold:g}): a detector needs both outcomes")
     labelled = features.take(at)
     index = labelled.index
+    repeated = index.duplicated(["run", *TRAJECTORY_KEYS], keep=False).to_numpy()
+    if repeated.any():  # a trajectory's rows are found by its keys: a repeat would be mixed with its twin
+        first = index[repeated].iloc[0]
+        where = next((s.results for s in sources if s.name == first["run"]), first["run"])
+        raise InputError(where, f"holds {int(repeated.sum())} labelled trajectories whose (task, trial, seed) another "
+                                f"one has too (first: task {first['task_id']!r}, trial {first['trial']}, seed "
+                                f"{first['seed']}): a detector learns from distinct trajectories; drop the repeats")
     tasks = task_keys(index["domain"].to_numpy(dtype=object), index["task_id"].to_numpy(dtype=object))
     runs_present = list(dict.fromkeys(index["run"]))
 
@@ -510,12 +518,17 @@ def show(trained: TrainedDetector, run_dir: None, config: TrainDetectorConfig, s
         if "auroc" not in row:
             rows.append({"protocol": name, "auroc": "—", "vs length": row.get("note", "—"), "vs task prior": "—"})
             continue
-        prior = (f"{row['vs_prior']} ({row['diff_vs_prior']:+.3f} [{row['diff_vs_prior_lo']:+.3f}, "
-                 f"{row['diff_vs_prior_hi']:+.3f}])" if "vs_prior" in row else "no recurring task")
-        rows.append({"protocol": name, "auroc": f"{row['auroc']:.3f} {interval_text(row['auroc_lo'], row['auroc_hi'])}",
-                     "vs length": f"{row['vs_length']} {row['length_baseline']} ({row['diff_vs_length']:+.3f} "
-                                  f"[{row['diff_vs_length_lo']:+.3f}, {row['diff_vs_length_hi']:+.3f}])",
-                     "vs task prior": prior, "ECE": f"{row.get('calibration_ece', float('nan')):.3f}"})
+        def difference(key: str) -> str:  # a difference and its interval (None: not computed, e.g. --n-boot 0)
+            value, lo, hi = (row.get(key + end) for end in ("", "_lo", "_hi"))
+            shown = "n/a" if value is None else f"{value:+.3f}"
+            return f"{shown} [{lo:+.3f}, {hi:+.3f}]" if lo is not None and hi is not None else shown
+
+        prior = (f"{row['vs_prior']} ({difference('diff_vs_prior')})" if "vs_prior" in row else "no recurring task")
+        rows.append({"protocol": name, "auroc": f"{num_text(row['auroc'])} "
+                                                f"{interval_text(row.get('auroc_lo'), row.get('auroc_hi'))}",
+                     "vs length": f"{row.get('vs_length')} {row.get('length_baseline')} "
+                                  f"({difference('diff_vs_length')})",
+                     "vs task prior": prior, "ECE": num_text(row.get("calibration_ece"))})
     say.say("pooled within-run AUROC of the held-out scores (tasks resampled within runs); 'beats' = the paired "
             "interval of the difference excludes 0:")
     say.say(pd.DataFrame(rows).to_string(index=False))
