@@ -220,3 +220,20 @@ def test_doctor_exits_1_with_the_cause_when_the_model_cannot_run(tmp_path):
     assert "does not run: llama-cpp-python is not installed (the [local] extra); rebuild: " in done.stdout
     assert "unknown (the check ended before llama.cpp said)" in done.stdout
     assert "AMX in its code  not checked: " in done.stdout
+
+
+def test_an_objdump_that_never_ends_is_stopped_and_doctor_says_so(tmp_path, monkeypatch):
+    """doctor's disassembly is bounded: an objdump that never exits (here one that sleeps) is killed after the
+    timeout and named, never waited on forever."""
+    fake = tmp_path / "bin" / "objdump"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\nexec sleep 600\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    with pytest.raises(OSError, match=r"objdump did not finish within 0\.5 s \(stopped\)"):
+        llama_build.amx_instructions(tmp_path / "any.so", timeout=0.5)
+    monkeypatch.setattr(llama_build, "OBJDUMP_SECONDS", 0.5)
+    monkeypatch.setattr(llama_build, "installed_libraries", lambda: [tmp_path / "libggml-cpu.so"])
+    from agentuq_nb.steps.doctor import amx_status
+
+    assert amx_status().startswith("not checked: ") and "did not finish" in amx_status()
