@@ -59,6 +59,9 @@ MAX_SCHEMA_ENUM = 4096
 #: a request's body (a chat that fills the 8,192-token window is well under 1 MiB; a 30 MB body was read for
 #: 20 s and 1.3 GB before it was refused)
 MAX_REQUEST_BYTES = 16 * MiB
+#: bytes of request bodies serve-local holds at once, read and waiting for the model (60 bodies of 15.9 MB held
+#: 3.5 GB): four bodies of the largest size, hundreds of ordinary chats; past it a 503
+MAX_HELD_REQUEST_BYTES = 64 * MiB
 #: nesting of a request's JSON body (a 100,000-deep body was a 500)
 MAX_REQUEST_DEPTH = 64
 #: seconds one request may hold the model (serve-local --max-request-seconds): 1,024 tokens at ~25 tokens/s take ~40
