@@ -483,3 +483,51 @@ def test_a_bad_notebook_parameter_is_one_line_naming_it_before_the_work(runs, tm
                                          r"\(given -5\)$"):
         run_study([str(r) for r in runs], tmp_path / "study", n_boot=-5, embedder="hash")
     assert not (tmp_path / "study").exists()
+
+
+# --------------------------------------------------------------------------- secrets, by key and by shape
+SHAPED = "sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z"
+
+
+def test_the_page_masks_by_key_and_by_shape_and_its_lookups_still_find_each_task():
+    """A value under a secret-named key is masked whatever its shape; a key-shaped task id and scorer name are masked
+    as keys exactly as where they are values, so the page's panels still find them."""
+    from agentuq_nb.figures.explorer import masked_page_data
+
+    data = {"estimators": [{"name": SHAPED, "label": SHAPED}], "sort": SHAPED,
+            "tasks": {SHAPED: {"instructions": "Cancel."}, "2": {"instructions": "Book."}},
+            "trajectories": [{"task_id": SHAPED, "scores": {SHAPED: 0.4}, "messages": [
+                {"text": 'get_user({"password": "hunter2hunter2", "city": "Paris"})', "tokens": [["hi", -0.1, []]],
+                 "arguments": {"password": "hunter2hunter2", "api_key": "plain words", "city": "Paris"}}]},
+                {"task_id": "2", "scores": {SHAPED: 0.1}, "messages": []}]}
+    masked = masked_page_data(data)
+    text = json.dumps(masked)
+    assert "hunter2hunter2" not in text and SHAPED not in text and "plain words" not in text
+    assert "Paris" in text and masked["trajectories"][0]["messages"][0]["tokens"] == [["hi", -0.1, []]]
+    for t in masked["trajectories"]:
+        assert t["task_id"] in masked["tasks"] and set(t["scores"]) == {masked["estimators"][0]["name"]}
+    assert masked["sort"] == masked["estimators"][0]["name"]
+
+
+def test_a_key_shaped_tool_name_never_reaches_a_detector_folder_or_predictions(tmp_path):
+    from agentuq_nb.steps.predict import predict
+    from agentuq_nb.steps.train_detector import train_detector
+
+    runs = []
+    for i in range(2):
+        raw = json.loads(write_run(tmp_path / f"r{i}.json", f"agent{i}", seed=i).read_text())
+        for sim in raw["simulations"]:
+            for m in sim["messages"]:
+                for call in m.get("tool_calls") or []:
+                    call["name"] = SHAPED
+                    call["arguments"] = {"ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8": 1}
+        (tmp_path / f"r{i}.json").write_text(json.dumps(raw))
+        runs.append(tmp_path / f"r{i}.json")
+    trained = train_detector(runs, tmp_path / "det", embedder="hash", groups=["text", "length"], n_boot=0,
+                             protocols=["within_run"], min_tasks=1)
+    assert any(t.startswith("call:***") for t in load_detector(trained.path).final.terms)
+    predict(trained.path, runs[0], tmp_path / "run", n_boot=0)
+    for folder in (trained.path, tmp_path / "run"):
+        for path in folder.rglob("*"):
+            if path.is_file() and path.suffix in (".json", ".csv"):
+                assert SHAPED not in path.read_text() and "ghp_A1b2" not in path.read_text(), path

@@ -31,6 +31,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -119,10 +120,21 @@ def message_terms(role: str, content: str, calls: list[tuple[str, Any]], is_erro
     out += [f"{tag}:{w}" for w in said]
     out += [f"{tag}:{a} {b}" for a, b in zip(said, said[1:])]
     for name, arguments in calls:
+        name = shown_name(str(name))
         out.append(f"call:{name}")
         if isinstance(arguments, dict):
-            out += [f"call:{name}.{key}" for key in arguments]
+            out += [f"call:{name}.{shown_name(str(key))}" for key in arguments]
     return out
+
+
+@lru_cache(maxsize=4096)
+def shown_name(name: str) -> str:
+    """A tool's or an argument's name as a term holds it: a secret in it (an API key's shape, an environment key's
+    value) masked at the source, so that no detector folder - made to be shared - records it (its card, terms,
+    top_features.csv, every predictions.csv)."""
+    from agentuq_nb.common.redaction import redact
+
+    return redact(name)
 
 
 def role_terms(transcript_frame: pd.DataFrame) -> list[list[str]]:
