@@ -498,15 +498,22 @@ def test_the_page_masks_by_key_and_by_shape_and_its_lookups_still_find_each_task
             "tasks": {SHAPED: {"instructions": "Cancel."}, "2": {"instructions": "Book."}},
             "trajectories": [{"task_id": SHAPED, "scores": {SHAPED: 0.4}, "messages": [
                 {"text": 'get_user({"password": "hunter2hunter2", "city": "Paris"})', "tokens": [["hi", -0.1, []]],
-                 "arguments": {"password": "hunter2hunter2", "api_key": "plain words", "city": "Paris"}}]},
-                {"task_id": "2", "scores": {SHAPED: 0.1}, "messages": []}]}
+                 "calls": [{"name": "get_user", "args": json.dumps({"password": "hunter2hunter2",
+                                                                    "api_key": "plain words", "city": "Paris"})}]}],
+             "key": "0|airline|1|0|7"},
+                {"task_id": "2", "scores": {SHAPED: 0.1}, "messages": [], "key": "0|airline|2|0|7"}]}
     masked = masked_page_data(data)
     text = json.dumps(masked)
     assert "hunter2hunter2" not in text and SHAPED not in text and "plain words" not in text
     assert "Paris" in text and masked["trajectories"][0]["messages"][0]["tokens"] == [["hi", -0.1, []]]
+    assert [t["key"] for t in masked["trajectories"]] == ["0|airline|1|0|7", "0|airline|2|0|7"]  # structure kept
     for t in masked["trajectories"]:
         assert t["task_id"] in masked["tasks"] and set(t["scores"]) == {masked["estimators"][0]["name"]}
     assert masked["sort"] == masked["estimators"][0]["name"]
+    from agentuq_nb.common.redaction import mask_secrets
+
+    assert mask_secrets({"params": {"api_key": "plain words", "auth": {"user": "me"}, "n": 3}})[0] == {
+        "params": {"api_key": "***", "auth": {"user": "***"}, "n": 3}}  # a notebook's data: by key too
 
 
 def test_a_key_shaped_tool_name_never_reaches_a_detector_folder_or_predictions(tmp_path):

@@ -206,18 +206,21 @@ def secret_spans(text: str, secrets: set[str] | None = None) -> list[tuple[int, 
     return merged
 
 
-def mask_secrets(obj: Any, secrets: set[str] | None = None, keys: bool = True) -> tuple[Any, int]:
+def mask_secrets(obj: Any, secrets: set[str] | None = None, keys: bool = True,
+                 by_key: bool = True) -> tuple[Any, int]:
     """``(copy, count)``: ``obj`` with every string holding a secret masked as :func:`redact` masks
-    text, by shape and by key (a string under a key that names a secret is :data:`MASK` whatever its shape); the
-    structure is kept (a notebook stays a notebook), and a mapping's key holding a secret is masked as its values are
-    (with ``keys``), so that a page that looks a value up by its key still finds it. ``count``: strings changed."""
+    text, by shape and (``by_key``) by key: a string under a key that names a secret is :data:`MASK` whatever its
+    shape - off for a page's own structure, whose ``key`` fields are trajectory keys (its tool arguments, shown as
+    text, are masked by key in the text). The structure is kept (a notebook stays a notebook), and a mapping's key
+    holding a secret is masked as its values are (with ``keys``), so that a page that looks a value up by its key
+    still finds it. ``count``: strings changed."""
     secrets = environment_secrets() if secrets is None else secrets
     count = 0
 
     def walk(value: Any, named: bool = False) -> Any:
         nonlocal count
         if isinstance(value, Mapping):
-            return {(walk(k) if keys and isinstance(k, str) else k): walk(v, named or names_secret(k))
+            return {(walk(k) if keys and isinstance(k, str) else k): walk(v, named or (by_key and names_secret(k)))
                     for k, v in value.items()}
         if isinstance(value, (list, tuple)):
             return type(value)(walk(v, named) for v in value)
