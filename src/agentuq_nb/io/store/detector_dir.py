@@ -16,13 +16,18 @@ Layout (every name fixed; nothing else is read):
 file: the folder is a directory; each file a regular file (a symlink is refused: nothing outside the folder is read)
 within its size bound (:mod:`agentuq_nb.common.limits`); the card parses, its own hash holds, it was written in this
 format and by the feature extraction the caller expects (another version's features would be misread); every file's
-hash is the card's; the archive's members are plain ``.npy`` names, their inflated sizes bounded before any is read.
+hash is the card's; the archive's members are plain ``.npy`` names, their inflated sizes bounded before any is read,
+and each member's header is read first (no object dtype, a shape whose bytes are exactly the member's: numpy allocates
+a header's shape before it reads). Every field and number is then checked where the models are rebuilt
+(:func:`agentuq_nb.evaluation.detector_apply.load_detector`).
 The hashes find a damaged or edited folder; they are not a signature (who can edit the folder can recompute them) -
 what protects the reader is that it only ever parses JSON and numeric arrays.
 
 **Writing** (:func:`write_detector_dir`) stages the folder beside its destination and renames it into place: a reader
-never sees half a detector, and an earlier detector at that path is replaced whole. A path that holds anything other
-than a detector folder (or an empty folder) is refused.
+never sees half a detector, and an earlier detector at that path is replaced whole. The destination follows the one
+output rule (:func:`check_destination`, :func:`agentuq_nb.io.outputs.check_output_folder`): a path that holds
+anything other than a detector folder's regular files (or an empty folder) is refused, a card or file that is not a
+detector's own is replaced only with ``force``, and never a link, a run folder, the current folder or inside an input.
 """
 from __future__ import annotations
 
