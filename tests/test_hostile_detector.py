@@ -538,3 +538,49 @@ def test_a_key_shaped_tool_name_never_reaches_a_detector_folder_or_predictions(t
         for path in folder.rglob("*"):
             if path.is_file() and path.suffix in (".json", ".csv"):
                 assert SHAPED not in path.read_text() and "ghp_A1b2" not in path.read_text(), path
+
+
+# --------------------------------------------------------------------------- hunting: what --out may replace
+ENTRY_NAMES = ["card.json", "model.json", "arrays.npz", "protocols.csv", "notes.txt"]
+ENTRY_KINDS = ["file", "directory", "symlink", "fifo"]
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(entries=st.dictionaries(st.sampled_from(ENTRY_NAMES), st.sampled_from(ENTRY_KINDS), max_size=4),
+       own=st.booleans(), force=st.booleans())
+def test_hunting_train_detector_out_accepts_only_a_detectors_own_regular_files(detectors, tmp_path_factory, entries,
+                                                                               own, force):
+    """Whatever a folder holds, --out is accepted only when replacing it loses nothing that is not a detector's: no
+    entry but a detector's names, each a regular file, each the detector's own (its card's hashes) unless --force."""
+    import os
+
+    from agentuq_nb.io.store.detector_dir import FILES, check_destination, made_by_train_detector
+
+    out = tmp_path_factory.mktemp("hunt_out") / "det"
+    if own:
+        shutil.copytree(detectors["logistic"], out)
+    else:
+        out.mkdir()
+    for name, kind in entries.items():
+        path = out / name
+        if path.exists():
+            os.unlink(path)
+        if kind == "file":
+            path.write_text("someone's")
+        elif kind == "directory":
+            (path / "keep").mkdir(parents=True)
+        elif kind == "symlink":
+            path.symlink_to(detectors["logistic"] / "card.json")
+        else:
+            os.mkfifo(path)
+    names = {p.name: p for p in out.iterdir()}
+    try:
+        check_destination(out, force=force)
+    except InputError as err:
+        assert "\n" not in str(err)
+        return
+    assert set(names) <= {"card.json", *FILES}
+    assert not names or "card.json" in names
+    for path in names.values():
+        assert path.is_file() and not path.is_symlink()
+        assert force or made_by_train_detector(path)

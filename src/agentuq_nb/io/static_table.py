@@ -9,7 +9,7 @@ tensor ``table`` and the metadata ``format`` and ``identity`` (the model's ident
 The file is untrusted, like the embedding cache: a table is used only when the file is a regular file of this user
 (not a symlink), no larger than the table it should hold, its metadata name this format and this identity, its
 tensor is float32 of the expected shape with finite values, and its keyed checksum holds: the HMAC of the table under
-this installation's key (:data:`KEY_FILE` beside it, 32 random bytes made on first use), so that a well-formed but
+this installation's key (:data:`KEY_NAME` beside it, 32 random bytes made on first use), so that a well-formed but
 wrong table - zeros, one repeated row, shuffled rows - is refused rather than steering every signal. Anything else is refused with one warning naming the file
 and what is wrong - and never deleted or changed: the caller distills the table afresh for the process.
 """
@@ -44,15 +44,15 @@ def table_path(cache_file: Path | None, identity: str) -> Path | None:
 
 
 #: this installation's key of the tables' checksums, beside the table (32 random bytes, readable by the user only)
-KEY_FILE = "installation.key"
+KEY_NAME = "installation.key"
 
 
 def installation_key(folder: Path) -> bytes | None:
-    """The key of ``folder``'s :data:`KEY_FILE`, made on first use (written whole, then linked into place: two
+    """The key of ``folder``'s :data:`KEY_NAME`, made on first use (written whole, then linked into place: two
     processes agree on one); None when it is not a regular 32-byte file of this user or cannot be made."""
     import secrets
 
-    path = Path(folder) / KEY_FILE
+    path = Path(folder) / KEY_NAME
     if not os.path.lexists(path):
         try:
             fd, tmp = tempfile.mkstemp(prefix=".installation-", suffix=".tmp", dir=folder)
@@ -148,7 +148,7 @@ def write_table(path: Path, table: np.ndarray, identity: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     key = installation_key(path.parent)
     if key is None:
-        raise OSError(f"{path.parent / KEY_FILE}: this installation's key cannot be made or read")
+        raise OSError(f"{path.parent / KEY_NAME}: this installation's key cannot be made or read")
     fd, tmp = tempfile.mkstemp(prefix=".static-table-", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
