@@ -390,13 +390,13 @@ def test_train_detector_out_is_never_inside_an_input_nor_the_current_folder(runs
     assert code == 2 and "is the current folder" in stderr and not any(empty.iterdir())
 
 
-def test_predict_and_extract_never_write_into_another_run_the_detector_or_the_results(detectors, runs, tmp_path):
+def test_predict_and_analyze_never_write_into_another_run_the_detector_or_the_results(detectors, runs, tmp_path):
     from agentuq_nb.steps.extract import extract
 
     other = tmp_path / "other_run"
     extract(runs[1], other)
     before = (other / "trajectories.parquet").read_bytes()
-    for args in (("predict", detectors["logistic"], runs[0], "--out", other), ("extract", runs[0], "--out", other)):
+    for args in (("predict", detectors["logistic"], runs[0], "--out", other), ("analyze", runs[0], "--out", other)):
         code, stdout, stderr = run_cli(*args)
         assert_ended_cleanly(code, stdout, stderr)
         assert code == 2 and "holds another run" in stderr, stderr

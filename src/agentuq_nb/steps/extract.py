@@ -162,7 +162,8 @@ def run(run_dir: str | Path | RunDir, config: ExtractConfig) -> ExtractReport:
     folder = RunDir.of(run_dir)
     if folder.path.exists() and not folder.path.is_dir():
         raise InputError(folder.path, "is a file, not a run folder: give --out a folder (new or holding a run)")
-    check_run_destination(folder.path, config.results, command=STEP.name)  # not inside the results, not another run
+    # never inside the results; another run's folder is replaced whole, its artefacts found stale (RunDir's contract)
+    check_run_destination(folder.path, config.results, command=STEP.name, another_run=True)
     if config.sidecar_dir is not None and not Path(config.sidecar_dir).is_dir():
         raise InputError(config.sidecar_dir, "sidecar_dir " + ("is not a directory" if Path(config.sidecar_dir).exists() else "does not exist"))
     layout = layout_before_simulations(config.results)  # v0 or v1: told by the first simulation, as it streams
