@@ -132,6 +132,26 @@ def test_a_planted_entry_is_refused_recomputed_and_replaced(tmp_path, fresh, cha
     assert third.store.refused == 0 and third.misses == 0
 
 
+def test_a_planted_huge_blob_is_refused_by_its_size_without_being_fetched(tmp_path, fresh):
+    """An entry's size is checked in SQL before its blob is read: a planted 64 MB vector (800 MB in the issue) never
+    reaches Python (its bytes would be traced), and is recomputed."""
+    import tracemalloc
+
+    path = tmp_path / "e.sqlite"
+    minilm_cache(path).embed(TEXTS)
+    plant(path, TEXTS[0], vector=bytes(64 << 20))
+    again = minilm_cache(path)
+    tracemalloc.start()
+    try:
+        with pytest.warns(EmbeddingCacheWarning, match="1 entries refused"):
+            found = again.store.lookup(TEXTS)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert TEXTS[0] not in found and len(found) == len(TEXTS) - 1
+    assert peak < 16 << 20, peak  # the blob is 64 MB: it was not fetched
+
+
 def test_a_vector_planted_under_the_right_key_for_another_text_is_refused(tmp_path, fresh):
     """A consistent-looking row (right key, right model) whose hash of the text is another text's: refused."""
     path = tmp_path / "e.sqlite"

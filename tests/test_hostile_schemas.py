@@ -156,6 +156,24 @@ def test_a_chunked_body_past_the_limit_is_refused_as_it_streams(monkeypatch):
     assert response.status_code == 413 and "more than 1,000 bytes" in response.json()["error"]["message"]
 
 
+def test_the_bodies_waiting_for_the_model_are_bounded_together_and_given_back(monkeypatch):
+    """60 clients' 15.9 MB bodies waiting their turn held 3.5 GB: the bodies held at once are bounded (503 past the
+    budget, as they stream in), and each request gives its bytes back once answered."""
+    monkeypatch.setattr(server, "MAX_HELD_REQUEST_BYTES", 3000)
+    body = json.dumps(chat_body(model="not-served", messages=[{"role": "user", "content": "x" * 2000}])).encode()
+    assert 2000 < len(body) < 3000
+    with app_client() as app:
+        for _ in range(3):  # one at a time: each fits, and gives its bytes back (404: the model is not served)
+            assert app.post("/v1/chat/completions", content=body).status_code == 404
+        assert app.app.state.bodies.held == 0
+        assert app.app.state.bodies.take(1000)  # another request's body, waiting for the model
+        response = app.post("/v1/chat/completions", content=body)
+        assert response.status_code == 503, response.text
+        assert "3,000 bytes of requests waiting" in response.json()["error"]["message"]
+        app.app.state.bodies.give_back(1000)
+        assert app.post("/v1/chat/completions", content=body).status_code == 404 and app.app.state.bodies.held == 0
+
+
 def test_no_request_holds_the_model_longer_than_the_servers_limit():
     """A prompt of several decode batches (about 3,000 tokens: seconds of work on any CPU this runs on) outlasts a 1 s
     limit whatever the model would answer (a request that hoped for a long sampled story was answered in 27 tokens

@@ -250,3 +250,20 @@ def test_doctor_names_our_build_under_a_non_default_cache_folder(tmp_path, monke
     origin = build_origin()
     assert origin.startswith("agentuq_nb's build step") and "built by pip" not in origin
     assert f"outside the present cache {tmp_path}" in origin
+
+
+def test_an_objdump_that_never_ends_is_stopped_and_doctor_says_so(tmp_path, monkeypatch):
+    """doctor's disassembly is bounded: an objdump that never exits (here one that sleeps) is killed after the
+    timeout and named, never waited on forever."""
+    fake = tmp_path / "bin" / "objdump"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\nexec sleep 600\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    with pytest.raises(OSError, match=r"objdump did not finish within 0\.5 s \(stopped\)"):
+        llama_build.amx_instructions(tmp_path / "any.so", timeout=0.5)
+    monkeypatch.setattr(llama_build, "OBJDUMP_SECONDS", 0.5)
+    monkeypatch.setattr(llama_build, "installed_libraries", lambda: [tmp_path / "libggml-cpu.so"])
+    from agentuq_nb.steps.doctor import amx_status
+
+    assert amx_status().startswith("not checked: ") and "did not finish" in amx_status()

@@ -183,3 +183,23 @@ def test_a_cache_folder_that_cannot_be_made_keeps_the_table_in_memory(tmp_path, 
         again = load_table(blocker / "embeddings.sqlite")
     np.testing.assert_allclose(again, table, atol=1e-4)
     assert blocker.read_text() == "a file where the cache folder should be"
+
+
+@pytest.mark.parametrize("wrong", ["zeros", "one repeated row", "shuffled rows", "the true table, copied in"])
+def test_a_well_formed_but_wrong_table_is_refused_by_its_keyed_checksum(tmp_path, table, wrong):
+    """A table that passes every structural check but was not written by this installation (no checksum under its
+    key) is refused; one written here is read back."""
+    planted = {"zeros": np.zeros_like(table), "one repeated row": np.repeat(table[1000:1001], len(table), axis=0),
+               "shuffled rows": table[np.random.default_rng(0).permutation(len(table))], "the true table, copied in":
+               table}[wrong]
+    path = tmp_path / "planted.safetensors"
+    save_file({"table": planted}, str(path), metadata={"format": FORMAT, "identity": table_identity()})
+    assert "keyed checksum does not hold" in refused(path)
+    forged = tmp_path / "forged.safetensors"  # a checksum made under another installation's key
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    write_table(other / "t.safetensors", planted, table_identity())
+    forged.write_bytes((other / "t.safetensors").read_bytes())
+    assert "keyed checksum does not hold" in refused(forged)
+    write_table(tmp_path / "ours.safetensors", table, table_identity())
+    assert np.array_equal(read_table(tmp_path / "ours.safetensors", table_identity(), table.shape), table)

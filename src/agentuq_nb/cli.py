@@ -84,7 +84,7 @@ def in_flags(text: str) -> str:
     wherever it stands (``n_bins must be`` → ``--n-bins must be``), a one-word name where it heads a clause."""
     for name, flag in sorted(FLAGS.items(), key=lambda item: -len(item[0])):
         before = r"(?<![\w.'/-])" if "_" in name or "." in name else r"(?:^|(?<=: )|(?<=; ))"
-        text = re.sub(rf"{before}{re.escape(name)}(?![\w-])", flag.split("/")[0], text)
+        text = re.sub(rf"{before}{re.escape(name)}(?![\w-]|[./\\]\w)", flag.split("/")[0], text)  # not a path's start
     return text
 
 

@@ -63,6 +63,9 @@ MAX_SCHEMA_ENUM = 4096
 #: a request's body (a chat that fills the 8,192-token window is well under 1 MiB; a 30 MB body was read for
 #: 20 s and 1.3 GB before it was refused)
 MAX_REQUEST_BYTES = 16 * MiB
+#: bytes of request bodies serve-local holds at once, read and waiting for the model (60 bodies of 15.9 MB held
+#: 3.5 GB): four bodies of the largest size, hundreds of ordinary chats; past it a 503
+MAX_HELD_REQUEST_BYTES = 64 * MiB
 #: nesting of a request's JSON body (a 100,000-deep body was a 500)
 MAX_REQUEST_DEPTH = 64
 #: seconds one request may hold the model (serve-local --max-request-seconds): 1,024 tokens at ~25 tokens/s take ~40
@@ -84,6 +87,9 @@ MAX_N_BOOT = 100_000
 #: bins of a calibration or ECE table, shares of a trajectory (early-warning), k values of pass^k: grid-like
 #: options each of whose points costs a pass over the run
 MAX_GRID_OPTION = 1_000
+#: simulations a --limit selects (rescore, sample-actions): far past any results file, and within what Python's
+#: islice takes (``--limit 1e20`` failed after the model had loaded)
+MAX_LIMIT = 10**9
 #: samples drawn at one prompt (sample-actions --k, probe --n): OpenAI's limit on n, serve-local's too
 MAX_SAMPLES = 128
 

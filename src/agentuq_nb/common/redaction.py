@@ -90,6 +90,23 @@ def _mask_match(match: re.Match) -> str:
 
 #: ``scheme://user:password@host`` in a URL
 URL_CREDENTIALS = re.compile(r"//[^/@\s]+:[^/@\s]+@")
+#: a JSON string member inside text (a tool call's arguments as the page shows them): ``"key": "value"``
+JSON_MEMBER = re.compile(r'"([^"\\]{1,64})"\s*:\s*"((?:[^"\\]|\\.)+)"')
+
+
+def keyed_value_spans(text: str) -> list[tuple[int, int]]:
+    """``[(start, end)]`` of the values of JSON members in ``text`` whose key names a secret
+    (``"password": "hunter2"`` → the span of ``hunter2``): masked by key, whatever their shape."""
+    if '"' not in text:
+        return []
+    return [m.span(2) for m in JSON_MEMBER.finditer(text) if names_secret(m.group(1))]
+
+
+def mask_keyed_values(text: str) -> str:
+    """``text`` with the value of every JSON member whose key names a secret replaced by :data:`MASK`."""
+    for start, end in reversed(keyed_value_spans(text)):
+        text = text[:start] + MASK + text[end:]
+    return text
 MIN_SECRET_LENGTH = 8  # shorter environment values ("1", "true") are settings, not keys
 MASK = "***"
 
@@ -117,6 +134,8 @@ def secret_in_text(text: str, secrets: set[str] | None = None) -> str | None:
     kind = key_shape(text)
     if kind is not None:
         return f"it has the shape of an API key ({kind})"
+    if keyed_value_spans(text):
+        return "it holds a value under a key that names a secret"
     return None
 
 
@@ -159,7 +178,7 @@ def redact(obj: Any, secrets: set[str] | None = None) -> Any:
         text = URL_CREDENTIALS.sub(f"//{MASK}@", obj)
         for s in sorted(secrets, key=len, reverse=True):
             text = text.replace(s, MASK)
-        return mask_key_shapes(text)
+        return mask_key_shapes(mask_keyed_values(text))
     return obj
 
 
@@ -170,6 +189,7 @@ def secret_spans(text: str, secrets: set[str] | None = None) -> list[tuple[int, 
     secrets = environment_secrets() if secrets is None else secrets
     spans = [(m.start(), m.end()) for s in secrets for m in re.finditer(re.escape(s), text)]
     spans += [(m.start() + 2, m.end() - 1) for m in URL_CREDENTIALS.finditer(text)]
+    spans += keyed_value_spans(text)
     for _, pattern in key_shapes():
         for m in pattern.finditer(text):
             found = m.group(0)
@@ -186,18 +206,27 @@ def secret_spans(text: str, secrets: set[str] | None = None) -> list[tuple[int, 
     return merged
 
 
-def mask_secrets(obj: Any, secrets: set[str] | None = None) -> tuple[Any, int]:
+def mask_secrets(obj: Any, secrets: set[str] | None = None, keys: bool = True,
+                 by_key: bool = True) -> tuple[Any, int]:
     """``(copy, count)``: ``obj`` with every string holding a secret masked as :func:`redact` masks
-    text; keys and structure are kept (a notebook stays a notebook). ``count``: strings changed."""
+    text, by shape and (``by_key``) by key: a string under a key that names a secret is :data:`MASK` whatever its
+    shape - off for a page's own structure, whose ``key`` fields are trajectory keys (its tool arguments, shown as
+    text, are masked by key in the text). The structure is kept (a notebook stays a notebook), and a mapping's key
+    holding a secret is masked as its values are (with ``keys``), so that a page that looks a value up by its key
+    still finds it. ``count``: strings changed."""
     secrets = environment_secrets() if secrets is None else secrets
     count = 0
 
-    def walk(value: Any) -> Any:
+    def walk(value: Any, named: bool = False) -> Any:
         nonlocal count
         if isinstance(value, Mapping):
-            return {k: walk(v) for k, v in value.items()}
+            return {(walk(k) if keys and isinstance(k, str) else k): walk(v, named or (by_key and names_secret(k)))
+                    for k, v in value.items()}
         if isinstance(value, (list, tuple)):
-            return type(value)(walk(v) for v in value)
+            return type(value)(walk(v, named) for v in value)
+        if isinstance(value, str) and named and value:
+            count += 1
+            return MASK
         if isinstance(value, str) and (secret_in_text(value, secrets) or URL_CREDENTIALS.search(value)):
             count += 1
             return redact(value, secrets)

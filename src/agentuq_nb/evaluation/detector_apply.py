@@ -27,17 +27,28 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Optional
 
 import numpy as np
 import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
-from agentuq_nb.evaluation.detector_model import FittedDetector, platt_probability
+from agentuq_nb.evaluation.detector_model import FittedDetector, PlattMap, StateError, first_error, platt_probability
 from agentuq_nb.evaluation.label_shift import RateEstimate, adapt
 from agentuq_nb.io.errors import InputError
-from agentuq_nb.io.store.detector_dir import ARRAYS, MODEL, DetectorFolder, read_detector_dir
+from agentuq_nb.io.store.detector_dir import ARRAYS, CARD, MODEL, DetectorFolder, read_detector_dir
 from agentuq_nb.records.task_identity import resolve_id_keys
-from agentuq_nb.uq.detector_features import FEATURE_VERSION, TrajectoryFeatures
+from agentuq_nb.uq.detector_features import (
+    BLACKBOX_COLUMNS,
+    EMBED_MAX_TOKENS_RANGE,
+    EMBEDDERS,
+    EMBEDDING_BLOCKS,
+    FEATURE_VERSION,
+    LENGTH_COLUMNS,
+    TrajectoryFeatures,
+    check_groups,
+    embedder_dim,
+)
 
 FINAL = "final"
 LORO_PREFIX = "leave-one-run-out:"
@@ -151,38 +162,140 @@ class Detector:
         return out
 
 
+class EmbedderCard(BaseModel):
+    """The card's ``embedder``: which one, and how many word pieces of a text it reads (bounded as train-detector's
+    option is)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    name: Literal[EMBEDDERS]
+    max_tokens: StrictInt = Field(ge=EMBED_MAX_TOKENS_RANGE[0], le=EMBED_MAX_TOKENS_RANGE[1])
+
+
+class CardFields(BaseModel):
+    """The fields of a detector's card that predicting reads, checked (the others are only shown)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    feature_groups: list[str] = Field(min_length=1)
+    embedder: EmbedderCard
+    settings: dict[str, Any]
+    training_runs: list[dict[str, Any]] = Field(default_factory=list)
+    calibration: dict[str, Any] = Field(default_factory=dict)
+    protocols: dict[str, Any] = Field(default_factory=dict)
+
+
+class LoroEntry(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    run: str
+    model: dict[str, Any]
+    calibration: Optional[dict[str, Any]] = None
+
+
+class ModelFile(BaseModel):
+    """``model.json``: the training runs, the final model and its map, the leave-one-run-out models and theirs."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    runs: list[str]
+    final: dict[str, Any]
+    final_calibration: Optional[dict[str, Any]] = None
+    loro: list[LoroEntry] = Field(default_factory=list)
+
+
+def checked(model: type[BaseModel], value: Any, path: Path, what: str) -> Any:
+    try:
+        return model.model_validate(value)
+    except ValidationError as err:
+        where, message = first_error(err)
+        raise InputError(path, f"{what}{where}: {message}") from None
+
+
+def dense_names_made(groups: tuple[str, ...], embedder: str) -> tuple[set[str], int]:
+    """The dense columns the feature extraction makes for ``groups`` with ``embedder``, and its vectors' size."""
+    dim = embedder_dim(embedder) if "embeddings" in groups else 0
+    made = set(BLACKBOX_COLUMNS) if "blackbox" in groups else set()
+    made |= {f"length.{name}" for name in LENGTH_COLUMNS} if "length" in groups else set()
+    made |= {f"{block}:{i}" for block in EMBEDDING_BLOCKS for i in range(dim)}
+    return made, dim
+
+
+def check_columns(model: FittedDetector, made: set[str], dim: int, embedder: str, path: Path, where: str) -> None:
+    """Refuse a model whose dense columns are not the extraction's, or whose embedding blocks are not whole blocks of
+    the card's embedder (the weights of another embedder)."""
+    unknown = [name for name in model.dense_names if name not in made]
+    if unknown:
+        raise InputError(path, f"{where}.dense_names: {unknown[0]!r} is not a column the extraction makes for the "
+                               f"card's feature groups and embedder {embedder!r} ({dim} dimensions)")
+    for block in EMBEDDING_BLOCKS:
+        n = sum(name.startswith(block + ":") for name in model.dense_names)
+        if n not in (0, dim):
+            raise InputError(path, f"{where}.dense_names: {block} has {n} dimensions where the card's embedder "
+                                   f"{embedder!r} makes {dim}: the weights are another embedder's")
+
+
 def load_detector(path: str | os.PathLike) -> Detector:
     """The detector folder at ``path``, checked and rebuilt (an :class:`~agentuq_nb.io.errors.InputError` naming the
-    file when it is not a detector this version can read)."""
+    file and the field when it is not a detector this version can read: every field, array and number is checked
+    before it is used, and reading is linear in the folder's size)."""
     folder = read_detector_dir(path, FEATURE_VERSION)
     model, arrays = folder.model, folder.arrays
-
-    def rebuilt(prefix: str, meta: Any) -> FittedDetector:
-        mine = {k[len(prefix) + 1:]: v for k, v in arrays.items() if k.startswith(prefix + ".")}
-        try:
-            return FittedDetector.from_arrays(meta, mine)
-        except (KeyError, TypeError, ValueError) as err:
-            raise InputError(Path(path) / (ARRAYS if isinstance(err, ValueError) else MODEL),
-                             f"does not describe a detector this version rebuilds ({prefix}: {err})") from None
-
+    card_path, model_path, arrays_path = Path(path) / CARD, Path(path) / MODEL, Path(path) / ARRAYS
+    card = checked(CardFields, folder.card, card_path, "")
     try:
-        runs = [str(r) for r in model["runs"]]
-        final = rebuilt("final", model["final"])
-        loro = {str(e["run"]): (rebuilt(f"loro{i}", e["model"]), e.get("calibration"))
-                for i, e in enumerate(model.get("loro") or [])}
-        fingerprints = np.asarray(arrays.get("fingerprints", np.zeros(0)), dtype=np.int64)
-        fingerprint_runs = np.asarray(arrays.get("fingerprint_runs", np.zeros(0)), dtype=np.int32)
-    except (KeyError, TypeError) as err:
-        raise InputError(Path(path) / MODEL, f"lacks what a detector holds ({type(err).__name__}: {err})") from None
+        groups = check_groups(card.feature_groups)
+    except ValueError as err:
+        raise InputError(card_path, f"feature_groups: {err}") from None
+    made, dim = dense_names_made(groups, card.embedder.name)
+    described = checked(ModelFile, model, model_path, "")
+    by_prefix: dict[str, dict[str, np.ndarray]] = {}  # one pass over the arrays: loading stays linear in the folder
+    for key, value in arrays.items():
+        prefix, _, name = key.partition(".")
+        by_prefix.setdefault(prefix, {})[name] = value
+
+    def rebuilt(prefix: str, meta: dict[str, Any], where: str) -> FittedDetector:
+        try:
+            fitted = FittedDetector.from_arrays(meta, by_prefix.get(prefix, {}))
+        except StateError as err:
+            if err.part == "arrays":
+                raise InputError(arrays_path, f"{prefix}.{err}") from None
+            raise InputError(model_path, f"{where}.{err}") from None
+        if set(fitted.settings.groups) != set(groups):
+            raise InputError(model_path, f"{where}.settings.groups: {list(fitted.settings.groups)} are not the card's "
+                                         f"feature_groups {list(groups)}")
+        check_columns(fitted, made, dim, card.embedder.name, model_path, where)
+        return fitted
+
+    def calibration(params: Any, where: str) -> dict[str, Any] | None:
+        try:
+            return PlattMap.check(params)
+        except StateError as err:
+            raise InputError(model_path, f"{where}.{err}") from None
+
+    runs = described.runs
+    final = rebuilt("final", described.final, "final")
+    final_map = calibration(described.final_calibration, "final_calibration")
+    loro = {}
+    for i, entry in enumerate(described.loro):
+        if entry.run not in runs or entry.run in loro:
+            raise InputError(model_path, f"loro.{i}.run: {entry.run!r} is not one of the runs or is named twice")
+        loro[entry.run] = (rebuilt(f"loro{i}", entry.model, f"loro.{i}.model"),
+                           calibration(entry.calibration, f"loro.{i}.calibration"))
+    fingerprints = arrays.get("fingerprints", np.zeros(0, dtype=np.int64))
+    fingerprint_runs = arrays.get("fingerprint_runs", np.zeros(0, dtype=np.int32))
+    for name, value in (("fingerprints", fingerprints), ("fingerprint_runs", fingerprint_runs)):
+        if value.dtype.kind not in "iu" or value.ndim != 1:
+            raise InputError(arrays_path, f"{name}: is {value.dtype} of {value.ndim} dimension(s), not integers of 1")
     if len(fingerprints) != len(fingerprint_runs) or (fingerprint_runs.size and (
             fingerprint_runs.min() < 0 or fingerprint_runs.max() >= len(runs))):
-        raise InputError(Path(path) / ARRAYS, "its training fingerprints do not match its runs")
+        raise InputError(arrays_path, "fingerprints: the training fingerprints do not match the runs of model.json")
     tasks = pd.DataFrame(model.get("tasks") or [], columns=["domain", "task_key", "task_id", "n", "failures"])
     try:
         tasks = tasks.astype({"domain": str, "task_key": str, "task_id": str, "n": int, "failures": int})
-    except (TypeError, ValueError) as err:
-        raise InputError(Path(path) / MODEL, f"lists training tasks that are not (domain, key, id, n, failures): {err}"
-                         ) from None
+    except (TypeError, ValueError, OverflowError) as err:
+        raise InputError(model_path, f"tasks: not (domain, task_key, task_id, n, failures) each: {err}") from None
     if (tasks["n"] < 1).any() or (tasks["failures"] < 0).any() or (tasks["failures"] > tasks["n"]).any():
-        raise InputError(Path(path) / MODEL, "lists training tasks with impossible counts")
-    return Detector(folder, final, model.get("final_calibration"), loro, runs, fingerprints, fingerprint_runs, tasks)
+        raise InputError(model_path, "tasks: training tasks with impossible counts (n < 1 or failures outside [0, n])")
+    return Detector(folder, final, final_map, loro, runs, fingerprints.astype(np.int64),
+                    fingerprint_runs.astype(np.int32), tasks)

@@ -39,11 +39,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Annotated, Any, Optional
 
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sklearn.feature_extraction.text import TfidfTransformer
 
 from agentuq_nb.evaluation.calibration import one_thread
@@ -292,46 +293,147 @@ class FittedDetector:
 
     @classmethod
     def from_arrays(cls, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> "FittedDetector":
-        """The detector :meth:`to_arrays` described (checked: shapes agree, the tree records are scikit-learn's)."""
-        settings = DetectorSettings(**{**meta["settings"], "groups": tuple(meta["settings"]["groups"])})
-        terms = [str(t) for t in arrays.get("terms", np.array([], dtype=str))]
-        out = cls(settings, terms=terms, dense_names=list(meta["dense_names"]), intercept=float(meta["intercept"]),
-                  C=meta.get("C"), constant=meta.get("constant"), gbm_params=dict(meta.get("gbm_params") or {}),
-                  n_train=int(meta.get("n_train", 0)), n_failures=int(meta.get("n_failures", 0)))
-        for name in ("idf", "median", "mean", "scale", "coef", "svd", "occlusion"):
-            if name in arrays:
-                setattr(out, name, np.asarray(arrays[name], dtype=np.float64))
+        """The detector :meth:`to_arrays` described, checked as the untrusted input it is before anything is
+        converted or computed: the description's fields (:class:`StateDescription`), every array's dtype and shape
+        (what the description and the other arrays imply), every number finite and within :data:`MAX_PARAMETER`,
+        the trees acyclic (each inner node's children after it, so a traversal ends within the tree's size) and
+        scikit-learn's records. A failure is a :class:`StateError` naming the field."""
+        desc = StateDescription.check(meta)
+        try:
+            settings = DetectorSettings(**{**desc.settings, "groups": tuple(desc.settings.get("groups", GROUPS))})
+        except (TypeError, ValueError) as err:
+            raise StateError("description", "settings", str(err)) from None
+        terms_array = state_array(arrays, "terms", "U", 1, required=False)
+        terms = [] if terms_array is None else terms_array.tolist()
+        out = cls(settings, terms=terms, dense_names=list(desc.dense_names), intercept=desc.intercept, C=desc.C,
+                  constant=desc.constant, gbm_params=dict(desc.gbm_params or {}), n_train=desc.n_train,
+                  n_failures=desc.n_failures)
         n_text, n_dense = len(terms), len(out.dense_names)
-        expect = {"idf": (n_text,), "median": (n_dense,)}
-        if settings.model == "logistic" and out.constant is None:
+        fitted = out.constant is None
+        expect = {"idf": (n_text,) if n_text else None, "median": (n_dense,)}
+        if settings.model == "logistic" and fitted:
             expect.update(mean=(n_text + n_dense,), scale=(n_text + n_dense,), coef=(n_text + n_dense,))
-        for name, shape in expect.items():
-            value = getattr(out, name)
-            if (value is None and (name != "idf" or n_text)) or (value is not None and value.shape != shape):
-                raise ValueError(f"array {name!r} has shape {None if value is None else value.shape}, expected {shape}")
-        if out.svd is not None and out.svd.shape[1] != n_text:
-            raise ValueError(f"array 'svd' has {out.svd.shape[1]} columns for {n_text} terms")
-        if int(meta.get("n_trees", 0)):
-            from sklearn.ensemble._hist_gradient_boosting.common import PREDICTOR_RECORD_DTYPE
-            from sklearn.ensemble._hist_gradient_boosting.predictor import TreePredictor
-
-            nodes, sizes = arrays["tree_nodes"], arrays["tree_sizes"]
-            if nodes.dtype != PREDICTOR_RECORD_DTYPE:
-                raise ValueError("the tree records are not this scikit-learn's (another version wrote them)")
-            if len(sizes) != int(meta["n_trees"]) or int(sizes.sum()) != len(nodes) or (sizes < 1).any():
-                raise ValueError("the tree sizes do not add up to the tree records")
-            n_inputs = (0 if out.svd is None else len(out.svd)) + n_dense
-            for part in np.split(nodes, np.cumsum(sizes)[:-1]):
-                leaf = part["is_leaf"].astype(bool)
-                inner = ~leaf
-                if ((part["left"][inner] >= len(part)) | (part["right"][inner] >= len(part))
-                        | (part["feature_idx"][inner] < 0) | (part["feature_idx"][inner] >= n_inputs)).any():
-                    raise ValueError("a tree refers to a node or an input it does not have")
-                if (part["left"][inner] <= np.flatnonzero(inner)).any() or part["is_categorical"].any():
-                    raise ValueError("a tree is not one scikit-learn grows (cycle or categorical split)")
-                out.trees.append(TreePredictor(np.ascontiguousarray(part), np.zeros((0, 8), np.uint32),
-                                               np.zeros((0, 8), np.uint32)))
+        for name in ("idf", "median", "mean", "scale", "coef", "svd", "occlusion"):
+            value = state_array(arrays, name, "f", 2 if name == "svd" else 1, required=expect.get(name) is not None)
+            if value is None:
+                continue
+            if name in expect and expect[name] is not None and value.shape != expect[name]:
+                raise StateError("arrays", name, f"has shape {value.shape}, expected {expect[name]}")
+            setattr(out, name, value)
+        if out.svd is not None and (out.svd.shape[1] != n_text or not 1 <= out.svd.shape[0] <= SVD_COMPONENTS):
+            raise StateError("arrays", "svd", f"has shape {out.svd.shape} for {n_text} terms (at most "
+                                              f"{SVD_COMPONENTS} components)")
+        n_inputs = (0 if out.svd is None else len(out.svd)) + n_dense
+        if settings.model == "gbm" and fitted and (out.occlusion is None or out.occlusion.shape != (n_inputs,)):
+            found = None if out.occlusion is None else out.occlusion.shape
+            raise StateError("arrays", "occlusion", f"has shape {found}, expected ({n_inputs},)")
+        if out.idf is not None and (out.idf <= 0).any():
+            raise StateError("arrays", "idf", "holds a weight that is not positive (an IDF is at least 1)")
+        if out.scale is not None and (out.scale <= 0).any():
+            raise StateError("arrays", "scale", "holds a scale that is not positive")
+        if desc.n_trees and settings.model == "gbm" and fitted:
+            out.trees = rebuilt_trees(arrays, desc.n_trees, n_inputs)
         return out
+
+
+#: the bound on every number of a fitted state (coefficients, intercepts, leaf values, calibration slopes, scales,
+#: medians): far past what a fit makes - standardized inputs are clipped to ±MAX_Z - so only an edited detector meets it,
+#: and a log-odds stays a number rather than overflowing to a certainty
+MAX_PARAMETER = 1e6
+FiniteParameter = Annotated[float, Field(allow_inf_nan=False, ge=-MAX_PARAMETER, le=MAX_PARAMETER)]
+
+
+class StateError(ValueError):
+    """A fitted state that is not a detector's: ``part`` is ``description`` (the JSON of :meth:`to_arrays`) or
+    ``arrays``; the message names the ``field``."""
+
+    def __init__(self, part: str, field_name: str, what: str):
+        self.part, self.field_name = part, field_name
+        super().__init__(f"{field_name}: {what}")
+
+
+def first_error(err: ValidationError) -> tuple[str, str]:
+    """``(field, message)`` of a pydantic error's first entry, as one line."""
+    first = err.errors()[0]
+    return ".".join(str(part) for part in first["loc"]) or "(the whole)", first["msg"]
+
+
+class StateDescription(BaseModel):
+    """The description :meth:`FittedDetector.to_arrays` writes, as read back (fields it does not know are ignored)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    settings: dict[str, Any]
+    dense_names: list[str]
+    intercept: FiniteParameter
+    C: Optional[Annotated[float, Field(allow_inf_nan=False, gt=0, le=MAX_PARAMETER)]] = None
+    constant: Optional[FiniteParameter] = None
+    gbm_params: Optional[dict[str, Any]] = None
+    n_train: int = Field(0, ge=0)
+    n_failures: int = Field(0, ge=0)
+    n_trees: int = Field(0, ge=0)
+
+    @classmethod
+    def check(cls, meta: Any) -> "StateDescription":
+        try:
+            return cls.model_validate(meta)
+        except ValidationError as err:
+            raise StateError("description", *first_error(err)) from None
+
+
+def state_array(arrays: dict[str, np.ndarray], name: str, kind: str, ndim: int, required: bool) -> np.ndarray | None:
+    """``arrays[name]`` when its dtype is ``kind`` (``f``: float64, finite, within :data:`MAX_PARAMETER`; ``U``: text;
+    ``i``: a signed integer) with ``ndim`` dimensions; None when absent and not ``required``. Checked before any
+    conversion."""
+    if name not in arrays:
+        if required:
+            raise StateError("arrays", name, "is missing")
+        return None
+    value = arrays[name]
+    wanted = {"f": value.dtype == np.float64, "U": value.dtype.kind == "U", "i": value.dtype.kind == "i"}[kind]
+    if not wanted or value.ndim != ndim:
+        what = {"f": "float64", "U": "text", "i": "integers"}[kind]
+        raise StateError("arrays", name, f"is {value.dtype} of {value.ndim} dimension(s), not {what} of {ndim}")
+    if kind == "f" and value.size and not (np.isfinite(value).all() and np.abs(value).max() <= MAX_PARAMETER):
+        raise StateError("arrays", name, f"holds a value that is not a finite number within ±{MAX_PARAMETER:g}")
+    return value
+
+
+def rebuilt_trees(arrays: dict[str, np.ndarray], n_trees: int, n_inputs: int) -> list[Any]:
+    """The GBM's trees as scikit-learn's ``TreePredictor`` over their checked node records: scikit-learn's record
+    dtype, each inner node's children after it (acyclic: a traversal ends within the tree's size) and its input one the
+    model has, no categorical split, every leaf value finite and bounded."""
+    from sklearn.ensemble._hist_gradient_boosting.common import PREDICTOR_RECORD_DTYPE
+    from sklearn.ensemble._hist_gradient_boosting.predictor import TreePredictor
+
+    if "tree_nodes" not in arrays or "tree_sizes" not in arrays:
+        raise StateError("arrays", "tree_nodes", f"is missing for the {n_trees} trees the description counts")
+    nodes, sizes = arrays["tree_nodes"], arrays["tree_sizes"]
+    if nodes.dtype != PREDICTOR_RECORD_DTYPE or nodes.ndim != 1:
+        raise StateError("arrays", "tree_nodes", "are not this scikit-learn's tree records (another version wrote them)")
+    if sizes.dtype.kind != "i" or sizes.ndim != 1 or len(sizes) != n_trees or (sizes < 1).any() \
+            or (sizes > len(nodes)).any() or int(sizes.sum()) != len(nodes):
+        raise StateError("arrays", "tree_sizes", f"do not add up to the {len(nodes)} tree records in {n_trees} trees")
+    values = nodes["value"]
+    if not (np.isfinite(values).all() and np.abs(values).max(initial=0) <= MAX_PARAMETER):
+        raise StateError("arrays", "tree_nodes", f"hold a leaf value that is not a finite number within "
+                                                 f"±{MAX_PARAMETER:g}")
+    trees = []
+    for t, part in enumerate(np.split(nodes, np.cumsum(sizes)[:-1])):
+        inner = ~part["is_leaf"].astype(bool)
+        at = np.flatnonzero(inner)
+        left, right = part["left"][inner].astype(np.int64), part["right"][inner].astype(np.int64)
+        if ((left <= at) | (right <= at) | (left >= len(part)) | (right >= len(part))).any():
+            raise StateError("arrays", "tree_nodes", f"tree {t}: a node refers to a node the tree does not have, "
+                                                     "or to one not after it (a cycle)")
+        feature = part["feature_idx"][inner].astype(np.int64)
+        if ((feature < 0) | (feature >= n_inputs)).any() or part["is_categorical"].any() \
+                or np.isnan(part["num_threshold"][inner]).any():
+            raise StateError("arrays", "tree_nodes", f"tree {t}: a split on an input the model does not have, "
+                                                     "a categorical split or a threshold that is not a number")
+        trees.append(TreePredictor(np.ascontiguousarray(part), np.zeros((0, 8), np.uint32),
+                                   np.zeros((0, 8), np.uint32)))
+    return trees
 
 
 # --------------------------------------------------------------------------- fitting
@@ -474,3 +576,34 @@ def platt_probability(params: dict[str, Any] | None, log_odds) -> np.ndarray:
     if "constant" in params:
         return np.where(np.isfinite(s), float(params["constant"]), np.nan)
     return 1.0 / (1.0 + np.exp(-(float(params["a"]) * s + float(params["b"]))))
+
+
+class PlattMap(BaseModel):
+    """A :func:`platt_map` as read back from a detector folder: the slope ``a`` and offset ``b`` (finite, bounded), or a
+    probability ``constant``; ``n`` rows."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    a: Optional[FiniteParameter] = None
+    b: Optional[FiniteParameter] = None
+    constant: Optional[Annotated[float, Field(allow_inf_nan=False, ge=0, le=1)]] = None
+    n: int = Field(0, ge=0)
+    #: the failure rate the map was fitted at, and the label-shift prior strength chosen for it (null: not adapted)
+    source_rate: Optional[Annotated[float, Field(allow_inf_nan=False, ge=0, le=1)]] = None
+    prior_strength: Optional[Annotated[float, Field(allow_inf_nan=False, ge=0, le=MAX_PARAMETER)]] = None
+
+    @classmethod
+    def check(cls, params: Any) -> dict[str, Any] | None:
+        """``params`` checked (None stays None: the model's own sigmoid), as the dict :func:`platt_probability` reads."""
+        if params is None:
+            return None
+        try:
+            read = cls.model_validate(params)
+        except ValidationError as err:
+            raise StateError("description", *first_error(err)) from None
+        shift = {name: getattr(read, name) for name in ("source_rate", "prior_strength") if name in read.model_fields_set}
+        if read.constant is not None:
+            return {"constant": read.constant, "n": read.n, **shift}
+        if read.a is None or read.b is None:
+            raise StateError("description", "a", "a calibration map holds a and b, or a constant")
+        return {"a": read.a, "b": read.b, "n": read.n, **shift}

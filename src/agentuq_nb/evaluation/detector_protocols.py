@@ -250,6 +250,9 @@ def calibration_summary(prob, failure, n_bins: int = 10) -> tuple[dict[str, Any]
     p = np.asarray(prob, dtype=float)
     ok = np.isfinite(p)
     y = np.asarray(failure, dtype=bool)
+    if not ok.any():  # no run had another to be calibrated on (one training run): nothing to report, said as None
+        return {"n": 0, "ece": None, "ece_debiased": None, "brier": None, "log_loss": None,
+                "auroc_across_runs": None}, pd.DataFrame()
     report = calibration_report(p[ok], y[ok], n_bins)
     report["auroc_across_runs"] = float(auroc(p[ok], y[ok])) if 0 < y[ok].sum() < ok.sum() else None
     return report, reliability_table(p[ok], y[ok], n_bins)

@@ -557,7 +557,7 @@ def masked_page_data(data: dict) -> dict:
     message when they were read, are stepped over: their strings are single tokens)."""
     held = [(m, m.pop("tokens", None)) for t in data["trajectories"] for m in t["messages"]]
     try:
-        masked, _ = mask_secrets(data)
+        masked, _ = mask_secrets(data, by_key=False)  # its "key" fields are trajectory keys; arguments: masked in text
     finally:
         for m, tokens in held:
             m["tokens"] = tokens

@@ -190,8 +190,11 @@ class EmbeddingCache:
             keys = list(wanted)
             for i in range(0, len(keys), CHUNK):
                 part = keys[i:i + CHUNK]
-                rows = db.execute("SELECT key, model, max_tokens, text_sha256, dim, vector FROM embeddings WHERE key "
-                                  f"IN ({','.join('?' * len(part))})", part).fetchall()
+                # the blob is fetched only when its size is a vector's (SQLite reads a blob's length from the record
+                # header): a planted 800 MB entry is refused without being read
+                rows = db.execute("SELECT key, model, max_tokens, text_sha256, dim, CASE WHEN typeof(vector) = 'blob' "
+                                  "AND length(vector) = ? THEN vector END FROM embeddings WHERE key "
+                                  f"IN ({','.join('?' * len(part))})", [4 * self.dim, *part]).fetchall()
                 for key, model, max_tokens, digest, dim, blob in rows:
                     text = wanted.get(key)
                     vector = valid_vector(blob, self.dim) if dim == self.dim else None

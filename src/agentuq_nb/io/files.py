@@ -79,7 +79,9 @@ def read_limited(path: str | os.PathLike, limit: int, what: str = "input") -> by
         size = os.fstat(fh.fileno()).st_size
         if size > limit:
             raise InputError(path, f"is {size:,} bytes, more than the {limit:,} a {what} may have")
-        data = fh.read(limit + 1)
+        data = fh.read(size + 1)  # not read(limit + 1): that allocates the whole limit (1 GiB) for a small file
+        if len(data) > size:  # grew since fstat: read on, up to the limit
+            data += fh.read(limit + 1 - len(data))
     if len(data) > limit:  # grew while read
         raise InputError(path, f"is more than the {limit:,} bytes a {what} may have")
     return data

@@ -242,17 +242,41 @@ def installed_libraries() -> list[Path]:
     return sorted(found.values())
 
 
-def amx_instructions(library: Path) -> int | None:
+#: seconds objdump may take on one library before doctor stops it (llama.cpp's largest, libllama.so, took 3.6 s
+#: on the 2-core machine under load; an objdump that never ends - a wrapper waiting on input, a hung file
+#: system - must not hang doctor)
+OBJDUMP_SECONDS = 120.0
+
+
+def amx_instructions(library: Path, timeout: float | None = None) -> int | None:
     """How many AMX instructions the machine code of ``library`` holds (objdump's disassembly, read as it streams);
     None when objdump (binutils) is not installed. The proof that a build cannot trap on AMX, short of a machine
-    that traps: ``GGML_NATIVE=OFF`` and the AMX options OFF leave none in."""
+    that traps: ``GGML_NATIVE=OFF`` and the AMX options OFF leave none in. An objdump still running after ``timeout``
+    seconds (default :data:`OBJDUMP_SECONDS`) is killed: an :class:`OSError` saying so."""
+    import threading
+
+    timeout = OBJDUMP_SECONDS if timeout is None else timeout
     objdump = shutil.which("objdump")
     if objdump is None:
         return None
     command = [objdump, "-d", "--no-show-raw-insn", str(library)]
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                          errors="replace") as dis:
-        count = sum(1 for line in dis.stdout if AMX_MNEMONIC.search(line))
+    stopped = threading.Event()
+
+    def stop(dis: subprocess.Popen) -> None:
+        stopped.set()
+        dis.kill()
+
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                          text=True, errors="replace") as dis:
+        watchdog = threading.Timer(timeout, stop, args=(dis,))
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            count = sum(1 for line in dis.stdout if AMX_MNEMONIC.search(line))
+        finally:
+            watchdog.cancel()
+    if stopped.is_set():
+        raise OSError(f"{library}: objdump did not finish within {timeout:g} s (stopped)")
     if dis.returncode != 0:
         raise OSError(f"{library}: objdump could not read it (exit {dis.returncode})")
     return count

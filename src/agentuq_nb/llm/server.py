@@ -29,7 +29,8 @@ nested deeper than ``MAX_REQUEST_DEPTH`` (64) a 400, and tool schemas are checke
 (``tool_format.check_tool_schemas``: counts, size, depth) before the request waits for
 the model; one request holds the model at most ``max_request_seconds``
 (``serve-local --max-request-seconds``, default 300: then a 504 and decoding stops);
-the model decodes one request at a time and the others wait their turn;
+the model decodes one request at a time and the others wait their turn, their bodies together at most
+``MAX_HELD_REQUEST_BYTES`` (64 MiB: past it a 503);
 when a client disconnects, its request stops decoding at the next token (or before
 it starts); ``fit_context`` defaults to the server's ``--fit-context`` and every
 response that used it says what was dropped (``usage.context_dropped_messages``,
@@ -78,7 +79,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from agentuq_nb.common.limits import DEFAULT_MAX_REQUEST_SECONDS, MAX_REQUEST_BYTES, MAX_REQUEST_DEPTH
+from agentuq_nb.common.limits import (
+    DEFAULT_MAX_REQUEST_SECONDS,
+    MAX_HELD_REQUEST_BYTES,
+    MAX_REQUEST_BYTES,
+    MAX_REQUEST_DEPTH,
+)
 from agentuq_nb.llm.local_model import get_local_model
 from agentuq_nb.llm.local_provider import (
     LOCAL_MODEL,
@@ -96,6 +102,27 @@ DROPPED_HEADER = "X-AgentUQ-Context-Dropped-Messages"
 _SERVERS: set[uvicorn.Server] = set()
 _SERVERS_LOCK = threading.Lock()
 _MODEL_TURN = threading.Semaphore(1)  # requests wait here (not on threads of their own) for the model
+
+
+class BodyBudget:
+    """The bytes of request bodies the server holds at once - read, waiting their turn for the model or being
+    answered - bounded: a body that would pass ``limit`` is refused (503) as it streams in, and a request gives its
+    bytes back when it is answered. Without it, 60 clients each sending a 15.9 MB body that then waits for the model
+    held 3.5 GB."""
+
+    def __init__(self, limit: int):
+        self.limit, self.held, self.lock = limit, 0, threading.Lock()
+
+    def take(self, n: int) -> bool:
+        with self.lock:
+            if self.held + n > self.limit:
+                return False
+            self.held += n
+            return True
+
+    def give_back(self, n: int) -> None:
+        with self.lock:
+            self.held -= n
 
 
 class RequestError(Exception):
@@ -252,8 +279,9 @@ def make_app(served_name: str = LOCAL_MODEL, max_tokens_cap: int = DEFAULT_MAX_T
 
     async def answer(request: Request, kind: type[BaseModel],
                      respond: Callable[[Any, threading.Event], tuple[dict, dict]]) -> Response:
+        held = [0]  # the bytes of this request's body counted in app.state.bodies, given back when it is answered
         try:
-            body = await read_json(request)
+            body = await read_json(request, app.state.bodies, held)
             model = body.get("model")
             if model is None:
                 raise RequestError(HTTPStatus.BAD_REQUEST, f"invalid request: model is required (use {served_name!r})")
@@ -282,6 +310,8 @@ def make_app(served_name: str = LOCAL_MODEL, max_tokens_cap: int = DEFAULT_MAX_T
             return error_response(HTTPStatus.BAD_REQUEST, client_message(str(exc)))
         except Exception as exc:  # a bug: the client still gets an answer, never the traceback (it is logged)
             return internal_error(request, exc)
+        finally:
+            app.state.bodies.give_back(held[0])
 
     async def run_until_disconnect(request: Request, work: Callable[[threading.Event], Any]) -> Any:
         """``work(cancelled)`` on a worker thread; ``cancelled`` is set when the client goes away."""
@@ -342,6 +372,7 @@ def make_app(served_name: str = LOCAL_MODEL, max_tokens_cap: int = DEFAULT_MAX_T
         HTTPException: http_error, Exception: server_error})
     app.router.redirect_slashes = True
     app.state.stopping = threading.Event()
+    app.state.bodies = BodyBudget(MAX_HELD_REQUEST_BYTES)
     return app
 
 
@@ -357,9 +388,10 @@ class RequestTimedOut(Exception):
 WORKERS = anyio.CapacityLimiter(64)
 
 
-async def read_json(request: Request) -> dict:
+async def read_json(request: Request, budget: BodyBudget | None = None, held: list[int] | None = None) -> dict:
     """The request's body as a JSON object, refused (413) past ``MAX_REQUEST_BYTES`` before it is read - by its
-    Content-Length, or as it streams in - and (400) nested deeper than ``MAX_REQUEST_DEPTH``."""
+    Content-Length, or as it streams in - and (400) nested deeper than ``MAX_REQUEST_DEPTH``; with a ``budget``,
+    refused (503) when the bodies the server holds would pass it (``held[0]``: what this body took of it)."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > MAX_REQUEST_BYTES:
         raise RequestError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"request body of {int(declared):,} bytes, more than "
@@ -370,6 +402,12 @@ async def read_json(request: Request) -> dict:
         if size > MAX_REQUEST_BYTES:
             raise RequestError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"request body of more than {MAX_REQUEST_BYTES:,} "
                                                                    "bytes, the most this server reads")
+        if budget is not None:
+            if not budget.take(len(chunk)):
+                raise RequestError(HTTPStatus.SERVICE_UNAVAILABLE, f"the server holds {budget.limit:,} bytes of "
+                                   "requests waiting for the model, its limit: retry when they are answered",
+                                   "server_busy")
+            held[0] += len(chunk)
         chunks.append(chunk)
     raw = b"".join(chunks)
     try:

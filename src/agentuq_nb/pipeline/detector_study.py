@@ -12,10 +12,13 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
+from pydantic import ValidationError
 
 from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
+from agentuq_nb.records.config import validation_message
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD
 from agentuq_nb.steps.detector_inputs import corpus_features, resolve_sources
 from agentuq_nb.steps.train_detector import TrainDetectorConfig, TrainedDetector, prefix_reader, train_on_features
@@ -40,6 +43,17 @@ class DetectorStudy:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
+def study_config(**parameters: Any) -> TrainDetectorConfig:
+    """The train-detector configuration of the notebook's parameters; a bad one is one line naming the parameter
+    (pydantic's own text spans lines and links to its documentation)."""
+    try:
+        return TrainDetectorConfig(**parameters)
+    except ValidationError as err:
+        what, where = validation_message(err)
+        raise ValueError(f"notebook parameter {where}: {what} (given {parameters.get(where.split('.')[0].split('[')[0])!r})"
+                         ) from None
+
+
 def run_study(results: list[str | os.PathLike], run_dir: str | os.PathLike,
               failure_threshold: float = DEFAULT_FAILURE_THRESHOLD, n_boot: int = DEFAULT_N_BOOT, seed: int = 0,
               embedder: str = "minilm", model: str = "logistic", n_splits: int = 5,
@@ -50,15 +64,15 @@ def run_study(results: list[str | os.PathLike], run_dir: str | os.PathLike,
                for f in results if not Path(f).exists()}
     present = [Path(f) for f in results if Path(f).exists()]
     seconds: dict[str, float] = {}
-    start = time.perf_counter()
-    sources = resolve_sources(present)
     groups = GROUPS if embedder != "none" else tuple(g for g in GROUPS if g != "embeddings")
-    features = corpus_features(sources, groups, embedder, progress=True)
-    seconds["features"] = time.perf_counter() - start
     base = dict(inputs=present, out=Path(run_dir) / "detector", failure_threshold=failure_threshold, n_boot=n_boot,
                 seed=seed, embedder=embedder, model=model, n_splits=n_splits)
-    full_config = TrainDetectorConfig(**base, groups=list(groups), early_turns=list(early_turns),
-                                      early_fractions=list(early_fractions))
+    full_config = study_config(**base, groups=list(groups), early_turns=list(early_turns),
+                               early_fractions=list(early_fractions))  # the parameters checked before the work
+    start = time.perf_counter()
+    sources = resolve_sources(present)
+    features = corpus_features(sources, groups, embedder, progress=True)
+    seconds["features"] = time.perf_counter() - start
     prefixes = prefix_reader(sources, full_config)
     detector = train_on_features(features, sources, full_config, prefixes=prefixes,
                                  seconds={"features": seconds["features"]})
@@ -70,7 +84,7 @@ def run_study(results: list[str | os.PathLike], run_dir: str | os.PathLike,
             wanted = [g for g in subset if g in groups]
             if name == FULL_SET or len(wanted) < len(subset):
                 continue
-            result = train_on_features(features, sources, TrainDetectorConfig(**base, groups=wanted), write=False)
+            result = train_on_features(features, sources, study_config(**base, groups=wanted), write=False)
             rows.append(result.protocols.assign(feature_set=name))
         seconds["ablation"] = time.perf_counter() - tick
     order = {name: i for i, name in enumerate(ABLATION)}

@@ -13,7 +13,7 @@ from typing import Annotated, Any, ClassVar, Literal, Optional, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from agentuq_nb.common.limits import MAX_GRID_OPTION, MAX_N_BOOT, MAX_SAMPLES, MAX_SEED
+from agentuq_nb.common.limits import MAX_GRID_OPTION, MAX_LIMIT, MAX_N_BOOT, MAX_SAMPLES, MAX_SEED
 from agentuq_nb.common.redaction import redact
 
 #: a random seed (the bounds numpy's and scikit-learn's generators take); the command line's ``--seed`` gets them
@@ -105,7 +105,7 @@ class ActionSamplingConfig(Config):
     model: Optional[str] = Field(None, description="the sampler: None = the agent's own model; another is an observer")
     temperature: float = Field(1.0, gt=0.0, description="sampling temperature (0 would make K equal samples)")
     turns: str = Field("all", description="all | tool (decision points where the agent called a tool) | first:N")
-    limit: Optional[int] = Field(None, ge=1, description="sample only the first N simulations")
+    limit: Optional[int] = Field(None, ge=1, le=MAX_LIMIT, description="sample only the first N simulations")
     max_tokens: Optional[int] = Field(None, ge=1, description="per sample; None = the agent's recorded max_tokens, else 128")
     top_logprobs: int = Field(5, ge=0, le=20, description="alternatives kept per sampled token")
     seed: int = Field(0, description="seed of the samples (each decision point's drawn from it)")
@@ -158,7 +158,7 @@ class ScoringConfig(Config):
     user_messages: bool = Field(True, description="score the user's messages")
     tool_messages: bool = Field(True, description="score the tools' messages")
     top_logprobs: int = Field(5, ge=0, le=20)
-    limit: Optional[int] = Field(None, ge=1, description="score only the first N simulations")
+    limit: Optional[int] = Field(None, ge=1, le=MAX_LIMIT, description="score only the first N simulations")
 
     @field_validator("scorer_llm", mode="before")
     @classmethod

@@ -16,9 +16,9 @@ from typing import Any, Optional
 
 from pydantic import Field
 
-from agentuq_nb.io.errors import InputError, StaleArtifactError
-from agentuq_nb.io.files import content_digest
-from agentuq_nb.io.store.rundir import RunDir, is_run_folder
+from agentuq_nb.io.errors import StaleArtifactError
+from agentuq_nb.io.outputs import check_run_destination
+from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, check_failure_threshold
 from agentuq_nb.records.reward_checks import TASK_MISMATCH
 from agentuq_nb.steps.base import Command, FailureThresholdField, NBootField, Reporter, SeedField, Step, StepConfig
@@ -176,22 +176,9 @@ COMMAND = Command(summary="Results → RUN_DIR in one process: extract, aggregat
 def check_not_another_run(run: RunDir, results: Path) -> None:
     """Refuse a folder that holds a run made from other results (by content: :func:`~agentuq_nb.io.files.
     content_digest`): ``analyze`` would replace its tables and keep what it made from them (action samples, …)
-    beside the new ones; analyzing the same results again is fine."""
-    if not run.path.is_dir() or not is_run_folder(run.path):
-        return
-    manifest = run.manifest(check=False)
-    made_from = manifest.results or (str(run.results_json) if run.results_json.is_file() else None)
-    if manifest.results_sha256 is not None:
-        same = content_digest(results) == manifest.results_sha256
-    elif made_from is not None and Path(made_from).is_file():
-        same = Path(made_from).resolve() == results.resolve() or content_digest(made_from) == content_digest(results)
-    else:
-        same = made_from is not None and Path(made_from).resolve() == results.resolve()
-    if not same:
-        raise InputError(run.path, f"holds another run (made from {made_from or 'results it does not name'}): "
-                                   f"'{STEP.name}' writes the run of {results} into a folder of its own - its tables "
-                                   "would replace that run's and be mixed with what was made from them; give --out "
-                                   "a new folder, or remove this one")
+    beside the new ones; analyzing the same results again is fine. The rule of every command that extracts:
+    :func:`agentuq_nb.io.outputs.check_run_destination`."""
+    check_run_destination(run.path, results, command=STEP.name)
 
 
 def trials_lines(trials: dict, run_dir: str | os.PathLike) -> list[str]:

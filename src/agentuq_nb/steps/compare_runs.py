@@ -151,7 +151,7 @@ def listed_output(path: Path) -> bool:
 def _check_runs(run_dirs: Sequence[str | os.PathLike]) -> list[RunDir]:
     if not run_dirs:
         raise ValueError(f"'{STEP.name}' needs at least one run folder")
-    runs, seen = [], {}
+    runs, seen = [], {}  # by resolved path and by results content
     for path in run_dirs:
         run = RunDir(path)
         run.require_folder(STEP.name)
@@ -159,6 +159,12 @@ def _check_runs(run_dirs: Sequence[str | os.PathLike]) -> list[RunDir]:
         if key in seen:
             raise InputError(run.path, f"is given twice (also as {seen[key]}): each run counts once")
         seen[key] = run.path
+        content = run.manifest().results_sha256  # a run is its results' content: a copy's run is the same run
+        if content is not None and content in seen:
+            raise InputError(run.path, f"was made from the same results as {seen[content]} (their content is one): "
+                                       "each run counts once")
+        if content is not None:
+            seen[content] = run.path
         if not any(run.has(name) for name in TRAJECTORY_TABLES):
             raise InputError(run.path, "holds no trajectories (no trajectories.parquet or trajectory_summary.parquet):"
                                        f" make them with 'agentuq-nb extract RESULTS --out {run.path}'")

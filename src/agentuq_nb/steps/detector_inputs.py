@@ -27,6 +27,7 @@ import pandas as pd
 from agentuq_nb.distributed import JobRunner
 from agentuq_nb.estimators.monitor import monitor_families, read_monitor_rows
 from agentuq_nb.io.errors import InputError
+from agentuq_nb.io.files import content_digest
 from agentuq_nb.io.ingest import judge_summary
 from agentuq_nb.io.ingest.results import detect_layout, iter_simulations, read_header
 from agentuq_nb.io.store.rundir import RunDir
@@ -70,16 +71,17 @@ class Source:
 
 
 def content_sha256(path: Path) -> str:
-    """SHA-256 of a results file, or of a results directory's ``results.json`` and ``simulations/*.json`` (names and
-    bytes, in name order)."""
+    """SHA-256 of what a results file holds (its bytes, not its name: a copy or a symlink is the same run), or of a
+    results directory's ``results.json`` and ``simulations/*.json`` (their names inside it and their bytes, in name
+    order). Read through the project's safe reader (:func:`~agentuq_nb.io.files.content_digest`): a FIFO, a device
+    or a symlink to one is refused, never read."""
+    if not path.is_dir():
+        return content_digest(path)
     digest = hashlib.sha256()
-    files = [path] if path.is_file() else sorted(
-        [p for p in [path / "results.json"] if p.is_file()] + sorted((path / "simulations").glob("*.json")))
+    files = [p for p in [path / "results.json"] if p.exists() or p.is_symlink()] + sorted(
+        (path / "simulations").glob("*.json"))
     for file in files:
-        digest.update(str(file.relative_to(path) if file != path else file.name).encode() + b"\0")
-        with open(file, "rb") as fh:
-            while chunk := fh.read(1 << 20):
-                digest.update(chunk)
+        digest.update(f"{file.relative_to(path)}\0{content_digest(file)}\n".encode())
     return digest.hexdigest()
 
 

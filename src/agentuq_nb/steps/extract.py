@@ -31,6 +31,7 @@ from agentuq_nb.io.ingest.results import iter_simulations, layout_before_simulat
 from agentuq_nb.io.ingest.sidecars import release_scanner_memory
 from agentuq_nb.io.ingest.token_sources import SidecarResolver, batch_raw_tokens
 from agentuq_nb.io.input_warnings import emit_input_warnings
+from agentuq_nb.io.outputs import check_run_destination
 from agentuq_nb.io.store.rundir import RESULTS_CONTENT, RunDir
 from agentuq_nb.records import Results, Simulation
 from agentuq_nb.records.run_tables import MessageColumns
@@ -161,6 +162,8 @@ def run(run_dir: str | Path | RunDir, config: ExtractConfig) -> ExtractReport:
     folder = RunDir.of(run_dir)
     if folder.path.exists() and not folder.path.is_dir():
         raise InputError(folder.path, "is a file, not a run folder: give --out a folder (new or holding a run)")
+    # never inside the results; another run's folder is replaced whole, its artefacts found stale (RunDir's contract)
+    check_run_destination(folder.path, config.results, command=STEP.name, another_run=True)
     if config.sidecar_dir is not None and not Path(config.sidecar_dir).is_dir():
         raise InputError(config.sidecar_dir, "sidecar_dir " + ("is not a directory" if Path(config.sidecar_dir).exists() else "does not exist"))
     layout = layout_before_simulations(config.results)  # v0 or v1: told by the first simulation, as it streams

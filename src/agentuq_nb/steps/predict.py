@@ -123,6 +123,9 @@ def run(run_dir: str | os.PathLike | RunDir, config: PredictConfig) -> Predictio
         if not folder.has("trajectories"):
             raise FileNotFoundError(f"{folder.path}: no trajectories.parquet; run 'agentuq-nb extract RESULTS --out "
                                     f"{folder.path}' first (or give predict the results)")
+        from agentuq_nb.steps.extract import run_results
+
+        run_results(folder, None, "the run's results")  # changed since extracted: stale, refused by content
         source = resolve_source(folder.path, folder.path.name)
         features = corpus_features([source], detector.groups, detector.embedder, detector.embed_max_tokens,
                                    scheduler=config.scheduler, batch_size=config.batch_size, progress=config.progress)
@@ -258,7 +261,9 @@ def prepare_run(detector: str | os.PathLike, run_or_results: str | os.PathLike,
     if out is None:
         raise InputError(given, "is results, not a run folder: give --out RUN_DIR to extract them into")
     from agentuq_nb.evaluation.detector_apply import load_detector
+    from agentuq_nb.io.outputs import check_run_destination
 
+    check_run_destination(out, given, command="predict", inputs=[detector])  # before the detector is even read
     load_detector(detector)
     extract(given, out)
     return Path(out)

@@ -44,6 +44,7 @@ from agentuq_nb.distributed import JobRunner
 from agentuq_nb.evaluation.defaults import DETECTOR_MAX_TERMS, DETECTOR_MIN_DF, DETECTOR_MIN_TASKS
 from agentuq_nb.evaluation.defaults import DETECTOR_PROTOCOLS as PROTOCOLS
 from agentuq_nb.io.atomic import json_ready
+from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.store.detector_dir import CARD_TEXT, check_destination, write_detector_dir
 from agentuq_nb.records.outcomes import failure_labels
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
@@ -58,9 +59,16 @@ from agentuq_nb.steps.base import (
     Step,
     StepConfig,
     interval_text,
+    num_text,
 )
 from agentuq_nb.steps.detector_inputs import BATCH_SIZE, Source, corpus_features, resolve_sources
-from agentuq_nb.uq.detector_features import FEATURE_VERSION, GROUPS, TrajectoryFeatures, needs_embeddings
+from agentuq_nb.uq.detector_features import (
+    EMBED_MAX_TOKENS_RANGE,
+    FEATURE_VERSION,
+    GROUPS,
+    TrajectoryFeatures,
+    needs_embeddings,
+)
 
 if TYPE_CHECKING:  # the statistics are imported when the step runs: the command line starts without them
     from agentuq_nb.evaluation.detector_model import DetectorSettings, FittedDetector
@@ -108,7 +116,8 @@ class TrainDetectorConfig(StepConfig):
         "minilm", description="sentence embeddings (minilm-static: MiniLM distilled into a static table, as the "
         "black-box signals embed by default, ~100× faster on texts never embedded before; hash: a bag-of-words hash, "
         "for tests; none: no embeddings group and no TRACER)")
-    embed_max_tokens: int = Field(128, ge=8, le=512, description="word pieces MiniLM reads of each text")
+    embed_max_tokens: int = Field(128, ge=EMBED_MAX_TOKENS_RANGE[0], le=EMBED_MAX_TOKENS_RANGE[1],
+                                  description="word pieces MiniLM reads of each text")
     max_terms: int = Field(DETECTOR_MAX_TERMS, ge=1, le=200_000, description="text terms a model keeps (the most frequent)")
     min_df: int = Field(DETECTOR_MIN_DF, ge=1, description="a term is kept when at least this many training "
                         "trajectories hold it")
@@ -123,6 +132,8 @@ class TrainDetectorConfig(StepConfig):
     threads: int = Field(2, ge=1, le=32, description="folds fitted at once (threads of the job executor; each fit "
                          "on one BLAS thread)")
     progress: bool = Field(False, description="show progress bars")
+    force: bool = Field(False, description="replace a detector folder's files that another writer made (a card.json "
+                        "that is not a detector's)")
 
     @field_validator("groups")
     @classmethod
@@ -345,9 +356,10 @@ def compact(row: dict[str, Any]) -> dict[str, Any]:
 def run(config: TrainDetectorConfig, on_fit: Callable[[str, Fold, pd.DataFrame], None] | None = None
         ) -> TrainedDetector:
     """``train-detector`` (see the module docstring); ``on_fit``: told each fold's training rows (tests)."""
-    check_destination(config.out)
+    check_destination(config.out, config.inputs, config.force)
     start = time.perf_counter()
     sources = resolve_sources(config.inputs)
+    check_destination(config.out, [*config.inputs, *(s.results for s in sources)], config.force)  # a run's results
     features = corpus_features(sources, config.groups,
                                config.embedder if needs_embeddings(config.groups) else "none",
                                config.embed_max_tokens, scheduler=config.scheduler, batch_size=config.batch_size,
@@ -376,6 +388,13 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], confi
                          f"(failure = reward < {c.failure_threshold:g}): a detector needs both outcomes")
     labelled = features.take(at)
     index = labelled.index
+    repeated = index.duplicated(["run", *TRAJECTORY_KEYS], keep=False).to_numpy()
+    if repeated.any():  # a trajectory's rows are found by its keys: a repeat would be mixed with its twin
+        first = index[repeated].iloc[0]
+        where = next((s.results for s in sources if s.name == first["run"]), first["run"])
+        raise InputError(where, f"holds {int(repeated.sum())} labelled trajectories whose (task, trial, seed) another "
+                                f"one has too (first: task {first['task_id']!r}, trial {first['trial']}, seed "
+                                f"{first['seed']}): a detector learns from distinct trajectories; drop the repeats")
     tasks = task_keys(index["domain"].to_numpy(dtype=object), index[TASK_COLUMN].to_numpy(dtype=object))
     runs_present = list(dict.fromkeys(index["run"]))
 
@@ -489,7 +508,8 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], confi
 
         card = json_ready(card)
         card = write_detector_dir(c.out, card, json_ready(model_json), arrays, tables,
-                                  {CARD_TEXT: card_markdown(card)})
+                                  {CARD_TEXT: card_markdown(card)},
+                                  inputs=[*c.inputs, *(s.results for s in sources)], force=c.force)
     return TrainedDetector(Path(c.out), card, protocols, oof, reliability, top, early, seconds, evaluated)
 
 
@@ -571,12 +591,17 @@ def show(trained: TrainedDetector, run_dir: None, config: TrainDetectorConfig, s
         if "auroc" not in row:
             rows.append({"protocol": name, "auroc": "—", "vs length": row.get("note", "—"), "vs task prior": "—"})
             continue
-        prior = (f"{row['vs_prior']} ({row['diff_vs_prior']:+.3f} [{row['diff_vs_prior_lo']:+.3f}, "
-                 f"{row['diff_vs_prior_hi']:+.3f}])" if "vs_prior" in row else "no recurring task")
-        rows.append({"protocol": name, "auroc": f"{row['auroc']:.3f} {interval_text(row['auroc_lo'], row['auroc_hi'])}",
-                     "vs length": f"{row['vs_length']} {row['length_baseline']} ({row['diff_vs_length']:+.3f} "
-                                  f"[{row['diff_vs_length_lo']:+.3f}, {row['diff_vs_length_hi']:+.3f}])",
-                     "vs task prior": prior, "ECE": f"{row.get('calibration_ece', float('nan')):.3f}"})
+        def difference(key: str) -> str:  # a difference and its interval (None: not computed, e.g. --n-boot 0)
+            value, lo, hi = (row.get(key + end) for end in ("", "_lo", "_hi"))
+            shown = "n/a" if value is None else f"{value:+.3f}"
+            return f"{shown} [{lo:+.3f}, {hi:+.3f}]" if lo is not None and hi is not None else shown
+
+        prior = (f"{row['vs_prior']} ({difference('diff_vs_prior')})" if "vs_prior" in row else "no recurring task")
+        rows.append({"protocol": name, "auroc": f"{num_text(row['auroc'])} "
+                                                f"{interval_text(row.get('auroc_lo'), row.get('auroc_hi'))}",
+                     "vs length": f"{row.get('vs_length')} {row.get('length_baseline')} "
+                                  f"({difference('diff_vs_length')})",
+                     "vs task prior": prior, "ECE": num_text(row.get("calibration_ece"))})
     say.say("pooled within-run AUROC of the held-out scores (tasks resampled within runs); 'beats' = the paired "
             "interval of the difference excludes 0:")
     say.say(pd.DataFrame(rows).to_string(index=False))
@@ -596,7 +621,7 @@ COMMAND = Command(summary="A failure detector learned from labelled runs, judged
                           "the task prior → DETECTOR_DIR (card.json, model.json, arrays.npz, protocols.csv …; never "
                           "pickle).", arguments=("inputs",),
                   options=("out", "groups", "model", "protocols", "failure_threshold", "n_splits", "n_boot", "seed",
-                           "embedder", "max_terms", "min_tasks", "early_turns", "early_fractions", "scheduler"),
+                           "embedder", "max_terms", "min_tasks", "early_turns", "early_fractions", "scheduler", "force"),
                   flags={"groups": "--group", "protocols": "--protocol", "early_turns": "--early-turn",
                          "early_fractions": "--early-fraction"},
                   help={"inputs": "labelled runs: " + RESULTS_HELP + ", or run folders",

@@ -37,6 +37,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -70,6 +71,23 @@ _TRACER_SOURCE = {"tracer.default": "tracer_default", "tracer.repetition": "trac
                   "tracer.action_gap": "tracer_action_gap", "tracer.user_gap": "tracer_user_gap"}
 #: the embedding blocks (each the size of the embedder's vectors)
 EMBEDDING_BLOCKS = ("embedding.agent_mean", "embedding.user_mean", "embedding.agent_last")
+#: the embedders a detector is made with (train-detector's ``--embedder``)
+EMBEDDERS = ("minilm", "minilm-static", "hash", "none")
+#: word pieces MiniLM reads of each text: train-detector's ``embed_max_tokens`` bounds, and a detector card's
+EMBED_MAX_TOKENS_RANGE = (8, 512)
+
+
+def embedder_dim(embedder: str) -> int:
+    """The size of ``embedder``'s vectors (an embedding block's columns; 0 for ``none``)."""
+    if embedder == "hash":
+        from agentuq_nb.uq.embeddings import HashEmbedder
+
+        return HashEmbedder().dim
+    if embedder == "minilm-static":
+        from agentuq_nb.uq.static_embedding import DIMS
+
+        return DIMS
+    return {"minilm": 384, "none": 0}[embedder]
 #: characters of a message read for its terms (a longer one is cut: a term list stays bounded)
 MAX_TERM_CHARS = 20_000
 #: a tool result of at most this many characters that is not JSON is a status message: its words are terms
@@ -115,10 +133,21 @@ def message_terms(role: str, content: str, calls: list[tuple[str, Any]], is_erro
     out += [f"{tag}:{w}" for w in said]
     out += [f"{tag}:{a} {b}" for a, b in zip(said, said[1:])]
     for name, arguments in calls:
+        name = shown_name(str(name))
         out.append(f"call:{name}")
         if isinstance(arguments, dict):
-            out += [f"call:{name}.{key}" for key in arguments]
+            out += [f"call:{name}.{shown_name(str(key))}" for key in arguments]
     return out
+
+
+@lru_cache(maxsize=4096)
+def shown_name(name: str) -> str:
+    """A tool's or an argument's name as a term holds it: a secret in it (an API key's shape, an environment key's
+    value) masked at the source, so that no detector folder - made to be shared - records it (its card, terms,
+    top_features.csv, every predictions.csv)."""
+    from agentuq_nb.common.redaction import redact
+
+    return redact(name)
 
 
 def role_terms(transcript_frame: pd.DataFrame) -> list[list[str]]:

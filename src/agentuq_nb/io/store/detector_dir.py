@@ -18,25 +18,32 @@ Layout (every name fixed; nothing else is read):
 file: the folder is a directory; each file a regular file (a symlink is refused: nothing outside the folder is read)
 within its size bound (:mod:`agentuq_nb.common.limits`); the card parses, its own hash holds, it was written in this
 format and by the feature extraction the caller expects (another version's features would be misread); every file's
-hash is the card's; the archive's members are plain ``.npy`` names, their inflated sizes bounded before any is read.
+hash is the card's; the archive's members are plain ``.npy`` names, their inflated sizes bounded before any is read,
+and each member's header is read first (no object dtype, a shape whose bytes are exactly the member's: numpy allocates
+a header's shape before it reads). Every field and number is then checked where the models are rebuilt
+(:func:`agentuq_nb.evaluation.detector_apply.load_detector`).
 The hashes find a damaged or edited folder; they are not a signature (who can edit the folder can recompute them) -
 what protects the reader is that it only ever parses JSON and numeric arrays.
 
 **Writing** (:func:`write_detector_dir`) stages the folder beside its destination and renames it into place: a reader
-never sees half a detector, and an earlier detector at that path is replaced whole. A path that holds anything other
-than a detector folder (or an empty folder) is refused.
+never sees half a detector, and an earlier detector at that path is replaced whole. The destination follows the one
+output rule (:func:`check_destination`, :func:`agentuq_nb.io.outputs.check_output_folder`): a path that holds
+anything other than a detector folder's regular files (or an empty folder) is refused, a card or file that is not a
+detector's own is replaced only with ``force``, and never a link, a run folder, the current folder or inside an input.
 """
 from __future__ import annotations
 
 import hashlib
 import io
 import json
+import math
 import os
 import shutil
 import stat
 import tempfile
 import uuid
 import zipfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -98,32 +105,72 @@ def sha256_file(path: Path) -> str:
 
 
 # --------------------------------------------------------------------------- writing
-def check_destination(out: str | os.PathLike) -> Path:
-    """Refuse a destination that is not new, an empty folder or a detector folder (before any work)."""
+def own_card(folder: Path) -> dict[str, Any] | None:
+    """The detector card of ``folder`` when it is one this format writes (a regular file whose own hash holds), else
+    None."""
+    try:
+        card = read_limited_json(file_in(folder, CARD, MAX_DETECTOR_JSON_BYTES), MAX_DETECTOR_JSON_BYTES,
+                                 "detector card")
+        return card if isinstance(card, dict) and card.get("format") == FORMAT and \
+            card.get(HASH_KEY) == canonical_hash(card) else None
+    except (InputError, ValueError, TypeError):
+        return None
+
+
+def made_by_train_detector(path: Path) -> bool:
+    """Whether ``path`` (an entry of a detector folder's names) is a detector's own: the folder's card is one of this
+    format, and the file is the card or a file the card lists with its hash."""
+    card = own_card(path.parent)
+    if card is None:
+        return False
+    if path.name == CARD:
+        return True
+    expected = (card.get("files") or {}).get(path.name) if isinstance(card.get("files"), dict) else None
+    limit = MAX_DETECTOR_ARRAY_BYTES if path.name == ARRAYS else MAX_DETECTOR_TABLE_BYTES
+    try:
+        return isinstance(expected, str) and bool(checked_bytes(path.parent, path.name, expected, limit))
+    except InputError:
+        return False
+
+
+def check_destination(out: str | os.PathLike, inputs: Iterable[str | os.PathLike] = (), force: bool = False) -> Path:
+    """Refuse a destination that is not new, an empty folder or a detector folder (before any work), by the one output
+    rule (:func:`agentuq_nb.io.outputs.check_output_folder`): not a link, a run folder, an input or inside one; each
+    entry of a detector's names a regular file a detector wrote (``force``: or someone else's regular file). The
+    folder is replaced whole, so it may hold nothing else."""
+    from agentuq_nb.io.outputs import check_output_folder
+
     out = Path(out)
+    if out.name in ("", ".", "..") or Path(os.path.abspath(out)) == Path.cwd():
+        raise InputError(out, "is the current folder or its parent: --out names the detector's own folder, which is "
+                              "replaced whole (e.g. --out detector)")
     if os.path.islink(out):
         raise InputError(out, "is a symlink: give the detector folder's own path (new, or a detector folder to replace)")
-    if out.exists():
-        if not out.is_dir():
-            raise InputError(out, f"is {kind_of(os.lstat(out).st_mode)}: --out takes a folder for the detector")
+    if out.exists() and out.is_dir():
         entries = {e.name for e in os.scandir(out)}
         if entries and CARD not in entries:
             raise InputError(out, "holds other files and no detector card: choose a new folder for the detector")
         if entries - {CARD, *FILES}:
             raise InputError(out, f"holds files a detector folder does not ({', '.join(sorted(entries - {CARD, *FILES}))}"
                                   "): choose a new folder for the detector")
-    blocking = next((p for p in out.parents if p.exists() and not p.is_dir()), None)
-    if blocking is not None:
-        raise InputError(out, f"cannot be made: {blocking} is a file, not a folder")
+        for name in sorted(entries):  # a directory named card.json is not a card: the folder would be deleted whole
+            mode = os.lstat(out / name).st_mode
+            if not stat.S_ISREG(mode):
+                raise InputError(out / name, f"is {kind_of(mode)}, not a detector folder's file: --out replaces only a "
+                                             "detector folder (its regular files); choose a new folder")
+    check_output_folder(out, command="train-detector", files=(CARD, *FILES), made_before=made_by_train_detector,
+                        inputs=inputs, force=force)
     return out
 
 
 def write_detector_dir(out: str | os.PathLike, card: dict[str, Any], model: dict[str, Any],
                        arrays: dict[str, np.ndarray], tables: dict[str, pd.DataFrame] | None = None,
-                       texts: dict[str, str] | None = None) -> dict[str, Any]:
+                       texts: dict[str, str] | None = None, inputs: Iterable[str | os.PathLike] = (),
+                       force: bool = False) -> dict[str, Any]:
     """Write a detector folder (see the module docstring); returns the card as written: ``card`` with ``format``,
-    ``files`` and its own hash. ``texts``: ``{CARD_TEXT: markdown}``."""
-    out = check_destination(out)
+    ``files`` and its own hash. ``texts``: ``{CARD_TEXT: markdown}``; ``inputs`` and ``force``: as
+    :func:`check_destination`, checked again here."""
+    out = check_destination(out, inputs, force)
     bad = [name for name, a in arrays.items() if np.asarray(a).dtype.hasobject or "/" in name]
     if bad:
         raise ValueError(f"arrays {bad} cannot be saved without pickle (object dtype) or have a path in their name")
@@ -245,8 +292,9 @@ def read_detector_dir(path: str | os.PathLike, feature_version: str) -> Detector
 
 
 def read_arrays(path: Path, data: bytes) -> dict[str, np.ndarray]:
-    """The arrays of an ``.npz`` archive's bytes: members checked (plain ``.npy`` names, inflated sizes bounded)
-    before numpy reads them without pickle."""
+    """The arrays of an ``.npz`` archive's bytes: members checked (plain ``.npy`` names, inflated sizes bounded, each
+    member's ``.npy`` header read first: a plain dtype, never an object, and a shape whose bytes are exactly the
+    member's - a header cannot claim more than the file holds) before numpy reads them without pickle."""
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
     except zipfile.BadZipFile as err:
@@ -260,6 +308,8 @@ def read_arrays(path: Path, data: bytes) -> dict[str, np.ndarray]:
         if total > MAX_DETECTOR_ARRAY_BYTES:
             raise InputError(path, f"inflates to more than the {MAX_DETECTOR_ARRAY_BYTES:,} bytes a detector's arrays "
                                    "may have")
+    for info in archive.infolist():
+        check_member_header(path, archive, info)
     out = {}
     try:
         with np.load(io.BytesIO(data), allow_pickle=False) as npz:
@@ -268,3 +318,34 @@ def read_arrays(path: Path, data: bytes) -> dict[str, np.ndarray]:
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:
         raise InputError(path, f"cannot be read as plain arrays (no pickle is loaded): {err}") from None
     return out
+
+
+def check_member_header(path: Path, archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> None:
+    """Refuse a member whose ``.npy`` header (read alone, before its data) names an object dtype or a shape whose
+    bytes are not the member's: numpy allocates the header's shape before it reads, so a small member claiming a
+    billion rows would take gigabytes."""
+    from numpy.lib import format as npy
+
+    member = info.filename
+    try:
+        with archive.open(info) as fh:
+            version = npy.read_magic(fh)
+            if version == (1, 0):
+                shape, _, dtype = npy.read_array_header_1_0(fh)
+            elif version == (2, 0):
+                shape, _, dtype = npy.read_array_header_2_0(fh)
+            else:
+                raise ValueError(f"format version {version} (this reader takes 1.0 and 2.0)")
+            data_bytes = info.file_size - fh.tell()
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, RuntimeError) as err:
+        raise InputError(path, f"member {member}: is not a plain array (.npy): {err}") from None
+    if dtype.hasobject:
+        raise InputError(path, f"cannot be read as plain arrays (no pickle is loaded): member {member} holds objects "
+                               f"(dtype {dtype}); a detector's arrays are numbers and text")
+    if any(d < 0 for d in shape) or dtype.itemsize == 0:
+        raise InputError(path, f"member {member}: has the shape {shape} of {dtype}, not an array's (a negative "
+                               "length or an element of no bytes)")
+    claimed = math.prod(shape) * dtype.itemsize
+    if claimed != data_bytes:
+        raise InputError(path, f"member {member}: its header claims shape {shape} of {dtype} ({claimed:,} bytes) but "
+                               f"the member holds {data_bytes:,} bytes of data")
