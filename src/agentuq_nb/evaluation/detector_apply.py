@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
+from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.evaluation.detector_model import FittedDetector, PlattMap, StateError, first_error, platt_probability
 from agentuq_nb.evaluation.label_shift import RateEstimate, adapt
 from agentuq_nb.io.errors import InputError
@@ -109,7 +110,7 @@ class Detector:
         return pd.DataFrame({"task_key": keys, "task_seen": pd.array(seen, dtype="boolean"),
                              "task_prior": [rate.get((d, k), np.nan) for d, k in zip(domains, keys)]})
 
-    def adapt_to_run(self, scored: pd.DataFrame, groups=None, n_boot: int = 1000, seed=0
+    def adapt_to_run(self, scored: pd.DataFrame, groups=None, n_boot: int = DEFAULT_N_BOOT, seed=0
                      ) -> tuple[RateEstimate | None, np.ndarray]:
         """``(the run's estimated failure rate, adapted probabilities)`` of :meth:`predict`'s rows (module docstring);
         ``(None, the probabilities as they are)`` when the maps carry no ``source_rate`` (a folder of an older

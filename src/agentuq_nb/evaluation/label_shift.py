@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from agentuq_nb.evaluation.calibration import calibration_report, fit_calibrator, reliability_table
+from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 
 #: probabilities are kept this far from 0 and 1 (a probability of exactly 0 or 1 cannot move on the log-odds scale)
 EPS = 1e-6
@@ -163,7 +164,7 @@ def resample_weights(n: int, n_boot: int, seed=0, groups=None) -> tuple[np.ndarr
         "trajectories"
 
 
-def adapt(prob, source_rate, n_boot: int = 1000, seed=0, groups=None, ci: float = 0.95, strength: float = 0.0
+def adapt(prob, source_rate, n_boot: int = DEFAULT_N_BOOT, seed=0, groups=None, ci: float = 0.95, strength: float = 0.0
           ) -> tuple[RateEstimate, np.ndarray]:
     """``(estimate, adapted probabilities)`` of a run: its EM failure rate (``strength``: as for
     :func:`em_failure_rate`) with a percentile bootstrap interval (rows resampled, or ``groups`` - its tasks - when
@@ -187,7 +188,7 @@ def adapt(prob, source_rate, n_boot: int = 1000, seed=0, groups=None, ci: float 
     return estimate, adapted
 
 
-def reliability_bands(prob, failure, n_bins: int = 10, n_boot: int = 1000, seed=0, ci: float = 0.95) -> pd.DataFrame:
+def reliability_bands(prob, failure, n_bins: int = 10, n_boot: int = DEFAULT_N_BOOT, seed=0, ci: float = 0.95) -> pd.DataFrame:
     """The reliability table (:func:`~.calibration.reliability_table`, equal-mass bins) with a percentile bootstrap
     band of each bin's observed failure rate (``failure_rate_lo``, ``failure_rate_hi``: the bin's rows resampled
     within it) - what a reliability diagram draws with its bin counts."""
@@ -267,7 +268,7 @@ def _run_row(name: str, y: np.ndarray, calibrated: np.ndarray, adapted: np.ndarr
             "adapted_not_worse_than_base_rate": bool(after["brier"] <= truth * (1 - truth) + 1e-12)}
 
 
-def leave_one_run_out_adaptation(log_odds, failure, runs, n_boot: int = 1000, seed=0, groups=None,
+def leave_one_run_out_adaptation(log_odds, failure, runs, n_boot: int = DEFAULT_N_BOOT, seed=0, groups=None,
                                  strengths=STRENGTHS) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(per run, rows)``: each run's held-out ``log_odds`` (from a model that never saw it) calibrated by a Platt map
     fitted on the *other* runs' rows, its failure rate estimated by EM with the prior strength chosen on the other
