@@ -1,7 +1,9 @@
 """Shared fixtures: where the real τ²-bench files are, and small synthetic runs."""
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,8 +19,6 @@ def seed_static_table(cache_file: str) -> None:
     there is one), so that this process and every command and kernel the tests start read it instead of distilling it
     again (~25 s of both cores a process). The copy is read as any table file is (checked, refused if it is not the
     table of this model and settings); tests/test_static_embedding.py distills the table for real and compares."""
-    import shutil
-
     try:
         from agentuq_nb.io.embedding_cache import cache_path
         from agentuq_nb.io.static_table import table_path
@@ -35,6 +35,7 @@ def seed_static_table(cache_file: str) -> None:
 # the persistent embedding cache of every test (and of the commands and kernels they start) is a temporary file, never
 # the user's: set before any embedder is made (the user's static table is copied in, read only)
 EMBED_CACHE = os.path.join(tempfile.mkdtemp(prefix="agentuq-nb-embed-cache-"), "embeddings.sqlite")
+atexit.register(shutil.rmtree, os.path.dirname(EMBED_CACHE), ignore_errors=True)  # the table's copy is 31 MB
 seed_static_table(EMBED_CACHE)
 os.environ[CACHE_ENV] = EMBED_CACHE
 
