@@ -56,11 +56,17 @@ browser:
 reproduce: setup
 	$(BIN)/agentuq-nb reproduce $(PARAMS)
 
+# the tests on TEST_WORKERS processes (pytest-xdist; 0: in this process alone), a test file's tests in one of them (its
+# module fixtures made once); test-report.xml is their JUnit report, and the 20 slowest tests and files are listed after
+TEST_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --junitxml=test-report.xml
+
 test: setup lint docs
-	$(BIN)/python -m pytest
+	$(PYTEST)
+	$(BIN)/python benchmarks/slowest_tests.py test-report.xml --top 20 --files 20
 
 test-fast: setup lint docs
-	$(BIN)/python -m pytest -m "not slow"
+	$(PYTEST) -m "not slow"
 
 # pyflakes and import order (ruff); the layers contract is checked by the tests (tests/test_layers.py)
 lint: setup

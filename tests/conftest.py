@@ -1,7 +1,9 @@
 """Shared fixtures: where the real τ²-bench files are, and small synthetic runs."""
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -11,9 +13,34 @@ import pytest
 import agentuq_nb  # noqa: F401  -- sets the offline defaults before any test module imports litellm
 from agentuq_nb.io.embedding_cache import CACHE_ENV
 
+
+def seed_static_table(cache_file: str) -> None:
+    """Copy the static MiniLM table ``make setup`` distilled into the user's cache folder beside ``cache_file`` (when
+    there is one), so that this process and every command and kernel the tests start read it instead of distilling it
+    again (~25 s of both cores a process). The copy is read as any table file is (checked, refused if it is not the
+    table of this model and settings); tests/test_static_embedding.py distills the table for real and compares."""
+    try:
+        from agentuq_nb.io.embedding_cache import cache_path
+        from agentuq_nb.io.static_table import KEY_NAME, table_path
+        from agentuq_nb.uq.static_embedding import table_identity
+
+        identity = table_identity()
+    except (ImportError, RuntimeError):  # the [embeddings] extra is not installed: no table to read
+        return
+    users, ours = table_path(cache_path(None), identity), table_path(Path(cache_file), identity)
+    if users is not None and users.is_file() and not users.is_symlink():
+        key = users.parent / KEY_NAME  # the table's keyed checksum holds under the key it was written with
+        if key.is_file() and not key.is_symlink():
+            shutil.copyfile(key, ours.parent / KEY_NAME)
+            shutil.copyfile(users, ours)
+
+
 # the persistent embedding cache of every test (and of the commands and kernels they start) is a temporary file, never
-# the user's: set before any embedder is made
-os.environ[CACHE_ENV] = os.path.join(tempfile.mkdtemp(prefix="agentuq-nb-embed-cache-"), "embeddings.sqlite")
+# the user's: set before any embedder is made (the user's static table is copied in, read only)
+EMBED_CACHE = os.path.join(tempfile.mkdtemp(prefix="agentuq-nb-embed-cache-"), "embeddings.sqlite")
+atexit.register(shutil.rmtree, os.path.dirname(EMBED_CACHE), ignore_errors=True)  # the table's copy is 31 MB
+seed_static_table(EMBED_CACHE)
+os.environ[CACHE_ENV] = EMBED_CACHE
 
 ROOT = Path(__file__).resolve().parents[1]
 TAU2_DIR = ROOT.parent / "shared" / "data" / "tau2"

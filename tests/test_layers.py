@@ -136,6 +136,34 @@ def test_a_step_run_reads_its_config_where_it_uses_it_and_names_no_local_run():
 
 
 
+def import_cycle(imports: dict[str, set[str]]) -> list[str]:
+    """One cycle of a module → imported modules graph (``[a, b, a]``: a imports b imports a), ``[]`` when none."""
+    from graphlib import CycleError, TopologicalSorter
+
+    try:
+        TopologicalSorter(imports).prepare()
+    except CycleError as err:
+        return list(err.args[1])
+    return []
+
+
+def test_no_module_of_the_package_imports_itself_through_others():
+    """Every import counts, those inside functions too (grimp, import-linter's graph): a cycle hidden behind a lazy
+    import still ties two modules into one that cannot be read, tested or moved apart."""
+    import grimp
+
+    graph = grimp.build_graph("agentuq_nb", cache_dir=None)
+    imports = {m: set(graph.find_modules_directly_imported_by(m)) for m in graph.modules}
+    assert sum(map(len, imports.values())) > 500  # the whole package was read
+    assert import_cycle(imports) == [], " imports ".join(import_cycle(imports))
+
+
+def test_the_cycle_finder_finds_a_lazy_circle():
+    assert sorted(set(import_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}))) == ["a", "b", "c"]
+    assert import_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) == []
+
+
+
 #: the layers below the steps (and distributed beside them): they name no command of the command line
 BELOW_STEPS = ("common", "records", "io", "llm", "sim", "uq", "estimators", "evaluation", "intervention", "figures",
                "distributed")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 
 import pytest
 
@@ -18,10 +19,13 @@ from agentuq_nb.uq.observation import agent_system_prompt, conversation
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def small_real_results(tmp_path, tau2_files):
+@pytest.fixture(scope="module")
+def small_real_results(tmp_path_factory):
     """Two real trajectories (one success, one failure), each cut to its first 7 messages."""
-    data = json.loads(tau2_files[0].read_text())
+    from conftest import require_tau2
+
+    tmp_path = tmp_path_factory.mktemp("observation")
+    data = json.loads(require_tau2()[0].read_text())
     by_reward = {}
     for sim in data["simulations"]:
         roles = [m["role"] for m in sim["messages"][:7]]
@@ -36,9 +40,17 @@ def small_real_results(tmp_path, tau2_files):
     return path
 
 
-def test_observation_rows_for_every_user_and_tool_message(tmp_path, small_real_results):
-    run_dir = tmp_path / "run"
+@pytest.fixture(scope="module")
+def agent_scored(small_real_results, tmp_path_factory):
+    """The two trajectories' observations scored by the embedded model as the agent saw them (once for the module:
+    the tests below read the run, or copy it before they add to it)."""
+    run_dir = tmp_path_factory.mktemp("agent_scored") / "run"
     report = score_observations(run_dir, results=small_real_results, scorer_mode="agent_llm", progress=False)
+    return run_dir, report
+
+
+def test_observation_rows_for_every_user_and_tool_message(agent_scored, small_real_results):
+    run_dir, report = agent_scored
     assert report.scored == 2 and report.num_tokens > 0
     tokens = read_token_table(run_dir)
     data = json.loads(small_real_results.read_text())
@@ -54,10 +66,8 @@ def test_observation_rows_for_every_user_and_tool_message(tmp_path, small_real_r
     assert len(read_token_table(run_dir)) == len(tokens)
 
 
-def test_teacher_forced_nll_equals_llm_score_of_the_message(tmp_path, small_real_results):
-    run_dir = tmp_path / "run"
-    score_observations(run_dir, results=small_real_results, scorer_mode="agent_llm", progress=False)
-    tokens = read_token_table(run_dir)
+def test_teacher_forced_nll_equals_llm_score_of_the_message(agent_scored, small_real_results):
+    tokens = read_token_table(agent_scored[0])
     raw = json.loads(small_real_results.read_text())
     sim = Simulation.model_validate(raw["simulations"][0])
     msgs = conversation(sim)
@@ -74,9 +84,8 @@ def test_teacher_forced_nll_equals_llm_score_of_the_message(tmp_path, small_real
     assert checked >= 2
 
 
-def test_auxiliary_observer_scores_differ_from_the_agents_view(tmp_path, small_real_results):
-    run_dir = tmp_path / "run"
-    score_observations(run_dir, results=small_real_results, scorer_mode="agent_llm", progress=False)
+def test_auxiliary_observer_scores_differ_from_the_agents_view(tmp_path, agent_scored, small_real_results):
+    run_dir = shutil.copytree(agent_scored[0], tmp_path / "run", symlinks=True)
     score_observations(run_dir, results=small_real_results, scorer_mode="auxiliary_llm", progress=False)
     tokens = read_token_table(run_dir)
     nll = tokens.groupby("scorer")["chosen_logprob"].sum()

@@ -12,12 +12,14 @@ from safetensors.numpy import save_file
 from agentuq_nb.io.embedding_cache import cache_path
 from agentuq_nb.io.static_table import FORMAT, StaticTableWarning, read_table, table_path, write_table
 from agentuq_nb.steps.blackbox import distillation_seconds
+from agentuq_nb.uq import static_embedding
 from agentuq_nb.uq.embeddings import bundled_model_path, embeddings_available, get_embedder
 from agentuq_nb.uq.static_embedding import (
     DIMS,
     DISTILLATIONS,
     UNUSED,
     StaticEmbedder,
+    distill_table,
     load_table,
     table_identity,
     vocabulary_size,
@@ -28,8 +30,30 @@ pytestmark = pytest.mark.skipif(not embeddings_available(), reason="the [embeddi
 
 @pytest.fixture(scope="module")
 def table() -> np.ndarray:
-    """The table as the tests' embedding cache folder keeps it (distilled by the first test that needs it)."""
+    """The table as the tests' embedding cache folder keeps it (the copy of the user's that tests/conftest.py makes,
+    else distilled by the first test that needs it)."""
     return load_table()
+
+
+@pytest.fixture(scope="module")
+def distilled() -> np.ndarray:
+    """The table distilled afresh from the bundled MiniLM in this process (~25 s: once for the module)."""
+    return distill_table()
+
+
+@pytest.fixture
+def distillations(monkeypatch, distilled) -> list[int]:
+    """``load_table`` distils through this module's distillation, made once above (the tests that use it are about
+    which file ``load_table`` reads, writes or leaves; ``test_the_kept_table_equals_a_fresh_distillation`` is about the
+    distillation): each call is counted."""
+    calls = []
+
+    def distill_again(progress=False):
+        calls.append(progress)
+        return distilled.copy()
+
+    monkeypatch.setattr(static_embedding, "distill_table", distill_again)
+    return calls
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +66,7 @@ def tokenizer():
     return tok
 
 
-def test_the_table_is_distilled_once_and_read_back_equal(table):
+def test_the_table_is_kept_in_the_cache_folder_and_read_back_equal(table):
     path = table_path(cache_path(None), table_identity())
     assert path is not None and path.is_file()
     assert table.shape == (vocabulary_size(), DIMS) and table.dtype == np.float32
@@ -50,6 +74,20 @@ def test_the_table_is_distilled_once_and_read_back_equal(table):
     kept = len(DISTILLATIONS)
     assert np.array_equal(load_table(), table)  # the second load reads the file
     assert len(DISTILLATIONS) == kept  # and is no distillation (what compare-estimators says apart, issue 49)
+
+
+def test_the_kept_table_equals_a_fresh_distillation(table, distilled):
+    assert distilled.shape == table.shape and distilled.dtype == np.float32
+    np.testing.assert_allclose(distilled, table, atol=1e-4)  # float rounding of the batches
+
+
+def test_a_missing_table_is_distilled_once_and_written(tmp_path, distillations, distilled):
+    cache = tmp_path / "embeddings.sqlite"
+    first = load_table(cache)
+    assert len(distillations) == 1 and np.array_equal(first, distilled)
+    path = table_path(cache, table_identity())
+    assert np.array_equal(read_table(path, table_identity(), distilled.shape), distilled)
+    assert np.array_equal(load_table(cache), distilled) and len(distillations) == 1  # read back, not distilled
 
 
 def test_placeholders_have_no_row_and_every_other_piece_has_one(table, tokenizer):
@@ -157,31 +195,31 @@ def test_planted_tables_are_refused_with_one_line_naming_the_file(tmp_path, tabl
     assert "bytes" in refused(padded)
 
 
-def test_a_refused_file_is_left_as_it_is_and_the_table_distilled_for_the_process(tmp_path, table, monkeypatch):
+def test_a_refused_file_is_left_as_it_is_and_the_table_distilled_for_the_process(tmp_path, distillations, distilled):
     cache = tmp_path / "embeddings.sqlite"
     path = table_path(cache, table_identity())
     path.write_bytes(b"planted")
     with pytest.warns(StaticTableWarning, match="planted|safetensors"):
         again = load_table(cache)
     assert path.read_bytes() == b"planted"
-    np.testing.assert_allclose(again, table, atol=1e-4)  # the real distillation again (float rounding of the batches)
+    assert len(distillations) == 1 and np.array_equal(again, distilled)
 
 
-def test_with_the_cache_off_nothing_is_written(tmp_path, monkeypatch, table):
+def test_with_the_cache_off_nothing_is_written(tmp_path, monkeypatch, distillations, distilled):
     monkeypatch.chdir(tmp_path)
     assert table_path(cache_path("off"), table_identity()) is None
     before = distillation_seconds()
-    np.testing.assert_allclose(load_table("off"), table, atol=1e-4)
+    assert np.array_equal(load_table("off"), distilled) and len(distillations) == 1
     assert distillation_seconds() - before == pytest.approx(DISTILLATIONS[-1]) and DISTILLATIONS[-1] > 0
     assert not any(tmp_path.iterdir())
 
 
-def test_a_cache_folder_that_cannot_be_made_keeps_the_table_in_memory(tmp_path, table):
+def test_a_cache_folder_that_cannot_be_made_keeps_the_table_in_memory(tmp_path, distillations, distilled):
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("a file where the cache folder should be")
     with pytest.warns(StaticTableWarning, match="could not be kept"):
         again = load_table(blocker / "embeddings.sqlite")
-    np.testing.assert_allclose(again, table, atol=1e-4)
+    assert len(distillations) == 1 and np.array_equal(again, distilled)
     assert blocker.read_text() == "a file where the cache folder should be"
 
 

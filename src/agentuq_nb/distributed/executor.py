@@ -22,7 +22,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentuq_nb.distributed.fanout import FanOutFailed
+from agentuq_nb.distributed.fanout import FanOutFailed, submit_up_to
 
 
 class Interrupted(Exception):
@@ -103,13 +103,11 @@ class JobRunner:
         with ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix=self.label) as pool:
             in_flight: dict[Future, Hashable] = {}
 
+            def submit(key: Hashable, job: Any) -> None:
+                in_flight[pool.submit(fn, job)] = key
+
             def submit_more() -> None:
-                while len(in_flight) < window:
-                    item = next(pending, None)
-                    if item is None:
-                        return
-                    key, job = item
-                    in_flight[pool.submit(fn, job)] = key
+                submit_up_to(window, in_flight, pending, submit)
 
             try:
                 submit_more()

@@ -13,7 +13,7 @@ fails does not stop the others: every result that arrives is handled, then
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sized
 from typing import Any
 
 from agentuq_nb.common.naming import slug
@@ -32,6 +32,18 @@ def key_text(key: Hashable) -> str:
     """A job key as a Dask key part (hyphens separate the parts, so none inside)."""
     text = "_".join(map(str, key)) if isinstance(key, tuple) else str(key)
     return slug(text).replace("-", "_")
+
+
+def submit_up_to(window: int, in_flight: Sized, pending: Iterator[tuple[Hashable, Any]],
+                 submit: Callable[[Hashable, Any], None]) -> None:
+    """Take ``(key, job)`` items from ``pending`` and ``submit`` them until ``window`` are ``in_flight`` or none is left
+    (bounded: a long stream of jobs never sits in memory at once). ``submit`` adds what it submits to ``in_flight``;
+    one that adds nothing (a job it skips) lets the next be taken."""
+    while len(in_flight) < window:
+        item = next(pending, None)
+        if item is None:
+            return
+        submit(*item)
 
 
 def fan_out(client: Any, fn: Callable[[Any], Any], jobs: Iterable[tuple[Hashable, Any]],
@@ -55,18 +67,16 @@ def fan_out(client: Any, fn: Callable[[Any], Any], jobs: Iterable[tuple[Hashable
     results = as_completed()
     handled = 0
 
+    def submit(key: Hashable, job: Any) -> None:
+        if key in submitted:
+            return
+        submitted.add(key)
+        future = client.submit(fn, job, key=f"{label}-{key_text(key)}-{run_id}", retries=retries, pure=False)
+        in_flight[future.key] = (key, future)
+        results.add(future)
+
     def submit_more() -> None:
-        while len(in_flight) < window:
-            item = next(pending_jobs, None)
-            if item is None:
-                return
-            key, job = item
-            if key in submitted:
-                continue
-            submitted.add(key)
-            future = client.submit(fn, job, key=f"{label}-{key_text(key)}-{run_id}", retries=retries, pure=False)
-            in_flight[future.key] = (key, future)
-            results.add(future)
+        submit_up_to(window, in_flight, pending_jobs, submit)
 
     try:
         submit_more()

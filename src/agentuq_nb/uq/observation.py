@@ -108,19 +108,24 @@ class ScoringCost:
     trajectories: int = 0
     wall_seconds: float = 0.0
     scoring_seconds: float = 0.0
-    tokens_evaluated: int = 0
-    tokens_reused: int = 0
+    reuse: Any = None  # llm.local_model.PrefixReuse of the trajectories scored by the embedded model (None: none was)
 
     def add(self, scored: "ScoredTrajectory") -> None:
         self.trajectories += 1
         self.scoring_seconds += scored.seconds
-        self.tokens_evaluated += scored.tokens_evaluated
-        self.tokens_reused += scored.tokens_reused
+        if scored.reuse is not None:
+            from agentuq_nb.llm.local_model import PrefixReuse  # the llm layer is loaded once a trajectory is scored
+
+            self.reuse = self.reuse or PrefixReuse()
+            self.reuse.add(scored.reuse)
 
     @property
-    def reused_share(self) -> float:
-        total = self.tokens_evaluated + self.tokens_reused
-        return self.tokens_reused / total if total else 0.0
+    def tokens_evaluated(self) -> int:
+        return self.reuse.evaluated if self.reuse is not None else 0
+
+    @property
+    def tokens_reused(self) -> int:
+        return self.reuse.reused if self.reuse is not None else 0
 
     def line(self) -> str | None:
         """One line for the user: time per trajectory and prefix reuse (None when nothing was scored)."""
@@ -131,7 +136,7 @@ class ScoringCost:
                 f"({self.scoring_seconds / n:.1f} s of scoring each where it ran)")
         if self.tokens_evaluated:
             text += (f"; tokens decoded {self.tokens_evaluated:,}, taken from the cache instead {self.tokens_reused:,} "
-                     f"({100 * self.reused_share:.1f} %: the prompt prefix the trajectories share, decoded once "
+                     f"({100 * self.reuse.share:.1f} %: the prompt prefix the trajectories share, decoded once "
                      "per process)")
         return text
 
@@ -208,8 +213,7 @@ class ScoredTrajectory:
     truncations: int
     warnings: InputWarnings
     seconds: float = 0.0  # scoring it took where it ran
-    tokens_evaluated: int = 0  # the embedded model's tokens decoded ...
-    tokens_reused: int = 0  # ... and taken from its cache instead
+    reuse: Any = None  # llm.local_model.PrefixReuse: the embedded model's tokens decoded and taken from its cache
 
 
 def score_one(job: ScoringJob) -> ScoredTrajectory:
@@ -222,9 +226,7 @@ def score_one(job: ScoringJob) -> ScoredTrajectory:
     seconds = time.perf_counter() - began
     warnings = InputWarnings()
     table = with_token_metrics(rows_table(rows, job.sim, job.domain, set(job.roles), job.mode), job.where, warnings)
-    reuse = rows.reuse  # llm.ScoredTokens: None for a remote scorer
-    return ScoredTrajectory(table, rows.truncations, warnings, seconds,
-                            reuse.evaluated if reuse else 0, reuse.reused if reuse else 0)
+    return ScoredTrajectory(table, rows.truncations, warnings, seconds, rows.reuse)  # None for a remote scorer
 
 
 def score_on_worker(job: ScoringJob) -> ScoredTrajectory:

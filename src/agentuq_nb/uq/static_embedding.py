@@ -35,7 +35,7 @@ from agentuq_nb.common.offline import ensure_offline_env
 from agentuq_nb.common.progress import progress_bar
 from agentuq_nb.io.embedding_cache import cache_path
 from agentuq_nb.io.static_table import StaticTableWarning, read_table, table_path, write_table
-from agentuq_nb.uq.embeddings import bundled_model_path, model_identity
+from agentuq_nb.uq.bundled_minilm import bundled_model_path, model_identity, sentence_model
 
 #: dimensions the distilled table keeps (PCA), Model2Vec's default
 DIMS = 256
@@ -69,8 +69,6 @@ def distill_table(progress: bool = False) -> np.ndarray:
     """The (vocabulary, :data:`DIMS`) float32 table of the module docstring, computed with the bundled MiniLM."""
     import torch
     from sklearn.decomposition import PCA
-
-    from agentuq_nb.uq.embeddings import sentence_model
 
     ensure_offline_env()
     model = sentence_model()
