@@ -1,8 +1,8 @@
 """A trained failure detector read back from its folder and applied to trajectories' features.
 
 :func:`load_detector` reads the folder through :func:`agentuq_nb.io.store.detector_dir.read_detector_dir` (checked,
-no pickle) and rebuilds its models (:meth:`~agentuq_nb.evaluation.detector_model.FittedDetector.from_arrays`): the
-final model, the leave-one-run-out models and their Platt maps. :meth:`Detector.predict` scores rows:
+no pickle) and rebuilds its models (:meth:`~agentuq_nb.evaluation.detector_selection.SelectedDetector.from_arrays`):
+the final model, the leave-one-run-out models and their Platt maps. :meth:`Detector.predict` scores rows:
 
 * a trajectory the detector was trained on (its fingerprint, :func:`~agentuq_nb.uq.detector_features.fingerprint`,
   is among the training trajectories') is scored by the model that left its run out, with that model's map (fitted
@@ -11,11 +11,11 @@ final model, the leave-one-run-out models and their Platt maps. :meth:`Detector.
 * any other trajectory by the final model, with the map fitted on all training runs' leave-one-run-out log-odds:
   ``model`` = ``final``. Either way the probability was calibrated on runs other than the one predicted.
 
-Contributions are each model's own (:meth:`~agentuq_nb.evaluation.detector_model.FittedDetector.contributions`).
+The reasons are each model's own, in percentage points of the printed probability that sum with the base
+probability to it (:func:`~agentuq_nb.evaluation.detector_explain.explain`).
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +24,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from agentuq_nb.evaluation.detector_model import FittedDetector, platt_probability
+from agentuq_nb.evaluation.detector_explain import explain
+from agentuq_nb.evaluation.detector_model import platt_probability
+from agentuq_nb.evaluation.detector_selection import SelectedDetector
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.store.detector_dir import ARRAYS, MODEL, DetectorFolder, read_detector_dir
 from agentuq_nb.uq.detector_features import FEATURE_VERSION, TrajectoryFeatures
@@ -38,9 +40,9 @@ class Detector:
     """A detector folder read and rebuilt (see the module docstring)."""
 
     folder: DetectorFolder
-    final: FittedDetector
+    final: SelectedDetector
     final_map: dict[str, Any] | None
-    loro: dict[str, tuple[FittedDetector, dict[str, Any] | None]] = field(default_factory=dict)
+    loro: dict[str, tuple[SelectedDetector, dict[str, Any] | None]] = field(default_factory=dict)
     runs: list[str] = field(default_factory=list)
     fingerprints: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     fingerprint_runs: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
@@ -70,15 +72,17 @@ class Detector:
         return [self.runs[self.fingerprint_runs[order[p]]] if ok else None for p, ok in zip(pos, found)]
 
     def predict(self, features: TrajectoryFeatures, top: int = 5) -> pd.DataFrame:
-        """One row per row of ``features``: ``failure_probability`` (calibrated), ``log_odds``, ``model``,
-        ``in_training``, the ``top`` contributions as ``feature_k`` / ``contribution_k`` (k = 1 … top) and all of them
-        as ``contributions``: the JSON text of ``[{feature, value, contribution}, …]`` (``value``: the feature's value
-        in the trajectory, null for an embedding block)."""
+        """One row per row of ``features``: ``failure_probability`` (calibrated), ``base_probability``, ``log_odds``,
+        ``model``, ``in_training``, the ``top`` reasons as ``reason_k`` (a sentence), ``points_k`` (percentage points
+        of the probability) and ``feature_k`` (the feature's name), k = 1 … top, and ``explanation``: the JSON text of
+        the reasons (:func:`~agentuq_nb.evaluation.detector_explain.explain`: base + all points / 100 = the
+        probability)."""
         n = len(features)
-        out = pd.DataFrame({"failure_probability": np.full(n, np.nan), "log_odds": np.full(n, np.nan),
-                            "model": FINAL, "in_training": False, "contributions": "[]"})
+        out = pd.DataFrame({"failure_probability": np.full(n, np.nan), "base_probability": np.full(n, np.nan),
+                            "log_odds": np.full(n, np.nan), "model": FINAL, "in_training": False})
         for k in range(1, top + 1):
-            out[f"feature_{k}"], out[f"contribution_{k}"] = None, np.nan
+            out[f"reason_{k}"], out[f"points_{k}"], out[f"feature_{k}"] = None, np.nan, None
+        out["explanation"] = "[]"
         training = self.training_run_of(features.index["fingerprint"].to_numpy(dtype=np.int64))
         assignment = np.array([LORO_PREFIX + r if r is not None and r in self.loro else FINAL for r in training],
                               dtype=object)
@@ -91,15 +95,9 @@ class Detector:
             out.loc[rows, "log_odds"] = log_odds
             out.loc[rows, "failure_probability"] = platt_probability(mapping, log_odds)
             out.loc[rows, "model"] = name
-            contributions = model.contributions(part, top)
-            for rank, group in contributions.groupby("rank"):
-                at = rows[group["row"].to_numpy()]
-                out.loc[at, f"feature_{rank}"] = group["feature"].to_numpy()
-                out.loc[at, f"contribution_{rank}"] = group["contribution"].to_numpy()
-            for row, group in contributions.groupby("row"):
-                out.at[rows[row], "contributions"] = json.dumps(
-                    [{"feature": f, "value": None if not np.isfinite(v) else float(v), "contribution": float(c)}
-                     for f, v, c in zip(group["feature"], group["value"], group["contribution"])])
+            reasons = explain(model, part, lambda s, mapping=mapping: platt_probability(mapping, s), top)
+            for column in reasons.columns:
+                out.loc[rows, column] = reasons[column].to_numpy()
         return out
 
 
@@ -109,10 +107,10 @@ def load_detector(path: str | os.PathLike) -> Detector:
     folder = read_detector_dir(path, FEATURE_VERSION)
     model, arrays = folder.model, folder.arrays
 
-    def rebuilt(prefix: str, meta: Any) -> FittedDetector:
+    def rebuilt(prefix: str, meta: Any) -> SelectedDetector:
         mine = {k[len(prefix) + 1:]: v for k, v in arrays.items() if k.startswith(prefix + ".")}
         try:
-            return FittedDetector.from_arrays(meta, mine)
+            return SelectedDetector.from_arrays(meta, mine)
         except (KeyError, TypeError, ValueError) as err:
             raise InputError(Path(path) / (ARRAYS if isinstance(err, ValueError) else MODEL),
                              f"does not describe a detector this version rebuilds ({prefix}: {err})") from None

@@ -9,9 +9,10 @@ features it was trained with, and one commit publishes:
 
 * ``predictions.csv`` - one row per trajectory: the keys, ``simulation_id``, ``failure_probability`` (calibrated on runs
   other than this one), ``log_odds``, ``model`` (``final``, or ``leave-one-run-out:<run>`` for a trajectory the detector
-  was trained on), ``in_training``, the ``reward`` and ``failed`` where the run is labelled, and the ``top``
-  contributions (``feature_k``, ``contribution_k``, and all of them with each feature's value as the JSON column
-  ``contributions``; what they are: ``detector.json``'s ``contributions``);
+  was trained on), ``in_training``, the ``reward`` and ``failed`` where the run is labelled, ``base_probability``
+  and the ``top`` reasons (``reason_k``: a sentence - an embedding block named by the message that moved it most;
+  ``points_k``: percentage points of the probability; ``feature_k``: the feature's name; and the JSON column
+  ``explanation``; base + all points / 100 = the probability, ``detector.json``'s ``explanations`` says how);
 * ``detector_scores.parquet`` - the probability as the ``detector`` estimator family reads it, so that
   ``compare-estimators`` and ``compare-runs`` rank it beside the other families;
 * ``detector.json`` - which detector (its folder, card hash, training runs, protocols), how the probabilities were
@@ -105,6 +106,7 @@ def run(run_dir: str | os.PathLike | RunDir, config: PredictConfig) -> Predictio
     """Score the run's trajectories with the detector and publish (see the module docstring)."""
     from agentuq_nb.evaluation.calibration import calibration_report
     from agentuq_nb.evaluation.detector_apply import load_detector
+    from agentuq_nb.evaluation.detector_explain import POINTS
     from agentuq_nb.evaluation.detector_model import CONTRIBUTIONS
 
     start = time.perf_counter()
@@ -143,6 +145,7 @@ def run(run_dir: str | os.PathLike | RunDir, config: PredictConfig) -> Predictio
                               for r in card.get("training_runs", [])],
             "protocols": card.get("protocols"), "calibrated_on": card.get("calibration", {}).get("probabilities"),
             "contributions": CONTRIBUTIONS.get(card.get("settings", {}).get("model", ""), ""),
+            "explanations": POINTS, "selected": card.get("final_model", {}).get("selected"),
             "n": int(len(predictions)), "n_labelled": int(labelled.sum()),
             "n_in_training": int(predictions["in_training"].sum()),
         }
@@ -199,7 +202,7 @@ def command_run(options: dict[str, Any], run_dir: None = None) -> tuple[Path, Pr
 def show(result: Predictions, run_dir: Path, config: PredictConfig, say: Reporter) -> None:
     """What predict prints: the most likely failures, the count, the detector's row on a labelled run."""
     shown = result.predictions.sort_values("failure_probability", ascending=False).head(20)
-    cols = [c for c in ("task_id", "trial", "failure_probability", "failed", "model", "feature_1", "contribution_1")
+    cols = [c for c in ("task_id", "trial", "failure_probability", "failed", "model", "points_1", "reason_1")
             if c in shown]
     say.say(shown[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     report = result.report
