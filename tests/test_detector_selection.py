@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from agentuq_nb.evaluation.detector_explain import OTHERS
 from agentuq_nb.evaluation.detector_model import DetectorSettings, platt_probability
 from agentuq_nb.evaluation.detector_protocols import task_keys
 from agentuq_nb.evaluation.detector_selection import (
@@ -135,8 +136,9 @@ def test_the_points_sum_with_the_base_probability_to_the_printed_probability(tra
         items = json.loads(row.explanation)
         total = row.base_probability + sum(item["points"] for item in items) / 100
         assert total == pytest.approx(row.failure_probability, abs=1e-6)
-        assert [i["feature"] for i in items if not i["feature"].startswith("embedding.")] == \
-            [i["feature"] for i in items][:sum(not i["feature"].startswith("embedding.") for i in items)]
+        listed = [i["feature"] for i in items if i["feature"] != OTHERS]  # the rest, summed, comes last
+        interpretable = [f for f in listed if not f.startswith("embedding.")]
+        assert listed[:len(interpretable)] == interpretable  # interpretable reasons first
     assert p["reason_1"].notna().all() and p["points_1"].notna().all()
     shown = [getattr(row, f"points_{k}") for row in p.itertuples() for k in range(1, 5)]
     assert np.nanmax(np.abs(shown)) < 100
