@@ -4,9 +4,9 @@ A model that can use length should never do worse than length, yet a full model'
 without regard to the protocol that judges it: on new tasks they can fit noise. So a detector is chosen, on its
 training rows only, among :data:`CANDIDATES`:
 
-* ``length`` - :class:`LengthModel`: logistic regression on the three length baselines (``log(1 + n)`` of
-  ``num_messages``, ``num_tool_calls``, ``agent_chars``, read from the trajectory index, whatever groups were
-  extracted), standardized;
+* ``length`` - :class:`LengthModel`: logistic regression on the length baseline (of ``num_messages``,
+  ``num_tool_calls``, ``agent_chars``, as ``log(1 + n)``, read from the trajectory index, whatever groups were
+  extracted) that ranks the training rows best within runs, its slope fitted within runs;
 * ``task_prior`` - :class:`TaskPrior`: the task's failure rate in the training rows, shrunk towards the training base
   rate by :data:`PRIOR_STRENGTH` pseudo-trajectories (a task the training rows never hold gets the base rate). Only
   where tasks can recur between training and scored rows (:func:`prior_applies`: not for the task-disjoint kinds);
@@ -62,7 +62,7 @@ INNER_SPLITS = 3
 COMPLEX_MARGIN = 0.02
 #: the logistic full model's regularizations, chosen on the same inner folds (strong to moderate: thousands of
 #: columns on a few hundred rows)
-FULL_C_GRID = (0.001, 0.01, 0.1, 1.0)
+FULL_C_GRID = (0.01, 0.1, 1.0)
 
 
 def logit(p) -> np.ndarray:
@@ -100,7 +100,8 @@ def within_run_auroc(score, failure, runs) -> float:
 @dataclass
 class LengthModel:
     """Logistic regression on one length baseline's ``log(1 + n)``: the one of :data:`LENGTH_COLUMNS` whose pooled
-    within-run AUROC (either orientation) is the highest on the training rows (module docstring)."""
+    within-run AUROC (either orientation) is the highest on the training rows, its slope fitted within runs (an
+    intercept per run), its intercept the training base rate's log-odds at the mean length (module docstring)."""
 
     column: str
     coef: float
@@ -117,9 +118,16 @@ class LengthModel:
         strength = {c: abs(within_run_auroc(np.log1p(features.index[c].to_numpy(dtype=float)), failure, runs) - 0.5)
                     for c in LENGTH_COLUMNS}
         column = max(LENGTH_COLUMNS, key=lambda c: (np.nan_to_num(strength[c], nan=-1.0), -LENGTH_COLUMNS.index(c)))
-        x = np.log1p(features.index[column].to_numpy(dtype=float))[:, None]
-        model = LogisticRegression(max_iter=1000).fit(x, failure)
-        return cls(column, float(model.coef_[0, 0]), float(model.intercept_[0]))
+        x = np.log1p(features.index[column].to_numpy(dtype=float))
+        mean, sd = float(x.mean()), float(x.std()) or 1.0
+        codes, _ = pd.factorize(runs)
+        # the slope within runs (an intercept per run): runs differ in length and in failure rate, and pooled rows
+        # would learn which run is long, not which trajectory of a run is
+        design = np.column_stack([(x - mean) / sd, np.eye(codes.max() + 1)[codes]])
+        model = LogisticRegression(max_iter=1000, fit_intercept=False).fit(design, failure)
+        slope = float(model.coef_[0, 0]) / sd
+        rate = float(np.clip(np.mean(failure), 1e-6, 1 - 1e-6))
+        return cls(column, slope, float(np.log(rate / (1 - rate))) - slope * mean)
 
     def block_values(self, features: TrajectoryFeatures) -> np.ndarray:
         return (self.coef * self.values(features))[:, None]
@@ -515,6 +523,9 @@ def select_detector(features: TrajectoryFeatures, failure: np.ndarray, settings:
                         + (f" ({runner_up} {others[runner_up]:.3f})" if runner_up else "")
                         + ("" if best == max(finite.values()) else
                            f": a model of many features must beat the baselines by {COMPLEX_MARGIN} to be chosen"))
+    if winner == "task_prior":
+        selection["why"] += ("; it gives every trajectory of a task the training rows never held the base rate (one "
+                             "probability for all of them)")
     out = SelectedDetector(winner, selection=selection)
     if winner in ("full", "stacked"):
         out.full = full_model()
