@@ -14,8 +14,8 @@ from agentuq_nb.evaluation.detector_model import DetectorSettings, platt_probabi
 from agentuq_nb.evaluation.detector_protocols import task_keys
 from agentuq_nb.evaluation.detector_selection import (
     CANDIDATES,
-    selection_folds,
     select_detector,
+    selection_folds,
     within_run_auroc,
 )
 
