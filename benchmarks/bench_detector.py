@@ -6,8 +6,8 @@ extraction streamed at scale (serial and on Dask), each printed beside the targe
    the bootstrap intervals), as ``agentuq-nb train-detector`` runs it: in a fresh process (imports, the table's
    load, every text embedded: **cold**) and again in that process with the embeddings cached (**warm**), against
    the 60 s target of issue 48.
-2. **Prediction** of a 200-trajectory airline file (the shared airline runs' simulations, the first ten twice as a
-   second trial) with that detector, in a fresh process (**cold**: imports, the table's load, extraction into a run
+2. **Prediction** of a 200-trajectory airline file (the shared airline runs' simulations, the first ten twice; each
+   its own trial) with that detector, in a fresh process (**cold**: imports, the table's load, extraction into a run
    folder) and again in the same process (**warm**), against the 15 s target.
 3. **Scale**: the synthetic generator (``agentuq_nb.testing``) writes N trajectories (default 100,000; 12 messages,
    no log-probs beyond one token each); their features (text, structure + TRACER with hash embeddings, length) are
@@ -56,14 +56,14 @@ def load() -> str:
 
 
 def airline_file(out: Path, n: int = PREDICTED_N) -> Path:
-    """A τ²-bench v0 airline results file of ``n`` simulations from the shared airline runs (repeated as further
-    trials when they hold fewer)."""
+    """A τ²-bench v0 airline results file of ``n`` simulations from the shared airline runs (the first ones again
+    when they hold fewer), each its own trial."""
     first = json.loads(AIRLINE[0].read_text())
     sims = [s for path in AIRLINE for s in json.loads(path.read_text())["simulations"]]
     picked = []
     for i in range(n):
         sim = dict(sims[i % len(sims)])
-        sim.update(id=f"bench-{i}", trial=i // len(sims))
+        sim.update(id=f"bench-{i}", trial=i)  # the runs share tasks and seeds: each its own trial
         picked.append(sim)
     tasks = {str(s["task_id"]) for s in picked}
     out.write_text(json.dumps({**first, "tasks": [t for t in first.get("tasks", []) if str(t.get("id")) in tasks]
