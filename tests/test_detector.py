@@ -422,11 +422,15 @@ def test_predict_on_a_new_run_writes_calibrated_probabilities_contributions_and_
     done = predict(result.path, new, tmp_path / "run", n_boot=50, top=3)
     p = read_predictions(tmp_path / "run")
     assert len(p) == 12 and p["failure_probability"].between(0, 1).all() and not p["in_training"].any()
-    assert set(p["model"]) == {"final"} and {"feature_1", "contribution_3", "failed", "log_odds"} <= set(p.columns)
-    assert p["feature_1"].notna().all()
-    first = json.loads(p["contributions"].iloc[0])
-    assert [c["feature"] for c in first] == [p[f"feature_{k}"].iloc[0] for k in range(1, len(first) + 1)]
+    assert set(p["model"]) == {"final"} and {"feature_1", "points_3", "reason_1", "failed", "log_odds",
+                                             "base_probability"} <= set(p.columns)
+    assert p["feature_1"].notna().all() and p["reason_1"].notna().all()
+    first = json.loads(p["explanation"].iloc[0])
+    shown = [p[f"feature_{k}"].iloc[0] for k in range(1, 4) if isinstance(p[f"feature_{k}"].iloc[0], str)]
+    assert set(shown) <= {c["feature"] for c in first}
     assert all(c["value"] is None or c["value"] >= 0 for c in first if not c["feature"].startswith("embedding."))
+    assert p["base_probability"].iloc[0] + sum(c["points"] for c in first) / 100 == pytest.approx(
+        p["failure_probability"].iloc[0], abs=1e-6)
     assert done.report["estimator_table_row"]["estimator"] == "detector"
     assert "calibration_on_this_run" in done.report and "leave-one-run-out" in done.report["calibrated_on"]
     assert "detector" in available(tmp_path / "run")
@@ -444,7 +448,8 @@ def test_predict_on_a_new_run_writes_calibrated_probabilities_contributions_and_
         panel = shown[str(row.task_id)]["detector"]
         assert panel["p_failure"] == pytest.approx(row.failure_probability, rel=1e-3, abs=1e-4)  # as shown
         assert shown[str(row.task_id)]["values"][DETECTOR] == pytest.approx(row.failure_probability, rel=1e-3, abs=1e-4)
-        assert [c["feature"] for c in panel["contributions"]][:1] == [row.feature_1]
+        assert row.feature_1 in [c["feature"] for c in panel["contributions"]]
+        assert panel["scale"] == "points" and panel["base"] == pytest.approx(row.base_probability, abs=1e-4)
     # a training run met again: each trajectory scored by the model that left its run out
     again = predict(result.path, result.card["training_runs"][0]["given"], tmp_path / "again", n_boot=0)
     assert again.predictions["in_training"].all()

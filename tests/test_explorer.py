@@ -514,8 +514,11 @@ def test_two_runs_side_by_side_and_a_detectors_slot(run_dir, tmp_path):
     rng = np.random.default_rng(0)
     predictions = rewards[["domain", "task_id", "trial", "seed"]].assign(
         **{DETECTOR: np.clip((rewards["reward"] < 1).astype(float) * 0.5 + rng.random(len(rewards)) * 0.6, 0, 1)})
-    predictions["contributions"] = [json.dumps([{"feature": "structure.tool_errors", "value": 2.0, "contribution": 0.8},
-                                                {"feature": "num_messages", "value": 12.0, "contribution": -0.3}])] * len(rewards)
+    predictions["base_probability"] = 0.3
+    predictions["explanation"] = [json.dumps([
+        {"feature": "structure.tool_errors", "reason": "tool errors: 2", "value": 2.0, "points": 8.25},
+        {"feature": "embedding.agent_last", "reason": "the wording of the agent's last message, most of all message 7 "
+         "(agent): “I cannot change it”", "value": None, "points": -3.0}])] * len(rewards)
     attach_detector(data, predictions, run=0)
     entry = data["estimators"][0]
     assert entry["name"] == DETECTOR and entry["auroc"][1] is None
@@ -531,7 +534,8 @@ def test_two_runs_side_by_side_and_a_detectors_slot(run_dir, tmp_path):
         page.select_option(".aq-estimator", DETECTOR)
         page.locator(".aq-list .aq-item").first.click()
         detector = page.inner_text(".aq-pane >> nth=0 >> .aq-detector")
-        assert "failure probability" in detector and "structure.tool_errors" in detector
+        assert "failure probability" in detector and "tool errors: 2" in detector and "+8.3" in detector
+        assert "30.0 % for an average training trajectory" in detector and "“I cannot change it”" in detector
         options = [page.locator(".aq-pane >> nth=0 >> .aq-compare option").nth(i).inner_text()
                    for i in range(page.locator(".aq-pane >> nth=0 >> .aq-compare option").count())]
         other_run = next(i for i, o in enumerate(options) if o.startswith("B: "))

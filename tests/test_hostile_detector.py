@@ -105,18 +105,18 @@ def set_path(tree, path, value):
 
 # (detector, edit, file, what the one line says)
 CASES = {
-    "a NaN weight": ("logistic", lambda c, m, a: a["final.coef"].__setitem__(0, np.nan), "arrays.npz",
-                     r"final\.coef: holds a value that is not a finite number"),
-    "an infinite scale": ("logistic", lambda c, m, a: a["final.scale"].__setitem__(1, np.inf), "arrays.npz",
-                          r"final\.scale: holds a value that is not a finite number"),
-    "a zero scale": ("logistic", lambda c, m, a: a["final.scale"].__setitem__(1, 0.0), "arrays.npz",
-                     r"final\.scale: holds a scale that is not positive"),
-    "a huge weight": ("logistic", lambda c, m, a: a["final.coef"].__setitem__(0, 1e300), "arrays.npz",
-                      r"final\.coef: holds a value that is not a finite number within"),
-    "an infinite intercept": ("logistic", lambda c, m, a: m["final"].__setitem__("intercept", float("inf")),
-                              "model.json", r"final\.intercept: Input should be a finite number"),
-    "a text intercept": ("logistic", lambda c, m, a: m["final"].__setitem__("intercept", "x"), "model.json",
-                         r"final\.intercept: Input should be a valid number"),
+    "a NaN weight": ("logistic", lambda c, m, a: a["final.full.coef"].__setitem__(0, np.nan), "arrays.npz",
+                     r"final\.full\.coef: holds a value that is not a finite number"),
+    "an infinite scale": ("logistic", lambda c, m, a: a["final.full.scale"].__setitem__(1, np.inf), "arrays.npz",
+                          r"final\.full\.scale: holds a value that is not a finite number"),
+    "a zero scale": ("logistic", lambda c, m, a: a["final.full.scale"].__setitem__(1, 0.0), "arrays.npz",
+                     r"final\.full\.scale: holds a scale that is not positive"),
+    "a huge weight": ("logistic", lambda c, m, a: a["final.full.coef"].__setitem__(0, 1e300), "arrays.npz",
+                      r"final\.full\.coef: holds a value that is not a finite number within"),
+    "an infinite intercept": ("logistic", lambda c, m, a: m["final"]["full"].__setitem__("intercept", float("inf")),
+                              "model.json", r"final\.full\.intercept: Input should be a finite number"),
+    "a text intercept": ("logistic", lambda c, m, a: m["final"]["full"].__setitem__("intercept", "x"), "model.json",
+                         r"final\.full\.intercept: Input should be a valid number"),
     "a NaN calibration slope": ("logistic", lambda c, m, a: m["final_calibration"].__setitem__("a", float("nan")),
                                 "model.json", r"final_calibration\.a: Input should be a finite number"),
     "a calibration constant above 1": ("logistic", lambda c, m, a: m.__setitem__("final_calibration",
@@ -124,12 +124,12 @@ CASES = {
                                        "model.json", r"final_calibration\.constant: Input should be less than"),
     "a leave-one-run-out map of NaN": ("logistic", lambda c, m, a: m["loro"][1]["calibration"].__setitem__(
         "b", float("-inf")), "model.json", r"loro\.1\.calibration\.b: Input should be a finite number"),
-    "weights as text": ("logistic", lambda c, m, a: a.__setitem__("final.coef", a["final.coef"].astype(str)),
-                        "arrays.npz", r"final\.coef: is <U\d+ of 1 dimension\(s\), not float64"),
-    "weights of another shape": ("logistic", lambda c, m, a: a.__setitem__("final.coef", a["final.coef"][:-1]),
-                                 "arrays.npz", r"final\.coef: has shape \(\d+,\), expected"),
-    "weights as a matrix": ("logistic", lambda c, m, a: a.__setitem__("loro0.coef", a["loro0.coef"][None, :]),
-                            "arrays.npz", r"loro0\.coef: is float64 of 2 dimension\(s\)"),
+    "weights as text": ("logistic", lambda c, m, a: a.__setitem__("final.full.coef", a["final.full.coef"].astype(str)),
+                        "arrays.npz", r"final\.full\.coef: is <U\d+ of 1 dimension\(s\), not float64"),
+    "weights of another shape": ("logistic", lambda c, m, a: a.__setitem__("final.full.coef", a["final.full.coef"][:-1]),
+                                 "arrays.npz", r"final\.full\.coef: has shape \(\d+,\), expected"),
+    "weights as a matrix": ("logistic", lambda c, m, a: a.__setitem__("loro0.full.coef", a["loro0.full.coef"][None, :]),
+                            "arrays.npz", r"loro0\.full\.coef: is float64 of 2 dimension\(s\)"),
     "no final model": ("logistic", lambda c, m, a: m.pop("final"), "model.json", r"final: Field required"),
     "runs as a number": ("logistic", lambda c, m, a: m.__setitem__("runs", 3), "model.json",
                          r"runs: Input should be a valid list"),
@@ -137,39 +137,69 @@ CASES = {
                                           r"loro\.0: Input should be a valid dictionary"),
     "a run left out twice": ("logistic", lambda c, m, a: m["loro"][1].__setitem__("run", m["loro"][0]["run"]),
                              "model.json", r"loro\.1\.run: .* is named twice"),
-    "dense names as text": ("logistic", lambda c, m, a: m["final"].__setitem__("dense_names", "length"),
-                            "model.json", r"final\.dense_names: Input should be a valid list"),
-    "a column the extraction never makes": ("logistic", lambda c, m, a: m["final"]["dense_names"].__setitem__(
-        0, "os.system"), "model.json", r"final\.dense_names: 'os\.system' is not a column the extraction makes"),
+    "dense names as text": ("logistic", lambda c, m, a: m["final"]["full"].__setitem__("dense_names", "length"),
+                            "model.json", r"final\.full\.dense_names: Input should be a valid list"),
+    "a column the extraction never makes": ("logistic", lambda c, m, a: m["final"]["full"]["dense_names"].__setitem__(
+        0, "os.system"), "model.json", r"final\.full\.dense_names: 'os\.system' is not a column the extraction makes"),
     "max_tokens of a billion": ("logistic", lambda c, m, a: c["embedder"].__setitem__("max_tokens", 10**9),
                                 "card.json", r"embedder\.max_tokens: Input should be less than or equal to 512"),
     "max_tokens as text": ("logistic", lambda c, m, a: c["embedder"].__setitem__("max_tokens", "128"),
                            "card.json", r"embedder\.max_tokens: Input should be a valid integer"),
     "another embedder named": ("logistic", lambda c, m, a: c["embedder"].__setitem__("name", "minilm"), "model.json",
-                               r"final\.dense_names: embedding\.agent_mean has 256 dimensions where the card's "
+                               r"final\.full\.dense_names: embedding\.agent_mean has 256 dimensions where the card's "
                                r"embedder 'minilm' makes 384"),
     "an unknown embedder": ("logistic", lambda c, m, a: c["embedder"].__setitem__("name", "../evil"), "card.json",
                             r"embedder\.name: Input should be 'minilm'"),
     "groups not the model's": ("logistic", lambda c, m, a: c.__setitem__("feature_groups", ["text", "length"]),
-                               "model.json", r"final\.settings\.groups: .* are not the card's feature_groups"),
+                               "model.json", r"final\.full\.settings\.groups: .* are not the card's feature_groups"),
     "an unknown group": ("logistic", lambda c, m, a: c.__setitem__("feature_groups", ["text", "dns"]), "card.json",
                          r"feature_groups: "),
     "fingerprints as floats": ("logistic", lambda c, m, a: a.__setitem__("fingerprints", a["fingerprints"] * 1.0),
                                "arrays.npz", r"fingerprints: is float64"),
-    "a GBM node its own right child": ("gbm", lambda c, m, a: a["final.tree_nodes"]["right"].__setitem__(0, 0),
-                                       "arrays.npz", r"final\.tree_nodes: tree 0: a node refers to a node the tree "
+    "a GBM node its own right child": ("gbm", lambda c, m, a: a["final.full.tree_nodes"]["right"].__setitem__(0, 0),
+                                       "arrays.npz", r"final\.full\.tree_nodes: tree 0: a node refers to a node the tree "
                                                      r"does not have, or to one not after it \(a cycle\)"),
-    "a GBM node pointing back": ("gbm", lambda c, m, a: a["final.tree_nodes"]["left"].__setitem__(
-        int(np.flatnonzero(~a["final.tree_nodes"]["is_leaf"].astype(bool))[-1]), 0), "arrays.npz",
-                                 r"final\.tree_nodes: tree \d+: a node refers to"),
-    "a NaN leaf": ("gbm", lambda c, m, a: a["final.tree_nodes"]["value"].__setitem__(-1, np.nan), "arrays.npz",
-                   r"final\.tree_nodes: hold a leaf value that is not a finite number"),
-    "tree sizes that lie": ("gbm", lambda c, m, a: a["final.tree_sizes"].__setitem__(0, 10**12), "arrays.npz",
-                            r"final\.tree_sizes: do not add up"),
-    "occlusion of another shape": ("gbm", lambda c, m, a: a.__setitem__("final.occlusion", np.zeros(1)),
-                                   "arrays.npz", r"final\.occlusion: has shape \(1,\), expected"),
-    "more trees than records": ("gbm", lambda c, m, a: m["final"].__setitem__("n_trees", 10**9), "arrays.npz",
-                                r"final\.tree_sizes: do not add up"),
+    "a GBM node pointing back": ("gbm", lambda c, m, a: a["final.full.tree_nodes"]["left"].__setitem__(
+        int(np.flatnonzero(~a["final.full.tree_nodes"]["is_leaf"].astype(bool))[-1]), 0), "arrays.npz",
+                                 r"final\.full\.tree_nodes: tree \d+: a node refers to"),
+    "a NaN leaf": ("gbm", lambda c, m, a: a["final.full.tree_nodes"]["value"].__setitem__(-1, np.nan), "arrays.npz",
+                   r"final\.full\.tree_nodes: hold a leaf value that is not a finite number"),
+    "tree sizes that lie": ("gbm", lambda c, m, a: a["final.full.tree_sizes"].__setitem__(0, 10**12), "arrays.npz",
+                            r"final\.full\.tree_sizes: do not add up"),
+    "occlusion of another shape": ("gbm", lambda c, m, a: a.__setitem__("final.full.occlusion", np.zeros(1)),
+                                   "arrays.npz", r"final\.full\.occlusion: has shape \(1,\), expected"),
+    "more trees than records": ("gbm", lambda c, m, a: m["final"]["full"].__setitem__("n_trees", 10**9), "arrays.npz",
+                                r"final\.full\.tree_sizes: do not add up"),
+    # the selection's own fields (evaluation/detector_selection.py): the GBM detector's final model is stacked on the
+    # full model, the length model and the task prior
+    "an unknown candidate": ("logistic", lambda c, m, a: m["final"].__setitem__("candidate", "os.system"),
+                             "model.json", r"final\.candidate: Input should be 'length'"),
+    "a NaN recalibration": ("logistic", lambda c, m, a: m["final"]["recalibration"].__setitem__("a", float("nan")),
+                            "model.json", r"final\.recalibration\.a: Input should be a finite number"),
+    "a recalibration that reverses the order": ("logistic", lambda c, m, a: m["final"]["recalibration"].__setitem__(
+        "a", -1.0), "model.json", r"final\.recalibration\.a: Input should be greater than 0"),
+    "reference values that lie": ("logistic", lambda c, m, a: a.__setitem__("final.reference",
+                                                                            a["final.reference"][:-1]),
+                                  "arrays.npz", r"final\.reference: holds \d+ values for \d+ reference_names"),
+    "a stacking weight as text": ("gbm", lambda c, m, a: m["final"]["stack"].__setitem__("full", "x"), "model.json",
+                                  r"final\.stack\.full: Input should be a valid number"),
+    "a stacking weight of an unknown part": ("gbm", lambda c, m, a: m["final"]["stack"].__setitem__("evil", 1.0),
+                                             "model.json", r"final\.stack: holds .*an intercept and weights of"),
+    "a length model on another column": ("gbm", lambda c, m, a: a.__setitem__("final.length.column",
+                                                                              np.array(["os.system"])),
+                                         "arrays.npz", r"final\.length\.column: 'os\.system' is not a length"),
+    "an infinite length slope": ("gbm", lambda c, m, a: a["final.length.coef"].__setitem__(0, np.inf), "arrays.npz",
+                                 r"final\.length\.coef: holds a value that is not a finite number"),
+    "a task failing more often than it ran": ("gbm", lambda c, m, a: a["final.prior.failures"].__setitem__(0, 1e5),
+                                              "arrays.npz", r"final\.prior\.tasks: the task prior's tasks, failures "
+                                                            r"and counts do not agree"),
+    "a task prior's rate above 1": ("gbm", lambda c, m, a: a["final.prior.rate"].__setitem__(0, 2.0), "arrays.npz",
+                                    r"final\.prior\.rate: is not one failure rate in \[0, 1\]"),
+    "a stacked model without its task prior": ("gbm", lambda c, m, a: [a.pop(k) for k in list(a)
+                                                                       if k.startswith("final.prior.")],
+                                               "arrays.npz", r"final\.prior: is missing: the stacked detector reads it"),
+    "a fallback on a model that is not a task prior": ("gbm", lambda c, m, a: m["final"].__setitem__(
+        "fallback", {"candidate": "length"}), "model.json", r"final\.fallback: only a task prior falls back"),
 }
 
 
@@ -190,10 +220,11 @@ def test_an_array_header_claiming_more_than_its_member_holds_is_refused_before_n
     import tracemalloc
 
     arrays = read_arrays(detectors["logistic"])
-    folder = resign(detectors["logistic"], tmp_path / "det", arrays_bytes=header_bomb(arrays, "final.coef", shape))
+    folder = resign(detectors["logistic"], tmp_path / "det",
+                    arrays_bytes=header_bomb(arrays, "final.full.coef", shape))
     tracemalloc.start()
     try:
-        with pytest.raises(InputError, match=r"arrays\.npz: member final\.coef\.npy: ") as refused:
+        with pytest.raises(InputError, match=r"arrays\.npz: member final\.full\.coef\.npy: ") as refused:
             load_detector(folder)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
@@ -244,7 +275,7 @@ def test_many_leave_one_run_out_entries_are_refused_or_read_without_rereading_th
 
 def test_predict_says_one_line_on_a_hostile_detector_and_extracts_nothing(detectors, runs, tmp_path):
     folder = edited(detectors["gbm"], tmp_path / "det",
-                    lambda c, m, a: a["final.tree_nodes"]["right"].__setitem__(0, 0))
+                    lambda c, m, a: a["final.full.tree_nodes"]["right"].__setitem__(0, 0))
     code, out, err = run_cli("predict", folder, runs[0], "--out", tmp_path / "run")
     assert_ended_cleanly(code, out, err)
     assert code == 2 and "a node refers to a node the tree does not have" in err
@@ -532,7 +563,9 @@ def test_a_key_shaped_tool_name_never_reaches_a_detector_folder_or_predictions(t
         runs.append(tmp_path / f"r{i}.json")
     trained = train_detector(runs, tmp_path / "det", embedder="hash", groups=["text", "length"], n_boot=0,
                              protocols=["within_run"], min_tasks=1)
-    assert any(t.startswith("call:***") for t in load_detector(trained.path).final.terms)
+    detector = load_detector(trained.path)
+    fulls = [m.full for m in (detector.final, *(model for model, _ in detector.loro.values())) if m.full is not None]
+    assert fulls and any(t.startswith("call:***") for full in fulls for t in full.terms)
     predict(trained.path, runs[0], tmp_path / "run", n_boot=0)
     for folder in (trained.path, tmp_path / "run"):
         for path in folder.rglob("*"):

@@ -7,7 +7,7 @@ computed from the run itself, against the same length baselines. Its probability
 other than this one (a trajectory the detector was trained on is scored by the model that left its run out), so it
 is no tuned readout of this run's labels.
 
-:func:`read_predictions` reads the per-trajectory predictions (probability, model, top contributions) from a run
+:func:`read_predictions` reads the per-trajectory predictions (probability, model, top reasons) from a run
 folder: what a view of the run (the explorer, a report) shows beside each trajectory.
 """
 from __future__ import annotations
@@ -42,8 +42,9 @@ class DetectorProbability(BlackBoxColumn):
 def read_predictions(run_dir: str | os.PathLike | RunDir) -> pd.DataFrame:
     """``predictions.csv`` of a run folder (checked against its manifest): one row per trajectory with its keys,
     ``simulation_id``, ``failure_probability``, ``log_odds``, ``model``, ``in_training``, ``reward`` and ``failed``
-    where labelled, ``feature_k`` / ``contribution_k`` (k = 1 … the number ``predict`` was asked for) and
-    ``contributions``, the JSON text of ``[{feature, value, contribution}, …]``. A FileNotFoundError names the
+    where labelled, ``base_probability``, ``reason_k`` / ``points_k`` / ``feature_k`` (k = 1 … the number ``predict``
+    was asked for) and ``explanation``, the JSON text of ``[{feature, reason, value, points, log_odds}, …]``
+    (:mod:`agentuq_nb.evaluation.detector_explain`). A FileNotFoundError names the
     command that makes it."""
     run = RunDir.of(run_dir)
     path = run.require("predictions")

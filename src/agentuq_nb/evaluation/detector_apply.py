@@ -1,8 +1,8 @@
 """A trained failure detector read back from its folder and applied to trajectories' features.
 
 :func:`load_detector` reads the folder through :func:`agentuq_nb.io.store.detector_dir.read_detector_dir` (checked,
-no pickle) and rebuilds its models (:meth:`~agentuq_nb.evaluation.detector_model.FittedDetector.from_arrays`): the
-final model, the leave-one-run-out models and their Platt maps. :meth:`Detector.predict` scores rows:
+no pickle) and rebuilds its models (:meth:`~agentuq_nb.evaluation.detector_selection.SelectedDetector.from_arrays`):
+the final model, the leave-one-run-out models and their Platt maps. :meth:`Detector.predict` scores rows:
 
 * a trajectory the detector was trained on (its fingerprint, :func:`~agentuq_nb.uq.detector_features.fingerprint`,
   is among the training trajectories') is scored by the model that left its run out, with that model's map (fitted
@@ -11,21 +11,24 @@ final model, the leave-one-run-out models and their Platt maps. :meth:`Detector.
 * any other trajectory by the final model, with the map fitted on all training runs' leave-one-run-out log-odds:
   ``model`` = ``final``. Either way the probability was calibrated on runs other than the one predicted.
 
-Contributions are each model's own (:meth:`~agentuq_nb.evaluation.detector_model.FittedDetector.contributions`).
-
 **The run's own failure rate.** Each map was fitted where the failure rate was its ``source_rate`` (the training
 runs'); the predicted run has its own. :meth:`Detector.adapt_to_run` estimates it from the run's probabilities by
 label-shift EM with a bootstrap interval (:func:`~agentuq_nb.evaluation.label_shift.adapt`; MAP-EM with the prior
 strength the training runs chose, ``prior_strength`` of the map: infinite = not adapted) and moves every probability
 to it (an adjusted intercept). **Seen tasks**: :meth:`Detector.tasks_seen` tells, per trajectory, whether
 its task - its domain and the hash of its instructions (:mod:`agentuq_nb.records.task_identity`) - was among the
-training tasks, and that task's failure rate there (the task prior).
+training tasks, and that task's failure rate there (the task prior); a final model that chose the task prior scores
+a trajectory of a task it never saw by its fallback (:attr:`~.detector_selection.SelectedDetector.fallback`).
+
+**Reasons.** Each model's own, in percentage points of the *printed* probability that sum with the base probability
+to it (:func:`~agentuq_nb.evaluation.detector_explain.explain`): :meth:`Detector.predict` given the run's estimated
+failure rate (``target_rate``) hands explain the map from log-odds to the adapted probability (the Platt map, then the
+label-shift move of the intercept), so the points sum to the probability ``predict`` writes.
 """
 from __future__ import annotations
 
-import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Optional
 
@@ -34,8 +37,10 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
 from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
+from agentuq_nb.evaluation.detector_explain import explain
 from agentuq_nb.evaluation.detector_model import FittedDetector, PlattMap, StateError, first_error, platt_probability
-from agentuq_nb.evaluation.label_shift import RateEstimate, adapt
+from agentuq_nb.evaluation.detector_selection import TASK_KEY, SelectedDetector
+from agentuq_nb.evaluation.label_shift import RateEstimate, adapt, shift_probabilities
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.store.detector_dir import ARRAYS, CARD, MODEL, DetectorFolder, read_detector_dir
 from agentuq_nb.records.task_identity import resolve_id_keys
@@ -60,9 +65,9 @@ class Detector:
     """A detector folder read and rebuilt (see the module docstring)."""
 
     folder: DetectorFolder
-    final: FittedDetector
+    final: SelectedDetector
     final_map: dict[str, Any] | None
-    loro: dict[str, tuple[FittedDetector, dict[str, Any] | None]] = field(default_factory=dict)
+    loro: dict[str, tuple[SelectedDetector, dict[str, Any] | None]] = field(default_factory=dict)
     runs: list[str] = field(default_factory=list)
     fingerprints: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     fingerprint_runs: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
@@ -126,18 +131,34 @@ class Detector:
         strength = float("inf") if raw is None else float(raw)  # JSON has no infinity: null = not adapted
         return adapt(p, np.where(np.isfinite(source), source, np.nan), n_boot, seed, groups, strength=strength)
 
-    def predict(self, features: TrajectoryFeatures, top: int = 5) -> pd.DataFrame:
-        """One row per row of ``features``: ``failure_probability`` (calibrated on the training runs), ``log_odds``,
-        ``source_rate`` (the failure rate its map was calibrated at), ``model``,
-        ``in_training``, the ``top`` contributions as ``feature_k`` / ``contribution_k`` (k = 1 … top) and all of them
-        as ``contributions``: the JSON text of ``[{feature, value, contribution}, …]`` (``value``: the feature's value
-        in the trajectory, null for an embedding block)."""
+    def with_training_task_keys(self, features: TrajectoryFeatures) -> TrajectoryFeatures:
+        """``features`` with each row's ``task_key`` resolved as :meth:`tasks_seen` resolves it (an ``id:`` key to the
+        training task of its domain and id), so that the task prior looks a task up as it was keyed in training."""
+        if self.tasks.empty or TASK_KEY not in features.index:
+            return features
+        index = features.index
+        reference = list(zip(self.tasks["domain"], self.tasks["task_id"], self.tasks["task_key"]))
+        keys = resolve_id_keys([str(d) for d in index["domain"]], [str(t) for t in index["task_id"]],
+                               list(index[TASK_KEY]), reference)
+        return replace(features, index=index.assign(**{TASK_KEY: list(keys)}))
+
+    def predict(self, features: TrajectoryFeatures, top: int = 5, target_rate: float | None = None,
+                explained: bool = True) -> pd.DataFrame:
+        """One row per row of ``features``: ``failure_probability`` (calibrated; with ``target_rate``, the run's
+        estimated failure rate from :meth:`adapt_to_run`, moved to it as :func:`~.label_shift.adapt` moves it),
+        ``base_probability``, ``log_odds``, ``source_rate`` (the failure rate its map was calibrated at), ``model``,
+        ``in_training``, the ``top`` reasons as ``reason_k`` (a sentence), ``points_k`` (percentage points of the
+        probability) and ``feature_k`` (the feature's name), k = 1 … top, and ``explanation``: the JSON text of the
+        reasons (:func:`~agentuq_nb.evaluation.detector_explain.explain`: base + all points / 100 = the
+        ``failure_probability`` written, adapted or not). ``explained=False``: the probabilities only (no reasons)."""
         n = len(features)
-        out = pd.DataFrame({"failure_probability": np.full(n, np.nan), "log_odds": np.full(n, np.nan),
-                            "source_rate": np.full(n, np.nan), "model": FINAL, "in_training": False,
-                            "contributions": "[]"})
+        features = self.with_training_task_keys(features)
+        out = pd.DataFrame({"failure_probability": np.full(n, np.nan), "base_probability": np.full(n, np.nan),
+                            "log_odds": np.full(n, np.nan), "source_rate": np.full(n, np.nan), "model": FINAL,
+                            "in_training": False})
         for k in range(1, top + 1):
-            out[f"feature_{k}"], out[f"contribution_{k}"] = None, np.nan
+            out[f"reason_{k}"], out[f"points_{k}"], out[f"feature_{k}"] = None, np.nan, None
+        out["explanation"] = "[]"
         training = self.training_run_of(features.index["fingerprint"].to_numpy(dtype=np.int64))
         assignment = np.array([LORO_PREFIX + r if r is not None and r in self.loro else FINAL for r in training],
                               dtype=object)
@@ -148,19 +169,27 @@ class Detector:
             part = features.take(rows)
             log_odds = model.log_odds(part)
             out.loc[rows, "log_odds"] = log_odds
-            out.loc[rows, "failure_probability"] = platt_probability(mapping, log_odds)
-            out.loc[rows, "source_rate"] = (mapping or {}).get("source_rate", np.nan)
+            source = (mapping or {}).get("source_rate")
+            printed = printed_probability(mapping, source, target_rate)
+            out.loc[rows, "failure_probability"] = printed(log_odds)
+            out.loc[rows, "source_rate"] = np.nan if source is None else source
             out.loc[rows, "model"] = name
-            contributions = model.contributions(part, top)
-            for rank, group in contributions.groupby("rank"):
-                at = rows[group["row"].to_numpy()]
-                out.loc[at, f"feature_{rank}"] = group["feature"].to_numpy()
-                out.loc[at, f"contribution_{rank}"] = group["contribution"].to_numpy()
-            for row, group in contributions.groupby("row"):
-                out.at[rows[row], "contributions"] = json.dumps(
-                    [{"feature": f, "value": None if not np.isfinite(v) else float(v), "contribution": float(c)}
-                     for f, v, c in zip(group["feature"], group["value"], group["contribution"])])
+            if not explained:
+                continue
+            reasons = explain(model, part, printed, top)
+            for column in reasons.columns:
+                out.loc[rows, column] = reasons[column].to_numpy()
         return out
+
+
+def printed_probability(mapping: dict[str, Any] | None, source_rate: float | None, target_rate: float | None):
+    """The function from a model's log-odds to the probability ``predict`` writes: its Platt map, then (with a
+    ``target_rate`` and a map that knows its ``source_rate``) the label-shift move to the run's rate
+    (:func:`~.label_shift.shift_probabilities`, as :func:`~.label_shift.adapt` moves it) - the one function the
+    points of an explanation are taken along, so that they sum to the probability written."""
+    if target_rate is None or source_rate is None or not np.isfinite(target_rate):
+        return lambda s: platt_probability(mapping, s)
+    return lambda s: shift_probabilities(platt_probability(mapping, s), source_rate, target_rate)
 
 
 class EmbedderCard(BaseModel):
@@ -255,18 +284,23 @@ def load_detector(path: str | os.PathLike) -> Detector:
         prefix, _, name = key.partition(".")
         by_prefix.setdefault(prefix, {})[name] = value
 
-    def rebuilt(prefix: str, meta: dict[str, Any], where: str) -> FittedDetector:
+    def rebuilt(prefix: str, meta: dict[str, Any], where: str) -> SelectedDetector:
         try:
-            fitted = FittedDetector.from_arrays(meta, by_prefix.get(prefix, {}))
+            selected = SelectedDetector.from_arrays(meta, by_prefix.get(prefix, {}))
         except StateError as err:
             if err.part == "arrays":
                 raise InputError(arrays_path, f"{prefix}.{err}") from None
             raise InputError(model_path, f"{where}.{err}") from None
-        if set(fitted.settings.groups) != set(groups):
-            raise InputError(model_path, f"{where}.settings.groups: {list(fitted.settings.groups)} are not the card's "
-                                         f"feature_groups {list(groups)}")
-        check_columns(fitted, made, dim, card.embedder.name, model_path, where)
-        return fitted
+        written_by_selection = isinstance(meta, dict) and "candidate" in meta  # else: a folder before the selection
+        for at, fitted in ((f"{where}.full" if written_by_selection else where, selected.full),
+                           (f"{where}.fallback.full", None if selected.fallback is None else selected.fallback.full)):
+            if fitted is None:
+                continue
+            if set(fitted.settings.groups) != set(groups):
+                raise InputError(model_path, f"{at}.settings.groups: {list(fitted.settings.groups)} are not the "
+                                             f"card's feature_groups {list(groups)}")
+            check_columns(fitted, made, dim, card.embedder.name, model_path, at)
+        return selected
 
     def calibration(params: Any, where: str) -> dict[str, Any] | None:
         try:

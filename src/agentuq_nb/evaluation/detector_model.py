@@ -37,8 +37,8 @@ JSON-able description and numeric arrays (and the terms as a unicode array); rea
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from typing import Annotated, Any, Optional
 
 import numpy as np
@@ -481,10 +481,13 @@ def fit_text(counts: sp.csr_matrix, vocabulary: list[str], settings: DetectorSet
 
 def fit_detector(features: TrajectoryFeatures, failure: np.ndarray, groups: np.ndarray,
                  settings: DetectorSettings = DetectorSettings(),
-                 on_fit: Callable[[np.ndarray], None] | None = None) -> FittedDetector:
+                 on_fit: Callable[[np.ndarray], None] | None = None,
+                 fixed: dict[str, Any] | None = None) -> FittedDetector:
     """Fit a detector on every row of ``features`` (the training rows: select them first with
     :meth:`TrajectoryFeatures.take`); ``failure`` their labels, ``groups`` their tasks (the inner folds).
-    ``on_fit(index)`` is told the ``index`` rows it was fitted on (a test's hook)."""
+    ``on_fit(index)`` is told the ``index`` rows it was fitted on (a test's hook). ``fixed``: the hyperparameters
+    to use instead of choosing them by inner folds (``{"C": c}``, or ``{"gbm": params}``) - the model selection's
+    inner fits (:mod:`.detector_selection`)."""
     from sklearn.decomposition import TruncatedSVD
     from sklearn.ensemble import HistGradientBoostingClassifier
     from sklearn.linear_model import LogisticRegression, LogisticRegressionCV
@@ -520,10 +523,10 @@ def fit_detector(features: TrajectoryFeatures, failure: np.ndarray, groups: np.n
             scale = np.concatenate([text_scale, dense_scaler.scale_ if dense_scaler else np.zeros(0)])
             out.scale = np.where(scale > MIN_SCALE, scale, 1.0)
             Z = out.design(features)
-            splits = inner_folds(y, g, settings.inner_splits, settings.seed)
+            splits = None if fixed else inner_folds(y, g, settings.inner_splits, settings.seed)
             if splits is None:
-                model = LogisticRegression(max_iter=2000).fit(Z, y)
-                out.C = 1.0
+                out.C = float((fixed or {}).get("C") or 1.0)
+                model = LogisticRegression(C=out.C, max_iter=2000).fit(Z, y)
             else:
                 model = LogisticRegressionCV(Cs=list(C_GRID), cv=splits, scoring=INNER_SCORING, max_iter=2000,
                                              **NEW_CV_ARGS).fit(Z, y)
@@ -540,14 +543,40 @@ def fit_detector(features: TrajectoryFeatures, failure: np.ndarray, groups: np.n
                 occlusion = np.nanmedian(X, axis=0) if X.shape[1] else np.zeros(0)
             out.occlusion = np.where(np.isfinite(occlusion), occlusion, 0.0)
             gbm = HistGradientBoostingClassifier(random_state=settings.seed, **GBM_FIXED)
-            splits = inner_folds(y, g, settings.inner_splits, settings.seed)
+            splits = None if fixed else inner_folds(y, g, settings.inner_splits, settings.seed)
             if splits is None:
-                fitted = gbm.set_params(**{k: v[0] for k, v in GBM_GRID.items()}).fit(X, y)
+                chosen = (fixed or {}).get("gbm") or {k: v[0] for k, v in GBM_GRID.items()}
+                fitted = gbm.set_params(**chosen).fit(X, y)
             else:
                 fitted = GridSearchCV(gbm, GBM_GRID, cv=splits, scoring=INNER_SCORING).fit(X, y).best_estimator_
             out.gbm_params = {k: fitted.get_params()[k] for k in GBM_GRID}
             out.trees = [predictor for iteration in fitted._predictors for predictor in iteration]
             out.intercept = float(np.ravel(fitted._baseline_prediction)[0])
+    return out
+
+
+def fit_logistic_path(features: TrajectoryFeatures, failure: np.ndarray, groups: np.ndarray,
+                      settings: DetectorSettings, Cs: Sequence[float]) -> list[FittedDetector]:
+    """The logistic detector fitted at each regularization of ``Cs`` (ascending: each fit starts from the previous
+    one's coefficients) on the same vocabulary, medians and standardization - what the model selection's inner folds
+    choose ``C`` among (:mod:`.detector_selection`)."""
+    from sklearn.linear_model import LogisticRegression
+
+    Cs = sorted(float(c) for c in Cs)
+    first = fit_detector(features, failure, groups, settings, fixed={"C": Cs[0]})
+    if first.constant is not None or len(Cs) == 1:
+        return [first] * len(Cs)
+    y = np.asarray(failure, dtype=bool)
+    Z = first.design(features)
+    model = LogisticRegression(C=Cs[0], max_iter=2000, warm_start=True)
+    model.coef_, model.intercept_ = first.coef[None, :].copy(), np.array([first.intercept])
+    model.classes_ = np.array([False, True])
+    out = [first]
+    with one_thread():
+        for C in Cs[1:]:
+            model.set_params(C=C).fit(Z, y)
+            out.append(replace(first, coef=model.coef_.ravel().astype(float).copy(),
+                               intercept=float(model.intercept_[0]), C=C))
     return out
 
 

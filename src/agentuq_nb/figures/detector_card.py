@@ -169,6 +169,15 @@ def card_markdown(card: dict[str, Any]) -> str:
               "", *protocol_lines(card), ""]
     for name in card.get("protocols", {}):
         lines.append(f"- **{name}**: {DETECTOR_PROTOCOLS.get(name, '')}")
+    final = (card.get("selection") or {}).get("final") or {}
+    if final.get("selected"):
+        lines += ["", "## The model chosen", "",
+                  f"The final model (what `predict` applies to a new run) is **{final['selected']}**, chosen inside "
+                  f"the training runs by inner folds of whole runs: {final.get('why', '')}."]
+        if final.get("fallback"):
+            lines += ["", f"The task prior knows only the tasks it was trained on: on a task it never saw it would give "
+                          f"every trajectory the same probability (the training base rate), so those trajectories are "
+                          f"scored by **{final['fallback']}** instead; `predict` says how many it scored so."]
     lines += ["", "## Probabilities on runs it never saw", "",
               f"Calibrated on {(card.get('calibration') or {}).get('probabilities')}. `predict` then estimates the "
               "predicted run's own failure rate from its scores (label-shift EM) and moves every probability to it. "

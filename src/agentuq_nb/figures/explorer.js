@@ -308,18 +308,25 @@ function render({ model, el }) {
 
   function detectorView(d) {
     const top = d.contributions.slice(0, 12);
-    const scale = Math.max(1e-9, ...top.map((c) => Math.abs(c.contribution || 0)));
+    const points = d.scale === "points";
+    const size = (c) => Math.abs((points ? c.points : c.log_odds) || 0);
+    const scale = Math.max(1e-9, ...top.map(size));
+    const sign = (c) => ((points ? c.points : c.log_odds) || 0) > 0;
+    const head = points && d.base !== null && d.base !== undefined
+      ? `Learned detector: failure probability ${fmt(100 * d.p_failure, 1)} % = ${fmt(100 * d.base, 1)} % for an average training trajectory, plus the reasons below (percentage points; the ${top.length} largest, interpretable ones first)`
+      : `Learned detector: failure probability ${fmt(d.p_failure, 2)}`;
     return h("div", { class: "aq-detector" },
-      h("div", { class: "aq-section-head" }, `Learned detector: failure probability ${fmt(d.p_failure, 2)}`,
+      h("div", { class: "aq-section-head" }, head,
         h("span", { class: "aq-bar aq-pbar", style: `width:${Math.round(120 * (d.p_failure || 0))}px` })),
       top.length ? h("table", { class: "aq-table aq-contrib" },
-        h("tr", {}, h("th", {}, "feature"), h("th", {}, "value"), h("th", {}, "contribution (log-odds)"),
+        h("tr", {}, h("th", {}, "reason"), h("th", {}, points ? "points" : "contribution (log-odds)"),
           h("th", { class: "aq-diverge-head" }, h("span", {}, "← toward success"), h("span", {}, "toward failure →"))),
-        ...top.map((c) => h("tr", {},
-          h("td", {}, c.feature), h("td", {}, fmt(c.value)), h("td", {}, fmt(c.contribution)),
+        ...top.map((c) => h("tr", { title: c.feature },
+          h("td", {}, c.reason || c.feature),
+          h("td", {}, points ? `${c.points > 0 ? "+" : ""}${fmt(c.points, 1)}` : fmt(c.log_odds)),
           h("td", { class: "aq-diverge" }, h("span", {
-            class: `aq-bar ${(c.contribution || 0) > 0 ? "aq-up" : "aq-down"}`,
-            style: `width:${Math.round(80 * Math.abs(c.contribution || 0) / scale)}px` }))))) : null);
+            class: `aq-bar ${sign(c) ? "aq-up" : "aq-down"}`,
+            style: `width:${Math.round(80 * size(c) / scale)}px` }))))) : null);
   }
 
   // ------------------------------------------------------------------ why it got its reward

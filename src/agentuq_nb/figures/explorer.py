@@ -26,7 +26,8 @@ with the highest AUROC among those *not* tuned on the run's labels (:func:`defau
   resampled actions in their clusters.
 
 **A learned detector.** A run folder holding a detector's ``predictions.csv`` (the predict step, :mod:`agentuq_nb.steps.predict`) shows its
-failure probability as the ``detector`` estimator and, per trajectory, a panel of the features' contributions
+failure probability as the ``detector`` estimator and, per trajectory, a panel of its reasons in percentage points of
+that probability, interpretable ones first, an embedding block named by the message that moved it most
 (:func:`run_detector_panels`); :func:`attach_detector` does the same for predictions made elsewhere. A link
 ``#trajectory=<key>`` (:func:`trajectory_key`; the run's report links every trajectory so) opens that trajectory.
 
@@ -569,22 +570,33 @@ def masked_page_data(data: dict) -> dict:
 
 def detector_panels(predictions: pd.DataFrame, run: int) -> dict[str, dict]:
     """Each trajectory's detector panel of run ``run``, by its key: ``predictions`` holds the trajectory keys
-    (``domain, task_id, trial, seed``), :data:`DETECTOR` (the failure probability) and optionally ``contributions``:
-    per trajectory a list of ``{feature, value, contribution}`` (or its JSON text, as ``predictions.csv`` holds it),
-    the features that pushed the probability up (> 0) or down, largest first."""
+    (``domain, task_id, trial, seed``), :data:`DETECTOR` (the failure probability) and optionally
+    ``base_probability`` and ``explanation``: per trajectory a list of ``{feature, reason, value, points}`` (or its
+    JSON text, as ``predictions.csv`` holds it; :mod:`agentuq_nb.evaluation.detector_explain`), shown in its order -
+    interpretable reasons first - each in percentage points of the probability (base + all points = the
+    probability). Predictions of an earlier version (``contributions``, on the log-odds scale) are shown as they
+    are, their scale said."""
     missing = [c for c in [*TRAJECTORY_KEYS, DETECTOR] if c not in predictions.columns]
     if missing:
         raise ValueError(f"detector predictions lack the column(s) {', '.join(missing)}")
     frame = key_dtypes(predictions)
-    contributions = frame["contributions"] if "contributions" in frame.columns else pd.Series(None, index=frame.index)
+    column = "explanation" if "explanation" in frame.columns else "contributions"
+    reasons = frame[column] if column in frame.columns else pd.Series(None, index=frame.index)
+    base = frame["base_probability"] if "base_probability" in frame.columns else pd.Series(None, index=frame.index)
     panels = {}
-    for key, p, contribution in zip(_keyed(frame, run), frame[DETECTOR], contributions):
-        if isinstance(contribution, str):
-            contribution = json.loads(contribution)
-        rows = [{"feature": str(c["feature"]), "value": _num(c.get("value")), "contribution": _num(c["contribution"])}
-                for c in (contribution if isinstance(contribution, list) else [])]
-        rows.sort(key=lambda c: -abs(c["contribution"] or 0))
-        panels[key] = {"p_failure": _num(p), "contributions": rows}
+    for key, p, b, given in zip(_keyed(frame, run), frame[DETECTOR], base, reasons):
+        if isinstance(given, str):
+            given = json.loads(given)
+        items = given if isinstance(given, list) else []
+        if column == "explanation":
+            rows = [{"feature": str(c["feature"]), "reason": str(c.get("reason") or c["feature"]),
+                     "value": _num(c.get("value")), "points": _num(c.get("points"))} for c in items]
+        else:
+            rows = sorted(({"feature": str(c["feature"]), "reason": str(c["feature"]), "value": _num(c.get("value")),
+                            "log_odds": _num(c["contribution"])} for c in items),
+                          key=lambda c: -abs(c["log_odds"] or 0))
+        panels[key] = {"p_failure": _num(p), "base": _num(b), "scale": "points" if column == "explanation" else
+                       "log-odds", "contributions": rows}
     return panels
 
 

@@ -459,8 +459,14 @@ def predictions_section(path: str | os.PathLike, note: str | None = None) -> str
     except (InputError, OSError, ValueError, pd.errors.ParserError) as err:
         return paragraph(f"{path.name} is there but could not be read: {err}", "warn")
     more = f" (the first {MAX_PREDICTION_ROWS}; the file holds more)" if len(frame) == MAX_PREDICTION_ROWS else ""
-    return (paragraph(f"{path.name}: a detector's failure probability per trajectory, as the file has it{more}.")
-            + (paragraph(note, "warn") if note else "") + html_table(frame, scroll=True))
+    machine = [c for c in frame.columns if c in ("explanation", "contributions", "log_odds")
+               or c.startswith("feature_")]  # the JSON and the feature names: in the file, not on the page
+    shown = frame.drop(columns=machine)
+    reasons = ("; reason_k in words (an embedding block named by the message that moved it most) and points_k in "
+               "percentage points of the probability, which sum with base_probability to it"
+               if "points_1" in frame.columns else "")
+    return (paragraph(f"{path.name}: a detector's failure probability per trajectory, as the file has it{reasons}"
+                      f"{more}.") + (paragraph(note, "warn") if note else "") + html_table(shown, scroll=True))
 
 
 def run_report(title: str, subtitle: str, counts: Sequence[tuple[str, object]], warning: str | None,

@@ -307,8 +307,8 @@ class DetectorSignal(OnlineSignal):
         features = extract_job(FeatureJob([sim], point.domain, d.groups, d.embedder, d.embed_max_tokens,
                                           {name: "write" for name in point.write_tools}))
         scored = d.predict(features, top=3).iloc[0]
-        top = {scored[f"feature_{k}"]: round(float(scored[f"contribution_{k}"]), 4) for k in range(1, 4)
-               if isinstance(scored[f"feature_{k}"], str)}
+        top = {scored[f"feature_{k}"]: round(float(scored[f"points_{k}"]), 4) for k in range(1, 4)
+               if isinstance(scored[f"feature_{k}"], str)}  # percentage points of the probability
         return SignalValue(finite_or_nan(scored["failure_probability"]),
                            details={"model": scored["model"], "messages_seen": len(sim.messages),
                                     "top_contributions": top})

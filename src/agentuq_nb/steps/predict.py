@@ -10,13 +10,14 @@ features it was trained with, and one commit publishes:
 * ``predictions.csv`` - one row per trajectory: the keys, ``simulation_id``, ``failure_probability`` (calibrated on runs
   other than this one, then moved to this run's estimated failure rate: label-shift EM,
   :mod:`agentuq_nb.evaluation.label_shift`), ``failure_probability_training_rate`` (before that move: at the training
-  runs' rate), ``log_odds``, ``source_rate`` (that training rate), ``model`` (``final``, or
+  runs' rate), ``base_probability``, ``log_odds``, ``source_rate`` (that training rate), ``model`` (``final``, or
   ``leave-one-run-out:<run>`` for a trajectory the detector was trained on), ``in_training``, ``task_key`` (the task's
   identity: ``content:<hash of its instructions>``, or ``id:<task id>`` where the results hold no task content),
   ``task_seen`` (its task was among the training tasks), ``task_prior`` (that task's failure rate in training), the
-  ``reward`` and ``failed`` where the run is labelled, and the ``top``
-  contributions (``feature_k``, ``contribution_k``, and all of them with each feature's value as the JSON column
-  ``contributions``; what they are: ``detector.json``'s ``contributions``);
+  ``reward`` and ``failed`` where the run is labelled, and the ``top`` reasons (``reason_k``: a sentence - an
+  embedding block named by the message that moved it most; ``points_k``: percentage points of the probability
+  written, the adapted one; ``feature_k``: the feature's name; and the JSON column ``explanation``;
+  ``base_probability`` + all points / 100 = ``failure_probability``, ``detector.json``'s ``explanations`` says how);
 * ``detector_scores.parquet`` - the probability as the ``detector`` estimator family reads it, so that
   ``compare-estimators`` and ``compare-runs`` rank it beside the other families;
 * ``detector.json`` - which detector (its folder, card hash, training runs, protocols), how the probabilities were
@@ -113,6 +114,7 @@ def run(run_dir: str | os.PathLike | RunDir, config: PredictConfig) -> Predictio
     """Score the run's trajectories with the detector and publish (see the module docstring)."""
     from agentuq_nb.evaluation.calibration import calibration_report
     from agentuq_nb.evaluation.detector_apply import load_detector
+    from agentuq_nb.evaluation.detector_explain import POINTS
     from agentuq_nb.evaluation.detector_model import CONTRIBUTIONS
 
     start = time.perf_counter()
@@ -135,15 +137,17 @@ def run(run_dir: str | os.PathLike | RunDir, config: PredictConfig) -> Predictio
             raise InputError(source.results, f"holds {len(keys)} trajectories where the run {folder.path} has "
                                               f"{len(rewards)}: the results changed since they were extracted; "
                                               "extract them again")
-        scored = detector.predict(features, config.top)
         index = features.index
         reward = index["reward"].to_numpy(dtype=float)
         seen = detector.tasks_seen(index["domain"], index["task_id"], index["task_key"])
         tasks = (index["domain"].astype(str) + "\x1f" + seen["task_key"].astype(str)).to_numpy(dtype=object)
-        estimate, adapted = detector.adapt_to_run(scored, tasks, config.n_boot, config.seed)
-        calibrated = scored["failure_probability"].to_numpy(dtype=float)
+        at_training_rate = detector.predict(features, explained=False)
+        estimate, _ = detector.adapt_to_run(at_training_rate, tasks, config.n_boot, config.seed)
+        # scored at the run's estimated rate, the reasons taken along that map: their points sum to the adapted
+        # probability written (a folder without training rates, or not adapted: the calibrated one)
+        scored = detector.predict(features, config.top, None if estimate is None else estimate.rate)
+        calibrated = at_training_rate["failure_probability"].to_numpy(dtype=float)
         scored.insert(1, "failure_probability_training_rate", calibrated)
-        scored["failure_probability"] = np.where(np.isfinite(adapted), adapted, calibrated)
         at = scored.columns.get_loc("in_training") + 1
         for offset, name in enumerate(("task_key", "task_seen", "task_prior")):
             scored.insert(at + offset, name, seen[name].to_numpy())
@@ -164,6 +168,8 @@ def run(run_dir: str | os.PathLike | RunDir, config: PredictConfig) -> Predictio
                               for r in card.get("training_runs", [])],
             "protocols": card.get("protocols"), "calibrated_on": card.get("calibration", {}).get("probabilities"),
             "contributions": CONTRIBUTIONS.get(card.get("settings", {}).get("model", ""), ""),
+            "explanations": POINTS, "selected": card.get("final_model", {}).get("selected"),
+            "fallback": fallback_report(detector, features, scored),
             "n": int(len(predictions)), "n_labelled": int(labelled.sum()),
             "n_in_training": int(predictions["in_training"].sum()),
             "tasks_seen": seen_summary(seen),
@@ -191,6 +197,22 @@ def run(run_dir: str | os.PathLike | RunDir, config: PredictConfig) -> Predictio
         report["estimator_table_row"] = json_ready(row[row["estimator"] == ESTIMATOR].iloc[0].to_dict())
     report["seconds"] = time.perf_counter() - start
     return Predictions(folder.path, predictions, report, row)
+
+
+def fallback_report(detector, features, scored: pd.DataFrame) -> dict[str, Any] | None:
+    """Where the final model is the task prior: how many trajectories it scored by its fallback (their task unseen:
+    the prior alone would give them all one probability) and which candidate that is; None otherwise."""
+    from agentuq_nb.evaluation.detector_apply import FINAL
+
+    fallback = detector.final.fallback
+    if fallback is None:
+        return None
+    unseen = ~detector.final.seen(detector.with_training_task_keys(features))
+    n = int((unseen & (scored["model"].to_numpy(dtype=object) == FINAL)).sum())
+    return {"candidate": fallback.candidate, "n": n,
+            "why": "the final model is the task prior, which knows only the training tasks: a trajectory of a task it "
+                   f"never saw is scored by {fallback.candidate}, the best candidate that does not read the task's "
+                   "history"}
 
 
 def seen_summary(seen: pd.DataFrame) -> dict[str, Any]:
@@ -284,7 +306,7 @@ def command_run(options: dict[str, Any], run_dir: None = None) -> tuple[Path, Pr
 def show(result: Predictions, run_dir: Path, config: PredictConfig, say: Reporter) -> None:
     """What predict prints: the most likely failures, the count, the detector's row on a labelled run."""
     shown = result.predictions.sort_values("failure_probability", ascending=False).head(20)
-    cols = [c for c in ("task_id", "trial", "failure_probability", "failed", "model", "feature_1", "contribution_1")
+    cols = [c for c in ("task_id", "trial", "failure_probability", "failed", "model", "points_1", "reason_1")
             if c in shown]
     say.say(shown[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     report = result.report
@@ -307,6 +329,11 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
     """The run's estimated failure rate (beside its own where labelled), the share of its tasks seen in training, and
     on a labelled run the detector against the task's history and length."""
     lines = []
+    fallback = report.get("fallback")
+    if fallback:
+        lines.append(f"the final model is the task prior: {fallback['n']} of {report['n']} trajectories, of tasks it "
+                     f"never saw, were scored by {fallback['candidate']} instead (the prior alone would give them all "
+                     "one probability)")
     rate = report.get("failure_rate") or {}
     own = (f"; its own (labelled) rate: {rate['true_rate']:.3f}" if rate.get("true_rate") is not None else "")
     if rate.get("estimated") is not None and rate.get("resampled") != "none":

@@ -5,7 +5,10 @@ judged by every protocol against length and the task prior, saved as a detector 
    the groups chosen (text, black-box, embeddings, length), extracted batch by batch on the job executor.
 2. **Protocols** (:mod:`agentuq_nb.evaluation.detector_protocols`): for each, every fold's model is fitted on its
    training rows only (vocabulary, IDF, medians, scales and the hyperparameters chosen by inner folds by task:
-   :func:`~agentuq_nb.evaluation.detector_model.fit_detector`) and scores its held-out rows; the pooled within-run
+   :func:`~agentuq_nb.evaluation.detector_model.fit_detector`), chosen among length alone, the task prior alone
+   (where tasks recur), the full model and the full model stacked on them by inner folds of the protocol's own kind
+   of split (:func:`~agentuq_nb.evaluation.detector_selection.select_detector`), and scores its held-out rows; the
+   pooled within-run
    AUROC of those out-of-fold scores is compared with the best length baseline and with the task prior by the
    paired bootstrap (tasks resampled within runs). Where several fold models score one run (within-run and
    run-and-task-out), pairs of trajectories scored by *different* models also count: their scores differ by the
@@ -13,7 +16,8 @@ judged by every protocol against length and the task prior, saved as a detector 
    the comparison on pairs scored by one model only (strata = run × fold). Each protocol's held-out scores are turned
    into probabilities calibrated on the *other* runs (Platt), with ECE, Brier and reliability bins. ``on_fit(protocol, fold, rows)``
    is told the rows each fold's model was actually fitted on (the leakage test's hook).
-3. **The detector**: a model of all labelled rows (the final model), and one per left-out run (the
+3. **The detector**: a model of all labelled rows (the final model, chosen as the folds' are by inner folds of
+   whole runs: a new run's tasks may or may not be the training runs'), and one per left-out run (the
    leave-one-run-out models). Its probabilities are calibrated on runs other than the one predicted: the final
    model's Platt map is fitted on the leave-one-run-out log-odds of all training runs (each from a model that never
    saw it); a training trajectory met again by ``predict`` (found by its fingerprint) is scored by the model that
@@ -71,8 +75,9 @@ from agentuq_nb.uq.detector_features import (
 )
 
 if TYPE_CHECKING:  # the statistics are imported when the step runs: the command line starts without them
-    from agentuq_nb.evaluation.detector_model import DetectorSettings, FittedDetector
+    from agentuq_nb.evaluation.detector_model import DetectorSettings
     from agentuq_nb.evaluation.detector_protocols import Fold
+    from agentuq_nb.evaluation.detector_selection import SelectedDetector
 
 STEP = Step("train-detector", "agentuq-nb train-detector RUN_OR_RESULTS ... --out DETECTOR_DIR", run_folder=False)
 #: the protocol whose fold models are read on prefixes (early detection) by default: run- and task-disjoint
@@ -113,9 +118,10 @@ class TrainDetectorConfig(StepConfig):
     n_boot: NBootField = Field(description="bootstrap resamples (tasks within runs)")
     seed: SeedField = Field(description="seed of the folds and the bootstrap")
     embedder: Literal["minilm", "minilm-static", "hash", "none"] = Field(
-        "minilm", description="sentence embeddings (minilm-static: MiniLM distilled into a static table, as the "
-        "black-box signals embed by default, ~100× faster on texts never embedded before; hash: a bag-of-words hash, "
-        "for tests; none: no embeddings group and no TRACER)")
+        "minilm-static", description="sentence embeddings (minilm-static, the default: MiniLM distilled into a static "
+        "table, as the black-box signals embed by default, ~100× faster on texts never embedded before and no worse "
+        "on the shared runs' protocols (benchmarks/RESULTS.md); minilm: the transformer itself; hash: a bag-of-words "
+        "hash, for tests; none: no embeddings group and no TRACER)")
     embed_max_tokens: int = Field(128, ge=EMBED_MAX_TOKENS_RANGE[0], le=EMBED_MAX_TOKENS_RANGE[1],
                                   description="word pieces MiniLM reads of each text")
     max_terms: int = Field(DETECTOR_MAX_TERMS, ge=1, le=200_000, description="text terms a model keeps (the most frequent)")
@@ -189,7 +195,7 @@ class ProtocolRun:
 
     protocol: str
     folds: list[Fold]
-    models: list[FittedDetector]
+    models: list[SelectedDetector]
     log_odds: np.ndarray
     probability: np.ndarray
     row: dict[str, Any]
@@ -219,13 +225,26 @@ def labelled_rows(features: TrajectoryFeatures, failure_threshold: float) -> tup
     return rows, failure_labels(reward[rows], failure_threshold)
 
 
+def selection_summary(models: list[SelectedDetector]) -> dict[str, Any]:
+    """What the protocol's fold models chose: ``selected`` (the candidate most folds chose), ``selected_folds`` (how
+    many folds chose each) and ``inner_<candidate>`` (each candidate's inner-fold score, averaged over the folds that
+    scored it)."""
+    if not models:
+        return {}
+    chosen = pd.Series([m.candidate for m in models]).value_counts()
+    scores = pd.DataFrame([m.selection.get("scores", {}) for m in models], dtype=float)
+    out: dict[str, Any] = {"selected": str(chosen.index[0]),
+                           "selected_folds": "; ".join(f"{k} {v}" for k, v in chosen.items())}
+    out.update({f"inner_{c}": float(scores[c].mean()) for c in scores.columns if scores[c].notna().any()})
+    return out
+
+
 def evaluate_protocol(protocol: str, labelled: TrajectoryFeatures, failure: np.ndarray, settings: DetectorSettings,
                       n_splits: int, n_boot: int, seed: int,
                       on_fit: Callable[[str, Fold, pd.DataFrame], None] | None = None, threads: int = 1) -> ProtocolRun:
     """Fit every fold of ``protocol`` on its training rows (``threads`` folds at once, on the job executor), score its
     held-out rows, compare (module docstring)."""
     from agentuq_nb.evaluation.calibration import one_thread
-    from agentuq_nb.evaluation.detector_model import fit_detector
     from agentuq_nb.evaluation.detector_protocols import (
         calibration_summary,
         cross_fit,
@@ -233,19 +252,18 @@ def evaluate_protocol(protocol: str, labelled: TrajectoryFeatures, failure: np.n
         held_out_probabilities,
         protocol_comparison,
         protocol_folds,
-        task_keys,
     )
+    from agentuq_nb.evaluation.detector_selection import select_detector
 
     index = labelled.index
     runs, domains, task_ids = (index[c].to_numpy(dtype=object) for c in ("run", "domain", TASK_COLUMN))
-    tasks = task_keys(domains, task_ids)
     folds = protocol_folds(protocol, runs, domains, task_ids, failure, n_splits, seed)
 
-    def fit(fold: Fold) -> FittedDetector:
+    def fit(fold: Fold) -> SelectedDetector:
         hook = None if on_fit is None else (lambda rows, fold=fold: on_fit(protocol, fold, rows))
-        return fit_detector(labelled.take(fold.train), failure[fold.train], tasks[fold.train], settings, hook)
+        return select_detector(labelled.take(fold.train), failure[fold.train], settings, protocol, on_fit=hook)
 
-    fitted: dict[int, FittedDetector] = {}
+    fitted: dict[int, SelectedDetector] = {}
     with one_thread():  # set once around the threads: each fit's own limit then finds (and restores) one thread
         JobRunner(label="detector-folds", threads=threads, progress=False).run(
             fit, enumerate(folds), lambda k, model: fitted.__setitem__(k, model))
@@ -254,7 +272,8 @@ def evaluate_protocol(protocol: str, labelled: TrajectoryFeatures, failure: np.n
                                         lambda model, rows: model.log_odds(labelled.take(rows)))
     frame = evaluation_frame(runs, domains, task_ids, failure, index)
     frame["detector"] = log_odds
-    row = {"protocol": protocol, "description": PROTOCOLS[protocol], "folds": len(folds)}
+    row = {"protocol": protocol, "description": PROTOCOLS[protocol], "folds": len(folds),
+           **selection_summary(models)}
     if not folds:
         row["note"] = "the runs cannot hold this protocol (one run, or one domain)"
         return ProtocolRun(protocol, folds, models, log_odds, np.full(len(index), np.nan), row, pd.DataFrame())
@@ -346,7 +365,7 @@ def compact(row: dict[str, Any]) -> dict[str, Any]:
     keys = ("folds", "n", "n_failures", "n_runs", "auroc", "auroc_lo", "auroc_hi", "length_baseline", "length_auroc",
             "diff_vs_length", "diff_vs_length_lo", "diff_vs_length_hi", "vs_length", "prior_n", "prior_auroc",
             "auroc_on_prior_rows", "diff_vs_prior", "diff_vs_prior_lo", "diff_vs_prior_hi", "vs_prior",
-            "calibration_ece", "calibration_brier", "same_model_auroc", "same_model_auroc_lo", "same_model_auroc_hi",
+            "calibration_ece", "calibration_brier", "selected", "selected_folds", "same_model_auroc", "same_model_auroc_lo", "same_model_auroc_hi",
             "same_model_n_pairs", "same_model_length_auroc", "same_model_diff_vs_length", "same_model_diff_vs_length_lo",
             "same_model_diff_vs_length_hi", "same_model_vs_length", "note")
     return {k: row[k] for k in keys if k in row}
@@ -374,8 +393,9 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], confi
                       write: bool = True) -> TrainedDetector:
     """Steps 2-5 of the module docstring on features already extracted (they may hold more groups than
     ``config.groups``: a study extracts once and trains each ablation on them); ``write=False``: no folder."""
-    from agentuq_nb.evaluation.detector_model import CONTRIBUTIONS, fit_detector, platt_map
-    from agentuq_nb.evaluation.detector_protocols import task_keys
+    from agentuq_nb.evaluation.detector_explain import POINTS
+    from agentuq_nb.evaluation.detector_model import CONTRIBUTIONS, platt_map
+    from agentuq_nb.evaluation.detector_selection import FINAL_KIND, row_task_keys, select_detector
 
     c = config
     settings = c.settings()
@@ -395,7 +415,7 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], confi
         raise InputError(where, f"holds {int(repeated.sum())} labelled trajectories whose (task, trial, seed) another "
                                 f"one has too (first: task {first['task_id']!r}, trial {first['trial']}, seed "
                                 f"{first['seed']}): a detector learns from distinct trajectories; drop the repeats")
-    tasks = task_keys(index["domain"].to_numpy(dtype=object), index[TASK_COLUMN].to_numpy(dtype=object))
+    tasks = row_task_keys(labelled)  # domain + content key (TASK_COLUMN), as the selection's task prior keys them
     runs_present = list(dict.fromkeys(index["run"]))
 
     tick = time.perf_counter()
@@ -410,7 +430,7 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], confi
                                           c.threads) for p in wanted}
         seconds["protocols"] = time.perf_counter() - tick
         tick = time.perf_counter()
-        final = fit_detector(labelled, failure, tasks, settings)
+        final = select_detector(labelled, failure, settings, FINAL_KIND)
     seconds["final"] = time.perf_counter() - tick
 
     loro = evaluated.get(CALIBRATION_PROTOCOL)
@@ -481,9 +501,19 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], confi
                                                    "calibration_brier", "calibration_log_loss",
                                                    "calibration_auroc_across_runs")} for r in reported},
                         "label_shift": label_shift},
-        "final_model": {"C": final.C, "n_terms": len(final.terms), "n_dense": len(final.dense_names),
-                        "constant": final.constant, "gbm": final.gbm_params or None},
-        "contributions": CONTRIBUTIONS[c.model],
+        "final_model": final_model_card(final),
+        "selection": {"candidates": "length alone (logistic regression on the three length baselines), the task "
+                                    "prior alone (the task's failure rate in the training rows, where tasks recur), "
+                                    "the full model, and the full model stacked on them",
+                      "how": "chosen inside each fold's training rows by inner folds of the protocol's own kind of "
+                             "split, by the pooled within-run AUROC (evaluation/detector_selection.py)",
+                      "final": final.selection | {"selected": final.candidate},
+                      "protocols": {r.protocol: {k: v for k, v in r.row.items()
+                                                 if k == "selected" or k == "selected_folds" or k.startswith("inner_")}
+                                    for r in reported}},
+        "contributions": CONTRIBUTIONS[c.model] if final.full is not None else
+        "coefficient x standardized value on the log-odds scale; the intercept plus all contributions is the log-odds",
+        "explanations": POINTS,
         "early_detection": None if early.empty else {"protocol": c.early_protocol, "turns": c.early_turns,
                                                      "fractions": c.early_fractions},
         "tasks": task_summary(training_tasks),
@@ -563,7 +593,17 @@ def task_summary(tasks: pd.DataFrame) -> dict[str, Any]:
                         "results hold no content is known by (domain, id)"}
 
 
-def detector_state(final: FittedDetector, final_map, loro_models: list[dict], runs: list[str],
+def final_model_card(final: SelectedDetector) -> dict[str, Any]:
+    """The card's summary of the final model: the candidate chosen and its full model's size."""
+    out: dict[str, Any] = {"selected": final.candidate, "stack": final.stack or None,
+                           "fallback": None if final.fallback is None else final.fallback.candidate}
+    if final.full is not None:
+        out.update(C=final.full.C, n_terms=len(final.full.terms), n_dense=len(final.full.dense_names),
+                   constant=final.full.constant, gbm=final.full.gbm_params or None)
+    return out
+
+
+def detector_state(final: SelectedDetector, final_map, loro_models: list[dict], runs: list[str],
                    features: TrajectoryFeatures, labelled_at: np.ndarray) -> tuple[dict, dict[str, np.ndarray]]:
     """The models as ``model.json`` and arrays: the final model (``final.*``), each leave-one-run-out model
     (``loro<i>.*``), their Platt maps, and the training trajectories' fingerprints with their run."""

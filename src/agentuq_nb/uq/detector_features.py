@@ -14,7 +14,9 @@ the model is :mod:`agentuq_nb.evaluation.detector_model`, the splitting :mod:`ag
 * ``embeddings`` - **sentence embeddings** of the messages (all-MiniLM-L6-v2 through
   :func:`agentuq_nb.uq.embeddings.get_embedder`; each message as TRACER formats it, :mod:`agentuq_nb.uq.transcript`):
   the mean unit vector of the agent's messages, of the user's messages, and the agent's last message (3 × 384).
-  TRACER embeds the same texts, so the embedder's cache serves both.
+  TRACER embeds the same texts, so the embedder's cache serves both. Each embedded message is also kept with its
+  vector (:attr:`TrajectoryFeatures.messages`, :attr:`TrajectoryFeatures.message_vectors`: its trajectory row,
+  position, role and first words), so that an explanation can name the message(s) that moved a block.
 * ``length`` - the **length baselines** (``num_messages``, ``num_tool_calls``, ``agent_chars``, as
   :func:`agentuq_nb.records.run_tables.trajectory_record` counts them), as ``log(1 + n)``.
 * ``monitors`` (:data:`MONITOR_GROUP`, never a default) - what the run's **monitors** said (imported scores, published
@@ -93,6 +95,8 @@ MAX_TERM_CHARS = 20_000
 #: a tool result of at most this many characters that is not JSON is a status message: its words are terms
 SHORT_RESULT_CHARS = 300
 WORD = re.compile(r"\w+")
+#: characters of a message kept to name it in an explanation
+HEAD_CHARS = 160
 ROLE_TAGS = {"assistant": "agent", "user": "user"}
 
 
@@ -201,7 +205,10 @@ class TrajectoryFeatures:
     counted, ``agent_turns``, ``fingerprint`` and ``task_key`` (the task's identity within its domain: a hash of its
     instructions, ``content:…``, or ``id:<task id>`` where the results hold none); ``vocabulary`` and ``counts`` (CSR, rows × terms): the text group's
     term counts; ``dense`` (rows × columns) with ``dense_names``: the other groups' columns (``blackbox``, embeddings
-    block by block, ``length``), ``dense_groups`` the group of each. Groups not extracted are absent."""
+    block by block, ``length``), ``dense_groups`` the group of each. Groups not extracted are absent. With the
+    ``embeddings`` group, ``messages`` (``row, message_idx, role, head``: each embedded message's trajectory row,
+    position in the trajectory, role and first :data:`HEAD_CHARS` characters) and ``message_vectors`` (its unit
+    vector, float32, one row per message)."""
 
     index: pd.DataFrame
     groups: tuple[str, ...]
@@ -210,6 +217,8 @@ class TrajectoryFeatures:
     dense: np.ndarray | None = None
     dense_names: list[str] = field(default_factory=list)
     dense_groups: list[str] = field(default_factory=list)
+    messages: pd.DataFrame | None = None
+    message_vectors: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.index)
@@ -217,9 +226,19 @@ class TrajectoryFeatures:
     def take(self, rows) -> "TrajectoryFeatures":
         """The rows ``rows`` (positions or a mask), in that order."""
         rows = np.flatnonzero(rows) if np.asarray(rows).dtype == bool else np.asarray(rows, dtype=np.intp)
+        messages = vectors = None
+        if self.messages is not None:
+            new_row = np.full(len(self), -1, dtype=np.int64)
+            new_row[rows] = np.arange(len(rows))  # (a row taken twice keeps its messages once, at its last place)
+            at = new_row[self.messages["row"].to_numpy(dtype=np.int64)]
+            keep = np.flatnonzero(at >= 0)
+            keep = keep[np.argsort(at[keep], kind="stable")]
+            messages = self.messages.iloc[keep].assign(row=at[keep]).reset_index(drop=True)
+            vectors = self.message_vectors[keep]
         return TrajectoryFeatures(self.index.iloc[rows].reset_index(drop=True), self.groups, self.vocabulary,
                                   None if self.counts is None else self.counts[rows],
-                                  None if self.dense is None else self.dense[rows], self.dense_names, self.dense_groups)
+                                  None if self.dense is None else self.dense[rows], self.dense_names, self.dense_groups,
+                                  messages, vectors)
 
     def dense_of(self, groups: Iterable[str]) -> tuple[list[str], np.ndarray]:
         """``(names, columns)`` of the dense columns of ``groups``."""
@@ -254,7 +273,14 @@ class TrajectoryFeatures:
                                             shape=(c.shape[0], len(ids))))
             counts, vocabulary = sp.vstack(blocks, format="csr"), list(ids)
         dense = None if first.dense is None else np.vstack([p.dense for p in parts])
-        return cls(index, first.groups, vocabulary, counts, dense, first.dense_names, first.dense_groups)
+        messages = vectors = None
+        if all(p.messages is not None for p in parts):
+            offsets = np.cumsum([0] + [len(p) for p in parts[:-1]])
+            messages = pd.concat([p.messages.assign(row=p.messages["row"] + o) for p, o in zip(parts, offsets)],
+                                 ignore_index=True)
+            vectors = np.vstack([p.message_vectors for p in parts])
+        return cls(index, first.groups, vocabulary, counts, dense, first.dense_names, first.dense_groups, messages,
+                   vectors)
 
 
 def check_groups(groups: Iterable[str]) -> tuple[str, ...]:
@@ -297,9 +323,11 @@ def count_terms(term_lists: list[list[str]]) -> tuple[list[str], sp.csr_matrix]:
     return list(vectorizer.get_feature_names_out()), counts
 
 
-def embedding_blocks(t: pd.DataFrame, embed: Callable[[list[str]], np.ndarray], n: int) -> np.ndarray:
+def embedding_blocks(t: pd.DataFrame, embed: Callable[[list[str]], np.ndarray], n: int,
+                     messages: dict[str, Any] | None = None) -> np.ndarray:
     """(n, 3 × d): per trajectory of the transcript ``t`` (``n`` of them, in order) the mean unit embedding of the
-    agent's messages, of the user's, and the agent's last message (zeros where there is none)."""
+    agent's messages, of the user's, and the agent's last message (zeros where there is none). ``messages`` (a dict)
+    is given the embedded messages (``frame``: ``row, message_idx, role, head``) and their ``vectors``."""
     groups = t[TRAJECTORY_KEYS].ne(t[TRAJECTORY_KEYS].shift()).any(axis=1).cumsum().to_numpy() - 1
     role, text = t["role"].to_numpy(), t["text"].to_numpy()
     used = np.isin(role, ("assistant", "user")) & (text != "")
@@ -320,6 +348,14 @@ def embedding_blocks(t: pd.DataFrame, embed: Callable[[list[str]], np.ndarray], 
     if len(agent):
         last = pd.Series(agent).groupby(groups[agent]).last()
         out[last.index.to_numpy(), 2 * d:] = vectors[[row_of[s] for s in text[last.to_numpy()]]]
+    if messages is not None:
+        at = np.flatnonzero(used)
+        messages["frame"] = pd.DataFrame({"row": groups[at].astype(np.int64),
+                                          "message_idx": t["message_idx"].to_numpy(dtype=np.int64)[at],
+                                          "role": role[at].astype(str),
+                                          "head": [s[:HEAD_CHARS] for s in text[at]]})
+        messages["vectors"] = vectors[[row_of[s] for s in text[at]]].astype(np.float32) if len(at) else \
+            np.zeros((0, d), dtype=np.float32)
     return out
 
 
@@ -366,7 +402,9 @@ def extract_features(sims: Iterable[Simulation], domain: str, groups: Sequence[s
             columns.append(values[:, None])
             kinds.append("blackbox")
     if "embeddings" in groups:
-        blocks = embedding_blocks(t, embed, len(index))
+        kept: dict[str, Any] = {}
+        blocks = embedding_blocks(t, embed, len(index), kept)
+        out.messages, out.message_vectors = kept["frame"], kept["vectors"]
         d = blocks.shape[1] // 3
         for b, block in enumerate(EMBEDDING_BLOCKS):
             names += [f"{block}:{i}" for i in range(d)]

@@ -1,0 +1,699 @@
+"""The detector's model chosen inside its training rows, by the kind of split its protocol judges it by.
+
+A model that can use length should never do worse than length, yet a full model's many extra columns are fitted
+without regard to the protocol that judges it: on new tasks they can fit noise. So a detector is chosen, on its
+training rows only, among :data:`CANDIDATES`:
+
+* ``length`` - :class:`LengthModel`: logistic regression on the length baseline (of ``num_messages``,
+  ``num_tool_calls``, ``agent_chars``, as ``log(1 + n)``, read from the trajectory index, whatever groups were
+  extracted) that ranks the training rows best within runs, its slope fitted within runs;
+* ``task_prior`` - :class:`TaskPrior`: the task's failure rate in the training rows, shrunk towards the training base
+  rate by :data:`PRIOR_STRENGTH` pseudo-trajectories (a task the training rows never hold gets the base rate). Only
+  where tasks can recur between training and scored rows (:func:`prior_applies`: not for the task-disjoint kinds);
+* ``full`` - the full model of the chosen feature groups (:func:`~.detector_model.fit_detector`);
+* ``stacked`` - logistic regression on the out-of-fold log-odds of the full model, the length model and (where it
+  applies) the task prior.
+
+**Inner folds of the protocol's own kind** (:func:`selection_folds`, over the training rows only):
+``within_run`` - folds by task; ``leave_one_run_out`` - folds of whole runs; ``leave_run_and_task_out`` - runs and
+tasks each split into k groups, fold k scores the rows of run-group k *and* task-group k with a model of the rows
+of the other run-groups *and* other task-groups (run- and task-disjoint, as the protocol); ``leave_one_domain_out`` -
+one fold per training domain (with one domain left in training: the run-and-task kind). Each candidate is scored by
+the **pooled within-run AUROC** (:func:`within_run_auroc`) of its out-of-fold log-odds, the protocol's own metric;
+the stacked candidate's out-of-fold log-odds come from a stacker fitted on the *other* inner folds' out-of-fold
+log-odds of its components. The best score wins, except that a model of many features (full, stacked) must beat the
+best baseline candidate by :data:`COMPLEX_MARGIN` (:func:`choose`). The winner's log-odds are then recalibrated by a
+Platt map of its inner out-of-fold log-odds (:func:`recalibration`), so that fold models that chose different
+candidates speak log-odds of one scale. To keep it cheap, the full model's inner fits reuse the regularization (or the GBM's
+depth and learning rate) its fit on all the training rows chose by its own task folds; the logistic full model's
+``C`` is chosen among :data:`FULL_C_GRID` on the same inner folds (its inner score is the best C's: slightly in its
+favour, which the margin below outweighs).
+
+The winner is refitted on all the training rows (the stacker on all the inner out-of-fold rows) and is a
+:class:`SelectedDetector`: its log-odds, additive contributions (:meth:`SelectedDetector.block_contributions`:
+``intercept + sum = log-odds`` for every candidate but the GBM), the mean contributions over its training rows
+(:attr:`SelectedDetector.reference`, what the explanations measure a trajectory against) and its arrays (never
+pickle).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Annotated, Any, Literal, Optional
+
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agentuq_nb.evaluation.detector_model import (
+    MAX_PARAMETER,
+    DetectorSettings,
+    FiniteParameter,
+    FittedDetector,
+    StateError,
+    first_error,
+    fit_detector,
+    fit_logistic_path,
+    state_array,
+)
+from agentuq_nb.evaluation.detector_protocols import TASK_DISJOINT, task_keys
+from agentuq_nb.uq.detector_features import LENGTH_COLUMNS, TrajectoryFeatures
+
+CANDIDATES = ("length", "task_prior", "full", "stacked")
+#: pseudo-trajectories at the training base rate a task's failure rate is shrunk with
+PRIOR_STRENGTH = 2.0
+PRIOR_BLOCK = "task_prior"
+#: the features' column of each row's task identity (content-keyed, :mod:`agentuq_nb.records.task_identity`)
+TASK_KEY = "task_key"
+#: the candidates a task-prior detector falls back on for a row whose task it never saw (:func:`select_detector`)
+FALLBACK_CANDIDATES = ("length", "full")
+#: the selection kind of the final model (the one predict applies to a new run): whole runs left out, as the
+#: calibration's protocol - a new run's tasks may or may not be among the training runs'
+FINAL_KIND = "leave_one_run_out"
+#: inner folds of the selection
+INNER_SPLITS = 3
+#: how much higher a model of many features (full, stacked) must score on the inner folds than the best baseline
+#: candidate (length, task prior) to be chosen over it (:func:`choose`)
+COMPLEX_MARGIN = 0.02
+#: the logistic full model's regularizations, chosen on the same inner folds (strong to moderate: thousands of
+#: columns on a few hundred rows)
+FULL_C_GRID = (0.01, 0.1, 1.0)
+
+
+def logit(p) -> np.ndarray:
+    p = np.clip(np.asarray(p, dtype=float), 1e-6, 1 - 1e-6)
+    return np.log(p / (1 - p))
+
+
+def row_task_keys(features: TrajectoryFeatures) -> np.ndarray:
+    """Each row's task key (:func:`~.detector_protocols.task_keys` of its domain and its ``task_key``: the hash of the
+    task's instructions, :mod:`agentuq_nb.records.task_identity` - τ-bench and τ²-bench airline share ids, not
+    tasks; ``id:<task id>`` only where the results hold no task content)."""
+    index = features.index
+    keys = index[TASK_KEY] if TASK_KEY in index else "id:" + index["task_id"].astype(str)
+    return task_keys(index["domain"].to_numpy(dtype=object), np.asarray(keys, dtype=object))
+
+
+def prior_applies(kind: str) -> bool:
+    """Whether tasks can recur between a fold's training and scored rows (the task prior is a candidate)."""
+    return kind not in TASK_DISJOINT
+
+
+def within_run_auroc(score, failure, runs) -> float:
+    """The pooled within-run AUROC: each run's AUROC (ties 1/2) weighed by its failure × success pairs - pairs of
+    one run only, as the protocols compare. NaN when no run holds both classes."""
+    from agentuq_nb.evaluation.metrics import auroc
+
+    s, y, runs = np.asarray(score, dtype=float), np.asarray(failure, dtype=bool), np.asarray(runs, dtype=object)
+    total = weight = 0.0
+    for r in pd.unique(runs):
+        rows = (runs == r) & np.isfinite(s)
+        pairs = float(y[rows].sum()) * float((~y[rows]).sum())
+        if pairs:
+            total += auroc(s[rows], y[rows]) * pairs
+            weight += pairs
+    return total / weight if weight else float("nan")
+
+
+# --------------------------------------------------------------------------- the two baselines as models
+@dataclass
+class LengthModel:
+    """Logistic regression on one length baseline's ``log(1 + n)``: the one of :data:`LENGTH_COLUMNS` whose pooled
+    within-run AUROC (either orientation) is the highest on the training rows, its slope fitted within runs (an
+    intercept per run), its intercept the training base rate's log-odds at the mean length (module docstring)."""
+
+    column: str
+    coef: float
+    intercept: float
+
+    def values(self, features: TrajectoryFeatures) -> np.ndarray:
+        return np.log1p(features.index[self.column].to_numpy(dtype=float))
+
+    @classmethod
+    def fit(cls, features: TrajectoryFeatures, failure: np.ndarray) -> "LengthModel":
+        from sklearn.linear_model import LogisticRegression
+
+        runs = features.index["run"].to_numpy(dtype=object)
+        strength = {c: abs(within_run_auroc(np.log1p(features.index[c].to_numpy(dtype=float)), failure, runs) - 0.5)
+                    for c in LENGTH_COLUMNS}
+        column = max(LENGTH_COLUMNS, key=lambda c: (np.nan_to_num(strength[c], nan=-1.0), -LENGTH_COLUMNS.index(c)))
+        x = np.log1p(features.index[column].to_numpy(dtype=float))
+        mean, sd = float(x.mean()), float(x.std()) or 1.0
+        codes, _ = pd.factorize(runs)
+        # the slope within runs (an intercept per run): runs differ in length and in failure rate, and pooled rows
+        # would learn which run is long, not which trajectory of a run is
+        design = np.column_stack([(x - mean) / sd, np.eye(codes.max() + 1)[codes]])
+        model = LogisticRegression(max_iter=1000, fit_intercept=False).fit(design, failure)
+        slope = float(model.coef_[0, 0]) / sd
+        rate = float(np.clip(np.mean(failure), 1e-6, 1 - 1e-6))
+        return cls(column, slope, float(np.log(rate / (1 - rate))) - slope * mean)
+
+    def block_values(self, features: TrajectoryFeatures) -> np.ndarray:
+        return (self.coef * self.values(features))[:, None]
+
+    @property
+    def names(self) -> list[str]:
+        return [f"length.{self.column}"]
+
+    def log_odds(self, features: TrajectoryFeatures) -> np.ndarray:
+        return self.intercept + self.coef * self.values(features)
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        return {"column": np.array([self.column], dtype=str), "coef": np.array([self.coef]),
+                "intercept": np.array([self.intercept])}
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> "LengthModel":
+        column, coef, intercept = (state_array(arrays, name, kind, 1, required=True)
+                                   for name, kind in (("column", "U"), ("coef", "f"), ("intercept", "f")))
+        for name, value in (("column", column), ("coef", coef), ("intercept", intercept)):
+            if value.shape != (1,):
+                raise StateError("arrays", name, f"has shape {value.shape}, expected (1,)")
+        if str(column[0]) not in LENGTH_COLUMNS:
+            raise StateError("arrays", "column", f"{str(column[0])!r} is not a length baseline "
+                                                 f"({', '.join(LENGTH_COLUMNS)})")
+        return cls(str(column[0]), float(coef[0]), float(intercept[0]))
+
+
+@dataclass
+class TaskPrior:
+    """The failure rate of each training task, shrunk towards the base rate (module docstring)."""
+
+    tasks: np.ndarray  # unicode, sorted
+    failures: np.ndarray
+    counts: np.ndarray
+    rate: float
+
+    @classmethod
+    def fit(cls, keys: np.ndarray, failure: np.ndarray) -> "TaskPrior":
+        frame = pd.DataFrame({"task": np.asarray(keys, dtype=str), "y": np.asarray(failure, dtype=float)})
+        by = frame.groupby("task")["y"].agg(["sum", "count"]).sort_index()
+        return cls(by.index.to_numpy(dtype=str), by["sum"].to_numpy(dtype=float), by["count"].to_numpy(dtype=float),
+                   float(frame["y"].mean()))
+
+    def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(failures, count)`` of each key's task in training (0, 0 for a task it never held)."""
+        keys = np.asarray(keys, dtype=str)
+        pos = np.searchsorted(self.tasks, keys)
+        found = (pos < len(self.tasks)) & (self.tasks[np.minimum(pos, len(self.tasks) - 1)] == keys) \
+            if len(self.tasks) else np.zeros(len(keys), bool)
+        at = np.minimum(pos, max(len(self.tasks) - 1, 0))
+        return np.where(found, self.failures[at] if len(self.tasks) else 0.0, 0.0), \
+            np.where(found, self.counts[at] if len(self.tasks) else 0.0, 0.0)
+
+    def log_odds(self, keys: np.ndarray) -> np.ndarray:
+        failures, counts = self.lookup(keys)
+        return logit((failures + PRIOR_STRENGTH * self.rate) / (counts + PRIOR_STRENGTH))
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        return {"tasks": self.tasks.astype(str), "failures": self.failures, "counts": self.counts,
+                "rate": np.array([self.rate])}
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> "TaskPrior":
+        tasks = state_array(arrays, "tasks", "U", 1, required=True)
+        failures, counts, rate = (state_array(arrays, k, "f", 1, required=True) for k in ("failures", "counts", "rate"))
+        if not (len(tasks) == len(failures) == len(counts)) or (failures < 0).any() or (counts < 1).any() or \
+                (failures > counts).any() or not np.all(tasks[:-1] < tasks[1:]):
+            raise StateError("arrays", "tasks", "the task prior's tasks, failures and counts do not agree (lengths, "
+                                                "counts below 1, failures outside [0, count], or not sorted and "
+                                                "distinct)")
+        if rate.shape != (1,) or not 0 <= rate[0] <= 1:
+            raise StateError("arrays", "rate", "is not one failure rate in [0, 1]")
+        return cls(tasks, failures, counts, float(rate[0]))
+
+
+# --------------------------------------------------------------------------- inner folds of the protocol's kind
+def group_assignment(groups: np.ndarray, k: int, seed: int) -> np.ndarray:
+    """Each row's fold (0 … k-1) when whole ``groups`` are dealt into ``k`` folds (``GroupKFold``, shuffled, seeded)."""
+    from sklearn.model_selection import GroupKFold
+
+    out = np.zeros(len(groups), dtype=int)
+    for f, (_, test) in enumerate(GroupKFold(n_splits=k, shuffle=True, random_state=seed).split(
+            np.zeros(len(groups)), groups=groups)):
+        out[test] = f
+    return out
+
+
+def selection_folds(kind: str, failure, runs, domains, tasks, n_splits: int = INNER_SPLITS, seed: int = 0
+                    ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The inner folds ``(train, test)`` of training rows by the split ``kind`` (a protocol's name; module
+    docstring), each keeping both classes in its training and scored rows; empty when the rows cannot hold two."""
+    y = np.asarray(failure, dtype=bool)
+    runs, domains, tasks = (np.asarray(a, dtype=object) for a in (runs, domains, tasks))
+    n_runs, n_domains, n_tasks = (len(pd.unique(a)) for a in (runs, domains, tasks))
+    if kind == "leave_one_domain_out" and n_domains < 2:
+        kind = "leave_run_and_task_out"
+    if kind in ("leave_one_run_out", "leave_run_and_task_out") and n_runs < 2:
+        kind = "within_run"
+    folds: list[tuple[np.ndarray, np.ndarray]] = []
+    if kind == "leave_one_domain_out":
+        folds = [(np.flatnonzero(domains != d), np.flatnonzero(domains == d)) for d in pd.unique(domains)]
+    elif kind == "leave_one_run_out":
+        fold = group_assignment(runs, min(n_splits, n_runs), seed)
+        folds = [(np.flatnonzero(fold != k), np.flatnonzero(fold == k)) for k in range(fold.max() + 1)]
+    elif kind == "leave_run_and_task_out":
+        k = min(n_splits, n_runs, n_tasks)
+        if k >= 2:
+            run_fold, task_fold = group_assignment(runs, k, seed), group_assignment(tasks, k, seed + 1)
+            folds = [(np.flatnonzero((run_fold != f) & (task_fold != f)),
+                      np.flatnonzero((run_fold == f) & (task_fold == f))) for f in range(k)]
+    elif n_tasks >= 2:  # within_run, or any kind the rows cannot hold otherwise: folds by task
+        fold = group_assignment(tasks, min(n_splits, n_tasks), seed)
+        folds = [(np.flatnonzero(fold != k), np.flatnonzero(fold == k)) for k in range(fold.max() + 1)]
+    return [(train, test) for train, test in folds if 0 < y[train].sum() < len(train) and len(test)]
+
+
+# --------------------------------------------------------------------------- the selected detector
+@dataclass
+class SelectedDetector:
+    """The candidate chosen on inner folds and refitted on all training rows (module docstring)."""
+
+    candidate: str
+    full: FittedDetector | None = None
+    length: LengthModel | None = None
+    prior: TaskPrior | None = None
+    stack: dict[str, float] = field(default_factory=dict)  # stacked: weight of each component's log-odds, intercept
+    selection: dict[str, Any] = field(default_factory=dict)  # kind, folds, each candidate's inner score, why
+    reference_names: list[str] = field(default_factory=list)
+    reference: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    mean_log_odds: float = 0.0  # over the training rows
+    recalibration: dict[str, float] = field(default_factory=lambda: {"a": 1.0, "b": 0.0})
+    #: the task prior's detector for a row whose task it never saw (its log-odds would be the base rate, one number
+    #: for every such row): the best candidate that does not read the task's history
+    fallback: "SelectedDetector | None" = None
+
+    @property
+    def settings(self) -> DetectorSettings | None:
+        return None if self.full is None else self.full.settings
+
+    def components(self, features: TrajectoryFeatures) -> dict[str, np.ndarray]:
+        """The log-odds of each component the candidate reads."""
+        out = {}
+        if self.full is not None:
+            out["full"] = self.full.log_odds(features)
+        if self.length is not None:
+            out["length"] = self.length.log_odds(features)
+        if self.prior is not None:
+            out["task_prior"] = self.prior.log_odds(row_task_keys(features))
+        return out
+
+    def seen(self, features: TrajectoryFeatures) -> np.ndarray:
+        """Per row: its task is among the task prior's training tasks (all False without a prior)."""
+        if self.prior is None:
+            return np.zeros(len(features), dtype=bool)
+        return self.prior.lookup(row_task_keys(features))[1] > 0
+
+    def parts(self, features: TrajectoryFeatures) -> list[tuple[np.ndarray, "SelectedDetector"]]:
+        """``(rows, detector)`` pairs covering ``features``' rows, each detector additive over its own rows: a task
+        prior with a :attr:`fallback` splits into the rows of seen tasks (the prior alone) and the others (the
+        fallback); any other detector is one part."""
+        if self.fallback is None:
+            return [(np.arange(len(features)), self)]
+        seen = self.seen(features)
+        alone = replace(self, fallback=None)
+        return [(rows, d) for rows, d in ((np.flatnonzero(seen), alone), (np.flatnonzero(~seen), self.fallback))
+                if len(rows)]
+
+    def log_odds(self, features: TrajectoryFeatures) -> np.ndarray:
+        """The log-odds of failure (before the detector's calibration) of every row: the candidate's, mapped by its
+        inner-fold recalibration ``a·s + b`` (a task prior's row of a task it never saw: its :attr:`fallback`'s)."""
+        parts = self.components(features)
+        if self.candidate == "stacked":
+            raw = self.stack["intercept"] + sum(self.stack[name] * v for name, v in parts.items())
+        else:
+            raw = parts[self.candidate]
+        out = self.recalibration["a"] * raw + self.recalibration["b"]
+        if self.fallback is not None:
+            unseen = ~self.seen(features)
+            if unseen.any():
+                out[unseen] = self.fallback.log_odds(features.take(unseen))
+        return out
+
+    @property
+    def additive(self) -> bool:
+        """Whether the contributions add up to the log-odds (all but a GBM's occlusion effects)."""
+        return self.full is None or self.full.settings.model == "logistic" or self.full.constant is not None
+
+    def weights(self) -> dict[str, float]:
+        """The weight of each component's log-odds in the candidate's log-odds."""
+        if self.candidate == "stacked":
+            return {n: self.stack[n] for n in ("full", "length", "task_prior") if n in self.stack}
+        return {self.candidate: 1.0}
+
+    def component_intercept(self, name: str) -> float:
+        if name == "full":
+            return float(self.full.constant if self.full.constant is not None else self.full.intercept)
+        if name == "length":
+            return self.length.intercept
+        return float(logit(self.prior.rate))
+
+    def intercept(self) -> float:
+        """The log-odds every contribution is added to (stacked: the stacker's intercept and its components'; then
+        the recalibration)."""
+        out = self.stack["intercept"] if self.candidate == "stacked" else 0.0
+        raw = out + sum(k * self.component_intercept(n) for n, k in self.weights().items())
+        return float(self.recalibration["a"] * raw + self.recalibration["b"])
+
+    def block_contributions(self, features: TrajectoryFeatures) -> tuple[list[str], np.ndarray, float]:
+        """``(names, values, intercept)``: each row's contribution of each reported feature to the log-odds (a term,
+        a black-box or length column, an embedding block, ``task_prior``), the same-named contributions of the
+        stacked components summed; ``intercept + values.sum(axis=1)`` is the log-odds when :attr:`additive`."""
+        pieces: list[tuple[float, list[str], np.ndarray]] = []
+        a = self.recalibration["a"]
+        for name, k in self.weights().items():
+            k = k * a
+            if name == "full":
+                pieces.append((k, *self.full.block_contributions(features)))
+            elif name == "length":
+                pieces.append((k, self.length.names, self.length.block_values(features)))
+            else:
+                contribution = self.prior.log_odds(row_task_keys(features)) - logit(self.prior.rate)
+                pieces.append((k, [PRIOR_BLOCK], contribution[:, None]))
+        order = list(dict.fromkeys(name for _, names, _ in pieces for name in names))
+        at = {name: i for i, name in enumerate(order)}
+        values = np.zeros((len(features), len(order)))
+        for k, names, v in pieces:
+            if names:
+                values[:, [at[name] for name in names]] += k * v  # names are unique within a component
+        return order, values, self.intercept()
+
+    def embedding_weights(self, block: str) -> tuple[np.ndarray, float] | None:
+        """``(w, offset)``: the embedding block's contribution to the log-odds is ``w · v - offset`` for the block's
+        vector ``v`` (the logistic full model, before the ±MAX_Z clip; stacked: times its weight); None where the
+        candidate does not read the block linearly."""
+        full = self.full
+        if full is None or full.settings.model != "logistic" or full.constant is not None or \
+                self.candidate not in ("full", "stacked"):
+            return None
+        n_text = len(full.terms)
+        cols = [i for i, name in enumerate(full.dense_names) if name.split(":", 1)[0] == block]
+        if not cols:
+            return None
+        cols = np.asarray(cols)
+        w = full.coef[n_text + cols] / full.scale[n_text + cols]
+        offset = float(w @ full.mean[n_text + cols])
+        k = (self.stack["full"] if self.candidate == "stacked" else 1.0) * self.recalibration["a"]
+        return k * w, k * offset
+
+    def set_reference(self, features: TrajectoryFeatures) -> None:
+        """Record the mean contributions over ``features`` (its training rows): what a trajectory is explained
+        against (:mod:`.detector_explain`)."""
+        names, values, _ = self.block_contributions(features)
+        self.reference_names = list(names)
+        self.reference = values.mean(axis=0) if len(values) else np.zeros(len(names))
+        self.mean_log_odds = float(np.mean(self.log_odds(features))) if len(features) else 0.0
+
+    def reference_log_odds(self) -> float:
+        """The log-odds of a trajectory whose every contribution is the training rows' mean (additive candidates)."""
+        return self.intercept() + float(np.sum(self.reference))
+
+    def feature_summary(self, features: TrajectoryFeatures) -> pd.DataFrame:
+        """What the detector leans on over ``features``' rows: per reported feature the mean absolute contribution to
+        the log-odds (the order), the mean contribution and the share of rows where it contributes."""
+        names, values, _ = self.block_contributions(features)
+        out = pd.DataFrame({"feature": names,
+                            "mean_abs_contribution": np.abs(values).mean(axis=0) if len(values) else np.nan,
+                            "mean_contribution": values.mean(axis=0) if len(values) else np.nan,
+                            "share_of_rows": (values != 0).mean(axis=0) if len(values) else np.nan})
+        return out.sort_values("mean_abs_contribution", ascending=False, kind="stable").reset_index(drop=True)
+
+    # ------------------------------------------------------------------ arrays, never pickle
+    def to_arrays(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        meta: dict[str, Any] = {"candidate": self.candidate, "stack": dict(self.stack), "selection": self.selection,
+                                "reference_names": list(self.reference_names),
+                                "mean_log_odds": float(self.mean_log_odds), "recalibration": dict(self.recalibration)}
+        arrays: dict[str, np.ndarray] = {"reference": np.asarray(self.reference, dtype=np.float64)}
+        if self.full is not None:
+            meta["full"], full_arrays = self.full.to_arrays()
+            arrays.update({f"full.{k}": v for k, v in full_arrays.items()})
+        if self.length is not None:
+            arrays.update({f"length.{k}": v for k, v in self.length.to_arrays().items()})
+        if self.prior is not None:
+            arrays.update({f"prior.{k}": v for k, v in self.prior.to_arrays().items()})
+        if self.fallback is not None:
+            meta["fallback"], fallback_arrays = self.fallback.to_arrays()
+            arrays.update({f"fallback.{k}": v for k, v in fallback_arrays.items()})
+        return meta, arrays
+
+    @classmethod
+    def from_arrays(cls, meta: Any, arrays: dict[str, np.ndarray]) -> "SelectedDetector":
+        """The detector :meth:`to_arrays` described (a folder of a version before the selection: its full model),
+        checked as the untrusted input it is - every field (:class:`SelectionDescription`), every array's dtype,
+        shape and numbers, the components the candidate needs - before anything is computed: a failure is a
+        :class:`~.detector_model.StateError` naming the field (``full.coef``, ``fallback.length.coef``, …)."""
+        if isinstance(meta, dict) and "candidate" not in meta:  # written before the selection: the full model
+            return cls("full", full=FittedDetector.from_arrays(meta, arrays))
+        desc = SelectionDescription.check(meta)
+
+        def part(prefix: str) -> dict[str, np.ndarray]:
+            return {k[len(prefix) + 1:]: v for k, v in arrays.items() if k.startswith(prefix + ".")}
+
+        reference = state_array(arrays, "reference", "f", 1, required=True)
+        out = cls(desc.candidate, stack=dict(desc.stack), selection=dict(desc.selection),
+                  reference_names=list(desc.reference_names), reference=reference,
+                  mean_log_odds=desc.mean_log_odds, recalibration=desc.recalibration.model_dump())
+        if len(out.reference) != len(out.reference_names):
+            raise StateError("arrays", "reference", f"holds {len(out.reference)} values for "
+                                                    f"{len(out.reference_names)} reference_names")
+        if desc.full is not None:
+            out.full = prefixed("full", lambda: FittedDetector.from_arrays(desc.full, part("full")))
+        if any(k.startswith("length.") for k in arrays):
+            out.length = prefixed("length", lambda: LengthModel.from_arrays(part("length")))
+        if any(k.startswith("prior.") for k in arrays):
+            out.prior = prefixed("prior", lambda: TaskPrior.from_arrays(part("prior")))
+        if desc.fallback is not None:
+            if desc.candidate != "task_prior":
+                raise StateError("description", "fallback", f"only a task prior falls back, not {desc.candidate}")
+            out.fallback = prefixed("fallback", lambda: SelectedDetector.from_arrays(desc.fallback,
+                                                                                     part("fallback")))
+            if out.fallback.candidate not in FALLBACK_CANDIDATES or out.fallback.fallback is not None:
+                raise StateError("description", "fallback.candidate", f"is {out.fallback.candidate!r}, not one of "
+                                                                      f"{', '.join(FALLBACK_CANDIDATES)}")
+        components = ("full", "length", "task_prior")
+        if desc.candidate == "stacked" and (set(out.stack) - {"intercept"} - set(components) or
+                                            "intercept" not in out.stack):
+            raise StateError("description", "stack", f"holds {sorted(out.stack)}: an intercept and weights of "
+                                                     f"{', '.join(components)}")
+        needs = {"full": ("full",), "length": ("length",), "task_prior": ("prior",),
+                 "stacked": tuple({"task_prior": "prior"}.get(n, n) for n in components if n in out.stack)}
+        lacking = [n for n in needs[desc.candidate] if getattr(out, n) is None]
+        if lacking:
+            raise StateError("arrays" if lacking[0] != "full" else "description", lacking[0],
+                             f"is missing: the {desc.candidate} detector reads it")
+        return out
+
+
+class Recalibration(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    a: Annotated[float, Field(allow_inf_nan=False, gt=0, le=MAX_PARAMETER)]
+    b: FiniteParameter
+
+
+class SelectionDescription(BaseModel):
+    """The description :meth:`SelectedDetector.to_arrays` writes, as read back (``selection`` is only shown)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    candidate: Literal[CANDIDATES]
+    stack: dict[str, FiniteParameter] = Field(default_factory=dict)
+    selection: dict[str, Any] = Field(default_factory=dict)
+    reference_names: list[str] = Field(default_factory=list)
+    mean_log_odds: FiniteParameter = 0.0
+    recalibration: Recalibration = Field(default_factory=lambda: Recalibration(a=1.0, b=0.0))
+    full: Optional[dict[str, Any]] = None
+    fallback: Optional[dict[str, Any]] = None
+
+    @classmethod
+    def check(cls, meta: Any) -> "SelectionDescription":
+        try:
+            return cls.model_validate(meta)
+        except ValidationError as err:
+            raise StateError("description", *first_error(err)) from None
+
+
+def prefixed(prefix: str, build: Callable[[], Any]) -> Any:
+    """``build()``, its :class:`~.detector_model.StateError` (or a component's ValueError) named under ``prefix``."""
+    try:
+        return build()
+    except StateError as err:
+        raise StateError(err.part, f"{prefix}.{err.field_name}", str(err).split(": ", 1)[-1]) from None
+    except (KeyError, TypeError, ValueError, IndexError) as err:
+        raise StateError("arrays", prefix, f"does not describe its component ({type(err).__name__}: {err})") from None
+
+
+# --------------------------------------------------------------------------- selection
+def fit_stacker(columns: dict[str, np.ndarray], failure: np.ndarray) -> dict[str, float]:
+    """Logistic regression (L2, C = 1) on the standardized component log-odds, folded back to a weight per raw
+    component log-odds and an intercept (so the stacked log-odds stays additive over the components' features)."""
+    from sklearn.linear_model import LogisticRegression
+
+    names = list(columns)
+    X = np.column_stack([columns[n] for n in names])
+    mean, scale = X.mean(axis=0), X.std(axis=0)
+    scale = np.where(scale > 1e-9, scale, 1.0)
+    model = LogisticRegression(max_iter=1000).fit((X - mean) / scale, failure)
+    w = model.coef_.ravel() / scale
+    out = {n: float(v) for n, v in zip(names, w)}
+    out["intercept"] = float(model.intercept_[0] - w @ mean)
+    return out
+
+
+def stacked_log_odds(stack: dict[str, float], columns: dict[str, np.ndarray]) -> np.ndarray:
+    return stack["intercept"] + sum(stack[n] * columns[n] for n in columns)
+
+
+def fixed_hyperparameters(full: FittedDetector) -> dict[str, Any]:
+    """What the full model's fit on all training rows chose (the inner fits reuse it; module docstring)."""
+    return {"gbm": dict(full.gbm_params)} if full.settings.model == "gbm" else {"C": full.C}
+
+
+def select_detector(features: TrajectoryFeatures, failure: np.ndarray, settings: DetectorSettings, kind: str,
+                    candidates: tuple[str, ...] = CANDIDATES,
+                    on_fit: Callable[[pd.DataFrame], None] | None = None) -> SelectedDetector:
+    """Choose among ``candidates`` on inner folds of the split ``kind`` over ``features``' rows (all of them training
+    rows) and refit the winner on all of them (module docstring). ``on_fit(index)`` is told the rows every fit
+    inside reads (a test's hook: the inner fits read subsets of them)."""
+    if on_fit is not None:
+        on_fit(features.index)
+    y = np.asarray(failure, dtype=bool)
+    index = features.index
+    runs, domains = index["run"].to_numpy(dtype=object), index["domain"].to_numpy(dtype=object)
+    tasks = row_task_keys(features)
+    use_prior = prior_applies(kind) and "task_prior" in candidates
+    logistic = settings.model == "logistic"
+    length = LengthModel.fit(features, y) if y.any() and not y.all() else None
+    folds = selection_folds(kind, y, runs, domains, tasks, INNER_SPLITS, settings.seed) if length is not None else []
+    wanted = [c for c in candidates if c != "task_prior" or use_prior]
+    selection: dict[str, Any] = {"kind": kind, "inner_folds": len(folds), "scores": {}, "n_scored": 0}
+    if len(folds) < 2:
+        selection["why"] = ("the training rows hold too few tasks, runs or failures for inner folds of this kind: "
+                            "the full model, unchosen")
+        return finish(SelectedDetector("full", full=fit_detector(features, y, tasks, settings),
+                                       selection=selection), features)
+    # the GBM's depth and learning rate: chosen by its own task folds on all the rows, reused by the inner fits
+    full = None if logistic else fit_detector(features, y, tasks, settings)
+    fixed = None if logistic else fixed_hyperparameters(full)
+    oof = {name: np.full(len(y), np.nan) for name in ("length", "task_prior", "full") if name in wanted}
+    by_c = {c: np.full(len(y), np.nan) for c in FULL_C_GRID} if logistic and "full" in oof else {}
+    fold_of = np.full(len(y), -1)
+    for k, (train, test) in enumerate(folds):
+        part, held = features.take(train), features.take(test)
+        if by_c:
+            path = fit_logistic_path(part, y[train], tasks[train], settings, FULL_C_GRID)
+            Z = path[0].design(held) if path[0].constant is None else None
+            for c, model in zip(sorted(FULL_C_GRID), path):
+                by_c[c][test] = model.log_odds(held) if Z is None else model.raw_log_odds(Z)
+        elif "full" in oof:
+            oof["full"][test] = fit_detector(part, y[train], tasks[train], settings, fixed=fixed).log_odds(held)
+        if "length" in oof:
+            oof["length"][test] = LengthModel.fit(part, y[train]).log_odds(held)
+        if "task_prior" in oof:
+            oof["task_prior"][test] = TaskPrior.fit(tasks[train], y[train]).log_odds(tasks[test])
+        fold_of[test] = k
+    if by_c:
+        done = fold_of >= 0
+        c_scores = {c: within_run_auroc(v[done], y[done], runs[done]) for c, v in by_c.items()}
+        best_c = max(sorted(c_scores), key=lambda c: np.nan_to_num(c_scores[c], nan=-1.0))
+        selection["full_C"] = {"chosen": best_c, "scores": {str(c): v for c, v in c_scores.items()}}
+        oof["full"] = by_c[best_c]
+        fixed = {"C": best_c}
+
+    def full_model() -> FittedDetector:  # fitted on all the rows only when the winner reads it
+        return full if full is not None else fit_detector(features, y, tasks, settings, fixed=fixed)
+
+    scored = fold_of >= 0
+    if "stacked" in wanted:
+        components = {n: oof[n] for n in ("full", "length", "task_prior") if n in oof}
+        stacked = np.full(len(y), np.nan)
+        for k in range(len(folds)):
+            fit_rows, rows = scored & (fold_of != k), fold_of == k
+            if 0 < y[fit_rows].sum() < fit_rows.sum():
+                w = fit_stacker({n: v[fit_rows] for n, v in components.items()}, y[fit_rows])
+                stacked[rows] = stacked_log_odds(w, {n: v[rows] for n, v in components.items()})
+        oof["stacked"] = stacked
+    scores = {name: within_run_auroc(oof[name][scored], y[scored], runs[scored]) for name in wanted if name in oof}
+    selection.update(n_scored=int(scored.sum()), scores={k: (None if not np.isfinite(v) else float(v))
+                                                         for k, v in scores.items()})
+    finite = {k: v for k, v in scores.items() if np.isfinite(v)}
+    if not finite:
+        selection["why"] = "no inner fold scored both classes of one run: the full model, unchosen"
+        return finish(SelectedDetector("full", full=full_model(), selection=selection), features)
+    winner = choose(finite)
+    best = finite[winner]
+    others = {k: v for k, v in finite.items() if k != winner}
+    runner_up = max(others, key=others.get) if others else None
+    selection["why"] = (f"{winner} had the " + ("highest " if best == max(finite.values()) else "") +
+                        f"pooled within-run AUROC {best:.3f} on {len(folds)} inner folds of the {kind} kind"
+                        + (f" ({runner_up} {others[runner_up]:.3f})" if runner_up else "")
+                        + ("" if best == max(finite.values()) else
+                           f": a model of many features must beat the baselines by {COMPLEX_MARGIN} to be chosen"))
+    out = SelectedDetector(winner, selection=selection)
+    if winner == "task_prior":
+        # the prior alone gives every trajectory of a task it never saw the base rate - one probability for all of
+        # a run of new tasks: those rows are scored by the best candidate that does not read the task's history
+        kept = {k: v for k, v in finite.items() if k in FALLBACK_CANDIDATES}
+        second = choose(kept) if kept else None
+        if second is None or second not in oof:
+            second = "length"
+        fallback = SelectedDetector(second, selection={"kind": kind, "role": "fallback for tasks the prior never saw"})
+        if second == "full":
+            fallback.full = full_model()
+        else:
+            fallback.length = length
+        fallback.recalibration = recalibration(oof[second][scored], y[scored]) if second in oof else \
+            {"a": 1.0, "b": 0.0}
+        out.fallback = finish(fallback, features)
+        selection["fallback"] = second
+        selection["why"] += (f"; the prior applies only to a task it saw in training: a trajectory of a task it never "
+                             f"saw is scored by {second} (the best candidate that does not read the task's history"
+                             + (f", inner score {finite[second]:.3f}" if second in finite else "") + ")")
+    if winner in ("full", "stacked"):
+        out.full = full_model()
+    if winner in ("length", "stacked"):
+        out.length = length
+    if winner == "task_prior" or (winner == "stacked" and "task_prior" in oof):
+        out.prior = TaskPrior.fit(tasks, y)
+    if winner == "stacked":
+        components = {n: oof[n][scored] for n in ("full", "length", "task_prior") if n in oof}
+        out.stack = fit_stacker(components, y[scored])
+    out.recalibration = recalibration(oof[winner][scored], y[scored])
+    selection["recalibration"] = out.recalibration
+    return finish(out, features)
+
+
+def choose(scores: dict[str, float]) -> str:
+    """The candidate chosen from the inner scores: the best of the baselines (length, task prior), replaced by the
+    best model of many features (full, stacked) only when that beats it by :data:`COMPLEX_MARGIN` - on a few dozen
+    inner rows a model of thousands of columns wins by noise as often as by signal, and the baselines are what it
+    must not fall below. Ties go to the earlier in :data:`CANDIDATES`."""
+    def best(names):
+        present = [c for c in CANDIDATES if c in names and c in scores]
+        return max(present, key=lambda c: (scores[c], -CANDIDATES.index(c))) if present else None
+
+    simple, complex_ = best(("length", "task_prior")), best(("full", "stacked"))
+    if simple is None or complex_ is None:
+        return simple or complex_
+    return complex_ if scores[complex_] > scores[simple] + COMPLEX_MARGIN else simple
+
+
+def recalibration(log_odds: np.ndarray, failure: np.ndarray) -> dict[str, float]:
+    """``a, b`` of a Platt map of the winner's inner out-of-fold log-odds: every fold's model then speaks log-odds
+    of one scale, whichever candidate it chose (a run scored by several fold models compares their scores);
+    identity when the map would not keep the order (``a <= 0``) or the rows hold one class."""
+    from sklearn.linear_model import LogisticRegression
+
+    s, y = np.asarray(log_odds, dtype=float), np.asarray(failure, dtype=bool)
+    ok = np.isfinite(s)
+    if not (0 < y[ok].sum() < ok.sum()) or np.ptp(s[ok]) == 0:
+        return {"a": 1.0, "b": 0.0}
+    model = LogisticRegression(C=1e4, max_iter=1000).fit(s[ok, None], y[ok])
+    a, b = float(model.coef_[0, 0]), float(model.intercept_[0])
+    return {"a": a, "b": b} if a > 0 else {"a": 1.0, "b": 0.0}
+
+
+def finish(detector: SelectedDetector, features: TrajectoryFeatures) -> SelectedDetector:
+    detector.set_reference(features)
+    return detector
+

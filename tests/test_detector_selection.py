@@ -1,0 +1,275 @@
+"""The detector chosen inside its training rows by its protocol's own kind of split, and its reasons in percentage
+points of the printed probability: real shared τ²-bench runs (two airline runs and a retail run, 80 trajectories),
+the static MiniLM table, one training per module."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agentuq_nb.evaluation.detector_explain import OTHERS
+from agentuq_nb.evaluation.detector_model import DetectorSettings, platt_probability
+from agentuq_nb.evaluation.detector_protocols import task_keys
+from agentuq_nb.evaluation.detector_selection import (
+    CANDIDATES,
+    row_task_keys,
+    select_detector,
+    selection_folds,
+    within_run_auroc,
+)
+
+pytestmark = pytest.mark.filterwarnings("ignore::agentuq_nb.io.input_warnings.InputDataWarning")
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+RUNS = [SHARED / "tau2" / "gpt-4.1_airline_1trial.json", SHARED / "tau2" / "ft-gpt-4.1_airline_1trial.json",
+        SHARED / "real_runs" / "ft-gpt-4.1_retail_1trial.json"]
+
+
+@pytest.fixture(scope="module")
+def features():
+    """The three runs' features, every group, on the static table."""
+    from agentuq_nb.steps.detector_inputs import corpus_features, resolve_sources
+    from agentuq_nb.uq.detector_features import GROUPS
+    from agentuq_nb.uq.embeddings import embeddings_available
+
+    if not all(p.exists() for p in RUNS):
+        pytest.skip(f"the shared runs are not in {SHARED}")
+    if not embeddings_available():
+        pytest.skip("the [embeddings] extra is not installed")
+    return corpus_features(resolve_sources(RUNS), GROUPS, "minilm-static")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A detector of the three runs as a user trains it (the default embedder), and its predictions on one of them
+    and on a run it never saw."""
+    from agentuq_nb.steps.predict import predict
+    from agentuq_nb.steps.train_detector import train_detector
+    from agentuq_nb.uq.embeddings import embeddings_available
+
+    if not all(p.exists() for p in RUNS):
+        pytest.skip(f"the shared runs are not in {SHARED}")
+    if not embeddings_available():
+        pytest.skip("the [embeddings] extra is not installed")
+    folder = tmp_path_factory.mktemp("selection")
+    result = train_detector(RUNS, folder / "det", n_boot=50, n_splits=3)
+    unseen = predict(result.path, SHARED / "real_runs" / "claude-sonnet-4.5_airline_1trial.json", folder / "new",
+                     n_boot=0, top=4)
+    return result, unseen
+
+
+def labels(features):
+    return features.index["reward"].to_numpy(dtype=float) < 1
+
+
+def test_inner_folds_hold_out_what_their_protocol_holds_out(features):
+    index = features.index
+    runs, domains = index["run"].to_numpy(dtype=object), index["domain"].to_numpy(dtype=object)
+    tasks = task_keys(domains, index["task_id"].to_numpy(dtype=object))
+    y = labels(features)
+    for kind in ("within_run", "leave_one_run_out", "leave_run_and_task_out", "leave_one_domain_out"):
+        folds = selection_folds(kind, y, runs, domains, tasks)
+        assert len(folds) >= 2, kind
+        for train, test in folds:
+            assert not np.intersect1d(train, test).size
+            assert not set(tasks[train]) & set(tasks[test]) or kind == "leave_one_run_out", kind
+            if kind != "within_run":
+                assert not set(runs[train]) & set(runs[test]), kind
+            if kind == "leave_one_domain_out":
+                assert not set(domains[train]) & set(domains[test])
+
+
+def test_when_length_alone_is_best_on_the_inner_folds_the_selection_picks_it(features):
+    """Labels that are length (each run's longer half fails): length alone ranks them perfectly on every inner
+    fold; a text-only model cannot do better, so length is chosen, and its log-odds are the length model's."""
+    index = features.index
+    n = index["num_messages"].to_numpy(dtype=float)
+    median = index.groupby("run")["num_messages"].transform("median").to_numpy(dtype=float)
+    y = n > median
+    chosen = select_detector(features, y, DetectorSettings(groups=("text",)), "leave_one_run_out")
+    scores = chosen.selection["scores"]
+    assert set(scores) == set(CANDIDATES)
+    assert scores["length"] == pytest.approx(1.0) and scores["length"] >= max(scores.values())
+    assert scores["full"] < scores["length"]
+    assert chosen.candidate == "length" and chosen.full is None
+    a, b = chosen.recalibration["a"], chosen.recalibration["b"]  # the inner folds' Platt map: order kept
+    assert a > 0 and np.allclose(chosen.log_odds(features), a * chosen.length.log_odds(features) + b)
+    assert within_run_auroc(chosen.log_odds(features), y, index["run"]) == pytest.approx(1.0)
+
+
+def test_the_winner_is_the_best_inner_score_and_survives_the_arrays(features):
+    y = labels(features)
+    chosen = select_detector(features, y, DetectorSettings(), "leave_run_and_task_out")
+    scores = {k: v for k, v in chosen.selection["scores"].items() if v is not None}
+    assert "task_prior" not in scores  # task-disjoint: the prior has nothing to say
+    assert scores[chosen.candidate] == max(scores.values())
+    from agentuq_nb.evaluation.detector_selection import SelectedDetector
+
+    meta, arrays = chosen.to_arrays()
+    assert all(not a.dtype.hasobject for a in arrays.values())
+    back = SelectedDetector.from_arrays(json.loads(json.dumps(meta)), arrays)
+    assert np.allclose(back.log_odds(features), chosen.log_odds(features))
+    names, values, intercept = back.block_contributions(features)
+    if back.additive:
+        assert np.allclose(intercept + values.sum(axis=1), back.log_odds(features))
+
+
+def test_the_card_says_which_candidate_won_each_protocol_and_why(trained):
+    result, _ = trained
+    card = result.card
+    assert card["embedder"]["name"] == "minilm-static"  # the default
+    final = card["selection"]["final"]
+    assert final["selected"] in CANDIDATES and final["kind"] == "leave_one_run_out" and "AUROC" in final["why"]
+    assert final["scores"][final["selected"]] == max(v for v in final["scores"].values() if v is not None)
+    for name, row in card["protocols"].items():
+        assert row["selected"] in CANDIDATES, name
+        inner = card["selection"]["protocols"][name]
+        assert {"inner_length", "inner_full", "inner_stacked"} <= set(inner), name
+        assert ("inner_task_prior" in inner) == (name == "leave_one_run_out"), name
+
+
+def test_the_points_sum_with_the_base_probability_to_the_printed_probability(trained):
+    _, unseen = trained
+    p = unseen.predictions
+    assert len(p) == 50 and set(p["model"]) == {"final"}
+    for row in p.itertuples():
+        items = json.loads(row.explanation)
+        total = row.base_probability + sum(item["points"] for item in items) / 100
+        assert total == pytest.approx(row.failure_probability, abs=1e-6)
+        listed = [i["feature"] for i in items if i["feature"] != OTHERS]  # the rest, summed, comes last
+        interpretable = [f for f in listed if not f.startswith("embedding.")]
+        assert listed[:len(interpretable)] == interpretable  # interpretable reasons first
+    assert p["reason_1"].notna().all() and p["points_1"].notna().all()
+    shown = [getattr(row, f"points_{k}") for row in p.itertuples() for k in range(1, 5)]
+    assert np.nanmax(np.abs(shown)) < 100
+
+
+def test_the_points_of_a_training_trajectory_sum_through_its_own_models_map(trained, tmp_path):
+    from agentuq_nb.evaluation.detector_apply import load_detector
+    from agentuq_nb.evaluation.detector_explain import explain
+    from agentuq_nb.steps.detector_inputs import corpus_features, resolve_sources
+
+    result, _ = trained
+    detector = load_detector(result.path)
+    feats = corpus_features(resolve_sources(RUNS[:1]), detector.groups, detector.embedder)
+    model, mapping = detector.loro[result.card["training_runs"][0]["name"]]
+    out = explain(model, feats, lambda s: platt_probability(mapping, s), top=3)
+    p = platt_probability(mapping, model.log_odds(feats))
+    sums = out["base_probability"] + [sum(i["points"] for i in json.loads(e)) / 100 for e in out["explanation"]]
+    assert np.allclose(sums, p, atol=1e-6)
+
+
+def test_an_embedding_reason_names_a_real_message_of_its_trajectory(features):
+    """A full model on the embeddings (and length): each embedding reason names a message of the trajectory - its
+    position, its role and the first words of its text."""
+    from agentuq_nb.evaluation.detector_explain import explain
+    from agentuq_nb.records import Simulation
+    from agentuq_nb.uq.transcript import message_text
+
+    y = labels(features)
+    chosen = select_detector(features, y, DetectorSettings(groups=("embeddings", "length")), "within_run",
+                             candidates=("full",))
+    assert chosen.candidate == "full"
+    out = explain(chosen, features, lambda s: 1 / (1 + np.exp(-s)), top=5)
+    sims = {}
+    for path in RUNS:
+        for sim in json.loads(path.read_text())["simulations"]:
+            sims[str(sim["task_id"]), path.stem] = Simulation.model_validate(sim)
+    named = 0
+    for r, explanation in enumerate(out["explanation"]):
+        sim = sims[str(features.index["task_id"].iloc[r]), features.index["run"].iloc[r]]
+        for item in json.loads(explanation):
+            for m in item.get("messages", []):
+                message = sim.messages[m["message_idx"]]
+                assert {"assistant": "agent"}.get(message.role, message.role) == m["role"]
+                text = message_text(message.role, message.content or "",
+                                    [(c.name, c.arguments) for c in message.tool_calls or []])
+                assert " ".join(text.split()).startswith(m["words"].removesuffix(" …"))
+                if item["feature"] == "embedding.agent_last":
+                    assert m["message_idx"] == max(i for i, x in enumerate(sim.messages) if x.role == "assistant"
+                                                   and (x.content or x.tool_calls))
+                named += 1
+        assert abs(out["base_probability"].iloc[r] + sum(i["points"] for i in json.loads(explanation)) / 100
+                   - 1 / (1 + np.exp(-chosen.log_odds(features.take([r]))[0]))) < 1e-6
+    assert named >= len(out)
+
+
+def test_the_points_sum_to_the_probability_moved_to_the_runs_rate(trained):
+    """With the predicted run's failure rate estimated (label shift), the probability written is the adapted one and
+    the reasons are taken along the same map: base + points = the adapted probability, not the training-rate one."""
+    from agentuq_nb.evaluation.detector_apply import load_detector
+    from agentuq_nb.evaluation.label_shift import shift_probabilities
+    from agentuq_nb.steps.detector_inputs import corpus_features, resolve_sources
+
+    result, _ = trained
+    detector = load_detector(result.path)
+    feats = corpus_features(resolve_sources([SHARED / "real_runs" / "claude-sonnet-4.5_airline_1trial.json"]),
+                            detector.groups, detector.embedder)
+    at_training = detector.predict(feats, explained=False)
+    source = at_training["source_rate"].to_numpy(dtype=float)
+    assert np.isfinite(source).all()
+    target = 0.8 if source.mean() < 0.5 else 0.2
+    adapted = detector.predict(feats, top=3, target_rate=target)
+    p = adapted["failure_probability"].to_numpy(dtype=float)
+    expected = shift_probabilities(at_training["failure_probability"].to_numpy(dtype=float), source, target)
+    assert np.allclose(p, expected, atol=1e-9)
+    assert np.abs(p - at_training["failure_probability"].to_numpy(dtype=float)).min() > 0.01  # it did move
+    sums = adapted["base_probability"] + [sum(i["points"] for i in json.loads(e)) / 100
+                                          for e in adapted["explanation"]]
+    assert np.allclose(sums, p, atol=1e-6)
+
+
+def test_predict_writes_points_that_sum_to_its_failure_probability(trained):
+    """predict's file: base_probability + the explanation's points = failure_probability (the adapted column),
+    whichever way the label shift fell."""
+    _, unseen = trained
+    p = unseen.predictions
+    assert {"failure_probability_training_rate", "task_seen", "task_prior", "base_probability"} <= set(p.columns)
+    sums = p["base_probability"] + [sum(i["points"] for i in json.loads(e)) / 100 for e in p["explanation"]]
+    assert np.allclose(sums, p["failure_probability"], atol=1e-6)
+
+
+def test_a_task_prior_falls_back_on_a_model_of_the_trajectory_for_tasks_it_never_saw(features, tmp_path):
+    """The task prior alone gives every trajectory of an unseen task the base rate: a detector that chose it scores
+    those rows by its fallback (the best candidate that does not read the task's history), which survives the arrays
+    and keeps the points summing."""
+    from agentuq_nb.evaluation.detector_explain import explain
+    from agentuq_nb.evaluation.detector_selection import SelectedDetector
+
+    y = labels(features)
+    airline = (features.index["domain"] == "airline").to_numpy()
+    train = features.take(airline)
+    chosen = select_detector(train, y[airline], DetectorSettings(), "leave_one_run_out", candidates=("task_prior",))
+    assert chosen.candidate == "task_prior" and chosen.fallback is not None
+    assert chosen.selection["fallback"] == chosen.fallback.candidate and "never saw" in chosen.selection["why"]
+    meta, arrays = chosen.to_arrays()
+    back = SelectedDetector.from_arrays(json.loads(json.dumps(meta)), arrays)
+    retail = features.take(~airline)  # every task new to it
+    assert not back.seen(retail).any() and back.seen(train).all()
+    s = back.log_odds(retail)
+    assert np.allclose(s, chosen.log_odds(retail)) and np.ptp(s) > 0  # not one number for all of them
+    prior = back.prior.log_odds(row_task_keys(train))
+    assert np.allclose(back.log_odds(train), back.recalibration["a"] * prior + back.recalibration["b"])
+    mixed = features.take(np.r_[np.flatnonzero(~airline)[:5], np.flatnonzero(airline)[:5]])
+    out = explain(back, mixed, lambda v: 1 / (1 + np.exp(-v)), top=3)
+    sums = out["base_probability"] + [sum(i["points"] for i in json.loads(e)) / 100 for e in out["explanation"]]
+    assert np.allclose(sums, 1 / (1 + np.exp(-back.log_odds(mixed))), atol=1e-6)
+    assert (out["feature_1"].iloc[5:] == "task_prior").all() and (out["feature_1"].iloc[:5] != "task_prior").all()
+
+
+def test_a_detector_of_two_runs_tells_apart_the_trajectories_of_a_run_of_unseen_tasks(tmp_path):
+    """Trained on the two shared airline runs, predicting the retail run (none of its tasks seen): the probabilities
+    are not all equal, whichever candidate the final model chose."""
+    from agentuq_nb.steps.predict import predict
+    from agentuq_nb.steps.train_detector import train_detector
+    from agentuq_nb.uq.embeddings import embeddings_available
+
+    if not all(p.exists() for p in RUNS):
+        pytest.skip(f"the shared runs are not in {SHARED}")
+    if not embeddings_available():
+        pytest.skip("the [embeddings] extra is not installed")
+    result = train_detector(RUNS[:2], tmp_path / "det", n_boot=20, n_splits=3, protocols=["leave_one_run_out"])
+    out = predict(result.path, RUNS[2], tmp_path / "retail", n_boot=0, top=2).predictions
+    assert not out["task_seen"].fillna(False).astype(bool).any()
+    assert out["failure_probability"].nunique() > len(out) // 2
