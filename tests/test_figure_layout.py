@@ -119,6 +119,7 @@ def _cases(runs) -> dict:
         structural,
     )
     from agentuq_nb.figures import detector as detector_figures
+    from agentuq_nb.figures import judges as judge_figures
     from agentuq_nb.figures import (
         runs as run_figures,
     )
@@ -127,6 +128,7 @@ def _cases(runs) -> dict:
     )
     from agentuq_nb.io.store.rundir import RunDir
     from agentuq_nb.pipeline import conformal as rc
+    from agentuq_nb.pipeline.judges import COLUMNS as JUDGE_COLUMNS
     from agentuq_nb.uq import dynamics as uq_dynamics
     from agentuq_nb.uq import read_trajectory_summary, read_turn_summary, saup
 
@@ -198,6 +200,17 @@ def _cases(runs) -> dict:
     tokens = pd.DataFrame({"role": rng.choice(["assistant", "user"], 4000), "scorer": "self",
                            "chosen_logprob": -rng.exponential(0.8, 4000)})
     study = runs["detector"]
+    judged = pd.DataFrame([  # shaped like pipeline.judges.judge_rows: two runs, four prompts each (one beats length)
+        {"run": run, "prompt": prompt, "judge_model": "azure/gpt-4o", "n": 114, "n_failures": failures,
+         "auroc": a, "auroc_lo": a - 0.09, "auroc_hi": min(a + 0.09, 1.0), "length_baseline": "num_messages",
+         "length_auroc": length, "vs_length": "beats" if a - 0.09 > length else "not shown", "prior_n": 40,
+         "prior_auroc": prior, "cost_per_trajectory_usd": cost}
+        for run, failures, length, prior, prompts in [
+            ("retail", 46, 0.63, 0.63, [("customer_outcome", 0.579, 0.013), ("policy_chain_of_thought", 0.549, 0.016),
+                                       ("policy_conversation", 0.617, 0.014), ("quick_triage", 0.522, 0.011)]),
+            ("telecom", 87, 0.70, 0.571, [("customer_outcome", 0.698, 0.02), ("policy_chain_of_thought", 0.754, 0.023),
+                                          ("policy_conversation", 0.717, 0.021), ("quick_triage", 0.93, 0.018)])]
+        for prompt, a, cost in prompts]).reindex(columns=JUDGE_COLUMNS)
     return {
         "actions.decision_points_figure": lambda: actions.decision_points_figure(_synthetic_turns(), "task 7 (trial 0)"),
         "actions.estimators_by_outcome_figure": lambda: actions.estimators_by_outcome_figure(
@@ -209,6 +222,7 @@ def _cases(runs) -> dict:
         "detector.ablation_figure": lambda: detector_figures.ablation_figure(study.ablation),
         "detector.early_detection_figure": lambda: detector_figures.early_detection_figure(study.detector.early),
         "detector.top_features_figure": lambda: detector_figures.top_features_figure(study.detector.top_features),
+        "judges.judge_auroc_figure": lambda: judge_figures.judge_auroc_figure(judged),
         "blackbox.trajectory_signals_figure": lambda: blackbox.trajectory_signals_figure(one, "run_a: one trajectory"),
         "blackbox.tracer_readouts_figure": lambda: blackbox.tracer_readouts_figure(b.long),
         "calibration.reliability_diagram": lambda: calibration.reliability_diagram(

@@ -51,6 +51,8 @@ from agentuq_nb.uq.detector_features import (
     EMBEDDING_BLOCKS,
     FEATURE_VERSION,
     LENGTH_COLUMNS,
+    MONITOR_GROUP,
+    MONITOR_PREFIX,
     TrajectoryFeatures,
     check_groups,
     embedder_dim,
@@ -248,13 +250,19 @@ def dense_names_made(groups: tuple[str, ...], embedder: str) -> tuple[set[str], 
     made = set(BLACKBOX_COLUMNS) if "blackbox" in groups else set()
     made |= {f"length.{name}" for name in LENGTH_COLUMNS} if "length" in groups else set()
     made |= {f"{block}:{i}" for block in EMBEDDING_BLOCKS for i in range(dim)}
+    made |= {MONITOR_GROUP} if MONITOR_GROUP in groups else set()  # a marker: monitor.<name> columns may follow
     return made, dim
+
+
+MAX_MONITOR_COLUMN = 256  # characters of a monitor column's name
 
 
 def check_columns(model: FittedDetector, made: set[str], dim: int, embedder: str, path: Path, where: str) -> None:
     """Refuse a model whose dense columns are not the extraction's, or whose embedding blocks are not whole blocks of
     the card's embedder (the weights of another embedder)."""
-    unknown = [name for name in model.dense_names if name not in made]
+    monitors = MONITOR_GROUP in made  # a monitor's column is named by the monitor the training runs held
+    unknown = [name for name in model.dense_names if name not in made
+               and not (monitors and name.startswith(MONITOR_PREFIX) and len(name) <= MAX_MONITOR_COLUMN)]
     if unknown:
         raise InputError(path, f"{where}.dense_names: {unknown[0]!r} is not a column the extraction makes for the "
                                f"card's feature groups and embedder {embedder!r} ({dim} dimensions)")
