@@ -523,12 +523,12 @@ def test_the_comparison_page_at_1400_px_shows_the_heatmap_legibly_and_no_table_r
     from agentuq_nb.figures.report import SAVED_DPI
     from agentuq_nb.figures.run_leaderboard import MIN_FONT_PT
     from agentuq_nb.steps.compare_runs import draw_run_leaderboard
-    from test_explorer import CHROMIUM_FLAGS, _browser
+    from test_explorer import CHROMIUM_FLAGS, chromium_session
     from test_report import LAYOUT_PROBLEMS
 
     result = build_run_leaderboard(two_runs, n_boot=50)
     write_run_leaderboard(result, tmp_path, draw_run_leaderboard, report=True)
-    with _browser() as p:
+    with chromium_session() as p:
         browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_FLAGS)
         page = browser.new_page(viewport={"width": 1400, "height": 900})
         page.goto((tmp_path / OUTPUTS["report"]).as_uri())

@@ -410,7 +410,7 @@ def test_the_site_searches_offline_with_its_own_worker_shim():
 def test_the_built_site_searches_from_the_disk():
     """`make docs` (which `make test` runs before the tests) leaves site/: opened from the disk in Chromium, with no
     network, its search finds a page."""
-    from test_explorer import CHROMIUM_FLAGS, _browser
+    from test_explorer import CHROMIUM_FLAGS, chromium_session
 
     config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
     index = ROOT / config.get("site_dir", "site") / "index.html"
@@ -418,7 +418,7 @@ def test_the_built_site_searches_from_the_disk():
         pytest.skip("no site/ built: `make docs` builds it (make test does, before the tests)")
     assert "unpkg.com" not in index.read_text()
     requests, errors = [], []
-    with _browser() as p:
+    with chromium_session() as p:
         from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
         browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_FLAGS)

@@ -249,14 +249,14 @@ def test_a_key_split_across_tokens_is_masked_and_the_payload_cannot_leave_its_sc
     assert json.loads(text)["m"] == HOSTILE
 
 
-def _browser():
+def chromium_session():
     if not CHROMIUM.exists():
         pytest.skip(f"{CHROMIUM} is absent: 'make setup' installs Debian's chromium for the browser tests")
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright (a dev dependency) is not installed")
     return sync_api.sync_playwright()
 
 
-def _page(p, html: Path, errors: list, width: int = 1400, height: int = 900):
+def open_explorer(p, html: Path, errors: list, width: int = 1400, height: int = 900):
     browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_FLAGS)
     page = browser.new_page(viewport={"width": width, "height": height})
     page.on("pageerror", lambda err: errors.append(str(err)))
@@ -265,7 +265,7 @@ def _page(p, html: Path, errors: list, width: int = 1400, height: int = 900):
     return browser, page
 
 
-def _shot(page, tmp_path: Path, name: str, full_page: bool = False) -> None:
+def screenshot(page, tmp_path: Path, name: str, full_page: bool = False) -> None:
     """A screenshot in the test's tmp folder, and in $EXPLORER_SHOTS when that names a folder."""
     page.screenshot(path=str(tmp_path / name), full_page=full_page)
     if os.environ.get("EXPLORER_SHOTS"):
@@ -303,12 +303,12 @@ def test_the_exported_view_works_in_chromium(run_dir, tmp_path):
     agentuq_nb.explore(run_dir, estimators=ESTIMATORS, export=html)
     assert html.stat().st_size > 10_000 and "https://" not in html.read_text()  # standalone: nothing fetched
     n_failed = int((pd.read_parquet(run_dir / "trajectories.parquet")["reward"] < 1.0).sum())
-    with _browser() as p:
-        browser, page = _page(p, html, page_errors, 1280, 900)
+    with chromium_session() as p:
+        browser, page = open_explorer(p, html, page_errors, 1280, 900)
         text = _hover_a_token_and_read_the_tip(page)
         assert "top-k alternative" in text and "NLL" in text
         assert len(text.splitlines()) >= 3  # the alternatives, one per line with its probability
-        _shot(page, tmp_path, "explorer_hover.png")
+        screenshot(page, tmp_path, "explorer_hover.png")
         # the layout fills the window: the list and the pane reach its bottom
         box = page.locator(".agentuq-explorer").bounding_box()
         assert box["height"] >= 880
@@ -360,7 +360,7 @@ def test_the_exported_view_works_in_chromium(run_dir, tmp_path):
         page.click(".aq-opposite")  # the task's other trial succeeded
         assert page.locator(".aq-pane").count() == 2
         assert "succeeded" in page.inner_text(".aq-pane >> nth=1 >> .aq-outcome-badge")
-        _shot(page, tmp_path, "explorer_side_by_side.png")
+        screenshot(page, tmp_path, "explorer_side_by_side.png")
         beside_key = page.get_attribute(".aq-pane >> nth=1", "data-key")
         page.select_option(".aq-outcome", "all")
         page.click(f'.aq-list .aq-item[data-key="{beside_key}"]')  # the same one in the first pane: shown once
@@ -376,7 +376,7 @@ def test_the_exported_view_works_in_chromium(run_dir, tmp_path):
             if decisions.count():
                 assert decisions.count() == 2
                 assert "K = 3" in decisions.nth(0).inner_text() and "taken ▸" in decisions.nth(0).inner_text()
-                _shot(page, tmp_path, "explorer_decisions.png", full_page=True)
+                screenshot(page, tmp_path, "explorer_decisions.png", full_page=True)
         assert with_decisions == 1
         browser.close()
     assert page_errors == []
@@ -392,8 +392,8 @@ def test_a_real_run_without_log_probs_in_chromium(real_run, tmp_path):
     out = CliRunner().invoke(app, ["explore", str(real_run), "--out", str(html)])
     assert out.exit_code == 0, out.output
     page_errors = []
-    with _browser() as p:
-        browser, page = _page(p, html, page_errors)
+    with chromium_session() as p:
+        browser, page = open_explorer(p, html, page_errors)
         assert "no token log-probs" in page.inner_text(".aq-runs")
         assert page.locator(".aq-tok").count() == 0 and page.locator(".aq-legend").count() == 0
         assert page.locator('.aq-spark[data-signal="nll"]').count() == 0
@@ -408,10 +408,10 @@ def test_a_real_run_without_log_probs_in_chromium(real_run, tmp_path):
         assert forensics.get_attribute("open") is not None  # open on a failure
         assert "✗" in forensics.inner_text() and "database" in forensics.inner_text()
         assert forensics.locator(".aq-reward-verdict").inner_text().startswith("What decided the reward: decided by the")
-        _shot(page, tmp_path, "real_failed.png")
+        screenshot(page, tmp_path, "real_failed.png")
         readout = _hover_message_and_read_signals(page, "user")
         assert "TRACER step risk" in readout
-        _shot(page, tmp_path, "real_hover_message.png")
+        screenshot(page, tmp_path, "real_hover_message.png")
         page.locator(".aq-pane >> nth=0 >> .aq-task > summary").click()
         assert "reason for call" in page.inner_text(".aq-pane >> nth=0 >> .aq-task")
         page.select_option(".aq-estimator", "blackbox_gbm")  # the cross-fitted probabilities are selectable
@@ -428,8 +428,8 @@ def test_an_original_tau_bench_run_without_seeds_in_chromium(tau_bench_run, tmp_
     assert out.exit_code == 0, out.output
     assert "12 trajectories" in out.stdout
     page_errors = []
-    with _browser() as p:
-        browser, page = _page(p, html, page_errors)
+    with chromium_session() as p:
+        browser, page = open_explorer(p, html, page_errors)
         page.select_option(".aq-outcome", "failure")
         page.locator(".aq-list .aq-item").first.click()
         forensics = page.inner_text(".aq-pane >> nth=0 >> .aq-forensics")
@@ -439,7 +439,7 @@ def test_an_original_tau_bench_run_without_seeds_in_chromium(tau_bench_run, tmp_
         assert "want to cancel order" in page.inner_text(".aq-pane >> nth=0 >> .aq-task")
         page.locator(".aq-opposite").click()  # every task with a failure has a success among its 4 trials
         assert "succeeded" in page.inner_text(".aq-pane >> nth=1 >> .aq-outcome-badge")
-        _shot(page, tmp_path, "tau_bench_side_by_side.png")
+        screenshot(page, tmp_path, "tau_bench_side_by_side.png")
         # the report's link to one trajectory (a seedless key) opens it, not the first of the list
         from agentuq_nb.figures.report import explorer_href
 
@@ -468,8 +468,8 @@ def test_the_page_holds_no_key_and_no_markup_that_changes_its_parse(tmp_path):
     assert not [key for key in KEYS if key in written]
     assert "<!--" not in written.split("<script type='application/json'", 1)[1].split("</script>", 1)[0]
     page_errors = []
-    with _browser() as p:
-        browser, page = _page(p, html, page_errors)
+    with chromium_session() as p:
+        browser, page = open_explorer(p, html, page_errors)
         assert page.locator(".aq-list .aq-item").count() == 4 and page.title().startswith("agentuq_nb explorer")
         for i in range(4):  # the trajectory holding it
             page.locator(".aq-list .aq-item").nth(i).click()
@@ -480,7 +480,7 @@ def test_the_page_holds_no_key_and_no_markup_that_changes_its_parse(tmp_path):
         text = tool.inner_text()
         assert "</script><script>document.title='pwned'</script>" in text and "***" in text
         assert not [key for key in KEYS if key in page.content()]
-        _shot(page, tmp_path, "hostile.png")
+        screenshot(page, tmp_path, "hostile.png")
         browser.close()
     assert page_errors == []
 
@@ -525,8 +525,8 @@ def test_two_runs_side_by_side_and_a_detectors_slot(run_dir, tmp_path):
     assert entry["auroc"][0] == pytest.approx(roc_auc_score(rewards["reward"] < 1, predictions[DETECTOR]), abs=1e-3)
     html = export_html(data, tmp_path / "two.html")
     page_errors = []
-    with _browser() as p:
-        browser, page = _page(p, html, page_errors)
+    with chromium_session() as p:
+        browser, page = open_explorer(p, html, page_errors)
         assert page.locator(".aq-run option").count() == 3  # all runs, A, B
         page.select_option(".aq-run", "1")
         assert page.locator(".aq-list .aq-item").count() == 8
@@ -541,7 +541,7 @@ def test_two_runs_side_by_side_and_a_detectors_slot(run_dir, tmp_path):
         other_run = next(i for i, o in enumerate(options) if o.startswith("B: "))
         page.select_option(".aq-pane >> nth=0 >> .aq-compare", index=other_run)
         assert page.locator(".aq-pane").count() == 2 and page.inner_text(".aq-pane >> nth=1 >> h3").startswith("B: ")
-        _shot(page, tmp_path, "two_runs_detector.png")
+        screenshot(page, tmp_path, "two_runs_detector.png")
         browser.close()
     assert page_errors == []
 
@@ -562,7 +562,7 @@ def _wait_for_lab(port: int, proc, timeout: float = 90) -> None:
 def test_the_widget_works_in_jupyterlab(run_dir, tmp_path):
     if shutil.which("jupyter", path=str(Path(sys.executable).parent)) is None:
         pytest.skip("jupyterlab (a dev dependency) is not installed beside this Python")
-    browser_cm = _browser()
+    browser_cm = chromium_session()
     notebook = nbformat.v4.new_notebook()
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     notebook.cells = [nbformat.v4.new_code_cell(
@@ -593,7 +593,7 @@ def test_the_widget_works_in_jupyterlab(run_dir, tmp_path):
             try:
                 text = _hover_a_token_and_read_the_tip(page, timeout=120_000)
             finally:
-                _shot(page, tmp_path, "jupyterlab_explorer_hover.png")
+                screenshot(page, tmp_path, "jupyterlab_explorer_hover.png")
             assert "top-k alternative" in text and "NLL" in text
             browser.close()
     finally:

@@ -12,7 +12,7 @@ from urllib.parse import unquote
 import pandas as pd
 import pytest
 
-from test_explorer import CHROMIUM_FLAGS, _browser
+from test_explorer import CHROMIUM_FLAGS, chromium_session
 
 CLI = [str(Path(sys.executable).with_name("agentuq-nb"))] if Path(sys.executable).with_name("agentuq-nb").exists() \
     else [sys.executable, "-m", "agentuq_nb.cli"]
@@ -113,7 +113,7 @@ def test_the_report_is_one_offline_page_that_escapes_and_masks_what_the_results_
     assert manifest["artifacts"]["report.html"]["step"] == "analyze"  # committed like every artefact of the run
     table = pd.read_csv(run / "estimator_table.csv")
     errors, requests = [], []
-    with _browser() as p:
+    with chromium_session() as p:
         browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_FLAGS)
         page_ = browser.new_page(viewport={"width": 1280, "height": 900})
         page_.on("pageerror", lambda err: errors.append(str(err)))
@@ -154,7 +154,7 @@ def test_the_report_fits_1400_px_its_tables_scroll_with_the_key_column_pinned_an
     assert "Benjamini-Hochberg adjusted across this run" in html and "beats length (BH)" in html
     assert "Families left out" in html and "agentuq-nb rescore" in html and "min for its" in html
     manifest = json.loads((run / "manifest.json").read_text())
-    with _browser() as p:
+    with chromium_session() as p:
         browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_FLAGS)
         page = browser.new_page(viewport={"width": 1400, "height": 900})
         page.goto((run / "report.html").as_uri())

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from test_explorer import _browser, _page, _shot
+from test_explorer import chromium_session, open_explorer, screenshot
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
@@ -160,8 +160,8 @@ def test_the_cause_is_pointed_at_in_chromium(retail_run, tmp_path):
     out = CliRunner().invoke(app, ["explore", str(retail_run), "--out", str(page_path)])
     assert out.exit_code == 0, out.output
     errors: list = []
-    with _browser() as p:
-        browser, page = _page(p, page_path, errors)
+    with chromium_session() as p:
+        browser, page = open_explorer(p, page_path, errors)
         assert page.locator(".aq-runs .aq-task-mismatch").inner_text() == f"2 of 40 trajectories: {MISMATCH}"
 
         def open_task(task_id: str):
@@ -184,7 +184,7 @@ def test_the_cause_is_pointed_at_in_chromium(retail_run, tmp_path):
         assert "errored: credited, but changed nothing" in exchange.inner_text() and "[22]" in exchange.inner_text()
         assert pane.locator('.aq-msg[data-idx="22"] .aq-call .aq-evchip').first.inner_text() == (
             "expected call 27_5 ✓ (credited, but it errored: changed nothing)")
-        _shot(page, tmp_path, "retail_27_unrequested_write.png")
+        screenshot(page, tmp_path, "retail_27_unrequested_write.png")
         forensics.locator(".aq-divergence .aq-goto").click()  # the link goes to the message
         assert marked.is_visible()
 
@@ -193,7 +193,7 @@ def test_the_cause_is_pointed_at_in_chromium(retail_run, tmp_path):
         assert diff.locator("tr").count() == 2  # its header and new_item_ids: the other arguments are equal
         assert diff.locator("tr").nth(1).inner_text().split("\t") == ["new_item_ids", '["6700049080"]', '["6117189161"]']
         assert "[28]" in pane.locator('.aq-forensics tr[data-expected="64_7"]').inner_text()
-        _shot(page, tmp_path, "retail_64_argument_diff.png")
+        screenshot(page, tmp_path, "retail_64_argument_diff.png")
 
         pane = open_task("18")
         note = pane.locator(".aq-forensics > .aq-task-mismatch").inner_text()
@@ -202,7 +202,7 @@ def test_the_cause_is_pointed_at_in_chromium(retail_run, tmp_path):
         assert "as the harness checked them" in pane.locator(".aq-expected .aq-section-head").inner_text()
         shown = pane.locator(".aq-expected").inner_text()
         assert shown.count('"8069050545"') == 2 and "1071497737" not in shown  # the harness's item, both times
-        _shot(page, tmp_path, "retail_18_task_mismatch.png")
+        screenshot(page, tmp_path, "retail_18_task_mismatch.png")
         browser.close()
     assert errors == []
 

@@ -39,11 +39,11 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.evaluation.detector_explain import explain
 from agentuq_nb.evaluation.detector_model import FittedDetector, PlattMap, StateError, first_error, platt_probability
-from agentuq_nb.evaluation.detector_selection import TASK_KEY, SelectedDetector
+from agentuq_nb.evaluation.detector_selection import SelectedDetector
 from agentuq_nb.evaluation.label_shift import RateEstimate, adapt, shift_probabilities
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.store.detector_dir import ARRAYS, CARD, MODEL, DetectorFolder, read_detector_dir
-from agentuq_nb.records.task_identity import resolve_id_keys
+from agentuq_nb.records.task_identity import TASK_KEY, resolve_id_keys
 from agentuq_nb.uq.detector_features import (
     BLACKBOX_COLUMNS,
     EMBED_MAX_TOKENS_RANGE,
@@ -250,17 +250,17 @@ def dense_names_made(groups: tuple[str, ...], embedder: str) -> tuple[set[str], 
     made = set(BLACKBOX_COLUMNS) if "blackbox" in groups else set()
     made |= {f"length.{name}" for name in LENGTH_COLUMNS} if "length" in groups else set()
     made |= {f"{block}:{i}" for block in EMBEDDING_BLOCKS for i in range(dim)}
-    made |= {MONITOR_GROUP} if MONITOR_GROUP in groups else set()  # a marker: monitor.<name> columns may follow
     return made, dim
 
 
 MAX_MONITOR_COLUMN = 256  # characters of a monitor column's name
 
 
-def check_columns(model: FittedDetector, made: set[str], dim: int, embedder: str, path: Path, where: str) -> None:
+def check_columns(model: FittedDetector, made: set[str], dim: int, embedder: str, path: Path, where: str,
+                  monitors: bool = False) -> None:
     """Refuse a model whose dense columns are not the extraction's, or whose embedding blocks are not whole blocks of
-    the card's embedder (the weights of another embedder)."""
-    monitors = MONITOR_GROUP in made  # a monitor's column is named by the monitor the training runs held
+    the card's embedder (the weights of another embedder). ``monitors`` (the card names the monitors group): a
+    ``monitor.<name>`` column, named by a monitor the training runs held, is the extraction's too."""
     unknown = [name for name in model.dense_names if name not in made
                and not (monitors and name.startswith(MONITOR_PREFIX) and len(name) <= MAX_MONITOR_COLUMN)]
     if unknown:
@@ -307,7 +307,7 @@ def load_detector(path: str | os.PathLike) -> Detector:
             if set(fitted.settings.groups) != set(groups):
                 raise InputError(model_path, f"{at}.settings.groups: {list(fitted.settings.groups)} are not the "
                                              f"card's feature_groups {list(groups)}")
-            check_columns(fitted, made, dim, card.embedder.name, model_path, at)
+            check_columns(fitted, made, dim, card.embedder.name, model_path, at, MONITOR_GROUP in groups)
         return selected
 
     def calibration(params: Any, where: str) -> dict[str, Any] | None:

