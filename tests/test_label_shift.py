@@ -22,6 +22,8 @@ from agentuq_nb.evaluation.label_shift import (
 )
 from agentuq_nb.records.task_identity import content_key, id_key, resolve_id_keys
 
+from conftest import require_tau2
+
 
 def scores(rng, n: int, rate: float) -> tuple[np.ndarray, np.ndarray]:
     """Labels at failure rate ``rate`` and a score whose class-conditional law does not depend on it (label shift):
@@ -118,11 +120,19 @@ def test_reliability_bands_hold_each_bins_rate_and_count():
     assert reliability_bands(p, y, n_bins=5, n_boot=0)["failure_rate_lo"].isna().all()  # no resample, no band
 
 
-def test_a_task_is_its_instructions_not_its_id():
-    tau2 = {"id": "5", "user_scenario": {"persona": None, "instructions": {"reason_for_call": "Cancel EHGLP3."}}}
+def test_a_task_is_its_content_not_its_id():
+    tau2 = {"id": "5", "user_scenario": {"persona": None, "instructions": {"reason_for_call": "Cancel EHGLP3."}},
+            "evaluation_criteria": {"actions": [{"action_id": "a", "name": "cancel", "arguments": {"id": "EHGLP3"}}]}}
     tau_bench = {"user_id": "mia_li_3668", "instruction": "Cancel EHGLP3.", "actions": []}
     assert content_key(tau2) != content_key(tau_bench)
-    assert content_key(tau2) == content_key({**tau2, "id": "other", "evaluation_criteria": {"x": 1}})
+    # another id, another action id, a criterion that does not change what is expected: the same task
+    same = {**tau2, "id": "other", "evaluation_criteria": {
+        "actions": [{"action_id": "b", "name": "cancel", "arguments": {"id": "EHGLP3"}}], "reward_basis": ["DB"]}}
+    assert content_key(tau2) == content_key(same)
+    # the same instructions from another starting state, or expecting another action: another task
+    assert content_key(tau2) != content_key({**tau2, "initial_state": {"initialization_actions": [{"name": "x"}]}})
+    assert content_key(tau2) != content_key({**tau2, "evaluation_criteria": {
+        "actions": [{"action_id": "a", "name": "cancel", "arguments": {"id": "OTHER"}}]}})
     assert content_key({"id": "5"}) is None and id_key(5) == "id:5"
     # a run without content is matched by (domain, id) where that names one content, else keeps its id key
     keys = resolve_id_keys(["airline", "airline", "retail"], ["5", "6", "5"], ["id:5", "id:6", "id:5"],
@@ -170,3 +180,16 @@ def test_the_prior_strength_is_chosen_by_held_out_runs():
     assert strength >= 100
     # nothing left to choose on (the other run of two is the held-out one): no adaptation
     assert choose_strength(held_out_calibration(s[:400], y[:400], runs[:400], leave_out=("r1",)))[0] == float("inf")
+
+
+def test_telecom_tasks_that_share_instructions_are_told_apart_by_their_starting_state():
+    """τ²-bench's telecom tasks share a user's instructions (40 tasks, 13 instructions): each is its own task."""
+    import json
+
+    path = require_tau2()[0].parents[1] / "real_runs" / "ft-gpt-4.1_telecom_1trial.json"
+    if not path.is_file():
+        pytest.skip(f"{path} not found (the shared real runs live in ../shared/data/real_runs)")
+    tasks = json.loads(path.read_text())["tasks"]
+    instructions = {json.dumps(t["user_scenario"], sort_keys=True) for t in tasks}
+    assert len(tasks) == 40 and len(instructions) < 20
+    assert len({content_key(t) for t in tasks}) == len(tasks)

@@ -1,10 +1,15 @@
 """A task's identity across runs: its domain and the content of what the user was asked to do, not its id alone.
 
 Benchmarks reuse ids for different tasks (the original τ-bench's airline task "5" is not τ²-bench's airline task
-"5"), and a run of another benchmark version may renumber them. So a task is keyed by a hash of its **instructions**:
+"5"), and a run of another benchmark version may renumber them. Nor are instructions alone a task: τ²-bench's telecom
+tasks share a user's instructions and differ in the starting state of the line and the device (its 40 tasks hold 13
+distinct instructions). So a task is keyed by a hash of **what the user is asked, where the task starts and what it
+expects done**:
 
-* a τ²-bench task (the results header's ``tasks``): its ``user_scenario`` (persona and instructions);
-* an original τ-bench task (each entry's ``info.task``): its ``user_id`` and ``instruction``.
+* a τ²-bench task (the results header's ``tasks``): its ``user_scenario`` (persona and instructions), ``ticket``
+  (the no-user mode's), ``initial_state`` and the expected actions of its ``evaluation_criteria`` (name and arguments
+  only: v1.0.1 added a ``reward_basis`` to every task's criteria without changing the task);
+* an original τ-bench task (each entry's ``info.task``): its ``user_id``, ``instruction`` and expected ``actions``.
 
 :func:`content_key` gives ``content:<16 hex>`` (BLAKE2b of the canonical JSON of those fields); where a run holds no
 task content (a bare list of simulations), :func:`id_key` gives ``id:<task id>``: the task is then known by its id
@@ -27,21 +32,32 @@ CONTENT_PREFIX = "content:"
 ID_PREFIX = "id:"
 
 
-def instructions_of(task: Any) -> Any:
+def expected_actions(actions: Any) -> list[tuple[Any, Any]]:
+    """The (name, arguments) of each expected action (τ²-bench's ``arguments``, τ-bench's ``kwargs``), in order."""
+    if not isinstance(actions, list):
+        return []
+    return [(a.get("name"), a.get("arguments", a.get("kwargs"))) for a in actions if isinstance(a, Mapping)]
+
+
+def identity_of(task: Any) -> Any:
     """What identifies ``task`` (see the module docstring), or None when it holds no instructions."""
     if not isinstance(task, Mapping):
         return None
     scenario = task.get("user_scenario")
     if isinstance(scenario, Mapping) and (scenario.get("instructions") or scenario.get("persona")):
-        return {"persona": scenario.get("persona"), "instructions": scenario.get("instructions")}
+        criteria = task.get("evaluation_criteria")
+        return {"persona": scenario.get("persona"), "instructions": scenario.get("instructions"),
+                "ticket": task.get("ticket"), "initial_state": task.get("initial_state"),
+                "actions": expected_actions(criteria.get("actions") if isinstance(criteria, Mapping) else None)}
     if task.get("instruction"):
-        return {"user_id": task.get("user_id"), "instruction": task.get("instruction")}
+        return {"user_id": task.get("user_id"), "instruction": task.get("instruction"),
+                "actions": expected_actions(task.get("actions"))}
     return None
 
 
 def content_key(task: Any) -> str | None:
-    """``content:<hash>`` of the task's instructions; None when it has none."""
-    body = instructions_of(task)
+    """``content:<hash>`` of the task's identity (:func:`identity_of`); None when it holds no instructions."""
+    body = identity_of(task)
     if body is None:
         return None
     text = json.dumps(body, sort_keys=True, ensure_ascii=False, default=str, separators=(",", ":"))
