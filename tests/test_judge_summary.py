@@ -127,6 +127,26 @@ def test_extract_analyze_and_import_scores_reproduce_the_published_verdicts_auro
     assert np.isfinite(row["diff_vs_length"])  # the paired difference from the best length baseline
 
 
+def test_analyze_on_a_judge_summary_ranks_its_own_published_verdicts_beside_length(tmp_path):
+    """``agentuq-nb analyze SUMMARY`` is the file's run and, in its estimator table, the file's own verdicts
+    (external.<its prompt>) beside length: nothing to import by hand."""
+    from typer.testing import CliRunner
+
+    from agentuq_nb.cli import app
+
+    path = subset(RETAIL_TRIAGE, tmp_path / "triage.summary.json", 30)
+    run = tmp_path / "run"
+    made = CliRunner().invoke(app, ["analyze", str(path), "--out", str(run), "--n-boot", "0", "--embedder", "hash",
+                                    "--no-figures", "--no-report"])
+    assert made.exit_code == 0, made.output
+    assert "external.quick_triage_v1: 30 of the run's 30 trajectories scored" in made.output
+    table = pd.read_csv(run / "estimator_table.csv").set_index("estimator")
+    entries = json.loads(path.read_text())["entries"]
+    expected = roc_auc_score([e["tau2_reward"] < 1 for e in entries], [verdict_score(e["judge_verdict"]) for e in entries])
+    assert table.loc["external.quick_triage_v1", "auroc"] == pytest.approx(expected)
+    assert table.loc["external.quick_triage_v1", "family"] == "external" and "num_messages" in table.index
+
+
 def test_a_score_file_whose_keys_match_too_few_trajectories_is_refused_with_the_counts(tmp_path):
     from agentuq_nb.steps.extract import extract
     from agentuq_nb.steps.import_scores import import_scores
