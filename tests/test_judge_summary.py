@@ -363,3 +363,17 @@ def test_monitors_imported_onto_trajectories_since_replaced_are_left_out_and_dro
     done = import_scores(tmp_path / "run", second, name="new")
     assert done.dropped == ["old"] and done.counts["n_matched"] == 5
     assert [n for n in available(tmp_path / "run") if n.startswith("external.")] == ["external.new"]
+
+
+def test_the_guide_s_judges_paragraph_is_the_committed_study_s_headline():
+    """docs/guide/judges.md states the numbers of params/judges.yaml's run as committed (docs/findings/judges.json),
+    made by the study's own headline function: the guide cannot say what the study did not find."""
+    from agentuq_nb.pipeline.judges import COMMITTED_FINDINGS, DETECTOR, EMBEDDED, PUBLISHED, headline
+
+    record = json.loads((ROOT / COMMITTED_FINDINGS).read_text())
+    assert [r["run"] for r in record["runs"]] == ["retail", "telecom"]
+    assert all({m["kind"] for m in r["monitors"]} >= {PUBLISHED, DETECTOR} for r in record["runs"])
+    assert any(m["kind"] == EMBEDDED for m in record["runs"][0]["monitors"]) and record["embedded_judge"]["verdicts"]
+    page = (ROOT / "docs" / "guide" / "judges.md").read_text()
+    stated = page.split("<!-- judges-headline")[1].split("-->", 1)[1].split("<!-- /judges-headline -->")[0]
+    assert " ".join(stated.split()) == " ".join(headline(record, "../findings/judges.json").split())

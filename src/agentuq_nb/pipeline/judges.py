@@ -159,8 +159,8 @@ def train_detector(other_runs: list[str | os.PathLike], out: str | os.PathLike, 
         made = json.loads(card.read_text())
         wanted = sorted(s.sha256 for s in resolve_sources(other_runs))
         if (sorted(r.get("sha256") for r in made.get("training_runs", [])) == wanted
-                and made.get("settings", {}).get("embedder") == embedder
-                and made.get("settings", {}).get("failure_threshold") == failure_threshold):
+                and (made.get("embedder") or {}).get("name") == embedder
+                and made.get("failure_threshold") == failure_threshold and made.get("seed") == seed):
             return out
     train(TrainDetectorConfig(inputs=list(other_runs), out=out, protocols=["leave_one_run_out"], n_boot=0, seed=seed,
                               embedder=embedder, failure_threshold=failure_threshold))
@@ -466,3 +466,42 @@ def judges_study(summaries: list[str | os.PathLike], other_runs: list[str | os.P
                        embedded_context_tokens)
     table = judge_rows(inputs, n_boot=n_boot, seed=seed)
     return JudgesStudy(inputs, table, findings_record(table, inputs))
+
+
+def headline(record: dict[str, Any], link: str = COMMITTED_FINDINGS) -> str:
+    """The guide's paragraph (``docs/guide/judges.md``), from :func:`findings_record`: per judged run the range of the
+    published prompts' AUROC against length and the detector, how many prompts beat either, and their cost; the
+    embedded judge's demonstration. ``link``: where the findings are, as the page links them."""
+    parts = []
+    for run in record["runs"]:
+        monitors = [m for m in run["monitors"] if m.get("auroc") is not None]
+        published = [m for m in monitors if m["kind"] == PUBLISHED]
+        detector = next((m for m in monitors if m["kind"] == DETECTOR), None)
+        if not published:
+            continue
+        text = (f"{run['run']} ({run['trajectories']} trajectories, {run['failures']} failures): the "
+                f"{len(published)} prompts reach AUROC {min(m['auroc'] for m in published):.2f}-"
+                f"{max(m['auroc'] for m in published):.2f}, the best length baseline "
+                f"({published[0]['length_baseline']}) {published[0]['length_auroc']:.2f}")
+        if detector is not None:
+            text += f", the detector {_ci(detector, 'auroc')}"
+        text += (f"; {sum(m.get('vs_length') == 'beats' for m in published)} of {len(published)} prompts beat length "
+                 f"and {sum(m.get('vs_length') == 'below' for m in published)} fall below it")
+        if detector is not None:
+            text += (f", {sum(m.get('vs_detector') == 'beats' for m in published)} beat the detector and "
+                     f"{sum(m.get('vs_detector') == 'below' for m in published)} fall below it")
+        cost = [m["cost_per_trajectory_usd"] for m in published if m.get("cost_per_trajectory_usd") is not None]
+        if cost:
+            text += f"; GPT-4o cost ${min(cost):.3f}-${max(cost):.3f} per trajectory"
+        parts.append(text)
+    out = ("**Published LLM-judge verdicts against length, the task prior and a detector** (`params/judges.yaml`, "
+           f"notebook 15; every number with its interval: [{Path(link).name}]({link})). " + ". ".join(parts) + ".")
+    e = record.get("embedded_judge")
+    if e:
+        run = next(r for r in record["runs"] if r["run"] == e["run"])
+        m = next((m for m in run["monitors"] if m["kind"] == EMBEDDED), {})
+        auroc = f"AUROC {_ci(m, 'auroc')}" if m.get("auroc") is not None else "AUROC undefined"
+        out += (f" The embedded SmolLM2-135M, as a path demonstration, judged the first {e['limit']} {e['run']} "
+                f"trajectories with the {e['prompt']} prompt at {e['context_tokens']} tokens: {e['verdicts']} verdicts "
+                f"({e['unparsed']} answers without one), {auroc}, no API cost.")
+    return out
