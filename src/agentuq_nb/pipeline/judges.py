@@ -57,7 +57,9 @@ from agentuq_nb.uq.detector_features import task_key_of
 #: the committed copy of the study's findings (``findings.json`` of ``params/judges.yaml``'s run)
 COMMITTED_FINDINGS = "docs/findings/judges.json"
 #: the monitors' kinds, in the order tables and figures show them
-PUBLISHED, DETECTOR, EMBEDDED = "published judge", "detector", "embedded judge (path demonstration)"
+PUBLISHED = "published judge"
+DETECTOR = "detector"
+EMBEDDED = "embedded judge (path demonstration)"
 #: the detector's row name
 DETECTOR_NAME = "detector (trained on the other runs)"
 #: the columns of :func:`judge_rows`' table, in order
