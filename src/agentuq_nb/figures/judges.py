@@ -19,7 +19,8 @@ KIND_ORDER = {"embedded judge (path demonstration)": 0, "detector": 1, "publishe
 def _cost_text(row) -> str:
     cost, seconds = row.get("cost_per_trajectory_usd"), row.get("seconds_per_trajectory")
     if row.get("kind") != "published judge":
-        return "no API cost" + (f", {seconds:.1f} s CPU" if seconds is not None and np.isfinite(seconds) else "")
+        return "no API cost" + (f", {seconds:.1f} s/traj. (CPU)" if seconds is not None and np.isfinite(seconds)
+                                else "")
     return f"${cost:.3f}/traj." if cost is not None and np.isfinite(cost) else ""
 
 

@@ -244,6 +244,8 @@ def embedded_judge(inputs: JudgeInputs, run_dir: str | os.PathLike, run: str, li
         "context_tokens": context_tokens, "verdicts": int(len(table)), "asked_now": report.judged,
         "cached": report.cached, "logprobs": report.logprobs, "verbalized": report.verbalized,
         "unparsed": report.unparsed, "elided": report.elided,
+        "p_fail_min": float(table["score"].min()) if len(table) else None,
+        "p_fail_max": float(table["score"].max()) if len(table) else None,
         "prompt_tokens_per_trajectory": float(table["prompt_tokens"].mean()) if len(table) else None,
         "seconds_per_verdict_asked": seconds / report.judged if report.judged else None}
     return inputs
@@ -333,12 +335,12 @@ COUNTS = ("n", "n_failures", "prior_n")
 
 
 def _value(key: str, value):
-    """A table cell as JSON: None for a missing value, an int for a count, a float for a number."""
+    """A table cell as JSON: None for a missing value, an int for a count, a number to 4 decimals."""
     if value is None or (not isinstance(value, str) and pd.isna(value)):
         return None
     if key in COUNTS:
         return int(value)
-    return float(value) if isinstance(value, (int, float, np.number)) else value
+    return round(float(value), 4) if isinstance(value, (int, float, np.number)) else value
 
 
 def findings_record(table: pd.DataFrame, inputs: JudgeInputs) -> dict[str, Any]:
@@ -426,6 +428,10 @@ def findings(record: dict[str, Any]) -> str:
                 f"to {e['context_tokens']} tokens: {e['verdicts']} verdicts ({e['logprobs']} with a probability from "
                 f"the verdict token's log-probs, {e['verbalized']} verbalized, {e['unparsed']} unparsed), "
                 f"{m.get('n_failures', 0)} of its {m.get('n', 0)} trajectories failed. ")
+        if e.get("p_fail_min") is not None and e["p_fail_min"] == e["p_fail_max"]:
+            text += f"Every verdict gave P(fail) = {e['p_fail_min']:.2f}: it ranks nothing. "
+        elif e.get("p_fail_min") is not None:
+            text += f"Its P(fail) ran from {e['p_fail_min']:.2f} to {e['p_fail_max']:.2f}. "
         if m.get("auroc") is not None:
             text += (f"Its AUROC is {_ci(m, 'auroc')}, against {m['length_auroc']:.2f} for length on the same "
                      f"trajectories ({m['vs_length']} length)")
@@ -485,6 +491,9 @@ def headline(record: dict[str, Any], link: str = COMMITTED_FINDINGS) -> str:
                 f"{len(published)} prompts reach AUROC {min(m['auroc'] for m in published):.2f}-"
                 f"{max(m['auroc'] for m in published):.2f}, the best length baseline "
                 f"({published[0]['length_baseline']}) {published[0]['length_auroc']:.2f}")
+        prior = next((m for m in published if m.get("prior_auroc") is not None), None)
+        if prior is not None:
+            text += f", the task prior {prior['prior_auroc']:.2f} on the {prior['prior_n']} trajectories it covers"
         if detector is not None:
             text += f", the detector {_ci(detector, 'auroc')}"
         text += (f"; {sum(m.get('vs_length') == 'beats' for m in published)} of {len(published)} prompts beat length "
@@ -505,5 +514,7 @@ def headline(record: dict[str, Any], link: str = COMMITTED_FINDINGS) -> str:
         auroc = f"AUROC {_ci(m, 'auroc')}" if m.get("auroc") is not None else "AUROC undefined"
         out += (f" The embedded SmolLM2-135M, as a path demonstration, judged the first {e['limit']} {e['run']} "
                 f"trajectories with the {e['prompt']} prompt at {e['context_tokens']} tokens: {e['verdicts']} verdicts "
-                f"({e['unparsed']} answers without one), {auroc}, no API cost.")
+                f"({e['unparsed']} answers without one), {auroc}"
+                + (f", every one P(fail) = {e['p_fail_min']:.2f}" if e.get("p_fail_min") is not None
+                   and e["p_fail_min"] == e["p_fail_max"] else "") + ", no API cost.")
     return out
