@@ -302,9 +302,11 @@ def test_the_judges_notebook_sets_each_prompt_against_length_the_prior_and_a_det
     entries = json.loads(RETAIL.read_text())["entries"]
     failed = np.array([e["tau2_reward"] < 1 for e in entries])
     outcome = monitors["customer_outcome_v1"]
-    assert outcome["auroc"] == pytest.approx(roc_auc_score(failed, [verdict_score(e["judge_verdict"]) for e in entries]))
+    close = {"abs": 5e-5}  # the record holds 4 decimals
+    assert outcome["auroc"] == pytest.approx(roc_auc_score(failed, [verdict_score(e["judge_verdict"]) for e in entries]),
+                                             **close)
     assert outcome["n"] == 114 and outcome["prior_n"] == 40  # ft-gpt-4.1's 40 retail tasks, matched by content
-    assert outcome["total_cost_usd"] == pytest.approx(sum(e["judge_cost_usd"] for e in entries))
+    assert outcome["total_cost_usd"] == pytest.approx(sum(e["judge_cost_usd"] for e in entries), **close)
     # the detector: trained on the three other runs only, applied to the judged run's trajectories
     card = json.loads((run_dir / "detector" / "card.json").read_text())
     assert sorted(r["name"] for r in card["training_runs"]) == sorted(Path(p).stem for p in others)
@@ -312,7 +314,8 @@ def test_the_judges_notebook_sets_each_prompt_against_length_the_prior_and_a_det
     by_id = dict(zip(predictions["simulation_id"].astype(str), predictions["log_odds"]))
     detector = monitors[judges.DETECTOR_NAME]
     assert detector["kind"] == judges.DETECTOR and detector["n"] == 114
-    assert detector["auroc"] == pytest.approx(roc_auc_score(failed, [by_id[str(e["simulation_id"])] for e in entries]))
+    assert detector["auroc"] == pytest.approx(roc_auc_score(failed, [by_id[str(e["simulation_id"])] for e in entries]),
+                                              **close)
     assert outcome["detector_auroc"] == pytest.approx(detector["auroc"]) and outcome["vs_detector"]
     # the embedded model's own verdicts on the first four trajectories, through agentuq-nb judge
     embedded = next(m for m in monitors.values() if m["kind"] == judges.EMBEDDED)
