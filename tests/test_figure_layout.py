@@ -200,17 +200,25 @@ def _cases(runs) -> dict:
     tokens = pd.DataFrame({"role": rng.choice(["assistant", "user"], 4000), "scorer": "self",
                            "chosen_logprob": -rng.exponential(0.8, 4000)})
     study = runs["detector"]
-    judged = pd.DataFrame([  # shaped like pipeline.judges.judge_rows: two runs, four prompts each (one beats length)
-        {"run": run, "prompt": prompt, "judge_model": "azure/gpt-4o", "n": 114, "n_failures": failures,
-         "auroc": a, "auroc_lo": a - 0.09, "auroc_hi": min(a + 0.09, 1.0), "length_baseline": "num_messages",
-         "length_auroc": length, "vs_length": "beats" if a - 0.09 > length else "not shown", "prior_n": 40,
-         "prior_auroc": prior, "cost_per_trajectory_usd": cost}
+    judged = pd.DataFrame([  # shaped like pipeline.judges.judge_rows: two runs, four published prompts each (one
+        # beats length), the detector on each, the embedded judge on 12 retail trajectories (its interval past 0.3)
+        {"run": run, "prompt": prompt, "kind": kind, "judge_model": "azure/gpt-4o", "n": n, "n_failures": failures,
+         "auroc": a, "auroc_lo": a - (0.4 if n < 114 else 0.09), "auroc_hi": min(a + 0.09, 1.0),
+         "length_baseline": "num_messages", "length_auroc": length, "prior_n": 40, "prior_auroc": prior,
+         "vs_length": "beats" if a - 0.09 > length else "not shown", "cost_per_trajectory_usd": cost,
+         "seconds_per_trajectory": None if kind == "published judge" else 0.3 if kind == "detector" else 41.0}
         for run, failures, length, prior, prompts in [
             ("retail", 46, 0.63, 0.63, [("customer_outcome", 0.579, 0.013), ("policy_chain_of_thought", 0.549, 0.016),
-                                       ("policy_conversation", 0.617, 0.014), ("quick_triage", 0.522, 0.011)]),
+                                       ("policy_conversation", 0.617, 0.014), ("quick_triage", 0.522, 0.011),
+                                       ("detector (trained on the other runs)", 0.505, 0.0),
+                                       ("SmolLM2-135M outcome (first 12)", 0.47, 0.0)]),
             ("telecom", 87, 0.70, 0.571, [("customer_outcome", 0.698, 0.02), ("policy_chain_of_thought", 0.754, 0.023),
-                                          ("policy_conversation", 0.717, 0.021), ("quick_triage", 0.93, 0.018)])]
-        for prompt, a, cost in prompts]).reindex(columns=JUDGE_COLUMNS)
+                                          ("policy_conversation", 0.717, 0.021), ("quick_triage", 0.93, 0.018),
+                                          ("detector (trained on the other runs)", 0.868, 0.0)])]
+        for prompt, a, cost in prompts
+        for kind in ["detector" if prompt.startswith("detector") else "embedded judge (path demonstration)"
+                     if prompt.startswith("SmolLM2") else "published judge"]
+        for n in [12 if prompt.startswith("SmolLM2") else 114]]).reindex(columns=JUDGE_COLUMNS)
     return {
         "actions.decision_points_figure": lambda: actions.decision_points_figure(_synthetic_turns(), "task 7 (trial 0)"),
         "actions.estimators_by_outcome_figure": lambda: actions.estimators_by_outcome_figure(

@@ -127,6 +127,26 @@ def test_extract_analyze_and_import_scores_reproduce_the_published_verdicts_auro
     assert np.isfinite(row["diff_vs_length"])  # the paired difference from the best length baseline
 
 
+def test_analyze_on_a_judge_summary_ranks_its_own_published_verdicts_beside_length(tmp_path):
+    """``agentuq-nb analyze SUMMARY`` is the file's run and, in its estimator table, the file's own verdicts
+    (external.<its prompt>) beside length: nothing to import by hand."""
+    from typer.testing import CliRunner
+
+    from agentuq_nb.cli import app
+
+    path = subset(RETAIL_TRIAGE, tmp_path / "triage.summary.json", 30)
+    run = tmp_path / "run"
+    made = CliRunner().invoke(app, ["analyze", str(path), "--out", str(run), "--n-boot", "0", "--embedder", "hash",
+                                    "--no-figures", "--no-report"])
+    assert made.exit_code == 0, made.output
+    assert "external.quick_triage_v1: 30 of the run's 30 trajectories scored" in made.output
+    table = pd.read_csv(run / "estimator_table.csv").set_index("estimator")
+    entries = json.loads(path.read_text())["entries"]
+    expected = roc_auc_score([e["tau2_reward"] < 1 for e in entries], [verdict_score(e["judge_verdict"]) for e in entries])
+    assert table.loc["external.quick_triage_v1", "auroc"] == pytest.approx(expected)
+    assert table.loc["external.quick_triage_v1", "family"] == "external" and "num_messages" in table.index
+
+
 def test_a_score_file_whose_keys_match_too_few_trajectories_is_refused_with_the_counts(tmp_path):
     from agentuq_nb.steps.extract import extract
     from agentuq_nb.steps.import_scores import import_scores
@@ -244,33 +264,65 @@ def test_import_scores_on_the_command_line_refuses_mismatched_keys_in_one_line(t
     assert done.exit_code == 0 and "external.outcome: 12 of the run's 12 trajectories scored" in done.output
 
 
-def test_the_judges_notebook_sets_each_prompt_against_length_and_the_prior(tmp_path):
-    """Notebook 15 on the retail summaries of two prompts and one prior run (few resamples: a smoke run of
-    params/judges.yaml's study): the table's numbers are sklearn's AUROC of the verdicts, the figure, the sentences."""
+def test_the_judges_notebook_sets_each_prompt_against_length_the_prior_and_a_detector(tmp_path):
+    """Notebook 15 on the retail summaries of two prompts, three other real runs (the detector's training data and the
+    task prior's history; hash embeddings) and the embedded model judging the first four retail trajectories (a smoke
+    run of params/judges.yaml's study): the table's numbers are sklearn's AUROC of the verdicts and of the detector's
+    predictions on the judged run, the prior is the same task's by content, the figure, findings.json, the sentences."""
     import nbformat
     import yaml
 
     from agentuq_nb.pipeline import judges
     from agentuq_nb.pipeline.reproduce import run_study
+    from agentuq_nb.records.config import EMBEDDED_MODEL
 
-    prior = ROOT.parent / "shared" / "data" / "real_runs" / "ft-gpt-4.1_retail_1trial.json"
+    shared = ROOT.parent / "shared" / "data"
+    others = [str(require(shared / "real_runs" / "ft-gpt-4.1_retail_1trial.json")),
+              str(require(shared / "tau2" / "gpt-4.1_airline_1trial.json")),
+              str(require(shared / "tau2" / "ft-gpt-4.1_airline_1trial.json"))]
     files = [str(require(RETAIL)), str(require(RETAIL_TRIAGE)), str(tmp_path / "absent.json")]
     params = tmp_path / "judges_smoke.yaml"
-    params.write_text(yaml.safe_dump({"parameters": {"summaries": files, "prior_runs": [str(require(prior))],
-                                                     "n_boot": 50}, "notebooks": ["15_judges"]}))
+    params.write_text(yaml.safe_dump({"parameters": {
+        "summaries": files, "other_runs": others, "detector_embedder": "hash", "embedded_run": "retail",
+        "embedded_limit": 4, "embedded_context_tokens": 512, "n_boot": 50}, "notebooks": ["15_judges"]}))
     run_dir = run_study(params, root=ROOT, output_root=tmp_path, log=lambda *_: None)
-    assert (tmp_path / "figures" / "judges_smoke" / "judges_auroc.png").stat().st_size > 1000
+    figures_dir = tmp_path / "figures" / "judges_smoke"
+    assert (figures_dir / "judges_auroc.png").stat().st_size > 1000
     executed = nbformat.read(run_dir / "notebooks" / "15_judges.ipynb", as_version=4)
     text = "".join(str(o.get("text", "")) + str(o.get("data", {}).get("text/markdown", ""))
                    for c in executed.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "**retail**: 114 trajectories, 46 failed, judged with 2 prompt(s)" in text and "skipped" in text
-    assert "the best length baseline (num_tool_calls) reaches 0.63" in text and "The task prior covers" in text
-    table = judges.judge_rows(judges.read_inputs(files[:2], [prior]), n_boot=0)
+    assert "the best length baseline (num_tool_calls) reaches 0.63" in text
+    assert "The task prior (the same task's failure rate in the other runs) covers 40 of the trajectories" in text
+    assert "The detector trained on the other runs reaches" in text and "minus the detector" in text
+    assert "The embedded model as a judge (a path demonstration, not a contender)" in text
+
+    record = json.loads((figures_dir / "findings.json").read_text())
+    monitors = {m["prompt"]: m for m in record["runs"][0]["monitors"]}
     entries = json.loads(RETAIL.read_text())["entries"]
-    expected = roc_auc_score([e["tau2_reward"] < 1 for e in entries], [verdict_score(e["judge_verdict"]) for e in entries])
-    row = table.set_index("prompt").loc["customer_outcome_v1"]
-    assert row["auroc"] == pytest.approx(expected) and row["n"] == 114
-    assert row["total_cost_usd"] == pytest.approx(sum(e["judge_cost_usd"] for e in entries))
+    failed = np.array([e["tau2_reward"] < 1 for e in entries])
+    outcome = monitors["customer_outcome_v1"]
+    close = {"abs": 5e-5}  # the record holds 4 decimals
+    assert outcome["auroc"] == pytest.approx(roc_auc_score(failed, [verdict_score(e["judge_verdict"]) for e in entries]),
+                                             **close)
+    assert outcome["n"] == 114 and outcome["prior_n"] == 40  # ft-gpt-4.1's 40 retail tasks, matched by content
+    assert outcome["total_cost_usd"] == pytest.approx(sum(e["judge_cost_usd"] for e in entries), **close)
+    # the detector: trained on the three other runs only, applied to the judged run's trajectories
+    card = json.loads((run_dir / "detector" / "card.json").read_text())
+    assert sorted(r["name"] for r in card["training_runs"]) == sorted(Path(p).stem for p in others)
+    predictions = pd.read_csv(run_dir / "judged" / "retail" / "predictions.csv")
+    by_id = dict(zip(predictions["simulation_id"].astype(str), predictions["log_odds"]))
+    detector = monitors[judges.DETECTOR_NAME]
+    assert detector["kind"] == judges.DETECTOR and detector["n"] == 114
+    assert detector["auroc"] == pytest.approx(roc_auc_score(failed, [by_id[str(e["simulation_id"])] for e in entries]),
+                                              **close)
+    assert outcome["detector_auroc"] == pytest.approx(detector["auroc"]) and outcome["vs_detector"]
+    # the embedded model's own verdicts on the first four trajectories, through agentuq-nb judge
+    embedded = next(m for m in monitors.values() if m["kind"] == judges.EMBEDDED)
+    verdicts = pd.read_parquet(run_dir / "judged" / "retail" / "judge_scores.parquet")
+    assert set(verdicts["model"]) == {EMBEDDED_MODEL} and len(verdicts) + record["embedded_judge"]["unparsed"] == 4
+    assert embedded["n"] == len(verdicts) and embedded["cost_per_trajectory_usd"] == 0
+    assert set(verdicts["simulation_id"].astype(str)) <= {str(e["simulation_id"]) for e in entries[:4]}
 
 
 def test_a_jsonl_trust_score_keyed_by_task_is_an_estimator_ranked_negated(tmp_path):
@@ -314,3 +366,17 @@ def test_monitors_imported_onto_trajectories_since_replaced_are_left_out_and_dro
     done = import_scores(tmp_path / "run", second, name="new")
     assert done.dropped == ["old"] and done.counts["n_matched"] == 5
     assert [n for n in available(tmp_path / "run") if n.startswith("external.")] == ["external.new"]
+
+
+def test_the_guide_s_judges_paragraph_is_the_committed_study_s_headline():
+    """docs/guide/judges.md states the numbers of params/judges.yaml's run as committed (docs/findings/judges.json),
+    made by the study's own headline function: the guide cannot say what the study did not find."""
+    from agentuq_nb.pipeline.judges import COMMITTED_FINDINGS, DETECTOR, EMBEDDED, PUBLISHED, headline
+
+    record = json.loads((ROOT / COMMITTED_FINDINGS).read_text())
+    assert [r["run"] for r in record["runs"]] == ["retail", "telecom"]
+    assert all({m["kind"] for m in r["monitors"]} >= {PUBLISHED, DETECTOR} for r in record["runs"])
+    assert any(m["kind"] == EMBEDDED for m in record["runs"][0]["monitors"]) and record["embedded_judge"]["verdicts"]
+    page = (ROOT / "docs" / "guide" / "judges.md").read_text()
+    stated = page.split("<!-- judges-headline")[1].split("-->", 1)[1].split("<!-- /judges-headline -->")[0]
+    assert " ".join(stated.split()) == " ".join(headline(record, "../findings/judges.json").split())

@@ -1,5 +1,6 @@
 """``analyze``: results → a run folder in one process: extract, aggregate and evaluate where the run has token
-log-probs; the black-box families and the estimator table of every family it holds (with or without log-probs);
+log-probs; the black-box families and the estimator table of every family it holds (with or without log-probs; a
+τ²-bench judge summary's own verdicts imported first, as ``import-scores`` does: ``external.<its prompt>``);
 where tasks repeat, the multi-trial readout (what ``agentuq-nb trials`` prints); its figures; and one page that
 holds it all, ``RUN_DIR/report.html`` (:mod:`agentuq_nb.figures.report`).
 
@@ -67,6 +68,7 @@ class AnalyzeReport:
     trials: dict | None = None  # the multi-trial readout, where tasks repeat
     page: Path | None = None  # report.html
     predictions: Any = None  # the detector's predictions, when one was given
+    imported: Any = None  # a τ²-bench judge summary's own verdicts (external.<its prompt>), when the results are one
 
 
 def run(run_dir: str | os.PathLike | RunDir, config: AnalyzeConfig) -> AnalyzeReport:
@@ -97,6 +99,16 @@ def run(run_dir: str | os.PathLike | RunDir, config: AnalyzeConfig) -> AnalyzeRe
                                                              failure_threshold=config.failure_threshold, n_boot=config.n_boot,
                                                              seed=config.seed))
     say_evaluation(report, config.reporter)
+    from agentuq_nb.io.ingest import judge_summary
+
+    if RunDir.of(out).manifest().layout == judge_summary.LAYOUT:  # the file's own verdicts beside every family
+        from agentuq_nb.steps.import_scores import ImportScoresConfig
+        from agentuq_nb.steps.import_scores import run as import_scores
+        from agentuq_nb.steps.import_scores import show as show_imported
+
+        with config.reporter.stage("import-scores", out):
+            report.imported = import_scores(out, ImportScoresConfig(file=config.results))
+        show_imported(report.imported, out, None, config.reporter)
     if config.detector is not None:
         from agentuq_nb.steps.predict import PredictConfig
         from agentuq_nb.steps.predict import run as predict
