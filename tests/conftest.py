@@ -11,7 +11,15 @@ from pathlib import Path
 
 import pytest
 
-import agentuq_nb  # noqa: F401  -- sets the offline defaults before any test module imports litellm
+# Under pytest-xdist (make test: 2 workers on 2 cores) each worker's embedded model decodes its large batches on one
+# llama.cpp thread (the commands and kernels the tests start inherit it): two workers of two threads each fight over
+# two cores, and llama.cpp's threads wait by spinning. Measured: three bookshop simulations took 48.2 s of CPU on two
+# threads, 39.2 s on one (user+sys, same machine, back to back). The numbers do not depend on the thread count (the
+# model switches between 1 and N threads per batch already). A run in one process (TEST_WORKERS=0) keeps the default.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("AGENTUQ_NB_THREADS", "1")
+
+import agentuq_nb  # noqa: E402,F401  -- sets the offline defaults before any test module imports litellm
 from agentuq_nb.io.embedding_cache import CACHE_ENV
 
 

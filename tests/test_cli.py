@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+
 from conftest import run_cli
 
 CLI = [str(Path(sys.executable).with_name("agentuq-nb"))] if Path(sys.executable).with_name("agentuq-nb").exists() \
