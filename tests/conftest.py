@@ -146,7 +146,8 @@ def serving_in_thread():
 
 
 # The test files that took longest in the last full run (minutes, from its JUnit report through
-# benchmarks/slowest_tests.py), slowest first. With `make test`'s --dist loadfile each file runs whole on one
+# benchmarks/slowest_tests.py --order; test_cli and test_intervention_study scaled by their measured CPU ratio after
+# they were made smaller), slowest first. With `make test`'s --dist loadfile each file runs whole on one
 # worker; the files are handed out in collection order (--no-loadscope-reorder: xdist's own order puts the files
 # with the fewest tests last, and a file of one 2-minute test at the end leaves the other worker idle), so the
 # longest go first and the many short files fill in at the end. A file missing here only runs later.
