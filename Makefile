@@ -57,9 +57,10 @@ reproduce: setup
 	$(BIN)/agentuq-nb reproduce $(PARAMS)
 
 # the tests on TEST_WORKERS processes (pytest-xdist; 0: in this process alone), a test file's tests in one of them (its
-# module fixtures made once); test-report.xml is their JUnit report, and the 20 slowest tests and files are listed after
+# module fixtures made once), the slowest files first (tests/conftest.py SLOWEST_FILES; --no-loadscope-reorder keeps
+# that order); test-report.xml is their JUnit report, and the 20 slowest tests and files are listed after
 TEST_WORKERS ?= 2
-PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --junitxml=test-report.xml
+PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --junitxml=test-report.xml
 
 test: setup lint docs
 	$(PYTEST)

@@ -4,6 +4,11 @@
     python benchmarks/slowest_tests.py report.xml [--top 20] [--files 20] [--against before.xml]
 
 ``make test`` writes test-report.xml and runs this script on it at the end.
+    python benchmarks/slowest_tests.py test-report.xml --order 14
+
+``--order N`` prints the N slowest files as ``tests/conftest.py``'s ``SLOWEST_FILES`` (minutes per file): the
+files ``make test`` hands to its workers first, so that no long file is left to run alone at the end. Paste it
+there after a change that moves a file's time much.
 
 Prints the ``--top`` slowest tests (a test's time is its call with its setup and teardown, as JUnit records it: a
 module fixture's cost lands on the first test that asks for it) and the ``--files`` test files that took longest,
@@ -59,6 +64,20 @@ def per_file(times: dict[str, float]) -> dict[str, tuple[float, int]]:
     return {f: (s, n) for f, (s, n) in files.items()}
 
 
+def slowest_files_literal(files: dict[str, tuple[float, int]], n: int) -> str:
+    """``SLOWEST_FILES = {...}``: the ``n`` slowest files' names and minutes (one decimal), slowest first."""
+    ranked = sorted(files.items(), key=lambda kv: -kv[1][0])[:n]
+    entries = [f'"{Path(file).name}": {max(seconds / 60, 0.1):.1f}' for file, (seconds, _) in ranked]
+    lines, line = [], "   "
+    for entry in entries:
+        if len(line) + len(entry) + 2 > 116:
+            lines.append(line.rstrip())
+            line = "   "
+        line += f" {entry},"
+    lines.append(line)
+    return "SLOWEST_FILES = {\n" + "\n".join(lines) + "\n}"
+
+
 def minutes(seconds: float) -> str:
     return f"{seconds / 60:6.1f} min" if seconds >= 60 else f"{seconds:6.1f} s  "
 
@@ -69,9 +88,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=20, help="slowest tests listed (default 20)")
     parser.add_argument("--files", type=int, default=20, help="slowest test files listed (default 20)")
     parser.add_argument("--against", nargs="+", type=Path, help="earlier report(s): each file before and after")
+    parser.add_argument("--order", type=int, metavar="N",
+                        help="print only the N slowest files as tests/conftest.py's SLOWEST_FILES")
     args = parser.parse_args(argv)
 
     times = read_reports(args.reports)
+    if args.order is not None:
+        print(slowest_files_literal(per_file(times), args.order))
+        return 0
     total = sum(times.values())
     print(f"{len(times)} tests, {minutes(total).strip()} in tests (setup, call and teardown)\n")
     print(f"the {min(args.top, len(times))} slowest tests:")

@@ -4,13 +4,22 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import subprocess
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-import agentuq_nb  # noqa: F401  -- sets the offline defaults before any test module imports litellm
+# Under pytest-xdist (make test: 2 workers on 2 cores) each worker's embedded model decodes its large batches on one
+# llama.cpp thread (the commands and kernels the tests start inherit it): two workers of two threads each fight over
+# two cores, and llama.cpp's threads wait by spinning. Measured: three bookshop simulations took 48.2 s of CPU on two
+# threads, 39.2 s on one (user+sys, same machine, back to back). The numbers do not depend on the thread count (the
+# model switches between 1 and N threads per batch already). A run in one process (TEST_WORKERS=0) keeps the default.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("AGENTUQ_NB_THREADS", "1")
+
+import agentuq_nb  # noqa: E402,F401  -- sets the offline defaults before any test module imports litellm
 from agentuq_nb.io.embedding_cache import CACHE_ENV
 
 
@@ -77,6 +86,20 @@ def make_aggregated_run(tmp: Path, **synthetic) -> Path:
     return tmp / "run"
 
 
+def run_cli(*args, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``agentuq-nb ARGS`` in this process (typer's CliRunner over the same app, its one-line errors and exit codes):
+    returncode, stdout and stderr as a subprocess of the installed script gives them, without a second Python that
+    imports the package again (~1.3 s of CPU a call) and loads the embedded model again. Tests whose point is the
+    installed script itself (help at a terminal width, --version, a run as a user starts it) keep a subprocess."""
+    from typer.testing import CliRunner
+
+    from agentuq_nb.cli import app
+
+    argv = [str(a) for a in args]
+    result = CliRunner().invoke(app, argv, env=env, prog_name="agentuq-nb", catch_exceptions=False)
+    return subprocess.CompletedProcess(["agentuq-nb", *argv], result.exit_code, result.stdout, result.stderr)
+
+
 def free_port() -> int:
     """A TCP port nothing listens on now (for a server a test starts)."""
     import socket
@@ -120,3 +143,23 @@ def serving_in_thread():
     finally:
         server.shutdown()
         thread.join(10)
+
+
+# The test files that took longest in the last full run (minutes, from its JUnit report through
+# benchmarks/slowest_tests.py --order; test_cli and test_intervention_study scaled by their measured CPU ratio after
+# they were made smaller), slowest first. With `make test`'s --dist loadfile each file runs whole on one
+# worker; the files are handed out in collection order (--no-loadscope-reorder: xdist's own order puts the files
+# with the fewest tests last, and a file of one 2-minute test at the end leaves the other worker idle), so the
+# longest go first and the many short files fill in at the end. A file missing here only runs later.
+SLOWEST_FILES = {
+    "test_llm_local.py": 4.3, "test_intervention_study.py": 1.8, "test_cli.py": 1.9,
+    "test_intervention_policies.py": 3.2, "test_distributed.py": 3.0, "test_action_sampling.py": 2.7,
+    "test_sim_harness.py": 2.6, "test_observation.py": 2.6, "test_detector.py": 2.5, "test_inspect_logs.py": 2.4,
+    "test_end_to_end.py": 2.3, "test_tau2_harness.py": 1.7, "test_tau2_v1_harness.py": 1.6,
+    "test_static_embedding.py": 1.1,
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    """The slowest files' tests first (see ``SLOWEST_FILES``), each file's tests in their own order."""
+    items.sort(key=lambda item: -SLOWEST_FILES.get(item.path.name, 0.0))  # a stable sort: the rest keep their order

@@ -1,4 +1,6 @@
-"""The agentuq-nb command line, run as a user runs it (a subprocess of the installed script)."""
+"""The agentuq-nb command line: its commands, messages and exit codes through the same app in this process
+(``conftest.run_cli``), and run as a user runs it (a subprocess of the installed script) where the script itself is
+the point: the extract → aggregate → evaluate contract, help at a terminal width, --version."""
 from __future__ import annotations
 
 import json
@@ -9,11 +11,22 @@ from pathlib import Path
 
 import pandas as pd
 
+from conftest import run_cli
+
 CLI = [str(Path(sys.executable).with_name("agentuq-nb"))] if Path(sys.executable).with_name("agentuq-nb").exists() \
     else [sys.executable, "-m", "agentuq_nb.cli"]
 
 
 def run(*args, check=True):
+    """``agentuq-nb ARGS`` in this process; ``check``: a non-zero exit fails the test with what it said."""
+    done = run_cli(*args)
+    if check and done.returncode != 0:
+        raise AssertionError(f"agentuq-nb {' '.join(map(str, args))} failed:\n{done.stdout}\n{done.stderr}")
+    return done
+
+
+def run_installed(*args, check=True):
+    """``agentuq-nb ARGS`` as a user runs it: a subprocess of the installed script."""
     done = subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, timeout=600)
     if check and done.returncode != 0:
         raise AssertionError(f"agentuq-nb {' '.join(map(str, args))} failed:\n{done.stdout}\n{done.stderr}")
@@ -22,11 +35,11 @@ def run(*args, check=True):
 
 def test_extract_aggregate_evaluate_contract(tmp_path, synthetic_results):
     run_dir = tmp_path / "run"
-    run("extract", synthetic_results, "--out", run_dir)
+    run_installed("extract", synthetic_results, "--out", run_dir)
     assert (run_dir / "tokens.parquet").exists()
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["results"] == str(synthetic_results.resolve())
-    run("aggregate", run_dir)
+    run_installed("aggregate", run_dir)
     for name in ("turn_summary", "trajectory_summary"):
         assert (run_dir / f"{name}.csv").exists() and (run_dir / f"{name}.parquet").exists()
     columns = set(pd.read_csv(run_dir / "trajectory_summary.csv").columns)
@@ -35,7 +48,7 @@ def test_extract_aggregate_evaluate_contract(tmp_path, synthetic_results):
             "avg_token_nll", "mean_topk_entropy", "min_chosen_prob"} <= columns
     turn_columns = set(pd.read_csv(run_dir / "turn_summary.csv").columns)
     assert {"turn_idx", "num_tokens", "turn_nll", "avg_token_nll", "mean_topk_entropy", "min_chosen_prob"} <= turn_columns
-    out = run("evaluate", run_dir, "--role", "assistant", "--uncertainty", "avg_token_nll", "--failure-threshold", "1.0")
+    out = run_installed("evaluate", run_dir, "--role", "assistant", "--uncertainty", "avg_token_nll", "--failure-threshold", "1.0")
     metrics = json.loads((run_dir / "eval_metrics.json").read_text())
     assert set(metrics["metrics"]) == {"auroc", "auarc", "auarc_tie_mean", "aurc", "prr", "pearson", "spearman", "kendall"}
     assert set(metrics["ci"]) >= {"auroc", "auarc"} and metrics["n"] == 12

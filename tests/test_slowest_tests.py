@@ -73,3 +73,14 @@ def test_a_file_that_is_no_report_is_one_line(tmp_path):
     empty.write_text("<testsuites><testsuite/></testsuites>")
     with pytest.raises(SystemExit, match="no test cases"):
         slowest_tests.read_report(empty)
+
+
+def test_the_order_for_conftest_is_the_slowest_files_first_as_a_python_literal(report, capsys):
+    assert slowest_tests.main([str(report), "--order", "5"]) == 0
+    out = capsys.readouterr().out
+    namespace: dict = {}
+    exec(out, namespace)  # what is pasted into tests/conftest.py
+    files = slowest_tests.per_file(slowest_tests.read_report(report))
+    expected = [Path(f).name for f, _ in sorted(files.items(), key=lambda kv: -kv[1][0])]
+    assert list(namespace["SLOWEST_FILES"]) == expected and set(expected) == {"test_a.py", "test_b.py"}
+    assert all(minutes >= 0.1 for minutes in namespace["SLOWEST_FILES"].values())

@@ -18,7 +18,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-from tests.conftest import free_port, wait_until_serving
+from tests.conftest import free_port, run_cli, wait_until_serving
 
 ROOT = Path(__file__).resolve().parents[1]
 TAU2_SOURCE = next((p for p in (ROOT.parent / "shared" / "tau2-bench",) if (p / "pyproject.toml").exists()), None)
@@ -55,12 +55,6 @@ def tau2_venv() -> Path:
     subprocess.run([*pip, "--no-deps", str(TAU2_SOURCE)], check=True)
     subprocess.run([*pip, *TAU2_EXTRA_PACKAGES], check=True)
     return venv
-
-
-def agentuq(*args: str, **kwargs) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    return subprocess.run([sys.executable, "-c", "from agentuq_nb.cli import app; app()", *args],
-                          env=env, capture_output=True, text=True, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +96,7 @@ def test_tau2_bench_runs_against_serve_local_and_its_results_extract_aggregate_e
     steps = [("extract", str(results), "--out", str(out)), ("aggregate", str(out)),
              ("evaluate", str(out), "--n-boot", "20")]
     for step in steps:
-        done = agentuq(*step, timeout=300)
+        done = run_cli(*step)  # our commands on τ²-bench's file, in this process
         assert done.returncode == 0, (step, done.stdout, done.stderr)
     assert (out / "tokens.parquet").exists() and (out / "trajectory_summary.csv").exists()
     assert (out / "eval_metrics.json").exists()

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from tests.conftest import free_port, wait_until_serving
+from tests.conftest import free_port, run_cli, wait_until_serving
 from tests.overlay_venv import ROOT, overlay_venv, read_pins, with_src_path
 
 TAU2_V1_SOURCE = next((p for p in (ROOT.parent / "shared" / "tau2-bench-1.0.1",) if (p / "pyproject.toml").exists()),
@@ -38,11 +38,6 @@ def tau2_v1_venv() -> Path:
     """A virtualenv of its own with τ²-bench v1.0.1 (about a minute to build; reused)."""
     return overlay_venv("tau2-v1.0.1", ["--ignore-requires-python", *read_pins(TAU2_V1_LOCK)], over=[],
                         then=[["--no-deps", "--ignore-requires-python", str(TAU2_V1_SOURCE)]])
-
-
-def agentuq(*args: str, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", "from agentuq_nb.cli import app; app()", *args], env=with_src_path(),
-                          capture_output=True, text=True, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +95,7 @@ def test_tau2_v1_runs_against_serve_local_and_both_result_layouts_extract_aggreg
         out = tmp_path / f"run_{layout}"
         for step in (("extract", str(results), "--out", str(out)), ("aggregate", str(out)),
                      ("evaluate", str(out), "--n-boot", "20")):
-            done = agentuq(*step, timeout=300)
+            done = run_cli(*step)  # our commands on τ²-bench's file, in this process
             assert done.returncode == 0, (step, done.stdout, done.stderr)
         manifest = json.loads((out / "manifest.json").read_text())
         assert manifest["layout"] == layout and manifest["domain"] == "mock"

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from tests.conftest import free_port, wait_until_serving
-from tests.overlay_venv import ROOT, overlay_venv, read_pins, with_src_path
+from tests.conftest import free_port, run_cli, wait_until_serving
+from tests.overlay_venv import ROOT, overlay_venv, read_pins
 
 #: what llama-cpp-python's [server] extra adds (uvicorn and PyYAML this environment already has)
 SERVER_EXTRA = ("fastapi", "sse-starlette", "starlette-context", "pydantic-settings")
@@ -73,11 +73,6 @@ def llama_server():
     proc.wait(60)
 
 
-def agentuq(*args: str, env: dict | None = None, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", "from agentuq_nb.cli import app; app()", *args],
-                          env=with_src_path(env), capture_output=True, text=True, **kwargs)
-
-
 def results_file(path: Path, simulations: list[dict]) -> Path:
     path.write_text(json.dumps({
         "timestamp": "2026-11-26T00:00:00", "tasks": [],
@@ -103,11 +98,11 @@ def test_rescore_through_llama_cpp_servers_completions_echo_matches_in_process_t
     results = results_file(tmp_path / "results.json", [{
         "id": "1-0", "task_id": "1", "trial": 0, "seed": 0, "reward_info": {"reward": 1.0},
         "messages": [{**m, "turn_idx": i} for i, m in enumerate(MESSAGES)]}])
-    in_process = agentuq("rescore", str(results), "--out", str(tmp_path / "in_process"), timeout=600)
+    in_process = run_cli("rescore", str(results), "--out", str(tmp_path / "in_process"))  # in this process
     assert in_process.returncode == 0, in_process.stderr[-3000:]
-    env = {**os.environ, "HOSTED_VLLM_API_BASE": llama_server}  # litellm's setting for hosted_vllm/ models
-    remote = agentuq("rescore", str(results), "--out", str(tmp_path / "remote"), "--scorer-llm",
-                     f"hosted_vllm/{SERVED_AS}", env=env, timeout=900)
+    env = {"HOSTED_VLLM_API_BASE": llama_server}  # litellm's setting for hosted_vllm/ models
+    remote = run_cli("rescore", str(results), "--out", str(tmp_path / "remote"), "--scorer-llm",
+                     f"hosted_vllm/{SERVED_AS}", env=env)
     assert remote.returncode == 0, remote.stderr[-3000:]
     ours = pd.read_parquet(tmp_path / "in_process" / "tokens.parquet")
     theirs = pd.read_parquet(tmp_path / "remote" / "tokens.parquet")
@@ -139,7 +134,7 @@ def test_a_chat_generation_with_logprobs_through_llama_cpp_server_extracts_like_
         "id": "1-0", "task_id": "1", "trial": 0, "seed": 0, "reward_info": {"reward": 1.0},
         "messages": [{**MESSAGES[1], "turn_idx": 0},
                      {"role": "assistant", "content": content, "turn_idx": 1, "raw_data": {"choices": [choice]}}]}])
-    done = agentuq("extract", str(results), "--out", str(tmp_path / "run"), timeout=300)
+    done = run_cli("extract", str(results), "--out", str(tmp_path / "run"))
     assert done.returncode == 0, done.stderr[-3000:]
     rows = pd.read_parquet(tmp_path / "run" / "tokens.parquet")
     assert len(rows) == len(entries) == 24 and set(rows["role"]) == {"assistant"}
