@@ -350,10 +350,10 @@ def test_a_run_folder_that_is_a_file_or_missing_is_named_and_not_created(tmp_pat
 @pytest.mark.parametrize("threshold", [float("nan"), float("inf"), "x"])
 def test_every_failure_split_refuses_a_threshold_that_is_not_a_number(tmp_path, threshold):
     """The check lives where failures are labelled, so compare-estimators, SAUP and notebooks get it too."""
-    from tests.conftest import make_aggregated_run
-
     from agentuq_nb.records.outcomes import failure_labels
     from agentuq_nb.steps.compare_estimators import compare_estimators
+
+    from conftest import make_aggregated_run
 
     with pytest.raises(ValueError, match="failure threshold .* is not a finite number"):
         failure_labels([0.0, 1.0], threshold)

@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.conftest import make_aggregated_run
 from tests.test_hostile_folders import assert_ended_cleanly, run_cli, tree_checksum
 
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.outputs import check_output_file, check_output_folder
+
+from conftest import make_aggregated_run
 
 PAGE_START = b"<!doctype html>"
 

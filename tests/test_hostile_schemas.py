@@ -194,7 +194,7 @@ class server_thread:
     """serve-local on a free port in a thread (the model loaded first); yields the port."""
 
     def __enter__(self) -> int:
-        from tests.conftest import serving_in_thread
+        from conftest import serving_in_thread
 
         self._ctx = serving_in_thread()
         _, port, _ = self._ctx.__enter__()

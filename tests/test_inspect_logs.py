@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from tests.conftest import free_port, wait_until_serving
 from tests.overlay_venv import ROOT, overlay_venv, purelib, read_pins, with_src_path
+
+from conftest import free_port, wait_until_serving
 
 INSPECT_LOCK = ROOT / "requirements-inspect.lock"
 #: Inspect's OpenAI-compatible provider asks for openai >= 3.4 (the version this test was written against)

@@ -4,13 +4,14 @@ from __future__ import annotations
 import litellm
 import numpy as np
 import pytest
-from tests.conftest import serving_in_thread
 from tests.test_llm_local import LONG_CONVERSATION, QUESTION, TOOLS, assert_rows_match
 
 from agentuq_nb import llm
 from agentuq_nb.llm import client
 from agentuq_nb.llm.local_model import LocalModel
 from agentuq_nb.llm.local_provider import chat_completion, chat_samples
+
+from conftest import serving_in_thread
 
 K = 4
 SEED = 7

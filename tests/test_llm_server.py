@@ -18,11 +18,12 @@ import openai
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.conftest import free_port, serving_in_thread, wait_until_serving
 
 from agentuq_nb import llm
 from agentuq_nb.llm import server
 from agentuq_nb.llm.remote import JinjaChat
+
+from conftest import free_port, serving_in_thread, wait_until_serving
 
 SYSTEM = "You are a helpful assistant."
 CONVERSATION = [

@@ -18,7 +18,8 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-from tests.conftest import free_port, run_cli, wait_until_serving
+
+from conftest import free_port, run_cli, wait_until_serving
 
 ROOT = Path(__file__).resolve().parents[1]
 TAU2_SOURCE = next((p for p in (ROOT.parent / "shared" / "tau2-bench",) if (p / "pyproject.toml").exists()), None)

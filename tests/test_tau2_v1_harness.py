@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from tests.conftest import free_port, run_cli, wait_until_serving
 from tests.overlay_venv import ROOT, overlay_venv, read_pins, with_src_path
+
+from conftest import free_port, run_cli, wait_until_serving
 
 TAU2_V1_SOURCE = next((p for p in (ROOT.parent / "shared" / "tau2-bench-1.0.1",) if (p / "pyproject.toml").exists()),
                       None)

@@ -17,8 +17,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from tests.conftest import free_port, run_cli, wait_until_serving
 from tests.overlay_venv import ROOT, overlay_venv, read_pins
+
+from conftest import free_port, run_cli, wait_until_serving
 
 #: what llama-cpp-python's [server] extra adds (uvicorn and PyYAML this environment already has)
 SERVER_EXTRA = ("fastapi", "sse-starlette", "starlette-context", "pydantic-settings")
