@@ -114,7 +114,7 @@ import sys
 import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-from agentuq_nb.figures.style import save, use_style
+from agentuq_nb.figures.style import save, save_as, use_style
 use_style()
 for folder, title in zip(sys.argv[1::2], sys.argv[2::2]):
     fig, ax = plt.subplots()
@@ -122,6 +122,8 @@ for folder, title in zip(sys.argv[1::2], sys.argv[2::2]):
     ax.set_title(title)
     ax.legend()
     save(fig, "probe", folder)
+    for fmt in ("pdf", "svg", "png"):  # a path the user names (probe --plot), marked as the command's
+        save_as(fig, f"{folder}/named.{fmt}", "probe", "--plot")
     plt.close(fig)
 """
 
@@ -138,11 +140,12 @@ def figures(tmp_path_factory) -> dict[str, Path]:
 
 
 def test_the_same_figure_saved_in_two_processes_is_byte_identical(figures):
-    assert sorted(outputs_unchanged.files_under(figures["first"])) == ["probe.pdf", "probe.png"]
+    assert outputs_unchanged.files_under(figures["first"]) == ["named.pdf", "named.png", "named.svg", "probe.pdf",
+                                                                "probe.png"]
     assert outputs_unchanged.compare_folders(figures["first"], figures["second"], outputs_unchanged.compare_bytes) == []
 
 
 def test_a_changed_figure_is_a_byte_difference(figures):
     diffs = outputs_unchanged.compare_folders(figures["first"], figures["other"], outputs_unchanged.compare_bytes)
-    assert [d.split(":")[0] for d in diffs] == ["probe.pdf", "probe.png"]
+    assert [d.split(":")[0] for d in diffs] == ["named.pdf", "named.png", "named.svg", "probe.pdf", "probe.png"]
     assert all("bytes differ" in d and "first at offset" in d for d in diffs)
