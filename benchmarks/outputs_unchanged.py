@@ -18,7 +18,7 @@ own, empty (a cached vector would hide a change of how it is computed), and prod
     ``../shared/data/real_runs/*.json``): ``card.json`` compared number by number (every protocol's AUROC, the
     baselines', the candidates chosen, calibration, label shift) but for its clock (``created_at``, ``seconds``)
     and the hashes of its files, which are compared themselves: the tables as tables, ``model.json`` as JSON,
-    ``arrays.npz`` array by array, ``card.md`` line by line.
+    ``arrays.npz`` array by array, ``card.md`` line by line (but for the time it was made).
 ``figures``
     the smoke study (``agentuq-nb reproduce params/smoke.yaml``, the tree's own params file): every file of
     ``figures/smoke/`` byte-identical.
@@ -27,7 +27,8 @@ It prints one PASS or DIFF line per check (DIFF naming the cells, keys or files 
 check passed, 1 on a difference, 2 when a side could not produce its outputs. The two sides run one after the
 other at the same paths, so a path written into an output is the same on both. With ``--keep DIR`` the outputs
 stay in ``DIR/<side>/`` (each command's log beside them), and a revision's outputs already there (a stamp records
-the commit and the command) are reused, not produced again: the base of several comparisons is made once.
+the commit, the inputs and the environment's packages) are reused, not produced again: the base of several
+comparisons is made once.
 ``--base HEAD --head HEAD`` runs the same code twice: what differs then is not deterministic.
 
 Costs on the 2-core machine: the table ~1 min, the detector several minutes (it trains and bootstraps every
@@ -38,9 +39,11 @@ from __future__ import annotations
 import argparse
 import csv
 import fnmatch
+import functools
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -56,6 +59,8 @@ CHECKS = ("table", "detector", "figures")
 WORKTREE = "worktree"
 #: keys of card.json that are the clock or follow the bytes of files compared on their own
 CARD_VOLATILE = ("created_at", "seconds", "seconds.*", "files", "files.*", "card_sha256")
+#: a time written into a text output (card.md's "made at")
+TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?")
 #: at most this many differences are printed per check (the count of the rest follows)
 SHOWN = 25
 #: the compiled sidecar scanner: git ignores it, so a worktree of a revision lacks it
@@ -225,11 +230,14 @@ def compare_arrays(base: Path, head: Path, tol: Tolerance = EXACT, name: str | N
     return out
 
 
-def compare_text(base: Path, head: Path, name: str | None = None) -> list[str]:
-    """Two text files line by line: the first differing line."""
+def compare_text(base: Path, head: Path, name: str | None = None, clock: bool = False) -> list[str]:
+    """Two text files line by line: the first differing line. ``clock``: the times written in them (ISO 8601, as the
+    detector card's "made at") are left out."""
     name = name or head.name
     a = base.read_text(encoding="utf-8", errors="replace").splitlines()
     b = head.read_text(encoding="utf-8", errors="replace").splitlines()
+    if clock:
+        a, b = [TIMESTAMP.sub("<time>", line) for line in a], [TIMESTAMP.sub("<time>", line) for line in b]
     for i, (x, y) in enumerate(zip(a, b)):
         if x != y:
             return [f"{name}: line {i + 1}: {x[:120]!r} → {y[:120]!r}"]
@@ -269,7 +277,7 @@ def compare_folders(base: Path, head: Path, compare_file: Callable[[Path, Path, 
 
 def compare_detector_file(base: Path, head: Path, name: str, tol: Tolerance = EXACT) -> list[str]:
     """One file of a detector folder: card.json without its clock, tables as tables, JSON as JSON, arrays as
-    arrays, Markdown line by line (the card's seconds left out), anything else byte for byte."""
+    arrays, Markdown line by line (the time the card was made left out), anything else byte for byte."""
     suffix = head.suffix.lower()
     if suffix == ".csv":
         return compare_tables(base, head, tol, name)
@@ -281,7 +289,7 @@ def compare_detector_file(base: Path, head: Path, name: str, tol: Tolerance = EX
     if suffix == ".npz":
         return compare_arrays(base, head, tol, name)
     if suffix == ".md":
-        return compare_text(base, head, name)
+        return compare_text(base, head, name, clock=True)
     return compare_bytes(base, head, name)
 
 
@@ -436,10 +444,21 @@ class Side:
         return f"{self.role}-{self.rev[:12]}" if self.rev != WORKTREE else f"{self.role}-worktree"
 
 
+@functools.lru_cache(maxsize=1)
+def environment_identity() -> str:
+    """The interpreter and every installed distribution's version (a hash): outputs made in another environment are
+    not reused."""
+    import hashlib
+    from importlib.metadata import distributions
+
+    installed = sorted(f"{d.metadata['Name']}=={d.version}" for d in distributions())
+    return hashlib.sha256("\n".join([sys.executable, sys.version, *installed]).encode()).hexdigest()[:16]
+
+
 def stamp_of(side: Side, check: str, inputs: Inputs) -> dict:
     what = {"table": [str(inputs.held_out)], "detector": [str(p) for p in inputs.detector_runs],
             "figures": [inputs.params]}[check]
-    return {"rev": side.rev, "check": check, "inputs": what}
+    return {"rev": side.rev, "check": check, "inputs": what, "environment": environment_identity()}
 
 
 def produce_side(repo: Path, work: Path, side: Side, checks: Iterable[str], inputs: Inputs,
@@ -481,8 +500,7 @@ def produce_side(repo: Path, work: Path, side: Side, checks: Iterable[str], inpu
                 shutil.rmtree(home / check, ignore_errors=True)
                 shutil.move(str(out), str(home / check))
                 continue
-            say(f"{side.label}: {check}: {' '.join(Path(command[0]).name if i == 0 else c for i, c in enumerate(command))}"
-                f" — {seconds:.0f} s")
+            say(f"{side.label}: {check}: agentuq-nb {command[1]} done in {seconds:.0f} s ({out / 'command.log'})")
             (out / "stamp.json").write_text(json.dumps(stamp_of(side, check, inputs), indent=1), encoding="utf-8")
             shutil.rmtree(home / check, ignore_errors=True)
             home.mkdir(parents=True, exist_ok=True)
@@ -535,7 +553,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--atol", type=float, default=0.0, help="absolute tolerance of numbers (default 0: exact)")
     parser.add_argument("--keep", type=Path, default=None,
                         help="keep the outputs in KEEP/<side>/ (and reuse a revision's outputs already there)")
+    parser.add_argument("--compare-only", action="store_true",
+                        help="produce nothing: compare the outputs --keep already holds for the two sides")
     args = parser.parse_args(argv)
+    if args.compare_only and not args.keep:
+        parser.error("--compare-only needs --keep DIR (the folder holding both sides' outputs)")
 
     repo = args.repo.resolve()
     checks = [c.strip() for c in args.checks.split(",") if c.strip()]
@@ -560,7 +582,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     say(f"base {base.rev[:12]} vs head {head.rev[:12]} ({', '.join(checks)}); outputs in {work}")
     try:
-        failed = {side.role: produce_side(repo, work, side, checks, inputs, say) for side in (base, head)}
+        if args.compare_only:
+            failed = {side.role: {c: f"no outputs in {work / side.label / c}" for c in checks
+                                  if not (work / side.label / c / "stamp.json").is_file()} for side in (base, head)}
+        else:
+            failed = {side.role: produce_side(repo, work, side, checks, inputs, say) for side in (base, head)}
         print()
         status = 0
         for check in checks:

@@ -149,3 +149,15 @@ def test_a_changed_figure_is_a_byte_difference(figures):
     diffs = outputs_unchanged.compare_folders(figures["first"], figures["other"], outputs_unchanged.compare_bytes)
     assert [d.split(":")[0] for d in diffs] == ["named.pdf", "named.png", "named.svg", "probe.pdf", "probe.png"]
     assert all("bytes differ" in d and "first at offset" in d for d in diffs)
+
+
+def test_the_card_text_is_compared_but_for_the_time_it_was_made(tmp_path):
+    line = "Made by `agentuq-nb train-detector` at {}; features text, blackbox, embeddings, length."
+    base, head = tmp_path / "base", tmp_path / "head"
+    base.mkdir(), head.mkdir()
+    (base / "card.md").write_text(line.format("2026-11-29T11:12:25+00:00") + "\n| within_run | 0.715 |\n")
+    (head / "card.md").write_text(line.format("2026-11-29T11:40:02+00:00") + "\n| within_run | 0.715 |\n")
+    assert outputs_unchanged.compare_folders(base, head, outputs_unchanged.compare_detector_file) == []
+    (head / "card.md").write_text(line.format("2026-11-29T11:40:02+00:00") + "\n| within_run | 0.716 |\n")
+    assert outputs_unchanged.compare_folders(base, head, outputs_unchanged.compare_detector_file) == [
+        "card.md: line 2: '| within_run | 0.715 |' → '| within_run | 0.716 |'"]
