@@ -161,3 +161,32 @@ def test_the_card_text_is_compared_but_for_the_time_it_was_made(tmp_path):
     (head / "card.md").write_text(line.format("2026-11-29T11:40:02+00:00") + "\n| within_run | 0.716 |\n")
     assert outputs_unchanged.compare_folders(base, head, outputs_unchanged.compare_detector_file) == [
         "card.md: line 2: '| within_run | 0.715 |' → '| within_run | 0.716 |'"]
+
+
+def kept_side(keep: Path, label: str, table: Path) -> None:
+    """A side's table outputs as the script keeps them (``KEEP/<label>/table/``)."""
+    folder = keep / label / "table"
+    folder.mkdir(parents=True)
+    shutil.copy(table, folder / "estimator_table.csv")
+    (folder / "stamp.json").write_text("{}")
+
+
+def test_the_summary_says_pass_or_diff_per_check_and_the_exit_code_follows(tmp_path, capsys):
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout: the script names its sides by commit")
+    head = outputs_unchanged.git(ROOT, "rev-parse", "HEAD")
+    args = ["--base", head, "--keep", str(tmp_path), "--compare-only", "--checks", "table"]
+    kept_side(tmp_path, f"base-{head[:12]}", GOLDEN / "estimator_table.csv")
+    kept_side(tmp_path, "head-worktree", GOLDEN / "estimator_table.csv")
+    assert outputs_unchanged.main(args) == 0
+    assert "PASS  table: estimator_table.csv, 33 rows × 28 columns, equal exactly" in capsys.readouterr().out
+
+    def change(rows):
+        rows[5][rows[0].index("n_failures")] = "21"
+
+    edited_table(GOLDEN / "estimator_table.csv", tmp_path / "head-worktree" / "table" / "estimator_table.csv", change)
+    assert outputs_unchanged.main(args) == 1
+    out = capsys.readouterr().out
+    assert "DIFF  table: 1 difference(s)" in out and ", column n_failures: '20' → '21'" in out
+    assert outputs_unchanged.main([*args[:-1], "table,figures"]) == 2  # no figures kept: an error, not a pass
+    assert "ERROR figures: base: no outputs in" in capsys.readouterr().out
