@@ -500,7 +500,7 @@ def produce_side(repo: Path, work: Path, side: Side, checks: Iterable[str], inpu
                 shutil.rmtree(home / check, ignore_errors=True)
                 shutil.move(str(out), str(home / check))
                 continue
-            say(f"{side.label}: {check}: agentuq-nb {command[1]} done in {seconds:.0f} s ({out / 'command.log'})")
+            say(f"{side.label}: {check}: agentuq-nb {command[1]} done in {seconds:.0f} s ({home / check / 'command.log'})")
             (out / "stamp.json").write_text(json.dumps(stamp_of(side, check, inputs), indent=1), encoding="utf-8")
             shutil.rmtree(home / check, ignore_errors=True)
             home.mkdir(parents=True, exist_ok=True)
