@@ -51,10 +51,24 @@ def save(fig, name: str, figures_dir: str | Path) -> list[Path]:
     paths = []
     for ext in ("png", "pdf"):
         path = figures_dir / f"{name}.{ext}"
-        metadata = {"CreationDate": None} if ext == "pdf" else {"Software": None}  # reproducible bytes
+        metadata = reproducible_metadata(ext)
         atomic_write_with(path, lambda p, ext=ext, md=metadata: fig.savefig(p, format=ext, bbox_inches="tight", metadata=md))
         paths.append(path)
     return paths
+
+
+#: the metadata matplotlib would stamp into a file that changes from one save to the next (the time, by format), or
+#: with its version (PNG's software key): left out, the same figure saved twice has the same bytes
+#: (benchmarks/outputs_unchanged.py compares a study's figures byte for byte). SVG's element ids are fixed by the
+#: style's ``svg.hashsalt``; PostScript has no such switch (matplotlib stamps the time unless SOURCE_DATE_EPOCH is set).
+VOLATILE_METADATA = {"png": {"Software": None}, "pdf": {"CreationDate": None}, "svg": {"Date": None},
+                     "svgz": {"Date": None}}
+
+
+def reproducible_metadata(fmt: str, **metadata: str) -> dict | None:
+    """The ``metadata`` argument of ``savefig`` for ``fmt``: ``metadata`` without the keys that change between saves."""
+    merged = {**VOLATILE_METADATA.get(fmt, {}), **metadata}
+    return merged or None
 
 
 #: the metadata key that carries a figure's mark, by format (formats without one cannot be recognised later:
@@ -69,7 +83,7 @@ def save_as(fig, path: str | Path, command: str, option: str, force: bool = Fals
     mark = f"agentuq_nb {command}"
     path = check_figure_path(path, command, option, force)
     fmt = path.suffix.lstrip(".").lower() or "png"
-    metadata = {MARK_KEYS[fmt]: mark} if fmt in MARK_KEYS else None
+    metadata = reproducible_metadata(fmt, **({MARK_KEYS[fmt]: mark} if fmt in MARK_KEYS else {}))
     atomic_write_with(path, lambda p: fig.savefig(p, format=fmt, bbox_inches="tight", metadata=metadata))
     return path
 
