@@ -200,21 +200,23 @@ MISSING_ARTIFACT = ("import sys, tempfile\n"
                     "print(any(m.startswith('agentuq_nb.steps') for m in sys.modules))\n")
 
 
-def test_a_missing_artefact_is_named_by_the_store_and_its_command_said_by_the_steps():
-    """Without the steps (a notebook importing only the estimators) the message names the artefact; a library user who
-    imports the steps reads the command line's text."""
+def test_a_missing_artefact_says_the_same_command_whatever_was_imported_before():
+    """The store names the artefact; the command that makes it is said by the steps' declarations, which the message
+    loads itself (``io.errors.load_command_layer``, named by the package's root): a notebook importing only the
+    estimators reads the command line's text, as one that imported the steps does. Only where no layer with commands
+    is named does the store say the artefact in its own terms."""
     def said(imports: str) -> list[str]:
         done = subprocess.run([sys.executable, "-c", MISSING_ARTIFACT.format(imports=imports)], capture_output=True,
                               text=True, timeout=120)
         assert done.returncode == 0, done.stderr
         return done.stdout.splitlines()
 
-    alone, steps_loaded = said("import agentuq_nb.estimators")
-    assert steps_loaded == "False"
-    assert alone == ("RUN: no trajectory_summary.parquet; run the step of agentuq_nb.steps that makes the artefact "
-                     "'trajectory_summary' (trajectory_summary.parquet) first")
-    with_steps, _ = said("import agentuq_nb.steps")
-    assert with_steps == "RUN: no trajectory_summary.parquet; run 'agentuq-nb aggregate RUN' first"
+    command = "RUN: no trajectory_summary.parquet; run 'agentuq-nb aggregate RUN' first"
+    assert said("import agentuq_nb.estimators") == [command, "True"]
+    assert said("import agentuq_nb.steps") == [command, "True"]
+    alone = said("import agentuq_nb.estimators\nfrom agentuq_nb.io.errors import COMMAND_LAYER\nCOMMAND_LAYER.clear()")
+    assert alone == ["RUN: no trajectory_summary.parquet; run the step of agentuq_nb.steps that makes the artefact "
+                     "'trajectory_summary' (trajectory_summary.parquet) first", "False"]
 
 
 DOTTED = re.compile(r"(?<![\w.\"'])agentuq_nb((?:\.[A-Za-z_]\w*)+)")

@@ -249,13 +249,15 @@ def reliability_bins(run: RunDir, table, failure_threshold: float = DEFAULT_FAIL
     alone gives. Empty when the run has no combination (one outcome, or no labels)."""
     import numpy as np
 
+    from agentuq_nb.estimators.base import combination_families
     from agentuq_nb.evaluation.calibration import cross_fitted_probabilities, reliability_table
     from agentuq_nb.evaluation.multi_trial import task_labels
     from agentuq_nb.records.keys import key_dtypes
     from agentuq_nb.records.outcomes import failure_labels
     from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 
-    combined = table[(table["family"] == "combined") & table["brier"].notna()].sort_values("brier", kind="stable")
+    combined = table[table["family"].isin(combination_families()) & table["brier"].notna()].sort_values(
+        "brier", kind="stable")
     if combined.empty or not run.has("combined_scores"):
         return {}
     best = str(combined["estimator"].iloc[0])
@@ -326,11 +328,13 @@ def trajectory_rows(run: RunDir, table, failure_threshold: float = DEFAULT_FAILU
     import numpy as np
 
     from agentuq_nb.estimators import get
+    from agentuq_nb.estimators.base import combination_families
     from agentuq_nb.estimators.scores import score_table
     from agentuq_nb.records.outcomes import failure_labels
 
     detector = detector_predictions(run)
-    combined = table[(table["family"] == "combined") & table["brier"].notna()].sort_values("brier", kind="stable")
+    combined = table[table["family"].isin(combination_families()) & table["brier"].notna()].sort_values(
+        "brier", kind="stable")
     best_combined = [str(e) for e in combined["estimator"].head(1)]
     ranking, invert = (None, False) if detector is not None else ranking_estimator(table)
     signals = [e for e in LISTED_SIGNALS if get(e).is_available(run)]
@@ -343,7 +347,7 @@ def trajectory_rows(run: RunDir, table, failure_threshold: float = DEFAULT_FAILU
     frame.insert(4, "outcome", np.where(~labelled, "no reward", np.where(failed, "failed", "succeeded")))
     brier = dict(zip(table["estimator"].astype(str), table["brier"])) if "brier" in table else {}
     family = dict(zip(table["estimator"].astype(str), table["family"])) if len(table) else {}
-    renamed = {n: probability_label(n, brier.get(n), base) for n in names if family.get(n) == "combined"}
+    renamed = {n: probability_label(n, brier.get(n), base) for n in names if family.get(n) in combination_families()}
     if detector is not None:
         from agentuq_nb.records.keys import key_dtypes
         from agentuq_nb.records.tokens import TRAJECTORY_KEYS
@@ -375,7 +379,8 @@ def trajectory_rows(run: RunDir, table, failure_threshold: float = DEFAULT_FAILU
                 f"{', '.join(c for c in rest) or 'nothing else'}.")
     elif ranking is not None:
         row = table.set_index("estimator").loc[ranking]
-        what = ("its out-of-fold failure probability (cross-fitted by task)" if family.get(ranking) == "combined"
+        what = ("its out-of-fold failure probability (cross-fitted by task)"
+                if family.get(ranking) in combination_families()
                 else "its value as computed (higher = more likely a failure)" if not invert
                 else "its value as computed (lower = more likely a failure)")
         note = (f"Ranked by {ranking}, the estimator with the highest AUROC on this run ({float(row['auroc']):.3f}) "

@@ -53,7 +53,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from agentuq_nb.common.limits import MAX_SMALL_JSON_BYTES
 from agentuq_nb.common.naming import short_model_name
 from agentuq_nb.io.atomic import atomic_write_json
-from agentuq_nb.io.errors import InputError, MissingArtifactError, MixedRunError, StaleArtifactError, remedy
+from agentuq_nb.io.errors import (
+    InputError,
+    MissingArtifactError,
+    MixedRunError,
+    StaleArtifactError,
+    load_command_layer,
+    remedy,
+)
 from agentuq_nb.io.files import check_regular, kind_of, read_limited_json
 from agentuq_nb.io.store.run_lock import RunBusyError, holder, is_locked, run_lock
 from agentuq_nb.records.keys import key_dtypes
@@ -116,7 +123,8 @@ ARTIFACTS: dict[str, str] = {
     "tracer_tuning": "tracer_tuning.json",
     "detector_report": "detector.json",
 }
-#: artefact name -> the command that makes it, registered by the layers above (steps, studies)
+#: artefact name -> the command that makes it, registered by the layer with commands as it is loaded
+#: (:func:`~agentuq_nb.io.errors.load_command_layer`, which :meth:`RunDir.producer` calls first)
 PRODUCERS: dict[str, str] = {}
 OBSERVATION_TOKENS_PREFIX = "tokens.observations_"
 #: artefacts that are folders the run owns (its steps write inside them), and the staging root
@@ -489,8 +497,9 @@ class RunDir:
         return self.file(name).exists()
 
     def producer(self, name: str) -> str | None:
-        """The command that makes artefact ``name`` of this run, as its step registered it (None: no step that makes
-        it is loaded - the store alone, as a notebook importing only the estimators has it)."""
+        """The command that makes artefact ``name`` of this run, as its step registered it (the layer with commands
+        loaded first: :func:`~agentuq_nb.io.errors.load_command_layer`; None: no step makes it)."""
+        load_command_layer()
         rel = self.relative(name)
         command = PRODUCERS.get(artifact_name(rel) or rel)
         return command.replace("RUN_DIR", str(self.path)) if command else None
