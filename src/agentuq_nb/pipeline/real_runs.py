@@ -48,11 +48,11 @@ class AnalysedRuns:
         rows = []
         for name, path in self.runs.items():
             run = RunDir(path)
-            rewards = run.rewards()
+            outcomes = run.outcomes()
             report = read_json(run, "blackbox_report")
             rows.append({"run": name, "title": run.manifest().title() or name, "domain": run.manifest().domain,
-                         "trajectories": len(rewards),
-                         "failures": int(failure_labels(rewards["reward"]).sum()), "messages": report["messages"],
+                         "trajectories": len(outcomes),
+                         "failures": int(outcomes.failed.sum()), "messages": report["messages"],
                          "seconds": round(self.seconds[name], 1), "embed_seconds": report["embed_seconds"]})
         return pd.DataFrame(rows)
 

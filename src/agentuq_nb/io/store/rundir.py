@@ -64,6 +64,7 @@ from agentuq_nb.io.errors import (
 from agentuq_nb.io.files import check_regular, kind_of, read_limited_json
 from agentuq_nb.io.store.run_lock import RunBusyError, holder, is_locked, run_lock
 from agentuq_nb.records.keys import key_dtypes
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, Outcomes
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 
 #: footer key of a Parquet file's commit id
@@ -851,3 +852,9 @@ class RunDir:
                              f"{by_key.iloc[0]}; {len(by_key)} repeated key(s) in all): remove the repeats from the "
                              "results and extract them again")
         return key_dtypes(src.reset_index(drop=True))
+
+    def outcomes(self, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD) -> Outcomes:
+        """The run's trajectories labelled once (:meth:`rewards` with ``failed = reward < failure_threshold``): what a
+        command hands to every part of it that tells failures apart, instead of each labelling the rewards again."""
+        rewards = self.rewards()
+        return Outcomes.of(rewards["reward"].to_numpy(dtype=float), failure_threshold, rewards[TRAJECTORY_KEYS])
