@@ -103,8 +103,8 @@ def generate(
     if choice.message.content and not _logprob_entries(choice):
         raise MissingLogprobsError(
             f"{model} returned no token log-probs although the request set logprobs=True, "
-            f"top_logprobs={top_logprobs}. Use a model/server that serves logprobs (vLLM: start it with "
-            f"--max-logprobs >= {top_logprobs}; OpenAI: a non-reasoning model) or check that the provider "
+            f"top_logprobs={top_logprobs}. Use a model/server that serves logprobs (vLLM: a server whose "
+            f"max-logprobs is at least {top_logprobs}; OpenAI: a non-reasoning model) or check that the provider "
             "does not drop the 'logprobs' parameter (litellm.drop_params).")
     usage = response.usage.model_dump() if getattr(response, "usage", None) else {}
     return _generation(choice, model, {k: v for k, v in usage.items() if v is not None}, _cost(response))

@@ -78,4 +78,4 @@ def check_failure_threshold(failure_threshold: float) -> None:
         finite = False
     if not finite:
         raise ValueError(f"failure threshold {failure_threshold!r} is not a finite number: failure is "
-                         "reward < threshold, e.g. --failure-threshold 1.0 (a reward below 1 is a failure)")
+                         "reward < threshold, e.g. failure_threshold 1.0 (a reward below 1 is a failure)")

@@ -836,7 +836,7 @@ class RunDir:
             return Path(manifest.results)
         if self.results_json.exists():
             return self.results_json
-        raise FileNotFoundError(f"{self.path}: no manifest.json or results.json; pass --results")
+        raise FileNotFoundError(f"{self.path}: no manifest.json or results.json; results: name the results file")
 
     def rewards(self) -> pd.DataFrame:
         """One row per trajectory: the keys and ``reward`` (from ``trajectories.parquet``, else the summary)."""
