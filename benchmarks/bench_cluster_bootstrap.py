@@ -17,6 +17,7 @@ import numpy as np
 from agentuq_nb.evaluation.bootstrap import cluster_codes, cluster_count_chunks
 from agentuq_nb.evaluation.failure_report import failure_metrics
 from agentuq_nb.evaluation.metrics import METRICS, point_metrics
+from agentuq_nb.records.outcomes import Outcomes
 
 
 def data(n_tasks: int, trials, seed: int = 0):
@@ -34,7 +35,7 @@ def loop_reference(u, r, tasks, n_boot, seed):
     for counts in cluster_count_chunks(codes, n_boot, seed):
         for row in counts:
             rows = np.repeat(np.arange(len(u)), row)
-            point_metrics(u[rows], r[rows], 1.0, METRICS)
+            point_metrics(u[rows], Outcomes.of(r[rows], 1.0), METRICS)
 
 
 def timed(fn):

@@ -34,6 +34,7 @@ from agentuq_nb import llm
 from agentuq_nb.llm.chat_format import SMOLLM2_CHAT, segments_text
 from agentuq_nb.llm.local_model import locate_model_file
 from agentuq_nb.llm.local_provider import chat_completion
+from agentuq_nb.llm.request import GenerationRequest
 
 PROMPT = [{"role": "user", "content": "Write a long, detailed story about a robot who learns to paint, "
                                       "with many characters and places."}]
@@ -104,10 +105,11 @@ def multi_turn(turns: int = 4) -> None:
     user = [{"role": "system", "content": "You are a customer who wants to buy a book. " * 30}]
     for turn in range(turns):
         said = chat_completion(agent + [{"role": "user", "content": f"Message {turn} from the customer."}],
-                               max_tokens=24, temperature=0.0)
+                               GenerationRequest(max_tokens=24, temperature=0.0))
         agent += [{"role": "user", "content": f"Message {turn} from the customer."},
                   {"role": "assistant", "content": said.content or ""}]
-        reply = chat_completion(user + [{"role": "user", "content": said.content or "…"}], max_tokens=16, temperature=0.0)
+        reply = chat_completion(user + [{"role": "user", "content": said.content or "…"}],
+                                GenerationRequest(max_tokens=16, temperature=0.0))
         user += [{"role": "user", "content": said.content or "…"}, {"role": "assistant", "content": reply.content or ""}]
 
 

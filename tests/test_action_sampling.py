@@ -97,11 +97,10 @@ def test_the_agents_own_model_must_be_runnable_or_an_observer_named(tmp_path, ta
     with pytest.raises(ValueError, match="gpt-4.1.*cannot be run here.*; model=local/smollm2"):
         sample_actions(tmp_path / "run", results=tau2_files[0], k=2)
     # the command line says it in its flags
-    from agentuq_nb.cli import FLAGS, in_flags
+    from agentuq_nb.cli import in_flags
 
-    FLAGS.clear()
-    FLAGS["model"] = "--model"
-    assert in_flags("cannot be run here (missing OPENAI_API_KEY); model=local/smollm2-135m-instruct samples") == \
+    assert in_flags("cannot be run here (missing OPENAI_API_KEY); model=local/smollm2-135m-instruct samples",
+                    {"model": "--model"}) == \
         "cannot be run here (missing OPENAI_API_KEY); --model=local/smollm2-135m-instruct samples"
 
 

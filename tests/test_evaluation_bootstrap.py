@@ -135,6 +135,7 @@ def test_cluster_bootstrap_equals_an_explicit_index_reference(reward_kind):
     replacement, all trials each), taken from the same seeded draws."""
     from agentuq_nb.evaluation.bootstrap import bootstrap_samples
     from agentuq_nb.evaluation.metrics import METRICS, point_metrics
+    from agentuq_nb.records.outcomes import Outcomes
 
     rng = np.random.default_rng(7)
     tasks = rng.integers(0, 15, size=45).astype(str)
@@ -142,12 +143,12 @@ def test_cluster_bootstrap_equals_an_explicit_index_reference(reward_kind):
     r = (rng.uniform(size=45) < 0.5).astype(float)
     if reward_kind == "continuous":
         r = np.where(r < 1, rng.uniform(size=45), 1.0)
-    samples = bootstrap_samples(u, r, 1.0, METRICS, n_boot=25, seed=11, groups=tasks)
+    samples = bootstrap_samples(u, Outcomes.of(r, 1.0), METRICS, n_boot=25, seed=11, groups=tasks)
     labels = np.unique(tasks)  # cluster k = the k-th task label in sorted order
     drawn = np.random.default_rng(11).integers(0, labels.size, size=(25, labels.size))
     for b in range(25):
         rows = np.sort(np.concatenate([np.flatnonzero(tasks == labels[k]) for k in drawn[b]]))
-        vals, _ = point_metrics(u[rows], r[rows], 1.0, METRICS)
+        vals, _ = point_metrics(u[rows], Outcomes.of(r[rows], 1.0), METRICS)
         for name in METRICS:
             expected = np.nan if vals[name] is None else vals[name]
             np.testing.assert_allclose(samples[name][b], expected, atol=1e-9, err_msg=name)

@@ -336,6 +336,7 @@ def test_bootstrap_ci_matches_a_plain_loop_bootstrap(reward_kind, monkeypatch):
     import agentuq_nb.evaluation.bootstrap as bootstrap_module
     from agentuq_nb.evaluation.bootstrap import bootstrap_samples, resample_chunks
     from agentuq_nb.evaluation.metrics import canonical_order, point_metrics
+    from agentuq_nb.records.outcomes import Outcomes
 
     u, r = random_data(11, 90, partial_reward=reward_kind != "binary")
     if reward_kind.startswith("continuous"):
@@ -343,14 +344,14 @@ def test_bootstrap_ci_matches_a_plain_loop_bootstrap(reward_kind, monkeypatch):
         assert np.unique(r).size > 32
     if reward_kind == "continuous_loop":
         monkeypatch.setattr(bootstrap_module, "MAX_KENDALL_MATRIX_N", 0)
-    samples = bootstrap_samples(u, r, 1.0, METRICS, n_boot=30, seed=5)
+    samples = bootstrap_samples(u, Outcomes.of(r, 1.0), METRICS, n_boot=30, seed=5)
     # the drawn positions refer to the canonical order; a resample is the multiset of the
     # corresponding trajectories, kept in input order (what AUARC's stable sort sees)
     order = canonical_order(u)
     idx = np.concatenate(list(resample_chunks(len(u), 30, 5)))
     for b in range(30):
         rows = np.sort(order[idx[b]])
-        vals, _ = point_metrics(u[rows], r[rows], 1.0, METRICS)
+        vals, _ = point_metrics(u[rows], Outcomes.of(r[rows], 1.0), METRICS)
         for name in METRICS:
             expected = np.nan if vals[name] is None else vals[name]
             np.testing.assert_allclose(samples[name][b], expected, atol=1e-9, err_msg=name)

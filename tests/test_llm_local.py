@@ -171,6 +171,7 @@ def test_sliding_window_keeps_the_system_prompt_and_scores_every_token():
 def test_prefix_cache_gives_the_numbers_of_a_fresh_cache_and_skips_the_shared_prefix():
     """Two conversations alternate as agent and user do; cached and cleared caches must agree bit for bit."""
     from agentuq_nb.llm.local_provider import chat_completion, text_completion
+    from agentuq_nb.llm.request import GenerationRequest
 
     cached, fresh = LocalModel(n_ctx=1024, prefix_cache=True), LocalModel(n_ctx=1024, prefix_cache=False)
     agent_system = {"role": "system", "content": "You are a bookshop agent. Be brief and polite. " * 12}
@@ -179,11 +180,11 @@ def test_prefix_cache_gives_the_numbers_of_a_fresh_cache_and_skips_the_shared_pr
     def conversation(model):
         out, turns = [], [{"role": "user", "content": "Hi, I want to buy Dune."}]
         for turn in range(3):
-            agent = chat_completion([agent_system, *turns], tools=TOOLS, max_tokens=24, model=model,
-                                    temperature=0.7 if turn % 2 else 0.0, seed=turn)
+            agent = chat_completion([agent_system, *turns], GenerationRequest(
+                tools=TOOLS, max_tokens=24, temperature=0.7 if turn % 2 else 0.0, seed=turn), model=model)
             turns.append({"role": "assistant", "content": agent.content or "", "tool_calls": agent.tool_calls})
             flipped = [{"role": "assistant" if m["role"] == "user" else "user", "content": m["content"] or "…"} for m in turns]
-            user = chat_completion([user_system, *flipped], max_tokens=16, model=model, temperature=0.0)
+            user = chat_completion([user_system, *flipped], GenerationRequest(max_tokens=16, temperature=0.0), model=model)
             turns.append({"role": "user", "content": user.content or "ok"})
             # Seeded: OpenAI's default temperature is 1, and an unseeded draw differs between the two runs.
             echo = text_completion("<|im_start|>user\nhello there<|im_end|>", max_tokens=3, echo=True, logprobs=3,
@@ -354,14 +355,16 @@ def test_drop_oldest_turns_keeps_the_system_prompt_the_last_turn_and_call_result
 
 def test_an_overflowing_chat_raises_by_default_and_drops_the_oldest_turns_with_fit_context():
     from agentuq_nb.llm.local_provider import chat_completion, segment_tokens
+    from agentuq_nb.llm.request import GenerationRequest
 
     small = LocalModel(n_ctx=640)  # a small window, so that a short conversation overflows it
     try:
         full = len(segment_tokens(small, SMOLLM2_CHAT.render(LONG_CONVERSATION, next_role="assistant")))
         assert full + 32 > small.n_ctx
         with pytest.raises(llm.ContextWindowError):
-            chat_completion(LONG_CONVERSATION, max_tokens=32, temperature=0, model=small)
-        fitted = chat_completion(LONG_CONVERSATION, max_tokens=32, temperature=0, model=small, fit_context=True)
+            chat_completion(LONG_CONVERSATION, GenerationRequest(max_tokens=32, temperature=0), model=small)
+        fitted = chat_completion(LONG_CONVERSATION, GenerationRequest(max_tokens=32, temperature=0, fit_context=True),
+                                 model=small)
         assert fitted.dropped_messages > 0 and fitted.dropped_tokens > 0
         assert fitted.prompt_tokens == full - fitted.dropped_tokens and fitted.prompt_tokens + 33 <= small.n_ctx
         assert fitted.content is not None or fitted.tool_calls

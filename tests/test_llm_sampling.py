@@ -10,6 +10,7 @@ from agentuq_nb import llm
 from agentuq_nb.llm import client
 from agentuq_nb.llm.local_model import LocalModel
 from agentuq_nb.llm.local_provider import chat_completion, chat_samples
+from agentuq_nb.llm.request import GenerationRequest
 
 from conftest import serving_in_thread
 
@@ -67,11 +68,12 @@ def test_samples_that_stop_early_or_open_a_call_stay_exact_beside_the_others():
     from agentuq_nb.llm.local_sampling import MAX_PARALLEL
 
     n = MAX_PARALLEL + 2
-    batched = chat_samples(QUESTION, n, tools=TOOLS, temperature=1.5, seed=3, max_tokens=20, top_logprobs=3)
+    batched = chat_samples(QUESTION, n, GenerationRequest(tools=TOOLS, temperature=1.5, seed=3, max_tokens=20, top_logprobs=3))
     lengths = {len(r.tokens) for r in batched}
     assert len(lengths) > 1  # the samples finished at different steps
     for i, got in enumerate(batched):
-        want = chat_completion(QUESTION, tools=TOOLS, temperature=1.5, seed=3 + i, max_tokens=20, top_logprobs=3)
+        want = chat_completion(QUESTION, GenerationRequest(tools=TOOLS, temperature=1.5, seed=3 + i, max_tokens=20,
+                                                       top_logprobs=3))
         assert (got.content, got.tool_calls, got.finish_reason) == (want.content, want.tool_calls, want.finish_reason)
         assert [t.token for t in got.tokens] == [t.token for t in want.tokens]
         assert np.allclose([t.logprob for t in got.tokens], [t.logprob for t in want.tokens], atol=1e-3)
@@ -103,9 +105,9 @@ def test_a_context_over_the_window_raises_as_generate_does_and_fit_context_drops
     small = LocalModel(n_ctx=640)
     try:
         with pytest.raises(llm.ContextWindowError):
-            chat_samples(LONG_CONVERSATION, 3, max_tokens=16, seed=0, model=small)
-        fitted = chat_samples(LONG_CONVERSATION, 3, max_tokens=16, seed=0, model=small, fit_context=True)
-        single = chat_completion(LONG_CONVERSATION, max_tokens=16, seed=1, model=small, fit_context=True)
+            chat_samples(LONG_CONVERSATION, 3, GenerationRequest(max_tokens=16, seed=0), model=small)
+        fitted = chat_samples(LONG_CONVERSATION, 3, GenerationRequest(max_tokens=16, seed=0, fit_context=True), model=small)
+        single = chat_completion(LONG_CONVERSATION, GenerationRequest(max_tokens=16, seed=1, fit_context=True), model=small)
         assert all(r.dropped_messages > 0 for r in fitted)
         assert (fitted[1].content, fitted[1].tool_calls) == (single.content, single.tool_calls)
     finally:

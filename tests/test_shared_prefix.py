@@ -14,6 +14,7 @@ from agentuq_nb.llm.chat_format import SMOLLM2_CHAT
 from agentuq_nb.llm.local_model import PREFIX_COPY_MIN, LocalModel
 from agentuq_nb.llm.local_provider import chat_samples
 from agentuq_nb.llm.local_scoring import score_segments
+from agentuq_nb.llm.request import GenerationRequest
 from agentuq_nb.steps.rescore import rescore
 
 TOL = 1e-4  # measured: 0 (bit for bit) on these inputs and on real trajectories
@@ -80,11 +81,11 @@ def test_samples_at_a_decision_point_reuse_the_prompt_and_equal_those_of_a_fresh
     scored_logprobs(cached, CONVERSATIONS[0])  # the system prompt is in one slot now, the others are empty
     context = [{"role": "system", "content": POLICY}, *CONVERSATIONS[1]]
     before = cached.reuse.copied
-    args = dict(tools=TOOLS, temperature=1.0, seed=11, max_tokens=24, top_logprobs=3)
-    batched = chat_samples(context, 3, model=cached, **args)
+    request = GenerationRequest(tools=TOOLS, temperature=1.0, seed=11, max_tokens=24, top_logprobs=3)
+    batched = chat_samples(context, 3, request, model=cached)
     assert cached.reuse.copied - before >= PREFIX_COPY_MIN  # the system prompt was copied, not decoded again
-    again = chat_samples(context, 3, model=cached, **args)  # seeded: the same samples again
-    scratch = chat_samples(context, 3, model=fresh, **args)
+    again = chat_samples(context, 3, request, model=cached)  # seeded: the same samples again
+    scratch = chat_samples(context, 3, request, model=fresh)
     for a, b, c in zip(batched, again, scratch):
         assert a.content == b.content == c.content and a.tool_calls == b.tool_calls == c.tool_calls
         assert [t.token for t in a.tokens] == [t.token for t in c.tokens]

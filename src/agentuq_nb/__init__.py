@@ -12,9 +12,13 @@ Notebooks import the facades ``agentuq_nb.figures``, ``agentuq_nb.evaluation``, 
 opens the trajectory explorer.
 """
 from agentuq_nb.common.offline import ensure_offline_env
+from agentuq_nb.io.errors import COMMAND_LAYER
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD
 
 ensure_offline_env()
+# the layer whose declarations say which command makes each artefact and what a lower layer's message names
+# (loaded when a message first needs its words, io.errors.load_command_layer): the same words whatever was imported
+COMMAND_LAYER[:] = ["agentuq_nb.steps"]
 
 __version__ = "0.1.0"
 

@@ -27,7 +27,6 @@ from agentuq_nb.steps.base import SCHEDULER_HELP, Reporter, after_interrupt, man
 TRACEBACK_ENV = "AGENTUQ_NB_TRACEBACK"  # 1: an unexpected error's (a bug's) traceback, not its one line
 USER_ERRORS = (InputError, FileNotFoundError, ValueError, KeyError, ConnectionError, RunBusyError, MixedRunError,
                StaleArtifactError, ModuleNotFoundError, PermissionError, NotADirectoryError, IsADirectoryError)  # exit 2
-FLAGS: dict[str, str] = {}  # the running command's flags by field name: its errors are said in flags
 
 
 class OneLineErrors(TyperGroup):
@@ -79,26 +78,26 @@ def options(version: bool = typer.Option(False, "--version", callback=show_versi
                                          help="show the installed version and exit")) -> None: ...
 
 
-def in_flags(text: str) -> str:
-    """A message worded in the running command's config field names, in its flags: a name with an underscore
-    wherever it stands (``n_bins must be`` → ``--n-bins must be``), a one-word name where it heads a clause."""
-    for name, flag in sorted(FLAGS.items(), key=lambda item: -len(item[0])):
+def in_flags(text: str, flags: dict[str, str]) -> str:
+    """A message worded in the running command's config field names, in its ``flags`` (by field name): a name with an
+    underscore wherever it stands (``n_bins must be`` → ``--n-bins must be``), a one-word name heading a clause."""
+    for name, flag in sorted(flags.items(), key=lambda item: -len(item[0])):
         before = r"(?<![\w.'/-])" if "_" in name or "." in name else r"(?:^|(?<=: )|(?<=; ))"
         text = re.sub(rf"{before}{re.escape(name)}(?![\w-]|[./\\]\w)", flag.split("/")[0], text)  # not a path's start
     return text
 
 
-def fail(err: Exception) -> None:
+def fail(err: Exception, flags: dict | None = None) -> None:
     """Say ``err`` in one line (a pydantic error: its first problem, named by the field's flag) and exit 2."""
     if isinstance(err, ValidationError):  # pydantic's own text spans lines and links to its docs
         from agentuq_nb.records.config import validation_message
 
         what, where = validation_message(err)
-        flag = FLAGS.get(where, FLAGS.get(where.rsplit(".")[-1], where))
+        flag = (flags or {}).get(where, (flags or {}).get(where.rsplit(".")[-1], where))
         message = what if where == "(top level)" or what.startswith(where.rsplit(".")[-1]) else f"{flag}: {what}"
     else:
         message = err.args[0] if isinstance(err, KeyError) and err.args else err
-    typer.secho(f"error: {in_flags(one_line(str(message)))}", fg=typer.colors.RED, err=True)
+    typer.secho(f"error: {in_flags(one_line(str(message)), flags or {})}", fg=typer.colors.RED, err=True)
     raise typer.Exit(code=2)
 
 
@@ -116,9 +115,9 @@ def _say_warnings(caught: list[warnings.WarningMessage]) -> None:
 
 
 @contextmanager
-def _reported(after_interrupt: Callable[[], str], errors: tuple[str, ...] = ()) -> Iterator[None]:
-    """Input warnings said once per kind, bad-input errors (and those of a class named in ``errors``) in one line
-    (exit 2), and a Ctrl-C answered with ``after_interrupt()`` (exit 130)."""
+def _reported(after_interrupt: Callable[[], str], errors: tuple[str, ...] = (), flags: dict | None = None) -> Iterator:
+    """Input warnings said once per kind, bad-input errors (and those of a class named in ``errors``) in one line,
+    in the command's ``flags`` (exit 2), and a Ctrl-C answered with ``after_interrupt()`` (exit 130)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", InputDataWarning)
         try:
@@ -127,7 +126,7 @@ def _reported(after_interrupt: Callable[[], str], errors: tuple[str, ...] = ()) 
             if not isinstance(err, USER_ERRORS) and not {c.__name__ for c in type(err).__mro__} & set(errors):
                 raise
             _say_warnings(caught)
-            fail(err)
+            fail(err, flags)
         except KeyboardInterrupt:
             typer.secho(after_interrupt(), fg=typer.colors.RED, err=True)
             raise typer.Exit(code=130) from None
@@ -135,11 +134,11 @@ def _reported(after_interrupt: Callable[[], str], errors: tuple[str, ...] = ()) 
 
 
 @contextmanager
-def _step(step: str, run_dir: Path, errors: tuple[str, ...] = ()) -> Iterator[None]:
+def _step(step: str, run_dir: Path, errors: tuple[str, ...] = (), flags: dict | None = None) -> Iterator[None]:
     """Run a step that writes ``run_dir``: its input warnings said once per kind, its bad-input errors in one
     line (exit 2), and a Ctrl-C answered with the state it left the folder in (exit 130)."""
     manifest_before = manifest_bytes(run_dir)
-    with _reported(lambda: after_interrupt(step, run_dir, manifest_before), errors):
+    with _reported(lambda: after_interrupt(step, run_dir, manifest_before), errors, flags):
         yield
 
 
@@ -153,16 +152,20 @@ def _load_plugins(plugins: Optional[list[str]]) -> None:
 
 
 class CommandLine(Reporter):
-    """How a step talks here: stdout, notes on stderr, each inner step wrapped by :func:`_step`."""
+    """How a step talks here: stdout, notes on stderr, each inner step wrapped by :func:`_step` (errors in ``flags``)."""
+    def __init__(self, flags: dict | None = None):
+        self.flags = flags
+
     def say(self, text: str, warn: bool = False) -> None:
         typer.secho(text, fg=typer.colors.YELLOW, err=True) if warn else typer.echo(text)
 
     def stage(self, step: str, run_dir: Path):
         if step == "check":
-            return _reported(lambda: "interrupted: nothing was run")
+            return _reported(lambda: "interrupted: nothing was run", flags=self.flags)
         if step in ("figures", "report"):
-            return _reported(lambda: f"interrupted while making the {step}; {run_dir} holds its tables, complete")
-        return _step(step, run_dir)
+            return _reported(lambda: f"interrupted while making the {step}; {run_dir} holds its tables, complete",
+                             flags=self.flags)
+        return _step(step, run_dir, flags=self.flags)
 
 
 def option_type(annotation) -> tuple[Any, bool]:
@@ -228,10 +231,9 @@ def step_command(module) -> Callable:
         flags[path] = path.rsplit(".")[-1].upper() if path in spec.arguments else flags[path]  # a positional
         parameters.append(made)
         paths[made.name] = path
+    said = {path.rsplit(".", 1)[-1]: flag for path, flag in flags.items()} | flags  # its errors are said in flags
 
     def command(**values):
-        FLAGS.clear()
-        FLAGS.update({path.rsplit(".", 1)[-1]: flag for path, flag in flags.items()} | flags)
         _load_plugins(values.pop("plugin", None))
         run_dir = values.pop("out") if spec.out else values.pop("run_dir") if "run_dir" in spec.arguments else None
         options: dict[str, Any] = {}
@@ -239,7 +241,7 @@ def step_command(module) -> Callable:
             *parents, leaf = paths[name].split(".")
             into = options if not parents else options.setdefault(parents[0], {})  # configs nest one level
             into[leaf] = value.value if isinstance(value, Enum) else value
-        with _reported(lambda: "interrupted: nothing was run", spec.errors):
+        with _reported(lambda: "interrupted: nothing was run", spec.errors, said):
             if spec.out:  # an --out that is a file, or that a file is in the way of, is refused before any work
                 RunDir(run_dir).require_folder(step.name, new=True)
             if spec.build:
@@ -247,16 +249,16 @@ def step_command(module) -> Callable:
             else:
                 config = config_type(**{**options, **spec.set})
             if "reporter" in config_type.model_fields:
-                config.reporter = CommandLine()
+                config.reporter = CommandLine(said)
             if spec.before:
-                spec.before(run_dir, config, CommandLine())
+                spec.before(run_dir, config, CommandLine(said))
         if step.run_folder:
-            with _step(step.name, Path(run_dir), spec.errors):
+            with _step(step.name, Path(run_dir), spec.errors, said):
                 result = module.run(run_dir, config)
         else:
-            with _reported(lambda: spec.interrupted.format(**dict(config)), spec.errors):
+            with _reported(lambda: spec.interrupted.format(**dict(config)), spec.errors, said):
                 result = module.run(config)
-        if spec.show and spec.show(result, run_dir, config, CommandLine()):
+        if spec.show and spec.show(result, run_dir, config, CommandLine(said)):
             raise typer.Exit(1)  # the step's result says it failed (doctor: the model does not run)
         if not spec.show:  # a step without a printer: its describe(result), else the result
             typer.echo(module.describe(result) if hasattr(module, "describe") else result)

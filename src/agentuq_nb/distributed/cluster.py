@@ -21,10 +21,10 @@ def parse_scheduler(spec: str) -> tuple[str | None, int | None]:
     if spec.startswith(LOCAL_PREFIX):
         count = spec[len(LOCAL_PREFIX):]
         if not count.isdigit() or int(count) < 1:
-            raise ValueError(f"--scheduler {spec!r}: 'local:N' needs a number of worker processes N >= 1")
+            raise ValueError(f"scheduler {spec!r}: 'local:N' needs a number of worker processes N >= 1")
         return None, int(count)
     if not spec:
-        raise ValueError("--scheduler is empty; give a scheduler address (tcp://host:8786) or local:N")
+        raise ValueError("scheduler is empty; give a scheduler address (tcp://host:8786) or local:N")
     return spec, None
 
 
@@ -55,8 +55,8 @@ def connect(scheduler: Any, api_bases: Sequence[str] | None = None, dashboard_ad
                 client = Client(address, timeout=timeout)
             except (OSError, TimeoutError) as err:
                 raise ConnectionError(
-                    f"--scheduler {address}: no Dask scheduler answered ({err}). Start one with "
-                    f"'dask scheduler' and workers with 'dask worker {address}', or use --scheduler local:N."
+                    f"scheduler {address}: no Dask scheduler answered ({err}). Start one with "
+                    f"'dask scheduler' and workers with 'dask worker {address}', or use local:N."
                 ) from err
     try:
         workers = list(client.scheduler_info().get("workers", {}))

@@ -64,8 +64,11 @@ class Family:
     order within a rank); ``label`` and ``color``, how figures name and draw it (a colour is a role of
     ``figures.style.PALETTE`` or a colour itself; None: the neutral grey and the family's name); ``forest_order``,
     its place top to bottom in the estimator forest (None: after the placed ones, by name); ``blackbox``: computed
-    from the messages alone (the black-box combinations' inputs, and what the black-box step adds). What a run
-    lacking it needs, and the command that adds it, is said by the step that makes it
+    from the messages alone (the black-box combinations' inputs, and what the black-box step adds); ``reference``:
+    a yardstick the uncertainty estimators are measured against (the length baselines: never an input of a
+    combination, listed and drawn apart, the row a significance test compares with); ``combination``: made from
+    the other estimators' scores (cross-fitted probabilities: never an input of itself, nor of calibration's
+    re-fit). What a run lacking it needs, and the command that adds it, is said by the step that makes it
     (``agentuq_nb.steps.base.FamilyHint``): a family names no command."""
 
     name: str
@@ -74,6 +77,8 @@ class Family:
     color: str | None = None
     forest_order: float | None = None
     blackbox: bool = False
+    reference: bool = False
+    combination: bool = False
 
 
 #: every declared family by name (each estimator module declares its own when the package is imported)
@@ -81,7 +86,12 @@ FAMILIES: dict[str, Family] = {}
 
 
 def declare_family(family: Family) -> Family:
-    """Declare ``family`` (a family declared again replaces the earlier declaration); returns it."""
+    """Declare ``family``; returns it. A name is declared once: another declaration under it is refused (the same
+    one again, as a module imported anew declares it, is the same family)."""
+    known = FAMILIES.get(family.name)
+    if known is not None and known != family:
+        raise ValueError(f"estimator family {family.name!r} is declared already ({known}); a family has one "
+                         "declaration (choose another name)")
     FAMILIES[family.name] = family
     return family
 
@@ -96,6 +106,16 @@ def declared_families() -> dict[str, Family]:
 def family_of(name: str) -> Family:
     """The family called ``name`` as declared, or an undeclared family's defaults (a plugin's ``custom``…)."""
     return declared_families().get(name) or Family(name)
+
+
+def reference_families() -> frozenset[str]:
+    """The families declared as yardsticks (``Family.reference``: the length baselines)."""
+    return frozenset(f.name for f in declared_families().values() if f.reference)
+
+
+def combination_families() -> frozenset[str]:
+    """The families made from the other estimators' scores (``Family.combination``: the combined predictors)."""
+    return frozenset(f.name for f in declared_families().values() if f.combination)
 
 
 def blackbox_families() -> tuple[str, ...]:
@@ -227,17 +247,32 @@ _plugins_loaded = False
 
 def register(obj):
     """Register an :class:`Estimator` or :class:`EstimatorFamily` (a class or an instance); returns it,
-    so it works as a class decorator. A name registered again replaces the earlier estimator."""
+    so it works as a class decorator. A name is registered once: another class under a registered estimator name, or
+    another family class for a registered family, is refused (:func:`unregister` frees a name); the same class again
+    (its module imported anew, a plugin loaded twice) takes its place."""
     instance = obj() if isinstance(obj, type) else obj
     if isinstance(instance, Estimator):
         if not instance.name:
             raise ValueError(f"{type(instance).__name__}: an estimator needs a name")
+        known = _FIXED.get(instance.name)
+        if known is not None and _class_path(known) != _class_path(instance):
+            raise ValueError(f"estimator {instance.name!r} is registered already (by {_class_path(known)}); "
+                             f"{_class_path(instance)} needs another name")
         _FIXED[instance.name] = instance
     elif isinstance(instance, EstimatorFamily):
-        _FAMILIES[:] = [f for f in _FAMILIES if type(f) is not type(instance)] + [instance]
+        known = next((f for f in _FAMILIES if f.family == instance.family), None)
+        if known is not None and _class_path(known) != _class_path(instance):
+            raise ValueError(f"the estimators of family {instance.family!r} are registered already (by "
+                             f"{_class_path(known)}); {_class_path(instance)} needs another family")
+        _FAMILIES[:] = [f for f in _FAMILIES if f is not known] + [instance]
     else:
         raise TypeError(f"register() takes an Estimator or EstimatorFamily, not {type(obj).__name__}")
     return obj
+
+
+def _class_path(instance: object) -> str:
+    """Where the class of ``instance`` is defined (``module.Class``): the same class, however often imported."""
+    return f"{type(instance).__module__}.{type(instance).__qualname__}"
 
 
 def unregister(name: str) -> Estimator:

@@ -11,7 +11,7 @@ from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.uq.aggregation import read_trajectory_summary
 
 #: the length baselines every uncertainty estimator is compared with (drawn last in the forest, as the reference)
-BASELINE = declare_family(Family("baseline", rank=90, label="length baselines", color="neutral"))
+BASELINE = declare_family(Family("baseline", rank=90, label="length baselines", color="neutral", reference=True))
 
 BASELINES = ("num_messages", "num_tool_calls", "agent_chars")
 
@@ -24,7 +24,7 @@ def trajectory_table(run: RunDir) -> pd.DataFrame:
 
 
 class LengthBaseline(Estimator):
-    family = "baseline"
+    family = BASELINE.name
 
     def scores(self, run: RunDir) -> pd.Series:
         return by_trajectory(trajectory_table(run).drop_duplicates(TRAJECTORY_KEYS), self.name).rename(self.name)

@@ -15,7 +15,7 @@ from agentuq_nb.estimators.blackbox import BlackBoxColumn
 
 #: the combined predictors' out-of-fold probabilities (fitted to the labels, cross-fitted by task)
 COMBINED_FAMILY = declare_family(Family("combined", rank=80, label="combined (cross-fitted)", color="#000000",
-                                        forest_order=7))
+                                        forest_order=7, combination=True))
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,6 @@ COMBINED = {
 
 for _name, _spec in COMBINED.items():
     register(type(_name.replace("+", "_plus_"), (BlackBoxColumn,), {
-        "name": _name, "column": _name, "family": "combined", "requires": ("combined_scores",), "uses_labels": True,
+        "name": _name, "column": _name, "family": COMBINED_FAMILY.name, "requires": ("combined_scores",), "uses_labels": True,
         "protocol": "cross-fitted by task (out of fold)",
         "description": f"{_spec.description} (out-of-fold failure probability)", "__module__": __name__}))

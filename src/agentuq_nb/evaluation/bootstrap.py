@@ -31,12 +31,11 @@ from agentuq_nb.evaluation.metrics import (
     MAX_LEVELS,
     METRICS,
     canonical_order,
-    failure_labels,
     kendall_weighted,
     metrics_batch,
     point_metrics,
 )
-from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, Outcomes
 
 #: resampled matrices are processed in chunks of about this many elements; small chunks stay in
 #: CPU cache (measured ~2x faster than 10^6-element chunks at n = 1000)
@@ -123,12 +122,12 @@ def resample_batches(n: int, n_boot: int, seed=0, codes: np.ndarray | None = Non
         done += counts.shape[0]
 
 
-def bootstrap_samples(u: np.ndarray, r: np.ndarray, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD,
-                      names=METRICS, n_boot: int = DEFAULT_N_BOOT, seed=0, groups=None) -> dict[str, np.ndarray]:
+def bootstrap_samples(u: np.ndarray, outcomes: Outcomes, names=METRICS, n_boot: int = DEFAULT_N_BOOT, seed=0,
+                      groups=None) -> dict[str, np.ndarray]:
     """Bootstrap distribution of each metric: ``{name: (n_boot,) array}``, NaN = undefined resample.
 
-    ``u`` and ``r`` are cleaned arrays (finite, already inverted if needed); higher ``u`` = more
-    likely failure.  ``groups`` (one label per row, e.g. task ids): when labels repeat, resample
+    ``u`` and ``outcomes`` (the rewards and their failure labels, made once by the caller) are cleaned (finite, ``u``
+    already inverted if needed); higher ``u`` = more likely failure.  ``groups`` (one label per row, e.g. task ids): when labels repeat, resample
     the groups (clusters) with all their rows instead of single rows.
     """
     if len(u) == 0 or n_boot <= 0:
@@ -136,9 +135,9 @@ def bootstrap_samples(u: np.ndarray, r: np.ndarray, failure_threshold: float = D
     codes = cluster_codes(groups, len(u))
     # Sort once into canonical order; sorted resample indices then give sorted rows.
     order = canonical_order(u)
-    u, r = np.asarray(u, dtype=float)[order], np.asarray(r, dtype=float)[order]
+    u, outcomes = np.asarray(u, dtype=float)[order], outcomes.take(order)
+    r, f = outcomes.reward, outcomes.failed
     codes = None if codes is None else codes[order]
-    f = failure_labels(r, failure_threshold)
     values, levels = np.unique(-r, return_inverse=True)
     levels = levels.ravel()
     n = len(u)
@@ -234,8 +233,9 @@ def paired_bootstrap_pvalue(unc_a, unc_b, reward, metric: str = "auroc",
         a = -a
     if invert_b:
         b = -b
-    pa, ua = point_metrics(a, r, failure_threshold, (metric,))
-    pb, ub = point_metrics(b, r, failure_threshold, (metric,))
+    outcomes = Outcomes.of(r, failure_threshold)  # labelled once: the point estimates and every resample read them
+    pa, ua = point_metrics(a, outcomes, (metric,))
+    pb, ub = point_metrics(b, outcomes, (metric,))
     out = {"metric": metric, "a": pa[metric], "b": pb[metric], "diff": None, "ci": None,
            "p_value": None, "n": int(len(r)), "n_dropped": int((~keep).sum()),
            "n_boot": int(n_boot), "n_skipped": 0, "undefined": None}
@@ -245,7 +245,7 @@ def paired_bootstrap_pvalue(unc_a, unc_b, reward, metric: str = "auroc",
         out["undefined"] = ua.get(metric) or ub.get(metric)
         return out
     d = pa[metric] - pb[metric]
-    f = failure_labels(r, failure_threshold)
+    f = outcomes.failed
     diffs = np.full(max(n_boot, 0), np.nan)
     for positions, idx in resample_batches(len(r), n_boot, seed, codes):
         va = metrics_batch(a[idx], f[idx], r[idx], (metric,))[metric]

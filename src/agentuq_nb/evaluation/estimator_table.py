@@ -48,8 +48,8 @@ import pandas as pd
 
 from agentuq_nb.common.progress import progress_bar
 from agentuq_nb.estimators import BASELINES, Estimator, get
-from agentuq_nb.estimators.base import IN_SAMPLE, blackbox_families
-from agentuq_nb.estimators.combined import COMBINED
+from agentuq_nb.estimators.base import IN_SAMPLE, blackbox_families, combination_families, reference_families
+from agentuq_nb.estimators.combined import COMBINED, COMBINED_FAMILY
 from agentuq_nb.evaluation.bootstrap import paired_bootstrap_pvalue
 from agentuq_nb.evaluation.calibration import calibration_report, cross_fitted_probabilities, oriented
 from agentuq_nb.evaluation.combined_predictor import cross_fitted_combination
@@ -130,7 +130,7 @@ def combined_inputs(table: pd.DataFrame, estimators: list[Estimator], with_lengt
     families); ``inputs="blackbox"``: every estimator of the black-box families (``Family.blackbox``). Never an
     estimator fitted to the run's labels (``uses_labels``). No column when there is no such estimator, or when ``with_length`` and the table
     holds no length baseline (it would repeat the predictor without length)."""
-    candidates = {e.name: e for e in estimators if e.family != "baseline" and not e.uses_labels}
+    candidates = {e.name: e for e in estimators if e.family not in reference_families() and not e.uses_labels}
     if inputs == "blackbox":
         chosen = [e for e in candidates.values() if e.family in blackbox_families()]
     elif names is not None:
@@ -181,7 +181,7 @@ def evaluate_estimators_and_combinations(table: pd.DataFrame, estimators: list[E
     column each). Returned apart, not in the table's ``attrs``: pandas compares attrs when it concatenates
     tables, and a frame there makes that comparison raise."""
     check_failure_threshold(failure_threshold)  # refused before any work
-    estimators = [e for e in estimators if e.family != "combined"]
+    estimators = [e for e in estimators if e.family not in combination_families()]
     table = table[np.isfinite(table["reward"].to_numpy(dtype=float))].reset_index(drop=True)
     reward = table["reward"].to_numpy(dtype=float)
     failure = failure_labels(reward, failure_threshold)
@@ -197,7 +197,7 @@ def evaluate_estimators_and_combinations(table: pd.DataFrame, estimators: list[E
             features = combined_inputs(table, estimators, spec.with_length, combined_input_names, spec.inputs)
             if features.shape[1] and 0 < failure.sum() < len(failure) and len(np.unique(groups)) >= 2:
                 prob = cross_fitted_combination(features, failure, groups, seed=seed, model=spec.model).prob
-                scored.append((name, "combined", None, prob, False, True))
+                scored.append((name, COMBINED_FAMILY.name, None, prob, False, True))
                 combined_scores[name] = prob
     rows = []
     bar = progress_bar(len(scored), "estimator table", "row", progress)
@@ -261,7 +261,7 @@ def _versus_length(u: np.ndarray, invert: bool, name: str, family: str, est: Est
     protocol = (est or get(name)).protocol  # a combination's row: its registered estimator says how it was fitted
     row = dict.fromkeys(VERSUS_LENGTH, None)
     row.update(protocol=protocol, in_sample=protocol == IN_SAMPLE)
-    if family == "baseline" or baseline is None:
+    if family in reference_families() or baseline is None:
         return row
     p = paired_bootstrap_pvalue(u, table[baseline].to_numpy(dtype=float), reward, metric="auroc",
                                 failure_threshold=failure_threshold, invert_a=invert, n_boot=n_boot, seed=seed,
@@ -286,7 +286,7 @@ def length_verdicts(table: pd.DataFrame, q: float = DEFAULT_FDR_Q) -> pd.DataFra
         return pd.DataFrame({"q_value_vs_length": np.nan, "verdict": None}, index=table.index)
     p = pd.to_numeric(table["p_value_vs_length"], errors="coerce").to_numpy(dtype=float)
     in_sample = table.get("in_sample", pd.Series(False, index=table.index)).astype(str).eq("True").to_numpy()
-    tested = np.isfinite(p) & (table["family"].astype(str) != "baseline").to_numpy() & ~in_sample
+    tested = np.isfinite(p) & ~table["family"].isin(reference_families()).to_numpy() & ~in_sample
     qv = np.full(len(table), np.nan)
     if tested.any():
         qv[tested] = bh_adjusted(p[tested])

@@ -8,8 +8,8 @@ import numpy as np
 
 from agentuq_nb.evaluation.bootstrap import bootstrap_samples, cluster_codes, percentile_ci
 from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
-from agentuq_nb.evaluation.metrics import METRICS, clean_inputs, failure_labels, point_metrics
-from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD
+from agentuq_nb.evaluation.metrics import METRICS, clean_inputs, point_metrics
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, Outcomes
 
 
 def failure_metrics(uncertainty, reward, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD, invert: bool = False,
@@ -49,8 +49,9 @@ def failure_metrics(uncertainty, reward, failure_threshold: float = DEFAULT_FAIL
     if groups is not None:
         kept = np.isfinite(np.asarray(uncertainty, dtype=float).ravel()) & np.isfinite(np.asarray(reward, dtype=float).ravel())
         codes = cluster_codes(groups, kept.size, kept)
-    values, undefined = point_metrics(u, r, failure_threshold, METRICS)
-    samples = bootstrap_samples(u, r, failure_threshold, METRICS, n_boot, seed, groups=codes)
+    outcomes = Outcomes.of(r, failure_threshold)  # labelled once: the point estimates, resamples and count read them
+    values, undefined = point_metrics(u, outcomes, METRICS)
+    samples = bootstrap_samples(u, outcomes, METRICS, n_boot, seed, groups=codes)
     cis, skipped = {}, {}
     for name in METRICS:
         s = samples[name]
@@ -64,7 +65,7 @@ def failure_metrics(uncertainty, reward, failure_threshold: float = DEFAULT_FAIL
         "metrics": values,
         "ci": cis,
         "n": int(len(u)),
-        "n_failures": int(failure_labels(r, failure_threshold).sum()),
+        "n_failures": int(outcomes.failed.sum()),
         "undefined": undefined,
         "n_dropped": int(n_dropped),
         "failure_threshold": float(failure_threshold),

@@ -46,6 +46,7 @@ from sklearn.metrics import roc_auc_score, roc_curve
 
 from agentuq_nb.records.outcomes import (
     DEFAULT_FAILURE_THRESHOLD,
+    Outcomes,
     failure_labels,  # the failure definition lives with the data contracts
 )
 
@@ -77,22 +78,21 @@ def clean_inputs(uncertainty, reward, invert: bool = False):
     return u, r, int((~keep).sum())
 
 
-def undefined_reason(name: str, u: np.ndarray, fail: np.ndarray, reward: np.ndarray,
-                     failure_threshold: float = DEFAULT_FAILURE_THRESHOLD) -> str | None:
+def undefined_reason(name: str, u: np.ndarray, outcomes: Outcomes) -> str | None:
     """Why metric ``name`` is undefined on this (cleaned) input, or ``None`` if it is defined."""
     n = len(u)
     if n < 2:
         return f"fewer than 2 trajectories with finite uncertainty and reward (n={n})"
     if name in ("auroc", "prr"):
-        n_f = int(fail.sum())
+        n_f = int(outcomes.failed.sum())
         if n_f == 0:
-            return f"only one class: no failures (all {n} rewards >= {failure_threshold})"
+            return f"only one class: no failures (all {n} rewards >= {outcomes.threshold})"
         if n_f == n:
-            return f"only one class: all {n} trajectories are failures (reward < {failure_threshold})"
+            return f"only one class: all {n} trajectories are failures (reward < {outcomes.threshold})"
     if name in CORRELATIONS:
         if np.ptp(u) == 0:
             return "uncertainty is constant, correlation undefined"
-        if np.ptp(reward) == 0:
+        if np.ptp(outcomes.reward) == 0:
             return "reward is constant, correlation undefined"
     return None
 
@@ -475,14 +475,14 @@ def correlation(uncertainty, reward, kind: str = "spearman") -> float:
     return float(fn(u, -r).statistic)
 
 
-def point_metrics(u: np.ndarray, r: np.ndarray, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD,
-                  names=METRICS) -> tuple[dict[str, float | None], dict[str, str]]:
-    """Point estimates on cleaned arrays: ``({name: value or None}, {name: reason})``."""
-    f = failure_labels(r, failure_threshold)
+def point_metrics(u: np.ndarray, outcomes: Outcomes, names=METRICS) -> tuple[dict[str, float | None], dict[str, str]]:
+    """Point estimates on cleaned arrays (``outcomes``: their rewards and failure labels, made once by the caller):
+    ``({name: value or None}, {name: reason})``."""
+    f, r = outcomes.failed, outcomes.reward
     values: dict[str, float | None] = {}
     undefined: dict[str, str] = {}
     for name in names:
-        reason = undefined_reason(name, u, f, r, failure_threshold)
+        reason = undefined_reason(name, u, outcomes)
         if reason is not None:
             values[name], undefined[name] = None, reason
             continue

@@ -351,7 +351,7 @@ def pooled_leaderboard(frame: pd.DataFrame, estimators: Sequence[str], baselines
 def check_fdr_level(q: float) -> None:
     """The false discovery rate of the Benjamini-Hochberg step is a level strictly between 0 and 1."""
     if not 0 < q < 1:
-        raise ValueError(f"q (the false discovery rate, --q) must be between 0 and 1, not {q}")
+        raise ValueError(f"q (the false discovery rate) must be between 0 and 1, not {q}")
 
 
 def _note(row: dict) -> str | None:

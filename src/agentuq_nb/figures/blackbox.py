@@ -8,6 +8,7 @@ import pandas as pd
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+from agentuq_nb.estimators.base import reference_families
 from agentuq_nb.figures.style import PALETTE, use_style
 
 ROLE_COLORS = {"assistant": PALETTE["success"], "user": PALETTE["secondary"], "tool": PALETTE["neutral"]}
@@ -80,7 +81,7 @@ def tracer_readouts_figure(long: pd.DataFrame, length: str | None = None):
     use_style()
     names = [r for r in dict.fromkeys(long["run"]) if r != "pooled"] + ["pooled"]
     if length is None:
-        base = long[(long["family"] == "baseline") & (long["run"] == "pooled")]
+        base = long[long["family"].isin(reference_families()) & (long["run"] == "pooled")]
         length = base.sort_values("auroc", ascending=False)["estimator"].iloc[0] if len(base) else None
     series = list(READOUTS) + ([(length, f"length: {length}", PALETTE["highlight"], "v")] if length else [])
     fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(names) + 2.5), 4.2))

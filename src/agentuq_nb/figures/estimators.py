@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from agentuq_nb.estimators.base import declared_families, family_of
+from agentuq_nb.estimators.base import declared_families, family_of, reference_families
 from agentuq_nb.figures.style import PALETTE, legend_below, use_style
 
 #: a label longer than this wraps onto a second line at a separator
@@ -43,7 +43,7 @@ def forest_family_order() -> list[str]:
     left out: they are drawn last, as the reference."""
     placed = sorted((f for f in declared_families().values() if f.forest_order is not None),
                     key=lambda f: f.forest_order)
-    return [f.name for f in placed if f.name != "baseline"]
+    return [f.name for f in placed if not f.reference]
 
 
 def alias_groups(table: pd.DataFrame) -> dict[str, list[str]]:
@@ -74,20 +74,20 @@ def forest_rows(table: pd.DataFrame, metric: str = "auroc", per_family: int = 3,
     t = table[np.isfinite(pd.to_numeric(table[metric], errors="coerce").to_numpy(dtype=float))].copy()
     t.attrs = {}  # compare_estimators' table carries the combined scores there: not rows of the forest
     if families is not None:
-        t = t[t["family"].isin([*families, "baseline"])]
+        t = t[t["family"].isin([*families, *reference_families()])]
     defined = t["family"].value_counts()
     groups = alias_groups(t)
     if "same_scores_as" in t:
         t = t[t["same_scores_as"].isna()]
     t["aliases"] = [groups.get(e, []) for e in t["estimator"]]
     order = forest_family_order()
-    order += sorted(set(t["family"]) - set(order) - {"baseline"}) + ["baseline"]
+    order += sorted(set(t["family"]) - set(order) - reference_families()) + sorted(reference_families())
     parts = []
     for family in order:
         f = t[t["family"] == family].sort_values(metric, ascending=False, kind="stable")
         if f.empty:
             continue
-        kept = f if family == "baseline" else f.head(per_family)
+        kept = f if family in reference_families() else f.head(per_family)
         parts.append(kept.assign(shown_of=int(defined[family]), shown=len(kept) + int(kept["aliases"].map(len).sum())))
     return pd.concat(parts, ignore_index=True) if parts else t.assign(shown_of=0).iloc[:0]
 
@@ -155,7 +155,7 @@ def estimator_forest_figure(table: pd.DataFrame, metric: str = "auroc", per_fami
     total = float(y[-1] + heights[-1] / 2)
     fig, ax = plt.subplots(figsize=(width, 0.17 * total + 2.1), layout="constrained")
     marks = mark_length and metric == "auroc" and "beats_length_baseline" in rows
-    baseline = rows["family"].eq("baseline").to_numpy()
+    baseline = rows["family"].isin(reference_families()).to_numpy()
     in_sample = rows["in_sample"].map(_is_true).to_numpy() if "in_sample" in rows else np.zeros(len(rows), bool)
     filled = baseline | (rows["beats_length_baseline"].map(_is_true).to_numpy() if marks else ~in_sample)
     filled &= ~in_sample
@@ -165,7 +165,7 @@ def estimator_forest_figure(table: pd.DataFrame, metric: str = "auroc", per_fami
         if pd.notna(lo) and pd.notna(hi):
             ax.plot([lo, hi], [yi, yi], color=color, lw=1.4, alpha=1.0 if full else 0.55, solid_capstyle="butt",
                     ls=(0, (2, 1.2)) if tuned else "-")
-        marker = "s" if r["family"] == "baseline" else "D" if tuned else "o"
+        marker = "s" if r["family"] in reference_families() else "D" if tuned else "o"
         ax.plot(r[metric], yi, marker=marker, ms=4.0 if tuned else 4.5, color=color, mfc=color if full else "white",
                 mew=1.2)
     ax.set_yticks(y, labels, fontsize=7)
@@ -193,7 +193,7 @@ def estimator_forest_figure(table: pd.DataFrame, metric: str = "auroc", per_fami
     n_total = int(np.isfinite(pd.to_numeric(table[metric], errors="coerce").to_numpy(dtype=float)).sum())
     ax.set_title(f"{title}\nbest {per_family} per family of {n_total} estimators (all: estimator_table.csv)",
                  fontsize=8)
-    handles = [Line2D([], [], ls="", marker="s" if f == "baseline" else "o", ms=4.5, color=family_color(f),
+    handles = [Line2D([], [], ls="", marker="s" if f in reference_families() else "o", ms=4.5, color=family_color(f),
                label=f"{family_label(f)} ({shown} of {n})")
                for f, n, shown in rows.drop_duplicates("family")[["family", "shown_of", "shown"]].itertuples(index=False)]
     if len(base):

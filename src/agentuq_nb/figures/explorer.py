@@ -692,7 +692,7 @@ def default_page_path(run_dirs: Sequence[str | os.PathLike]) -> Path:
     """Where the page of one run goes without ``--out``: :data:`PAGE_NAME` in its folder (several runs: refused,
     there is no one folder to put it in)."""
     if len(run_dirs) != 1:
-        raise InputError(Path(run_dirs[0]), f"{len(run_dirs)} run folders given: say where their page goes with --out")
+        raise InputError(Path(run_dirs[0]), f"{len(run_dirs)} run folders given; out: say where their page goes")
     return Path(run_dirs[0]) / PAGE_NAME
 
 

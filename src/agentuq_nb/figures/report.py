@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from agentuq_nb.common.redaction import redact
+from agentuq_nb.estimators.base import reference_families
 from agentuq_nb.figures.explorer import trajectory_key
 from agentuq_nb.io.errors import remedy
 
@@ -488,7 +489,7 @@ def run_report(title: str, subtitle: str, counts: Sequence[tuple[str, object]], 
     if trials:
         sections.append(("Trials per task", "".join(paragraph(line) for line in trials)))
     if len(table) and undefined_reason(table) is None:
-        classes = ["in-sample" if _true(s) else "baseline" if f == "baseline" else "inverted" if inv else ""
+        classes = ["in-sample" if _true(s) else "baseline" if f in reference_families() else "inverted" if inv else ""
                    for s, f, inv in zip(table.get("in_sample", [None] * len(table)), table["family"], inverted(table))]
         sections.append(("Estimators", "".join(paragraph(n) for n in estimator_notes(table))
                          + html_table(estimator_view(table), classes, scroll=True)
@@ -542,7 +543,7 @@ def runs_report(title: str, subtitle: str, runs: pd.DataFrame, notes: Sequence[s
         sections.append((caption, paragraph("At its natural size: scroll sideways for every run.")
                          + png(path, caption, dpi=DISPLAY_DPI)))
     flipped = inverted(leaderboard, f"auroc_lo[{POOLED}]", f"auroc_hi[{POOLED}]")
-    classes = ["in-sample" if _true(s) else "baseline" if f == "baseline" else "inverted" if inv else ""
+    classes = ["in-sample" if _true(s) else "baseline" if f in reference_families() else "inverted" if inv else ""
                for s, f, inv in zip(leaderboard.get("in_sample", [None] * len(leaderboard)), leaderboard["family"],
                                     flipped)]
     sections.append(("Leaderboard", paragraph(

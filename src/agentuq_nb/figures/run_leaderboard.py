@@ -9,6 +9,7 @@ import pandas as pd
 from matplotlib.colors import Normalize
 from matplotlib.patches import Rectangle
 
+from agentuq_nb.estimators.base import reference_families
 from agentuq_nb.evaluation.pooled_auroc import BASELINE_VERDICT, IN_SAMPLE_VERDICT, POOLED, SELF_STRATIFIED_NOTE
 from agentuq_nb.figures.style import PALETTE, use_style
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD
@@ -41,7 +42,7 @@ def _shorten(name: str) -> str:
 
 def _label(row) -> str:
     name = str(row["estimator"]) + (" (inv.)" if bool(row.get("invert", False)) else "")
-    if row["family"] == "baseline":
+    if row["family"] in reference_families():
         return f"{name}  [length baseline]"
     return f"{name}  {IN_SAMPLE_MARK}" if str(row.get("in_sample")) == "True" else name
 
@@ -153,7 +154,7 @@ def run_leaderboard_figure(leaderboard: pd.DataFrame, long: pd.DataFrame, runs: 
     ax.tick_params(length=0)
     ax.set_yticks(np.arange(n_rows) + 0.5, [_label(r) for _, r in rows.iterrows()], fontsize=8)
     for tick, (_, r) in zip(ax.get_yticklabels(), rows.iterrows()):
-        if r["family"] == "baseline":
+        if r["family"] in reference_families():
             tick.set_color(PALETTE["neutral"])
             tick.set_fontstyle("italic")
     by_run = runs.set_index("run")

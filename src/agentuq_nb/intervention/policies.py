@@ -183,10 +183,10 @@ class InterventionPolicy:
         matched = set(keys) & self.oracle_all
         if not matched:
             example = next(iter(sorted(self.oracle_all)), None)
-            raise ValueError(f"--policy-oracle {self.config.oracle}: none of its {len(self.oracle_all)} simulations is "
+            raise ValueError(f"policy.oracle {self.config.oracle}: none of its {len(self.oracle_all)} simulations is "
                              f"one of this run's {len(keys)} (task, trial, seed), e.g. {keys[0]} is not there"
                              f"{f' (it holds {example})' if example else ''}; the oracle would never intervene. Give "
-                             "an earlier run of the same tasks, trials and --seed")
+                             "an earlier run of the same tasks, trials and seed")
 
     # ------------------------------------------------------------------ the description
     def describe(self) -> dict[str, Any]:

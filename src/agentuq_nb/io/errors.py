@@ -1,6 +1,7 @@
 """Errors and counted warnings about bad input, each naming the file and the place."""
 from __future__ import annotations
 
+import importlib
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
@@ -30,15 +31,28 @@ def validation_problem(err) -> str:
 #: how a user gets what a lower layer's message names, by the thing's name (``"detector_folder"``,
 #: ``"estimator_listing"``…; a run folder's artefacts are the store's producers,
 #: :func:`agentuq_nb.io.store.rundir.register_producer`), in the words of the layer that has commands: filled by
-#: :mod:`agentuq_nb.steps.hints` from the steps' declarations, so the command line and a library user who imports
-#: ``agentuq_nb.steps`` read the same text. The layers below name no command: without the steps (a notebook importing
-#: only the store or the estimators) each message says what it lacks in its own terms (:func:`remedy`'s default).
+#: :mod:`agentuq_nb.steps.hints` from the steps' declarations when that layer is loaded (:func:`load_command_layer`),
+#: which every reader of these words does first. The layers below name no command; a message says what it lacks in
+#: its own terms (:func:`remedy`'s default) only where the layer with commands is not there at all.
 REMEDIES: dict[str, str] = {}
+#: the package that fills :data:`REMEDIES` and the store's producers as it is imported (the layer with commands):
+#: named by the package's root (``agentuq_nb/__init__.py``, run before any module of the package), the one place that
+#: knows every layer, and imported by :func:`load_command_layer`: what a message says does not depend on what the
+#: user imported before
+COMMAND_LAYER: list[str] = []
+
+
+def load_command_layer() -> None:
+    """Import the layer with commands (:data:`COMMAND_LAYER`: its modules declare what makes each artefact and fill
+    :data:`REMEDIES`), so that a message reads the same words whatever was imported before it (cheap once done)."""
+    for name in COMMAND_LAYER:
+        importlib.import_module(name)
 
 
 def remedy(name: str, default: str, **fields) -> str:
-    """How to get ``name`` as the layer with commands says it (:data:`REMEDIES`), else ``default`` (which names it),
-    each ``{field}`` of the text replaced by its value in ``fields`` (a path, a run folder…)."""
+    """How to get ``name`` as the layer with commands says it (:data:`REMEDIES`, that layer loaded first), else
+    ``default`` (which names it), each ``{field}`` of the text replaced by its value in ``fields`` (a path…)."""
+    load_command_layer()
     text = REMEDIES.get(name, default)
     for key, value in fields.items():
         text = text.replace("{" + key + "}", str(value))

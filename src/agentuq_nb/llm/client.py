@@ -28,7 +28,8 @@ from agentuq_nb.llm.chat_format import SMOLLM2_CHAT, normalize_message, normaliz
 from agentuq_nb.llm.local_model import PrefixReuse
 from agentuq_nb.llm.local_provider import LOCAL_MODEL, PROVIDER, TokenLogprob
 from agentuq_nb.llm.local_scoring import score_segments
-from agentuq_nb.llm.remote import JinjaChat, echo_score, render_for_remote, replay_messages
+from agentuq_nb.llm.remote import echo_score, render_for_remote, replay_messages
+from agentuq_nb.llm.request import GenerationRequest, ScoringRequest
 from agentuq_nb.records.tokens import make_token_row
 
 BACKENDS = ("teacher_forced", "chat_replay")
@@ -84,28 +85,26 @@ class RetryPolicy:
 def generate(
     messages: list,
     model: str = LOCAL_MODEL,
-    tools: list[dict] | None = None,
-    tool_choice: Any = None,
-    top_logprobs: int = 5,
-    temperature: float = 0.0,
-    seed: int | None = None,
-    max_tokens: int = 256,
     retry: RetryPolicy | None = None,
-    **kwargs: Any,
+    **options: Any,
 ) -> Generation:
     """The model's next assistant message, with a token row per generated token.
 
-    ``messages`` are OpenAI- or τ²-shaped dicts (system/user/assistant/tool); extra
-    ``kwargs`` go to ``litellm.completion`` (``api_base``, ``api_key``, ...).
+    ``messages`` are OpenAI- or τ²-shaped dicts (system/user/assistant/tool). ``options`` named as the fields of
+    ``GenerationRequest`` (``tools``, ``tool_choice``, ``top_logprobs``, ``temperature`` — here 0 unless given —,
+    ``seed``, ``max_tokens``, ``fit_context``) make the request; the others go to ``litellm.completion``
+    (``api_base``, ``api_key``, ...).
     """
-    request = _chat_request(messages, model, tools, tool_choice, top_logprobs, temperature, seed, max_tokens, kwargs)
-    response = completion_with_retries(request, retry or RetryPolicy())
+    request, extra = GenerationRequest.split(options, temperature=0.0)
+    top_logprobs = request.top_logprobs
+    response = completion_with_retries(request.completion_args(model, _openai(messages), extra),
+                                       retry or RetryPolicy())
     choice = response.choices[0]
     if choice.message.content and not _logprob_entries(choice):
         raise MissingLogprobsError(
             f"{model} returned no token log-probs although the request set logprobs=True, "
-            f"top_logprobs={top_logprobs}. Use a model/server that serves logprobs (vLLM: start it with "
-            f"--max-logprobs >= {top_logprobs}; OpenAI: a non-reasoning model) or check that the provider "
+            f"top_logprobs={top_logprobs}. Use a model/server that serves logprobs (vLLM: a server whose "
+            f"max-logprobs is at least {top_logprobs}; OpenAI: a non-reasoning model) or check that the provider "
             "does not drop the 'logprobs' parameter (litellm.drop_params).")
     usage = response.usage.model_dump() if getattr(response, "usage", None) else {}
     return _generation(choice, model, {k: v for k, v in usage.items() if v is not None}, _cost(response))
@@ -115,15 +114,8 @@ def sample(
     messages: list,
     k: int,
     model: str = LOCAL_MODEL,
-    tools: list[dict] | None = None,
-    tool_choice: Any = None,
-    top_logprobs: int = 5,
-    temperature: float = 1.0,
-    seed: int | None = 0,
-    max_tokens: int = 256,
-    fit_context: bool = False,
     retry: RetryPolicy | None = None,
-    **kwargs: Any,
+    **options: Any,
 ) -> list[Generation]:
     """``k`` alternative next assistant messages for the same context, one ``Generation`` each.
 
@@ -143,21 +135,18 @@ def sample(
     and decoded once for all), its own ``completion_tokens`` (its token rows; the
     request's total split evenly if there are none) and ``choices_in_request = k``;
     ``cost`` is the request's cost split evenly over the k samples.
-    ``fit_context``: the embedded model's context-overflow policy (``context_fit``); a
-    context that does not fit raises ``ContextWindowError``'s litellm form as ``generate``.
+    ``options``: as ``generate``'s (``temperature`` 1 and ``seed`` 0 unless given); ``fit_context``, the embedded
+    model's context-overflow policy (``context_fit``): a context that does not fit raises ``ContextWindowError``'s
+    litellm form as ``generate``.
     """
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k (the number of samples) must be a positive integer, got {k!r}")
     retry = retry or RetryPolicy()
-    if fit_context:
-        kwargs = {**kwargs, "fit_context": True}
+    request, extra = GenerationRequest.split(options, temperature=1.0, seed=0)
+    seed, openai_messages = request.seed, _openai(messages)
 
     def request_for(n: int, sample_seed: int | None) -> dict:
-        request = _chat_request(messages, model, tools, tool_choice, top_logprobs, temperature, sample_seed,
-                                max_tokens, kwargs)
-        if n > 1:
-            request["n"] = n
-        return request
+        return request.with_seed(sample_seed).completion_args(model, openai_messages, extra, n=n)
 
     if k == 1 or not supports_n(model):
         def one(i: int) -> Generation:
@@ -205,17 +194,8 @@ def supports_n(model: str) -> bool:
     return bool(params) and "n" in params
 
 
-def _chat_request(messages, model, tools, tool_choice, top_logprobs, temperature, seed, max_tokens, kwargs) -> dict:
-    request: dict[str, Any] = dict(
-        model=model, messages=[to_openai_message(m) for m in messages], temperature=temperature,
-        max_tokens=max_tokens, logprobs=True, top_logprobs=top_logprobs, **kwargs)
-    if seed is not None:
-        request["seed"] = seed
-    if tools:
-        request["tools"] = [t if "function" in t else {"type": "function", "function": t} for t in tools]
-        if tool_choice is not None:
-            request["tool_choice"] = tool_choice
-    return request
+def _openai(messages: list) -> list[dict]:
+    return [to_openai_message(m) for m in messages]
 
 
 def _generation(choice: Any, model: str, usage: dict, cost: float | None) -> Generation:
@@ -288,63 +268,53 @@ def score(
     context_messages: list,
     target_message: Any,
     model: str = LOCAL_MODEL,
-    system: str | None = None,
-    backend: str = "teacher_forced",
-    tools: list[dict] | None = None,
-    top_logprobs: int = 5,
-    scorer: str | None = None,
-    chat_template: str | JinjaChat | None = None,
-    **request: Any,
+    **options: Any,
 ) -> list[dict]:
     """Token rows of ``target_message`` given the context (``message_idx = len(context)``).
 
-    ``tools`` must be the tools the conversation was generated with, or the prompt
-    differs from generation time. ``chat_template`` (remote models only) is the
-    model's Jinja template if it is not ChatML; ``request`` goes to litellm.
+    ``options`` named as the fields of ``ScoringRequest`` (``system``, ``backend``, ``tools``, ``top_logprobs``,
+    ``scorer``, ``chat_template``) make the scoring request; the others go to litellm. ``tools`` must be the tools
+    the conversation was generated with, or the prompt differs from generation time. ``chat_template`` (remote
+    models only) is the model's Jinja template if it is not ChatML.
     """
-    _check_backend(backend)
+    scoring, request = ScoringRequest.split(options)
+    _check_backend(scoring.backend)
     context = list(context_messages)
     target = normalize_message(target_message)
     if target["role"] == "system":
         raise ValueError("system messages are not scored")
     idx = len(context)
-    keys = dict(model=model, scorer=scorer or model, source=backend)
-    if backend == "chat_replay":
-        return _chat_replay(context, target["role"], idx, system, top_logprobs, keys, request)
-    scored, _, _ = _teacher_forced(context + [target], model, system, tools, top_logprobs, {idx},
-                                   chat_template, request)
+    keys = scoring.row_keys(model)
+    if scoring.backend == "chat_replay":
+        return _chat_replay(context, target["role"], idx, scoring.system, scoring.top_logprobs, keys, request)
+    scored, _, _ = _teacher_forced(context + [target], model, scoring, {idx}, request)
     return _rows(scored, [target], keys, offset=idx)
 
 
 def score_trajectory(
     messages: list,
     model: str = LOCAL_MODEL,
-    system: str | None = None,
-    backend: str = "teacher_forced",
-    tools: list[dict] | None = None,
-    top_logprobs: int = 5,
-    scorer: str | None = None,
-    chat_template: str | JinjaChat | None = None,
-    **request: Any,
+    **options: Any,
 ) -> ScoredTokens:
     """Token rows of every non-system message, each conditioned on everything before it.
 
     Teacher-forced scoring is one left-to-right pass (one request for remote models);
     beyond the local context window a sliding window keeps the system prompt (see
     ``local_scoring``) and ``result.truncations`` counts the cuts. ``chat_replay`` has
-    no one-pass form and replays each message separately.
+    no one-pass form and replays each message separately. ``options``: as ``score``'s.
     """
-    _check_backend(backend)
+    scoring, request = ScoringRequest.split(options)
+    _check_backend(scoring.backend)
     msgs = [normalize_message(m) for m in messages]
-    keys = dict(model=model, scorer=scorer or model, source=backend)
-    if backend == "chat_replay":
+    keys = scoring.row_keys(model)
+    if scoring.backend == "chat_replay":
         rows: list[dict] = []
         for i, msg in enumerate(msgs):
             if msg["role"] != "system":
-                rows.extend(_chat_replay(msgs[:i], msg["role"], i, system, top_logprobs, keys, request))
+                rows.extend(_chat_replay(msgs[:i], msg["role"], i, scoring.system, scoring.top_logprobs, keys,
+                                         request))
         return ScoredTokens(rows)
-    scored, truncations, reuse = _teacher_forced(msgs, model, system, tools, top_logprobs, None, chat_template,
-                                                 request)
+    scored, truncations, reuse = _teacher_forced(msgs, model, scoring, None, request)
     return ScoredTokens(_rows(scored, msgs, keys, offset=0), truncations, reuse)
 
 
@@ -357,15 +327,16 @@ def _is_local(model: str) -> bool:
     return model.split("/", 1)[0] == PROVIDER
 
 
-def _teacher_forced(msgs, model, system, tools, k, score_messages, chat_template, request):
+def _teacher_forced(msgs: list[dict], model: str, scoring: ScoringRequest, score_messages: set[int] | None,
+                    request: dict):
     if _is_local(model):
-        if chat_template is not None or request:
+        if scoring.chat_template is not None or request:
             raise ValueError(f"{model} is scored in-process; chat_template/request options do not apply")
-        result = score_segments(SMOLLM2_CHAT.render(msgs, system=system, tools=tools), k,
-                                score_messages=score_messages)
+        result = score_segments(SMOLLM2_CHAT.render(msgs, system=scoring.system, tools=scoring.tools),
+                                scoring.top_logprobs, score_messages=score_messages)
         return result.tokens, result.truncations, result.reuse
-    segments = render_for_remote(msgs, system, tools, chat_template)
-    return echo_score(segments, model, k, score_messages=score_messages, **request), 0, None
+    segments = render_for_remote(msgs, scoring.system, scoring.tools, scoring.chat_template)
+    return echo_score(segments, model, scoring.top_logprobs, score_messages=score_messages, **request), 0, None
 
 
 def _rows(scored: dict[int, list[TokenLogprob]], msgs: list[dict], keys: dict, offset: int) -> list[dict]:

@@ -70,6 +70,7 @@ from agentuq_nb.llm.local_sampling import (
     parallel_context,
     sequence_state,
 )
+from agentuq_nb.llm.request import DEFAULT_MAX_TOKENS, OPENAI_DEFAULT_TEMPERATURE, GenerationRequest
 from agentuq_nb.llm.tool_format import (
     TOOL_CALL_OPEN,
     check_tool_schemas,
@@ -85,8 +86,6 @@ PROVIDER, MODEL_NAME = LOCAL_MODEL.split("/", 1)
 CONTEXT_WINDOW = 8192
 SUPPORTED_PARAMS = {"temperature", "seed", "max_tokens", "max_completion_tokens", "logprobs",
                     "top_logprobs", "tools", "tool_choice", "n", "stream", "user", "fit_context"}
-OPENAI_DEFAULT_TEMPERATURE = 1.0
-DEFAULT_MAX_TOKENS = 256  # a chat request's max_tokens when it names none
 _CANCELLED: contextvars.ContextVar[threading.Event | None] = contextvars.ContextVar("local_cancelled", default=None)
 
 
@@ -323,29 +322,22 @@ def decode(session: Session, decoder: ChatDecoder, logits: np.ndarray) -> LocalC
 
 def chat_completion(
     messages: list,
-    tools: list[dict] | None = None,
-    tool_choice: Any = None,
-    temperature: float = OPENAI_DEFAULT_TEMPERATURE,
-    seed: int | None = None,
-    max_tokens: int | None = DEFAULT_MAX_TOKENS,
-    top_logprobs: int = 5,
+    request: GenerationRequest | None = None,
     model: LocalModel | None = None,
-    fit_context: bool = False,
     cancelled: threading.Event | None = None,
 ) -> LocalCompletion:
     """The local model's next assistant message for an OpenAI-style chat request.
 
-    ``fit_context``: drop the oldest middle turns when the prompt and ``max_tokens`` do not
-    fit the window (see ``context_fit``); off, an overflow raises ``ContextWindowError``.
-    ``cancelled`` (default: the ``cancellable`` event, if any): stop with ``GenerationCancelled``.
+    ``request`` (default: ``GenerationRequest()``); its ``fit_context`` drops the oldest middle turns when the
+    prompt and ``max_tokens`` do not fit the window (see ``context_fit``); off, an overflow raises
+    ``ContextWindowError``. ``cancelled`` (default: the ``cancellable`` event, if any): stop with ``GenerationCancelled``.
     """
+    request = request or GenerationRequest()
     model = model or get_local_model()
     cancelled = cancelled if cancelled is not None else _CANCELLED.get()
-    tools = check_tool_schemas(tools) if tools else tools  # bounded before the prompt and the grammar are built
-    prompt, dropped_messages, dropped_tokens = chat_prompt(model, messages, tools, max_tokens, fit_context)
-    budget = token_budget(max_tokens, len(prompt), model.n_ctx)
-    usable, forced = select_tools(tools or [], tool_choice)
-    decoder = ChatDecoder(model, prompt, usable, forced, TokenChooser(temperature, seed), budget, top_logprobs)
+    prompt, dropped_messages, dropped_tokens, budget, usable, forced = _chat_setup(model, messages, request)
+    decoder = ChatDecoder(model, prompt, usable, forced, TokenChooser(request.temperature, request.seed), budget,
+                          request.top_logprobs)
     with model.session(cancelled) as session:
         result = decode(session, decoder, session.feed(prompt))
     result.dropped_messages, result.dropped_tokens = dropped_messages, dropped_tokens
@@ -355,31 +347,24 @@ def chat_completion(
 def chat_samples(
     messages: list,
     n: int,
-    tools: list[dict] | None = None,
-    tool_choice: Any = None,
-    temperature: float = OPENAI_DEFAULT_TEMPERATURE,
-    seed: int | None = None,
-    max_tokens: int | None = DEFAULT_MAX_TOKENS,
-    top_logprobs: int = 5,
+    request: GenerationRequest | None = None,
     model: LocalModel | None = None,
-    fit_context: bool = False,
     cancelled: threading.Event | None = None,
 ) -> list[LocalCompletion]:
     """``n`` answers to one chat request, decoded together (``local_sampling``).
 
     Answer ``i`` is drawn with seed ``seed + i`` (unseeded if ``seed`` is None), so it equals
-    ``chat_completion(..., seed=seed + i)`` token for token. The prompt is decoded once, in
+    ``chat_completion`` with ``request.with_seed(seed + i)`` token for token. The prompt is decoded once, in
     the main context's cache (its prefix reused as for ``chat_completion``); each answer's
     ``prompt_tokens`` is the full prompt.
     """
     if n < 1:
         raise ValueError(f"n (the number of samples) must be at least 1, got {n}")
+    request = request or GenerationRequest()
     model = model or get_local_model()
     cancelled = cancelled if cancelled is not None else _CANCELLED.get()
-    tools = check_tool_schemas(tools) if tools else tools  # bounded before the prompt and the grammar are built
-    prompt, dropped_messages, dropped_tokens = chat_prompt(model, messages, tools, max_tokens, fit_context)
-    budget = token_budget(max_tokens, len(prompt), model.n_ctx)
-    usable, forced = select_tools(tools or [], tool_choice)
+    prompt, dropped_messages, dropped_tokens, budget, usable, forced = _chat_setup(model, messages, request)
+    seed = request.seed
     results: list[LocalCompletion] = []
     with model.session(cancelled) as session:
         logits = session.feed(prompt)
@@ -387,13 +372,24 @@ def chat_samples(
         parallel = parallel_context(model, n, len(prompt) + budget)
         for start in range(0, n, parallel.n_seqs):
             decoders = [ChatDecoder(model, prompt, usable, forced,
-                                    TokenChooser(temperature, None if seed is None else seed + i), budget, top_logprobs)
+                                    TokenChooser(request.temperature, None if seed is None else seed + i), budget,
+                                    request.top_logprobs)
                         for i in range(start, min(n, start + parallel.n_seqs))]
             decode_together(parallel, decoders, prompt, state, logits, cancelled)
             results += [d.result() for d in decoders]
     for result in results:
         result.dropped_messages, result.dropped_tokens = dropped_messages, dropped_tokens
     return results
+
+
+def _chat_setup(model: LocalModel, messages: list, request: GenerationRequest):
+    """(prompt, messages dropped, tokens dropped, token budget, usable tools, whether a call is forced)."""
+    tools = check_tool_schemas(request.tools) if request.tools else request.tools  # bounded before the prompt/grammar
+    prompt, dropped_messages, dropped_tokens = chat_prompt(model, messages, tools, request.max_tokens,
+                                                           request.fit_context)
+    budget = token_budget(request.max_tokens, len(prompt), model.n_ctx)
+    usable, forced = select_tools(tools or [], request.tool_choice)
+    return prompt, dropped_messages, dropped_tokens, budget, usable, forced
 
 
 def chat_prompt(model: LocalModel, messages: list, tools: list[dict] | None, max_tokens: int | None,
@@ -503,19 +499,11 @@ class LocalProvider(CustomLLM):
                 message=f"{LOCAL_MODEL} does not stream", llm_provider=PROVIDER, model=model)
         n = params.get("n") or 1
         want_logprobs = bool(params.get("logprobs"))
-        request = dict(
-            tools=params.get("tools"),
-            tool_choice=params.get("tool_choice"),
-            temperature=params.get("temperature", OPENAI_DEFAULT_TEMPERATURE),
-            seed=params.get("seed"),
-            max_tokens=params.get("max_completion_tokens", params.get("max_tokens", DEFAULT_MAX_TOKENS)),
-            top_logprobs=int(params.get("top_logprobs") or 0) if want_logprobs else 0,
-            fit_context=bool(params.get("fit_context", False)),
-        )
+        request = GenerationRequest.from_params(params)
         try:
             if not isinstance(n, int) or n < 1:
                 raise ValueError(f"n must be a positive integer, got {n!r}")
-            results = [chat_completion(messages, **request)] if n == 1 else chat_samples(messages, n, **request)
+            results = [chat_completion(messages, request)] if n == 1 else chat_samples(messages, n, request)
         except ContextWindowError as exc:
             raise litellm.ContextWindowExceededError(message=str(exc), model=model, llm_provider=PROVIDER) from exc
         except (ValueError, TypeError) as exc:  # the request's fault (a bad message, tool or option): say so

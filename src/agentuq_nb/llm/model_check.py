@@ -30,12 +30,13 @@ import llama_cpp
 say(llama_cpp=llama_cpp.__version__, system_info=llama_cpp.llama_print_system_info().decode(errors="replace"))
 from agentuq_nb.llm.local_model import LocalModel, locate_model_file
 from agentuq_nb.llm.local_provider import chat_completion
+from agentuq_nb.llm.request import GenerationRequest
 start = time.perf_counter()
 model = LocalModel(n_ctx=512)
 say(model=str(locate_model_file()), load_seconds=time.perf_counter() - start)
 start = time.perf_counter()
-out = chat_completion([{"role": "user", "content": "Say hello."}], max_tokens=int(sys.argv[1]), temperature=0.0,
-                      model=model)
+out = chat_completion([{"role": "user", "content": "Say hello."}],
+                      GenerationRequest(max_tokens=int(sys.argv[1]), temperature=0.0), model=model)
 say(text=out.content, tokens=out.completion_tokens, decode_seconds=time.perf_counter() - start)
 """
 

@@ -216,9 +216,9 @@ def serve_local(host: str = "127.0.0.1", port: int = 8000, model: str = LOCAL_MO
     if max_tokens_cap < 1:
         raise ValueError(f"max_tokens_cap must be at least 1, got {max_tokens_cap}")
     if not max_request_seconds > 0:
-        raise ValueError(f"--max-request-seconds must be more than 0, got {max_request_seconds}")
+        raise ValueError(f"max_request_seconds must be more than 0, got {max_request_seconds}")
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-        raise ValueError(f"--port {port} is not a TCP port: give 1-65535 (0: any free port)")
+        raise ValueError(f"port {port} is not a TCP port: give 1-65535 (0: any free port)")
     app = make_app(model, max_tokens_cap=max_tokens_cap, fit_context=fit_context,
                    max_request_seconds=max_request_seconds)
     litellm.suppress_debug_info = True  # its "Give Feedback / Get Help" banner is noise in a server's log
@@ -298,7 +298,7 @@ def make_app(served_name: str = LOCAL_MODEL, max_tokens_cap: int = DEFAULT_MAX_T
             return Response(status_code=499)  # nobody reads it: the client is gone (nginx's code)
         except RequestTimedOut:
             return error_response(HTTPStatus.GATEWAY_TIMEOUT, f"the request held the model for {max_request_seconds:g} "
-                                  "s, this server's limit (serve-local --max-request-seconds): ask for fewer "
+                                  "s, this server's limit (max_request_seconds): ask for fewer "
                                   "max_tokens, or simpler tool schemas", "timeout")
         except RequestError as exc:
             return error_response(exc.status, str(exc), exc.code)
@@ -340,7 +340,7 @@ def make_app(served_name: str = LOCAL_MODEL, max_tokens_cap: int = DEFAULT_MAX_T
                 except Exception as exc:
                     if expired.is_set():
                         print(f"agentuq-nb: {request.url.path} stopped after {max_request_seconds:g} s "
-                              f"(--max-request-seconds)", file=sys.stderr)
+                              f"(max_request_seconds)", file=sys.stderr)
                         return None, RequestTimedOut()
                     if cancelled.is_set() or app.state.stopping.is_set():
                         print(f"agentuq-nb: {request.url.path} abandoned by its client: decoding stopped "

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from agentuq_nb.estimators.base import combination_families, reference_families
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.uq.action_uq import saturation
@@ -81,7 +82,7 @@ def action_findings(turns: pd.DataFrame, rewards: pd.DataFrame, table: pd.DataFr
         same = table.loc[table["same_scores_as"] == best["estimator"], "estimator"].tolist() \
             if "same_scores_as" in table else []
         alias = f" (its scores are those of {', '.join(f'`{a}`' for a in same)} too)" if same else ""
-        base = ranked[ranked["family"] == "baseline"]
+        base = ranked[ranked["family"].isin(reference_families())]
         lines.append(
             "**Failure prediction** (AUROC, 95% CI; intervals resample tasks when tasks repeat). Action estimators, "
             "mean over a trajectory's decision points: " + ", ".join(_auroc(table, e) for e in actions["estimator"])
@@ -113,7 +114,7 @@ def diagram_estimators(calibrated: pd.DataFrame, method: str = "platt") -> list[
     t = t[~t["estimator"].map(_tuned_in_sample)]
     t = t.dropna(subset=["brier"]).sort_values("brier", kind="stable")
     chosen = []
-    for part in (t[t["family"] != "baseline"], t[t["family"] == "baseline"]):
+    for part in (t[~t["family"].isin(reference_families())], t[t["family"].isin(reference_families())]):
         if len(part):
             chosen.append(part["estimator"].iloc[0])
     return chosen
@@ -194,7 +195,7 @@ def study_record(name: str, rewards: pd.DataFrame, table: pd.DataFrame, action_t
         row["family"] = r["family"]
         excluded.append(row)
     agent = defined[defined["estimator"] == AGENT_ESTIMATOR]
-    base = defined[defined["family"] == "baseline"].sort_values("auroc", ascending=False)
+    base = defined[defined["family"].isin(reference_families())].sort_values("auroc", ascending=False)
     record = {
         "study": name, "domain": domain, "models": dict(models or {}), "n_trajectories": len(rewards), "n_tasks": int(trials.size),
         "trials_per_task": {"min": int(trials.min()), "max": int(trials.max())} if trials.size else None,
@@ -205,7 +206,7 @@ def study_record(name: str, rewards: pd.DataFrame, table: pd.DataFrame, action_t
         "interval_level": 1 - CHANCE_SHARE,
         "n_excluding_chance": len(excl), "expected_by_chance": round(CHANCE_SHARE * len(defined), 1),
         "excluding_chance": excluded,
-        "combined": [_row(r) for _, r in defined[defined["family"] == "combined"].iterrows()],
+        "combined": [_row(r) for _, r in defined[defined["family"].isin(combination_families())].iterrows()],
         "length": _row(base.iloc[0]) if len(base) else None,
     }
     if action_turns is not None and len(action_turns):

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from agentuq_nb.estimators.base import combination_families, reference_families
 from agentuq_nb.evaluation.calibration import reliability_table
 from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.io.store.rundir import RunDir
@@ -47,11 +48,11 @@ class AnalysedRuns:
         rows = []
         for name, path in self.runs.items():
             run = RunDir(path)
-            rewards = run.rewards()
+            outcomes = run.outcomes()
             report = read_json(run, "blackbox_report")
             rows.append({"run": name, "title": run.manifest().title() or name, "domain": run.manifest().domain,
-                         "trajectories": len(rewards),
-                         "failures": int(failure_labels(rewards["reward"]).sum()), "messages": report["messages"],
+                         "trajectories": len(outcomes),
+                         "failures": int(outcomes.failed.sum()), "messages": report["messages"],
                          "seconds": round(self.seconds[name], 1), "embed_seconds": report["embed_seconds"]})
         return pd.DataFrame(rows)
 
@@ -160,12 +161,12 @@ def findings_record(leaderboard: pd.DataFrame, summary: pd.DataFrame | None = No
     record: dict = {"study": "params/real_runs.yaml (notebook 13_real_runs)", "runs": runs, "n_runs": len(names),
                     "n_trajectories": int(t["n[pooled]"].max()), "n_failures": int(t["n_failures[pooled]"].max()),
                     "fdr_level_q": f"{q:g}", "interval": "95 % percentile bootstrap, tasks resampled within runs"}
-    base = t[t["family"] == "baseline"].sort_values("auroc[pooled]", ascending=False)
+    base = t[t["family"].isin(reference_families())].sort_values("auroc[pooled]", ascending=False)
     if len(base):
         b = base.iloc[0]
         record["length"] = {"estimator": b["estimator"], "pooled_auroc": _three(b["auroc[pooled]"]),
                             "ci": [_three(b["auroc_lo[pooled]"]), _three(b["auroc_hi[pooled]"])]}
-    others = t[t["family"] != "baseline"]
+    others = t[~t["family"].isin(reference_families())]
     tested = others[others["verdict"].isin(["beats length", "below length", "not distinguishable from length"])]
     record["tested"] = {"estimators": int(len(tested)),
                         "beat_length": sorted(tested.loc[tested["verdict"] == "beats length", "estimator"]),
@@ -190,7 +191,7 @@ def findings_record(leaderboard: pd.DataFrame, summary: pd.DataFrame | None = No
         lo, hi = (float(x) for x in tracer["nested"]["ci"])
         tracer["nested_interval_holds_chance"] = bool(lo <= 0.5 <= hi)
         record["tracer"] = tracer
-    combos = others[others["family"] == "combined"].sort_values("auroc_lc[pooled]", ascending=False)
+    combos = others[others["family"].isin(combination_families())].sort_values("auroc_lc[pooled]", ascending=False)
     if len(combos):
         c = combos.iloc[0]
         record["best_combination"] = {"estimator": c["estimator"], "pooled_auroc": _three(c["auroc[pooled]"]),

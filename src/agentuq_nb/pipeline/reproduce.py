@@ -70,14 +70,10 @@ from agentuq_nb.common.redaction import find_secret, redact
 from agentuq_nb.distributed import FanOutFailed, JobRunner
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.files import read_limited_text
-from agentuq_nb.io.store.rundir import RunDir, register_producer
+from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.pipeline.notebook_run import ProgressRelay, mask_notebook_secrets
 from agentuq_nb.pipeline.spec import StudySpec
 from agentuq_nb.records.config import validation_message
-
-#: the executed notebooks of a run folder (``RUN_DIR/notebooks``)
-register_producer("agentuq-nb reproduce PARAMS", ["notebooks"])
-
 
 INT_TAG = "tag:yaml.org,2002:int"
 MERGE_TAG = "tag:yaml.org,2002:merge"

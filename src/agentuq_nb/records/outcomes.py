@@ -6,9 +6,11 @@ every failure-prediction metric, and the SAUP-HMM weights are failure rates.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Annotated
 
 import numpy as np
+import pandas as pd
 from pydantic import BeforeValidator
 
 DEFAULT_FAILURE_THRESHOLD = 1.0
@@ -19,6 +21,42 @@ def failure_labels(reward, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD)
     is not a finite number is refused (NaN would label nothing a failure, silently)."""
     check_failure_threshold(failure_threshold)
     return np.asarray(reward, dtype=float) < float(failure_threshold)
+
+
+@dataclass(frozen=True)
+class Outcomes:
+    """Rewards with their failure labels, made once (:meth:`of`: ``reward < threshold``) and handed down: the metrics,
+    their bootstrap and their messages read ``failed`` (and ``threshold``, to say what a failure is) from it instead
+    of labelling the rewards again from a threshold in each consumer."""
+
+    reward: np.ndarray
+    failed: np.ndarray
+    threshold: float
+    #: the trajectory keys of the rows, where they are a run's trajectories (``RunDir.outcomes``), else None
+    keys: pd.DataFrame | None = None
+
+    @classmethod
+    def of(cls, reward, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD, keys: pd.DataFrame | None = None
+           ) -> Outcomes:
+        """The outcomes of ``reward`` (an array of floats; NaN is no failure) at ``failure_threshold`` (``keys``:
+        the trajectory keys of its rows, in order)."""
+        reward = np.asarray(reward, dtype=float)
+        keys = None if keys is None else keys.reset_index(drop=True)
+        return cls(reward, failure_labels(reward, failure_threshold), float(failure_threshold), keys)
+
+    def take(self, rows) -> Outcomes:
+        """The outcomes of ``rows`` (an index array or a mask), labels carried, not made again."""
+        keys = None if self.keys is None else self.keys.iloc[rows].reset_index(drop=True)
+        return Outcomes(self.reward[rows], self.failed[rows], self.threshold, keys)
+
+    def frame(self) -> pd.DataFrame:
+        """One row per trajectory: the keys, ``reward`` and ``failed`` (to merge with a table by its keys)."""
+        if self.keys is None:
+            raise ValueError("these outcomes have no trajectory keys (made from rewards alone)")
+        return self.keys.assign(reward=self.reward, failed=self.failed)
+
+    def __len__(self) -> int:
+        return len(self.reward)
 
 
 def finite_failure_threshold(value: object) -> float:
@@ -40,4 +78,4 @@ def check_failure_threshold(failure_threshold: float) -> None:
         finite = False
     if not finite:
         raise ValueError(f"failure threshold {failure_threshold!r} is not a finite number: failure is "
-                         "reward < threshold, e.g. --failure-threshold 1.0 (a reward below 1 is a failure)")
+                         "reward < threshold, e.g. failure_threshold 1.0 (a reward below 1 is a failure)")

@@ -20,8 +20,9 @@ from pydantic import Field
 from agentuq_nb.io.errors import StaleArtifactError
 from agentuq_nb.io.outputs import check_run_destination
 from agentuq_nb.io.store.rundir import RunDir
-from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, check_failure_threshold
+from agentuq_nb.records.outcomes import Outcomes
 from agentuq_nb.records.reward_checks import TASK_MISMATCH
+from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.steps.base import Command, FailureThresholdField, NBootField, Reporter, SeedField, Step, StepConfig
 from agentuq_nb.steps.blackbox import BlackBoxConfig, BlackBoxEmbedder
 from agentuq_nb.steps.evaluate import EvaluateConfig
@@ -78,24 +79,24 @@ def run(run_dir: str | os.PathLike | RunDir, config: AnalyzeConfig) -> AnalyzeRe
     from agentuq_nb.steps.aggregate import aggregate, summary_counts
     from agentuq_nb.steps.extract import run as extract
 
-    out = Path(RunDir.of(run_dir).path)
-    with config.reporter.stage("check", out):  # names checked before any table is replaced
+    folder = RunDir.of(run_dir)  # opened once: every inner step and the figures and report take this one
+    out = folder.path
+    with config.reporter.stage("check", out):  # names checked before any table is replaced (the threshold: by config)
         check_estimator_name(config.uncertainty, config.role)
-        check_failure_threshold(config.failure_threshold)
-        check_not_another_run(RunDir.of(run_dir), Path(config.results))
+        check_not_another_run(folder, Path(config.results))
     with config.reporter.stage("extract", out):
-        report = AnalyzeReport(extract(out, ExtractConfig(results=config.results, sidecar_dir=config.sidecar_dir, score=config.score,
+        report = AnalyzeReport(extract(folder, ExtractConfig(results=config.results, sidecar_dir=config.sidecar_dir, score=config.score,
                                                           progress=True)))
     if report.extracted.num_tokens > 0:
         with config.reporter.stage("aggregate", out):
-            turns, trajs = aggregate(out)
+            turns, trajs = aggregate(folder)
             report.summary_counts = summary_counts(turns, trajs)
             del turns, trajs  # the summaries are on disk: not resident while evaluate runs
         # imported only now: scipy and sklearn (~80 MiB) are then not resident during extract's peak
         from agentuq_nb.steps.evaluate import run as evaluate
 
         with config.reporter.stage("evaluate", out):
-            report.evaluation = evaluate(out, EvaluateConfig(role=config.role, uncertainty=config.uncertainty, scorer=config.scorer,
+            report.evaluation = evaluate(folder, EvaluateConfig(role=config.role, uncertainty=config.uncertainty, scorer=config.scorer,
                                                              failure_threshold=config.failure_threshold, n_boot=config.n_boot,
                                                              seed=config.seed))
     say_evaluation(report, config.reporter)
@@ -115,7 +116,7 @@ def run(run_dir: str | os.PathLike | RunDir, config: AnalyzeConfig) -> AnalyzeRe
         from agentuq_nb.steps.predict import show as show_predictions
 
         with config.reporter.stage("predict", out):
-            report.predictions = predict(out, PredictConfig(detector=config.detector, failure_threshold=config.
+            report.predictions = predict(folder, PredictConfig(detector=config.detector, failure_threshold=config.
                                                             failure_threshold, n_boot=config.n_boot, seed=config.seed))
         show_predictions(report.predictions, out, None, config.reporter)
     if config.blackbox or report.extracted.num_tokens == 0:
@@ -124,13 +125,13 @@ def run(run_dir: str | os.PathLike | RunDir, config: AnalyzeConfig) -> AnalyzeRe
         from agentuq_nb.steps.compare_estimators import show as show_table
 
         blackbox = BlackBoxConfig(embedder=config.embedder) if config.blackbox else False
-        report.estimator_table = estimator_table(out, CompareEstimatorsConfig(
+        report.estimator_table = estimator_table(folder, CompareEstimatorsConfig(
             failure_threshold=config.failure_threshold, n_boot=config.n_boot, seed=config.seed, blackbox=blackbox,
             progress=True, reporter=config.reporter))
         show_table(report.estimator_table, out, None, config.reporter)
     from agentuq_nb.evaluation.multi_trial import tasks_repeat  # scipy: not resident during extract's peak
 
-    rows = RunDir.of(out).rewards()
+    rows = folder.rewards()
     if tasks_repeat(rows):
         from agentuq_nb.evaluation.multi_trial import multi_trial_report
 
@@ -138,15 +139,17 @@ def run(run_dir: str | os.PathLike | RunDir, config: AnalyzeConfig) -> AnalyzeRe
                                            seed=config.seed)[0]
         for line in trials_lines(report.trials, out):
             config.reporter.say(line)
+    # the run's trajectories labelled once, handed to the figures and the report
+    outcomes = Outcomes.of(rows["reward"], config.failure_threshold, rows[TRAJECTORY_KEYS])
     if config.figures:
         with config.reporter.stage("figures", out):
-            report.figures = analysis_figures(out, config.failure_threshold, config.seed)
+            report.figures = analysis_figures(folder, outcomes, config.seed)
     if config.report:
         with config.reporter.stage("report", out):
             gaps = report.estimator_table.gaps if report.estimator_table is not None else None
             settings = config.model_dump(mode="json", include={"n_boot", "seed", "embedder", "blackbox", "uncertainty", "role",
                                                   "scorer"})
-            report.page = write_report(out, config.failure_threshold, report.trials, report.figures, gaps, settings)
+            report.page = write_report(folder, outcomes, report.trials, report.figures, gaps, settings)
     return report
 
 
@@ -208,10 +211,10 @@ def trials_lines(trials: dict, run_dir: str | os.PathLike) -> list[str]:
             f"{passes}{flips}; intervals resample tasks", f"pass^k with CIs and label noise: agentuq-nb trials {run_dir}"]
 
 
-def analysis_figures(run_dir: str | os.PathLike | RunDir, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD,
-                     seed: int = 0) -> list[Path]:
+def analysis_figures(run_dir: str | os.PathLike | RunDir, outcomes: Outcomes | None = None, seed: int = 0) -> list[Path]:
     """Draw and save (PNG + PDF) the run's figures into ``RUN_DIR/figures``: the estimator forest of the run's table,
-    the reliability diagram of its best combination beside the best length baseline (:func:`reliability_bins`)
+    the reliability diagram of its best combination beside the best length baseline (:func:`reliability_bins`, on
+    ``outcomes``: the run's trajectories labelled, ``RunDir.outcomes``; None: at the default failure threshold)
     and, where the run has token log-probs and an evaluation, the ROC and accuracy-rejection curves of the evaluated
     estimator. Figures that need an AUROC are left out of a run where it is undefined. Returns the PNG paths."""
     import matplotlib.pyplot as plt
@@ -238,7 +241,7 @@ def analysis_figures(run_dir: str | os.PathLike | RunDir, failure_threshold: flo
         table = read_estimator_table(run)
         if has_forest(table):
             keep(estimator_forest_figure(table, title=f"Failure prediction, {title}"), "estimator_forest")
-        bins = reliability_bins(run, table, failure_threshold, seed)
+        bins = reliability_bins(run, table, run.outcomes() if outcomes is None else outcomes, seed)
         if bins:
             n = int(next(iter(bins.values()))["count"].sum())
             keep(reliability_diagram(bins, title=f"Out-of-fold failure probabilities, {title} (n = {n})"),
@@ -253,28 +256,28 @@ def analysis_figures(run_dir: str | os.PathLike | RunDir, failure_threshold: flo
     return drawn
 
 
-def reliability_bins(run: RunDir, table, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD,
-                     seed: int = 0) -> dict:
+def reliability_bins(run: RunDir, table, outcomes: Outcomes, seed: int = 0) -> dict:
     """Reliability tables (equal-mass bins: 10 from 100 trajectories on, else 5) of the combination with the lowest
     Brier score (its out-of-fold probabilities, ``combined_scores.parquet``) and of the table's best length baseline
     as a Platt probability cross-fitted by task: what the run's best failure probability gives beside what length
-    alone gives. Empty when the run has no combination (one outcome, or no labels)."""
+    alone gives, on the run's labelled trajectories (``outcomes``). Empty when the run has no combination (one
+    outcome, or no labels)."""
     import numpy as np
 
+    from agentuq_nb.estimators.base import combination_families
     from agentuq_nb.evaluation.calibration import cross_fitted_probabilities, reliability_table
     from agentuq_nb.evaluation.multi_trial import task_labels
     from agentuq_nb.records.keys import key_dtypes
-    from agentuq_nb.records.outcomes import failure_labels
-    from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 
-    combined = table[(table["family"] == "combined") & table["brier"].notna()].sort_values("brier", kind="stable")
+    combined = table[table["family"].isin(combination_families()) & table["brier"].notna()].sort_values(
+        "brier", kind="stable")
     if combined.empty or not run.has("combined_scores"):
         return {}
     best = str(combined["estimator"].iloc[0])
     scores = key_dtypes(run.read_frame("combined_scores"))
-    rows = key_dtypes(run.rewards()).merge(scores, on=TRAJECTORY_KEYS, how="inner")
+    rows = outcomes.frame().merge(scores, on=TRAJECTORY_KEYS, how="inner")
     rows = rows[np.isfinite(rows["reward"].to_numpy(dtype=float))].reset_index(drop=True)
-    failed = failure_labels(rows["reward"].to_numpy(dtype=float), failure_threshold)
+    failed = rows.pop("failed").to_numpy(dtype=bool)
     n_bins = 10 if len(rows) >= 100 else 5
     out = {}
     prob = rows[best].to_numpy(dtype=float)
@@ -325,7 +328,7 @@ def probability_label(name: str, brier, base_rate_brier) -> str:
     return f"P(failure) {name}"
 
 
-def trajectory_rows(run: RunDir, table, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD):
+def trajectory_rows(run: RunDir, table, outcomes: Outcomes | None = None):
     """One row per trajectory for the report: keys, ``outcome`` (failed, succeeded, no reward), ``reward``, then the
     ranking column and the columns beside it, sorted by the ranking column, highest (most likely to fail) first; and
     a sentence saying what the columns are and which estimator ranks them.
@@ -334,15 +337,17 @@ def trajectory_rows(run: RunDir, table, failure_threshold: float = DEFAULT_FAILU
     probability, moved to the run's estimated failure rate), else the **best out-of-sample estimator** of the run
     (:func:`ranking_estimator`), named. Beside it the combination with the lowest Brier score and
     :data:`LISTED_SIGNALS`. A probability column whose Brier score on the run is worse than the base rate's says so
-    in its header (:func:`probability_label`)."""
+    in its header (:func:`probability_label`). ``outcomes``: the run's trajectories labelled (``RunDir.outcomes``;
+    None: at the default failure threshold)."""
     import numpy as np
 
     from agentuq_nb.estimators import get
+    from agentuq_nb.estimators.base import combination_families
     from agentuq_nb.estimators.scores import score_table
-    from agentuq_nb.records.outcomes import failure_labels
 
     detector = detector_predictions(run)
-    combined = table[(table["family"] == "combined") & table["brier"].notna()].sort_values("brier", kind="stable")
+    combined = table[table["family"].isin(combination_families()) & table["brier"].notna()].sort_values(
+        "brier", kind="stable")
     best_combined = [str(e) for e in combined["estimator"].head(1)]
     ranking, invert = (None, False) if detector is not None else ranking_estimator(table)
     signals = [e for e in LISTED_SIGNALS if get(e).is_available(run)]
@@ -350,15 +355,16 @@ def trajectory_rows(run: RunDir, table, failure_threshold: float = DEFAULT_FAILU
     frame, _ = score_table(run, names)
     reward = frame["reward"].to_numpy(dtype=float)
     labelled = np.isfinite(reward)
-    failed = failure_labels(np.where(labelled, reward, np.inf), failure_threshold)
+    labels = (run.outcomes() if outcomes is None else outcomes).frame()[[*TRAJECTORY_KEYS, "failed"]]
+    failed = frame[TRAJECTORY_KEYS].merge(labels, on=TRAJECTORY_KEYS, how="left", validate="m:1")[
+        "failed"].eq(True).to_numpy() & labelled
     base = float(failed[labelled].mean() * (1 - failed[labelled].mean())) if labelled.any() else None
     frame.insert(4, "outcome", np.where(~labelled, "no reward", np.where(failed, "failed", "succeeded")))
     brier = dict(zip(table["estimator"].astype(str), table["brier"])) if "brier" in table else {}
     family = dict(zip(table["estimator"].astype(str), table["family"])) if len(table) else {}
-    renamed = {n: probability_label(n, brier.get(n), base) for n in names if family.get(n) == "combined"}
+    renamed = {n: probability_label(n, brier.get(n), base) for n in names if family.get(n) in combination_families()}
     if detector is not None:
         from agentuq_nb.records.keys import key_dtypes
-        from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 
         merged = key_dtypes(frame).merge(detector[[*TRAJECTORY_KEYS, "failure_probability", *(
             ["task_seen"] if "task_seen" in detector else [])]].drop_duplicates(TRAJECTORY_KEYS),
@@ -387,7 +393,8 @@ def trajectory_rows(run: RunDir, table, failure_threshold: float = DEFAULT_FAILU
                 f"{', '.join(c for c in rest) or 'nothing else'}.")
     elif ranking is not None:
         row = table.set_index("estimator").loc[ranking]
-        what = ("its out-of-fold failure probability (cross-fitted by task)" if family.get(ranking) == "combined"
+        what = ("its out-of-fold failure probability (cross-fitted by task)"
+                if family.get(ranking) in combination_families()
                 else "its value as computed (higher = more likely a failure)" if not invert
                 else "its value as computed (lower = more likely a failure)")
         note = (f"Ranked by {ranking}, the estimator with the highest AUROC on this run ({float(row['auroc']):.3f}) "
@@ -406,7 +413,6 @@ def detector_predictions(run: RunDir):
     if not run.has("predictions"):
         return None
     from agentuq_nb.estimators.detector import read_predictions
-    from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 
     try:
         frame = read_predictions(run)
@@ -431,18 +437,16 @@ def detector_rate_text(run: RunDir) -> str:
             + own)
 
 
-def write_report(run_dir: str | os.PathLike | RunDir, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD,
-                 trials: dict | None = None, figures: list[Path] | None = None, gaps: list | None = None,
+def write_report(run_dir: str | os.PathLike | RunDir, outcomes: Outcomes | None = None, trials: dict | None = None, figures: list[Path] | None = None, gaps: list | None = None,
                  settings: dict | None = None) -> Path:
     """``RUN_DIR/report.html`` (:func:`agentuq_nb.figures.report.run_report`) from the run's tables and figures (the
     PNGs given, else those ``analysis_figures`` left in ``RUN_DIR/figures``), the families the run lacks (``gaps``,
-    else :func:`~agentuq_nb.steps.family_gaps.missing_families`) and what made it (the version, ``settings`` - the
-    failure threshold at least -, the results' and the tables' content hashes), published as one commit; returns
-    its path."""
+    else :func:`~agentuq_nb.steps.family_gaps.missing_families`) and what made it (the version, ``settings`` and the
+    failure threshold of ``outcomes`` - the run's trajectories labelled, ``RunDir.outcomes``; None: at the default
+    threshold -, the results' and the tables' content hashes), published as one commit; returns its path."""
     import numpy as np
 
     from agentuq_nb.figures.report import run_report, undefined_reason
-    from agentuq_nb.records.outcomes import failure_labels
     from agentuq_nb.steps.compare_estimators import read_estimator_table
     from agentuq_nb.steps.family_gaps import missing_families
     from agentuq_nb.steps.provenance import provenance
@@ -450,9 +454,10 @@ def write_report(run_dir: str | os.PathLike | RunDir, failure_threshold: float =
     run = RunDir.of(run_dir)
     manifest = run.manifest()
     table = read_estimator_table(run) if run.has("estimator_table") else None
-    rewards = run.rewards()["reward"].to_numpy(dtype=float)
+    outcomes = run.outcomes() if outcomes is None else outcomes
+    failure_threshold, rewards = outcomes.threshold, outcomes.reward
     labelled = np.isfinite(rewards)
-    failed = int(failure_labels(rewards[labelled], failure_threshold).sum())
+    failed = int(outcomes.failed[labelled].sum())
     counts = [("trajectories", len(rewards)), ("failed", failed), ("succeeded", int(labelled.sum()) - failed)]
     if (~labelled).any():
         counts.append(("without a reward", int((~labelled).sum())))
@@ -468,7 +473,7 @@ def write_report(run_dir: str | os.PathLike | RunDir, failure_threshold: float =
     if figures is None:
         figures = [run.file("figures") / f"{name}.png" for name in captions]
     shown = [(captions.get(Path(p).stem, Path(p).stem), p) for p in figures if Path(p).is_file()]
-    rows, note = trajectory_rows(run, table if table is not None else _empty_table(), failure_threshold)
+    rows, note = trajectory_rows(run, table if table is not None else _empty_table(), outcomes)
     models = ", ".join(f"{role}: {model}" for role, model in manifest.models.items())
     subtitle = " · ".join(x for x in [f"results: {manifest.results}" if manifest.results else None, models or None,
                                       f"run folder: {run.path}"] if x)

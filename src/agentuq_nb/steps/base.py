@@ -67,7 +67,8 @@ class FamilyHint:
     cost: Callable[[RunDir], str | None] | None = None
 
 
-#: every declared step by name (filled as the step modules are imported: ``import agentuq_nb.steps`` imports all)
+#: every declared step by name (filled as the step modules are imported: ``import agentuq_nb.steps`` imports all;
+#: a name declared twice is refused)
 STEPS: dict[str, Step] = {}
 
 
@@ -88,6 +89,9 @@ class Step:
     run_folder: bool = True
 
     def __post_init__(self) -> None:
+        known = STEPS.get(self.name)
+        if known is not None and (known.command, known.produces) != (self.command, self.produces):
+            raise ValueError(f"step {self.name!r} is declared already ({known.command}); a step name is one command")
         register_producer(self.command, self.produces)
         STEPS[self.name] = self
 

@@ -23,7 +23,8 @@ import pandas as pd
 from pydantic import Field, field_validator
 
 from agentuq_nb.estimators import Estimator, get
-from agentuq_nb.estimators.combined import COMBINED
+from agentuq_nb.estimators.base import combination_families
+from agentuq_nb.estimators.combined import COMBINED, COMBINED_FAMILY
 from agentuq_nb.estimators.scores import estimator_inputs, score_table, with_length_columns
 from agentuq_nb.evaluation.defaults import METHODS
 from agentuq_nb.io.atomic import json_ready
@@ -73,7 +74,7 @@ def labelled_scores(run: RunDir, names: list[str] | None, failure_threshold: flo
     from agentuq_nb.evaluation.metrics import failure_labels
 
     table, estimators = score_table(run, names)
-    estimators = [e for e in estimators if e.family != "combined"]
+    estimators = [e for e in estimators if e.family not in combination_families()]
     table = with_length_columns(run, table)
     table = table[np.isfinite(table["reward"].to_numpy(dtype=float))].reset_index(drop=True)
     return table, estimators, failure_labels(table["reward"].to_numpy(dtype=float), failure_threshold)
@@ -103,7 +104,7 @@ def _cross_fitted(table, estimators, failure, methods, n_bins, n_splits, seed, c
             if features.shape[1]:
                 prob = cross_fitted_combination(features, failure, groups, n_splits=n_splits, seed=seed,
                                                 model=spec.model).prob
-                scored.append((name, "combined", False, prob, prob))
+                scored.append((name, COMBINED_FAMILY.name, False, prob, prob))
     bar = progress_bar(len(scored), "calibration", "estimator", progress)
     for name, family, invert, u, prob in scored:
         entry = {"family": family, "protocol": protocols[name] if name in protocols else get(name).protocol, "invert": bool(invert),

@@ -13,6 +13,7 @@ from typing import Any, Optional
 import pandas as pd
 from pydantic import Field
 
+from agentuq_nb.estimators.base import combination_families
 from agentuq_nb.estimators.scores import estimator_inputs, score_table, with_length_columns
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.config import NBins
@@ -68,7 +69,7 @@ def publish_table(run_dir: str | os.PathLike | RunDir, config: CompareEstimators
         out, combined_scores = evaluate_estimators_and_combinations(
             with_length_columns(folder, table), estimators, config.failure_threshold, config.n_boot, config.seed,
             n_bins=config.n_bins, combine=config.combine, combined_input_names=config.combined_input_names, progress=config.progress)
-        based_on = folder.based_on(*estimator_inputs(folder, [e for e in estimators if e.family != "combined"]))
+        based_on = folder.based_on(*estimator_inputs(folder, [e for e in estimators if e.family not in combination_families()]))
         with folder.commit(STEP.name) as commit:
             commit.write_with("estimator_table", lambda p: out.to_csv(p, index=False), based_on)
             commit.write_parquet("combined_scores", combined_scores, based_on)

@@ -45,6 +45,7 @@ from pydantic import Field
 from agentuq_nb.common.limits import MAX_SMALL_JSON_BYTES
 from agentuq_nb.estimators import BASELINES, Estimator, get
 from agentuq_nb.estimators import estimators as run_estimators
+from agentuq_nb.estimators.base import reference_families
 from agentuq_nb.estimators.scores import score_table, with_length_columns
 from agentuq_nb.evaluation.defaults import DEFAULT_FDR_Q, DEFAULT_N_BOOT
 from agentuq_nb.io.atomic import atomic_write_json, atomic_write_with
@@ -206,7 +207,7 @@ def shared_estimators(runs: Sequence[RunDir], names: Sequence[str] | None = None
                                                "estimator on every run given")
         candidates = [found[0][name] for name in dict.fromkeys(names) if name not in BASELINES]
     else:
-        candidates = [found[0][name] for name in shared if found[0][name].family != "baseline"]
+        candidates = [found[0][name] for name in shared if found[0][name].family not in reference_families()]
     baselines = [found[0][name] for name in BASELINES if name in shared]
     return candidates, baselines, left_out
 

@@ -105,8 +105,7 @@ def run(run_dir: str | os.PathLike | RunDir, config: EvaluateConfig = EvaluateCo
     from agentuq_nb.evaluation.metrics import failure_curves
     from agentuq_nb.evaluation.multi_trial import multi_trial_report, task_labels, tasks_repeat
 
-    check_failure_threshold(config.failure_threshold)
-    folder = RunDir.of(run_dir)
+    folder = RunDir.of(run_dir)  # the failure threshold: checked by the config
     folder.require_folder(STEP.name)
     with folder.lock(STEP.name):  # from the first read to the commit: based_on is what was read
         if config.scheduler is not None and config.estimator is None:

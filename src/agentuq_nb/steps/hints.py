@@ -3,9 +3,10 @@ which name none (the artefact a reader lacks, a detector folder, the listing of 
 
 A run folder's artefacts are said by each step's own declaration (``Step.produces``, registered with the store as
 their producer: ``RunDir.fix``); the other things are said here, from the steps' declared commands
-(:data:`agentuq_nb.io.errors.REMEDIES`, read by :func:`agentuq_nb.io.errors.remedy`). Importing ``agentuq_nb.steps``
-imports this module, so a library user who imports the steps reads the same text as the command line; without the
-steps each message names what it lacks in its own terms.
+(:data:`agentuq_nb.io.errors.REMEDIES`, read by :func:`agentuq_nb.io.errors.remedy`), with the makers of the artefacts
+no step makes (:data:`OTHER_PRODUCERS`). ``agentuq_nb.steps`` registers them as it is imported, and a lower layer's
+message imports it before it reads them (``io.errors.load_command_layer``): a library user reads the same text as the
+command line, whatever was imported before.
 """
 from __future__ import annotations
 
@@ -13,6 +14,11 @@ from agentuq_nb.steps.base import STEPS
 
 #: the command line's program
 PROGRAM = "agentuq-nb"
+#: what makes the artefacts of a run folder that no step makes: a study's executed notebooks
+#: (``agentuq_nb.pipeline.reproduce``), the paper figures notebook's AUROC table (``agentuq_nb.pipeline.paper``) and
+#: the verbalized confidences a user brings (read by the verbalized-confidence step)
+OTHER_PRODUCERS = {"notebooks": f"{PROGRAM} reproduce PARAMS", "paper_auroc_table": "notebook 09_paper_figures",
+                   "verbalized_confidence_parquet": "a table of your own (keys + verbalized_confidence)"}
 
 
 def command_of(step: str) -> str:

@@ -154,8 +154,9 @@ def run(run_dir: str | os.PathLike | RunDir, config: PredictConfig) -> Predictio
         predictions = pd.concat([index[[*TRAJECTORY_KEYS, "simulation_id", "reward"]].reset_index(drop=True),
                                  scored], axis=1)
         labelled = np.isfinite(reward)
+        y = failure_labels(reward[labelled], config.failure_threshold)  # labelled once: the column and the report
         failed = pd.Series(pd.NA, index=predictions.index, dtype="boolean")
-        failed[labelled] = failure_labels(reward[labelled], config.failure_threshold)
+        failed[labelled] = y
         predictions.insert(predictions.columns.get_loc("reward") + 1, "failed", failed)
         scores = predictions[[*TRAJECTORY_KEYS, "failure_probability", "log_odds", "in_training"]].rename(
             columns={"failure_probability": ESTIMATOR})
@@ -177,7 +178,6 @@ def run(run_dir: str | os.PathLike | RunDir, config: PredictConfig) -> Predictio
                                         ((card.get("calibration") or {}).get("label_shift") or {}).get("summary")),
         }
         if labelled.any():
-            y = failure_labels(reward[labelled], config.failure_threshold)
             report["failure_rate"]["true_rate"] = float(y.mean())
             report["calibration_on_this_run"] = calibration_report(
                 predictions["failure_probability"].to_numpy(dtype=float)[labelled], y)

@@ -11,7 +11,7 @@ import pandas as pd
 from pydantic import Field
 
 from agentuq_nb.io.ingest.results import iter_simulations, read_header
-from agentuq_nb.io.store.rundir import RunDir, register_producer
+from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records import Results
 from agentuq_nb.records.config import EMBEDDED_MODEL
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
@@ -24,8 +24,6 @@ STEP = Step("verbalized-confidence", "agentuq-nb verbalized-confidence RUN_DIR",
             ("verbalized_confidence", "verbalized_confidence_turns"),
             adds=(FamilyHint("verbalized", "the agent model's stated confidence",
                              "agentuq-nb verbalized-confidence RUN_DIR"),))
-#: the estimator also reads a table of one's own (made elsewhere, not by a step of this toolkit)
-register_producer("a table of your own (keys + verbalized_confidence)", ["verbalized_confidence_parquet"])
 
 
 class VerbalizedConfig(StepConfig):

@@ -149,13 +149,13 @@ def agent_tools(info: dict, results_path: Path, tools_file: str | None, warnings
         tools = list(tools.values()) if isinstance(tools, dict) else tools
         if not isinstance(tools, list) or not all(isinstance(t, dict) and ("function" in t or "name" in t) for t in tools):
             raise InputError(path, "expected a JSON list of OpenAI tool schemas ({'type': 'function', 'function': {...}})")
-        return _checked(tools, path, "--tools"), "file"
+        return _checked(tools, path, "tools"), "file"
     tools = recorded_tools(info)
     if tools:
         return _checked(tools, results_path, "info.environment_info.tool_defs"), "recorded"
     tools = infer_tools(iter_simulations(results_path))
     warnings.add("tools_inferred_from_calls", f"{results_path}: environment_info.tool_defs is empty; "
-                 f"{len(tools)} tool schema(s) inferred from the recorded calls (pass --tools FILE for the real ones)")
+                 f"{len(tools)} tool schema(s) inferred from the recorded calls (tools: give a FILE of the real ones)")
     return _checked(tools, results_path, "the tools inferred from its calls"), "inferred"
 
 

@@ -323,7 +323,7 @@ def chosen_scorer(score: str | None, header: Any, path: Path) -> tuple[str | Non
     name, key = parse_score(score)
     names = scorer_names(header)
     if name is not None and names and name not in names:
-        raise InputError(path, f"--score '{name}': the log has no such scorer (its scorers: {', '.join(names)})")
+        raise InputError(path, f"score '{name}': the log has no such scorer (its scorers: {', '.join(names)})")
     return (name if name is not None else (names[0] if names else None)), key
 
 
@@ -342,12 +342,12 @@ def reward_of(scores: dict, name: str | None, key: str | None, path: Path, where
     if isinstance(value, dict):
         if key is None:
             raise InputError(path, f"score '{name}' is a dict of {len(value)} values ({', '.join(map(str, value))}): "
-                                   f"choose one with --score {name}{KEY_SEPARATOR}KEY", where)
+                                   f"choose one as score {name}{KEY_SEPARATOR}KEY", where)
         if key not in value:
             raise InputError(path, f"score '{name}' has no key '{key}' (its keys: {', '.join(map(str, value))})", where)
         value = value[key]
     elif key is not None:
-        raise InputError(path, f"--score {name}{KEY_SEPARATOR}{key}: score '{name}' is one value, not a dict", where)
+        raise InputError(path, f"score {name}{KEY_SEPARATOR}{key}: score '{name}' is one value, not a dict", where)
     if value is None or isinstance(value, (list, tuple, dict)):
         return None, "not_a_number"
     if isinstance(value, str) and value not in GRADES and value.lower() not in BOOLEAN_WORDS:

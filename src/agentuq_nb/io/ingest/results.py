@@ -302,7 +302,7 @@ def _iter_tau_bench(path: Path, warnings: InputWarnings | None) -> Iterator[Simu
 
 def _score_only_for_inspect(path: Path, score: str | None) -> None:
     if score is not None:
-        raise InputError(path, f"--score '{score}' chooses among the scores of an Inspect AI log; these results "
+        raise InputError(path, f"score '{score}' chooses among the scores of an Inspect AI log; these results "
                                "carry one reward per simulation")
 
 

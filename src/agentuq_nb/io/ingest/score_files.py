@@ -131,7 +131,7 @@ def read_score_file(path: str | Path, column: str = "score") -> pd.DataFrame:
                                f"{', '.join(sorted(c for c in columns if c != 'row'))[:200]})")
     if column not in columns:
         raise InputError(path, f"no score column '{column}' (it has {', '.join(sorted(columns - {'row'}))[:200]}); "
-                               "name it with --column")
+                               "column: name one of them")
     out = []
     for row in rows:
         where = row["row"]

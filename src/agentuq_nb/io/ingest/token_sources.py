@@ -150,7 +150,7 @@ class SidecarResolver:
         if special is not None:  # a FIFO, socket or device: reading it could block or never end
             return InputError(special, f"sidecar path '{recorded}' (referenced by {self.results_path}) is not a "
                               "regular file", where)
-        looked = " and in " + str(self.sidecar_dir) if self.sidecar_dir else "; pass --sidecar-dir"
+        looked = " and in " + str(self.sidecar_dir) if self.sidecar_dir else "; give sidecar_dir"
         return InputError(self.results_path, f"sidecar file '{recorded}' does not exist (looked beside the "
                           f"results file{looked})", where)
 

@@ -142,8 +142,8 @@ def check_destination(out: str | os.PathLike, inputs: Iterable[str | os.PathLike
 
     out = Path(out)
     if out.name in ("", ".", "..") or Path(os.path.abspath(out)) == Path.cwd():
-        raise InputError(out, "is the current folder or its parent: --out names the detector's own folder, which is "
-                              "replaced whole (e.g. --out detector)")
+        raise InputError(out, "is the current folder or its parent: out names the detector's own folder, which is "
+                              "replaced whole (e.g. a new folder detector)")
     if os.path.islink(out):
         raise InputError(out, "is a symlink: give the detector folder's own path (new, or a detector folder to replace)")
     if out.exists() and out.is_dir():
@@ -156,7 +156,7 @@ def check_destination(out: str | os.PathLike, inputs: Iterable[str | os.PathLike
         for name in sorted(entries):  # a directory named card.json is not a card: the folder would be deleted whole
             mode = os.lstat(out / name).st_mode
             if not stat.S_ISREG(mode):
-                raise InputError(out / name, f"is {kind_of(mode)}, not a detector folder's file: --out replaces only a "
+                raise InputError(out / name, f"is {kind_of(mode)}, not a detector folder's file: out replaces only a "
                                              "detector folder (its regular files); choose a new folder")
     check_output_folder(out, command="train-detector", files=(CARD, *FILES), made_before=made_by_train_detector,
                         inputs=inputs, force=force)

@@ -53,10 +53,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from agentuq_nb.common.limits import MAX_SMALL_JSON_BYTES
 from agentuq_nb.common.naming import short_model_name
 from agentuq_nb.io.atomic import atomic_write_json
-from agentuq_nb.io.errors import InputError, MissingArtifactError, MixedRunError, StaleArtifactError, remedy
+from agentuq_nb.io.errors import (
+    InputError,
+    MissingArtifactError,
+    MixedRunError,
+    StaleArtifactError,
+    load_command_layer,
+    remedy,
+)
 from agentuq_nb.io.files import check_regular, kind_of, read_limited_json
 from agentuq_nb.io.store.run_lock import RunBusyError, holder, is_locked, run_lock
 from agentuq_nb.records.keys import key_dtypes
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, Outcomes
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 
 #: footer key of a Parquet file's commit id
@@ -116,7 +124,8 @@ ARTIFACTS: dict[str, str] = {
     "tracer_tuning": "tracer_tuning.json",
     "detector_report": "detector.json",
 }
-#: artefact name -> the command that makes it, registered by the layers above (steps, studies)
+#: artefact name -> the command that makes it, registered by the layer with commands as it is loaded
+#: (:func:`~agentuq_nb.io.errors.load_command_layer`, which :meth:`RunDir.producer` calls first)
 PRODUCERS: dict[str, str] = {}
 OBSERVATION_TOKENS_PREFIX = "tokens.observations_"
 #: artefacts that are folders the run owns (its steps write inside them), and the staging root
@@ -489,8 +498,9 @@ class RunDir:
         return self.file(name).exists()
 
     def producer(self, name: str) -> str | None:
-        """The command that makes artefact ``name`` of this run, as its step registered it (None: no step that makes
-        it is loaded - the store alone, as a notebook importing only the estimators has it)."""
+        """The command that makes artefact ``name`` of this run, as its step registered it (the layer with commands
+        loaded first: :func:`~agentuq_nb.io.errors.load_command_layer`; None: no step makes it)."""
+        load_command_layer()
         rel = self.relative(name)
         command = PRODUCERS.get(artifact_name(rel) or rel)
         return command.replace("RUN_DIR", str(self.path)) if command else None
@@ -826,7 +836,7 @@ class RunDir:
             return Path(manifest.results)
         if self.results_json.exists():
             return self.results_json
-        raise FileNotFoundError(f"{self.path}: no manifest.json or results.json; pass --results")
+        raise FileNotFoundError(f"{self.path}: no manifest.json or results.json; results: name the results file")
 
     def rewards(self) -> pd.DataFrame:
         """One row per trajectory: the keys and ``reward`` (from ``trajectories.parquet``, else the summary)."""
@@ -842,3 +852,9 @@ class RunDir:
                              f"{by_key.iloc[0]}; {len(by_key)} repeated key(s) in all): remove the repeats from the "
                              "results and extract them again")
         return key_dtypes(src.reset_index(drop=True))
+
+    def outcomes(self, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD) -> Outcomes:
+        """The run's trajectories labelled once (:meth:`rewards` with ``failed = reward < failure_threshold``): what a
+        command hands to every part of it that tells failures apart, instead of each labelling the rewards again."""
+        rewards = self.rewards()
+        return Outcomes.of(rewards["reward"].to_numpy(dtype=float), failure_threshold, rewards[TRAJECTORY_KEYS])
