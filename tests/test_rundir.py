@@ -113,7 +113,7 @@ def test_bad_input_publishes_nothing(run_a, tmp_path):
     empty = tmp_path / "empty.json"
     empty.write_text(json.dumps({"timestamp": "t", "info": {}, "tasks": [], "simulations": []}))
     with pytest.raises(InputError, match="no simulations"):
-        extract(empty, run_a)
+        extract(empty, run_a, force=True)
     assert _files(run_a) == before and not (run_a / ".staging").exists()
 
 
