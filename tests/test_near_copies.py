@@ -78,3 +78,19 @@ def test_train_detector_and_predict_say_near_copies_of_training_runs(near_copy, 
     assert line.startswith(f"{copies['near_copies']} of 50 trajectories of this run are (near-)copies")
     other = predict(clean.path, REAL / "qwen2.5-7b_airline_1trial.json", tmp_path / "qwen", n_boot=0)
     assert other.report["near_copies"]["near_copies"] == 0
+
+    # the signatures are untrusted input too: another dtype or shape is one line naming the file and the array
+    from tests.test_hostile_detector import edited
+
+    from agentuq_nb.evaluation.detector_apply import load_detector
+    from agentuq_nb.io.errors import InputError
+
+    for planted in (np.zeros((3, 64), np.uint32), np.zeros_like(np.load(clean.path / "arrays.npz")[
+            "near_copy_signatures"], dtype=np.float64)):
+        def edit(card, model, arrays, planted=planted):
+            arrays["near_copy_signatures"] = planted
+
+        hostile = edited(clean.path, tmp_path / f"hostile_{planted.dtype}_{len(planted)}", edit)
+        with pytest.raises(InputError, match=r"arrays\.npz: near_copy_signatures: is .* not uint32") as err:
+            load_detector(hostile)
+        assert "\n" not in str(err.value)
