@@ -482,7 +482,7 @@ def test_train_detector_on_one_run_works_and_repeated_keys_are_named(runs, tmp_p
     """One labelled run is a documented path (calibrated within it; no ECE across runs: said as n/a, no crash); two
     trajectories with one (task, trial, seed) are refused naming the file."""
     code, stdout, stderr = run_cli("train-detector", runs[0], "--out", tmp_path / "one", "--embedder", "hash",
-                                   "--group", "length", "--n-boot", "0")
+                                   "--group", "length", "--group", "text", "--n-boot", "0")  # every protocol
     assert code == 0, stderr
     assert load_detector(tmp_path / "one").card["n_runs"] == 1
     raw = json.loads(runs[1].read_text())
