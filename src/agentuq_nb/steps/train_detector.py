@@ -26,6 +26,10 @@ judged by every protocol against length and the task prior, saved as a detector 
 4. **Early detection** (``early_turns``, ``early_fractions``): the same fold models of ``early_protocol`` on the first k
    agent turns (and on fractions) of their held-out trajectories, beside the length so far.
 5. **The folder** (:mod:`agentuq_nb.io.store.detector_dir`): the card, the models as JSON and arrays, the tables.
+
+Memory grows linearly with the labelled trajectories (the feature table and the fits; extraction holds one batch):
+about 0.11 MB per trajectory above a 0.4 GB base with the default groups - 1.5 GB at 10⁴ tiny trajectories, 3.8 GB
+at 3·10⁴, so about 12 GB at 10⁵ (:data:`MEMORY_NOTE`, in the command's help; benchmarks/RESULTS.md).
 """
 from __future__ import annotations
 
@@ -705,6 +709,10 @@ def show(trained: TrainedDetector, run_dir: None, config: TrainDetectorConfig, s
         say.say(f"note: {note}", warn=True)
 
 
+#: the memory bound the command's help states (measured: benchmarks/RESULTS.md, issue 51 point 6)
+MEMORY_NOTE = ("memory: about 0.4 GB + 0.11 MB per labelled trajectory with the default groups (1.5 GB at 10^4, "
+               "3.8 GB at 3x10^4, about 12 GB at 10^5); fewer groups take less")
+
 COMMAND = Command(summary="A failure detector learned from labelled runs, judged by every protocol against length and "
                           "the task prior → DETECTOR_DIR (card.json, model.json, arrays.npz, protocols.csv …; never "
                           "pickle).", arguments=("inputs",),
@@ -714,7 +722,8 @@ COMMAND = Command(summary="A failure detector learned from labelled runs, judged
                          "early_fractions": "--early-fraction"},
                   help={"inputs": "labelled runs: " + RESULTS_HELP + ", or run folders",
                         "groups": "a feature group: text, blackbox, embeddings, length, monitors (the run folders' "
-                                  "imported scores and judges; never a default) (repeat; default: the first four)",
+                                  "imported scores and judges; never a default) (repeat; default: the first four; "
+                                  + MEMORY_NOTE + ")",
                         "model": "logistic | gbm",
                         "protocols": "a protocol reported: within_run, leave_one_run_out, leave_run_and_task_out, "
                                      "leave_one_domain_out (repeat; default: all four)",
