@@ -168,12 +168,6 @@ def check_run_destination(out: str | os.PathLike, results: str | os.PathLike, *,
         if given.is_dir() and resolved.is_relative_to(given.resolve()):
             raise InputError(out, f"is {'' if resolved == given.resolve() else 'inside '}{given}, an input of "
                                   f"'{command}': {option} names a run folder of its own")
-    if out.is_dir() and not is_run_folder(out):
-        from agentuq_nb.io.store.detector_dir import CARD, own_card
-
-        if os.path.lexists(out / CARD) and own_card(out) is not None:
-            raise InputError(out, f"is a detector folder: '{command}' writes a run folder of its own ({option}); "
-                                  "its tables would be mixed with the detector's files - name another folder")
     if force or not out.is_dir() or not is_run_folder(out):
         return out
     run = RunDir(out)

@@ -32,6 +32,7 @@ from agentuq_nb.io.ingest.sidecars import release_scanner_memory
 from agentuq_nb.io.ingest.token_sources import SidecarResolver, batch_raw_tokens
 from agentuq_nb.io.input_warnings import emit_input_warnings
 from agentuq_nb.io.outputs import check_run_destination
+from agentuq_nb.io.store.detector_dir import own_card
 from agentuq_nb.io.store.rundir import RESULTS_CONTENT, RunDir
 from agentuq_nb.records import Results, Simulation
 from agentuq_nb.records.run_tables import MessageColumns
@@ -167,6 +168,9 @@ def run(run_dir: str | Path | RunDir, config: ExtractConfig) -> ExtractReport:
     # never inside the results; a run of other results only with --force (replaced whole, its artefacts then found
     # stale: RunDir's contract) - the one output rule of analyze and predict
     check_run_destination(folder.path, config.results, command=STEP.name, force=config.force)
+    if folder.path.is_dir() and own_card(folder.path) is not None:  # (extract is how analyze, predict, judge write)
+        raise InputError(folder.path, "is a detector folder: a run is extracted into a folder of its own - its tables "
+                                      "would be mixed with the detector's files; name another folder")
     if config.sidecar_dir is not None and not Path(config.sidecar_dir).is_dir():
         raise InputError(config.sidecar_dir, "sidecar_dir " + ("is not a directory" if Path(config.sidecar_dir).exists() else "does not exist"))
     layout = layout_before_simulations(config.results)  # v0 or v1: told by the first simulation, as it streams
