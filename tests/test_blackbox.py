@@ -290,6 +290,31 @@ def test_the_step_publishes_signals_and_tuned_readouts(real_run):
     assert ensure_blackbox(real_run, config.model_copy(update={"failure_threshold": 0.5})).computed == ["tuning"]
 
 
+def test_the_streamed_grid_search_chooses_and_scores_as_the_whole_grid_does(real_run, monkeypatch):
+    """tuning_tables searches the grid in bounded chunks (issue 51 point 6: the whole grid's scores took ~1.7 MB per
+    trajectory); its readouts are those of optimistic_scores and nested_scores on the whole grid's scores."""
+    from agentuq_nb.evaluation import tracer_tuning
+    from agentuq_nb.evaluation.multi_trial import task_labels
+    from agentuq_nb.io.store.rundir import RunDir
+    from agentuq_nb.records.keys import key_dtypes
+    from agentuq_nb.records.outcomes import failure_labels
+    from agentuq_nb.steps.blackbox import read_blackbox_turns
+
+    ensure_blackbox(real_run, BlackBoxConfig(embedder="hash", seed=3))
+    turns, rewards = read_blackbox_turns(real_run), key_dtypes(RunDir(real_run).rewards())
+    monkeypatch.setattr(tracer_tuning, "GRID_CHUNK_BYTES", 1)  # one weight triple per chunk: 1,000 chunks
+    out, record = tracer_tuning.tuning_tables(turns, rewards, 1.0, seed=3)
+    failure = failure_labels(rewards["reward"].to_numpy(dtype=float), 1.0)
+    scores = grid_scores(StepArrays.of(turns, rewards))
+    optimistic, choice = optimistic_scores(scores, failure)
+    nested = nested_scores(scores, failure, task_labels(rewards), 5, 3)
+    np.testing.assert_allclose(out["tracer_optimistic"], optimistic, equal_nan=True)
+    np.testing.assert_allclose(out["tracer_nested"], nested.scores, equal_nan=True)
+    np.testing.assert_array_equal(out["tracer_nested_fold"], nested.fold)
+    assert record["optimistic"]["auroc"] == pytest.approx(choice.auroc)
+    assert [f["train_auroc"] for f in record["folds"]] == pytest.approx([c.auroc for c in nested.choices])
+
+
 def test_re_extracting_makes_the_signals_stale_and_they_are_recomputed(tmp_path):
     from agentuq_nb.steps.extract import extract
 

@@ -20,7 +20,6 @@ from agentuq_nb.io.embedding_cache import (
     EmbeddingCacheWarning,
     cache_path,
     entry_key,
-    text_digest,
 )
 from agentuq_nb.uq.embeddings import Embedder, model_identity, model_shape, sentence_model
 
@@ -113,11 +112,11 @@ def plant(path: Path, text: str, **change) -> None:
     {"vector": np.full(DIM, np.nan, "<f4").tobytes()},  # not finite
     {"vector": np.full(DIM, 1.0, "<f4").tobytes()},  # norm sqrt(384), not 1
     {"vector": np.zeros(DIM, "<f8").tobytes()},  # float64 bytes: twice the size
-    {"text_sha256": text_digest("some other text")},  # a key for another text
+    {"checksum": bytes(32)},  # a checksum this installation did not make
     {"model": "another-model"},
     {"max_tokens": 256},
     {"vector": "not bytes at all"},
-], ids=["shape", "dimension", "nan", "norm", "dtype", "other-text", "model", "length", "type"])
+], ids=["shape", "dimension", "nan", "norm", "dtype", "checksum", "model", "length", "type"])
 def test_a_planted_entry_is_refused_recomputed_and_replaced(tmp_path, fresh, change):
     path = tmp_path / "e.sqlite"
     minilm_cache(path).embed(TEXTS)
@@ -153,16 +152,52 @@ def test_a_planted_huge_blob_is_refused_by_its_size_without_being_fetched(tmp_pa
 
 
 def test_a_vector_planted_under_the_right_key_for_another_text_is_refused(tmp_path, fresh):
-    """A consistent-looking row (right key, right model) whose hash of the text is another text's: refused."""
+    """A consistent-looking row (right key, right model, a valid row's checksum) holding another text's vector:
+    refused (the checksum binds the entry's key to its vector)."""
     path = tmp_path / "e.sqlite"
     minilm_cache(path).embed(TEXTS)
     with sqlite3.connect(path) as db:
-        (other,) = db.execute("SELECT vector FROM embeddings WHERE key = ?",
-                              [entry_key(model_identity(), 128, TEXTS[1])]).fetchone()
-    plant(path, TEXTS[0], vector=other, text_sha256=text_digest(TEXTS[1]))
+        other = db.execute("SELECT vector, checksum FROM embeddings WHERE key = ?",
+                           [entry_key(model_identity(), 128, TEXTS[1])]).fetchone()
+    plant(path, TEXTS[0], vector=other[0], checksum=other[1])
     again = minilm_cache(path)
     with pytest.warns(EmbeddingCacheWarning, match="refused"):
         assert np.allclose(again.embed(TEXTS[:1]), fresh[:1], atol=1e-6) and again.store.refused == 1
+
+
+def test_planted_unit_vectors_with_checksums_of_another_installation_are_refused(tmp_path, fresh):
+    """Well-formed unit vectors (the issue's planted entries that moved TRACER by up to 0.67), with checksums made under
+    another installation's key: every one refused, one warning, the true vectors computed."""
+    from agentuq_nb.io.embedding_cache import entry_checksum
+
+    path = tmp_path / "e.sqlite"
+    minilm_cache(path).embed(TEXTS)
+    planted = unit(np.random.default_rng(3), len(TEXTS))
+    for text, vector in zip(TEXTS, planted):
+        blob = vector.astype("<f4").tobytes()
+        plant(path, text, vector=blob, checksum=entry_checksum(b"k" * 32, entry_key(model_identity(), 128, text),
+                                                               blob))
+    again = minilm_cache(path)
+    with pytest.warns(EmbeddingCacheWarning, match=f"{len(TEXTS)} entries refused.*keyed checksum"):
+        vectors = again.embed(TEXTS)
+    assert np.allclose(vectors, fresh, atol=1e-6) and again.misses == len(TEXTS)
+
+
+def test_a_cache_of_schema_1_has_its_entries_dropped_once_and_is_used_on(tmp_path, fresh):
+    from agentuq_nb.io.embedding_cache import SCHEMA, SCHEMA_1_TABLE
+
+    path = tmp_path / "e.sqlite"
+    with sqlite3.connect(path) as db:
+        db.execute(SCHEMA[("table", "meta")])
+        db.execute(SCHEMA_1_TABLE)
+        db.execute(SCHEMA[("index", "embeddings_used")])
+        db.execute("INSERT INTO meta VALUES ('schema', '1')")
+        db.execute("INSERT INTO embeddings VALUES (?, 'm', 128, ?, 384, ?, 0)", [b"k" * 16, b"h" * 32, bytes(1536)])
+    embedder = minilm_cache(path)
+    assert np.allclose(embedder.embed(TEXTS), fresh, atol=1e-6) and not embedder.store.disabled
+    assert EmbeddingCache(path, model_identity(), 128, DIM).entries() == len(set(TEXTS))
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT value FROM meta").fetchone() == ("2",)
 
 
 # --------------------------------------------------------------------------- planted files

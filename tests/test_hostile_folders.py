@@ -357,7 +357,7 @@ def test_hostile_results_are_read_as_python_reads_them_or_refused_in_one_line(ma
     results.write_text(text, encoding="utf-8", errors="surrogatepass")
     outside = tree_checksum(sibling)
     before = tree_checksum(run)
-    code, stdout, stderr = run_cli("extract", results, "--out", run)
+    code, stdout, stderr = run_cli("extract", results, "--out", run, "--force")  # (another run: replaced)
     assert_ended_cleanly(code, stdout, stderr)
     assert tree_checksum(sibling) == outside
     expected = reference(text)

@@ -211,7 +211,7 @@ def test_simulations_of_the_wrong_type_are_named_and_publish_nothing(sidecar_run
     header = {"timestamp": "t", "info": {"x": float("nan")} if nan_elsewhere else {}, "tasks": []}
     bad.write_text(json.dumps({**header, "simulations": simulations}))
     with pytest.raises(InputError, match=f"'simulations' has the wrong type: it is {kind}, expected a list"):
-        extract(bad, run)
+        extract(bad, run, force=True)
     assert _files(run) == before and not (run / ".staging").exists()
 
 
@@ -223,7 +223,7 @@ def test_an_empty_simulations_list_publishes_nothing_and_says_so(sidecar_run, tm
     empty = tmp_path / "aborted.json"
     empty.write_text(json.dumps({"timestamp": "t", "info": {}, "tasks": [{"id": "0"}], "simulations": []}))
     with pytest.raises(InputError, match="no simulations.*aborted"):
-        extract(empty, run)
+        extract(empty, run, force=True)
     assert _files(run) == before
 
 
@@ -247,7 +247,7 @@ def test_a_repeated_trajectory_key_is_refused_at_extract(sidecar_run, tmp_path):
     before = _files(run)
     doubled = _with_repeat(results, results.parent / "doubled.json")  # beside the sidecars
     with pytest.raises(InputError, match=r"\('1', 0, 1001\) repeats: simulations sim-1 and sim-twin"):
-        extract(doubled, run)
+        extract(doubled, run, force=True)
     assert _files(run) == before
 
 
@@ -307,13 +307,13 @@ def test_ctrl_c_exits_130_saying_what_the_run_folder_holds(sidecar_run, tmp_path
     other = write_synthetic_results(tmp_path / "other", num_simulations=5, messages_per_simulation=6,
                                     tokens_per_message=3, seed=9)
     if old_run:
-        extract(other, run)
+        extract(other, run, force=True)
         aggregate(run)
     before = _files(run) if old_run else {}
     script = tmp_path / "interrupt.py"
     script.write_text(INTERRUPT)
     env = {**os.environ, "PYTHONPATH": str(SRC)}
-    done = subprocess.run([sys.executable, str(script), where, "extract", str(results), "--out", str(run)],
+    done = subprocess.run([sys.executable, str(script), where, "extract", str(results), "--out", str(run), "--force"],
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 130, done.stderr[-2000:]
     message = done.stderr.strip().splitlines()[-1]

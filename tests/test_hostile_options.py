@@ -149,7 +149,7 @@ def test_tables_made_from_results_are_stamped_by_their_content_not_their_path(ru
     data = json.loads(results.read_text())
     data["simulations"][0]["messages"][1]["content"] = "edited since"  # the same path, other content
     results.write_text(json.dumps(data))
-    extract(results, folder)
+    extract(results, folder, force=True)  # other content: another run, replaced only with --force
     with pytest.raises(StaleArtifactError, match="action_samples.parquet was made from other results than the run's"):
         RunDir(folder).verify("action_samples")
 

@@ -361,7 +361,7 @@ def test_monitors_imported_onto_trajectories_since_replaced_are_left_out_and_dro
     second = subset(RETAIL, tmp_path / "second.json", 10, change=lambda e: e.__delitem__(slice(0, 5)))
     extract(first, tmp_path / "run")
     import_scores(tmp_path / "run", first, name="old")
-    extract(second, tmp_path / "run")  # other trajectories: the old monitor scores another run
+    extract(second, tmp_path / "run", force=True)  # other trajectories: the old monitor scores another run
     assert not any(n.startswith("external.") for n in available(tmp_path / "run"))
     done = import_scores(tmp_path / "run", second, name="new")
     assert done.dropped == ["old"] and done.counts["n_matched"] == 5

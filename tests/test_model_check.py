@@ -262,6 +262,9 @@ def test_an_objdump_that_never_ends_is_stopped_and_doctor_says_so(tmp_path, monk
     monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
     with pytest.raises(OSError, match=r"objdump did not finish within 0\.5 s \(stopped\)"):
         llama_build.amx_instructions(tmp_path / "any.so", timeout=0.5)
+    fake.write_text("#!/bin/sh\nsleep 600\n")  # a wrapper whose child holds the pipe open: the group is stopped
+    with pytest.raises(OSError, match=r"objdump did not finish within 0\.5 s \(stopped\)"):
+        llama_build.amx_instructions(tmp_path / "any.so", timeout=0.5)
     monkeypatch.setattr(llama_build, "OBJDUMP_SECONDS", 0.5)
     monkeypatch.setattr(llama_build, "installed_libraries", lambda: [tmp_path / "libggml-cpu.so"])
     from agentuq_nb.steps.doctor import amx_status

@@ -36,7 +36,7 @@ def replace(src, dst):
 
 os.replace = replace
 from agentuq_nb.steps.extract import extract
-extract(sys.argv[1], sys.argv[2])
+extract(sys.argv[1], sys.argv[2], force=True)
 print(count[0])
 """
 
@@ -113,7 +113,7 @@ def test_bad_input_publishes_nothing(run_a, tmp_path):
     empty = tmp_path / "empty.json"
     empty.write_text(json.dumps({"timestamp": "t", "info": {}, "tasks": [], "simulations": []}))
     with pytest.raises(InputError, match="no simulations"):
-        extract(empty, run_a)
+        extract(empty, run_a, force=True)
     assert _files(run_a) == before and not (run_a / ".staging").exists()
 
 
@@ -129,7 +129,7 @@ def test_a_summary_of_replaced_tokens_is_stale(run_a, two_results):
     from agentuq_nb.steps.compare_estimators import compare_estimators
     from agentuq_nb.steps.evaluate import evaluate
 
-    extract(two_results[1], run_a)
+    extract(two_results[1], run_a, force=True)
     for step in (lambda: evaluate(run_a, n_boot=10), lambda: compare_estimators(run_a, n_boot=10)):
         with pytest.raises(StaleArtifactError, match=r"earlier tokens.parquet .*aggregate"):
             step()
@@ -165,14 +165,14 @@ def test_a_second_writer_is_refused_with_the_holder_named(run_a, two_results, tm
     try:
         assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(RunBusyError, match=rf"process {holder.pid} \('simulate'"):
-            extract(two_results[1], run_a)
+            extract(two_results[1], run_a, force=True)
         cli = Path(sys.executable).with_name("agentuq-nb")
         refused = subprocess.run([str(cli), "aggregate", str(run_a)], capture_output=True, text=True, timeout=120)
         assert refused.returncode == 2 and "is writing this run folder" in refused.stderr
         assert "Traceback" not in refused.stderr
     finally:
         holder.communicate("", timeout=60)
-    extract(two_results[1], run_a)  # the lock went with its holder
+    extract(two_results[1], run_a, force=True)  # the lock went with its holder
     assert _base_state(run_a) == 9
 
 
@@ -187,7 +187,7 @@ def test_a_killed_holder_leaves_no_lock_and_its_leftovers_are_removed(run_a, two
     (run_a / ".staging" / "abandoned" / "tokens.parquet").write_bytes(b"partial")
     holder.kill()
     holder.wait(timeout=60)
-    extract(two_results[1], run_a)
+    extract(two_results[1], run_a, force=True)
     assert not list(run_a.glob(".*.tmp")) and not (run_a / ".staging").exists()
     assert _base_state(run_a) == 9
 

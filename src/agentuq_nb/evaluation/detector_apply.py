@@ -75,6 +75,9 @@ class Detector:
     fingerprint_runs: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
     #: the training tasks (``domain``, ``task_key``, ``task_id``, ``n``, ``failures``); empty for a folder without them
     tasks: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: the training trajectories' near-copy signatures (:mod:`agentuq_nb.uq.near_copies`), in the fingerprints'
+    #: order; none for a folder written before them
+    near_copy_signatures: np.ndarray | None = None
 
     @property
     def card(self) -> dict[str, Any]:
@@ -99,6 +102,20 @@ class Detector:
         pos = np.searchsorted(sorted_fp, fingerprints)
         found = (pos < len(sorted_fp)) & (sorted_fp[np.minimum(pos, len(sorted_fp) - 1)] == fingerprints)
         return [self.runs[self.fingerprint_runs[order[p]]] if ok else None for p, ok in zip(pos, found)]
+
+    def near_copies(self, signatures: np.ndarray) -> pd.DataFrame:
+        """Per trajectory (its near-copy signature): ``training_similarity`` (the estimated Jaccard of its closest
+        training trajectory; NaN when the folder keeps no signatures) and ``near_copy_of`` (that trajectory's run
+        when it is a near-copy, :data:`~agentuq_nb.uq.near_copies.NEAR_COPY_JACCARD`; else None)."""
+        from agentuq_nb.uq.near_copies import closest
+
+        n = len(signatures)
+        if self.near_copy_signatures is None:
+            return pd.DataFrame({"training_similarity": np.full(n, np.nan), "near_copy_of": [None] * n})
+        matches = closest(signatures, self.near_copy_signatures)
+        near = matches.near()
+        runs = [self.runs[self.fingerprint_runs[r]] if ok else None for r, ok in zip(matches.reference, near)]
+        return pd.DataFrame({"training_similarity": matches.similarity, "near_copy_of": runs})
 
     def tasks_seen(self, domains, task_ids, task_keys) -> pd.DataFrame:
         """Per row: ``task_key`` (an ``id:`` key resolved to the training task of the same domain and id where that
@@ -340,5 +357,13 @@ def load_detector(path: str | os.PathLike) -> Detector:
         raise InputError(model_path, f"tasks: not (domain, task_key, task_id, n, failures) each: {err}") from None
     if (tasks["n"] < 1).any() or (tasks["failures"] < 0).any() or (tasks["failures"] > tasks["n"]).any():
         raise InputError(model_path, "tasks: training tasks with impossible counts (n < 1 or failures outside [0, n])")
+    signatures = arrays.get("near_copy_signatures")
+    if signatures is not None:
+        from agentuq_nb.uq.near_copies import NUM_HASHES
+
+        if signatures.dtype != np.uint32 or signatures.shape != (len(fingerprints), NUM_HASHES):
+            raise InputError(arrays_path, f"near_copy_signatures: is {signatures.dtype} of shape {signatures.shape}, "
+                                          f"not uint32 of shape ({len(fingerprints)}, {NUM_HASHES}) (one per "
+                                          "training fingerprint)")
     return Detector(folder, final, final_map, loro, runs, fingerprints.astype(np.int64),
-                    fingerprint_runs.astype(np.int32), tasks)
+                    fingerprint_runs.astype(np.int32), tasks, signatures)

@@ -124,6 +124,9 @@ def protocol_folds(protocol: str, runs, domains, task_ids, failure, n_splits: in
         if len(domain_names) > 1:
             folds = [Fold(protocol, d, np.flatnonzero(domains != d), np.flatnonzero(domains == d))
                      for d in domain_names]
+    # a fold with nothing to learn from (run-and-task-out on one run, or where the other runs hold only the held-out
+    # fold's tasks) has no model: its rows stay unscored rather than failing the fit
+    folds = [fold for fold in folds if len(fold.train)]
     for fold in folds:
         check_fold(fold, runs, domains, tasks)
     return folds

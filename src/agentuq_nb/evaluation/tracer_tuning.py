@@ -33,7 +33,12 @@ from agentuq_nb.evaluation.metrics import auroc_batch
 from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.outcomes import failure_labels
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
-from agentuq_nb.uq.tracer import GRID, Grid, StepArrays, TracerParams, grid_scores
+from agentuq_nb.uq.tracer import GRID, Grid, StepArrays, TracerParams, grid_score_chunks, grid_scores
+
+#: bytes of grid scores (and their sorted step risks) held at once while :func:`tuning_tables` searches the grid:
+#: the search streams the grid's settings in chunks of this size, so its memory does not grow with settings ×
+#: trajectories (32,000 settings × 8 bytes = 256 KB per trajectory held whole, several times over in the ranking)
+GRID_CHUNK_BYTES = 64 << 20
 
 
 class Choice(NamedTuple):
@@ -104,35 +109,88 @@ def nested_scores(grid_scores: np.ndarray, failure, groups, n_splits: int = 5, s
     return Nested(out, fold, choices)
 
 
+def grid_aurocs(steps: StepArrays, failure: np.ndarray, row_sets: list[np.ndarray], grid: Grid = GRID
+                ) -> np.ndarray:
+    """The AUROC of every setting of ``grid`` on each of ``row_sets`` (boolean masks of trajectories): ``(len(row_sets),
+    n_settings)``, NaN for a row set without both outcomes. The grid is streamed (:func:`grid_score_chunks`) in
+    chunks of weight triples whose scores take about :data:`GRID_CHUNK_BYTES`: memory is bounded by a chunk, not by
+    settings × trajectories."""
+    n_kw = len(grid.top_k) * len(grid.w)
+    n_settings = len(grid.alpha) * len(grid.beta) * len(grid.gamma) * n_kw
+    width = len(steps.n_steps) * max(n_kw, steps.u.shape[1])
+    chunk = max(1, GRID_CHUNK_BYTES // (8 * 4 * max(1, width)))  # scores, risks, their sort and ranks
+    failure = np.asarray(failure, bool)
+    out = np.full((len(row_sets), n_settings), np.nan)
+    defined = [(i, rows) for i, rows in enumerate(row_sets) if 0 < failure[rows].sum() < rows.sum()]
+    for start, scores in grid_score_chunks(steps, grid, chunk):
+        for i, rows in defined:
+            U = scores[:, rows]
+            out[i, start:start + len(scores)] = auroc_batch(U, np.broadcast_to(failure[rows], U.shape))
+    return out
+
+
+def choice_of(aurocs: np.ndarray, n: int, grid: Grid = GRID) -> Choice:
+    """The setting with the highest AUROC in ``aurocs`` (first in grid order among ties); TRACER's default where
+    none is defined (one class)."""
+    if not np.isfinite(aurocs).any():
+        return Choice(max(default_index(grid), 0), float("nan"), n)
+    best = int(np.nanargmax(aurocs))
+    return Choice(best, float(aurocs[best]), n)
+
+
+def setting_scores(steps: StepArrays, index: int, grid: Grid = GRID) -> np.ndarray:
+    """The TRACER scores of the grid's setting ``index`` (one row of :func:`grid_scores`)."""
+    a, b, g, k, w = grid.settings()[index]
+    return grid_scores(steps, Grid(alpha=(a,), beta=(b,), gamma=(g,), top_k=(k,), w=(w,)))[0]
+
+
 def tuning_tables(turns: pd.DataFrame, rewards: pd.DataFrame, failure_threshold: float, seed: int = 0,
                   n_splits: int = 5) -> tuple[pd.DataFrame, dict]:
     """(``tracer_tuned`` rows, ``tracer_tuning.json``) from the per-message table (``blackbox_turns``) and the
-    rewards: the optimistic readout, and the nested one where two classes and two tasks are scored."""
+    rewards: the optimistic readout, and the nested one where two classes and two tasks are scored - the same
+    choices as :func:`optimistic_scores` and :func:`nested_scores` on the whole grid's scores, with the grid searched
+    in bounded chunks (:func:`grid_aurocs`) and only the chosen settings' scores computed whole."""
     from agentuq_nb.evaluation.multi_trial import task_labels
 
     rewards = key_dtypes(rewards)
     reward = rewards["reward"].to_numpy(dtype=float)
     labelled = np.isfinite(reward)
     failure = failure_labels(reward, failure_threshold)
-    scores = grid_scores(StepArrays.of(turns, rewards), GRID)
-    scores[:, ~labelled] = np.nan  # no outcome: neither tuned on nor scored
+    steps = StepArrays.of(turns, rewards)
+    scored = labelled & (steps.n_steps > 0)  # no outcome: neither tuned on nor scored; no step: no score
     out = rewards[TRAJECTORY_KEYS].copy()
     record: dict[str, Any] = {"failure_threshold": failure_threshold, "seed": seed,
-                              "n_splits": n_splits, "grid_settings": int(len(scores)),
+                              "n_splits": n_splits, "grid_settings": int(len(GRID.settings())),
                               "grid": "TRACER's coarse grid (optimize_tracer_parameters.py, stage 1)"}
-    optimistic, choice = optimistic_scores(scores, failure)
-    out["tracer_optimistic"] = optimistic
+    groups = task_labels(rewards)
+    two_classes = 0 < failure[scored].sum() < scored.sum()
+    nested = two_classes and len(np.unique(groups[scored])) >= 2
+    fold = group_folds(np.asarray(groups), n_splits, seed, rows=scored, labels=failure) if nested else None
+    trains = [(fold >= 0) & (fold != k) for k in range(fold.max() + 1)] if nested else []
+    aurocs = grid_aurocs(steps, failure, [scored, *trains])
+    cache: dict[int, np.ndarray] = {}
+
+    def row(index: int) -> np.ndarray:
+        if index not in cache:
+            cache[index] = np.where(labelled, setting_scores(steps, index), np.nan)
+        return cache[index]
+
+    choice = choice_of(aurocs[0], int(scored.sum()))
+    out["tracer_optimistic"] = row(choice.index).copy()
     record["optimistic"] = {"setting": GRID.params(GRID.settings()[choice.index]).model_dump(),
                             "auroc": choice.auroc, "n": choice.n_train}
-    groups = task_labels(rewards)
-    usable = labelled & np.isfinite(scores[0])
-    two_classes = 0 < failure[usable].sum() < usable.sum()
-    if two_classes and len(np.unique(groups[usable])) >= 2:
-        nested = nested_scores(scores, failure, groups, n_splits, seed)
-        out["tracer_nested"], out["tracer_nested_fold"] = nested.scores, nested.fold
+    if nested:
+        scores = np.full(len(failure), np.nan)
+        choices = []
+        for k, train in enumerate(trains):
+            c = choice_of(aurocs[1 + k], int(train.sum()))
+            choices.append(c)
+            test = fold == k
+            scores[test] = on_training_scale(row(c.index)[test], row(c.index)[train])
+        out["tracer_nested"], out["tracer_nested_fold"] = scores, fold
         settings = GRID.settings()
         record["folds"] = [{"fold": k, "setting": GRID.params(settings[c.index]).model_dump(),
-                            "train_auroc": c.auroc, "n_train": c.n_train} for k, c in enumerate(nested.choices)]
+                            "train_auroc": c.auroc, "n_train": c.n_train} for k, c in enumerate(choices)]
     else:
         out["tracer_nested"], out["tracer_nested_fold"] = np.nan, -1
         record["folds"] = []

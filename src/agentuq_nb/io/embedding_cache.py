@@ -12,12 +12,16 @@ SQLite (WAL journal, a busy timeout, writes in ``BEGIN IMMEDIATE`` transactions)
 write the same file at once without corrupting it.
 
 The file is untrusted input, like a run folder someone sent: nothing in it is ever unpickled (a vector is raw
-little-endian float32 bytes), and an entry is used only when its model and length are this embedder's, the
-SHA-256 of its text is the text's (a key planted for another text is refused), its size is the model's dimension,
-and its values are finite and of unit norm. A refused entry is recomputed and overwritten; a file that is not such a
-database (another file, a symlink, another user's file, foreign tables or triggers) disables the cache for the
-process with one warning naming the file — it is never deleted or changed. Only the texts' hashes are stored, never
-the texts.
+little-endian float32 bytes), and an entry is used only when its model and length are this embedder's, its size is
+the model's dimension (checked in SQL before the blob is fetched), its values are finite and of unit norm, and its
+keyed checksum holds: the HMAC-SHA256, under this installation's key (``installation.key`` beside the file,
+:func:`~agentuq_nb.io.static_table.installation_key`, as the static table's), of the entry's key (model, length and
+text) and its vector - so that a well-formed unit vector planted for a text (by hand, or by another installation)
+is refused rather than steering the signals silently. A refused entry is recomputed and overwritten (one warning
+says how many); a file that is not such a database (another file, a symlink, another user's file, foreign tables or
+triggers) disables the cache for the process with one warning naming the file — it is never deleted or changed. A
+cache of schema 1 (written before the checksums) has its entries dropped once and is used on. Only the texts'
+hashes are stored, never the texts.
 """
 from __future__ import annotations
 
@@ -42,15 +46,17 @@ DEFAULT_MAX_MB = 512
 ENTRY_OVERHEAD_BYTES = 600
 #: how far from 1 a cached vector's norm may be (float32 normalisation leaves ~1e-7)
 NORM_TOLERANCE = 1e-3
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 #: the database objects this cache makes; a file holding any other (a trigger, a view) is refused
 SCHEMA = {
     ("table", "meta"): "CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
     ("table", "embeddings"): "CREATE TABLE embeddings (key BLOB PRIMARY KEY, model TEXT NOT NULL, "
-                             "max_tokens INTEGER NOT NULL, text_sha256 BLOB NOT NULL, dim INTEGER NOT NULL, "
+                             "max_tokens INTEGER NOT NULL, checksum BLOB NOT NULL, dim INTEGER NOT NULL, "
                              "vector BLOB NOT NULL, used REAL NOT NULL)",
     ("index", "embeddings_used"): "CREATE INDEX embeddings_used ON embeddings (used)",
 }
+#: the embeddings table of schema 1 (a hash of the text where schema 2 has the keyed checksum): its rows are dropped
+SCHEMA_1_TABLE = SCHEMA[("table", "embeddings")].replace("checksum BLOB", "text_sha256 BLOB")
 AUTOINDEXES = {"sqlite_autoindex_meta_1", "sqlite_autoindex_embeddings_1"}
 CHUNK = 500  # keys per SELECT (below SQLite's bound on host parameters)
 
@@ -72,10 +78,6 @@ def cache_path(setting: str | os.PathLike | None = None) -> Path | None:
     return Path(platformdirs.user_cache_dir("agentuq_nb", appauthor=False)) / CACHE_NAME
 
 
-def text_digest(text: str) -> bytes:
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
-
-
 def entry_key(model: str, max_tokens: int, text: str) -> bytes:
     """The key of ``text`` embedded by ``model`` reading ``max_tokens`` word pieces."""
     h = hashlib.blake2b(digest_size=16)
@@ -84,6 +86,14 @@ def entry_key(model: str, max_tokens: int, text: str) -> bytes:
         h.update(len(data).to_bytes(8, "little"))
         h.update(data)
     return h.digest()
+
+
+def entry_checksum(secret: bytes, key: bytes, vector: bytes) -> bytes:
+    """The keyed checksum of an entry: HMAC-SHA256 under this installation's ``secret`` of its ``key`` (which binds the
+    model, the length and the text) and its ``vector``'s bytes."""
+    import hmac
+
+    return hmac.new(secret, key + vector, "sha256").digest()
 
 
 def valid_vector(blob: bytes, dim: int) -> np.ndarray | None:
@@ -110,6 +120,7 @@ class EmbeddingCache:
         self.max_entries = max(1, int(max_mb * 2**20 // (4 * self.dim + ENTRY_OVERHEAD_BYTES)))
         self.hits = self.refused = self.stored = 0
         self.disabled: str | None = None
+        self._secret: bytes | None = None  # this installation's key of the entries' checksums
         self._db: sqlite3.Connection | None = None
         self._lock = threading.RLock()  # one connection, used by one thread at a time
 
@@ -137,6 +148,12 @@ class EmbeddingCache:
                     return self._refuse("is not a file")
                 if hasattr(os, "getuid") and st.st_uid != os.getuid():
                     return self._refuse("belongs to another user")
+            from agentuq_nb.io.static_table import KEY_NAME, installation_key
+
+            self._secret = installation_key(path.parent)
+            if self._secret is None:
+                return self._refuse(f"has no usable installation key beside it ({path.parent / KEY_NAME}: not a "
+                                    "regular 32-byte file of this user, or it cannot be made)")
             db = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
             self._db = db
             db.execute("PRAGMA trusted_schema = OFF")
@@ -145,6 +162,10 @@ class EmbeddingCache:
                 self._create(db)
             else:
                 extra = {k for k in found if k not in SCHEMA and k[1] not in AUTOINDEXES}
+                if not extra and found.get(("table", "embeddings")) == SCHEMA_1_TABLE and all(
+                        found.get(k) == sql for k, sql in SCHEMA.items() if k != ("table", "embeddings")):
+                    self._upgrade(db)
+                    found = {(t, n): sql for t, n, sql in db.execute("SELECT type, name, sql FROM sqlite_master")}
                 if extra or any(found.get(k) != sql for k, sql in SCHEMA.items()):
                     return self._refuse("is a SQLite database of another shape (tables, triggers or views this "
                                         "cache does not make)")
@@ -165,6 +186,20 @@ class EmbeddingCache:
                 for sql in SCHEMA.values():
                     db.execute(sql)
                 db.execute("INSERT INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    def _upgrade(self, db: sqlite3.Connection) -> None:
+        """A cache of schema 1 (this cache's own shape before the keyed checksums): its entries dropped, schema 2."""
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            if db.execute("SELECT value FROM meta WHERE name = 'schema'").fetchone() == ("1",):
+                db.execute("DROP TABLE embeddings")  # (and its index)
+                db.execute(SCHEMA[("table", "embeddings")])
+                db.execute(SCHEMA[("index", "embeddings_used")])
+                db.execute("UPDATE meta SET value = ? WHERE name = 'schema'", (SCHEMA_VERSION,))
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
@@ -192,14 +227,14 @@ class EmbeddingCache:
                 part = keys[i:i + CHUNK]
                 # the blob is fetched only when its size is a vector's (SQLite reads a blob's length from the record
                 # header): a planted 800 MB entry is refused without being read
-                rows = db.execute("SELECT key, model, max_tokens, text_sha256, dim, CASE WHEN typeof(vector) = 'blob' "
+                rows = db.execute("SELECT key, model, max_tokens, checksum, dim, CASE WHEN typeof(vector) = 'blob' "
                                   "AND length(vector) = ? THEN vector END FROM embeddings WHERE key "
                                   f"IN ({','.join('?' * len(part))})", [4 * self.dim, *part]).fetchall()
-                for key, model, max_tokens, digest, dim, blob in rows:
+                for key, model, max_tokens, checksum, dim, blob in rows:
                     text = wanted.get(key)
                     vector = valid_vector(blob, self.dim) if dim == self.dim else None
-                    if (text is None or model != self.model_hash or max_tokens != self.max_tokens
-                            or digest != text_digest(text) or vector is None):
+                    if (text is None or model != self.model_hash or max_tokens != self.max_tokens or vector is None
+                            or checksum != entry_checksum(self._secret, key, blob)):
                         self.refused += 1
                         continue
                     found[text] = vector
@@ -210,8 +245,9 @@ class EmbeddingCache:
             return {}
         if self.refused > refused:
             warnings.warn(f"embedding cache {self.path}: {self.refused - refused} entries refused (another model or "
-                          "length, a hash that is not their text's, or vectors of the wrong size, not finite or not of "
-                          "unit norm): computed again and replaced", EmbeddingCacheWarning, stacklevel=3)
+                          "length, vectors of the wrong size, not finite or not of unit norm, or a keyed checksum that "
+                          "does not hold: not written by this installation, or edited): computed again and replaced",
+                          EmbeddingCacheWarning, stacklevel=3)
         self.hits += len(found)
         return found
 
@@ -240,8 +276,8 @@ class EmbeddingCache:
             raise ValueError(f"{vectors.shape[0]}×{vectors.shape[1:]} vectors for {len(texts)} texts of dimension "
                              f"{self.dim}")
         now = time.time()
-        rows = [(key, self.model_hash, self.max_tokens, text_digest(t), self.dim, v.tobytes(), now)
-                for key, t, v in zip(self.keys(texts), texts, vectors)]
+        rows = [(key, self.model_hash, self.max_tokens, entry_checksum(self._secret, key, v.tobytes()), self.dim,
+                 v.tobytes(), now) for key, v in zip(self.keys(texts), vectors)]
         try:
             db.execute("BEGIN IMMEDIATE")
             try:

@@ -113,9 +113,11 @@ DIGEST_CHUNK = 1 << 20
 
 def content_digest(path: str | os.PathLike, what: str = "results") -> str:
     """SHA-256 of what ``path`` holds: a regular file's bytes, or a results directory's regular files (their names
-    relative to it and their digests, in name order; links and special files are left out). What an artefact made
+    relative to it and their digests, in name order; links to regular files are left out). What an artefact made
     from results is stamped with, so that it is found stale when other results are extracted into its run folder,
-    wherever they were read from."""
+    wherever they were read from. A special file in a results directory - a FIFO, a device, a socket, or a link to
+    one (``/dev/zero``) - is refused (:class:`InputError` naming it), never left out: a reader of the directory
+    would block on it or read it without end, so every command that hashes its results refuses it first."""
     path = Path(path)
     if path.is_dir():
         digest = hashlib.sha256()
@@ -123,8 +125,17 @@ def content_digest(path: str | os.PathLike, what: str = "results") -> str:
             dirs.sort()
             for name in sorted(files):
                 member = Path(parent) / name
-                if stat.S_ISREG(os.lstat(member).st_mode):
-                    digest.update(f"{member.relative_to(path)}\0{content_digest(member, what)}\n".encode())
+                mode = os.lstat(member).st_mode
+                if stat.S_ISLNK(mode):
+                    try:
+                        mode = os.stat(member).st_mode
+                    except OSError:  # a dangling link: nothing to read
+                        continue
+                    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+                        continue
+                if not stat.S_ISREG(mode):
+                    raise _not_regular(member, mode, what)
+                digest.update(f"{member.relative_to(path)}\0{content_digest(member, what)}\n".encode())
         return digest.hexdigest()
     digest = hashlib.sha256()
     with open_regular(path, what) as fh:

@@ -147,24 +147,28 @@ def check_output_folder(path: str | os.PathLike, *, command: str, files: Iterabl
 
 def check_run_destination(out: str | os.PathLike, results: str | os.PathLike, *, command: str,
                           option: str = "--out", inputs: Iterable[str | os.PathLike] = (),
-                          another_run: bool = False) -> Path:
+                          force: bool | None = None) -> Path:
     """``out`` when ``command`` may extract ``results`` into it as a run folder, else an :class:`InputError` before any
     work: it is not inside the results (a results directory: its content, and so every run made from it, would
     change) nor inside or equal to another input (``inputs``: a detector folder), and it holds no run made from other
     results (by content, :func:`~agentuq_nb.io.files.content_digest`: a copy of the same results is the same run) -
-    their tables would be replaced and mixed with what was made from them. ``another_run``: a run of other results
-    may be replaced (``extract``'s own contract: the run's earlier artefacts are then found stale)."""
+    their tables would be replaced and mixed with what was made from them. ``force``: the command's ``--force`` (True:
+    a run of other results is replaced whole - ``extract``'s contract: the run's earlier artefacts are then found
+    stale; False: not given, the refusal says it; None: the command has none)."""
     from agentuq_nb.io.files import content_digest
     from agentuq_nb.io.store.rundir import RunDir
 
     out = Path(out)
+    if os.path.islink(out):
+        raise InputError(out, f"is a symlink (to {os.readlink(out)}): {option} names the run folder itself; "
+                              f"'{command}' never writes through a link - give the folder's own path")
     resolved = Path(os.path.abspath(out)).resolve()
     for given in (results, *inputs):
         given = Path(given)
         if given.is_dir() and resolved.is_relative_to(given.resolve()):
             raise InputError(out, f"is {'' if resolved == given.resolve() else 'inside '}{given}, an input of "
                                   f"'{command}': {option} names a run folder of its own")
-    if another_run or not out.is_dir() or not is_run_folder(out):
+    if force or not out.is_dir() or not is_run_folder(out):
         return out
     run = RunDir(out)
     manifest = run.manifest(check=False)
@@ -179,6 +183,7 @@ def check_run_destination(out: str | os.PathLike, results: str | os.PathLike, *,
     if not same:
         raise InputError(out, f"holds another run (made from {made_from or 'results it does not name'}): '{command}' "
                               f"writes the run of {results} into a folder of its own - its tables would replace that "
-                              f"run's and be mixed with what was made from them; give {option} a new folder, or "
-                              "remove this one")
+                              f"run's and be mixed with what was made from them; give {option} a new folder, "
+                              + ("or pass --force to replace that run whole" if force is not None else
+                                 "or remove this one"))
     return out

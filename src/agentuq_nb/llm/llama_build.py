@@ -253,6 +253,7 @@ def amx_instructions(library: Path, timeout: float | None = None) -> int | None:
     None when objdump (binutils) is not installed. The proof that a build cannot trap on AMX, short of a machine
     that traps: ``GGML_NATIVE=OFF`` and the AMX options OFF leave none in. An objdump still running after ``timeout``
     seconds (default :data:`OBJDUMP_SECONDS`) is killed: an :class:`OSError` saying so."""
+    import signal
     import threading
 
     timeout = OBJDUMP_SECONDS if timeout is None else timeout
@@ -264,10 +265,13 @@ def amx_instructions(library: Path, timeout: float | None = None) -> int | None:
 
     def stop(dis: subprocess.Popen) -> None:
         stopped.set()
-        dis.kill()
+        try:  # the whole group: a wrapper's children (a shell script's sleep) hold the pipe open after it dies
+            os.killpg(dis.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            dis.kill()
 
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-                          text=True, errors="replace") as dis:
+                          text=True, errors="replace", start_new_session=True) as dis:
         watchdog = threading.Timer(timeout, stop, args=(dis,))
         watchdog.daemon = True
         watchdog.start()

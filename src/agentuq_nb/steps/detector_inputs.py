@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from agentuq_nb.distributed import JobRunner
@@ -182,6 +183,25 @@ def corpus_features(sources: Sequence[Source], groups: Sequence[str], embedder: 
     if MONITOR_GROUP in groups:
         features = with_monitor_columns(features, monitor_columns(sources))
     return features
+
+
+def trajectory_signatures(sources: Sequence[Source], features: TrajectoryFeatures) -> np.ndarray | None:
+    """The near-copy signature (:mod:`agentuq_nb.uq.near_copies`) of every trajectory of ``sources``, in the rows'
+    order of ``features`` (their :func:`corpus_features`); the simulations streamed again, one at a time (a
+    signature is 256 bytes). None when the results no longer line up with the features' rows."""
+    from agentuq_nb.uq.near_copies import signatures
+
+    ids: list[str] = []
+
+    def messages(source: Source):
+        for sim in iter_simulations(source.results):
+            ids.append(str(sim.id))
+            yield sim.messages
+
+    parts = [signatures(messages(s)) for s in sources]
+    if ids != [str(i) for i in features.index["simulation_id"]]:
+        return None
+    return np.vstack(parts)
 
 
 def monitor_table_of(source: Source) -> pd.DataFrame:

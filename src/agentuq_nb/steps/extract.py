@@ -32,6 +32,7 @@ from agentuq_nb.io.ingest.sidecars import release_scanner_memory
 from agentuq_nb.io.ingest.token_sources import SidecarResolver, batch_raw_tokens
 from agentuq_nb.io.input_warnings import emit_input_warnings
 from agentuq_nb.io.outputs import check_run_destination
+from agentuq_nb.io.store.detector_dir import own_card
 from agentuq_nb.io.store.rundir import RESULTS_CONTENT, RunDir
 from agentuq_nb.records import Results, Simulation
 from agentuq_nb.records.run_tables import MessageColumns
@@ -58,6 +59,8 @@ class ExtractConfig(StepConfig):
                                  "1/0.5/0/0, numbers as they are)")
     progress: bool = Field(False, description="show a progress bar")
     batch_bytes: int = Field(BATCH_BYTES, ge=1, description="sidecar JSON per batch (memory is bounded by two)")
+    force: bool = Field(False, description="replace a run folder made from other results (by content): its tables "
+                        "are replaced whole and what was made from them is found stale")
 
 
 @dataclass
@@ -162,8 +165,12 @@ def run(run_dir: str | Path | RunDir, config: ExtractConfig) -> ExtractReport:
     folder = RunDir.of(run_dir)
     if folder.path.exists() and not folder.path.is_dir():
         raise InputError(folder.path, "is a file, not a run folder: give --out a folder (new or holding a run)")
-    # never inside the results; another run's folder is replaced whole, its artefacts found stale (RunDir's contract)
-    check_run_destination(folder.path, config.results, command=STEP.name, another_run=True)
+    # never inside the results; a run of other results only with --force (replaced whole, its artefacts then found
+    # stale: RunDir's contract) - the one output rule of analyze and predict
+    check_run_destination(folder.path, config.results, command=STEP.name, force=config.force)
+    if folder.path.is_dir() and own_card(folder.path) is not None:  # (extract is how analyze, predict, judge write)
+        raise InputError(folder.path, "is a detector folder: a run is extracted into a folder of its own - its tables "
+                                      "would be mixed with the detector's files; name another folder")
     if config.sidecar_dir is not None and not Path(config.sidecar_dir).is_dir():
         raise InputError(config.sidecar_dir, "sidecar_dir " + ("is not a directory" if Path(config.sidecar_dir).exists() else "does not exist"))
     layout = layout_before_simulations(config.results)  # v0 or v1: told by the first simulation, as it streams
@@ -246,7 +253,7 @@ def show(report: ExtractReport, run_dir: Path, config: ExtractConfig, say: Repor
 
 COMMAND = Command(summary="Token rows from results + sidecars → RUN_DIR/tokens.parquet.", arguments=("results",),
                   out=True, out_help="run directory to write tokens.parquet and the manifest to",
-                  options=("sidecar_dir", "score"), set={"progress": True}, show=show)
+                  options=("sidecar_dir", "score", "force"), set={"progress": True}, show=show)
 
 
 def extract(results_path: str | Path, run_dir: str | Path | RunDir, **options: Any) -> ExtractReport:

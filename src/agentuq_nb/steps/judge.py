@@ -28,6 +28,7 @@ from agentuq_nb.io.atomic import atomic_write_json
 from agentuq_nb.io.errors import InputError, StaleArtifactError
 from agentuq_nb.io.files import read_limited_json
 from agentuq_nb.io.ingest.results import iter_simulations, read_header
+from agentuq_nb.io.outputs import check_run_destination
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records import Results
 from agentuq_nb.records.config import EMBEDDED_MODEL, ExecutionConfig
@@ -184,6 +185,7 @@ def run(run_dir: str | Path | RunDir, config: JudgeConfig) -> JudgeReport:
     from agentuq_nb import llm
 
     folder = RunDir.of(run_dir)
+    check_run_destination(folder.path, config.results, command=STEP.name)  # never inside the results, nor another run
     prompts = [load_prompt(p) for p in config.prompts]  # a bad template is refused before anything runs
     names = [judge_name(p.name, m) for m in config.models for p in prompts]
     if len(set(names)) != len(names):

@@ -61,7 +61,7 @@ from agentuq_nb.steps.base import (
     interval_text,
     num_text,
 )
-from agentuq_nb.steps.detector_inputs import BATCH_SIZE, corpus_features, resolve_source
+from agentuq_nb.steps.detector_inputs import BATCH_SIZE, corpus_features, resolve_source, trajectory_signatures
 
 STEP = Step("predict", "agentuq-nb predict DETECTOR_DIR RUN_DIR",
             ("detector_scores", "predictions", "detector_report"),
@@ -153,6 +153,10 @@ def run(run_dir: str | os.PathLike | RunDir, config: PredictConfig) -> Predictio
             scored.insert(at + offset, name, seen[name].to_numpy())
         predictions = pd.concat([index[[*TRAJECTORY_KEYS, "simulation_id", "reward"]].reset_index(drop=True),
                                  scored], axis=1)
+        signatures = trajectory_signatures([source], features)
+        copies = detector.near_copies(signatures if signatures is not None else np.zeros((0, 0), np.uint32))
+        if len(copies) == len(predictions):
+            predictions = pd.concat([predictions, copies], axis=1)
         labelled = np.isfinite(reward)
         y = failure_labels(reward[labelled], config.failure_threshold)  # labelled once: the column and the report
         failed = pd.Series(pd.NA, index=predictions.index, dtype="boolean")
@@ -174,6 +178,7 @@ def run(run_dir: str | os.PathLike | RunDir, config: PredictConfig) -> Predictio
             "n": int(len(predictions)), "n_labelled": int(labelled.sum()),
             "n_in_training": int(predictions["in_training"].sum()),
             "tasks_seen": seen_summary(seen),
+            "near_copies": near_copy_summary(predictions),
             "failure_rate": rate_report(estimate, scored, tasks, config.n_boot, config.seed,
                                         ((card.get("calibration") or {}).get("label_shift") or {}).get("summary")),
         }
@@ -213,6 +218,18 @@ def fallback_report(detector, features, scored: pd.DataFrame) -> dict[str, Any] 
             "why": "the final model is the task prior, which knows only the training tasks: a trajectory of a task it "
                    f"never saw is scored by {fallback.candidate}, the best candidate that does not read the task's "
                    "history"}
+
+
+def near_copy_summary(predictions: pd.DataFrame) -> dict[str, Any] | None:
+    """How many trajectories of the run are (near-)copies of training trajectories, and of which runs (None: the
+    detector folder keeps no signatures)."""
+    if "near_copy_of" not in predictions or predictions["training_similarity"].isna().all():
+        return None
+    of = predictions["near_copy_of"].dropna()
+    return {"n": int(len(predictions)), "near_copies": int(len(of)), "exact": int(predictions["in_training"].sum()),
+            "by_run": {str(k): int(v) for k, v in of.value_counts().items()},
+            "rule": "estimated Jaccard of 5-word shingles (roles, contents, tool calls) >= 0.8 with a training "
+                    "trajectory (MinHash, 64 values)"}
 
 
 def seen_summary(seen: pd.DataFrame) -> dict[str, Any]:
@@ -334,6 +351,12 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
         lines.append(f"the final model is the task prior: {fallback['n']} of {report['n']} trajectories, of tasks it "
                      f"never saw, were scored by {fallback['candidate']} instead (the prior alone would give them all "
                      "one probability)")
+    copies = report.get("near_copies")
+    if copies and copies["near_copies"]:
+        runs = ", ".join(f"{run}: {k}" for run, k in copies["by_run"].items())
+        lines.append(f"{copies['near_copies']} of {copies['n']} trajectories of this run are (near-)copies of training "
+                     f"trajectories ({runs}; {copies['exact']} exact): the detector has seen them, its scores on them "
+                     "are not those of an unseen run")
     rate = report.get("failure_rate") or {}
     own = (f"; its own (labelled) rate: {rate['true_rate']:.3f}" if rate.get("true_rate") is not None else "")
     if rate.get("estimated") is not None and rate.get("resampled") != "none":

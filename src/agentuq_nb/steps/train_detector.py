@@ -26,6 +26,10 @@ judged by every protocol against length and the task prior, saved as a detector 
 4. **Early detection** (``early_turns``, ``early_fractions``): the same fold models of ``early_protocol`` on the first k
    agent turns (and on fractions) of their held-out trajectories, beside the length so far.
 5. **The folder** (:mod:`agentuq_nb.io.store.detector_dir`): the card, the models as JSON and arrays, the tables.
+
+Memory grows linearly with the labelled trajectories (the feature table and the fits; extraction holds one batch):
+about 0.11 MB per trajectory above a 0.4 GB base with the default groups - 1.5 GB at 10⁴ tiny trajectories, 3.8 GB
+at 3·10⁴, so about 12 GB at 10⁵ (:data:`MEMORY_NOTE`, in the command's help; benchmarks/RESULTS.md).
 """
 from __future__ import annotations
 
@@ -66,7 +70,13 @@ from agentuq_nb.steps.base import (
     interval_text,
     num_text,
 )
-from agentuq_nb.steps.detector_inputs import BATCH_SIZE, Source, corpus_features, resolve_sources
+from agentuq_nb.steps.detector_inputs import (
+    BATCH_SIZE,
+    Source,
+    corpus_features,
+    resolve_sources,
+    trajectory_signatures,
+)
 from agentuq_nb.uq.detector_features import (
     EMBED_MAX_TOKENS_RANGE,
     FEATURE_VERSION,
@@ -462,6 +472,11 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], confi
         notes.append("one training run: no protocol across runs; the probabilities are calibrated within it")
 
     tick = time.perf_counter()
+    signatures, near_copies = training_near_copies(sources, features, at, runs)
+    notes.extend(near_copy_notes(near_copies))
+    seconds["near_copies"] = time.perf_counter() - tick
+
+    tick = time.perf_counter()
     early = pd.DataFrame()
     if c.early_turns or c.early_fractions:
         early_run = evaluated[c.early_protocol]
@@ -515,12 +530,16 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], confi
         "early_detection": None if early.empty else {"protocol": c.early_protocol, "turns": c.early_turns,
                                                      "fractions": c.early_fractions},
         "tasks": task_summary(training_tasks),
+        "near_copies": None if near_copies is None else {"rule": NEAR_COPY_RULE,
+                                                         "runs": near_copies.to_dict("records")},
         "top_features": top.head(20).to_dict("records"),
         "library_versions": library_versions(), "notes": notes,
         "seconds": {k: round(v, 2) for k, v in seconds.items()},
     }
     model_json, arrays = detector_state(final, final_map, loro_models, runs_present, features, at)
     model_json["tasks"] = training_tasks.to_dict("records")
+    if signatures is not None:  # predict tells a near-copy of a training trajectory by them
+        arrays["near_copy_signatures"] = signatures
     tables = {"protocols.csv": protocols, "oof_predictions.csv": oof, "top_features.csv": top}
     if label_shift is not None:
         tables["label_shift.csv"] = pd.DataFrame(label_shift["runs"])
@@ -539,6 +558,41 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], confi
                                   {CARD_TEXT: card_markdown(card)},
                                   inputs=[*c.inputs, *(s.results for s in sources)], force=c.force)
     return TrainedDetector(Path(c.out), card, protocols, oof, reliability, top, early, seconds, evaluated)
+
+
+#: how the card and the notes say what a near-copy is (:mod:`agentuq_nb.uq.near_copies`)
+NEAR_COPY_RULE = ("a trajectory whose 5-word shingles (roles, contents, tool calls) have an estimated Jaccard "
+                  "similarity >= 0.8 (MinHash, 64 values) with a trajectory of another training run")
+
+
+def training_near_copies(sources: list[Source], features: TrajectoryFeatures, at: np.ndarray, runs: np.ndarray
+                         ) -> tuple[np.ndarray | None, pd.DataFrame | None]:
+    """The labelled rows' near-copy signatures (what the folder keeps for ``predict``) and, per run, how many of its
+    trajectories are near-copies of another training run's (:func:`~agentuq_nb.uq.near_copies.near_copy_runs`); None
+    for both when the results no longer line up with the features (a study's features of other inputs)."""
+    from agentuq_nb.uq.near_copies import near_copy_runs
+
+    every = trajectory_signatures(sources, features)
+    if every is None:
+        return None, None
+    signatures = every[at]
+    return signatures, near_copy_runs(signatures, runs)
+
+
+def near_copy_notes(near_copies: pd.DataFrame | None) -> list[str]:
+    """A note per run some of whose trajectories nearly copy another training run's: its leave-one-run-out scores are
+    not those of an unseen run (and it nearly duplicates that run when most of its trajectories do)."""
+    notes = []
+    for row in ([] if near_copies is None else near_copies.to_dict("records")):
+        if not row["near_copies"]:
+            continue
+        whole = (f": run {row['run']} nearly duplicates training run {row['of_run']}"
+                 if row["of_run_count"] >= 0.5 * row["n"] else "")
+        notes.append(f"{row['near_copies']} of {row['n']} trajectories of run {row['run']} are (near-)copies of "
+                     f"trajectories of other training runs ({row['of_run_count']} of run {row['of_run']}; estimated "
+                     f"Jaccard of 5-word shingles >= 0.8){whole} - its leave-one-run-out scores are not those of an "
+                     "unseen run")
+    return notes
 
 
 def with_source_rate(mapping: dict[str, Any], log_odds: np.ndarray) -> dict[str, Any]:
@@ -655,6 +709,10 @@ def show(trained: TrainedDetector, run_dir: None, config: TrainDetectorConfig, s
         say.say(f"note: {note}", warn=True)
 
 
+#: the memory bound the command's help states (measured: benchmarks/RESULTS.md, issue 51 point 6)
+MEMORY_NOTE = ("memory: about 0.4 GB + 0.11 MB per labelled trajectory with the default groups (1.5 GB at 10^4, "
+               "3.8 GB at 3x10^4, about 12 GB at 10^5); fewer groups take less")
+
 COMMAND = Command(summary="A failure detector learned from labelled runs, judged by every protocol against length and "
                           "the task prior → DETECTOR_DIR (card.json, model.json, arrays.npz, protocols.csv …; never "
                           "pickle).", arguments=("inputs",),
@@ -664,7 +722,8 @@ COMMAND = Command(summary="A failure detector learned from labelled runs, judged
                          "early_fractions": "--early-fraction"},
                   help={"inputs": "labelled runs: " + RESULTS_HELP + ", or run folders",
                         "groups": "a feature group: text, blackbox, embeddings, length, monitors (the run folders' "
-                                  "imported scores and judges; never a default) (repeat; default: the first four)",
+                                  "imported scores and judges; never a default) (repeat; default: the first four; "
+                                  + MEMORY_NOTE + ")",
                         "model": "logistic | gbm",
                         "protocols": "a protocol reported: within_run, leave_one_run_out, leave_run_and_task_out, "
                                      "leave_one_domain_out (repeat; default: all four)",

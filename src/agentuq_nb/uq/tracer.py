@@ -285,16 +285,22 @@ def tracer_scores(steps: StepArrays, params: TracerParams = TracerParams()) -> n
     return aggregate_risks(risks, steps.n_steps, params.top_k, params.w)
 
 
+def grid_score_chunks(steps: StepArrays, grid: Grid = GRID, chunk: int = 64):
+    """The rows of :func:`grid_scores` a chunk at a time: ``(first row, scores of ``chunk`` weight triples × every
+    (k, w))`` - so that a search over the grid holds one chunk of (settings × trajectories), not all of it."""
+    weights = np.array(list(itertools.product(grid.alpha, grid.beta, grid.gamma)), dtype=float)
+    kw = np.array(list(itertools.product(grid.top_k, grid.w)), dtype=float)  # (K, 2)
+    for start in range(0, len(weights), chunk):
+        wts = weights[start:start + chunk]
+        risks = sorted_risks(steps, wts[:, 0], wts[:, 1], wts[:, 2])  # (b, T, S)
+        scores = aggregate_risks(risks[:, None], steps.n_steps, kw[None, :, 0], kw[None, :, 1])
+        yield start * len(kw), scores.reshape(len(wts) * len(kw), -1)
+
+
 def grid_scores(steps: StepArrays, grid: Grid = GRID, chunk: int = 64) -> np.ndarray:
     """TRACER scores of every setting of ``grid``: (n_settings, T), rows in :meth:`Grid.settings` order.
 
     The step risks depend on (α, β, γ) only: they are computed and sorted once per weight triple (in chunks
     of ``chunk`` triples), and every (k, w) is read off their cumulative sums."""
-    weights = np.array(list(itertools.product(grid.alpha, grid.beta, grid.gamma)), dtype=float)
-    kw = np.array(list(itertools.product(grid.top_k, grid.w)), dtype=float)  # (K, 2)
-    out = np.empty((len(weights), len(kw), len(steps.n_steps)))
-    for start in range(0, len(weights), chunk):
-        wts = weights[start:start + chunk]
-        risks = sorted_risks(steps, wts[:, 0], wts[:, 1], wts[:, 2])  # (b, T, S)
-        out[start:start + chunk] = aggregate_risks(risks[:, None], steps.n_steps, kw[None, :, 0], kw[None, :, 1])
-    return out.reshape(len(weights) * len(kw), -1)
+    parts = [scores for _, scores in grid_score_chunks(steps, grid, chunk)]
+    return np.vstack(parts) if parts else np.empty((0, len(steps.n_steps)))
