@@ -7,8 +7,10 @@ training rows only, among :data:`CANDIDATES`:
 * ``length`` - :class:`LengthModel`: logistic regression on the length baseline (of ``num_messages``,
   ``num_tool_calls``, ``agent_chars``, as ``log(1 + n)``, read from the trajectory index, whatever groups were
   extracted) that ranks the training rows best within runs, its slope fitted within runs;
-* ``task_prior`` - :class:`TaskPrior`: the task's failure rate in the training rows, shrunk towards the training base
-  rate by :data:`PRIOR_STRENGTH` pseudo-trajectories (a task the training rows never hold gets the base rate). Only
+* ``task_prior`` - :class:`TaskPrior`: the task's failure rate in the training rows (a task the training rows never
+  hold gets the base rate), kept within [:data:`PRIOR_CLIP`, 1 - :data:`PRIOR_CLIP`] - the protocols' own task-prior
+  baseline, rank for rank (shrinking it towards the base rate broke its ties by how often a task was seen and cost
+  it 0.008 of pooled AUROC on the shared runs; its probabilities are recalibrated anyway). Only
   where tasks can recur between training and scored rows (:func:`prior_applies`: not for the task-disjoint kinds);
 * ``full`` - the full model of the chosen feature groups (:func:`~.detector_model.fit_detector`);
 * ``stacked`` - logistic regression on the out-of-fold log-odds of the full model, the length model and (where it
@@ -54,15 +56,18 @@ from agentuq_nb.evaluation.detector_model import (
     StateError,
     fit_detector,
     fit_logistic_path,
+    fold_run_intercepts,
+    run_indicators,
     state_array,
+    with_runs,
 )
 from agentuq_nb.evaluation.detector_protocols import TASK_DISJOINT, task_keys
 from agentuq_nb.records.task_identity import TASK_KEY
 from agentuq_nb.uq.detector_features import LENGTH_COLUMNS, TrajectoryFeatures
 
 CANDIDATES = ("length", "task_prior", "full", "stacked")
-#: pseudo-trajectories at the training base rate a task's failure rate is shrunk with
-PRIOR_STRENGTH = 2.0
+#: a task's failure rate is kept this far from 0 and 1 (its log-odds finite; the order of the rates kept)
+PRIOR_CLIP = 0.02
 PRIOR_BLOCK = "task_prior"
 #: the candidates a task-prior detector falls back on for a row whose task it never saw (:func:`select_detector`)
 FALLBACK_CANDIDATES = ("length", "full")
@@ -74,6 +79,9 @@ INNER_SPLITS = 3
 #: how much higher a model of many features (full, stacked) must score on the inner folds than the best baseline
 #: candidate (length, task prior) to be chosen over it (:func:`choose`)
 COMPLEX_MARGIN = 0.02
+#: how much better (pooled within-run AUROC - 1/2, on the training rows) another length column must rank than
+#: ``num_messages`` for :class:`LengthModel` to read it instead
+LENGTH_SWITCH = 0.02
 #: the logistic full model's regularizations, chosen on the same inner folds (strong to moderate: thousands of
 #: columns on a few hundred rows)
 FULL_C_GRID = (0.01, 0.1, 1.0)
@@ -135,7 +143,12 @@ class LengthModel:
         runs = features.index["run"].to_numpy(dtype=object)
         strength = {c: abs(within_run_auroc(np.log1p(features.index[c].to_numpy(dtype=float)), failure, runs) - 0.5)
                     for c in LENGTH_COLUMNS}
-        column = max(LENGTH_COLUMNS, key=lambda c: (np.nan_to_num(strength[c], nan=-1.0), -LENGTH_COLUMNS.index(c)))
+        strength = {c: np.nan_to_num(v, nan=-1.0) for c, v in strength.items()}
+        # the first column (num_messages) unless another ranks clearly better: the three are nearly collinear, and
+        # fold models switching column on a difference within noise speak different scales within one run (module
+        # docstring)
+        column = max(LENGTH_COLUMNS, key=lambda c: (strength[c] - (0 if c == LENGTH_COLUMNS[0] else LENGTH_SWITCH),
+                                                    -LENGTH_COLUMNS.index(c)))
         x = np.log1p(features.index[column].to_numpy(dtype=float))
         mean, sd = float(x.mean()), float(x.std()) or 1.0
         codes, _ = pd.factorize(runs)
@@ -202,7 +215,8 @@ class TaskPrior:
 
     def log_odds(self, keys: np.ndarray) -> np.ndarray:
         failures, counts = self.lookup(keys)
-        return logit((failures + PRIOR_STRENGTH * self.rate) / (counts + PRIOR_STRENGTH))
+        rate = np.where(counts > 0, failures / np.where(counts > 0, counts, 1.0), self.rate)
+        return logit(np.clip(rate, PRIOR_CLIP, 1 - PRIOR_CLIP))
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         return {"tasks": self.tasks.astype(str), "failures": self.failures, "counts": self.counts,
@@ -514,19 +528,23 @@ def prefixed(prefix: str, build: Callable[[], Any]) -> Any:
 
 
 # --------------------------------------------------------------------------- selection
-def fit_stacker(columns: dict[str, np.ndarray], failure: np.ndarray) -> dict[str, float]:
-    """Logistic regression (L2, C = 1) on the standardized component log-odds, folded back to a weight per raw
-    component log-odds and an intercept (so the stacked log-odds stays additive over the components' features)."""
+def fit_stacker(columns: dict[str, np.ndarray], failure: np.ndarray, runs=None) -> dict[str, float]:
+    """Logistic regression (L2, C = 1) on the standardized component log-odds, within ``runs`` (an intercept per run,
+    :func:`~.detector_model.run_indicators`, as the full model), folded back to a weight per raw component log-odds
+    and an intercept (so the stacked log-odds stays additive over the components' features)."""
     from sklearn.linear_model import LogisticRegression
 
     names = list(columns)
     X = np.column_stack([columns[n] for n in names])
     mean, scale = X.mean(axis=0), X.std(axis=0)
     scale = np.where(scale > 1e-9, scale, 1.0)
-    model = LogisticRegression(max_iter=1000).fit((X - mean) / scale, failure)
-    w = model.coef_.ravel() / scale
+    Z = (X - mean) / scale
+    indicators = None if runs is None else run_indicators(runs)
+    model = LogisticRegression(max_iter=1000).fit(with_runs(Z, indicators), failure)
+    coef, intercept = fold_run_intercepts(model.coef_, float(model.intercept_[0]), Z.shape[1], runs)
+    w = coef / scale
     out = {n: float(v) for n, v in zip(names, w)}
-    out["intercept"] = float(model.intercept_[0] - w @ mean)
+    out["intercept"] = float(intercept - w @ mean)
     return out
 
 
@@ -579,9 +597,11 @@ def select_detector(features: TrajectoryFeatures, failure: np.ndarray, settings:
             oof["full"][test] = fit_detector(part, y[train], tasks[train], settings, fixed=fixed).log_odds(held)
         if "length" in oof:
             oof["length"][test] = LengthModel.fit(part, y[train]).log_odds(held)
-        if "task_prior" in oof:
+        if "task_prior" in oof and kind != "leave_one_run_out":
             oof["task_prior"][test] = TaskPrior.fit(tasks[train], y[train]).log_odds(tasks[test])
         fold_of[test] = k
+    if "task_prior" in oof and kind == "leave_one_run_out":
+        oof["task_prior"] = prior_by_run(tasks, y, runs)
     if by_c:
         done = fold_of >= 0
         c_scores = {c: within_run_auroc(v[done], y[done], runs[done]) for c, v in by_c.items()}
@@ -600,7 +620,7 @@ def select_detector(features: TrajectoryFeatures, failure: np.ndarray, settings:
         for k in range(len(folds)):
             fit_rows, rows = scored & (fold_of != k), fold_of == k
             if 0 < y[fit_rows].sum() < fit_rows.sum():
-                w = fit_stacker({n: v[fit_rows] for n, v in components.items()}, y[fit_rows])
+                w = fit_stacker({n: v[fit_rows] for n, v in components.items()}, y[fit_rows], runs[fit_rows])
                 stacked[rows] = stacked_log_odds(w, {n: v[rows] for n, v in components.items()})
         oof["stacked"] = stacked
     scores = {name: within_run_auroc(oof[name][scored], y[scored], runs[scored]) for name in wanted if name in oof}
@@ -610,7 +630,17 @@ def select_detector(features: TrajectoryFeatures, failure: np.ndarray, settings:
     if not finite:
         selection["why"] = "no inner fold scored both classes of one run: the full model, unchosen"
         return finish(SelectedDetector("full", full=full_model(), selection=selection), features)
-    winner = choose(finite)
+    simple = choose({k: v for k, v in finite.items() if k in ("length", "task_prior")}) \
+        if {"length", "task_prior"} & set(finite) else None
+    margins = {}
+    if simple is not None:  # one standard error of each complex candidate's difference from the best baseline
+        for name in ("full", "stacked"):
+            if name in finite:
+                margins[name] = paired_difference(oof[name][scored], oof[simple][scored], y[scored],
+                                                  runs[scored])[1]
+        selection["one_se"] = {k: float(v) for k, v in margins.items() if np.isfinite(v)}
+    margins = {k: v for k, v in margins.items() if np.isfinite(v)}
+    winner = choose(finite, margins)
     best = finite[winner]
     others = {k: v for k, v in finite.items() if k != winner}
     runner_up = max(others, key=others.get) if others else None
@@ -618,7 +648,8 @@ def select_detector(features: TrajectoryFeatures, failure: np.ndarray, settings:
                         f"pooled within-run AUROC {best:.3f} on {len(folds)} inner folds of the {kind} kind"
                         + (f" ({runner_up} {others[runner_up]:.3f})" if runner_up else "")
                         + ("" if best == max(finite.values()) else
-                           f": a model of many features must beat the baselines by {COMPLEX_MARGIN} to be chosen"))
+                           f": a model of many features must beat the best baseline by one standard error of the "
+                           f"paired difference (at least {COMPLEX_MARGIN}) to be chosen"))
     out = SelectedDetector(winner, selection=selection)
     if winner == "task_prior":
         # the prior alone gives every trajectory of a task it never saw the base rate - one probability for all of
@@ -647,13 +678,53 @@ def select_detector(features: TrajectoryFeatures, failure: np.ndarray, settings:
         out.prior = TaskPrior.fit(tasks, y)
     if winner == "stacked":
         components = {n: oof[n][scored] for n in ("full", "length", "task_prior") if n in oof}
-        out.stack = fit_stacker(components, y[scored])
+        out.stack = fit_stacker(components, y[scored], runs[scored])
     out.recalibration = recalibration(oof[winner][scored], y[scored])
     selection["recalibration"] = out.recalibration
     return finish(out, features)
 
 
-def choose(scores: dict[str, float]) -> str:
+def prior_by_run(tasks: np.ndarray, failure: np.ndarray, runs: np.ndarray) -> np.ndarray:
+    """Each row's task prior fitted on the *other* runs' rows: the task prior's inner score in the leave-one-run-out
+    kind, as the protocol's own baseline is (the failure rate of the task in the other runs). Free to compute (no
+    model is refitted) and closer to the outer fold than k groups of runs would be: the prior gains the most from
+    every run it sees, and an inner score from two thirds of the runs undersold it to the full model."""
+    out = np.full(len(failure), np.nan)
+    for r in pd.unique(runs):
+        mine = runs == r
+        if (~mine).any():
+            out[mine] = TaskPrior.fit(tasks[~mine], failure[~mine]).log_odds(tasks[mine])
+    return out
+
+
+def paired_difference(a, b, failure, runs) -> tuple[float, float]:
+    """``(difference, standard error)`` of the pooled within-run AUROC of scores ``a`` minus that of ``b`` on the rows
+    both score: DeLong's placement values within each run (pairs of one run only), the runs' differences weighed by
+    their failure × success pairs. Written out here (a few lines of numpy): scikit-learn and scipy have no paired
+    AUROC variance."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    y, runs = np.asarray(failure, dtype=bool), np.asarray(runs, dtype=object)
+    ok = np.isfinite(a) & np.isfinite(b)
+    total = weight = var = 0.0
+    for r in pd.unique(runs[ok]):
+        rows = ok & (runs == r)
+        pos, neg = rows & y, rows & ~y
+        n1, n0 = int(pos.sum()), int(neg.sum())
+        if not (n1 and n0):
+            continue
+        d = (np.sign(a[pos][:, None] - a[neg][None, :]) - np.sign(b[pos][:, None] - b[neg][None, :])) / 2.0
+        w = float(n1 * n0)
+        total += d.mean() * w
+        weight += w
+        v1 = d.mean(axis=1).var(ddof=1) / n1 if n1 > 1 else 0.0
+        v0 = d.mean(axis=0).var(ddof=1) / n0 if n0 > 1 else 0.0
+        var += w * w * (v1 + v0)
+    if not weight:
+        return float("nan"), float("nan")
+    return total / weight, float(np.sqrt(var)) / weight
+
+
+def choose(scores: dict[str, float], margins: dict[str, float] | None = None) -> str:
     """The candidate chosen from the inner scores: the best of the baselines (length, task prior), replaced by the
     best model of many features (full, stacked) only when that beats it by :data:`COMPLEX_MARGIN` - on a few dozen
     inner rows a model of thousands of columns wins by noise as often as by signal, and the baselines are what it
@@ -665,7 +736,8 @@ def choose(scores: dict[str, float]) -> str:
     simple, complex_ = best(("length", "task_prior")), best(("full", "stacked"))
     if simple is None or complex_ is None:
         return simple or complex_
-    return complex_ if scores[complex_] > scores[simple] + COMPLEX_MARGIN else simple
+    margin = max(COMPLEX_MARGIN, (margins or {}).get(complex_, 0.0))
+    return complex_ if scores[complex_] > scores[simple] + margin else simple
 
 
 def recalibration(log_odds: np.ndarray, failure: np.ndarray) -> dict[str, float]:

@@ -437,10 +437,11 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], confi
     label_shift, label_shift_rows = None, pd.DataFrame()
     if loro is not None and loro.folds:
         calibration_source = CALIBRATION_PROTOCOL
-        final_map = with_source_rate(platt_map(loro.log_odds, failure), loro.log_odds)
+        final_map = with_source_rate(platt_map(loro.log_odds, failure, runs), loro.log_odds)
         loro_models = [{"run": fold.held_out, "model": model,
                         "calibration": with_source_rate(platt_map(loro.log_odds[runs != fold.held_out],
-                                                                  failure[runs != fold.held_out]),
+                                                                  failure[runs != fold.held_out],
+                                                                  runs[runs != fold.held_out]),
                                                         loro.log_odds[runs != fold.held_out])}
                        for fold, model in zip(loro.folds, loro.models)]
         label_shift, label_shift_rows = judge_label_shift(loro.log_odds, failure, runs, tasks, c.n_boot, c.seed)
@@ -663,8 +664,10 @@ COMMAND = Command(summary="A failure detector learned from labelled runs, judged
                   flags={"groups": "--group", "protocols": "--protocol", "early_turns": "--early-turn",
                          "early_fractions": "--early-fraction"},
                   help={"inputs": "labelled runs: " + RESULTS_HELP + ", or run folders",
-                        "groups": "a feature group: text, blackbox, embeddings, length, monitors (the run folders' "
-                                  "imported scores and judges; never a default) (repeat; default: the first four)",
+                        "groups": "a feature group: text, blackbox, embeddings, length, policy (policy-grounded events: "
+                                  "a write without the user's confirmation, a failed call repeated, …), monitors (the "
+                                  "run folders' imported scores and judges); policy and monitors are never defaults "
+                                  "(repeat; default: the first four)",
                         "model": "logistic | gbm",
                         "protocols": "a protocol reported: within_run, leave_one_run_out, leave_run_and_task_out, "
                                      "leave_one_domain_out (repeat; default: all four)",
