@@ -501,11 +501,14 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], confi
                                                    "calibration_auroc_across_runs")} for r in reported},
                         "label_shift": label_shift},
         "final_model": final_model_card(final),
-        "selection": {"candidates": "length alone (logistic regression on the three length baselines), the task "
-                                    "prior alone (the task's failure rate in the training rows, where tasks recur), "
-                                    "the full model, and the full model stacked on them",
+        "selection": {"candidates": "length alone (logistic regression on num_messages, or another length column "
+                                    "that ranks clearly better), the task prior alone (the task's failure rate in "
+                                    "the training rows, where tasks recur), the two stacked (baselines), the full "
+                                    "model (fitted within runs), and the full model stacked on them",
                       "how": "chosen inside each fold's training rows by inner folds of the protocol's own kind of "
-                             "split, by the pooled within-run AUROC (evaluation/detector_selection.py)",
+                             "split, by the pooled within-run AUROC; a model of many features must beat the best "
+                             "simple candidate by one standard error of the paired difference "
+                             "(evaluation/detector_selection.py)",
                       "final": final.selection | {"selected": final.candidate},
                       "protocols": {r.protocol: {k: v for k, v in r.row.items()
                                                  if k == "selected" or k == "selected_folds" or k.startswith("inner_")}
