@@ -391,3 +391,23 @@ def test_a_platt_map_fitted_within_runs_keeps_the_slope_a_pooled_one_shrinks():
     assert np.mean(platt_probability(within, s)) == pytest.approx(y.mean(), abs=1e-6)
     assert platt_map(s, y, runs) == within
     assert within_run_platt(s, np.zeros(320, bool), runs) == {"constant": 0.0, "n": 320}
+
+
+def test_the_card_says_plainly_where_the_detector_is_below_its_best_baseline():
+    """card.md's check: each protocol against the baseline it trails most - length, and the task prior (on the rows
+    that have one) only where tasks recur between training and the scored run."""
+    from agentuq_nb.figures.detector_card import baseline_checks, card_markdown
+
+    card = {"protocols": {
+        "leave_one_run_out": {"auroc": 0.699, "length_auroc": 0.698, "length_baseline": "num_messages",
+                              "prior_auroc": 0.744, "auroc_on_prior_rows": 0.714},
+        "leave_run_and_task_out": {"auroc": 0.690, "length_auroc": 0.698, "length_baseline": "num_messages",
+                                   "prior_auroc": 0.744, "auroc_on_prior_rows": 0.60}}}
+    checks = {c["protocol"]: c for c in baseline_checks(card)}
+    assert checks["leave_one_run_out"]["baseline"] == "task prior" and not checks["leave_one_run_out"]["met"]
+    assert checks["leave_one_run_out"]["gap"] == pytest.approx(0.714 - 0.744)
+    # task-disjoint: the prior is not a baseline the detector could use; within 0.01 of length counts as met
+    assert checks["leave_run_and_task_out"]["baseline"].startswith("length") and checks["leave_run_and_task_out"]["met"]
+    text = card_markdown(card)
+    assert "leave_one_run_out: detector 0.714 against the task prior 0.744 — **below its best baseline** by 0.030" in text
+    assert "leave_run_and_task_out: detector 0.690 against the length baseline num_messages 0.698 — at least" in text
