@@ -606,6 +606,8 @@ def select_detector(features: TrajectoryFeatures, failure: np.ndarray, settings:
     oof = {name: np.full(len(y), np.nan) for name in ("length", "task_prior", "full") if name in wanted}
     by_c = {c: np.full(len(y), np.nan) for c in FULL_C_GRID} if logistic and "full" in oof else {}
     fold_of = np.full(len(y), -1)
+    # the task prior scored leave-one-run-out inside (:func:`prior_by_run`) where the inner folds are of whole runs
+    by_runs = kind == "leave_one_run_out" and len(pd.unique(runs)) >= 2
     for k, (train, test) in enumerate(folds):
         part, held = features.take(train), features.take(test)
         if by_c:
@@ -617,11 +619,11 @@ def select_detector(features: TrajectoryFeatures, failure: np.ndarray, settings:
             oof["full"][test] = fit_detector(part, y[train], tasks[train], settings, fixed=fixed).log_odds(held)
         if "length" in oof:
             oof["length"][test] = LengthModel.fit(part, y[train]).log_odds(held)
-        if "task_prior" in oof and kind != "leave_one_run_out":
+        if "task_prior" in oof and not by_runs:
             oof["task_prior"][test] = TaskPrior.fit(tasks[train], y[train]).log_odds(tasks[test])
         fold_of[test] = k
     seen_inner = np.zeros(len(y), dtype=bool)
-    if "task_prior" in oof and kind == "leave_one_run_out":
+    if "task_prior" in oof and by_runs:
         oof["task_prior"], seen_inner = prior_by_run(tasks, y, runs)
     elif "task_prior" in oof:
         seen_inner = np.isfinite(oof["task_prior"])
@@ -642,8 +644,9 @@ def select_detector(features: TrajectoryFeatures, failure: np.ndarray, settings:
         if stacker not in wanted or len(components) < 2:
             continue
         stacked = np.full(len(y), np.nan)
+        whole = np.all([np.isfinite(v) for v in components.values()], axis=0)
         for k in range(len(folds)):
-            fit_rows, rows = scored & (fold_of != k), fold_of == k
+            fit_rows, rows = scored & whole & (fold_of != k), whole & (fold_of == k)
             if 0 < y[fit_rows].sum() < fit_rows.sum():
                 w = fit_stacker({n: v[fit_rows] for n, v in components.items()}, y[fit_rows], runs[fit_rows])
                 stacked[rows] = stacked_log_odds(w, {n: v[rows] for n, v in components.items()})
@@ -718,8 +721,9 @@ def select_detector(features: TrajectoryFeatures, failure: np.ndarray, settings:
     if winner == "task_prior" or (winner in STACKERS and "task_prior" in oof):
         out.prior = TaskPrior.fit(tasks, y)
     if winner in STACKERS:
-        components = {n: oof[n][scored] for n in STACK_COMPONENTS[winner] if n in oof}
-        out.stack = fit_stacker(components, y[scored], runs[scored])
+        rows = scored & np.all([np.isfinite(oof[n]) for n in STACK_COMPONENTS[winner] if n in oof], axis=0)
+        components = {n: oof[n][rows] for n in STACK_COMPONENTS[winner] if n in oof}
+        out.stack = fit_stacker(components, y[rows], runs[rows])
     out.recalibration = prior_map if winner == "task_prior" else recalibration(oof[winner][scored], y[scored],
                                                                                runs[scored])
     selection["recalibration"] = out.recalibration

@@ -63,8 +63,13 @@ def run_study(results: list[str | os.PathLike], run_dir: str | os.PathLike,
               failure_threshold: float = DEFAULT_FAILURE_THRESHOLD, n_boot: int = DEFAULT_N_BOOT, seed: int = 0,
               embedder: str = "minilm", model: str = "logistic", n_splits: int = 5,
               early_turns: tuple[int, ...] = (1, 2, 3, 4, 6, 8), early_fractions: tuple[float, ...] = (0.25, 0.5, 0.75),
-              ablation: bool = True) -> DetectorStudy:
-    """The study of the module docstring on the results files that exist among ``results``."""
+              ablation: bool = True, ablation_sets: list[str] | None = None) -> DetectorStudy:
+    """The study of the module docstring on the results files that exist among ``results``; ``ablation_sets``: the
+    feature sets of :data:`ABLATION` trained beside the full detector (None: all of them)."""
+    unknown = [name for name in ablation_sets or () if name not in ABLATION]
+    if unknown:
+        raise ValueError(f"notebook parameter ablation_sets: {unknown} are not feature sets of the ablation "
+                         f"({', '.join(ABLATION)})")
     skipped = {Path(f).stem: f"{f} not found (the shared real runs live in ../shared beside the repository)"
                for f in results if not Path(f).exists()}
     present = [Path(f) for f in results if Path(f).exists()]
@@ -88,7 +93,8 @@ def run_study(results: list[str | os.PathLike], run_dir: str | os.PathLike,
         tick = time.perf_counter()
         for name, subset in ABLATION.items():
             wanted = [g for g in subset if g in groups]
-            if name == FULL_SET or len(wanted) < len(subset):
+            if name == FULL_SET or len(wanted) < len(subset) or (ablation_sets is not None and
+                                                                  name not in ablation_sets):
                 continue
             result = train_on_features(features, sources, study_config(**base, groups=wanted), write=False)
             rows.append(result.protocols.assign(feature_set=name))
