@@ -92,7 +92,7 @@ def run_study(results: list[str | os.PathLike], run_dir: str | os.PathLike,
     if ablation:
         tick = time.perf_counter()
         for name, subset in ABLATION.items():
-            wanted = [g for g in subset if g in groups]
+            wanted = [g for g in subset if g in extracted]
             if name == FULL_SET or len(wanted) < len(subset) or (ablation_sets is not None and
                                                                   name not in ablation_sets):
                 continue
@@ -323,7 +323,8 @@ def findings_record(study: DetectorStudy) -> dict:
         record["seen_tasks"] = {r["tasks"]: {k: (_three(r.get(k)) if "diff" not in k else _signed(r.get(k)))
                                              for k in ("auroc", "length_auroc", "prior_auroc", "diff_vs_length",
                                                        "diff_vs_prior") if r.get(k) is not None and pd.notna(r.get(k))}
-                                | {"n": int(r["n"]), "vs_length": r.get("vs_length"), "vs_prior": r.get("vs_prior")}
+                                | {"n": int(r["n"]), **{k: r[k] for k in ("vs_length", "vs_prior")
+                                                        if isinstance(r.get(k), str)}}
                                 for r in study.seen_tasks.to_dict("records") if pd.notna(r.get("auroc"))}
     card = study.detector.card
     record["selection"] = {name: {"selected": row.get("selected"), "selected_folds": row.get("selected_folds")}
