@@ -84,6 +84,9 @@ class DetectorSettings:
     min_tasks: int = DETECTOR_MIN_TASKS
     inner_splits: int = 3
     seed: int = 0
+    #: fit the logistic model within runs (an intercept per training run, :func:`run_indicators`): the protocols judge
+    #: how a detector ranks the trajectories of one run, and pooled rows teach which run is long or fails often
+    within_runs: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "groups", check_groups(self.groups))
@@ -443,6 +446,40 @@ def rebuilt_trees(arrays: dict[str, np.ndarray], n_trees: int, n_inputs: int) ->
 
 
 # --------------------------------------------------------------------------- fitting
+#: the value of a run indicator the logistic model is fitted with (:func:`run_indicators`): its coefficient is then
+#: ``1/RUN_SCALE`` of the run's offset, so the L2 penalty barely touches the runs' own failure rates
+RUN_SCALE = 10.0
+
+
+def run_indicators(runs) -> sp.csr_matrix | None:
+    """One column per run (``RUN_SCALE`` on its rows), appended to a design so that a logistic model is fitted
+    *within* runs: each run gets its own intercept and the coefficients say which trajectory of a run fails, not which
+    run is long or fails often (a confound between runs of different agents; the protocols compare pairs of one run).
+    None for fewer than two runs."""
+    codes, names = pd.factorize(np.asarray(runs, dtype=object))
+    if len(names) < 2:
+        return None
+    return sp.csr_matrix((np.full(len(codes), RUN_SCALE), (np.arange(len(codes)), codes)),
+                         shape=(len(codes), len(names)))
+
+
+def fold_run_intercepts(coef: np.ndarray, intercept: float, n_columns: int, runs) -> tuple[np.ndarray, float]:
+    """``(coef, intercept)`` of a model fitted with :func:`run_indicators`: the feature coefficients, and the
+    intercept of the average training row's run (the runs' offsets weighed by their rows) - a new run's own level is
+    the calibration's and the label-shift adaptation's business."""
+    coef = np.asarray(coef, dtype=float).ravel()
+    if len(coef) == n_columns:
+        return coef, float(intercept)
+    codes, _ = pd.factorize(np.asarray(runs, dtype=object))
+    offsets = coef[n_columns:] * RUN_SCALE
+    return coef[:n_columns].copy(), float(intercept + offsets[codes].mean())
+
+
+def with_runs(Z, indicators: sp.csr_matrix | None):
+    """``Z`` with the run indicators appended (sparse), or ``Z`` itself."""
+    return Z if indicators is None else sp.hstack([sp.csr_matrix(Z), indicators], format="csr")
+
+
 def inner_folds(y: np.ndarray, groups: np.ndarray, n_splits: int = 3, seed=0) -> list | None:
     """The inner folds by task of a training set (``StratifiedGroupKFold``, shuffled, seeded; ``GroupKFold`` where a
     class is rarer than the folds), when every part - training and validation - holds both classes (each validation
@@ -529,15 +566,17 @@ def fit_detector(features: TrajectoryFeatures, failure: np.ndarray, groups: np.n
             scale = np.concatenate([text_scale, dense_scaler.scale_ if dense_scaler else np.zeros(0)])
             out.scale = np.where(scale > MIN_SCALE, scale, 1.0)
             Z = out.design(features)
+            runs = features.index["run"].to_numpy(dtype=object) if "run" in features.index else np.zeros(len(y))
+            Zfit = with_runs(Z, run_indicators(runs) if settings.within_runs else None)
             splits = None if fixed else inner_folds(y, g, settings.inner_splits, settings.seed)
             if splits is None:
                 out.C = float((fixed or {}).get("C") or 1.0)
-                model = LogisticRegression(C=out.C, max_iter=2000).fit(Z, y)
+                model = LogisticRegression(C=out.C, max_iter=2000).fit(Zfit, y)
             else:
                 model = LogisticRegressionCV(Cs=list(C_GRID), cv=splits, scoring=INNER_SCORING, max_iter=2000,
-                                             **NEW_CV_ARGS).fit(Z, y)
+                                             **NEW_CV_ARGS).fit(Zfit, y)
                 out.C = float(np.ravel(model.C_)[0])
-            out.coef, out.intercept = model.coef_.ravel().astype(float), float(model.intercept_[0])
+            out.coef, out.intercept = fold_run_intercepts(model.coef_, float(model.intercept_[0]), Z.shape[1], runs)
         else:
             if out.terms:
                 tfidf = out.text_tfidf(features)
@@ -574,33 +613,66 @@ def fit_logistic_path(features: TrajectoryFeatures, failure: np.ndarray, groups:
         return [first] * len(Cs)
     y = np.asarray(failure, dtype=bool)
     Z = first.design(features)
+    runs = features.index["run"].to_numpy(dtype=object) if "run" in features.index else np.zeros(len(y))
+    Zfit = with_runs(Z, run_indicators(runs) if settings.within_runs else None)
     model = LogisticRegression(C=Cs[0], max_iter=2000, warm_start=True)
-    model.coef_, model.intercept_ = first.coef[None, :].copy(), np.array([first.intercept])
-    model.classes_ = np.array([False, True])
-    out = [first]
+    out = []
     with one_thread():
-        for C in Cs[1:]:
-            model.set_params(C=C).fit(Z, y)
-            out.append(replace(first, coef=model.coef_.ravel().astype(float).copy(),
-                               intercept=float(model.intercept_[0]), C=C))
+        for C in Cs:  # the first C again, on the same design: the warm start then carries the run offsets too
+            model.set_params(C=C).fit(Zfit, y)
+            coef, intercept = fold_run_intercepts(model.coef_, float(model.intercept_[0]), Z.shape[1], runs)
+            out.append(replace(first, coef=coef, intercept=intercept, C=C))
     return out
 
 
 # --------------------------------------------------------------------------- calibration as two numbers
-def platt_map(log_odds, failure) -> dict[str, Any]:
+def platt_map(log_odds, failure, runs=None) -> dict[str, Any]:
     """Platt scaling of out-of-fold log-odds (:func:`~agentuq_nb.evaluation.calibration.fit_calibrator`) as the two
     numbers it is, ``p = 1 / (1 + exp(-(a·s + b)))`` (``constant`` instead where the rows held one class); ``n`` rows.
-    Two numbers by hand rather than scikit-learn objects: nothing else is needed to apply the map."""
+    Two numbers by hand rather than scikit-learn objects: nothing else is needed to apply the map. With ``runs`` (two
+    or more): :func:`within_run_platt`."""
     from agentuq_nb.evaluation.calibration import fit_calibrator
 
     s = np.asarray(log_odds, dtype=float)
     ok = np.isfinite(s)
+    if runs is not None and len(pd.unique(np.asarray(runs, dtype=object)[ok])) >= 2:
+        return within_run_platt(s, failure, runs)
     fitted = fit_calibrator(s[ok], np.asarray(failure, dtype=bool)[ok], "platt")
     if fitted.constant is not None:
         return {"constant": float(fitted.constant), "n": int(fitted.n_fitted)}
     scaler, logistic = fitted.model[0], fitted.model[-1]
     slope = float(logistic.coef_[0, 0] / scaler.scale_[0])
     return {"a": slope, "b": float(logistic.intercept_[0] - slope * scaler.mean_[0]), "n": int(fitted.n_fitted)}
+
+
+def within_run_platt(log_odds, failure, runs) -> dict[str, Any]:
+    """A Platt map ``{a, b, n}`` whose slope ``a`` is fitted *within* runs (logistic regression of the failures on the
+    log-odds with an intercept per run, :func:`run_indicators`; Platt's weak penalty) and whose offset ``b`` makes the
+    mean probability over the rows their failure rate. Pooled over runs, a Platt map also fits how the runs' mean
+    log-odds follow their failure rates - across agents they barely do - and shrinks the slope towards 0: every
+    probability of a new run then sits near the training rate (flat: 0.28 for all). Within runs the slope is what a
+    log-odds says about a trajectory *of its run*; the run's own level is the label-shift adaptation's
+    (:mod:`.label_shift`). A slope that is not positive gives the constant training rate."""
+    from scipy.optimize import brentq
+    from sklearn.linear_model import LogisticRegression
+
+    from agentuq_nb.evaluation.calibration import PLATT_C
+
+    s = np.asarray(log_odds, dtype=float)
+    ok = np.isfinite(s)
+    s, y, runs = s[ok], np.asarray(failure, dtype=bool)[ok], np.asarray(runs, dtype=object)[ok]
+    rate = float(y.mean()) if len(y) else 0.5
+    if len(y) == 0 or y.all() or not y.any() or np.ptp(s) == 0:
+        return {"constant": rate, "n": int(len(y))}
+    mean, sd = float(s.mean()), float(s.std())
+    z = ((s - mean) / sd)[:, None]
+    model = LogisticRegression(C=PLATT_C, max_iter=1000).fit(with_runs(z, run_indicators(runs)), y)
+    a = float(model.coef_[0, 0]) / sd
+    if a <= 0:
+        return {"constant": rate, "n": int(len(y))}
+    b = brentq(lambda b: float(np.mean(1.0 / (1.0 + np.exp(-(a * s + b))))) - rate, -50 - a * np.abs(s).max(),
+               50 + a * np.abs(s).max())
+    return {"a": a, "b": float(b), "n": int(len(y))}
 
 
 def platt_probability(params: dict[str, Any] | None, log_odds) -> np.ndarray:

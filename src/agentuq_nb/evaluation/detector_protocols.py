@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from agentuq_nb.evaluation.calibration import calibration_report, fit_calibrator, group_folds, reliability_table
+from agentuq_nb.evaluation.calibration import calibration_report, group_folds, reliability_table
 from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT, DETECTOR_PROTOCOLS
 from agentuq_nb.evaluation.length_control import DEFAULT_STRATA, length_strata
 from agentuq_nb.evaluation.pooled_auroc import POOLED, pooled_leaderboard
@@ -229,8 +229,10 @@ def protocol_comparison(frame: pd.DataFrame, score: str = "detector", n_boot: in
 
 def held_out_probabilities(log_odds, failure, runs) -> np.ndarray:
     """Failure probabilities of out-of-fold log-odds, each run's from a Platt map fitted on the *other* runs' rows
-    (:func:`~.calibration.fit_calibrator`): calibrated on runs other than the one it scores. NaN where a row has no
-    score or no other run has one."""
+    (:func:`~.detector_model.platt_map`, its slope within runs where they are two or more): calibrated on runs other
+    than the one it scores. NaN where a row has no score or no other run has one."""
+    from agentuq_nb.evaluation.detector_model import platt_map, platt_probability
+
     s = np.asarray(log_odds, dtype=float)
     y = np.asarray(failure, dtype=bool)
     runs = np.asarray(runs, dtype=object)
@@ -239,7 +241,7 @@ def held_out_probabilities(log_odds, failure, runs) -> np.ndarray:
         rows = runs == r
         train = ~rows & np.isfinite(s)
         if train.sum() and np.isfinite(s[rows]).any():
-            prob[rows] = fit_calibrator(s[train], y[train], "platt").predict(s[rows])
+            prob[rows] = platt_probability(platt_map(s[train], y[train], runs[train]), s[rows])
     return prob
 
 

@@ -6,25 +6,40 @@ training rows only, among :data:`CANDIDATES`:
 
 * ``length`` - :class:`LengthModel`: logistic regression on the length baseline (of ``num_messages``,
   ``num_tool_calls``, ``agent_chars``, as ``log(1 + n)``, read from the trajectory index, whatever groups were
-  extracted) that ranks the training rows best within runs, its slope fitted within runs;
-* ``task_prior`` - :class:`TaskPrior`: the task's failure rate in the training rows, shrunk towards the training base
-  rate by :data:`PRIOR_STRENGTH` pseudo-trajectories (a task the training rows never hold gets the base rate). Only
+  extracted), its slope fitted within runs: ``num_messages`` unless another column ranks the training rows better
+  within runs by :data:`LENGTH_SWITCH` (the three are nearly collinear; fold models that switched column on a
+  difference within noise spoke different scales within one run, and the run-and-task-disjoint protocol's length
+  candidate fell from 0.692 to 0.614 on the shared runs);
+* ``task_prior`` - :class:`TaskPrior`: the task's failure rate in the training rows (a task the training rows never
+  hold gets the base rate), kept within [:data:`PRIOR_CLIP`, 1 - :data:`PRIOR_CLIP`] - the protocols' own task-prior
+  baseline, rank for rank (shrinking it towards the base rate broke its ties by how often a task was seen and cost
+  it 0.008 of pooled AUROC on the shared runs; its probabilities are recalibrated anyway). Only
   where tasks can recur between training and scored rows (:func:`prior_applies`: not for the task-disjoint kinds);
-* ``full`` - the full model of the chosen feature groups (:func:`~.detector_model.fit_detector`);
-* ``stacked`` - logistic regression on the out-of-fold log-odds of the full model, the length model and (where it
-  applies) the task prior.
+* ``baselines`` - logistic regression (within runs) on the out-of-fold log-odds of the length model and the task
+  prior (where it applies): the task's history where it has one, length beside it (and alone on a task never seen;
+  a few parameters, so it counts among the simple candidates, :data:`SIMPLE`);
+* ``full`` - the full model of the chosen feature groups (:func:`~.detector_model.fit_detector`), fitted *within
+  runs* (an intercept per training run): pooled over runs of different agents it learned which run is long or
+  fails often - on the shared runs, "long = success" across runs against "long = failure" within them;
+* ``stacked`` - logistic regression (within runs too) on the out-of-fold log-odds of the full model, the length
+  model and (where it applies) the task prior.
 
 **Inner folds of the protocol's own kind** (:func:`selection_folds`, over the training rows only):
 ``within_run`` - folds by task; ``leave_one_run_out`` - folds of whole runs; ``leave_run_and_task_out`` - runs and
 tasks each split into k groups, fold k scores the rows of run-group k *and* task-group k with a model of the rows
 of the other run-groups *and* other task-groups (run- and task-disjoint, as the protocol); ``leave_one_domain_out`` -
-one fold per training domain (with one domain left in training: the run-and-task kind). Each candidate is scored by
-the **pooled within-run AUROC** (:func:`within_run_auroc`) of its out-of-fold log-odds, the protocol's own metric;
-the stacked candidate's out-of-fold log-odds come from a stacker fitted on the *other* inner folds' out-of-fold
-log-odds of its components. The best score wins, except that a model of many features (full, stacked) must beat the
-best baseline candidate by :data:`COMPLEX_MARGIN` (:func:`choose`). The winner's log-odds are then recalibrated by a
-Platt map of its inner out-of-fold log-odds (:func:`recalibration`), so that fold models that chose different
-candidates speak log-odds of one scale. To keep it cheap, the full model's inner fits reuse the regularization (or the GBM's
+one fold per training domain (with one domain left in training: the run-and-task kind). The task prior is scored
+leave-one-run-out inside the training rows (:func:`prior_by_run`, free: nothing is refitted) and *as it is used*:
+rows of a task the other runs never held by its fallback (below), each part through its own Platt map - scored
+without its fallback it tied every such row at the base rate and lost to the stacked model on rows it never scores.
+Each candidate is scored by the **pooled within-run AUROC** (:func:`within_run_auroc`) of its out-of-fold log-odds,
+the protocol's own metric; the stacked candidate's out-of-fold log-odds come from a stacker fitted on the *other*
+inner folds' out-of-fold log-odds of its components. The best baseline (length, task prior) is chosen unless a model
+of many features (full, stacked) beats it by one standard error of the paired difference (:func:`paired_difference`,
+DeLong within runs; the one-standard-error rule, favouring the simpler) and at least :data:`COMPLEX_MARGIN`
+(:func:`choose`). Every candidate speaks log-odds of failure already; the winner is
+not recalibrated on the inner folds (:func:`recalibration`: the identity - noisy maps there scrambled the pairs that
+fold models of one run make), the detector's probabilities are calibrated afterwards on runs it never saw. To keep it cheap, the full model's inner fits reuse the regularization (or the GBM's
 depth and learning rate) its fit on all the training rows chose by its own task folds; the logistic full model's
 ``C`` is chosen among :data:`FULL_C_GRID` on the same inner folds (its inner score is the best C's: slightly in its
 favour, which the margin below outweighs).
@@ -54,15 +69,24 @@ from agentuq_nb.evaluation.detector_model import (
     StateError,
     fit_detector,
     fit_logistic_path,
+    fold_run_intercepts,
+    run_indicators,
     state_array,
+    with_runs,
 )
 from agentuq_nb.evaluation.detector_protocols import TASK_DISJOINT, task_keys
 from agentuq_nb.records.task_identity import TASK_KEY
 from agentuq_nb.uq.detector_features import LENGTH_COLUMNS, TrajectoryFeatures
 
-CANDIDATES = ("length", "task_prior", "full", "stacked")
-#: pseudo-trajectories at the training base rate a task's failure rate is shrunk with
-PRIOR_STRENGTH = 2.0
+CANDIDATES = ("length", "task_prior", "baselines", "full", "stacked")
+#: the candidates that are a stacker over component log-odds (``baselines``: of length and the task prior only)
+STACKERS = ("baselines", "stacked")
+#: the candidates of a few parameters (the baselines and their stack), which a model of many features must beat
+SIMPLE = ("length", "task_prior", "baselines")
+#: the components each stacker reads
+STACK_COMPONENTS = {"baselines": ("length", "task_prior"), "stacked": ("full", "length", "task_prior")}
+#: a task's failure rate is kept this far from 0 and 1 (its log-odds finite; the order of the rates kept)
+PRIOR_CLIP = 0.02
 PRIOR_BLOCK = "task_prior"
 #: the candidates a task-prior detector falls back on for a row whose task it never saw (:func:`select_detector`)
 FALLBACK_CANDIDATES = ("length", "full")
@@ -74,6 +98,9 @@ INNER_SPLITS = 3
 #: how much higher a model of many features (full, stacked) must score on the inner folds than the best baseline
 #: candidate (length, task prior) to be chosen over it (:func:`choose`)
 COMPLEX_MARGIN = 0.02
+#: how much better (pooled within-run AUROC - 1/2, on the training rows) another length column must rank than
+#: ``num_messages`` for :class:`LengthModel` to read it instead
+LENGTH_SWITCH = 0.02
 #: the logistic full model's regularizations, chosen on the same inner folds (strong to moderate: thousands of
 #: columns on a few hundred rows)
 FULL_C_GRID = (0.01, 0.1, 1.0)
@@ -135,7 +162,12 @@ class LengthModel:
         runs = features.index["run"].to_numpy(dtype=object)
         strength = {c: abs(within_run_auroc(np.log1p(features.index[c].to_numpy(dtype=float)), failure, runs) - 0.5)
                     for c in LENGTH_COLUMNS}
-        column = max(LENGTH_COLUMNS, key=lambda c: (np.nan_to_num(strength[c], nan=-1.0), -LENGTH_COLUMNS.index(c)))
+        strength = {c: np.nan_to_num(v, nan=-1.0) for c, v in strength.items()}
+        # the first column (num_messages) unless another ranks clearly better: the three are nearly collinear, and
+        # fold models switching column on a difference within noise speak different scales within one run (module
+        # docstring)
+        column = max(LENGTH_COLUMNS, key=lambda c: (strength[c] - (0 if c == LENGTH_COLUMNS[0] else LENGTH_SWITCH),
+                                                    -LENGTH_COLUMNS.index(c)))
         x = np.log1p(features.index[column].to_numpy(dtype=float))
         mean, sd = float(x.mean()), float(x.std()) or 1.0
         codes, _ = pd.factorize(runs)
@@ -202,7 +234,8 @@ class TaskPrior:
 
     def log_odds(self, keys: np.ndarray) -> np.ndarray:
         failures, counts = self.lookup(keys)
-        return logit((failures + PRIOR_STRENGTH * self.rate) / (counts + PRIOR_STRENGTH))
+        rate = np.where(counts > 0, failures / np.where(counts > 0, counts, 1.0), self.rate)
+        return logit(np.clip(rate, PRIOR_CLIP, 1 - PRIOR_CLIP))
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         return {"tasks": self.tasks.astype(str), "failures": self.failures, "counts": self.counts,
@@ -318,7 +351,7 @@ class SelectedDetector:
         """The log-odds of failure (before the detector's calibration) of every row: the candidate's, mapped by its
         inner-fold recalibration ``a·s + b`` (a task prior's row of a task it never saw: its :attr:`fallback`'s)."""
         parts = self.components(features)
-        if self.candidate == "stacked":
+        if self.candidate in STACKERS:
             raw = self.stack["intercept"] + sum(self.stack[name] * v for name, v in parts.items())
         else:
             raw = parts[self.candidate]
@@ -336,7 +369,7 @@ class SelectedDetector:
 
     def weights(self) -> dict[str, float]:
         """The weight of each component's log-odds in the candidate's log-odds."""
-        if self.candidate == "stacked":
+        if self.candidate in STACKERS:
             return {n: self.stack[n] for n in ("full", "length", "task_prior") if n in self.stack}
         return {self.candidate: 1.0}
 
@@ -350,7 +383,7 @@ class SelectedDetector:
     def intercept(self) -> float:
         """The log-odds every contribution is added to (stacked: the stacker's intercept and its components'; then
         the recalibration)."""
-        out = self.stack["intercept"] if self.candidate == "stacked" else 0.0
+        out = self.stack["intercept"] if self.candidate in STACKERS else 0.0
         raw = out + sum(k * self.component_intercept(n) for n, k in self.weights().items())
         return float(self.recalibration["a"] * raw + self.recalibration["b"])
 
@@ -470,12 +503,13 @@ class SelectedDetector:
                 raise StateError("description", "fallback.candidate", f"is {out.fallback.candidate!r}, not one of "
                                                                       f"{', '.join(FALLBACK_CANDIDATES)}")
         components = ("full", "length", "task_prior")
-        if desc.candidate == "stacked" and (set(out.stack) - {"intercept"} - set(components) or
+        if desc.candidate in STACKERS and (set(out.stack) - {"intercept"} - set(components) or
                                             "intercept" not in out.stack):
             raise StateError("description", "stack", f"holds {sorted(out.stack)}: an intercept and weights of "
                                                      f"{', '.join(components)}")
         needs = {"full": ("full",), "length": ("length",), "task_prior": ("prior",),
-                 "stacked": tuple({"task_prior": "prior"}.get(n, n) for n in components if n in out.stack)}
+                 **{c: tuple({"task_prior": "prior"}.get(n, n) for n in components if n in out.stack)
+                    for c in STACKERS}}
         lacking = [n for n in needs[desc.candidate] if getattr(out, n) is None]
         if lacking:
             raise StateError("arrays" if lacking[0] != "full" else "description", lacking[0],
@@ -514,19 +548,23 @@ def prefixed(prefix: str, build: Callable[[], Any]) -> Any:
 
 
 # --------------------------------------------------------------------------- selection
-def fit_stacker(columns: dict[str, np.ndarray], failure: np.ndarray) -> dict[str, float]:
-    """Logistic regression (L2, C = 1) on the standardized component log-odds, folded back to a weight per raw
-    component log-odds and an intercept (so the stacked log-odds stays additive over the components' features)."""
+def fit_stacker(columns: dict[str, np.ndarray], failure: np.ndarray, runs=None) -> dict[str, float]:
+    """Logistic regression (L2, C = 1) on the standardized component log-odds, within ``runs`` (an intercept per run,
+    :func:`~.detector_model.run_indicators`, as the full model), folded back to a weight per raw component log-odds
+    and an intercept (so the stacked log-odds stays additive over the components' features)."""
     from sklearn.linear_model import LogisticRegression
 
     names = list(columns)
     X = np.column_stack([columns[n] for n in names])
     mean, scale = X.mean(axis=0), X.std(axis=0)
     scale = np.where(scale > 1e-9, scale, 1.0)
-    model = LogisticRegression(max_iter=1000).fit((X - mean) / scale, failure)
-    w = model.coef_.ravel() / scale
+    Z = (X - mean) / scale
+    indicators = None if runs is None else run_indicators(runs)
+    model = LogisticRegression(max_iter=1000).fit(with_runs(Z, indicators), failure)
+    coef, intercept = fold_run_intercepts(model.coef_, float(model.intercept_[0]), Z.shape[1], runs)
+    w = coef / scale
     out = {n: float(v) for n, v in zip(names, w)}
-    out["intercept"] = float(model.intercept_[0] - w @ mean)
+    out["intercept"] = float(intercept - w @ mean)
     return out
 
 
@@ -555,7 +593,7 @@ def select_detector(features: TrajectoryFeatures, failure: np.ndarray, settings:
     logistic = settings.model == "logistic"
     length = LengthModel.fit(features, y) if y.any() and not y.all() else None
     folds = selection_folds(kind, y, runs, domains, tasks, INNER_SPLITS, settings.seed) if length is not None else []
-    wanted = [c for c in candidates if c != "task_prior" or use_prior]
+    wanted = [c for c in candidates if c not in ("task_prior", "baselines") or use_prior]
     selection: dict[str, Any] = {"kind": kind, "inner_folds": len(folds), "scores": {}, "n_scored": 0}
     if len(folds) < 2:
         selection["why"] = ("the training rows hold too few tasks, runs or failures for inner folds of this kind: "
@@ -568,6 +606,8 @@ def select_detector(features: TrajectoryFeatures, failure: np.ndarray, settings:
     oof = {name: np.full(len(y), np.nan) for name in ("length", "task_prior", "full") if name in wanted}
     by_c = {c: np.full(len(y), np.nan) for c in FULL_C_GRID} if logistic and "full" in oof else {}
     fold_of = np.full(len(y), -1)
+    # the task prior scored leave-one-run-out inside (:func:`prior_by_run`) where the inner folds are of whole runs
+    by_runs = kind == "leave_one_run_out" and len(pd.unique(runs)) >= 2
     for k, (train, test) in enumerate(folds):
         part, held = features.take(train), features.take(test)
         if by_c:
@@ -579,9 +619,14 @@ def select_detector(features: TrajectoryFeatures, failure: np.ndarray, settings:
             oof["full"][test] = fit_detector(part, y[train], tasks[train], settings, fixed=fixed).log_odds(held)
         if "length" in oof:
             oof["length"][test] = LengthModel.fit(part, y[train]).log_odds(held)
-        if "task_prior" in oof:
+        if "task_prior" in oof and not by_runs:
             oof["task_prior"][test] = TaskPrior.fit(tasks[train], y[train]).log_odds(tasks[test])
         fold_of[test] = k
+    seen_inner = np.zeros(len(y), dtype=bool)
+    if "task_prior" in oof and by_runs:
+        oof["task_prior"], seen_inner = prior_by_run(tasks, y, runs)
+    elif "task_prior" in oof:
+        seen_inner = np.isfinite(oof["task_prior"])
     if by_c:
         done = fold_of >= 0
         c_scores = {c: within_run_auroc(v[done], y[done], runs[done]) for c, v in by_c.items()}
@@ -594,23 +639,56 @@ def select_detector(features: TrajectoryFeatures, failure: np.ndarray, settings:
         return full if full is not None else fit_detector(features, y, tasks, settings, fixed=fixed)
 
     scored = fold_of >= 0
-    if "stacked" in wanted:
-        components = {n: oof[n] for n in ("full", "length", "task_prior") if n in oof}
+    for stacker in STACKERS:
+        components = {n: oof[n] for n in STACK_COMPONENTS[stacker] if n in oof}
+        if stacker not in wanted or len(components) < 2:
+            continue
         stacked = np.full(len(y), np.nan)
+        whole = np.all([np.isfinite(v) for v in components.values()], axis=0)
         for k in range(len(folds)):
-            fit_rows, rows = scored & (fold_of != k), fold_of == k
+            fit_rows, rows = scored & whole & (fold_of != k), whole & (fold_of == k)
             if 0 < y[fit_rows].sum() < fit_rows.sum():
-                w = fit_stacker({n: v[fit_rows] for n, v in components.items()}, y[fit_rows])
+                w = fit_stacker({n: v[fit_rows] for n, v in components.items()}, y[fit_rows], runs[fit_rows])
                 stacked[rows] = stacked_log_odds(w, {n: v[rows] for n, v in components.items()})
-        oof["stacked"] = stacked
-    scores = {name: within_run_auroc(oof[name][scored], y[scored], runs[scored]) for name in wanted if name in oof}
+        oof[stacker] = stacked
+    judged = dict(oof)  # what each candidate is judged by: the task prior as it is used, with its fallback
+    second, prior_map = "length", {"a": 1.0, "b": 0.0}
+    if "task_prior" in oof:
+        kept = {k: within_run_auroc(oof[k][scored & ~seen_inner], y[scored & ~seen_inner], runs[scored & ~seen_inner])
+                for k in FALLBACK_CANDIDATES if k in oof}  # the fallback scores the rows of new tasks: judged there
+        kept = {k: v for k, v in kept.items() if np.isfinite(v)}
+        second = choose(kept) if kept else "length"
+        prior_map = recalibration(oof["task_prior"][scored & seen_inner], y[scored & seen_inner],
+                                  runs[scored & seen_inner])
+        fallback_map = recalibration(oof[second][scored], y[scored], runs[scored]) if second in oof else \
+            {"a": 1.0, "b": 0.0}
+        other = (fallback_map["a"] * oof[second] + fallback_map["b"]) if second in oof else np.full(len(y), np.nan)
+        judged["task_prior"] = np.where(seen_inner, prior_map["a"] * oof["task_prior"] + prior_map["b"], other)
+        selection["prior_seen_share"] = float(seen_inner[scored].mean()) if scored.any() else None
+    # where the prior applies, pairs are those of one run *and* one side (tasks the other runs hold, or not): a
+    # trajectory of a seen task and one of a new task are scored by different parts of a prior's detector, which
+    # the calibration puts on one scale, and the protocol judges each side against its own baseline (the prior on
+    # the seen rows, length on all); the inner folds mix the sides within a run far more than whole runs do
+    strata = runs if "task_prior" not in oof else np.array([f"{r}\x1f{s}" for r, s in zip(runs, seen_inner)],
+                                                          dtype=object)
+    scores = {name: within_run_auroc(judged[name][scored], y[scored], strata[scored]) for name in wanted
+              if name in judged}
     selection.update(n_scored=int(scored.sum()), scores={k: (None if not np.isfinite(v) else float(v))
                                                          for k, v in scores.items()})
     finite = {k: v for k, v in scores.items() if np.isfinite(v)}
     if not finite:
         selection["why"] = "no inner fold scored both classes of one run: the full model, unchosen"
         return finish(SelectedDetector("full", full=full_model(), selection=selection), features)
-    winner = choose(finite)
+    simple = choose({k: v for k, v in finite.items() if k in SIMPLE}) if set(SIMPLE) & set(finite) else None
+    margins = {}
+    if simple is not None:  # one standard error of each complex candidate's difference from the best baseline
+        for name in ("full", "stacked"):
+            if name in finite:
+                margins[name] = paired_difference(judged[name][scored], judged[simple][scored], y[scored],
+                                                  strata[scored])[1]
+        selection["one_se"] = {k: float(v) for k, v in margins.items() if np.isfinite(v)}
+    margins = {k: v for k, v in margins.items() if np.isfinite(v)}
+    winner = choose(finite, margins)
     best = finite[winner]
     others = {k: v for k, v in finite.items() if k != winner}
     runner_up = max(others, key=others.get) if others else None
@@ -618,21 +696,18 @@ def select_detector(features: TrajectoryFeatures, failure: np.ndarray, settings:
                         f"pooled within-run AUROC {best:.3f} on {len(folds)} inner folds of the {kind} kind"
                         + (f" ({runner_up} {others[runner_up]:.3f})" if runner_up else "")
                         + ("" if best == max(finite.values()) else
-                           f": a model of many features must beat the baselines by {COMPLEX_MARGIN} to be chosen"))
+                           f": a model of many features must beat the best baseline by one standard error of the "
+                           f"paired difference (at least {COMPLEX_MARGIN}) to be chosen"))
     out = SelectedDetector(winner, selection=selection)
     if winner == "task_prior":
         # the prior alone gives every trajectory of a task it never saw the base rate - one probability for all of
         # a run of new tasks: those rows are scored by the best candidate that does not read the task's history
-        kept = {k: v for k, v in finite.items() if k in FALLBACK_CANDIDATES}
-        second = choose(kept) if kept else None
-        if second is None or second not in oof:
-            second = "length"
         fallback = SelectedDetector(second, selection={"kind": kind, "role": "fallback for tasks the prior never saw"})
         if second == "full":
             fallback.full = full_model()
         else:
             fallback.length = length
-        fallback.recalibration = recalibration(oof[second][scored], y[scored]) if second in oof else \
+        fallback.recalibration = recalibration(oof[second][scored], y[scored], runs[scored]) if second in oof else \
             {"a": 1.0, "b": 0.0}
         out.fallback = finish(fallback, features)
         selection["fallback"] = second
@@ -641,46 +716,88 @@ def select_detector(features: TrajectoryFeatures, failure: np.ndarray, settings:
                              + (f", inner score {finite[second]:.3f}" if second in finite else "") + ")")
     if winner in ("full", "stacked"):
         out.full = full_model()
-    if winner in ("length", "stacked"):
+    if winner in ("length", *STACKERS):
         out.length = length
-    if winner == "task_prior" or (winner == "stacked" and "task_prior" in oof):
+    if winner == "task_prior" or (winner in STACKERS and "task_prior" in oof):
         out.prior = TaskPrior.fit(tasks, y)
-    if winner == "stacked":
-        components = {n: oof[n][scored] for n in ("full", "length", "task_prior") if n in oof}
-        out.stack = fit_stacker(components, y[scored])
-    out.recalibration = recalibration(oof[winner][scored], y[scored])
+    if winner in STACKERS:
+        rows = scored & np.all([np.isfinite(oof[n]) for n in STACK_COMPONENTS[winner] if n in oof], axis=0)
+        components = {n: oof[n][rows] for n in STACK_COMPONENTS[winner] if n in oof}
+        out.stack = fit_stacker(components, y[rows], runs[rows])
+    out.recalibration = prior_map if winner == "task_prior" else recalibration(oof[winner][scored], y[scored],
+                                                                               runs[scored])
     selection["recalibration"] = out.recalibration
     return finish(out, features)
 
 
-def choose(scores: dict[str, float]) -> str:
-    """The candidate chosen from the inner scores: the best of the baselines (length, task prior), replaced by the
-    best model of many features (full, stacked) only when that beats it by :data:`COMPLEX_MARGIN` - on a few dozen
+def prior_by_run(tasks: np.ndarray, failure: np.ndarray, runs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(log-odds, seen)``: each row's task prior fitted on the *other* runs' rows (and whether they hold its task): the task prior's inner score in the leave-one-run-out
+    kind, as the protocol's own baseline is (the failure rate of the task in the other runs). Free to compute (no
+    model is refitted) and closer to the outer fold than k groups of runs would be: the prior gains the most from
+    every run it sees, and an inner score from two thirds of the runs undersold it to the full model."""
+    out, seen = np.full(len(failure), np.nan), np.zeros(len(failure), dtype=bool)
+    for r in pd.unique(runs):
+        mine = runs == r
+        if (~mine).any():
+            prior = TaskPrior.fit(tasks[~mine], failure[~mine])
+            out[mine] = prior.log_odds(tasks[mine])
+            seen[mine] = prior.lookup(tasks[mine])[1] > 0
+    return out, seen
+
+
+def paired_difference(a, b, failure, runs) -> tuple[float, float]:
+    """``(difference, standard error)`` of the pooled within-run AUROC of scores ``a`` minus that of ``b`` on the rows
+    both score: DeLong's placement values within each run (pairs of one run only), the runs' differences weighed by
+    their failure × success pairs. Written out here (a few lines of numpy): scikit-learn and scipy have no paired
+    AUROC variance."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    y, runs = np.asarray(failure, dtype=bool), np.asarray(runs, dtype=object)
+    ok = np.isfinite(a) & np.isfinite(b)
+    total = weight = var = 0.0
+    for r in pd.unique(runs[ok]):
+        rows = ok & (runs == r)
+        pos, neg = rows & y, rows & ~y
+        n1, n0 = int(pos.sum()), int(neg.sum())
+        if not (n1 and n0):
+            continue
+        d = (np.sign(a[pos][:, None] - a[neg][None, :]) - np.sign(b[pos][:, None] - b[neg][None, :])) / 2.0
+        w = float(n1 * n0)
+        total += d.mean() * w
+        weight += w
+        v1 = d.mean(axis=1).var(ddof=1) / n1 if n1 > 1 else 0.0
+        v0 = d.mean(axis=0).var(ddof=1) / n0 if n0 > 1 else 0.0
+        var += w * w * (v1 + v0)
+    if not weight:
+        return float("nan"), float("nan")
+    return total / weight, float(np.sqrt(var)) / weight
+
+
+def choose(scores: dict[str, float], margins: dict[str, float] | None = None) -> str:
+    """The candidate chosen from the inner scores: the best of the simple candidates (:data:`SIMPLE`: length, task
+    prior, their stack), replaced by the best model of many features (full, stacked) only when that beats it by
+    ``margins[name]`` (one standard error of the paired difference) and at least :data:`COMPLEX_MARGIN` - on a few dozen
     inner rows a model of thousands of columns wins by noise as often as by signal, and the baselines are what it
     must not fall below. Ties go to the earlier in :data:`CANDIDATES`."""
     def best(names):
         present = [c for c in CANDIDATES if c in names and c in scores]
         return max(present, key=lambda c: (scores[c], -CANDIDATES.index(c))) if present else None
 
-    simple, complex_ = best(("length", "task_prior")), best(("full", "stacked"))
+    simple, complex_ = best(SIMPLE), best(("full", "stacked"))
     if simple is None or complex_ is None:
         return simple or complex_
-    return complex_ if scores[complex_] > scores[simple] + COMPLEX_MARGIN else simple
+    margin = max(COMPLEX_MARGIN, (margins or {}).get(complex_, 0.0))
+    return complex_ if scores[complex_] > scores[simple] + margin else simple
 
 
-def recalibration(log_odds: np.ndarray, failure: np.ndarray) -> dict[str, float]:
-    """``a, b`` of a Platt map of the winner's inner out-of-fold log-odds: every fold's model then speaks log-odds
-    of one scale, whichever candidate it chose (a run scored by several fold models compares their scores);
-    identity when the map would not keep the order (``a <= 0``) or the rows hold one class."""
-    from sklearn.linear_model import LogisticRegression
-
-    s, y = np.asarray(log_odds, dtype=float), np.asarray(failure, dtype=bool)
-    ok = np.isfinite(s)
-    if not (0 < y[ok].sum() < ok.sum()) or np.ptp(s[ok]) == 0:
-        return {"a": 1.0, "b": 0.0}
-    model = LogisticRegression(C=1e4, max_iter=1000).fit(s[ok, None], y[ok])
-    a, b = float(model.coef_[0, 0]), float(model.intercept_[0])
-    return {"a": a, "b": b} if a > 0 else {"a": 1.0, "b": 0.0}
+def recalibration(log_odds: np.ndarray, failure: np.ndarray, runs=None) -> dict[str, float]:
+    """``a, b`` the winner's log-odds are mapped by: the identity. Every candidate already speaks log-odds of failure
+    (logistic models fitted on the training rows, the logit of a task's failure rate), and the probabilities are
+    calibrated afterwards on runs the models never saw (the detector's Platt map, then the label shift). A Platt map
+    fitted here on the inner out-of-fold rows - a third of the training rows in the run-and-task kind - had slopes
+    from 0.05 to 2.4 across the fold models of one protocol, and since several fold models score one run, it
+    scrambled the pairs across folds: the length candidate's pooled AUROC fell from 0.692 to 0.650 on the shared runs
+    (run- and task-disjoint). Kept as a map (``{"a": 1, "b": 0}``) so that a detector folder reads as before."""
+    return {"a": 1.0, "b": 0.0}
 
 
 def finish(detector: SelectedDetector, features: TrajectoryFeatures) -> SelectedDetector:

@@ -36,8 +36,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from agentuq_nb.evaluation.calibration import calibration_report, fit_calibrator, reliability_table
+from agentuq_nb.evaluation.calibration import calibration_report, reliability_table
 from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
+from agentuq_nb.evaluation.detector_model import platt_probability, within_run_platt
 
 #: probabilities are kept this far from 0 and 1 (a probability of exactly 0 or 1 cannot move on the log-odds scale)
 EPS = 1e-6
@@ -231,8 +232,9 @@ def held_out_calibration(log_odds, failure, runs, leave_out=()) -> dict:
         train = ~np.isin(runs, [r, *leave_out]) & np.isfinite(s)
         if not mine.any() or not (y[train].any() and (~y[train]).any()):
             continue
-        calibrator = fit_calibrator(s[train], y[train], "platt")
-        out[r] = (calibrator.predict(s[mine]), float(calibrator.predict(s[train]).mean()), y[mine], mine)
+        mapping = within_run_platt(s[train], y[train], runs[train])
+        out[r] = (platt_probability(mapping, s[mine]), float(platt_probability(mapping, s[train]).mean()), y[mine],
+                  mine)
     return out
 
 
@@ -286,8 +288,9 @@ def leave_one_run_out_adaptation(log_odds, failure, runs, n_boot: int = DEFAULT_
         estimate, adapted = adapt(calibrated, source, n_boot, seed + k, None if g is None else g[mine],
                                   strength=strength)
         train = ~mine & np.isfinite(np.asarray(log_odds, dtype=float))
-        source_probs = fit_calibrator(np.asarray(log_odds, dtype=float)[train], y[train], "platt").predict(
-            np.asarray(log_odds, dtype=float)[train])
+        scores = np.asarray(log_odds, dtype=float)
+        source_probs = platt_probability(within_run_platt(scores[train], y[train], np.asarray(runs, dtype=object)[
+            train]), scores[train])
         out.append(_run_row(str(r), yr, calibrated, adapted, estimate, bbse_failure_rate(calibrated, source_probs,
                                                                                          y[train]), strength))
         rows.append(pd.DataFrame({"run": str(r), "failure": yr, "calibrated": calibrated, "adapted": adapted}))

@@ -53,6 +53,43 @@ def protocol_lines(card: dict[str, Any]) -> list[str]:
     return lines
 
 
+#: how far below its best baseline a protocol's detector may fall and still count as "not below it"
+BASELINE_TOLERANCE = 0.01
+
+
+def baseline_checks(card: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per protocol: its detector against its best baseline - length, and where tasks recur between training and the
+    scored rows (not the task-disjoint protocols) the task prior on the rows that have one - and whether it is at
+    least that baseline - :data:`BASELINE_TOLERANCE` (``met``)."""
+    from agentuq_nb.evaluation.detector_protocols import TASK_DISJOINT
+
+    out = []
+    for name, row in card.get("protocols", {}).items():
+        if "auroc" not in row or row.get("length_auroc") is None:
+            continue
+        gaps = {f"length baseline {row.get('length_baseline')}": (row["auroc"], row["length_auroc"])}
+        if name not in TASK_DISJOINT and row.get("prior_auroc") is not None:
+            gaps["task prior"] = (row.get("auroc_on_prior_rows"), row["prior_auroc"])
+        worst = min(gaps, key=lambda k: (gaps[k][0] or 0.0) - gaps[k][1])
+        detector, baseline = gaps[worst]
+        out.append({"protocol": name, "baseline": worst, "detector": detector, "baseline_auroc": baseline,
+                    "gap": None if detector is None else detector - baseline,
+                    "met": detector is not None and detector >= baseline - BASELINE_TOLERANCE})
+    return out
+
+
+def baseline_lines(card: dict[str, Any]) -> list[str]:
+    """The baseline checks in plain words (:func:`baseline_checks`)."""
+    lines = []
+    for c in baseline_checks(card):
+        verdict = ("at least its best baseline (within 0.01)" if c["met"] else
+                   f"**below its best baseline** by {num(-c['gap'])}: on this protocol, use the {c['baseline']} "
+                   "rather than the detector")
+        lines.append(f"- {c['protocol']}: detector {num(c['detector'])} against the {c['baseline']} "
+                     f"{num(c['baseline_auroc'])} — {verdict}.")
+    return lines
+
+
 def label_shift_lines(card: dict[str, Any]) -> list[str]:
     shift = (card.get("calibration") or {}).get("label_shift")
     if not shift or not shift.get("runs"):
@@ -169,6 +206,11 @@ def card_markdown(card: dict[str, Any]) -> str:
               "", *protocol_lines(card), ""]
     for name in card.get("protocols", {}):
         lines.append(f"- **{name}**: {DETECTOR_PROTOCOLS.get(name, '')}")
+    checks = baseline_lines(card)
+    if checks:
+        lines += ["", "Never below its own baselines? Each protocol against the baseline it trails most: length, and "
+                      "where tasks recur between training and the scored run also the task prior (on the rows that "
+                      "have one):", "", *checks]
     final = (card.get("selection") or {}).get("final") or {}
     if final.get("selected"):
         lines += ["", "## The model chosen", "",

@@ -22,13 +22,16 @@ from agentuq_nb.records.config import validation_message
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD
 from agentuq_nb.steps.detector_inputs import corpus_features, resolve_sources
 from agentuq_nb.steps.train_detector import TrainDetectorConfig, TrainedDetector, prefix_reader, train_on_features
-from agentuq_nb.uq.detector_features import GROUPS
+from agentuq_nb.uq.detector_features import GROUPS, POLICY_GROUP
 
 #: the ablation's feature sets: each group alone, the three content groups together, and all of them with length
 ABLATION = {"text": ("text",), "structure + TRACER": ("blackbox",), "embeddings": ("embeddings",),
+            "policy events": (POLICY_GROUP,),
             "text + structure + TRACER + embeddings": ("text", "blackbox", "embeddings"),
-            "all four, + length": GROUPS}
+            "all four, + length": GROUPS, "all four + policy events": (*GROUPS, POLICY_GROUP)}
 FULL_SET = "all four, + length"
+#: the feature set of the research group meant to carry to new tasks (issue 48, point 7)
+POLICY_SET = "all four + policy events"
 
 
 @dataclass
@@ -41,6 +44,8 @@ class DetectorStudy:
     runs: pd.DataFrame
     skipped: dict[str, str] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    #: leave-one-run-out split by whether the trajectory's task recurs in another run (:func:`seen_task_split`)
+    seen_tasks: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def study_config(**parameters: Any) -> TrainDetectorConfig:
@@ -58,20 +63,26 @@ def run_study(results: list[str | os.PathLike], run_dir: str | os.PathLike,
               failure_threshold: float = DEFAULT_FAILURE_THRESHOLD, n_boot: int = DEFAULT_N_BOOT, seed: int = 0,
               embedder: str = "minilm", model: str = "logistic", n_splits: int = 5,
               early_turns: tuple[int, ...] = (1, 2, 3, 4, 6, 8), early_fractions: tuple[float, ...] = (0.25, 0.5, 0.75),
-              ablation: bool = True) -> DetectorStudy:
-    """The study of the module docstring on the results files that exist among ``results``."""
+              ablation: bool = True, ablation_sets: list[str] | None = None) -> DetectorStudy:
+    """The study of the module docstring on the results files that exist among ``results``; ``ablation_sets``: the
+    feature sets of :data:`ABLATION` trained beside the full detector (None: all of them)."""
+    unknown = [name for name in ablation_sets or () if name not in ABLATION]
+    if unknown:
+        raise ValueError(f"notebook parameter ablation_sets: {unknown} are not feature sets of the ablation "
+                         f"({', '.join(ABLATION)})")
     skipped = {Path(f).stem: f"{f} not found (the shared real runs live in ../shared beside the repository)"
                for f in results if not Path(f).exists()}
     present = [Path(f) for f in results if Path(f).exists()]
     seconds: dict[str, float] = {}
     groups = GROUPS if embedder != "none" else tuple(g for g in GROUPS if g != "embeddings")
+    extracted = (*groups, POLICY_GROUP) if ablation else groups
     base = dict(inputs=present, out=Path(run_dir) / "detector", failure_threshold=failure_threshold, n_boot=n_boot,
                 seed=seed, embedder=embedder, model=model, n_splits=n_splits)
     full_config = study_config(**base, groups=list(groups), early_turns=list(early_turns),
                                early_fractions=list(early_fractions))  # the parameters checked before the work
     start = time.perf_counter()
     sources = resolve_sources(present)
-    features = corpus_features(sources, groups, embedder, progress=True)
+    features = corpus_features(sources, extracted, embedder, progress=True)
     seconds["features"] = time.perf_counter() - start
     prefixes = prefix_reader(sources, full_config)
     detector = train_on_features(features, sources, full_config, prefixes=prefixes,
@@ -81,8 +92,9 @@ def run_study(results: list[str | os.PathLike], run_dir: str | os.PathLike,
     if ablation:
         tick = time.perf_counter()
         for name, subset in ABLATION.items():
-            wanted = [g for g in subset if g in groups]
-            if name == FULL_SET or len(wanted) < len(subset):
+            wanted = [g for g in subset if g in extracted]
+            if name == FULL_SET or len(wanted) < len(subset) or (ablation_sets is not None and
+                                                                  name not in ablation_sets):
                 continue
             result = train_on_features(features, sources, study_config(**base, groups=wanted), write=False)
             rows.append(result.protocols.assign(feature_set=name))
@@ -92,7 +104,32 @@ def run_study(results: list[str | os.PathLike], run_dir: str | os.PathLike,
     table = table.sort_values("feature_set", key=lambda s: s.map(order).fillna(len(order)), kind="stable")
     runs = pd.DataFrame([{k: r[k] for k in ("name", "domain", "layout", "n", "n_labelled", "n_failures")}
                          | {"agent": r["models"].get("assistant")} for r in detector.card["training_runs"]])
-    return DetectorStudy(detector, table.reset_index(drop=True), runs, skipped, seconds)
+    return DetectorStudy(detector, table.reset_index(drop=True), runs, skipped, seconds,
+                         seen_task_split(detector, features, failure_threshold, n_boot, seed))
+
+
+def seen_task_split(detector: TrainedDetector, features, failure_threshold: float, n_boot: int, seed: int
+                    ) -> pd.DataFrame:
+    """The leave-one-run-out scores split by whether the trajectory's task recurs in another run (``seen``: the task
+    prior exists) or not (``new``): on each part the detector against length, and on the seen part against the task
+    prior - what having seen the tasks buys, and what the detector adds to the tasks' history."""
+    from agentuq_nb.evaluation.detector_protocols import PRIOR, evaluation_frame, protocol_comparison
+    from agentuq_nb.records.task_identity import TASK_KEY
+    from agentuq_nb.steps.train_detector import labelled_rows
+
+    run = detector.runs.get("leave_one_run_out")
+    if run is None or not run.folds:
+        return pd.DataFrame()
+    at, failure = labelled_rows(features, failure_threshold)
+    index = features.take(at).index
+    frame = evaluation_frame(*(index[c].to_numpy(dtype=object) for c in ("run", "domain", TASK_KEY)), failure, index)
+    frame["detector"] = run.log_odds
+    seen = frame[PRIOR].notna().to_numpy()
+    rows = []
+    for part, mask in (("seen", seen), ("new", ~seen)):
+        row = protocol_comparison(frame[mask].reset_index(drop=True), "detector", n_boot, seed)
+        rows.append({"tasks": part, **row})
+    return pd.DataFrame(rows)
 
 
 # --------------------------------------------------------------------------- the sentences
@@ -157,6 +194,8 @@ def findings(study: DetectorStudy) -> str:
         traps.append(f"**Domain shift**: trained on the other domains only, {protocols.loc['leave_one_domain_out', 'auroc']:.3f}"
                      f" ({shift:+.3f} against the same-domain, task-disjoint protocol).")
     lines += traps
+    if len(study.seen_tasks):
+        lines.append(seen_tasks_sentence(study.seen_tasks))
     honest = "leave_run_and_task_out" if "leave_run_and_task_out" in protocols.index else protocols.index[0]
     ab = study.ablation[study.ablation["protocol"] == honest]
     if len(ab) > 1 and "auroc" in ab:
@@ -165,6 +204,9 @@ def findings(study: DetectorStudy) -> str:
         lines.append(f"**Ablation** ({honest.replace('_', ' ')}): the best feature set is {best['feature_set']} "
                      f"({_ci(best, 'auroc')}, {best['vs_length']} length); then "
                      + "; ".join(f"{r.feature_set} {r.auroc:.3f}" for r in ranked.iloc[1:].itertuples()) + ".")
+    policy = policy_sentence(study.ablation)
+    if policy:
+        lines.append(policy)
     if "calibration_ece" in protocols:
         row = protocols.loc[honest]
         across = row.get("calibration_auroc_across_runs")
@@ -185,6 +227,43 @@ def findings(study: DetectorStudy) -> str:
                          + (f"it beats the length so far from {int(ahead['value'].iloc[0])} agent turns on."
                             if len(ahead) else "at no prefix does it beat the length so far."))
     return "\n\n".join(lines)
+
+
+def seen_tasks_sentence(split: pd.DataFrame) -> str:
+    """The seen-task decomposition in a sentence (:func:`seen_task_split`)."""
+    parts = split.set_index("tasks")
+    text = "**Seen and new tasks** (each run left out):"
+    if "seen" in parts.index and pd.notna(parts.loc["seen"].get("auroc")):
+        s = parts.loc["seen"]
+        text += (f" on the {int(s['n'])} trajectories whose task another run holds, the detector reaches "
+                 f"{s['auroc']:.3f}, the task's failure rate in the other runs {s.get('prior_auroc', float('nan')):.3f}"
+                 f" (the detector adds {s.get('diff_vs_prior', float('nan')):+.3f} over what the task's history alone "
+                 f"gives: {s.get('vs_prior')} it) and length {s['length_auroc']:.3f}")
+    if "new" in parts.index and pd.notna(parts.loc["new"].get("auroc")):
+        n = parts.loc["new"]
+        text += (f"; on the {int(n['n'])} whose task no other run holds, {n['auroc']:.3f} against "
+                 f"{n['length_auroc']:.3f} for length ({n['vs_length']} it)")
+    return text + "."
+
+
+def policy_sentence(ablation: pd.DataFrame) -> str | None:
+    """How the policy-grounded events fared (:data:`POLICY_SET` against :data:`FULL_SET`, and alone), per protocol."""
+    if "feature_set" not in ablation or POLICY_SET not in set(ablation["feature_set"]):
+        return None
+    t = ablation.set_index(["feature_set", "protocol"])["auroc"]
+    parts = []
+    for protocol in dict.fromkeys(ablation["protocol"]):
+        with_, without = t.get((POLICY_SET, protocol)), t.get((FULL_SET, protocol))
+        alone = t.get(("policy events", protocol))
+        if with_ is None or without is None or pd.isna(with_) or pd.isna(without):
+            continue
+        parts.append(f"{protocol.replace('_', ' ')} {without:.3f} → {with_:.3f} ({with_ - without:+.3f}"
+                     + (f"; alone {alone:.3f}" if alone is not None and pd.notna(alone) else "") + ")")
+    if not parts:
+        return None
+    return ("**Policy-grounded events** (a write without the user's confirmation, a failed call repeated, a request "
+            "for a human, the user restating the goal, …; meant to carry to new tasks), added to the four groups: "
+            + "; ".join(parts) + ".")
 
 
 #: the committed copy of the study's findings, which the README's headline numbers are checked against
@@ -240,6 +319,29 @@ def findings_record(study: DetectorStudy) -> dict:
                                                          _signed(row["same_model_diff_vs_length_hi"])],
                                    "vs_length": row["same_model_vs_length"]}
         record["protocols"][row["protocol"]] = entry
+    if len(study.seen_tasks):
+        record["seen_tasks"] = {r["tasks"]: {k: (_three(r.get(k)) if "diff" not in k else _signed(r.get(k)))
+                                             for k in ("auroc", "length_auroc", "prior_auroc", "diff_vs_length",
+                                                       "diff_vs_prior") if r.get(k) is not None and pd.notna(r.get(k))}
+                                | {"n": int(r["n"]), **{k: r[k] for k in ("vs_length", "vs_prior")
+                                                        if isinstance(r.get(k), str)}}
+                                for r in study.seen_tasks.to_dict("records") if pd.notna(r.get("auroc"))}
+    card = study.detector.card
+    record["selection"] = {name: {"selected": row.get("selected"), "selected_folds": row.get("selected_folds")}
+                           for name, row in card["protocols"].items()}
+    record["selection"]["final"] = {"selected": card["final_model"]["selected"],
+                                    "fallback": card["final_model"].get("fallback")}
+    shift = (card.get("calibration") or {}).get("label_shift") or {}
+    if shift.get("summary"):
+        s = shift["summary"]
+        record["probabilities"] = {
+            "runs_brier_le_base_rate": f"{s['runs_brier_adapted_le_base_rate']} of {s['n_runs']}",
+            "rate_mae": _three(s["rate_mae"]), "mean_brier": _three(s["mean_brier_adapted"]),
+            "mean_brier_base_rate": _three(s["mean_brier_base_rate"]), "mean_ece": _three(s["mean_ece_adapted"]),
+            "prior_strength": shift.get("prior_strength"),
+            "runs": [{"run": r["run"], "true_rate": _three(r["true_rate"]), "estimated_rate": _three(r["estimated_rate"]),
+                      "brier": _three(r["brier_adapted"]), "brier_base_rate": _three(r["brier_base_rate"]),
+                      "ece": _three(r["ece_adapted"])} for r in shift["runs"]]}
     ablation = study.ablation[study.ablation["auroc"].notna()] if "auroc" in study.ablation else study.ablation
     record["ablation"] = {f"{r.feature_set} | {r.protocol}": _three(r.auroc) for r in ablation.itertuples()}
     early = study.detector.early
@@ -273,9 +375,21 @@ def headline(record: dict, protocol: str = "leave_run_and_task_out") -> str:
     if loro.get("auroc"):
         text += (f" With other agents' trajectories of the same tasks in training it reaches {ci(loro)} "
                  f"({loro['vs_length']} length): the gap is what having seen the tasks buys.")
+    seen = record.get("seen_tasks", {})
+    if seen.get("seen", {}).get("prior_auroc"):
+        s = seen["seen"]
+        text += (f" On the {s['n']} trajectories whose task another run holds, it reaches {s['auroc']} against "
+                 f"{s['prior_auroc']} for the task's history alone ({s['diff_vs_prior']}: {s['vs_prior']} it)"
+                 + (f"; on the {seen['new']['n']} of new tasks, {seen['new']['auroc']} against "
+                    f"{seen['new']['length_auroc']} for length" if seen.get("new", {}).get("auroc") else "") + ".")
     lodo = protocols.get("leave_one_domain_out", {})
     if lodo.get("auroc"):
-        text += f" Trained on the other domains only: {ci(lodo)}."
+        text += f" Trained on the other domains only: {ci(lodo)} ({lodo['vs_length']} length)."
+    ablation = record.get("ablation", {})
+    policy = ablation.get(f"{POLICY_SET} | {protocol}")
+    if policy and ablation.get(f"{FULL_SET} | {protocol}"):
+        text += (f" Policy-grounded events (a write without the user's confirmation, a failed call repeated, …) "
+                 f"added to the features: {ablation[f'{FULL_SET} | {protocol}']} → {policy} on new runs and tasks.")
     if row.get("auroc_across_runs"):
         text += (f" Ranked all at once, across runs, its held-out probabilities reach an AUROC of "
                  f"{row['auroc_across_runs']}: a mixed batch of agents is not sorted by how often each fails.")

@@ -447,10 +447,11 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], confi
     label_shift, label_shift_rows = None, pd.DataFrame()
     if loro is not None and loro.folds:
         calibration_source = CALIBRATION_PROTOCOL
-        final_map = with_source_rate(platt_map(loro.log_odds, failure), loro.log_odds)
+        final_map = with_source_rate(platt_map(loro.log_odds, failure, runs), loro.log_odds)
         loro_models = [{"run": fold.held_out, "model": model,
                         "calibration": with_source_rate(platt_map(loro.log_odds[runs != fold.held_out],
-                                                                  failure[runs != fold.held_out]),
+                                                                  failure[runs != fold.held_out],
+                                                                  runs[runs != fold.held_out]),
                                                         loro.log_odds[runs != fold.held_out])}
                        for fold, model in zip(loro.folds, loro.models)]
         label_shift, label_shift_rows = judge_label_shift(loro.log_odds, failure, runs, tasks, c.n_boot, c.seed)
@@ -515,11 +516,14 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], confi
                                                    "calibration_auroc_across_runs")} for r in reported},
                         "label_shift": label_shift},
         "final_model": final_model_card(final),
-        "selection": {"candidates": "length alone (logistic regression on the three length baselines), the task "
-                                    "prior alone (the task's failure rate in the training rows, where tasks recur), "
-                                    "the full model, and the full model stacked on them",
+        "selection": {"candidates": "length alone (logistic regression on num_messages, or another length column "
+                                    "that ranks clearly better), the task prior alone (the task's failure rate in "
+                                    "the training rows, where tasks recur), the two stacked (baselines), the full "
+                                    "model (fitted within runs), and the full model stacked on them",
                       "how": "chosen inside each fold's training rows by inner folds of the protocol's own kind of "
-                             "split, by the pooled within-run AUROC (evaluation/detector_selection.py)",
+                             "split, by the pooled within-run AUROC; a model of many features must beat the best "
+                             "simple candidate by one standard error of the paired difference "
+                             "(evaluation/detector_selection.py)",
                       "final": final.selection | {"selected": final.candidate},
                       "protocols": {r.protocol: {k: v for k, v in r.row.items()
                                                  if k == "selected" or k == "selected_folds" or k.startswith("inner_")}
@@ -721,9 +725,10 @@ COMMAND = Command(summary="A failure detector learned from labelled runs, judged
                   flags={"groups": "--group", "protocols": "--protocol", "early_turns": "--early-turn",
                          "early_fractions": "--early-fraction"},
                   help={"inputs": "labelled runs: " + RESULTS_HELP + ", or run folders",
-                        "groups": "a feature group: text, blackbox, embeddings, length, monitors (the run folders' "
-                                  "imported scores and judges; never a default) (repeat; default: the first four; "
-                                  + MEMORY_NOTE + ")",
+                        "groups": "a feature group: text, blackbox, embeddings, length, policy (policy-grounded events: "
+                                  "a write without the user's confirmation, a failed call repeated, …), monitors (the "
+                                  "run folders' imported scores and judges); policy and monitors are never defaults "
+                                  "(repeat; default: the first four; " + MEMORY_NOTE + ")",
                         "model": "logistic | gbm",
                         "protocols": "a protocol reported: within_run, leave_one_run_out, leave_run_and_task_out, "
                                      "leave_one_domain_out (repeat; default: all four)",

@@ -19,6 +19,10 @@ the model is :mod:`agentuq_nb.evaluation.detector_model`, the splitting :mod:`ag
   position, role and first words), so that an explanation can name the message(s) that moved a block.
 * ``length`` - the **length baselines** (``num_messages``, ``num_tool_calls``, ``agent_chars``, as
   :func:`agentuq_nb.records.run_tables.trajectory_record` counts them), as ``log(1 + n)``.
+* ``policy`` (:data:`POLICY_GROUP`, not a default) - **policy-grounded events** counted from the messages
+  (:mod:`agentuq_nb.uq.policy_events`: a write call without the user's confirmation in the turn before it, a failed
+  call repeated with the same arguments, a request for a human, the user restating the goal, …): features meant to
+  carry to tasks the detector never saw.
 * ``monitors`` (:data:`MONITOR_GROUP`, never a default) - what the run's **monitors** said (imported scores, published
   judge verdicts, LLM judges: :mod:`agentuq_nb.records.monitor_scores`), one column ``monitor.<family>.<monitor>`` per
   monitor, its risk. They come from the run folders, not the messages: the step that reads them adds them
@@ -61,8 +65,10 @@ FEATURE_VERSION = "1"
 GROUPS = ("text", "blackbox", "embeddings", "length")
 #: the group of the run's monitors (read from the run folders, never a default group)
 MONITOR_GROUP = "monitors"
+#: the group of policy-grounded events (:mod:`agentuq_nb.uq.policy_events`; a research group, not a default)
+POLICY_GROUP = "policy"
 #: every group a detector may use, in column order
-ALL_GROUPS = (*GROUPS, MONITOR_GROUP)
+ALL_GROUPS = (*GROUPS, POLICY_GROUP, MONITOR_GROUP)
 #: a monitor column's name: this prefix and the monitor's estimator name
 MONITOR_PREFIX = "monitor."
 LENGTH_COLUMNS = ("num_messages", "num_tool_calls", "agent_chars")
@@ -415,6 +421,12 @@ def extract_features(sims: Iterable[Simulation], domain: str, groups: Sequence[s
             names.append(f"length.{name}")
             columns.append(np.log1p(index[name].to_numpy(dtype=float))[:, None])
             kinds.append("length")
+    if POLICY_GROUP in groups:
+        from agentuq_nb.uq.policy_events import POLICY_COLUMNS, policy_events
+
+        names += list(POLICY_COLUMNS)
+        columns.append(policy_events(t, len(index), tool_kinds))
+        kinds += [POLICY_GROUP] * len(POLICY_COLUMNS)
     if columns:
         out.dense, out.dense_names, out.dense_groups = np.hstack(columns), names, kinds
     return out
