@@ -15,10 +15,22 @@ extraction streamed at scale (serial and on Dask), each printed beside the targe
    once), streamed in batches of 2,000 on the job executor, and the same on ``local:2`` Dask workers - trajectories
    per second and the peak memory of the extracting process (Dask workers' own apart).
 
+**Cold** means a fresh Python process and no run-level state: nothing imported, the static table read from its file
+(the per-machine file in ``~/.cache/agentuq_nb``, distilled once per machine by ``make setup``: kept), every text
+embedded, every feature extracted, every model fitted; **warm** repeats the same call in that process (imports done,
+the table in memory; nothing else is cached between the two calls). Prediction runs with ``predict``'s defaults
+(``--predict-n-boot``, 1000 resamples for the run's rate and the estimator-table row, as the command does).
+
+``--before SRC`` times parts 1 and 2 once more with another version of the package (its ``src`` folder first on the
+path, e.g. ``git worktree add /tmp/before <commit>`` then ``--before /tmp/before/src``) and prints each figure's ratio
+to it (before / now: above 1 = faster now).
+
 On a shared machine the wall-clock seconds depend on the other processes: each timing is printed with the process's
-CPU seconds and the load average beside it.
+CPU seconds (user + system, all its threads) and the load average beside it; the CPU seconds are what compares across
+loads.
 
     python benchmarks/bench_detector.py [--n 100000] [--skip-shared] [--skip-scale] [--n-boot 1000]
+                                        [--predict-n-boot 1000] [--before SRC]
 """
 from __future__ import annotations
 
@@ -88,17 +100,17 @@ def train_worker(out: str, n_boot: str) -> None:
                       "seconds": first.card["seconds"], "load": load()}))
 
 
-def predict_worker(detector: str, results: str, out: str) -> None:
-    """In a fresh process: predict twice (cold, then with the embeddings cached); one JSON line."""
+def predict_worker(detector: str, results: str, out: str, n_boot: str = "0") -> None:
+    """In a fresh process: predict twice (cold, then warm: imports done, the table in memory); one JSON line."""
     start, cpu = time.perf_counter(), cpu_seconds()
     from agentuq_nb.steps.predict import predict
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        predict(detector, results, Path(out) / "first", n_boot=0)
+        predict(detector, results, Path(out) / "first", n_boot=int(n_boot))
         cold, cold_cpu = time.perf_counter() - start, cpu_seconds() - cpu
         start, cpu = time.perf_counter(), cpu_seconds()
-        done = predict(detector, results, Path(out) / "second", n_boot=0)
+        done = predict(detector, results, Path(out) / "second", n_boot=int(n_boot))
     print(json.dumps({"cold": cold, "cold_cpu": cold_cpu, "cached": time.perf_counter() - start,
                       "cached_cpu": cpu_seconds() - cpu, "n": len(done.predictions),
                       "in_training": int(done.predictions["in_training"].sum()), "load": load()}))
@@ -115,6 +127,42 @@ def scale_worker(results: str, scheduler: str, batch_size: str) -> None:
     seconds = time.perf_counter() - start
     print(json.dumps({"scheduler": scheduler, "trajectories": len(features), "seconds": seconds,
                       "terms": len(features.vocabulary), "peak_mib": peak_mib()}))
+
+
+def worker(args: list[str], src: str | None = None) -> dict:
+    """Run this script's worker ``args`` in a fresh process (``src``: that package source first on the path); its
+    JSON line."""
+    env = dict(os.environ)
+    if src:
+        env["PYTHONPATH"] = os.pathsep.join([str(Path(src).resolve()), *filter(None, [env.get("PYTHONPATH")])])
+    done = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, check=True, env=env)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def ratio(before: dict | None, now: dict, keys: tuple[str, ...]) -> str:
+    """``; before / now: …`` for each of ``keys`` (empty without a before)."""
+    if not before:
+        return ""
+    return "; before / now: " + ", ".join(f"{k.replace('_', ' ')} {before[k]:.1f} / {now[k]:.1f} s = "
+                                           f"{before[k] / now[k]:.2f}×" for k in keys)
+
+
+def shared(tmp: Path, n_boot: int, predict_n_boot: int, src: str | None, label: str) -> tuple[dict, dict]:
+    """Parts 1 and 2 with the package at ``src`` (None: this one), printed; their JSON lines."""
+    out = tmp / label
+    t = worker(["--train-worker", str(out / "detector"), str(n_boot)], src)
+    print(f"  [{label}] {t['n']} trajectories, embedder {t['embedder']}: cold {t['cold']:.1f} s ({t['cold_cpu']:.1f} s "
+          f"CPU; {t['cold'] / TRAIN_TARGET:.2f}× the {TRAIN_TARGET:.0f} s target), warm {t['warm']:.1f} s "
+          f"({t['warm_cpu']:.1f} s CPU); cold parts: "
+          + ", ".join(f"{k} {v:.1f} s" for k, v in t["seconds"].items()) + f"; {t['load']}", flush=True)
+    results = airline_file(tmp / "airline_200.json")
+    p = worker(["--worker", str(out / "detector" / "cold"), str(results), str(out / "predict"), str(predict_n_boot)],
+               src)
+    print(f"  [{label}] predict {p['n']} trajectories ({p['in_training']} met in training), {predict_n_boot} "
+          f"resamples: cold {p['cold']:.1f} s ({p['cold_cpu']:.1f} s CPU; imports, the table's load, extraction into "
+          f"a run folder; {p['cold'] / PREDICT_TARGET:.2f}× the {PREDICT_TARGET:.0f} s target), warm {p['cached']:.1f} s "
+          f"({p['cached_cpu']:.1f} s CPU); {p['load']}", flush=True)
+    return t, p
 
 
 def scale(n: int, folder: Path) -> list[dict]:
@@ -143,9 +191,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=100_000, help="synthetic trajectories for the scale part")
     parser.add_argument("--n-boot", type=int, default=1000)
+    parser.add_argument("--predict-n-boot", type=int, default=1000, help="predict's resamples (its default: 1000)")
+    parser.add_argument("--before", help="the src folder of another version of the package, timed too (ratios)")
     parser.add_argument("--skip-shared", action="store_true")
     parser.add_argument("--skip-scale", action="store_true")
-    parser.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
     parser.add_argument("--train-worker", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--scale-worker", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -165,23 +215,13 @@ def main() -> None:
             if len(SHARED_FILES) < 10:
                 sys.exit(f"the ten shared runs are not in {SHARED}")
             print("1. train-detector on the ten shared runs (defaults: every feature group, the static MiniLM table), "
-                  "in a fresh process", flush=True)
-            done = subprocess.run([sys.executable, __file__, "--train-worker", str(tmp / "detector"),
-                                   str(args.n_boot)], capture_output=True, text=True, check=True)
-            t = json.loads(done.stdout.strip().splitlines()[-1])
-            print(f"  {t['n']} trajectories, embedder {t['embedder']}: cold {t['cold']:.1f} s ({t['cold_cpu']:.1f} s "
-                  f"CPU; {t['cold'] / TRAIN_TARGET:.2f}× the {TRAIN_TARGET:.0f} s target), warm {t['warm']:.1f} s "
-                  f"({t['warm_cpu']:.1f} s CPU); cold parts: "
-                  + ", ".join(f"{k} {v:.1f} s" for k, v in t["seconds"].items()) + f"; {t['load']}", flush=True)
-            print(f"2. predict on a {PREDICTED_N}-trajectory airline file, in a fresh process", flush=True)
-            results = airline_file(tmp / "airline_200.json")
-            done = subprocess.run([sys.executable, __file__, "--worker", str(tmp / "detector" / "cold"), str(results),
-                                   str(tmp / "predict")], capture_output=True, text=True, check=True)
-            p = json.loads(done.stdout.strip().splitlines()[-1])
-            print(f"  {p['n']} trajectories ({p['in_training']} met in training): cold {p['cold']:.1f} s "
-                  f"({p['cold_cpu']:.1f} s CPU; imports, the table's load, extraction into a run folder; "
-                  f"{p['cold'] / PREDICT_TARGET:.2f}× the {PREDICT_TARGET:.0f} s target), warm {p['cached']:.1f} s "
-                  f"({p['cached_cpu']:.1f} s CPU); {p['load']}", flush=True)
+                  f"in a fresh process; 2. predict on a {PREDICTED_N}-trajectory airline file with that detector, in a "
+                  "fresh process", flush=True)
+            before = shared(tmp, args.n_boot, args.predict_n_boot, args.before, "before") if args.before else None
+            t, p = shared(tmp, args.n_boot, args.predict_n_boot, None, "now")
+            if before:
+                print("  train-detector" + ratio(before[0], t, ("cold", "cold_cpu", "warm", "warm_cpu")), flush=True)
+                print("  predict" + ratio(before[1], p, ("cold", "cold_cpu", "cached", "cached_cpu")), flush=True)
         if not args.skip_scale:
             print(f"3. feature extraction of {args.n:,} synthetic trajectories (text, structure + TRACER with hash "
                   "embeddings, length), streamed in batches of 2,000", flush=True)
