@@ -30,7 +30,7 @@ CPU seconds (user + system, all its threads) and the load average beside it; the
 loads.
 
     python benchmarks/bench_detector.py [--n 100000] [--skip-shared] [--skip-scale] [--n-boot 1000]
-                                        [--predict-n-boot 1000] [--before SRC]
+                                        [--predict-n-boot 1000] [--before SRC] [--keep DIR]
 """
 from __future__ import annotations
 
@@ -193,6 +193,8 @@ def main() -> None:
     parser.add_argument("--n-boot", type=int, default=1000)
     parser.add_argument("--predict-n-boot", type=int, default=1000, help="predict's resamples (its default: 1000)")
     parser.add_argument("--before", help="the src folder of another version of the package, timed too (ratios)")
+    parser.add_argument("--keep", help="a folder to write the detectors and predictions to and keep (default: a "
+                        "temporary one)")
     parser.add_argument("--skip-shared", action="store_true")
     parser.add_argument("--skip-scale", action="store_true")
     parser.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
@@ -209,8 +211,8 @@ def main() -> None:
         scale_worker(*args.scale_worker)
         return
     warnings.simplefilter("ignore")
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = Path(args.keep or scratch)
         if not args.skip_shared:
             if len(SHARED_FILES) < 10:
                 sys.exit(f"the ten shared runs are not in {SHARED}")

@@ -98,21 +98,26 @@ class DetectorSettings:
         return out
 
 
-#: the last vocabulary seen by :func:`term_positions` and its term → column map
-_last_positions: tuple[list[str], int, dict[str, int]] | None = None
+#: the last vocabulary seen by :func:`term_columns`, its length and its lookup (an index of its terms)
+_last_lookup: tuple[list[str], int, pd.Index | dict[str, int]] | None = None
 
 
-def term_positions(vocabulary: list[str]) -> dict[str, int]:
-    """Each term's column in ``vocabulary``. The map of the last vocabulary is kept: the folds and inner folds of a
-    training take their rows from one :class:`TrajectoryFeatures`, which share its vocabulary list (tens of thousands
-    of terms: rebuilding the map for each of the ~1,600 fits was a fifth of the model selection's time)."""
-    global _last_positions
-    last = _last_positions
+def term_columns(vocabulary: list[str], terms: list[str]) -> np.ndarray:
+    """Each term's column in ``vocabulary`` (-1 where it lacks the term). The lookup of the last vocabulary is kept:
+    the folds and inner folds of a training take their rows from one :class:`TrajectoryFeatures` and share its
+    vocabulary list (tens of thousands of terms: rebuilding a map of it for each of the ~1,600 design matrices, and
+    looking the terms up one by one, was a fifth of the model selection's time)."""
+    global _last_lookup
+    last = _last_lookup
     if last is not None and last[0] is vocabulary and last[1] == len(vocabulary):
-        return last[2]
-    where = {t: i for i, t in enumerate(vocabulary)}
-    _last_positions = (vocabulary, len(vocabulary), where)
-    return where
+        lookup = last[2]
+    else:
+        index = pd.Index(vocabulary, dtype=object)
+        lookup = index if index.is_unique else {t: i for i, t in enumerate(vocabulary)}  # a repeat: its last column
+        _last_lookup = (vocabulary, len(vocabulary), lookup)
+    if isinstance(lookup, pd.Index):
+        return lookup.get_indexer(pd.Index(terms, dtype=object)).astype(np.int64)
+    return np.array([lookup.get(t, -1) for t in terms], dtype=np.int64)
 
 
 def term_matrix(features: TrajectoryFeatures, terms: list[str]) -> sp.csr_matrix:
@@ -120,8 +125,7 @@ def term_matrix(features: TrajectoryFeatures, terms: list[str]) -> sp.csr_matrix
     n = len(features)
     if features.counts is None or not terms:
         return sp.csr_matrix((n, len(terms)))
-    where = term_positions(features.vocabulary)
-    source = np.array([where.get(t, -1) for t in terms], dtype=np.int64)
+    source = term_columns(features.vocabulary, terms)
     present = np.flatnonzero(source >= 0)
     select = sp.csr_matrix((np.ones(len(present)), (source[present], present)),
                            shape=(features.counts.shape[1], len(terms)))
