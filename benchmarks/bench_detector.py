@@ -213,6 +213,7 @@ def main() -> None:
     warnings.simplefilter("ignore")
     with tempfile.TemporaryDirectory() as scratch:
         tmp = Path(args.keep or scratch)
+        tmp.mkdir(parents=True, exist_ok=True)
         if not args.skip_shared:
             if len(SHARED_FILES) < 10:
                 sys.exit(f"the ten shared runs are not in {SHARED}")
