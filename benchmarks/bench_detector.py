@@ -135,7 +135,9 @@ def worker(args: list[str], src: str | None = None) -> dict:
     env = dict(os.environ)
     if src:
         env["PYTHONPATH"] = os.pathsep.join([str(Path(src).resolve()), *filter(None, [env.get("PYTHONPATH")])])
-    done = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, check=True, env=env)
+    done = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, env=env)
+    if done.returncode:
+        sys.exit(f"the worker {' '.join(args)} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -150,6 +152,7 @@ def ratio(before: dict | None, now: dict, keys: tuple[str, ...]) -> str:
 def shared(tmp: Path, n_boot: int, predict_n_boot: int, src: str | None, label: str) -> tuple[dict, dict]:
     """Parts 1 and 2 with the package at ``src`` (None: this one), printed; their JSON lines."""
     out = tmp / label
+    out.mkdir(parents=True, exist_ok=True)
     t = worker(["--train-worker", str(out / "detector"), str(n_boot)], src)
     print(f"  [{label}] {t['n']} trajectories, embedder {t['embedder']}: cold {t['cold']:.1f} s ({t['cold_cpu']:.1f} s "
           f"CPU; {t['cold'] / TRAIN_TARGET:.2f}× the {TRAIN_TARGET:.0f} s target), warm {t['warm']:.1f} s "
