@@ -21,16 +21,16 @@ embedded, every feature extracted, every model fitted; **warm** repeats the same
 the table in memory; nothing else is cached between the two calls). Prediction runs with ``predict``'s defaults
 (``--predict-n-boot``, 1000 resamples for the run's rate and the estimator-table row, as the command does).
 
-``--before SRC`` times parts 1 and 2 once more with another version of the package (its ``src`` folder first on the
-path, e.g. ``git worktree add /tmp/before <commit>`` then ``--before /tmp/before/src``) and prints each figure's ratio
-to it (before / now: above 1 = faster now).
+The training's cold CPU seconds are printed beside those of the code before issue 48 point 5's speed-ups
+(:data:`BEFORE`, measured with the same command on the same machine: the CPU seconds, not the wall time, compare
+across loads).
 
 On a shared machine the wall-clock seconds depend on the other processes: each timing is printed with the process's
 CPU seconds (user + system, all its threads) and the load average beside it; the CPU seconds are what compares across
 loads.
 
     python benchmarks/bench_detector.py [--n 100000] [--skip-shared] [--skip-scale] [--n-boot 1000]
-                                        [--predict-n-boot 1000] [--before SRC] [--keep DIR]
+                                        [--predict-n-boot 1000] [--keep DIR]
 """
 from __future__ import annotations
 
@@ -52,6 +52,9 @@ AIRLINE = [SHARED / "tau2" / "gpt-4.1_airline_1trial.json", SHARED / "tau2" / "f
                                                                            "qwen2.5-7b"))]
 TRAIN_TARGET, PREDICT_TARGET = 60.0, 15.0
 PREDICTED_N = 200
+#: train-detector on the ten shared runs at commit 6819602 (before issue 48 point 5's speed-ups), cold, as the README
+#: runs it: 343 s wall at load 13, CPU (user + system) below; the detector it wrote is bitwise the one written now
+BEFORE = {"train_cold_cpu": 121.1}
 
 
 def peak_mib() -> float:
@@ -141,14 +144,6 @@ def worker(args: list[str], src: str | None = None) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def ratio(before: dict | None, now: dict, keys: tuple[str, ...]) -> str:
-    """``; before / now: …`` for each of ``keys`` (empty without a before)."""
-    if not before:
-        return ""
-    return "; before / now: " + ", ".join(f"{k.replace('_', ' ')} {before[k]:.1f} / {now[k]:.1f} s = "
-                                           f"{before[k] / now[k]:.2f}×" for k in keys)
-
-
 def shared(tmp: Path, n_boot: int, predict_n_boot: int, src: str | None, label: str) -> tuple[dict, dict]:
     """Parts 1 and 2 with the package at ``src`` (None: this one), printed; their JSON lines."""
     out = tmp / label
@@ -195,7 +190,6 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=100_000, help="synthetic trajectories for the scale part")
     parser.add_argument("--n-boot", type=int, default=1000)
     parser.add_argument("--predict-n-boot", type=int, default=1000, help="predict's resamples (its default: 1000)")
-    parser.add_argument("--before", help="the src folder of another version of the package, timed too (ratios)")
     parser.add_argument("--keep", help="a folder to write the detectors and predictions to and keep (default: a "
                         "temporary one)")
     parser.add_argument("--skip-shared", action="store_true")
@@ -223,11 +217,9 @@ def main() -> None:
             print("1. train-detector on the ten shared runs (defaults: every feature group, the static MiniLM table), "
                   f"in a fresh process; 2. predict on a {PREDICTED_N}-trajectory airline file with that detector, in a "
                   "fresh process", flush=True)
-            before = shared(tmp, args.n_boot, args.predict_n_boot, args.before, "before") if args.before else None
-            t, p = shared(tmp, args.n_boot, args.predict_n_boot, None, "now")
-            if before:
-                print("  train-detector" + ratio(before[0], t, ("cold", "cold_cpu", "warm", "warm_cpu")), flush=True)
-                print("  predict" + ratio(before[1], p, ("cold", "cold_cpu", "cached", "cached_cpu")), flush=True)
+            t, _ = shared(tmp, args.n_boot, args.predict_n_boot, None, "now")
+            print(f"  train-detector cold CPU: {BEFORE['train_cold_cpu']:.1f} s before (commit 6819602), "
+                  f"{t['cold_cpu']:.1f} s now: {BEFORE['train_cold_cpu'] / t['cold_cpu']:.2f}× less", flush=True)
         if not args.skip_scale:
             print(f"3. feature extraction of {args.n:,} synthetic trajectories (text, structure + TRACER with hash "
                   "embeddings, length), streamed in batches of 2,000", flush=True)
