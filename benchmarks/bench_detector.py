@@ -15,10 +15,22 @@ extraction streamed at scale (serial and on Dask), each printed beside the targe
    once), streamed in batches of 2,000 on the job executor, and the same on ``local:2`` Dask workers - trajectories
    per second and the peak memory of the extracting process (Dask workers' own apart).
 
+**Cold** means a fresh Python process and no run-level state: nothing imported, the static table read from its file
+(the per-machine file in ``~/.cache/agentuq_nb``, distilled once per machine by ``make setup``: kept), every text
+embedded, every feature extracted, every model fitted; **warm** repeats the same call in that process (imports done,
+the table in memory; nothing else is cached between the two calls). Prediction runs with ``predict``'s defaults
+(``--predict-n-boot``, 1000 resamples for the run's rate and the estimator-table row, as the command does).
+
+The training's cold CPU seconds are printed beside those of the code before issue 48 point 5's speed-ups
+(:data:`BEFORE`, measured with the same command on the same machine: the CPU seconds, not the wall time, compare
+across loads).
+
 On a shared machine the wall-clock seconds depend on the other processes: each timing is printed with the process's
-CPU seconds and the load average beside it.
+CPU seconds (user + system, all its threads) and the load average beside it; the CPU seconds are what compares across
+loads.
 
     python benchmarks/bench_detector.py [--n 100000] [--skip-shared] [--skip-scale] [--n-boot 1000]
+                                        [--predict-n-boot 1000] [--keep DIR]
 """
 from __future__ import annotations
 
@@ -40,6 +52,9 @@ AIRLINE = [SHARED / "tau2" / "gpt-4.1_airline_1trial.json", SHARED / "tau2" / "f
                                                                            "qwen2.5-7b"))]
 TRAIN_TARGET, PREDICT_TARGET = 60.0, 15.0
 PREDICTED_N = 200
+#: train-detector on the ten shared runs at commit 6819602 (before issue 48 point 5's speed-ups), cold, as the README
+#: runs it: 343 s wall at load 13, CPU (user + system) below; the detector it wrote is bitwise the one written now
+BEFORE = {"train_cold_cpu": 121.1}
 
 
 def peak_mib() -> float:
@@ -88,17 +103,17 @@ def train_worker(out: str, n_boot: str) -> None:
                       "seconds": first.card["seconds"], "load": load()}))
 
 
-def predict_worker(detector: str, results: str, out: str) -> None:
-    """In a fresh process: predict twice (cold, then with the embeddings cached); one JSON line."""
+def predict_worker(detector: str, results: str, out: str, n_boot: str = "0") -> None:
+    """In a fresh process: predict twice (cold, then warm: imports done, the table in memory); one JSON line."""
     start, cpu = time.perf_counter(), cpu_seconds()
     from agentuq_nb.steps.predict import predict
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        predict(detector, results, Path(out) / "first", n_boot=0)
+        predict(detector, results, Path(out) / "first", n_boot=int(n_boot))
         cold, cold_cpu = time.perf_counter() - start, cpu_seconds() - cpu
         start, cpu = time.perf_counter(), cpu_seconds()
-        done = predict(detector, results, Path(out) / "second", n_boot=0)
+        done = predict(detector, results, Path(out) / "second", n_boot=int(n_boot))
     print(json.dumps({"cold": cold, "cold_cpu": cold_cpu, "cached": time.perf_counter() - start,
                       "cached_cpu": cpu_seconds() - cpu, "n": len(done.predictions),
                       "in_training": int(done.predictions["in_training"].sum()), "load": load()}))
@@ -115,6 +130,37 @@ def scale_worker(results: str, scheduler: str, batch_size: str) -> None:
     seconds = time.perf_counter() - start
     print(json.dumps({"scheduler": scheduler, "trajectories": len(features), "seconds": seconds,
                       "terms": len(features.vocabulary), "peak_mib": peak_mib()}))
+
+
+def worker(args: list[str], src: str | None = None) -> dict:
+    """Run this script's worker ``args`` in a fresh process (``src``: that package source first on the path); its
+    JSON line."""
+    env = dict(os.environ)
+    if src:
+        env["PYTHONPATH"] = os.pathsep.join([str(Path(src).resolve()), *filter(None, [env.get("PYTHONPATH")])])
+    done = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, env=env)
+    if done.returncode:
+        sys.exit(f"the worker {' '.join(args)} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def shared(tmp: Path, n_boot: int, predict_n_boot: int, src: str | None, label: str) -> tuple[dict, dict]:
+    """Parts 1 and 2 with the package at ``src`` (None: this one), printed; their JSON lines."""
+    out = tmp / label
+    out.mkdir(parents=True, exist_ok=True)
+    t = worker(["--train-worker", str(out / "detector"), str(n_boot)], src)
+    print(f"  [{label}] {t['n']} trajectories, embedder {t['embedder']}: cold {t['cold']:.1f} s ({t['cold_cpu']:.1f} s "
+          f"CPU; {t['cold'] / TRAIN_TARGET:.2f}× the {TRAIN_TARGET:.0f} s target), warm {t['warm']:.1f} s "
+          f"({t['warm_cpu']:.1f} s CPU); cold parts: "
+          + ", ".join(f"{k} {v:.1f} s" for k, v in t["seconds"].items()) + f"; {t['load']}", flush=True)
+    results = airline_file(tmp / "airline_200.json")
+    p = worker(["--worker", str(out / "detector" / "cold"), str(results), str(out / "predict"), str(predict_n_boot)],
+               src)
+    print(f"  [{label}] predict {p['n']} trajectories ({p['in_training']} met in training), {predict_n_boot} "
+          f"resamples: cold {p['cold']:.1f} s ({p['cold_cpu']:.1f} s CPU; imports, the table's load, extraction into "
+          f"a run folder; {p['cold'] / PREDICT_TARGET:.2f}× the {PREDICT_TARGET:.0f} s target), warm {p['cached']:.1f} s "
+          f"({p['cached_cpu']:.1f} s CPU); {p['load']}", flush=True)
+    return t, p
 
 
 def scale(n: int, folder: Path) -> list[dict]:
@@ -143,9 +189,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=100_000, help="synthetic trajectories for the scale part")
     parser.add_argument("--n-boot", type=int, default=1000)
+    parser.add_argument("--predict-n-boot", type=int, default=1000, help="predict's resamples (its default: 1000)")
+    parser.add_argument("--keep", help="a folder to write the detectors and predictions to and keep (default: a "
+                        "temporary one)")
     parser.add_argument("--skip-shared", action="store_true")
     parser.add_argument("--skip-scale", action="store_true")
-    parser.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
     parser.add_argument("--train-worker", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--scale-worker", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -159,29 +208,18 @@ def main() -> None:
         scale_worker(*args.scale_worker)
         return
     warnings.simplefilter("ignore")
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = Path(args.keep or scratch)
+        tmp.mkdir(parents=True, exist_ok=True)
         if not args.skip_shared:
             if len(SHARED_FILES) < 10:
                 sys.exit(f"the ten shared runs are not in {SHARED}")
             print("1. train-detector on the ten shared runs (defaults: every feature group, the static MiniLM table), "
-                  "in a fresh process", flush=True)
-            done = subprocess.run([sys.executable, __file__, "--train-worker", str(tmp / "detector"),
-                                   str(args.n_boot)], capture_output=True, text=True, check=True)
-            t = json.loads(done.stdout.strip().splitlines()[-1])
-            print(f"  {t['n']} trajectories, embedder {t['embedder']}: cold {t['cold']:.1f} s ({t['cold_cpu']:.1f} s "
-                  f"CPU; {t['cold'] / TRAIN_TARGET:.2f}× the {TRAIN_TARGET:.0f} s target), warm {t['warm']:.1f} s "
-                  f"({t['warm_cpu']:.1f} s CPU); cold parts: "
-                  + ", ".join(f"{k} {v:.1f} s" for k, v in t["seconds"].items()) + f"; {t['load']}", flush=True)
-            print(f"2. predict on a {PREDICTED_N}-trajectory airline file, in a fresh process", flush=True)
-            results = airline_file(tmp / "airline_200.json")
-            done = subprocess.run([sys.executable, __file__, "--worker", str(tmp / "detector" / "cold"), str(results),
-                                   str(tmp / "predict")], capture_output=True, text=True, check=True)
-            p = json.loads(done.stdout.strip().splitlines()[-1])
-            print(f"  {p['n']} trajectories ({p['in_training']} met in training): cold {p['cold']:.1f} s "
-                  f"({p['cold_cpu']:.1f} s CPU; imports, the table's load, extraction into a run folder; "
-                  f"{p['cold'] / PREDICT_TARGET:.2f}× the {PREDICT_TARGET:.0f} s target), warm {p['cached']:.1f} s "
-                  f"({p['cached_cpu']:.1f} s CPU); {p['load']}", flush=True)
+                  f"in a fresh process; 2. predict on a {PREDICTED_N}-trajectory airline file with that detector, in a "
+                  "fresh process", flush=True)
+            t, _ = shared(tmp, args.n_boot, args.predict_n_boot, None, "now")
+            print(f"  train-detector cold CPU: {BEFORE['train_cold_cpu']:.1f} s before (commit 6819602), "
+                  f"{t['cold_cpu']:.1f} s now: {BEFORE['train_cold_cpu'] / t['cold_cpu']:.2f}× less", flush=True)
         if not args.skip_scale:
             print(f"3. feature extraction of {args.n:,} synthetic trajectories (text, structure + TRACER with hash "
                   "embeddings, length), streamed in batches of 2,000", flush=True)

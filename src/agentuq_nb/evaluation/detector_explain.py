@@ -101,11 +101,12 @@ def term_reason(term: str, count: float) -> str:
     return f"{what}{times}" if count else f"no {what}"
 
 
-def reasons_of(detector: SelectedDetector, features: TrajectoryFeatures, names: list[str]) -> tuple[np.ndarray,
-                                                                                                  np.ndarray]:
+def reasons_of(detector: SelectedDetector, features: TrajectoryFeatures, names: list[str],
+               wanted: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``(text, value)`` (rows × names): each reported feature as a sentence about the trajectory and its raw value
     (a term's count, a signal's value, a length as counted, the task's training failure rate; NaN for an embedding
-    block)."""
+    block). ``wanted`` (rows × names, bool): the cells whose term sentence is needed (an explanation lists a few of
+    thousands of terms); the other terms' cells hold the feature's name."""
     n = len(features)
     text = np.empty((n, len(names)), dtype=object)
     value = np.full((n, len(names)), np.nan)
@@ -114,7 +115,8 @@ def reasons_of(detector: SelectedDetector, features: TrajectoryFeatures, names: 
         counts = term_matrix(features, [t for _, t in terms]).toarray()
         for (i, term), col in zip(terms, counts.T):
             value[:, i] = col
-            text[:, i] = [term_reason(term, c) for c in col]
+            rows = np.arange(n) if wanted is None else np.flatnonzero(wanted[:, i])
+            text[rows, i] = [term_reason(term, c) for c in col[rows]]
     have = {name: i for i, name in enumerate(features.dense_names)}
     for i, name in enumerate(names):
         if name in LENGTH_TEXT:
@@ -211,12 +213,14 @@ def explain(detector: SelectedDetector, features: TrajectoryFeatures,
         return out
     points, ratio, base = probability_points(detector, names, values, intercept, log_odds, to_probability)
     out["base_probability"] = base
-    text, raw = reasons_of(detector, features, names)
-    shares = {b: message_shares(detector, features, b) for b in names if is_embedding(b)}
     embedding = np.array([is_embedding(name) for name in names])
     k = min(top, len(names))
     order = np.argsort(-np.abs(points), axis=1, kind="stable")
     listed = min(len(names), max(LISTED, top))
+    wanted = np.zeros(points.shape, dtype=bool)  # the sentences an explanation shows: its listed features'
+    wanted[np.arange(n)[:, None], order[:, :listed]] = True
+    text, raw = reasons_of(detector, features, names, wanted)
+    shares = {b: message_shares(detector, features, b) for b in names if is_embedding(b)}
     for r in range(n):
         kept = [j for j in order[r, :listed] if points[r, j] != 0]
         items = []
