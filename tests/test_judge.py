@@ -230,7 +230,9 @@ def test_a_changed_trajectory_is_judged_anew_the_others_come_from_the_cache(judg
         data["simulations"][1]["messages"][-1]["content"] = "Sorry, I could not do that. Goodbye."
 
     changed = real_slice(tmp_path, "changed.json", edit)
-    assert cli("extract", str(changed), "--out", str(copy)).exit_code == 0
+    refused = cli("extract", str(changed), "--out", str(copy))  # other results into a run: only when asked to
+    assert refused.exit_code == 2 and "--force" in refused.output
+    assert cli("extract", str(changed), "--out", str(copy), "--force").exit_code == 0
     from agentuq_nb.estimators import available
 
     assert not [n for n in available(copy) if n.startswith("judge.")]  # judged on the earlier results: stale
