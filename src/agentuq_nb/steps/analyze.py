@@ -102,13 +102,13 @@ def run(run_dir: str | os.PathLike | RunDir, config: AnalyzeConfig) -> AnalyzeRe
     say_evaluation(report, config.reporter)
     from agentuq_nb.io.ingest import judge_summary
 
-    if RunDir.of(out).manifest().layout == judge_summary.LAYOUT:  # the file's own verdicts beside every family
+    if folder.manifest().layout == judge_summary.LAYOUT:  # the file's own verdicts beside every family
         from agentuq_nb.steps.import_scores import ImportScoresConfig
         from agentuq_nb.steps.import_scores import run as import_scores
         from agentuq_nb.steps.import_scores import show as show_imported
 
         with config.reporter.stage("import-scores", out):
-            report.imported = import_scores(out, ImportScoresConfig(file=config.results))
+            report.imported = import_scores(folder, ImportScoresConfig(file=config.results))
         show_imported(report.imported, out, None, config.reporter)
     if config.detector is not None:
         from agentuq_nb.steps.predict import PredictConfig
