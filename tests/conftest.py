@@ -163,3 +163,8 @@ SLOWEST_FILES = {
 def pytest_collection_modifyitems(config, items):
     """The slowest files' tests first (see ``SLOWEST_FILES``), each file's tests in their own order."""
     items.sort(key=lambda item: -SLOWEST_FILES.get(item.path.name, 0.0))  # a stable sort: the rest keep their order
+
+
+def call(name, **arguments):
+    """A tool call of a τ²-bench message, as the hand-written conversations of the tests write it."""
+    return {"id": "c", "name": name, "arguments": arguments}

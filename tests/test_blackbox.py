@@ -36,7 +36,7 @@ from agentuq_nb.uq.tracer import (
 )
 from agentuq_nb.uq.transcript import transcript
 
-from conftest import ROOT, require_tau2
+from conftest import ROOT, call, require_tau2
 
 
 def to_cosine_decimals(expected):
@@ -50,10 +50,6 @@ REAL_RUNS = sorted((ROOT.parent / "shared" / "data" / "real_runs").glob("*.json"
 def sim(messages: list[dict], task_id="t1", trial=0, reward=1.0) -> Simulation:
     return Simulation.model_validate({"id": f"{task_id}-{trial}", "task_id": task_id, "trial": trial, "seed": 0,
                                       "messages": messages, "reward_info": {"reward": reward}})
-
-
-def call(name, **arguments):
-    return {"id": "c", "name": name, "arguments": arguments}
 
 
 # --------------------------------------------------------------------------- structure

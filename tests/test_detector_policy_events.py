@@ -10,14 +10,12 @@ from agentuq_nb.uq.detector_features import extract_features
 from agentuq_nb.uq.policy_events import POLICY_COLUMNS, policy_events
 from agentuq_nb.uq.transcript import transcript
 
+from conftest import call
+
 
 def sim(messages: list[dict], task_id="t1") -> Simulation:
     return Simulation.model_validate({"id": f"{task_id}-0", "task_id": task_id, "trial": 0, "seed": 0,
                                       "messages": messages, "reward_info": {"reward": 0.0}})
-
-
-def call(name, **arguments):
-    return {"id": "c", "name": name, "arguments": arguments}
 
 
 CONVERSATION = [
