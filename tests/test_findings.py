@@ -117,3 +117,11 @@ def test_findings_json_records_the_version_the_settings_and_the_inputs_hashes(tm
     assert made["inputs"] == {str(p): hashlib.sha256(Path(p).read_bytes()).hexdigest() for p in results}
     known = json.loads(write_findings(record, tmp_path, inputs={"run.json": "ab" * 32}).read_text())
     assert known["provenance"]["inputs"] == {"run.json": "ab" * 32}
+
+
+def test_counts_in_generated_prose_agree_with_their_number():
+    from agentuq_nb.common.wording import agreeing, counted
+
+    assert [counted(n, "trajectory", "trajectories") for n in (0, 1, 2)] == ["0 trajectories", "1 trajectory",
+                                                                            "2 trajectories"]
+    assert [agreeing(n, "falls", "fall") for n in (0, 1, 3)] == ["0 fall", "1 falls", "3 fall"]

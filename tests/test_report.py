@@ -239,7 +239,7 @@ def test_the_estimator_view_names_every_column_it_shows():
     assert cells == [f"yes · q {q[0]:#.2g}", f"below · q {q[1]:#.2g}", f"no · q {q[2]:#.2g}", f"no · q {q[3]:#.2g}", "—"]
     assert estimator_view(more).at[1, "AUROC [95% CI]"] == "0.290 [0.180, 0.410] ▼ inverted"
     assert any("▼ inverted: s1" in n for n in estimator_notes(more))
-    assert any("across this run's 4 tests" in n and "1 beat length, 1 fall below it" in n for n in estimator_notes(more))
+    assert any("across this run's 4 tests" in n and "1 beats length, 1 falls below it" in n for n in estimator_notes(more))
     notes = " ".join(estimator_notes(table))
     assert "sorted by auroc_stratified" in notes and "tracer.optimistic" in notes and "strata hold it fixed" in notes
     assert "p vs" not in " ".join(view.columns)  # no token reference: no such column

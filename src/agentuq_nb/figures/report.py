@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from agentuq_nb.common.redaction import redact
+from agentuq_nb.common.wording import agreeing
 from agentuq_nb.estimators.base import reference_families
 from agentuq_nb.figures.explorer import trajectory_key
 from agentuq_nb.io.errors import remedy
@@ -229,7 +230,8 @@ def length_tests_note(table: pd.DataFrame, q: float | None = None) -> str | None
     return (f"{BEATS_COLUMN}: the paired test of each estimator against the best length baseline (two-sided, tasks "
             f"resampled), Benjamini-Hochberg adjusted across this run's {tested} tests (statsmodels; length baselines "
             f"and in-sample rows are not tested); yes/below = q ≤ {q:g} with the difference above/below 0, no = "
-            f"not distinguishable at that level. {beats} beat length, {below} fall below it.")
+            f"not distinguishable at that level. {agreeing(beats, 'beats', 'beat')} length, "
+            f"{agreeing(below, 'falls', 'fall')} below it.")
 
 
 def estimator_notes(table: pd.DataFrame, sort_column: str = "auroc_stratified") -> list[str]:

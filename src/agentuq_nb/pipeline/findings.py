@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from agentuq_nb.common.wording import counted
 from agentuq_nb.estimators.base import combination_families, reference_families
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
@@ -35,9 +36,6 @@ def _auroc(table: pd.DataFrame, name: str) -> str:
     return f"`{name}` {r['auroc']:.3f}{_ci(r)} (n = {int(r['n'])})"
 
 
-def _plural(n: int, noun: str, plural: str | None = None) -> str:
-    return f"{n} {noun if n == 1 else (plural or noun + 's')}"
-
 
 def action_findings(turns: pd.DataFrame, rewards: pd.DataFrame, table: pd.DataFrame, k: int, temperature: float,
                     limit: int | None = None, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD) -> str:
@@ -53,8 +51,8 @@ def action_findings(turns: pd.DataFrame, rewards: pd.DataFrame, table: pd.DataFr
     n_traj, n_fail = len(trajectories), int(trajectories["failed"].sum())
     sampler = turns["sampler_model"].iloc[0]
     kind = turns["sampler_kind"].iloc[0]
-    lines = [f"**{_plural(considered, 'simulation')} sampled, {_plural(len(turns), 'decision point')} in "
-             f"{_plural(n_traj, 'trajectory', 'trajectories')} of them** ({n_fail} failed, {n_traj - n_fail} "
+    lines = [f"**{counted(considered, 'simulation')} sampled, {counted(len(turns), 'decision point')} in "
+             f"{counted(n_traj, 'trajectory', 'trajectories')} of them** ({n_fail} failed, {n_traj - n_fail} "
              f"succeeded; {considered - n_traj} have no decision point: the conversation ended before the agent's "
              f"first reply). K = {k} samples per point at temperature {temperature:g} from `{sampler}` ({kind}), "
              f"{int(turns['k'].sum())} samples."]

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from agentuq_nb.common.wording import agreeing
 from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.evaluation.detector_protocols import LENGTH_BASELINES, evaluation_frame, protocol_comparison, verdict
 from agentuq_nb.evaluation.pooled_auroc import POOLED, pooled_leaderboard
@@ -497,10 +498,11 @@ def headline(record: dict[str, Any], link: str = COMMITTED_FINDINGS) -> str:
         if detector is not None:
             text += f", the detector {_ci(detector, 'auroc')}"
         text += (f"; {sum(m.get('vs_length') == 'beats' for m in published)} of {len(published)} prompts beat length "
-                 f"and {sum(m.get('vs_length') == 'below' for m in published)} fall below it")
+                 f"and {agreeing(sum(m.get('vs_length') == 'below' for m in published), 'falls', 'fall')} below it")
         if detector is not None:
-            text += (f", {sum(m.get('vs_detector') == 'beats' for m in published)} beat the detector and "
-                     f"{sum(m.get('vs_detector') == 'below' for m in published)} fall below it")
+            text += (f", {agreeing(sum(m.get('vs_detector') == 'beats' for m in published), 'beats', 'beat')} the "
+                     f"detector and {agreeing(sum(m.get('vs_detector') == 'below' for m in published), 'falls', 'fall')}"
+                     " below it")
         cost = [m["cost_per_trajectory_usd"] for m in published if m.get("cost_per_trajectory_usd") is not None]
         if cost:
             text += f"; GPT-4o cost ${min(cost):.3f}-${max(cost):.3f} per trajectory"
