@@ -42,6 +42,7 @@ from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.ingest.results import iter_simulations, read_header
 from agentuq_nb.io.ingest.token_sources import SidecarResolver, uq_logprobs_ref
+from agentuq_nb.io.store.artifacts import read_turn_summary
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records import Results
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, failure_labels
@@ -51,7 +52,6 @@ from agentuq_nb.steps.extract import extract
 from agentuq_nb.steps.recorded_summary import STEP as RECORDED_SUMMARY_STEP
 from agentuq_nb.steps.recorded_summary import has_recorded_summary, summarize_recorded
 from agentuq_nb.steps.score_observations import score_observations
-from agentuq_nb.uq import read_turn_summary
 from agentuq_nb.uq.dynamics import read_agent_turns
 
 DATASET = "changdae/tau2-uq-artifacts"

@@ -32,12 +32,12 @@ from pydantic import Field
 from agentuq_nb.estimators import Estimator, TokenEstimator, get
 from agentuq_nb.estimators.token import RawColumn, resolve_estimator
 from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
+from agentuq_nb.io.store.artifacts import read_trajectory_summary
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, check_failure_threshold
 from agentuq_nb.records.token_statistics import STATISTICS_BY_NAME
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.steps.base import Command, FailureThresholdField, NBootField, Reporter, SeedField, Step, StepConfig
-from agentuq_nb.uq.aggregation import read_trajectory_summary
 
 STEP = Step("evaluate", "agentuq-nb evaluate RUN_DIR", ("eval_metrics", "eval_curves"))
 

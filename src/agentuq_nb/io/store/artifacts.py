@@ -1,0 +1,40 @@
+"""The readers of a run folder's artefacts, one home for each: what a step writes into a run folder (its file name in
+:data:`~agentuq_nb.io.store.rundir.ARTIFACTS`, its schema in :mod:`agentuq_nb.records`) is read back here, checked
+against the run's manifest (:meth:`~agentuq_nb.io.store.rundir.RunDir.verify`: a file of another run, or one
+computed before its inputs were replaced, is refused), its keys typed alike. A missing artefact raises
+:class:`~agentuq_nb.io.errors.MissingArtifactError` naming it (and the command that makes it). The token table's
+readers are in :mod:`.token_table`; a run's rewards and labels are :meth:`RunDir.rewards` and :meth:`RunDir.outcomes`.
+"""
+from __future__ import annotations
+
+import os
+
+import pandas as pd
+
+from agentuq_nb.io.errors import StaleArtifactError
+from agentuq_nb.io.store.rundir import RunDir
+
+
+def read_summary(run_dir: str | os.PathLike | RunDir, name: str) -> pd.DataFrame:
+    """``turn_summary`` or ``trajectory_summary``, checked: refused when it is stale, i.e. computed
+    before one of the run's token tables was (re)written or added."""
+    run = RunDir.of(run_dir)
+    frame = run.read_frame(name)
+    record = run.manifest().artifacts.get(run.relative(name))
+    if record is not None:
+        missing = [p.name for p in run.token_tables(required=False)
+                   if run.commit_of(p.name) and p.name not in record.based_on]
+        if missing:
+            raise StaleArtifactError(f"{run.file(name)} does not include {', '.join(missing)} (written after it); "
+                                     f"{run.fix(name, 'again')}")
+    return frame.copy()
+
+
+def read_trajectory_summary(run_dir: str | os.PathLike | RunDir) -> pd.DataFrame:
+    """``trajectory_summary.parquet`` (checked, :func:`read_summary`): one row per trajectory, scorer and role."""
+    return read_summary(run_dir, "trajectory_summary")
+
+
+def read_turn_summary(run_dir: str | os.PathLike | RunDir) -> pd.DataFrame:
+    """``turn_summary.parquet`` (checked, :func:`read_summary`): one row per turn, scorer and role."""
+    return read_summary(run_dir, "turn_summary")
