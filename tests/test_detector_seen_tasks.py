@@ -49,7 +49,7 @@ def predicted(trained, tmp_path_factory):
 
 
 def test_predict_estimates_the_runs_failure_rate_and_shows_its_own_beside_it(predicted):
-    from agentuq_nb.estimators.detector import read_predictions
+    from agentuq_nb.io.store.artifacts import read_predictions
 
     out, printed = predicted
     report = json.loads((out / "detector.json").read_text())
@@ -79,7 +79,7 @@ def test_predict_estimates_the_runs_failure_rate_and_shows_its_own_beside_it(pre
 
 
 def test_predict_tells_the_tasks_it_saw_by_content_and_what_the_detector_adds_over_them(trained, predicted):
-    from agentuq_nb.estimators.detector import read_predictions
+    from agentuq_nb.io.store.artifacts import read_predictions
 
     out, printed = predicted
     p = read_predictions(out)

@@ -412,7 +412,7 @@ def detector_predictions(run: RunDir):
     run's (made from other trajectories) or it is not predict's (no keys and ``failure_probability``)."""
     if not run.has("predictions"):
         return None
-    from agentuq_nb.estimators.detector import read_predictions
+    from agentuq_nb.io.store.artifacts import read_predictions
 
     try:
         frame = read_predictions(run)

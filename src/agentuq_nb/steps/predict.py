@@ -27,7 +27,7 @@ features it was trained with, and one commit publishes:
   probabilities on this run (adapted and at the training rate, with the base rate's Brier ȳ(1 - ȳ)), and
   ``against_task_history``: the detector's AUROC beside length's and the task prior's, with the paired difference.
 
-:func:`agentuq_nb.estimators.detector.read_predictions` reads ``predictions.csv`` back from a run folder.
+:func:`agentuq_nb.io.store.artifacts.read_predictions` reads ``predictions.csv`` back from a run folder.
 """
 from __future__ import annotations
 

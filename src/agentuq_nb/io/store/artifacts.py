@@ -13,6 +13,7 @@ import pandas as pd
 
 from agentuq_nb.io.errors import StaleArtifactError
 from agentuq_nb.io.store.rundir import RunDir
+from agentuq_nb.records.keys import key_dtypes
 
 
 def read_summary(run_dir: str | os.PathLike | RunDir, name: str) -> pd.DataFrame:
@@ -38,3 +39,17 @@ def read_trajectory_summary(run_dir: str | os.PathLike | RunDir) -> pd.DataFrame
 def read_turn_summary(run_dir: str | os.PathLike | RunDir) -> pd.DataFrame:
     """``turn_summary.parquet`` (checked, :func:`read_summary`): one row per turn, scorer and role."""
     return read_summary(run_dir, "turn_summary")
+
+
+def read_predictions(run_dir: str | os.PathLike | RunDir) -> pd.DataFrame:
+    """``predictions.csv`` of a run folder (checked against its manifest): one row per trajectory with its keys,
+    ``simulation_id``, ``failure_probability``, ``log_odds``, ``model``, ``in_training``, ``reward`` and ``failed``
+    where labelled, ``base_probability``, ``reason_k`` / ``points_k`` / ``feature_k`` (k = 1 … the number ``predict``
+    was asked for) and ``explanation``, the JSON text of ``[{feature, reason, value, points, log_odds}, …]``
+    (:mod:`agentuq_nb.evaluation.detector_explain`). A FileNotFoundError names the
+    command that makes it."""
+    run = RunDir.of(run_dir)
+    path = run.require("predictions")
+    run.verify("predictions")
+    frame = pd.read_csv(path, dtype={"task_id": "string", "simulation_id": "string"}, keep_default_na=True)
+    return key_dtypes(frame, deep=False)
