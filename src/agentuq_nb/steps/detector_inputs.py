@@ -26,11 +26,12 @@ import numpy as np
 import pandas as pd
 
 from agentuq_nb.distributed import JobRunner
-from agentuq_nb.estimators.monitor import monitor_families, read_monitor_rows
+from agentuq_nb.estimators.monitor import monitor_families
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.files import content_digest
 from agentuq_nb.io.ingest import judge_summary
 from agentuq_nb.io.ingest.results import detect_layout, iter_simulations, read_header
+from agentuq_nb.io.store.artifacts import read_monitor_rows
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records import Results
 from agentuq_nb.records.keys import key_dtypes
@@ -206,7 +207,7 @@ def trajectory_signatures(sources: Sequence[Source], features: TrajectoryFeature
 
 def monitor_table_of(source: Source) -> pd.DataFrame:
     """The trajectory keys and one column per monitor of a run folder (its risk; every monitor family's table,
-    :func:`agentuq_nb.estimators.monitor.read_monitor_rows`); an InputError for an input that is no run folder."""
+    :func:`agentuq_nb.io.store.artifacts.read_monitor_rows`); an InputError for an input that is no run folder."""
     if source.run is None:
         raise InputError(source.given, f"the '{MONITOR_GROUP}' feature group reads the monitors imported into a run "
                                        "folder (import-scores): give the run folder, not its results")

@@ -14,6 +14,8 @@ import pandas as pd
 from agentuq_nb.io.errors import StaleArtifactError
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.keys import key_dtypes
+from agentuq_nb.records.monitor_scores import artifact_of, monitor_table
+from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 
 
 def read_summary(run_dir: str | os.PathLike | RunDir, name: str) -> pd.DataFrame:
@@ -53,3 +55,13 @@ def read_predictions(run_dir: str | os.PathLike | RunDir) -> pd.DataFrame:
     run.verify("predictions")
     frame = pd.read_csv(path, dtype={"task_id": "string", "simulation_id": "string"}, keep_default_na=True)
     return key_dtypes(frame, deep=False)
+
+
+def read_monitor_rows(run_dir: str | os.PathLike | RunDir, family: str) -> pd.DataFrame:
+    """A family's monitor table of a run folder, checked (:func:`~agentuq_nb.records.monitor_scores.monitor_table`);
+    an empty table of its columns where the run has none."""
+    run = RunDir.of(run_dir)
+    artifact = artifact_of(family)
+    if not run.has(artifact):
+        return monitor_table(pd.DataFrame(columns=[*TRAJECTORY_KEYS, "monitor", "score", "higher_is_uncertain"]))
+    return monitor_table(run.read_frame(artifact))
