@@ -65,3 +65,9 @@ def read_monitor_rows(run_dir: str | os.PathLike | RunDir, family: str) -> pd.Da
     if not run.has(artifact):
         return monitor_table(pd.DataFrame(columns=[*TRAJECTORY_KEYS, "monitor", "score", "higher_is_uncertain"]))
     return monitor_table(run.read_frame(artifact))
+
+
+def read_action_turns(run_dir: str | os.PathLike | RunDir) -> pd.DataFrame:
+    """``action_turns.parquet`` (checked): one row per decision point and sampler with its action statistics
+    (:mod:`agentuq_nb.records.actions`)."""
+    return RunDir.of(run_dir).read_frame("action_turns")
