@@ -180,9 +180,9 @@ def test_the_report_ranks_by_the_detector_when_one_is_given(trained, tmp_path):
     from typer.testing import CliRunner
 
     from agentuq_nb.cli import app
+    from agentuq_nb.io.store.artifacts import read_estimator_table
     from agentuq_nb.io.store.rundir import RunDir
     from agentuq_nb.steps.analyze import trajectory_rows
-    from agentuq_nb.steps.compare_estimators import read_estimator_table
 
     out = tmp_path / "run"
     done = CliRunner().invoke(app, ["analyze", str(NEW_RUN), "--out", str(out), "--embedder", "hash", "--n-boot", "50",
@@ -202,9 +202,9 @@ def test_without_a_detector_the_report_ranks_by_the_best_out_of_sample_estimator
     from typer.testing import CliRunner
 
     from agentuq_nb.cli import app
+    from agentuq_nb.io.store.artifacts import read_estimator_table
     from agentuq_nb.io.store.rundir import RunDir
     from agentuq_nb.steps.analyze import probability_label, ranking_estimator, trajectory_rows
-    from agentuq_nb.steps.compare_estimators import read_estimator_table
 
     require_shared()
     out = tmp_path / "run"

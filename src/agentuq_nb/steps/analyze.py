@@ -224,7 +224,7 @@ def analysis_figures(run_dir: str | os.PathLike | RunDir, outcomes: Outcomes | N
     from agentuq_nb.figures.estimators import estimator_forest_figure, has_forest
     from agentuq_nb.figures.failure_prediction import accuracy_rejection_figure, roc_figure
     from agentuq_nb.figures.style import save
-    from agentuq_nb.steps.compare_estimators import read_estimator_table
+    from agentuq_nb.io.store.artifacts import read_estimator_table
 
     run = RunDir.of(run_dir)
     folder = run.file("figures")
@@ -447,7 +447,7 @@ def write_report(run_dir: str | os.PathLike | RunDir, outcomes: Outcomes | None 
     import numpy as np
 
     from agentuq_nb.figures.report import run_report, undefined_reason
-    from agentuq_nb.steps.compare_estimators import read_estimator_table
+    from agentuq_nb.io.store.artifacts import read_estimator_table
     from agentuq_nb.steps.family_gaps import missing_families
     from agentuq_nb.steps.provenance import provenance
 

@@ -81,13 +81,6 @@ def compare_estimators(run_dir: str | os.PathLike | RunDir, **options: Any) -> p
     return publish_table(run_dir, CompareEstimatorsConfig(**options))
 
 
-def read_estimator_table(run_dir: str | os.PathLike | RunDir) -> pd.DataFrame:
-    run = RunDir.of(run_dir)
-    path = run.require("estimator_table")
-    run.verify("estimator_table")
-    return pd.read_csv(Path(path))
-
-
 @dataclass
 class EstimatorTableReport:
     """What ``compare-estimators`` (and ``analyze``) tell about a run's estimator table."""

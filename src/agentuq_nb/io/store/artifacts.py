@@ -8,6 +8,7 @@ readers are in :mod:`.token_table`; a run's rewards and labels are :meth:`RunDir
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pandas as pd
 
@@ -71,3 +72,12 @@ def read_action_turns(run_dir: str | os.PathLike | RunDir) -> pd.DataFrame:
     """``action_turns.parquet`` (checked): one row per decision point and sampler with its action statistics
     (:mod:`agentuq_nb.records.actions`)."""
     return RunDir.of(run_dir).read_frame("action_turns")
+
+
+def read_estimator_table(run_dir: str | os.PathLike | RunDir) -> pd.DataFrame:
+    """``estimator_table.csv`` (checked): one row per estimator with its metrics against failure
+    (:mod:`agentuq_nb.evaluation.estimator_table`)."""
+    run = RunDir.of(run_dir)
+    path = run.require("estimator_table")
+    run.verify("estimator_table")
+    return pd.read_csv(Path(path))
