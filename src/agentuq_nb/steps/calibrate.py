@@ -226,14 +226,6 @@ def calibrate(run_dir: str | os.PathLike | RunDir, **options: Any) -> dict:
     return run(run_dir, CalibrateConfig(**options))
 
 
-def read_calibration_bins(run_dir: str | os.PathLike | RunDir) -> pd.DataFrame:
-    """``RUN_DIR/calibration_bins.csv`` (checked against the manifest)."""
-    run = RunDir.of(run_dir)
-    path = run.require("calibration_bins")
-    run.verify("calibration_bins")
-    return pd.read_csv(path)
-
-
 CALIBRATION_TABLE_COLUMNS = ["n", "n_failures", "ece", "ece_debiased", "brier", "reliability", "resolution",
                              "uncertainty", "log_loss"]
 

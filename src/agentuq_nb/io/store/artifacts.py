@@ -81,3 +81,11 @@ def read_estimator_table(run_dir: str | os.PathLike | RunDir) -> pd.DataFrame:
     path = run.require("estimator_table")
     run.verify("estimator_table")
     return pd.read_csv(Path(path))
+
+
+def read_calibration_bins(run_dir: str | os.PathLike | RunDir) -> pd.DataFrame:
+    """``RUN_DIR/calibration_bins.csv`` (checked against the manifest)."""
+    run = RunDir.of(run_dir)
+    path = run.require("calibration_bins")
+    run.verify("calibration_bins")
+    return pd.read_csv(path)
