@@ -7,6 +7,7 @@ readers are in :mod:`.token_table`; a run's rewards and labels are :meth:`RunDir
 """
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -89,3 +90,15 @@ def read_calibration_bins(run_dir: str | os.PathLike | RunDir) -> pd.DataFrame:
     path = run.require("calibration_bins")
     run.verify("calibration_bins")
     return pd.read_csv(path)
+
+
+def read_blackbox_turns(run_dir: str | os.PathLike | RunDir) -> pd.DataFrame:
+    """``blackbox_turns.parquet`` (checked), keys typed alike: one row per message with its black-box signals."""
+    return key_dtypes(RunDir.of(run_dir).read_frame("blackbox_turns"))
+
+
+def read_json_artifact(run_dir: str | os.PathLike | RunDir, name: str) -> dict:
+    """A step's JSON record ``name`` (``blackbox_report``, ``tracer_tuning``, ``calibration`` …), checked."""
+    run = RunDir.of(run_dir)
+    run.verify(name)
+    return json.loads(run.file(name).read_text())
