@@ -48,12 +48,11 @@ from agentuq_nb.io.atomic import json_ready
 from agentuq_nb.io.embedding_cache import DEFAULT_MAX_MB
 from agentuq_nb.io.errors import InputError, MixedRunError, StaleArtifactError
 from agentuq_nb.io.ingest.results import iter_simulations, read_header
-from agentuq_nb.io.store.artifacts import read_json_artifact
+from agentuq_nb.io.store.artifacts import read_json_artifact, run_results
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.steps.base import Command, FailureThresholdField, FamilyHint, Reporter, SeedField, Step, StepConfig
-from agentuq_nb.steps.extract import run_results
 from agentuq_nb.uq.blackbox_signals import signal_tables, tool_types
 from agentuq_nb.uq.embeddings import Embedder, embeddings_available, get_embedder, unit_rows
 from agentuq_nb.uq.tracer import content_token_nll

@@ -125,7 +125,7 @@ def run(run_dir: str | os.PathLike | RunDir, config: PredictConfig) -> Predictio
         if not folder.has("trajectories"):
             raise FileNotFoundError(f"{folder.path}: no trajectories.parquet; run 'agentuq-nb extract RESULTS --out "
                                     f"{folder.path}' first (or give predict the results)")
-        from agentuq_nb.steps.extract import run_results
+        from agentuq_nb.io.store.artifacts import run_results
 
         run_results(folder, None, "the run's results")  # changed since extracted: stale, refused by content
         source = resolve_source(folder.path, folder.path.name)

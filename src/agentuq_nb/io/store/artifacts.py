@@ -4,6 +4,9 @@ against the run's manifest (:meth:`~agentuq_nb.io.store.rundir.RunDir.verify`: a
 computed before its inputs were replaced, is refused), its keys typed alike. A missing artefact raises
 :class:`~agentuq_nb.io.errors.MissingArtifactError` naming it (and the command that makes it). The token table's
 readers are in :mod:`.token_table`; a run's rewards and labels are :meth:`RunDir.rewards` and :meth:`RunDir.outcomes`.
+
+The results a run was made from are checked here too: :func:`run_results` (the results a step reads are the run's,
+by content) and :func:`results_input` (what a table made from them is ``based_on``).
 """
 from __future__ import annotations
 
@@ -13,8 +16,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from agentuq_nb.io.errors import StaleArtifactError
-from agentuq_nb.io.store.rundir import RunDir
+from agentuq_nb.io.errors import InputError, StaleArtifactError
+from agentuq_nb.io.files import content_digest
+from agentuq_nb.io.store.rundir import RESULTS_CONTENT, RunDir
 from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.monitor_scores import artifact_of, monitor_table
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
@@ -102,3 +106,27 @@ def read_json_artifact(run_dir: str | os.PathLike | RunDir, name: str) -> dict:
     run = RunDir.of(run_dir)
     run.verify(name)
     return json.loads(run.file(name).read_text())
+
+
+# --------------------------------------------------------------------------- the results the run was made from
+def run_results(run: RunDir, results: str | os.PathLike | None, option: str = "results") -> tuple[Path, str]:
+    """(the results a step reads - ``results``, else the run's own - and the SHA-256 of their content), refused
+    when their content is not what the run was made from (the manifest's ``results_sha256``): a copy elsewhere is
+    the same results, an edited or another file is not, and what a step made from it would be mixed with the
+    run's tables."""
+    path = Path(results) if results else run.results_path()
+    digest = content_digest(path)
+    manifest = run.manifest()
+    if manifest.results_sha256 is not None and digest != manifest.results_sha256:
+        raise InputError(path, f"{option}: not the results {run.path} was made from (their content differs: sha256 "
+                               f"{digest[:12]}…, the run's {manifest.results_sha256[:12]}… from {manifest.results}); "
+                               f"extract them into a run folder of their own")
+    return path, digest
+
+
+def results_input(run: RunDir, results_path: Path, digest: str | None = None) -> dict[str, str]:
+    """``based_on`` of tables made from ``results_path``: the SHA-256 of its content (``digest`` when known), and
+    its commit when it is the run's own results - so that they are stale once other results are extracted into
+    the run, wherever those are read from."""
+    own = run.based_on("results") if results_path.resolve() == run.results_json.resolve() else {}
+    return {**own, RESULTS_CONTENT: digest or content_digest(results_path)}
