@@ -26,7 +26,13 @@ from pydantic import Field
 from agentuq_nb.common.collector import fewer_collections
 from agentuq_nb.io.errors import InputError, InputWarnings
 from agentuq_nb.io.files import content_digest
-from agentuq_nb.io.ingest.results import iter_simulations, layout_before_simulations, read_header, simulation_layout
+from agentuq_nb.io.ingest.results import (
+    iter_simulations,
+    layout_before_simulations,
+    models_by_role,
+    read_header,
+    simulation_layout,
+)
 from agentuq_nb.io.ingest.sidecars import release_scanner_memory
 from agentuq_nb.io.ingest.token_sources import SidecarResolver, batch_raw_tokens
 from agentuq_nb.io.input_warnings import emit_input_warnings
@@ -69,17 +75,6 @@ class ExtractReport:
     num_simulations: int = 0
     num_tokens: int = 0
     warnings: InputWarnings = field(default_factory=InputWarnings)
-
-
-def models_by_role(header: dict) -> dict[str, str]:
-    """The generating model of each role, as the results' ``info`` records them."""
-    info = header.get("info") or {}
-    out = {}
-    for role, key in (("assistant", "agent_info"), ("user", "user_info")):
-        llm = (info.get(key) or {}).get("llm")
-        if llm:
-            out[role] = str(llm)
-    return out
 
 
 def _remember_first(sims: Iterable[Simulation], first: list[Simulation]) -> Iterator[Simulation]:

@@ -30,7 +30,7 @@ import pandas as pd
 from pydantic import Field
 
 from agentuq_nb.io.errors import InputError, InputWarnings
-from agentuq_nb.io.ingest.results import iter_simulations, read_header
+from agentuq_nb.io.ingest.results import iter_simulations, models_by_role, read_header
 from agentuq_nb.io.input_warnings import emit_input_warnings
 from agentuq_nb.io.store.artifacts import results_input
 from agentuq_nb.io.store.rundir import RESULTS_CONTENT, RunDir
@@ -42,7 +42,6 @@ from agentuq_nb.records.token_statistics import TRAJECTORY_COUNT
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.steps.aggregate import csv_writer
 from agentuq_nb.steps.base import Step, StepConfig
-from agentuq_nb.steps.extract import models_by_role
 from agentuq_nb.uq.aggregation import TRAJECTORY_COLUMNS
 from agentuq_nb.uq.base_tables import duplicate_key_error
 from agentuq_nb.uq.turn_partials import ROLE_KEYS

@@ -181,6 +181,17 @@ def read_header(path: str | Path, score: str | None = None) -> dict[str, Any]:
     return header
 
 
+def models_by_role(header: dict) -> dict[str, str]:
+    """The generating model of each role, as the results' ``info`` records them."""
+    info = header.get("info") or {}
+    out = {}
+    for role, key in (("assistant", "agent_info"), ("user", "user_info")):
+        llm = (info.get(key) or {}).get("llm")
+        if llm:
+            out[role] = str(llm)
+    return out
+
+
 def _streamed_header(path: Path) -> tuple[dict[str, Any], bool]:
     """The header by ijson's events (the fast path); stops at the simulations once the header is complete."""
     header: dict[str, Any] = {}
