@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
+from agentuq_nb.io.atomic import csv_writer
 from agentuq_nb.io.errors import InputError, InputWarnings
 from agentuq_nb.io.ingest.results import iter_simulations, models_by_role, read_header
 from agentuq_nb.io.input_warnings import emit_input_warnings
@@ -40,7 +41,6 @@ from agentuq_nb.records.run_tables import TRAJECTORY_META, trajectory_record, tr
 from agentuq_nb.records.summary import AGENTUQ_SUMMARY
 from agentuq_nb.records.token_statistics import TRAJECTORY_COUNT
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
-from agentuq_nb.steps.aggregate import csv_writer
 from agentuq_nb.steps.base import Step, StepConfig
 from agentuq_nb.uq.aggregation import TRAJECTORY_COLUMNS
 from agentuq_nb.uq.base_tables import duplicate_key_error
