@@ -76,8 +76,9 @@ def run(run_dir: str | os.PathLike | RunDir, config: AnalyzeConfig) -> AnalyzeRe
     """Extract, aggregate, evaluate, the estimator table, the figures (see the module docstring); ``config.reporter``
     shows each inner step's result as it is made."""
     from agentuq_nb.estimators.token import check_estimator_name
-    from agentuq_nb.steps.aggregate import aggregate, summary_counts
+    from agentuq_nb.steps.aggregate import run as aggregate
     from agentuq_nb.steps.extract import run as extract
+    from agentuq_nb.uq.aggregation import summary_counts
 
     folder = RunDir.of(run_dir)  # opened once: every inner step and the figures and report take this one
     out = folder.path

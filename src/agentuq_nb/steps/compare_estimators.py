@@ -98,8 +98,9 @@ def run(run_dir: str | os.PathLike | RunDir, config: CompareEstimatorsConfig = C
     with the command that adds each (:func:`~agentuq_nb.steps.family_gaps.missing_families`)."""
     import pyarrow.parquet as pq
 
-    from agentuq_nb.steps.aggregate import aggregate, summary_counts
+    from agentuq_nb.steps.aggregate import run as aggregate
     from agentuq_nb.steps.family_gaps import missing_families
+    from agentuq_nb.uq.aggregation import summary_counts
 
     folder = RunDir.of(run_dir)
     if (folder.path.is_dir() and not folder.has("trajectory_summary")

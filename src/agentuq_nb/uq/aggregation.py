@@ -187,3 +187,16 @@ def example_trajectory(turns: pd.DataFrame, rewards: pd.DataFrame, task_id: str 
         return tuple(mine.iloc[0][TRAJECTORY_KEYS])
     failed = candidates[candidates["reward"].astype(float) < failure_threshold]
     return tuple((failed if len(failed) else candidates).iloc[0][TRAJECTORY_KEYS])
+
+
+def summary_counts(turns: pd.DataFrame, trajs: pd.DataFrame) -> str:
+    """What a run's summaries hold (what aggregating wrote), counted by what it counts: "20 trajectories: 510 turn rows (one per message, role and
+    scorer), 100 trajectory rows (20 trajectories × 5 role rows: assistant, combined, …)"."""
+    n = len(trajs.drop_duplicates(TRAJECTORY_KEYS)) if len(trajs) else 0
+    roles = sorted(trajs["role"].dropna().unique()) if len(trajs) else []
+    scorers = sorted(trajs["scorer"].dropna().unique()) if "scorer" in trajs and len(trajs) else []
+    per = f"{len(roles)} role row{'s' if len(roles) != 1 else ''} ({', '.join(roles)})"
+    if len(scorers) > 1:
+        per += f" over {len(scorers)} scorers ({', '.join(scorers)})"
+    return (f"{n} trajectories: {len(turns)} turn rows (one per scored message, role and scorer), {len(trajs)} "
+            f"trajectory rows ({n} trajectories × {per}, where a trajectory has them)")
