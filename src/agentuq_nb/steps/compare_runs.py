@@ -48,6 +48,7 @@ from agentuq_nb.estimators import estimators as run_estimators
 from agentuq_nb.estimators.base import reference_families
 from agentuq_nb.estimators.scores import score_table, with_length_columns
 from agentuq_nb.evaluation.defaults import DEFAULT_FDR_Q, DEFAULT_N_BOOT
+from agentuq_nb.evaluation.pooled_auroc import run_names
 from agentuq_nb.io.atomic import atomic_write_json, atomic_write_with
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.files import read_limited_json
@@ -89,23 +90,6 @@ class RunLeaderboard:
     @property
     def failure_threshold(self) -> float:
         return self.inputs["failure_threshold"]
-
-
-def run_names(paths: Sequence[Path]) -> list[str]:
-    """A short distinct name per run folder: its folder name, with as many parent folders as it takes to tell
-    runs apart (and never ``pooled``, the name of the pooled rows)."""
-    from agentuq_nb.evaluation.pooled_auroc import POOLED
-
-    parts = [Path(p).resolve().parts for p in paths]
-    depth = {i: 1 for i in range(len(parts))}
-    while True:
-        names = ["/".join(parts[i][-depth[i]:]) for i in range(len(parts))]
-        clash = [i for i, name in enumerate(names)
-                 if (names.count(name) > 1 or name == POOLED) and depth[i] < len(parts[i])]
-        if not clash:
-            return names
-        for i in clash:
-            depth[i] += 1
 
 
 def run_titles(names: Sequence[str], titles: Sequence[str | None]) -> list[str]:

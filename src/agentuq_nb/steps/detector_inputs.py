@@ -27,6 +27,7 @@ import pandas as pd
 
 from agentuq_nb.distributed import JobRunner
 from agentuq_nb.estimators.monitor import monitor_families
+from agentuq_nb.evaluation.pooled_auroc import run_names
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.files import content_digest
 from agentuq_nb.io.ingest import judge_summary
@@ -37,7 +38,6 @@ from agentuq_nb.records import Results
 from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.task_identity import content_key, resolve_id_keys
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
-from agentuq_nb.steps.compare_runs import run_names
 from agentuq_nb.uq.blackbox_signals import tool_types
 from agentuq_nb.uq.detector_features import (
     MONITOR_GROUP,
