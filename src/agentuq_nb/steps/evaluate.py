@@ -25,11 +25,11 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
-import numpy as np
 import pandas as pd
 from pydantic import Field
 
-from agentuq_nb.estimators import Estimator, TokenEstimator, get
+from agentuq_nb.estimators import TokenEstimator, get
+from agentuq_nb.estimators.scores import estimator_rows
 from agentuq_nb.estimators.token import RawColumn, resolve_estimator
 from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.io.store.artifacts import read_trajectory_summary
@@ -74,27 +74,6 @@ def _role_rows_on_cluster(run: RunDir, role: str, scheduler: Any) -> pd.DataFram
         if rows.empty:
             rows = client.compute(dd.read_parquet(path)).result()
     return rows.reset_index(drop=True)
-
-
-def estimator_rows(run_dir: str | os.PathLike | RunDir, estimator: Estimator | str,
-                   summary: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The trajectories ``estimator`` scores, in its order: keys, ``uncertainty`` (as the estimator
-    gives it, not oriented) and ``reward``. ``summary``: trajectory-summary rows to read it from."""
-    run = RunDir.of(run_dir)
-    estimator = get(estimator) if isinstance(estimator, str) else estimator
-    if summary is not None and hasattr(estimator, "scores_from_summary"):
-        scores = estimator.scores_from_summary(summary)
-    else:
-        scores = estimator.scores(run)
-    rows = scores.rename("uncertainty").reset_index()
-    repeated = rows.duplicated(TRAJECTORY_KEYS, keep=False)
-    if repeated.any():  # two scores for one trajectory: both would be counted
-        key = tuple(v.item() if isinstance(v, np.generic) else v for v in rows.loc[repeated, TRAJECTORY_KEYS].iloc[0])
-        raise ValueError(f"{run.path}: estimator '{estimator.name}' gives {int(repeated.sum())} scores to trajectories "
-                         f"that repeat a (domain, task_id, trial, seed), e.g. {key}: its table holds a trajectory "
-                         "twice; make it again from results without repeats")
-    rewards = run.rewards()  # refuses repeated keys too
-    return rows.merge(rewards, on=TRAJECTORY_KEYS, how="inner")
 
 
 def run(run_dir: str | os.PathLike | RunDir, config: EvaluateConfig = EvaluateConfig()) -> dict:
