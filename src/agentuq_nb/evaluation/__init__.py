@@ -45,7 +45,7 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "estimator_table": ["evaluate_estimators", "evaluate_estimators_and_combinations", "estimator_metrics",
                         "REPORTED_METRICS"],
     "dynamics": ["dynamics_curve", "early_warning_table"],
-    "calibration": ["brier_decomposition", "calibration_report", "cross_fitted_probabilities",
+    "calibration": ["brier_decomposition", "calibration_report", "calibration_table", "cross_fitted_probabilities",
                     "expected_calibration_error", "fit_calibrator", "reliability_table"],
     "combined_predictor": ["cross_fitted_combination"],
     "length_control": ["beats_length_baseline", "length_controlled", "residual_auroc", "stratified_auroc"],
