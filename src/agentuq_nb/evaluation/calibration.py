@@ -266,11 +266,11 @@ CALIBRATION_TABLE_COLUMNS = ["n", "n_failures", "ece", "ece_debiased", "brier", 
 
 
 def calibration_table(report: dict) -> pd.DataFrame:
-    """The calibration report of a run (``calibration.json``: per estimator, each method's report) as one row per (setting, estimator, method): ``setting`` is
-    ``cross_fitted`` (this run, by task) or ``transfer`` (fitted on this run, evaluated on the other); an
-    estimator whose calibration is undefined keeps a row with the reason. Ordered by the Brier score within a
-    setting (lowest first): ECE alone would put first a predictor that always says the base rate (ECE near 0, no
-    resolution)."""
+    """The calibration report of a run (``calibration.json``: per estimator, each method's report) as one row per
+    (setting, estimator, method): ``setting`` is ``cross_fitted`` (this run, by task) or ``transfer`` (fitted on
+    this run, evaluated on the other); an estimator whose calibration is undefined keeps a row with the reason.
+    Ordered by the Brier score within a setting (lowest first): ECE alone would put first a predictor that always
+    says the base rate (ECE near 0, no resolution)."""
     sections = [("cross_fitted", report.get("estimators") or {})]
     if report.get("transfer"):
         sections.append(("transfer", report["transfer"]["estimators"]))
