@@ -23,8 +23,17 @@ from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.outcomes import Outcomes
 from agentuq_nb.records.reward_checks import TASK_MISMATCH
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
-from agentuq_nb.steps.base import Command, FailureThresholdField, NBootField, Reporter, SeedField, Step, StepConfig
-from agentuq_nb.steps.blackbox import BlackBoxConfig, BlackBoxEmbedder
+from agentuq_nb.steps.base import (
+    BlackBoxEmbedder,
+    Command,
+    FailureThresholdField,
+    NBootField,
+    Reporter,
+    SeedField,
+    Step,
+    StepConfig,
+)
+from agentuq_nb.steps.blackbox import BlackBoxConfig
 from agentuq_nb.steps.evaluate import EvaluateConfig
 from agentuq_nb.steps.extract import ExtractConfig, ExtractReport
 

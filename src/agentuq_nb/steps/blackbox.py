@@ -37,7 +37,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Optional
 
 import numpy as np
 import pandas as pd
@@ -52,7 +52,16 @@ from agentuq_nb.io.store.artifacts import read_json_artifact, run_results
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
-from agentuq_nb.steps.base import Command, FailureThresholdField, FamilyHint, Reporter, SeedField, Step, StepConfig
+from agentuq_nb.steps.base import (
+    BlackBoxEmbedder,
+    Command,
+    FailureThresholdField,
+    FamilyHint,
+    Reporter,
+    SeedField,
+    Step,
+    StepConfig,
+)
 from agentuq_nb.uq.blackbox_signals import signal_tables, tool_types
 from agentuq_nb.uq.embeddings import Embedder, embeddings_available, get_embedder, unit_rows
 from agentuq_nb.uq.tracer import content_token_nll
@@ -62,10 +71,6 @@ STEP = Step("blackbox", "agentuq-nb blackbox RUN_DIR",
             ("blackbox_turns", "blackbox_scores", "blackbox_report", "tracer_tuned", "tracer_tuning"),
             adds=tuple(FamilyHint(family, "the run's messages", "agentuq-nb blackbox RUN_DIR --results RESULTS")
                        for family in ("structure", "tracer")))
-
-
-#: the embeddings the black-box signals can be computed with (the first is the default)
-BlackBoxEmbedder = Literal["minilm-static", "minilm", "hash", "none"]
 
 
 class BlackBoxConfig(StepConfig):

@@ -17,8 +17,17 @@ from agentuq_nb.estimators.base import combination_families
 from agentuq_nb.estimators.scores import estimator_inputs, score_table, with_length_columns
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.config import NBins
-from agentuq_nb.steps.base import Command, FailureThresholdField, NBootField, Reporter, SeedField, Step, StepConfig
-from agentuq_nb.steps.blackbox import BlackBoxConfig, BlackBoxEmbedder, ensure_blackbox
+from agentuq_nb.steps.base import (
+    BlackBoxEmbedder,
+    Command,
+    FailureThresholdField,
+    NBootField,
+    Reporter,
+    SeedField,
+    Step,
+    StepConfig,
+)
+from agentuq_nb.steps.blackbox import BlackBoxConfig, ensure_blackbox
 
 STEP = Step("compare-estimators", "agentuq-nb compare-estimators RUN_DIR", ("estimator_table", "combined_scores"))
 
