@@ -289,7 +289,8 @@ def prepare_run(detector: str | os.PathLike, run_or_results: str | os.PathLike,
                 out: str | os.PathLike | None = None) -> Path:
     """The run folder ``detector`` is applied to: ``run_or_results`` itself, or ``out`` with the results extracted
     into it first (a bad detector folder refused before anything is extracted)."""
-    from agentuq_nb.steps.extract import extract
+    from agentuq_nb.steps.extract import ExtractConfig
+    from agentuq_nb.steps.extract import run as extract
 
     given = Path(run_or_results)
     if given.is_dir() and RunDir(given).has("manifest"):
@@ -304,7 +305,7 @@ def prepare_run(detector: str | os.PathLike, run_or_results: str | os.PathLike,
 
     check_run_destination(out, given, command="predict", inputs=[detector])  # before the detector is even read
     load_detector(detector)
-    extract(given, out)
+    extract(out, ExtractConfig(results=given))
     return Path(out)
 
 
