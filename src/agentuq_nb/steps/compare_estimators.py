@@ -63,17 +63,14 @@ class CompareEstimatorsConfig(StepConfig):
 
 def publish_table(run_dir: str | os.PathLike | RunDir, config: CompareEstimatorsConfig = CompareEstimatorsConfig()
                   ) -> pd.DataFrame:
-    """Evaluate every estimator available in the run (or ``names``); publish ``RUN_DIR/estimator_table.csv``.
-
-    ``blackbox``: first bring the black-box families up to date (:func:`ensure_blackbox`; a config, or True for
-    the default one), with this call's failure threshold and seed."""
+    """Evaluate every estimator available in the run (or ``names``); publish ``RUN_DIR/estimator_table.csv`` and the
+    combined predictors' scores. The table alone: :func:`run` makes the summaries and brings the black-box families up
+    to date first."""
     from agentuq_nb.evaluation.estimator_table import evaluate_estimators_and_combinations
 
     folder = RunDir.of(run_dir)
     folder.require_folder(STEP.name)
     with folder.lock(STEP.name):  # from the first read to the commit: based_on is what was read
-        if config.blackbox_config() is not None:
-            ensure_blackbox(folder, config.blackbox_config())
         table, estimators = score_table(folder, config.names)
         out, combined_scores = evaluate_estimators_and_combinations(
             with_length_columns(folder, table), estimators, config.failure_threshold, config.n_boot, config.seed,
@@ -86,8 +83,10 @@ def publish_table(run_dir: str | os.PathLike | RunDir, config: CompareEstimators
 
 
 def compare_estimators(run_dir: str | os.PathLike | RunDir, **options: Any) -> pd.DataFrame:
-    """:func:`publish_table` with the :class:`CompareEstimatorsConfig` fields as keywords: the table."""
-    return publish_table(run_dir, CompareEstimatorsConfig(**options))
+    """What the command does (:func:`run`: the summaries made where the run has token rows but none, the black-box
+    families brought up to date, the table published) with the :class:`CompareEstimatorsConfig` fields as keywords:
+    the table (``run`` returns it with the families the run lacks)."""
+    return run(run_dir, CompareEstimatorsConfig(**options)).table
 
 
 @dataclass
@@ -126,7 +125,7 @@ def run(run_dir: str | os.PathLike | RunDir, config: CompareEstimatorsConfig = C
             if status.report and "signals" in status.computed:
                 r = status.report
                 config.reporter.say(blackbox_timing(r))
-        table = publish_table(folder, config.model_copy(update={"blackbox": False}))
+        table = publish_table(folder, config)
         gaps = missing_families(folder, status.skipped if status is not None else None)
     return EstimatorTableReport(table, folder.file("estimator_table"), config.failure_threshold, gaps, status)
 
