@@ -31,7 +31,7 @@ from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, failure_labels
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
-from agentuq_nb.steps.blackbox import BlackBoxConfig, ensure_blackbox
+from agentuq_nb.steps.blackbox import BlackBoxConfig
 from agentuq_nb.steps.compare_estimators import compare_estimators
 from agentuq_nb.steps.extract import extract
 
@@ -79,8 +79,7 @@ def analyse_results(files: list[str | os.PathLike], run_dir: str | os.PathLike, 
             except InputError as err:
                 out.skipped[file.stem] = f"not read by this version: {err}"
                 continue
-        ensure_blackbox(run, config)
-        compare_estimators(run, failure_threshold=failure_threshold, n_boot=n_boot, seed=seed, blackbox=False)
+        compare_estimators(run, failure_threshold=failure_threshold, n_boot=n_boot, seed=seed, blackbox=config)
         out.runs[file.stem] = run
         out.seconds[file.stem] = time.perf_counter() - start
     return out
