@@ -66,18 +66,6 @@ def run(run_dir: str | Path | RunDir, config: RecordedSummaryConfig) -> pd.DataF
     return summarize_recorded(config.results, run_dir)
 
 
-def has_recorded_summary(results_path: str | Path, sample: int = 5) -> bool:
-    """Whether the first ``sample`` simulations of a results file carry a ``uq_summary``."""
-    seen = 0
-    for sim in iter_simulations(results_path):
-        if not sim.uq_summary:
-            return False
-        seen += 1
-        if seen >= sample:
-            break
-    return seen > 0
-
-
 def _number(value: Any) -> tuple[float | None, str | None]:
     """A recorded value as a float, or None with the kind of problem (booleans are not numbers)."""
     if value is None:

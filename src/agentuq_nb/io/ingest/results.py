@@ -372,6 +372,18 @@ def _iter_simulations(path: Path, warnings: InputWarnings | None, score: str | N
         yield _validate_simulation(raw, file, "simulation")
 
 
+def has_recorded_summary(results_path: str | Path, sample: int = 5) -> bool:
+    """Whether the first ``sample`` simulations of a results file carry a ``uq_summary``."""
+    seen = 0
+    for sim in iter_simulations(results_path):
+        if not sim.uq_summary:
+            return False
+        seen += 1
+        if seen >= sample:
+            break
+    return seen > 0
+
+
 def load_results(path: str | Path) -> Results:
     """The whole results (header + simulations) as a ``Results`` model."""
     path = Path(path)
