@@ -48,7 +48,6 @@ from agentuq_nb.estimators import estimators as run_estimators
 from agentuq_nb.estimators.base import reference_families
 from agentuq_nb.estimators.scores import score_table, with_length_columns
 from agentuq_nb.evaluation.defaults import DEFAULT_FDR_Q, DEFAULT_N_BOOT
-from agentuq_nb.evaluation.pooled_auroc import run_names
 from agentuq_nb.io.atomic import atomic_write_json, atomic_write_with
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.files import read_limited_json
@@ -239,7 +238,7 @@ def build_run_leaderboard(run_dirs: Sequence[str | os.PathLike], failure_thresho
     """Read the runs and compute the leaderboard (see the module docstring); writes nothing."""
     from agentuq_nb.evaluation.estimator_table import LENGTH_COLUMN
     from agentuq_nb.evaluation.length_control import DEFAULT_STRATA
-    from agentuq_nb.evaluation.pooled_auroc import check_fdr_level, leaderboard_table, pooled_leaderboard
+    from agentuq_nb.evaluation.pooled_auroc import check_fdr_level, leaderboard_table, pooled_leaderboard, run_names
 
     check_failure_threshold(failure_threshold)
     check_fdr_level(q)

@@ -27,7 +27,6 @@ import pandas as pd
 
 from agentuq_nb.distributed import JobRunner
 from agentuq_nb.estimators.monitor import monitor_families
-from agentuq_nb.evaluation.pooled_auroc import run_names
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.files import content_digest
 from agentuq_nb.io.ingest import judge_summary
@@ -124,6 +123,9 @@ def header_task_contents(header: dict) -> dict[str, str]:
 def resolve_sources(paths: Sequence[str | os.PathLike]) -> list[Source]:
     """Every input once (the same results twice, by path or by content, are refused: they would count twice), in the
     order of their paths (sorted: what is learned and reported does not depend on the order they were given in)."""
+    # the pooled statistics load scipy and statsmodels: only when run folders are named
+    from agentuq_nb.evaluation.pooled_auroc import run_names
+
     if not paths:
         raise ValueError("give at least one labelled run (results file or run folder)")
     paths = sorted(paths, key=lambda p: (str(Path(p).absolute()), str(p)))
