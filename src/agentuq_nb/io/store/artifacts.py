@@ -108,6 +108,14 @@ def read_json_artifact(run_dir: str | os.PathLike | RunDir, name: str) -> dict:
     return json.loads(run.file(name).read_text())
 
 
+def read_verbalized_confidence(run_dir: str | os.PathLike | RunDir) -> pd.DataFrame:
+    """``verbalized_confidence.csv`` (checked): one row per trajectory with the agent's mean stated confidence and
+    the counts of its answers."""
+    run = RunDir.of(run_dir)
+    run.verify("verbalized_confidence")
+    return key_dtypes(pd.read_csv(run.file("verbalized_confidence"), dtype={"task_id": str}))
+
+
 # --------------------------------------------------------------------------- the results the run was made from
 def run_results(run: RunDir, results: str | os.PathLike | None, option: str = "results") -> tuple[Path, str]:
     """(the results a step reads - ``results``, else the run's own - and the SHA-256 of their content), refused
