@@ -45,9 +45,9 @@ def optimized(png: Path, out: Path) -> Path:
 def riskiest_failure(run: Path) -> str:
     """The explorer key of the failed trajectory that the report lists first (its rows sorted by failure probability)."""
     from agentuq_nb.figures.explorer import trajectory_key
+    from agentuq_nb.io.store.artifacts import read_estimator_table
     from agentuq_nb.io.store.rundir import RunDir
     from agentuq_nb.steps.analyze import trajectory_rows
-    from agentuq_nb.steps.compare_estimators import read_estimator_table
 
     rows, _ = trajectory_rows(RunDir(run), read_estimator_table(run))
     first = rows[rows["outcome"] == "failed"].iloc[0]

@@ -291,10 +291,10 @@ def test_the_streamed_grid_search_chooses_and_scores_as_the_whole_grid_does(real
     trajectory); its readouts are those of optimistic_scores and nested_scores on the whole grid's scores."""
     from agentuq_nb.evaluation import tracer_tuning
     from agentuq_nb.evaluation.multi_trial import task_labels
+    from agentuq_nb.io.store.artifacts import read_blackbox_turns
     from agentuq_nb.io.store.rundir import RunDir
     from agentuq_nb.records.keys import key_dtypes
     from agentuq_nb.records.outcomes import failure_labels
-    from agentuq_nb.steps.blackbox import read_blackbox_turns
 
     ensure_blackbox(real_run, BlackBoxConfig(embedder="hash", seed=3))
     turns, rewards = read_blackbox_turns(real_run), key_dtypes(RunDir(real_run).rewards())

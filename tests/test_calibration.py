@@ -16,6 +16,7 @@ from tests.test_cli import run as run_cli
 from agentuq_nb.evaluation.calibration import (
     brier_decomposition,
     calibration_report,
+    calibration_table,
     cross_fitted_probabilities,
     expected_calibration_error,
     fit_calibrator,
@@ -24,7 +25,6 @@ from agentuq_nb.evaluation.calibration import (
 )
 from agentuq_nb.evaluation.combined_predictor import combination_model, cross_fitted_combination
 from agentuq_nb.io.store.rundir import RunDir
-from agentuq_nb.steps.calibrate import calibration_table
 
 from conftest import require_tau2
 

@@ -23,6 +23,7 @@ from agentuq_nb.evaluation.pooled_auroc import (
     POOLED,
     leaderboard_table,
     pooled_leaderboard,
+    run_names,
     stratified_auroc_batch,
     stratum_pair_sums,
     within_run_task_counts,
@@ -34,7 +35,6 @@ from agentuq_nb.steps.compare_runs import (
     OUTPUTS,
     build_run_leaderboard,
     compare_runs,
-    run_names,
     write_run_leaderboard,
 )
 from agentuq_nb.steps.extract import extract

@@ -413,7 +413,7 @@ def test_an_out_folder_that_holds_something_else_is_refused_and_a_detector_is_re
 # --------------------------------------------------------------------------- predict, on every reader
 def test_predict_on_a_new_run_writes_calibrated_probabilities_contributions_and_the_estimator_row(trained, tmp_path):
     from agentuq_nb.estimators import available
-    from agentuq_nb.estimators.detector import read_predictions
+    from agentuq_nb.io.store.artifacts import read_predictions
     from agentuq_nb.steps.compare_estimators import compare_estimators
     from agentuq_nb.steps.predict import predict
 

@@ -49,7 +49,7 @@ def predicted(trained, tmp_path_factory):
 
 
 def test_predict_estimates_the_runs_failure_rate_and_shows_its_own_beside_it(predicted):
-    from agentuq_nb.estimators.detector import read_predictions
+    from agentuq_nb.io.store.artifacts import read_predictions
 
     out, printed = predicted
     report = json.loads((out / "detector.json").read_text())
@@ -79,7 +79,7 @@ def test_predict_estimates_the_runs_failure_rate_and_shows_its_own_beside_it(pre
 
 
 def test_predict_tells_the_tasks_it_saw_by_content_and_what_the_detector_adds_over_them(trained, predicted):
-    from agentuq_nb.estimators.detector import read_predictions
+    from agentuq_nb.io.store.artifacts import read_predictions
 
     out, printed = predicted
     p = read_predictions(out)
@@ -180,9 +180,9 @@ def test_the_report_ranks_by_the_detector_when_one_is_given(trained, tmp_path):
     from typer.testing import CliRunner
 
     from agentuq_nb.cli import app
+    from agentuq_nb.io.store.artifacts import read_estimator_table
     from agentuq_nb.io.store.rundir import RunDir
     from agentuq_nb.steps.analyze import trajectory_rows
-    from agentuq_nb.steps.compare_estimators import read_estimator_table
 
     out = tmp_path / "run"
     done = CliRunner().invoke(app, ["analyze", str(NEW_RUN), "--out", str(out), "--embedder", "hash", "--n-boot", "50",
@@ -202,9 +202,9 @@ def test_without_a_detector_the_report_ranks_by_the_best_out_of_sample_estimator
     from typer.testing import CliRunner
 
     from agentuq_nb.cli import app
+    from agentuq_nb.io.store.artifacts import read_estimator_table
     from agentuq_nb.io.store.rundir import RunDir
     from agentuq_nb.steps.analyze import probability_label, ranking_estimator, trajectory_rows
-    from agentuq_nb.steps.compare_estimators import read_estimator_table
 
     require_shared()
     out = tmp_path / "run"

@@ -24,10 +24,12 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 import agentuq_nb.figures as figures_pkg  # noqa: E402
+from agentuq_nb.estimators.scores import estimator_rows
 from agentuq_nb.figures.layout import layout_problems, legend_overlaps, text_overlaps  # noqa: E402
-from agentuq_nb.steps.compare_estimators import compare_estimators, read_estimator_table
+from agentuq_nb.io.store.artifacts import read_estimator_table
+from agentuq_nb.steps.compare_estimators import compare_estimators
 from agentuq_nb.steps.compare_runs import compare_runs
-from agentuq_nb.steps.evaluate import estimator_rows, evaluate
+from agentuq_nb.steps.evaluate import evaluate
 
 ROOT = Path(__file__).resolve().parents[1]
 KEYS = ["domain", "task_id", "trial", "seed"]

@@ -138,7 +138,7 @@ def test_tables_made_from_results_are_stamped_by_their_content_not_their_path(ru
     extraction kept them in the new estimator table (n = 2, no warning)."""
     from tests.test_action_uq import write_action_samples
 
-    from agentuq_nb.steps.extract import results_input
+    from agentuq_nb.io.store.artifacts import results_input
 
     results, folder = run
     samples = write_action_samples(folder)

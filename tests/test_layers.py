@@ -300,3 +300,109 @@ def test_every_module_a_docstring_or_comment_names_exists(path):
     for match in RELATIVE_MODULE.finditer(text):
         parts = list(path.relative_to(PACKAGE).parent.parts) + match.group(1).split(".")
         assert _module_file(parts) is not None, f"{path.relative_to(PACKAGE)} names :mod:`.{match.group(1)}`: no such module"
+
+
+# --------------------------------------------------------------------------- what a step offers other code
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+def step_module_offers() -> dict[str, set[str]]:
+    """Each step module (one that declares a ``STEP``) by name → what other code may import from it: its ``run``,
+    ``show`` (what the command prints), ``STEP``, its config class, the class ``run`` returns (a report a composite
+    command holds) and its keyword form (the library call named as the module or its command, which does what
+    ``run`` does). Modules of ``steps/`` without a ``STEP`` (``base``,
+    ``hints``, ``scoring_jobs`` …) are the steps' shared pieces: anything they define is for the steps."""
+    import importlib
+    import inspect
+
+    from agentuq_nb.steps import STEP_MODULES
+    from agentuq_nb.steps.base import step_config
+
+    offers = {}
+    for name in STEP_MODULES:
+        module = importlib.import_module(f"agentuq_nb.steps.{name}")
+        returned = {word for word in re.findall(r"\w+", str(inspect.signature(module.run).return_annotation))
+                    if inspect.isclass(vars(module).get(word)) and vars(module)[word].__module__ == module.__name__}
+        offers[name] = {"run", "show", "STEP", step_config(module).__name__, name,
+                        module.STEP.name.replace("-", "_")} | returned
+    return offers
+
+
+def step_names_imported(source: str) -> list[tuple[int, str, str]]:
+    """(line, step module, name) of every ``from agentuq_nb.steps.<module> import name`` in ``source``, those inside
+    functions too."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("agentuq_nb.steps."):
+            module = node.module.split(".")[2]
+            found.extend((node.lineno, module, alias.name) for alias in node.names)
+    return found
+
+
+def notebook_code(path: Path) -> str:
+    """The code cells of a notebook as one Python source (IPython's ``%`` and ``!`` lines left out)."""
+    import json
+
+    cells = json.loads(path.read_text())["cells"]
+    return "\n".join(line for cell in cells if cell["cell_type"] == "code"
+                     for line in "".join(cell["source"]).splitlines() if not line.lstrip().startswith(("%", "!")))
+
+
+#: step internals still imported (file, step module) → why: each a piece left to move, said here so that it is not
+#: copied (the scan fails when one is gone: drop it here then)
+STEP_INTERNALS_LEFT = {
+    ("src/agentuq_nb/steps/compare_estimators.py", "blackbox"):
+        "ensure_blackbox: compare-estimators brings the black-box families up to date without failing where a run "
+        "cannot have them (the status says why, which the table's missing families repeat) and says how long the "
+        "signals took; the blackbox step's run raises there and returns no status. Left: one call for both",
+    ("src/agentuq_nb/pipeline/detector_study.py", "train_detector"):
+        "prefix_reader, train_on_features, labelled_rows: the detector study trains on features it "
+        "made once for every left-out run; the detector's training (issues 48 and 51, in work beside this one) "
+        "is to move below the steps with them",
+}
+
+
+def step_internals_imported(left: dict | None = None) -> list[str]:
+    """Every name a step module, a study of ``pipeline/`` or a notebook imports from a step module other than what
+    that step offers (:func:`step_module_offers`); a step module imports no other step's keyword form (it calls
+    ``run`` with the config). ``left``: imports known and said why (:data:`STEP_INTERNALS_LEFT`), reported only when
+    they are gone."""
+    offers = step_module_offers()
+    left = {} if left is None else left
+    found, still_left = [], set()
+    for path in sorted((PACKAGE / "steps").glob("*.py")) + sorted((PACKAGE / "pipeline").glob("*.py")) + NOTEBOOKS:
+        in_steps = path.parent.name == "steps"
+        source = notebook_code(path) if path.suffix == ".ipynb" else path.read_text()
+        for line, module, name in step_names_imported(source):
+            if module == path.stem or module not in offers:
+                continue
+            allowed = offers[module] - ({module, module.replace("_", "-")} if in_steps else set())
+            allowed = {a for a in allowed if not in_steps or a in ("run", "show", "STEP") or a[0].isupper()}
+            if name not in allowed and (str(path.relative_to(ROOT)), module) not in left:
+                found.append(f"{path.relative_to(ROOT)}:{line}: {name} from steps.{module}")
+            elif name not in allowed:
+                still_left.add((str(path.relative_to(ROOT)), module))
+    found.extend(f"{path}: imports nothing of steps.{module} any more: drop it from STEP_INTERNALS_LEFT"
+                 for path, module in sorted(set(left) - still_left))
+    return found
+
+
+def test_no_step_pipeline_or_notebook_imports_a_steps_internals():
+    """Issue 52: a step imports no other step's internals (a composite command such as ``analyze`` calls the others'
+    ``run`` with their config and prints what they print, ``show``); the studies (``pipeline/``) and the notebooks
+    call the library (a step's keyword form, ``run``); readers of a run folder's artefacts live in the store
+    (``io.store.artifacts``), what several steps share in a module of the steps without a ``STEP`` or below."""
+    found = step_internals_imported(STEP_INTERNALS_LEFT)
+    assert not found, "step internals imported (move the piece to the layer it belongs to):\n" + "\n".join(found)
+
+
+def test_the_scan_for_step_internals_reads_imports_inside_functions_and_notebooks(tmp_path):
+    source = "def f():\n    from agentuq_nb.steps.extract import run_results, run\n"
+    assert step_names_imported(source) == [(2, "extract", "run_results"), (2, "extract", "run")]
+    offers = step_module_offers()
+    assert {"run", "show", "STEP", "ExtractConfig", "extract"} <= offers["extract"]
+    assert "base" not in offers and "hints" not in offers
+    notebook = tmp_path / "n.ipynb"
+    notebook.write_text('{"cells": [{"cell_type": "code", "source": ["%matplotlib inline\\n", '
+                        '"from agentuq_nb.steps.evaluate import estimator_rows"]}]}')
+    assert step_names_imported(notebook_code(notebook)) == [(1, "evaluate", "estimator_rows")]

@@ -144,7 +144,7 @@ def test_compare_estimators_gains_the_columns_rows_and_order(run_dir):
 
 def test_forest_plot_marks_estimators_that_do_not_beat_the_length_baseline(run_dir):
     from agentuq_nb.figures.estimators import estimator_forest_figure, forest_rows
-    from agentuq_nb.steps.compare_estimators import read_estimator_table
+    from agentuq_nb.io.store.artifacts import read_estimator_table
 
     compare_estimators(run_dir, n_boot=20)
     table = read_estimator_table(run_dir)

@@ -216,8 +216,9 @@ def trials_run(tmp_path):
 
 
 def test_evaluate_resamples_tasks_when_tasks_repeat(trials_run):
+    from agentuq_nb.evaluation.estimator_table import estimator_metrics
     from agentuq_nb.io.store.rundir import RunDir
-    from agentuq_nb.steps.evaluate import estimator_metrics, evaluate
+    from agentuq_nb.steps.evaluate import evaluate
 
     rewards = RunDir.of(trials_run).rewards()
     assert len(rewards) == 24 and rewards.groupby("task_id").size().eq(3).all()

@@ -16,9 +16,10 @@ from sklearn.metrics import roc_auc_score
 
 from agentuq_nb import estimators
 from agentuq_nb.estimators import Estimator, register
+from agentuq_nb.io.store.artifacts import read_estimator_table
 from agentuq_nb.records.token_statistics import TOKEN_STATISTICS
 from agentuq_nb.steps.aggregate import aggregate
-from agentuq_nb.steps.compare_estimators import compare_estimators, read_estimator_table
+from agentuq_nb.steps.compare_estimators import compare_estimators
 from agentuq_nb.steps.early_warning import early_warning
 from agentuq_nb.steps.evaluate import evaluate
 from agentuq_nb.steps.extract import extract

@@ -240,7 +240,7 @@ def test_estimators_are_listed_and_compared(simulated_run):
     import agentuq_nb.estimators as estimators
     from agentuq_nb.cli import app
     from agentuq_nb.estimators import get
-    from agentuq_nb.uq.aggregation import read_trajectory_summary
+    from agentuq_nb.io.store.artifacts import read_trajectory_summary
 
     run = simulated_run / "run"
     names = estimators.available(run)

@@ -10,7 +10,8 @@ from collections.abc import Callable
 
 
 def lazy_exports(package: str, exports: dict[str, list[str]]) -> tuple[Callable[[str], object], Callable[[], list[str]], list[str]]:
-    """``(__getattr__, __dir__, __all__)`` for ``package`` whose names ``exports`` maps by submodule."""
+    """``(__getattr__, __dir__, __all__)`` for ``package`` whose names ``exports`` maps by submodule (a name
+    ``agentuq_nb.…``: a module elsewhere in the package, whose name the facade offers where users look for it)."""
     module_of = {name: module for module, names in exports.items() for name in names}
 
     def __getattr__(name: str):
@@ -20,7 +21,8 @@ def lazy_exports(package: str, exports: dict[str, list[str]]) -> tuple[Callable[
                 return importlib.import_module(f"{package}.{name}")
             except ModuleNotFoundError:
                 raise AttributeError(f"module {package!r} has no attribute {name!r}") from None
-        value = getattr(importlib.import_module(f"{package}.{module}"), name)
+        source = module if module.startswith(f"{package.split('.')[0]}.") else f"{package}.{module}"
+        value = getattr(importlib.import_module(source), name)
         setattr(importlib.import_module(package), name, value)
         return value
 

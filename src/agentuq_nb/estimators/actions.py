@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from agentuq_nb.estimators.base import Estimator, EstimatorFamily, Family, by_trajectory, declare_family, register
+from agentuq_nb.io.store.artifacts import read_action_turns
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.action_samples import ACTION_TURN_STATISTICS
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
@@ -53,10 +54,6 @@ def worst_aggregate(statistic: str) -> str:
 
 def action_estimator_name(statistic: str, aggregate: str, sampler: str | None = None) -> str:
     return f"{statistic}.{aggregate}" + (f"@{sampler}" if sampler else "")
-
-
-def read_action_turns(run: RunDir) -> pd.DataFrame:
-    return run.read_frame("action_turns")
 
 
 def samplers(turns: pd.DataFrame) -> list[tuple[str, str]]:

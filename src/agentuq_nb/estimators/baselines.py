@@ -5,10 +5,10 @@ from __future__ import annotations
 import pandas as pd
 
 from agentuq_nb.estimators.base import Estimator, Family, by_trajectory, declare_family, register
+from agentuq_nb.io.store.artifacts import read_trajectory_summary
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
-from agentuq_nb.uq.aggregation import read_trajectory_summary
 
 #: the length baselines every uncertainty estimator is compared with (drawn last in the forest, as the reference)
 BASELINE = declare_family(Family("baseline", rank=90, label="length baselines", color="neutral", reference=True))

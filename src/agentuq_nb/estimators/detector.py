@@ -7,19 +7,14 @@ computed from the run itself, against the same length baselines. Its probability
 other than this one (a trajectory the detector was trained on is scored by the model that left its run out), so it
 is no tuned readout of this run's labels.
 
-:func:`read_predictions` reads the per-trajectory predictions (probability, model, top reasons) from a run
-folder: what a view of the run (the explorer, a report) shows beside each trajectory.
+The store reads the per-trajectory predictions (probability, model, top reasons) back from a run folder
+(:func:`agentuq_nb.io.store.artifacts.read_predictions`): what a view of the run (the explorer, a report) shows
+beside each trajectory.
 """
 from __future__ import annotations
 
-import os
-
-import pandas as pd
-
 from agentuq_nb.estimators.base import Family, declare_family, register
 from agentuq_nb.estimators.blackbox import BlackBoxColumn
-from agentuq_nb.io.store.rundir import RunDir
-from agentuq_nb.records.keys import key_dtypes
 
 #: a learned failure detector's calibrated probability (trained on other labelled runs)
 DETECTOR = declare_family(Family("detector", rank=75))
@@ -37,17 +32,3 @@ class DetectorProbability(BlackBoxColumn):
                    "(applied by the predict step)")
     #: fitted to labels, never this run's: a trajectory it was trained on is scored by the model that left its run out
     protocol = "trained on other labelled runs"
-
-
-def read_predictions(run_dir: str | os.PathLike | RunDir) -> pd.DataFrame:
-    """``predictions.csv`` of a run folder (checked against its manifest): one row per trajectory with its keys,
-    ``simulation_id``, ``failure_probability``, ``log_odds``, ``model``, ``in_training``, ``reward`` and ``failed``
-    where labelled, ``base_probability``, ``reason_k`` / ``points_k`` / ``feature_k`` (k = 1 … the number ``predict``
-    was asked for) and ``explanation``, the JSON text of ``[{feature, reason, value, points, log_odds}, …]``
-    (:mod:`agentuq_nb.evaluation.detector_explain`). A FileNotFoundError names the
-    command that makes it."""
-    run = RunDir.of(run_dir)
-    path = run.require("predictions")
-    run.verify("predictions")
-    frame = pd.read_csv(path, dtype={"task_id": "string", "simulation_id": "string"}, keep_default_na=True)
-    return key_dtypes(frame, deep=False)

@@ -16,13 +16,12 @@ A family is a subclass of :class:`MonitorFamily` naming itself, registered by it
         family = "judge"
         what = "an LLM judge's verdict"
 
-:func:`read_monitor_rows` reads the table back (verdicts and justifications beside each trajectory, for a view of the
-run such as the explorer).
+The store reads the table back (:func:`agentuq_nb.io.store.artifacts.read_monitor_rows`: verdicts and justifications
+beside each trajectory, for a view of the run such as the explorer).
 """
 from __future__ import annotations
 
 import importlib
-import os
 from typing import ClassVar
 
 import pandas as pd
@@ -30,7 +29,7 @@ import pandas as pd
 from agentuq_nb.estimators.base import Estimator, EstimatorFamily, by_trajectory
 from agentuq_nb.io.errors import StaleArtifactError
 from agentuq_nb.io.store.rundir import RunDir
-from agentuq_nb.records.monitor_scores import MONITOR_NAME, artifact_of, monitor_table, monitors_of
+from agentuq_nb.records.monitor_scores import MONITOR_NAME, artifact_of, monitors_of
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 
 
@@ -104,13 +103,3 @@ def monitor_families() -> list[str]:
     """The families of monitors (their estimator modules imported first)."""
     importlib.import_module("agentuq_nb.estimators")
     return list(MONITOR_FAMILIES)
-
-
-def read_monitor_rows(run_dir: str | os.PathLike | RunDir, family: str) -> pd.DataFrame:
-    """A family's monitor table of a run folder, checked (:func:`~agentuq_nb.records.monitor_scores.monitor_table`);
-    an empty table of its columns where the run has none."""
-    run = RunDir.of(run_dir)
-    artifact = artifact_of(family)
-    if not run.has(artifact):
-        return monitor_table(pd.DataFrame(columns=[*TRAJECTORY_KEYS, "monitor", "score", "higher_is_uncertain"]))
-    return monitor_table(run.read_frame(artifact))

@@ -2,12 +2,14 @@
 
 What the estimator table, the calibration and the explorer share: :func:`score_table` (keys, ``reward``, one
 column per estimator), :func:`with_length_columns` (every length baseline beside them) and
-:func:`estimator_inputs` (the artefacts such a table was computed from: its ``based_on``).
+:func:`estimator_inputs` (the artefacts such a table was computed from: its ``based_on``); one estimator's scores
+with the rewards: :func:`estimator_rows` (what ``evaluate`` scores).
 """
 from __future__ import annotations
 
 import os
 
+import numpy as np
 import pandas as pd
 
 from agentuq_nb.estimators.base import Estimator, get
@@ -44,3 +46,24 @@ def with_length_columns(run: RunDir, table: pd.DataFrame) -> pd.DataFrame:
             scores = get(name).scores(run).rename(name).reset_index()
             table = table.merge(scores.drop_duplicates(TRAJECTORY_KEYS), on=TRAJECTORY_KEYS, how="left")
     return table
+
+
+def estimator_rows(run_dir: str | os.PathLike | RunDir, estimator: Estimator | str,
+                   summary: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The trajectories ``estimator`` scores, in its order: keys, ``uncertainty`` (as the estimator
+    gives it, not oriented) and ``reward``. ``summary``: trajectory-summary rows to read it from."""
+    run = RunDir.of(run_dir)
+    estimator = get(estimator) if isinstance(estimator, str) else estimator
+    if summary is not None and hasattr(estimator, "scores_from_summary"):
+        scores = estimator.scores_from_summary(summary)
+    else:
+        scores = estimator.scores(run)
+    rows = scores.rename("uncertainty").reset_index()
+    repeated = rows.duplicated(TRAJECTORY_KEYS, keep=False)
+    if repeated.any():  # two scores for one trajectory: both would be counted
+        key = tuple(v.item() if isinstance(v, np.generic) else v for v in rows.loc[repeated, TRAJECTORY_KEYS].iloc[0])
+        raise ValueError(f"{run.path}: estimator '{estimator.name}' gives {int(repeated.sum())} scores to trajectories "
+                         f"that repeat a (domain, task_id, trial, seed), e.g. {key}: its table holds a trajectory "
+                         "twice; make it again from results without repeats")
+    rewards = run.rewards()  # refuses repeated keys too
+    return rows.merge(rewards, on=TRAJECTORY_KEYS, how="inner")

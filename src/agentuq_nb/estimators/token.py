@@ -29,9 +29,9 @@ from agentuq_nb.estimators.base import (
     listing_hint,
     register,
 )
+from agentuq_nb.io.store.artifacts import read_trajectory_summary
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.token_statistics import STATISTICS_BY_NAME, TOKEN_STATISTICS, TokenStatistic
-from agentuq_nb.uq.aggregation import read_trajectory_summary
 
 #: token statistics of the messages, from token log-probs (generated, or rescored teacher-forced)
 TOKEN = declare_family(Family("token", rank=10, label="token log-probs", color="success", forest_order=0))

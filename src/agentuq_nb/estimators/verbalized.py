@@ -9,10 +9,10 @@ from __future__ import annotations
 import pandas as pd
 
 from agentuq_nb.estimators.base import Estimator, Family, by_trajectory, declare_family, register
+from agentuq_nb.io.store.artifacts import read_trajectory_summary, read_verbalized_confidence
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
-from agentuq_nb.uq.aggregation import read_trajectory_summary
 
 #: the agent model's stated confidence (a confidence: lower = more uncertain)
 VERBALIZED = declare_family(Family("verbalized", rank=40, label="verbalized confidence", color="highlight",
@@ -23,8 +23,7 @@ COLUMN = "verbalized_confidence"
 
 def _source(run: RunDir) -> pd.DataFrame | None:
     if run.has("verbalized_confidence"):
-        run.verify("verbalized_confidence")
-        return key_dtypes(pd.read_csv(run.file("verbalized_confidence"), dtype={"task_id": str}))
+        return read_verbalized_confidence(run)
     if run.has("verbalized_confidence_parquet"):
         return key_dtypes(run.read_frame("verbalized_confidence_parquet"))
     if run.has("trajectories") and COLUMN in run.read_frame("trajectories"):

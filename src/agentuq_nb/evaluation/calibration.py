@@ -258,3 +258,33 @@ def calibration_report(prob, failure, n_bins: int = 10, strategy: str = "quantil
     out.update(brier_decomposition(p, y, n_bins, strategy))
     out["log_loss"] = float(log_loss(y, p, labels=[0, 1])) if len(np.unique(y)) == 2 else None
     return out
+
+
+#: the columns of :func:`calibration_table` a method's report gives
+CALIBRATION_TABLE_COLUMNS = ["n", "n_failures", "ece", "ece_debiased", "brier", "reliability", "resolution",
+                             "uncertainty", "log_loss"]
+
+
+def calibration_table(report: dict) -> pd.DataFrame:
+    """The calibration report of a run (``calibration.json``: per estimator, each method's report) as one row per
+    (setting, estimator, method): ``setting`` is ``cross_fitted`` (this run, by task) or ``transfer`` (fitted on
+    this run, evaluated on the other); an estimator whose calibration is undefined keeps a row with the reason.
+    Ordered by the Brier score within a setting (lowest first): ECE alone would put first a predictor that always
+    says the base rate (ECE near 0, no resolution)."""
+    sections = [("cross_fitted", report.get("estimators") or {})]
+    if report.get("transfer"):
+        sections.append(("transfer", report["transfer"]["estimators"]))
+    rows = []
+    for setting, estimators in sections:
+        for name, entry in estimators.items():
+            base = {"setting": setting, "estimator": name, "family": entry.get("family"),
+                    "protocol": entry.get("protocol")}
+            if not entry.get("methods"):
+                rows.append({**base, "method": None, "undefined": entry.get("undefined")})
+            for method, rep in entry.get("methods", {}).items():
+                rows.append({**base, "method": method, **{c: rep.get(c) for c in CALIBRATION_TABLE_COLUMNS},
+                             "undefined": None})
+    columns = ["setting", "estimator", "family", "protocol", "method", *CALIBRATION_TABLE_COLUMNS, "undefined"]
+    frame = pd.DataFrame(rows, columns=columns)
+    frame[CALIBRATION_TABLE_COLUMNS] = frame[CALIBRATION_TABLE_COLUMNS].astype(float)
+    return frame.sort_values(["setting", "brier"], na_position="last", kind="stable").reset_index(drop=True)

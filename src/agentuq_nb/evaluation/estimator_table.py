@@ -40,8 +40,13 @@ which first brings the black-box families up to date (:func:`~agentuq_nb.steps.b
 
 Every trajectory of the run is a row (its reward from ``trajectories.parquet``); an estimator without
 a score for a trajectory leaves it out of its own metrics (counted in ``n``).
+
+A lighter view of a run, for a notebook comparing a few estimators: :func:`estimator_metrics` (AUROC with its CI and
+AUARC of each, read through :func:`~agentuq_nb.estimators.scores.estimator_rows`).
 """
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pandas as pd
@@ -50,6 +55,7 @@ from agentuq_nb.common.progress import progress_bar
 from agentuq_nb.estimators import BASELINES, Estimator, get
 from agentuq_nb.estimators.base import IN_SAMPLE, blackbox_families, combination_families, reference_families
 from agentuq_nb.estimators.combined import COMBINED, COMBINED_FAMILY
+from agentuq_nb.estimators.scores import estimator_rows
 from agentuq_nb.evaluation.bootstrap import paired_bootstrap_pvalue
 from agentuq_nb.evaluation.calibration import calibration_report, cross_fitted_probabilities, oriented
 from agentuq_nb.evaluation.combined_predictor import cross_fitted_combination
@@ -57,7 +63,8 @@ from agentuq_nb.evaluation.defaults import DEFAULT_FDR_Q, DEFAULT_N_BOOT
 from agentuq_nb.evaluation.failure_report import failure_metrics
 from agentuq_nb.evaluation.length_control import beats_length_baseline, length_controlled
 from agentuq_nb.evaluation.metrics import auroc, failure_labels
-from agentuq_nb.evaluation.multi_trial import task_labels
+from agentuq_nb.evaluation.multi_trial import task_labels, tasks_repeat
+from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, check_failure_threshold
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 
@@ -313,3 +320,31 @@ def same_scores_as(scores: list[tuple[str, str, np.ndarray]]) -> list[str | None
         out.append(first.get(key))
         first.setdefault(key, name)
     return out
+
+
+def estimator_metrics(run_dir: str | os.PathLike | RunDir, parts: dict[str, str], failure_threshold: float = DEFAULT_FAILURE_THRESHOLD,
+                      n_boot: int = DEFAULT_N_BOOT, seed: int = 0, min_rows: int = 2) -> pd.DataFrame:
+    """AUROC (with CI) and AUARC of several estimators, one row per ``{label: estimator name}``;
+    an estimator the run has no data for, or fewer than ``min_rows`` trajectories, is left out.
+    ``resampled`` says what the bootstrap drew: ``trajectories``, or ``tasks`` when a task repeats
+    (the task-clustered bootstrap)."""
+    check_failure_threshold(failure_threshold)
+    run = RunDir.of(run_dir)
+    out = []
+    for label, name in parts.items():
+        estimator = get(name)
+        if not estimator.is_available(run):
+            continue
+        rows = estimator_rows(run, estimator)
+        if len(rows) < min_rows:
+            continue
+        repeated = tasks_repeat(rows)
+        m = failure_metrics(rows["uncertainty"].to_numpy(dtype=float), rows["reward"].to_numpy(float),
+                            failure_threshold, invert=estimator.invert, n_boot=n_boot, seed=seed,
+                            groups=task_labels(rows) if repeated else None)
+        ci = m["ci"].get("auroc") or [None, None]
+        out.append({"part": label, "estimator": name, "n": m["n"], "auroc": m["metrics"]["auroc"], "auroc_lo": ci[0],
+                    "auroc_hi": ci[1], "auarc": m["metrics"]["auarc"], "undefined": m["undefined"].get("auroc"),
+                    "resampled": "tasks" if repeated else "trajectories"})
+    return pd.DataFrame(out, columns=["part", "estimator", "n", "auroc", "auroc_lo", "auroc_hi", "auarc", "undefined",
+                                      "resampled"])

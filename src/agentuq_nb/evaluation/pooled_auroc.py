@@ -48,6 +48,7 @@ Why by hand: no library computes a weighted, stratified Mann-Whitney AUROC for a
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -73,6 +74,21 @@ COMPARISON_COLUMNS = ("estimator", "length_baseline_lc", "diff_lc_vs_length", "d
                       "diff_lc_vs_length_hi", "p_value", "q_value", "significant", "verdict", "length_baseline",
                       "diff_vs_length", "diff_vs_length_lo", "diff_vs_length_hi", "n_boot_valid")
 BASELINE_VERDICT = "length baseline"
+
+
+def run_names(paths: Sequence[Path]) -> list[str]:
+    """A short distinct name per run folder: its folder name, with as many parent folders as it takes to tell
+    runs apart (and never :data:`POOLED`, the name of the pooled rows): the ``run`` column of the leaderboard."""
+    parts = [Path(p).resolve().parts for p in paths]
+    depth = {i: 1 for i in range(len(parts))}
+    while True:
+        names = ["/".join(parts[i][-depth[i]:]) for i in range(len(parts))]
+        clash = [i for i, name in enumerate(names)
+                 if (names.count(name) > 1 or name == POOLED) and depth[i] < len(parts[i])]
+        if not clash:
+            return names
+        for i in clash:
+            depth[i] += 1
 
 
 # --------------------------------------------------------------------------- the kernel

@@ -63,8 +63,8 @@ from agentuq_nb.common.redaction import MASK, mask_secrets, secret_spans
 from agentuq_nb.estimators import estimators as run_estimators
 from agentuq_nb.estimators import get as get_estimator
 from agentuq_nb.estimators.base import listing_hint
-from agentuq_nb.estimators.detector import DetectorProbability, read_predictions
-from agentuq_nb.estimators.monitor import monitor_families, read_monitor_rows
+from agentuq_nb.estimators.detector import DetectorProbability
+from agentuq_nb.estimators.monitor import monitor_families
 from agentuq_nb.estimators.scores import score_table
 from agentuq_nb.evaluation.metrics import UndefinedMetricError, auroc
 from agentuq_nb.figures.blackbox import COMPONENTS, EVENTS
@@ -72,6 +72,7 @@ from agentuq_nb.io.atomic import atomic_write_text
 from agentuq_nb.io.errors import InputError, remedy
 from agentuq_nb.io.ingest.results import iter_simulations, read_header
 from agentuq_nb.io.outputs import check_output_file
+from agentuq_nb.io.store.artifacts import read_monitor_rows, read_predictions
 from agentuq_nb.io.store.rundir import MANIFEST, RunDir
 from agentuq_nb.io.store.token_table import read_token_table
 from agentuq_nb.records import Results, Simulation

@@ -22,11 +22,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from agentuq_nb.estimators.scores import estimator_rows
 from agentuq_nb.evaluation.agent_comparison import abstention_report, aci_stream
 from agentuq_nb.evaluation.conformal import coverage_report, split_interval
 from agentuq_nb.io.ingest.results import iter_simulations, read_header
 from agentuq_nb.io.store.rundir import RunDir
-from agentuq_nb.steps.evaluate import estimator_rows
 
 REWARD_COLUMNS = ["agent", "domain", "task_id", "task", "trial", "reward"]
 

@@ -119,7 +119,7 @@ def diagram_estimators(calibrated: pd.DataFrame, method: str = "platt") -> list[
 
 
 def calibration_findings(report: dict, calibrated: pd.DataFrame, n_bins: int) -> str:
-    """Notebook 11's findings from the calibration report and :func:`~agentuq_nb.steps.calibrate.calibration_table`:
+    """Notebook 11's findings from the calibration report and :func:`~agentuq_nb.evaluation.calibration.calibration_table`:
     the cross-fitting actually used, what a bin's sampling noise is at this size, the best and worst probabilities
     by Brier score, and where the debiased ECE exceeds the plain one (and why it may)."""
     n, fails = int(report["n"]), int(report["n_failures"])

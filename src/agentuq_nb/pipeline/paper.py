@@ -40,8 +40,9 @@ from agentuq_nb.common.naming import slug
 from agentuq_nb.evaluation import dynamics_curve
 from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.io.errors import InputError
-from agentuq_nb.io.ingest.results import iter_simulations, read_header
+from agentuq_nb.io.ingest.results import has_recorded_summary, iter_simulations, read_header
 from agentuq_nb.io.ingest.token_sources import SidecarResolver, uq_logprobs_ref
+from agentuq_nb.io.store.artifacts import read_turn_summary
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records import Results
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, failure_labels
@@ -49,9 +50,9 @@ from agentuq_nb.steps.aggregate import aggregate
 from agentuq_nb.steps.compare_estimators import compare_estimators
 from agentuq_nb.steps.extract import extract
 from agentuq_nb.steps.recorded_summary import STEP as RECORDED_SUMMARY_STEP
-from agentuq_nb.steps.recorded_summary import has_recorded_summary, summarize_recorded
+from agentuq_nb.steps.recorded_summary import RecordedSummaryConfig
+from agentuq_nb.steps.recorded_summary import run as summarize_recorded
 from agentuq_nb.steps.score_observations import score_observations
-from agentuq_nb.uq import read_turn_summary
 from agentuq_nb.uq.dynamics import read_agent_turns
 
 DATASET = "changdae/tau2-uq-artifacts"
@@ -213,7 +214,7 @@ def prepare(result_set: ResultSet, run_dir: str | Path, sidecar_dir: Path | None
     same_results = manifest.results == str(result_set.results.resolve())
     if recorded_summary:
         if not (same_results and run.has("trajectory_summary")):
-            summarize_recorded(result_set.results, run)
+            summarize_recorded(run, RecordedSummaryConfig(results=result_set.results))
         return run.path
     done = same_results and run.has("trajectory_summary") and manifest.step != RECORDED_SUMMARY_STEP.name
     if not done:

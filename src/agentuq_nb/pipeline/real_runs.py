@@ -26,11 +26,12 @@ import pandas as pd
 from agentuq_nb.estimators.base import combination_families, reference_families
 from agentuq_nb.evaluation.calibration import reliability_table
 from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
+from agentuq_nb.io.store.artifacts import read_json_artifact
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, failure_labels
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
-from agentuq_nb.steps.blackbox import BlackBoxConfig, ensure_blackbox, read_json
+from agentuq_nb.steps.blackbox import BlackBoxConfig
 from agentuq_nb.steps.compare_estimators import compare_estimators
 from agentuq_nb.steps.extract import extract
 
@@ -49,7 +50,7 @@ class AnalysedRuns:
         for name, path in self.runs.items():
             run = RunDir(path)
             outcomes = run.outcomes()
-            report = read_json(run, "blackbox_report")
+            report = read_json_artifact(run, "blackbox_report")
             rows.append({"run": name, "title": run.manifest().title() or name, "domain": run.manifest().domain,
                          "trajectories": len(outcomes),
                          "failures": int(outcomes.failed.sum()), "messages": report["messages"],
@@ -78,8 +79,7 @@ def analyse_results(files: list[str | os.PathLike], run_dir: str | os.PathLike, 
             except InputError as err:
                 out.skipped[file.stem] = f"not read by this version: {err}"
                 continue
-        ensure_blackbox(run, config)
-        compare_estimators(run, failure_threshold=failure_threshold, n_boot=n_boot, seed=seed, blackbox=False)
+        compare_estimators(run, failure_threshold=failure_threshold, n_boot=n_boot, seed=seed, blackbox=config)
         out.runs[file.stem] = run
         out.seconds[file.stem] = time.perf_counter() - start
     return out

@@ -12,17 +12,17 @@ from typing import Any
 
 import pandas as pd
 import pyarrow as pa
-import pyarrow.csv as pacsv
 from pydantic import Field
 
+from agentuq_nb.io.atomic import csv_writer
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.io.store.token_table import read_token_dataset
-from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.steps.base import Command, Reporter, Step, StepConfig
 from agentuq_nb.uq.aggregation import (
     NO_TOKENS,
     NoTokenRowsError,
     merged_partials,
+    summary_counts,
     token_batches,
     trajectory_summary_from,
     turn_summary_from,
@@ -69,13 +69,6 @@ def turn_partials_on_cluster(run: RunDir, scheduler: Any, filters=None) -> pd.Da
     if parts.empty:
         raise NoTokenRowsError(NO_TOKENS)
     return merge_partials(parts, TURN_GROUP)
-
-
-def csv_writer(df: pd.DataFrame | pa.Table):
-    """``write(path)`` for a summary table as CSV (Arrow's writer)."""
-    # Arrow's CSV writer: the same text as pandas' to_csv for these columns, 6x faster
-    table = df if isinstance(df, pa.Table) else pa.Table.from_pandas(df, preserve_index=False)
-    return lambda path: pacsv.write_csv(table, path, pacsv.WriteOptions(quoting_style="needed"))
 
 
 def run(run_dir: str | Path | RunDir, config: AggregateConfig = AggregateConfig()) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -129,16 +122,3 @@ COMMAND = Command(summary="Turn and trajectory summaries → RUN_DIR/{turn,traje
 def aggregate(run_dir: str | Path | RunDir, **options: Any) -> tuple[pd.DataFrame, pd.DataFrame]:
     """:func:`run` with the :class:`AggregateConfig` fields as keywords."""
     return run(run_dir, AggregateConfig(**options))
-
-
-def summary_counts(turns: pd.DataFrame, trajs: pd.DataFrame) -> str:
-    """What aggregate wrote, counted by what it counts: "20 trajectories: 510 turn rows (one per message, role and
-    scorer), 100 trajectory rows (20 trajectories × 5 role rows: assistant, combined, …)"."""
-    n = len(trajs.drop_duplicates(TRAJECTORY_KEYS)) if len(trajs) else 0
-    roles = sorted(trajs["role"].dropna().unique()) if len(trajs) else []
-    scorers = sorted(trajs["scorer"].dropna().unique()) if "scorer" in trajs and len(trajs) else []
-    per = f"{len(roles)} role row{'s' if len(roles) != 1 else ''} ({', '.join(roles)})"
-    if len(scorers) > 1:
-        per += f" over {len(scorers)} scorers ({', '.join(scorers)})"
-    return (f"{n} trajectories: {len(turns)} turn rows (one per scored message, role and scorer), {len(trajs)} "
-            f"trajectory rows ({n} trajectories × {per}, where a trajectory has them)")

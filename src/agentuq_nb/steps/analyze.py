@@ -23,8 +23,17 @@ from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.outcomes import Outcomes
 from agentuq_nb.records.reward_checks import TASK_MISMATCH
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
-from agentuq_nb.steps.base import Command, FailureThresholdField, NBootField, Reporter, SeedField, Step, StepConfig
-from agentuq_nb.steps.blackbox import BlackBoxConfig, BlackBoxEmbedder
+from agentuq_nb.steps.base import (
+    BlackBoxEmbedder,
+    Command,
+    FailureThresholdField,
+    NBootField,
+    Reporter,
+    SeedField,
+    Step,
+    StepConfig,
+)
+from agentuq_nb.steps.blackbox import BlackBoxConfig
 from agentuq_nb.steps.evaluate import EvaluateConfig
 from agentuq_nb.steps.extract import ExtractConfig, ExtractReport
 
@@ -76,8 +85,9 @@ def run(run_dir: str | os.PathLike | RunDir, config: AnalyzeConfig) -> AnalyzeRe
     """Extract, aggregate, evaluate, the estimator table, the figures (see the module docstring); ``config.reporter``
     shows each inner step's result as it is made."""
     from agentuq_nb.estimators.token import check_estimator_name
-    from agentuq_nb.steps.aggregate import aggregate, summary_counts
+    from agentuq_nb.steps.aggregate import run as aggregate
     from agentuq_nb.steps.extract import run as extract
+    from agentuq_nb.uq.aggregation import summary_counts
 
     folder = RunDir.of(run_dir)  # opened once: every inner step and the figures and report take this one
     out = folder.path
@@ -224,7 +234,7 @@ def analysis_figures(run_dir: str | os.PathLike | RunDir, outcomes: Outcomes | N
     from agentuq_nb.figures.estimators import estimator_forest_figure, has_forest
     from agentuq_nb.figures.failure_prediction import accuracy_rejection_figure, roc_figure
     from agentuq_nb.figures.style import save
-    from agentuq_nb.steps.compare_estimators import read_estimator_table
+    from agentuq_nb.io.store.artifacts import read_estimator_table
 
     run = RunDir.of(run_dir)
     folder = run.file("figures")
@@ -412,7 +422,7 @@ def detector_predictions(run: RunDir):
     run's (made from other trajectories) or it is not predict's (no keys and ``failure_probability``)."""
     if not run.has("predictions"):
         return None
-    from agentuq_nb.estimators.detector import read_predictions
+    from agentuq_nb.io.store.artifacts import read_predictions
 
     try:
         frame = read_predictions(run)
@@ -447,7 +457,7 @@ def write_report(run_dir: str | os.PathLike | RunDir, outcomes: Outcomes | None 
     import numpy as np
 
     from agentuq_nb.figures.report import run_report, undefined_reason
-    from agentuq_nb.steps.compare_estimators import read_estimator_table
+    from agentuq_nb.io.store.artifacts import read_estimator_table
     from agentuq_nb.steps.family_gaps import missing_families
     from agentuq_nb.steps.provenance import provenance
 

@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -43,6 +43,9 @@ FailureThresholdField = Annotated[FailureThreshold, Field(DEFAULT_FAILURE_THRESH
                                                           description="failure = reward < threshold")]
 NBootField = Annotated[NBoot, Field(DEFAULT_N_BOOT, description="bootstrap resamples for the 95% CIs (0: none)")]
 SeedField = Annotated[Seed, Field(0, description="seed of the bootstrap")]
+#: the embeddings the black-box signals can be computed with (the first is the default): the black-box step's field,
+#: which the commands that bring the black-box families up to date (compare-estimators, analyze) offer too
+BlackBoxEmbedder = Literal["minilm-static", "minilm", "hash", "none"]
 
 
 def step_config(module: ModuleType) -> type[Config] | None:

@@ -37,7 +37,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Optional
 
 import numpy as np
 import pandas as pd
@@ -48,11 +48,20 @@ from agentuq_nb.io.atomic import json_ready
 from agentuq_nb.io.embedding_cache import DEFAULT_MAX_MB
 from agentuq_nb.io.errors import InputError, MixedRunError, StaleArtifactError
 from agentuq_nb.io.ingest.results import iter_simulations, read_header
+from agentuq_nb.io.store.artifacts import read_json_artifact, run_results
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
-from agentuq_nb.steps.base import Command, FailureThresholdField, FamilyHint, Reporter, SeedField, Step, StepConfig
-from agentuq_nb.steps.extract import run_results
+from agentuq_nb.steps.base import (
+    BlackBoxEmbedder,
+    Command,
+    FailureThresholdField,
+    FamilyHint,
+    Reporter,
+    SeedField,
+    Step,
+    StepConfig,
+)
 from agentuq_nb.uq.blackbox_signals import signal_tables, tool_types
 from agentuq_nb.uq.embeddings import Embedder, embeddings_available, get_embedder, unit_rows
 from agentuq_nb.uq.tracer import content_token_nll
@@ -62,10 +71,6 @@ STEP = Step("blackbox", "agentuq-nb blackbox RUN_DIR",
             ("blackbox_turns", "blackbox_scores", "blackbox_report", "tracer_tuned", "tracer_tuning"),
             adds=tuple(FamilyHint(family, "the run's messages", "agentuq-nb blackbox RUN_DIR --results RESULTS")
                        for family in ("structure", "tracer")))
-
-
-#: the embeddings the black-box signals can be computed with (the first is the default)
-BlackBoxEmbedder = Literal["minilm-static", "minilm", "hash", "none"]
 
 
 class BlackBoxConfig(StepConfig):
@@ -243,17 +248,7 @@ def compute_tuning(run_dir: str | os.PathLike | RunDir, config: BlackBoxConfig =
     return record
 
 
-def read_blackbox_turns(run_dir: str | os.PathLike | RunDir) -> pd.DataFrame:
-    """``blackbox_turns.parquet`` (checked), keys typed alike: one row per message with its black-box signals."""
-    return key_dtypes(RunDir.of(run_dir).read_frame("blackbox_turns"))
-
-
 # --------------------------------------------------------------------------- up to date
-def read_json(run: RunDir, name: str) -> dict:
-    run.verify(name)
-    return json.loads(run.file(name).read_text())
-
-
 def is_fresh(run: RunDir, names: tuple[str, ...], record: str, expect: dict) -> bool:
     """Whether artefacts ``names`` exist, belong with the manifest, are not stale, and their ``record`` JSON
     holds the values of ``expect``."""
@@ -261,7 +256,7 @@ def is_fresh(run: RunDir, names: tuple[str, ...], record: str, expect: dict) -> 
         return False
     try:
         run.verify(*names, record)
-        found = read_json(run, record)
+        found = read_json_artifact(run, record)
     except (StaleArtifactError, MixedRunError, ValueError):
         return False
     return all(found.get(k) == v for k, v in expect.items())
@@ -290,7 +285,7 @@ def ensure_blackbox(run_dir: str | os.PathLike | RunDir, config: BlackBoxConfig 
             status.report = compute_signals(run, config, embedder)
             status.computed.append("signals")
         else:
-            status.report = read_json(run, "blackbox_report")
+            status.report = read_json_artifact(run, "blackbox_report")
         if status.report.get("embedder") == "none":
             status.skipped = status.report.get("left_out")
             return status
@@ -310,7 +305,7 @@ def run(run_dir: str | os.PathLike | RunDir, config: BlackBoxConfig = BlackBoxCo
     status = ensure_blackbox(run_dir, config)
     if status.skipped:
         raise FileNotFoundError(status.skipped)
-    return {"signals": status.report, "tracer_tuning": read_json(RunDir.of(run_dir), "tracer_tuning")}
+    return {"signals": status.report, "tracer_tuning": read_json_artifact(RunDir.of(run_dir), "tracer_tuning")}
 
 
 def show(done: dict[str, Any], run_dir: Path, config: BlackBoxConfig, say: Reporter) -> None:

@@ -226,45 +226,8 @@ def calibrate(run_dir: str | os.PathLike | RunDir, **options: Any) -> dict:
     return run(run_dir, CalibrateConfig(**options))
 
 
-def read_calibration_bins(run_dir: str | os.PathLike | RunDir) -> pd.DataFrame:
-    """``RUN_DIR/calibration_bins.csv`` (checked against the manifest)."""
-    run = RunDir.of(run_dir)
-    path = run.require("calibration_bins")
-    run.verify("calibration_bins")
-    return pd.read_csv(path)
-
-
-CALIBRATION_TABLE_COLUMNS = ["n", "n_failures", "ece", "ece_debiased", "brier", "reliability", "resolution",
-                             "uncertainty", "log_loss"]
-
-
 def cross_fitting_text(n_splits: int) -> str:
     """How the calibration maps are cross-fitted, as :func:`~agentuq_nb.evaluation.calibration.group_folds` does it
     (the report's ``cross_fitting``)."""
     return (f"{n_splits}-fold StratifiedGroupKFold by task (domain, task_id) and failure label; GroupKFold by task "
             f"for an estimator whose rarer class has fewer scored trajectories than {n_splits}")
-
-
-def calibration_table(report: dict) -> pd.DataFrame:
-    """The report of :func:`calibrate` as one row per (setting, estimator, method): ``setting`` is
-    ``cross_fitted`` (this run, by task) or ``transfer`` (fitted on this run, evaluated on the other); an
-    estimator whose calibration is undefined keeps a row with the reason. Ordered by the Brier score within a
-    setting (lowest first): ECE alone would put first a predictor that always says the base rate (ECE near 0, no
-    resolution)."""
-    sections = [("cross_fitted", report.get("estimators") or {})]
-    if report.get("transfer"):
-        sections.append(("transfer", report["transfer"]["estimators"]))
-    rows = []
-    for setting, estimators in sections:
-        for name, entry in estimators.items():
-            base = {"setting": setting, "estimator": name, "family": entry.get("family"),
-                    "protocol": entry.get("protocol")}
-            if not entry.get("methods"):
-                rows.append({**base, "method": None, "undefined": entry.get("undefined")})
-            for method, rep in entry.get("methods", {}).items():
-                rows.append({**base, "method": method, **{c: rep.get(c) for c in CALIBRATION_TABLE_COLUMNS},
-                             "undefined": None})
-    columns = ["setting", "estimator", "family", "protocol", "method", *CALIBRATION_TABLE_COLUMNS, "undefined"]
-    frame = pd.DataFrame(rows, columns=columns)
-    frame[CALIBRATION_TABLE_COLUMNS] = frame[CALIBRATION_TABLE_COLUMNS].astype(float)
-    return frame.sort_values(["setting", "brier"], na_position="last", kind="stable").reset_index(drop=True)

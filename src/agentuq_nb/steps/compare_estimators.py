@@ -17,8 +17,17 @@ from agentuq_nb.estimators.base import combination_families
 from agentuq_nb.estimators.scores import estimator_inputs, score_table, with_length_columns
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.config import NBins
-from agentuq_nb.steps.base import Command, FailureThresholdField, NBootField, Reporter, SeedField, Step, StepConfig
-from agentuq_nb.steps.blackbox import BlackBoxConfig, BlackBoxEmbedder, ensure_blackbox
+from agentuq_nb.steps.base import (
+    BlackBoxEmbedder,
+    Command,
+    FailureThresholdField,
+    NBootField,
+    Reporter,
+    SeedField,
+    Step,
+    StepConfig,
+)
+from agentuq_nb.steps.blackbox import BlackBoxConfig, ensure_blackbox
 
 STEP = Step("compare-estimators", "agentuq-nb compare-estimators RUN_DIR", ("estimator_table", "combined_scores"))
 
@@ -54,17 +63,14 @@ class CompareEstimatorsConfig(StepConfig):
 
 def publish_table(run_dir: str | os.PathLike | RunDir, config: CompareEstimatorsConfig = CompareEstimatorsConfig()
                   ) -> pd.DataFrame:
-    """Evaluate every estimator available in the run (or ``names``); publish ``RUN_DIR/estimator_table.csv``.
-
-    ``blackbox``: first bring the black-box families up to date (:func:`ensure_blackbox`; a config, or True for
-    the default one), with this call's failure threshold and seed."""
+    """Evaluate every estimator available in the run (or ``names``); publish ``RUN_DIR/estimator_table.csv`` and the
+    combined predictors' scores. The table alone: :func:`run` makes the summaries and brings the black-box families up
+    to date first."""
     from agentuq_nb.evaluation.estimator_table import evaluate_estimators_and_combinations
 
     folder = RunDir.of(run_dir)
     folder.require_folder(STEP.name)
     with folder.lock(STEP.name):  # from the first read to the commit: based_on is what was read
-        if config.blackbox_config() is not None:
-            ensure_blackbox(folder, config.blackbox_config())
         table, estimators = score_table(folder, config.names)
         out, combined_scores = evaluate_estimators_and_combinations(
             with_length_columns(folder, table), estimators, config.failure_threshold, config.n_boot, config.seed,
@@ -77,15 +83,10 @@ def publish_table(run_dir: str | os.PathLike | RunDir, config: CompareEstimators
 
 
 def compare_estimators(run_dir: str | os.PathLike | RunDir, **options: Any) -> pd.DataFrame:
-    """:func:`publish_table` with the :class:`CompareEstimatorsConfig` fields as keywords: the table."""
-    return publish_table(run_dir, CompareEstimatorsConfig(**options))
-
-
-def read_estimator_table(run_dir: str | os.PathLike | RunDir) -> pd.DataFrame:
-    run = RunDir.of(run_dir)
-    path = run.require("estimator_table")
-    run.verify("estimator_table")
-    return pd.read_csv(Path(path))
+    """What the command does (:func:`run`: the summaries made where the run has token rows but none, the black-box
+    families brought up to date, the table published) with the :class:`CompareEstimatorsConfig` fields as keywords:
+    the table (``run`` returns it with the families the run lacks)."""
+    return run(run_dir, CompareEstimatorsConfig(**options)).table
 
 
 @dataclass
@@ -105,8 +106,9 @@ def run(run_dir: str | os.PathLike | RunDir, config: CompareEstimatorsConfig = C
     with the command that adds each (:func:`~agentuq_nb.steps.family_gaps.missing_families`)."""
     import pyarrow.parquet as pq
 
-    from agentuq_nb.steps.aggregate import aggregate, summary_counts
+    from agentuq_nb.steps.aggregate import run as aggregate
     from agentuq_nb.steps.family_gaps import missing_families
+    from agentuq_nb.uq.aggregation import summary_counts
 
     folder = RunDir.of(run_dir)
     if (folder.path.is_dir() and not folder.has("trajectory_summary")
@@ -123,7 +125,7 @@ def run(run_dir: str | os.PathLike | RunDir, config: CompareEstimatorsConfig = C
             if status.report and "signals" in status.computed:
                 r = status.report
                 config.reporter.say(blackbox_timing(r))
-        table = publish_table(folder, config.model_copy(update={"blackbox": False}))
+        table = publish_table(folder, config)
         gaps = missing_families(folder, status.skipped if status is not None else None)
     return EstimatorTableReport(table, folder.file("estimator_table"), config.failure_threshold, gaps, status)
 

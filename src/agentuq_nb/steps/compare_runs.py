@@ -91,23 +91,6 @@ class RunLeaderboard:
         return self.inputs["failure_threshold"]
 
 
-def run_names(paths: Sequence[Path]) -> list[str]:
-    """A short distinct name per run folder: its folder name, with as many parent folders as it takes to tell
-    runs apart (and never ``pooled``, the name of the pooled rows)."""
-    from agentuq_nb.evaluation.pooled_auroc import POOLED
-
-    parts = [Path(p).resolve().parts for p in paths]
-    depth = {i: 1 for i in range(len(parts))}
-    while True:
-        names = ["/".join(parts[i][-depth[i]:]) for i in range(len(parts))]
-        clash = [i for i, name in enumerate(names)
-                 if (names.count(name) > 1 or name == POOLED) and depth[i] < len(parts[i])]
-        if not clash:
-            return names
-        for i in clash:
-            depth[i] += 1
-
-
 def run_titles(names: Sequence[str], titles: Sequence[str | None]) -> list[str]:
     """How tables and figures head each run: its agent's model and domain from the results' metadata
     (:meth:`~agentuq_nb.io.store.rundir.Manifest.title`), with the run's name beside it where two runs share a
@@ -255,7 +238,7 @@ def build_run_leaderboard(run_dirs: Sequence[str | os.PathLike], failure_thresho
     """Read the runs and compute the leaderboard (see the module docstring); writes nothing."""
     from agentuq_nb.evaluation.estimator_table import LENGTH_COLUMN
     from agentuq_nb.evaluation.length_control import DEFAULT_STRATA
-    from agentuq_nb.evaluation.pooled_auroc import check_fdr_level, leaderboard_table, pooled_leaderboard
+    from agentuq_nb.evaluation.pooled_auroc import check_fdr_level, leaderboard_table, pooled_leaderboard, run_names
 
     check_failure_threshold(failure_threshold)
     check_fdr_level(q)

@@ -26,17 +26,17 @@ import numpy as np
 import pandas as pd
 
 from agentuq_nb.distributed import JobRunner
-from agentuq_nb.estimators.monitor import monitor_families, read_monitor_rows
+from agentuq_nb.estimators.monitor import monitor_families
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.files import content_digest
 from agentuq_nb.io.ingest import judge_summary
 from agentuq_nb.io.ingest.results import detect_layout, iter_simulations, read_header
+from agentuq_nb.io.store.artifacts import read_monitor_rows
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records import Results
 from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.task_identity import content_key, resolve_id_keys
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
-from agentuq_nb.steps.compare_runs import run_names
 from agentuq_nb.uq.blackbox_signals import tool_types
 from agentuq_nb.uq.detector_features import (
     MONITOR_GROUP,
@@ -123,6 +123,9 @@ def header_task_contents(header: dict) -> dict[str, str]:
 def resolve_sources(paths: Sequence[str | os.PathLike]) -> list[Source]:
     """Every input once (the same results twice, by path or by content, are refused: they would count twice), in the
     order of their paths (sorted: what is learned and reported does not depend on the order they were given in)."""
+    # the pooled statistics load scipy and statsmodels: only when run folders are named
+    from agentuq_nb.evaluation.pooled_auroc import run_names
+
     if not paths:
         raise ValueError("give at least one labelled run (results file or run folder)")
     paths = sorted(paths, key=lambda p: (str(Path(p).absolute()), str(p)))
@@ -206,7 +209,7 @@ def trajectory_signatures(sources: Sequence[Source], features: TrajectoryFeature
 
 def monitor_table_of(source: Source) -> pd.DataFrame:
     """The trajectory keys and one column per monitor of a run folder (its risk; every monitor family's table,
-    :func:`agentuq_nb.estimators.monitor.read_monitor_rows`); an InputError for an input that is no run folder."""
+    :func:`agentuq_nb.io.store.artifacts.read_monitor_rows`); an InputError for an input that is no run folder."""
     if source.run is None:
         raise InputError(source.given, f"the '{MONITOR_GROUP}' feature group reads the monitors imported into a run "
                                        "folder (import-scores): give the run folder, not its results")

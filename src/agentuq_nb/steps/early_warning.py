@@ -12,6 +12,7 @@ from pydantic import Field, field_validator
 
 from agentuq_nb.common.limits import MAX_GRID_OPTION
 from agentuq_nb.io.errors import InputError
+from agentuq_nb.io.store.artifacts import read_turn_summary
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.steps.base import (
@@ -24,7 +25,6 @@ from agentuq_nb.steps.base import (
     Step,
     StepConfig,
 )
-from agentuq_nb.uq.aggregation import read_turn_summary
 from agentuq_nb.uq.dynamics import FRACTIONS
 
 STEP = Step("early-warning", "agentuq-nb early-warning RUN_DIR", ("early_warning_scores",),

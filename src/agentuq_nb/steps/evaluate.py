@@ -25,19 +25,17 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
-import numpy as np
 import pandas as pd
 from pydantic import Field
 
-from agentuq_nb.estimators import Estimator, TokenEstimator, get
+from agentuq_nb.estimators import TokenEstimator, get
+from agentuq_nb.estimators.scores import estimator_rows
 from agentuq_nb.estimators.token import RawColumn, resolve_estimator
-from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
+from agentuq_nb.io.store.artifacts import read_trajectory_summary
 from agentuq_nb.io.store.rundir import RunDir
-from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, check_failure_threshold
 from agentuq_nb.records.token_statistics import STATISTICS_BY_NAME
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.steps.base import Command, FailureThresholdField, NBootField, Reporter, SeedField, Step, StepConfig
-from agentuq_nb.uq.aggregation import read_trajectory_summary
 
 STEP = Step("evaluate", "agentuq-nb evaluate RUN_DIR", ("eval_metrics", "eval_curves"))
 
@@ -74,27 +72,6 @@ def _role_rows_on_cluster(run: RunDir, role: str, scheduler: Any) -> pd.DataFram
         if rows.empty:
             rows = client.compute(dd.read_parquet(path)).result()
     return rows.reset_index(drop=True)
-
-
-def estimator_rows(run_dir: str | os.PathLike | RunDir, estimator: Estimator | str,
-                   summary: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The trajectories ``estimator`` scores, in its order: keys, ``uncertainty`` (as the estimator
-    gives it, not oriented) and ``reward``. ``summary``: trajectory-summary rows to read it from."""
-    run = RunDir.of(run_dir)
-    estimator = get(estimator) if isinstance(estimator, str) else estimator
-    if summary is not None and hasattr(estimator, "scores_from_summary"):
-        scores = estimator.scores_from_summary(summary)
-    else:
-        scores = estimator.scores(run)
-    rows = scores.rename("uncertainty").reset_index()
-    repeated = rows.duplicated(TRAJECTORY_KEYS, keep=False)
-    if repeated.any():  # two scores for one trajectory: both would be counted
-        key = tuple(v.item() if isinstance(v, np.generic) else v for v in rows.loc[repeated, TRAJECTORY_KEYS].iloc[0])
-        raise ValueError(f"{run.path}: estimator '{estimator.name}' gives {int(repeated.sum())} scores to trajectories "
-                         f"that repeat a (domain, task_id, trial, seed), e.g. {key}: its table holds a trajectory "
-                         "twice; make it again from results without repeats")
-    rewards = run.rewards()  # refuses repeated keys too
-    return rows.merge(rewards, on=TRAJECTORY_KEYS, how="inner")
 
 
 def run(run_dir: str | os.PathLike | RunDir, config: EvaluateConfig = EvaluateConfig()) -> dict:
@@ -180,32 +157,3 @@ def _summary_role(uncertainty: str, role: str) -> str:
         return role
 
 
-def estimator_metrics(run_dir: str | os.PathLike | RunDir, parts: dict[str, str], failure_threshold: float = DEFAULT_FAILURE_THRESHOLD,
-                      n_boot: int = DEFAULT_N_BOOT, seed: int = 0, min_rows: int = 2) -> pd.DataFrame:
-    """AUROC (with CI) and AUARC of several estimators, one row per ``{label: estimator name}``;
-    an estimator the run has no data for, or fewer than ``min_rows`` trajectories, is left out.
-    ``resampled`` says what the bootstrap drew: ``trajectories``, or ``tasks`` when a task repeats
-    (the task-clustered bootstrap)."""
-    from agentuq_nb.evaluation.failure_report import failure_metrics
-    from agentuq_nb.evaluation.multi_trial import task_labels, tasks_repeat
-
-    check_failure_threshold(failure_threshold)
-    run = RunDir.of(run_dir)
-    out = []
-    for label, name in parts.items():
-        estimator = get(name)
-        if not estimator.is_available(run):
-            continue
-        rows = estimator_rows(run, estimator)
-        if len(rows) < min_rows:
-            continue
-        repeated = tasks_repeat(rows)
-        m = failure_metrics(rows["uncertainty"].to_numpy(dtype=float), rows["reward"].to_numpy(float),
-                            failure_threshold, invert=estimator.invert, n_boot=n_boot, seed=seed,
-                            groups=task_labels(rows) if repeated else None)
-        ci = m["ci"].get("auroc") or [None, None]
-        out.append({"part": label, "estimator": name, "n": m["n"], "auroc": m["metrics"]["auroc"], "auroc_lo": ci[0],
-                    "auroc_hi": ci[1], "auarc": m["metrics"]["auarc"], "undefined": m["undefined"].get("auroc"),
-                    "resampled": "tasks" if repeated else "trajectories"})
-    return pd.DataFrame(out, columns=["part", "estimator", "n", "auroc", "auroc_lo", "auroc_hi", "auarc", "undefined",
-                                      "resampled"])

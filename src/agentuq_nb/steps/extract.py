@@ -13,7 +13,6 @@ any moment leaves the folder's previous run as it was, never half replaced.
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import closing
@@ -27,13 +26,20 @@ from pydantic import Field
 from agentuq_nb.common.collector import fewer_collections
 from agentuq_nb.io.errors import InputError, InputWarnings
 from agentuq_nb.io.files import content_digest
-from agentuq_nb.io.ingest.results import iter_simulations, layout_before_simulations, read_header, simulation_layout
+from agentuq_nb.io.ingest.results import (
+    iter_simulations,
+    layout_before_simulations,
+    models_by_role,
+    read_header,
+    simulation_layout,
+)
 from agentuq_nb.io.ingest.sidecars import release_scanner_memory
 from agentuq_nb.io.ingest.token_sources import SidecarResolver, batch_raw_tokens
 from agentuq_nb.io.input_warnings import emit_input_warnings
 from agentuq_nb.io.outputs import check_run_destination
+from agentuq_nb.io.store.artifacts import results_input
 from agentuq_nb.io.store.detector_dir import own_card
-from agentuq_nb.io.store.rundir import RESULTS_CONTENT, RunDir
+from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records import Results, Simulation
 from agentuq_nb.records.run_tables import MessageColumns
 from agentuq_nb.steps.base import RESULTS_HELP, Command, Reporter, Step, StepConfig
@@ -69,40 +75,6 @@ class ExtractReport:
     num_simulations: int = 0
     num_tokens: int = 0
     warnings: InputWarnings = field(default_factory=InputWarnings)
-
-
-def models_by_role(header: dict) -> dict[str, str]:
-    """The generating model of each role, as the results' ``info`` records them."""
-    info = header.get("info") or {}
-    out = {}
-    for role, key in (("assistant", "agent_info"), ("user", "user_info")):
-        llm = (info.get(key) or {}).get("llm")
-        if llm:
-            out[role] = str(llm)
-    return out
-
-
-def run_results(run: RunDir, results: str | os.PathLike | None, option: str = "results") -> tuple[Path, str]:
-    """(the results a step reads - ``results``, else the run's own - and the SHA-256 of their content), refused
-    when their content is not what the run was made from (the manifest's ``results_sha256``): a copy elsewhere is
-    the same results, an edited or another file is not, and what a step made from it would be mixed with the
-    run's tables."""
-    path = Path(results) if results else run.results_path()
-    digest = content_digest(path)
-    manifest = run.manifest()
-    if manifest.results_sha256 is not None and digest != manifest.results_sha256:
-        raise InputError(path, f"{option}: not the results {run.path} was made from (their content differs: sha256 "
-                               f"{digest[:12]}…, the run's {manifest.results_sha256[:12]}… from {manifest.results}); "
-                               f"extract them into a run folder of their own")
-    return path, digest
-
-
-def results_input(run: RunDir, results_path: Path, digest: str | None = None) -> dict[str, str]:
-    """``based_on`` of tables made from ``results_path``: the SHA-256 of its content (``digest`` when known), and
-    its commit when it is the run's own results - so that they are stale once other results are extracted into
-    the run, wherever those are read from."""
-    own = run.based_on("results") if results_path.resolve() == run.results_json.resolve() else {}
-    return {**own, RESULTS_CONTENT: digest or content_digest(results_path)}
 
 
 def _remember_first(sims: Iterable[Simulation], first: list[Simulation]) -> Iterator[Simulation]:

@@ -29,6 +29,7 @@ from agentuq_nb.io.errors import InputError, StaleArtifactError
 from agentuq_nb.io.files import read_limited_json
 from agentuq_nb.io.ingest.results import iter_simulations, read_header
 from agentuq_nb.io.outputs import check_run_destination
+from agentuq_nb.io.store.artifacts import results_input, run_results
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records import Results
 from agentuq_nb.records.config import EMBEDDED_MODEL, ExecutionConfig
@@ -36,7 +37,7 @@ from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.monitor_scores import MONITOR_COLUMNS, monitor_table, replace_monitor
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.steps.base import RESULTS_HELP, Command, FamilyHint, Reporter, Step, StepConfig
-from agentuq_nb.steps.extract import ExtractConfig, results_input, run_results
+from agentuq_nb.steps.extract import ExtractConfig
 from agentuq_nb.steps.extract import run as extract_run
 from agentuq_nb.steps.scoring_jobs import simulation_count
 from agentuq_nb.uq.judge import (

@@ -27,7 +27,7 @@ features it was trained with, and one commit publishes:
   probabilities on this run (adapted and at the training rate, with the base rate's Brier ȳ(1 - ȳ)), and
   ``against_task_history``: the detector's AUROC beside length's and the task prior's, with the paired difference.
 
-:func:`agentuq_nb.estimators.detector.read_predictions` reads ``predictions.csv`` back from a run folder.
+:func:`agentuq_nb.io.store.artifacts.read_predictions` reads ``predictions.csv`` back from a run folder.
 """
 from __future__ import annotations
 
@@ -125,7 +125,7 @@ def run(run_dir: str | os.PathLike | RunDir, config: PredictConfig) -> Predictio
         if not folder.has("trajectories"):
             raise FileNotFoundError(f"{folder.path}: no trajectories.parquet; run 'agentuq-nb extract RESULTS --out "
                                     f"{folder.path}' first (or give predict the results)")
-        from agentuq_nb.steps.extract import run_results
+        from agentuq_nb.io.store.artifacts import run_results
 
         run_results(folder, None, "the run's results")  # changed since extracted: stale, refused by content
         source = resolve_source(folder.path, folder.path.name)
@@ -289,7 +289,8 @@ def prepare_run(detector: str | os.PathLike, run_or_results: str | os.PathLike,
                 out: str | os.PathLike | None = None) -> Path:
     """The run folder ``detector`` is applied to: ``run_or_results`` itself, or ``out`` with the results extracted
     into it first (a bad detector folder refused before anything is extracted)."""
-    from agentuq_nb.steps.extract import extract
+    from agentuq_nb.steps.extract import ExtractConfig
+    from agentuq_nb.steps.extract import run as extract
 
     given = Path(run_or_results)
     if given.is_dir() and RunDir(given).has("manifest"):
@@ -304,7 +305,7 @@ def prepare_run(detector: str | os.PathLike, run_or_results: str | os.PathLike,
 
     check_run_destination(out, given, command="predict", inputs=[detector])  # before the detector is even read
     load_detector(detector)
-    extract(given, out)
+    extract(out, ExtractConfig(results=given))
     return Path(out)
 
 

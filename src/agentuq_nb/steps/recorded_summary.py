@@ -29,9 +29,11 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
+from agentuq_nb.io.atomic import csv_writer
 from agentuq_nb.io.errors import InputError, InputWarnings
-from agentuq_nb.io.ingest.results import iter_simulations, read_header
+from agentuq_nb.io.ingest.results import iter_simulations, models_by_role, read_header
 from agentuq_nb.io.input_warnings import emit_input_warnings
+from agentuq_nb.io.store.artifacts import results_input
 from agentuq_nb.io.store.rundir import RESULTS_CONTENT, RunDir
 from agentuq_nb.records import Results
 from agentuq_nb.records.keys import key_dtypes
@@ -39,9 +41,7 @@ from agentuq_nb.records.run_tables import TRAJECTORY_META, trajectory_record, tr
 from agentuq_nb.records.summary import AGENTUQ_SUMMARY
 from agentuq_nb.records.token_statistics import TRAJECTORY_COUNT
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
-from agentuq_nb.steps.aggregate import csv_writer
 from agentuq_nb.steps.base import Step, StepConfig
-from agentuq_nb.steps.extract import models_by_role, results_input
 from agentuq_nb.uq.aggregation import TRAJECTORY_COLUMNS
 from agentuq_nb.uq.base_tables import duplicate_key_error
 from agentuq_nb.uq.turn_partials import ROLE_KEYS
@@ -64,18 +64,6 @@ class RecordedSummaryConfig(StepConfig):
 def run(run_dir: str | Path | RunDir, config: RecordedSummaryConfig) -> pd.DataFrame:
     """:func:`summarize_recorded` of ``config.results`` into ``run_dir``."""
     return summarize_recorded(config.results, run_dir)
-
-
-def has_recorded_summary(results_path: str | Path, sample: int = 5) -> bool:
-    """Whether the first ``sample`` simulations of a results file carry a ``uq_summary``."""
-    seen = 0
-    for sim in iter_simulations(results_path):
-        if not sim.uq_summary:
-            return False
-        seen += 1
-        if seen >= sample:
-            break
-    return seen > 0
 
 
 def _number(value: Any) -> tuple[float | None, str | None]:

@@ -14,11 +14,11 @@ from pydantic import Field
 
 from agentuq_nb.io.ingest.results import iter_simulations, read_header
 from agentuq_nb.io.ingest.sidecars import trajectory_table_name
+from agentuq_nb.io.store.artifacts import results_input
 from agentuq_nb.io.store.rundir import RESULTS_CONTENT, RunDir
 from agentuq_nb.records import Results
 from agentuq_nb.records.config import EMBEDDED_MODEL, ExecutionConfig, ScoringConfig, configs_from_options
 from agentuq_nb.steps.base import RESULTS_HELP, Command, FamilyHint, Reporter, Step, StepConfig
-from agentuq_nb.steps.extract import results_input
 from agentuq_nb.steps.scoring_jobs import check_checkpoint_settings, score_results
 from agentuq_nb.uq.base_tables import BaseTables
 from agentuq_nb.uq.observation import ScoringReport

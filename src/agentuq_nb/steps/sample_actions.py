@@ -24,12 +24,12 @@ from agentuq_nb.io.files import check_regular
 from agentuq_nb.io.ingest.results import iter_simulations, read_header
 from agentuq_nb.io.ingest.sidecars import trajectory_table_name
 from agentuq_nb.io.input_warnings import emit_input_warnings
+from agentuq_nb.io.store.artifacts import results_input, run_results
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records import Results
 from agentuq_nb.records.action_samples import ACTION_SAMPLE_SCHEMA
 from agentuq_nb.records.config import EMBEDDED_MODEL, ActionSamplingConfig, ExecutionConfig, configs_from_options
 from agentuq_nb.steps.base import Command, FamilyHint, Reporter, Step, StepConfig
-from agentuq_nb.steps.extract import results_input, run_results
 from agentuq_nb.steps.scoring_jobs import check_checkpoint_settings, simulation_count
 from agentuq_nb.uq.action_sampling import (
     DEFAULT_MAX_TOKENS,

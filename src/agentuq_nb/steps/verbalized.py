@@ -11,12 +11,12 @@ import pandas as pd
 from pydantic import Field
 
 from agentuq_nb.io.ingest.results import iter_simulations, read_header
+from agentuq_nb.io.store.artifacts import results_input, run_results
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records import Results
 from agentuq_nb.records.config import EMBEDDED_MODEL
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.steps.base import Command, FamilyHint, Reporter, Step, StepConfig
-from agentuq_nb.steps.extract import results_input, run_results
 from agentuq_nb.uq.observation import agent_system_prompt, conversation
 from agentuq_nb.uq.verbalized import QUESTION, parse_confidence
 

@@ -3,8 +3,9 @@ folder and publish what they compute.
 
 * token rows: :func:`with_token_metrics`; the teacher-forced rows of one recorded trajectory
   (:func:`~agentuq_nb.uq.observation.score_one`);
-* summaries: :func:`turn_summary`, :func:`trajectory_summary` (and the run's stored ones: :func:`read_turn_summary`,
-  :func:`read_trajectory_summary`);
+* summaries: :func:`turn_summary`, :func:`trajectory_summary` (the run's stored ones, :func:`read_turn_summary`,
+  :func:`read_trajectory_summary` and one trajectory's token rows :func:`read_trajectory_tokens`, are read by the store,
+  :mod:`agentuq_nb.io.store.artifacts` and :mod:`agentuq_nb.io.store.token_table`, and offered here too);
 * the modules :mod:`saup` (``uq.saup.saup(run)``) and :mod:`dynamics` (:func:`read_agent_turns`,
   :func:`compute_early_warning`), :mod:`verbalized` (parsing a stated confidence), :func:`probe` (structural /
   conceptual);
@@ -17,8 +18,9 @@ load on first use, so ``from agentuq_nb import uq`` stays cheap.
 from agentuq_nb.common.lazy import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
-    "aggregation": ["read_summary", "read_turn_summary", "read_trajectory_summary", "turn_summary",
-                    "trajectory_summary", "example_trajectory", "read_trajectory_tokens"],
+    "aggregation": ["turn_summary", "trajectory_summary", "example_trajectory"],
+    "agentuq_nb.io.store.artifacts": ["read_summary", "read_turn_summary", "read_trajectory_summary"],
+    "agentuq_nb.io.store.token_table": ["read_trajectory_tokens"],
     "observation": ["ScoringReport"],
     "dynamics": ["agent_turns", "read_agent_turns", "compute_early_warning", "early_warning_scores", "FRACTIONS"],
     "verbalized": ["parse_confidence", "missing_rate"],

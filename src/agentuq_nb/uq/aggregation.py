@@ -27,9 +27,6 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from agentuq_nb.io.errors import StaleArtifactError
-from agentuq_nb.io.store.rundir import RunDir
-from agentuq_nb.io.store.token_table import read_token_table
 from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD
 from agentuq_nb.records.run_tables import TRAJECTORY_META
@@ -172,29 +169,6 @@ def token_batches(files: list[Path], batch_rows: int, filters=None):
         yield batch
 
 
-def read_summary(run_dir: str | Path | RunDir, name: str) -> pd.DataFrame:
-    """``turn_summary`` or ``trajectory_summary``, checked: refused when it is stale, i.e. computed
-    before one of the run's token tables was (re)written or added."""
-    run = RunDir.of(run_dir)
-    frame = run.read_frame(name)
-    record = run.manifest().artifacts.get(run.relative(name))
-    if record is not None:
-        missing = [p.name for p in run.token_tables(required=False)
-                   if run.commit_of(p.name) and p.name not in record.based_on]
-        if missing:
-            raise StaleArtifactError(f"{run.file(name)} does not include {', '.join(missing)} (written after it); "
-                                     f"{run.fix(name, 'again')}")
-    return frame.copy()
-
-
-def read_trajectory_summary(run_dir: str | Path | RunDir) -> pd.DataFrame:
-    return read_summary(run_dir, "trajectory_summary")
-
-
-def read_turn_summary(run_dir: str | Path | RunDir) -> pd.DataFrame:
-    return read_summary(run_dir, "turn_summary")
-
-
 def example_trajectory(turns: pd.DataFrame, rewards: pd.DataFrame, task_id: str | None = None,
                        failure_threshold: float = DEFAULT_FAILURE_THRESHOLD) -> tuple:
     """The keys ``(domain, task_id, trial, seed)`` of one trajectory to show token by token: task ``task_id``'s
@@ -215,12 +189,14 @@ def example_trajectory(turns: pd.DataFrame, rewards: pd.DataFrame, task_id: str 
     return tuple((failed if len(failed) else candidates).iloc[0][TRAJECTORY_KEYS])
 
 
-def read_trajectory_tokens(run_dir: str | Path | RunDir, keys: tuple, scorer: str | None = "self") -> pd.DataFrame:
-    """The token rows of the one trajectory ``keys`` = ``(domain, task_id, trial, seed)`` (of ``scorer``; None: every
-    scorer), in message and token order; a missing seed matches a missing seed."""
-    domain, task_id, trial, seed = keys
-    filters = [("task_id", "=", str(task_id))] + ([("scorer", "=", scorer)] if scorer is not None else [])
-    tokens = key_dtypes(read_token_table(RunDir.of(run_dir).path, filters=filters))
-    same_seed = tokens["seed"].isna() if pd.isna(seed) else tokens["seed"] == seed
-    mine = tokens[(tokens["domain"] == domain) & (tokens["trial"] == trial) & same_seed]
-    return mine.sort_values(["message_idx", "token_idx"], kind="stable").reset_index(drop=True)
+def summary_counts(turns: pd.DataFrame, trajs: pd.DataFrame) -> str:
+    """What a run's summaries hold (what aggregating wrote), counted by what it counts: "20 trajectories: 510 turn rows (one per message, role and
+    scorer), 100 trajectory rows (20 trajectories × 5 role rows: assistant, combined, …)"."""
+    n = len(trajs.drop_duplicates(TRAJECTORY_KEYS)) if len(trajs) else 0
+    roles = sorted(trajs["role"].dropna().unique()) if len(trajs) else []
+    scorers = sorted(trajs["scorer"].dropna().unique()) if "scorer" in trajs and len(trajs) else []
+    per = f"{len(roles)} role row{'s' if len(roles) != 1 else ''} ({', '.join(roles)})"
+    if len(scorers) > 1:
+        per += f" over {len(scorers)} scorers ({', '.join(scorers)})"
+    return (f"{n} trajectories: {len(turns)} turn rows (one per scored message, role and scorer), {len(trajs)} "
+            f"trajectory rows ({n} trajectories × {per}, where a trajectory has them)")

@@ -42,11 +42,11 @@ import numpy as np
 import pandas as pd
 
 from agentuq_nb.io.ingest.results import iter_simulations
+from agentuq_nb.io.store.artifacts import read_turn_summary
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, failure_labels
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
-from agentuq_nb.uq.aggregation import read_turn_summary
 from agentuq_nb.uq.embeddings import cosine_distance, get_embedder, unit_rows
 
 #: the per-trajectory score columns (the ``saup_*`` estimators; ``user_saup_*`` is SAUP's per-actor view)

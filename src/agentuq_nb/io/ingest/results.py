@@ -181,6 +181,17 @@ def read_header(path: str | Path, score: str | None = None) -> dict[str, Any]:
     return header
 
 
+def models_by_role(header: dict) -> dict[str, str]:
+    """The generating model of each role, as the results' ``info`` records them."""
+    info = header.get("info") or {}
+    out = {}
+    for role, key in (("assistant", "agent_info"), ("user", "user_info")):
+        llm = (info.get(key) or {}).get("llm")
+        if llm:
+            out[role] = str(llm)
+    return out
+
+
 def _streamed_header(path: Path) -> tuple[dict[str, Any], bool]:
     """The header by ijson's events (the fast path); stops at the simulations once the header is complete."""
     header: dict[str, Any] = {}
@@ -359,6 +370,18 @@ def _iter_simulations(path: Path, warnings: InputWarnings | None, score: str | N
         if isinstance(raw, dict) and "simulation" in raw and "messages" not in raw:
             raw = raw["simulation"]
         yield _validate_simulation(raw, file, "simulation")
+
+
+def has_recorded_summary(results_path: str | Path, sample: int = 5) -> bool:
+    """Whether the first ``sample`` simulations of a results file carry a ``uq_summary``."""
+    seen = 0
+    for sim in iter_simulations(results_path):
+        if not sim.uq_summary:
+            return False
+        seen += 1
+        if seen >= sample:
+            break
+    return seen > 0
 
 
 def load_results(path: str | Path) -> Results:

@@ -21,6 +21,7 @@ from agentuq_nb.io.atomic import atomic_path
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.files import read_limited_json
 from agentuq_nb.io.store.rundir import RunDir
+from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.tokens import TOKEN_SCHEMA
 
 
@@ -272,6 +273,17 @@ def token_partitions(run_dir: str | os.PathLike, filters=None) -> list[list[Path
         path = Path(fragment.path)
         folders.setdefault(path.parent, []).append(path)
     return [sorted(folders[k], key=_file_order) for k in sorted(folders)]
+
+
+def read_trajectory_tokens(run_dir: str | os.PathLike | RunDir, keys: tuple, scorer: str | None = "self") -> pd.DataFrame:
+    """The token rows of the one trajectory ``keys`` = ``(domain, task_id, trial, seed)`` (of ``scorer``; None: every
+    scorer), in message and token order; a missing seed matches a missing seed."""
+    domain, task_id, trial, seed = keys
+    filters = [("task_id", "=", str(task_id))] + ([("scorer", "=", scorer)] if scorer is not None else [])
+    tokens = key_dtypes(read_token_table(RunDir.of(run_dir).path, filters=filters))
+    same_seed = tokens["seed"].isna() if pd.isna(seed) else tokens["seed"] == seed
+    mine = tokens[(tokens["domain"] == domain) & (tokens["trial"] == trial) & same_seed]
+    return mine.sort_values(["message_idx", "token_idx"], kind="stable").reset_index(drop=True)
 
 
 def read_token_partition(files: list[Path], columns: list[str] | None = None, filters=None) -> pd.DataFrame:
