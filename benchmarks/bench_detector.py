@@ -26,11 +26,12 @@ The training's cold CPU seconds are printed beside those of the code before issu
 across loads).
 
 On a shared machine the wall-clock seconds depend on the other processes: each timing is printed with the process's
-CPU seconds (user + system, all its threads) and the load average beside it; the CPU seconds are what compares across
-loads.
+CPU seconds (user + system, all its threads, and its worker processes': train-detector fits the model selections on
+two by default) and the load average beside it; the CPU seconds are what compares across loads. ``--before-src``
+runs parts 1 and 2 with another copy of the package first (the code before a change), back to back.
 
     python benchmarks/bench_detector.py [--n 100000] [--skip-shared] [--skip-scale] [--n-boot 1000]
-                                        [--predict-n-boot 1000] [--keep DIR]
+                                        [--predict-n-boot 1000] [--keep DIR] [--before-src DIR]
 """
 from __future__ import annotations
 
@@ -62,8 +63,9 @@ def peak_mib() -> float:
 
 
 def cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+    """The CPU seconds (user + system) of this process and of its children that ended (train-detector's selection
+    workers: their pool is shut down before the command returns)."""
+    return sum(u.ru_utime + u.ru_stime for u in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)))
 
 
 def load() -> str:
@@ -192,6 +194,8 @@ def main() -> None:
     parser.add_argument("--predict-n-boot", type=int, default=1000, help="predict's resamples (its default: 1000)")
     parser.add_argument("--keep", help="a folder to write the detectors and predictions to and keep (default: a "
                         "temporary one)")
+    parser.add_argument("--before-src", help="also run parts 1 and 2 with the package at this src/ folder first (the "
+                        "code before a change, e.g. a `git archive` of main), back to back with this one")
     parser.add_argument("--skip-shared", action="store_true")
     parser.add_argument("--skip-scale", action="store_true")
     parser.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
@@ -217,9 +221,15 @@ def main() -> None:
             print("1. train-detector on the ten shared runs (defaults: every feature group, the static MiniLM table), "
                   f"in a fresh process; 2. predict on a {PREDICTED_N}-trajectory airline file with that detector, in a "
                   "fresh process", flush=True)
+            if args.before_src:
+                b, _ = shared(tmp, args.n_boot, args.predict_n_boot, args.before_src, "before")
             t, _ = shared(tmp, args.n_boot, args.predict_n_boot, None, "now")
             print(f"  train-detector cold CPU: {BEFORE['train_cold_cpu']:.1f} s before (commit 6819602), "
                   f"{t['cold_cpu']:.1f} s now: {BEFORE['train_cold_cpu'] / t['cold_cpu']:.2f}× less", flush=True)
+            if args.before_src:
+                print(f"  back to back, cold: {b['cold']:.1f} s wall / {b['cold_cpu']:.1f} s CPU with {args.before_src}, "
+                      f"{t['cold']:.1f} s / {t['cold_cpu']:.1f} s CPU now: {b['cold'] / t['cold']:.2f}× the wall, "
+                      f"{b['cold_cpu'] / t['cold_cpu']:.2f}× the CPU", flush=True)
         if not args.skip_scale:
             print(f"3. feature extraction of {args.n:,} synthetic trajectories (text, structure + TRACER with hash "
                   "embeddings, length), streamed in batches of 2,000", flush=True)
