@@ -15,7 +15,9 @@ judged by every protocol against length and the task prior, saved as a detector 
    models' intercepts too, which pulls the pooled AUROC down (Airola et al. 2011); the ``same_model_*`` columns repeat
    the comparison on pairs scored by one model only (strata = run × fold). Each protocol's held-out scores are turned
    into probabilities calibrated on the *other* runs (Platt), with ECE, Brier and reliability bins. ``on_fit(protocol, fold, rows)``
-   is told the rows each fold's model was actually fitted on (the leakage test's hook).
+   is told the rows each fold's model was actually fitted on (the leakage test's hook). Every model selection - each
+   protocol's folds and the final model's - is started at once on ``threads`` worker processes
+   (:class:`SelectionJobs`; the same numbers for any count).
 3. **The detector**: a model of all labelled rows (the final model, chosen as the folds' are by inner folds of
    whole runs: a new run's tasks may or may not be the training runs'), and one per left-out run (the
    leave-one-run-out models). Its probabilities are calibrated on runs other than the one predicted: the final
@@ -544,9 +546,12 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], confi
         jobs.submit(("final", 0), FINAL_KIND, None, one_blas=False)
         for p in wanted:
             jobs.submit_folds(p, folds_of(p, labelled, failure, c.n_splits, c.seed))
+        near_tick = time.perf_counter()  # this process's own work while the workers fit
+        signatures, near_copies = training_near_copies(sources, features, at, index["run"].to_numpy(dtype=object))
+        seconds["near_copies"] = time.perf_counter() - near_tick
         evaluated = {p: evaluate_protocol(p, labelled, failure, settings, c.n_splits, c.n_boot, c.seed, on_fit,
                                           jobs) for p in wanted}
-        seconds["protocols"] = time.perf_counter() - tick
+        seconds["protocols"] = time.perf_counter() - tick - seconds["near_copies"]
         tick = time.perf_counter()
         final = jobs.result(("final", 0))
         seconds["final"] = time.perf_counter() - tick
@@ -582,10 +587,7 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], confi
                          "for another" if final_map else "nothing: the model's own probability, uncalibrated")
         notes.append("one training run: no protocol across runs; the probabilities are calibrated within it")
 
-    tick = time.perf_counter()
-    signatures, near_copies = training_near_copies(sources, features, at, runs)
     notes.extend(near_copy_notes(near_copies))
-    seconds["near_copies"] = time.perf_counter() - tick
 
     tick = time.perf_counter()
     early = pd.DataFrame()
