@@ -26,11 +26,12 @@ The training's cold CPU seconds are printed beside those of the code before issu
 across loads).
 
 On a shared machine the wall-clock seconds depend on the other processes: each timing is printed with the process's
-CPU seconds (user + system, all its threads) and the load average beside it; the CPU seconds are what compares across
-loads.
+CPU seconds (user + system, all its threads, and its worker processes': train-detector fits the model selections on
+two by default) and the load average beside it; the CPU seconds are what compares across loads. ``--before-src``
+runs parts 1 and 2 with another copy of the package first (the code before a change), back to back.
 
     python benchmarks/bench_detector.py [--n 100000] [--skip-shared] [--skip-scale] [--n-boot 1000]
-                                        [--predict-n-boot 1000] [--keep DIR]
+                                        [--predict-n-boot 1000] [--keep DIR] [--before-src DIR [--side-by-side]]
 """
 from __future__ import annotations
 
@@ -62,8 +63,9 @@ def peak_mib() -> float:
 
 
 def cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+    """The CPU seconds (user + system) of this process and of its children that ended (train-detector's selection
+    workers: their pool is shut down before the command returns)."""
+    return sum(u.ru_utime + u.ru_stime for u in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)))
 
 
 def load() -> str:
@@ -86,21 +88,23 @@ def airline_file(out: Path, n: int = PREDICTED_N) -> Path:
     return out
 
 
-def train_worker(out: str, n_boot: str) -> None:
-    """In a fresh process: train-detector on the ten shared runs twice (cold, then with the embeddings cached); one
-    JSON line."""
+def train_worker(out: str, n_boot: str, warm: str = "1") -> None:
+    """In a fresh process: train-detector on the ten shared runs twice (cold, then with the embeddings cached; only
+    cold when ``warm`` is "0"); one JSON line."""
     start, cpu = time.perf_counter(), cpu_seconds()
     from agentuq_nb.steps.train_detector import train_detector
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         first = train_detector(SHARED_FILES, Path(out) / "cold", n_boot=int(n_boot))
-        cold, cold_cpu = time.perf_counter() - start, cpu_seconds() - cpu
+        cold, cold_cpu, cold_load = time.perf_counter() - start, cpu_seconds() - cpu, load()
         start, cpu = time.perf_counter(), cpu_seconds()
-        train_detector(SHARED_FILES, Path(out) / "warm", n_boot=int(n_boot))
-    print(json.dumps({"cold": cold, "cold_cpu": cold_cpu, "warm": time.perf_counter() - start,
-                      "warm_cpu": cpu_seconds() - cpu, "n": first.card["n"], "embedder": first.card["embedder"]["name"],
-                      "seconds": first.card["seconds"], "load": load()}))
+        if warm != "0":
+            train_detector(SHARED_FILES, Path(out) / "warm", n_boot=int(n_boot))
+    print(json.dumps({"cold": cold, "cold_cpu": cold_cpu, "warm": time.perf_counter() - start if warm != "0" else None,
+                      "warm_cpu": cpu_seconds() - cpu if warm != "0" else None, "n": first.card["n"],
+                      "embedder": first.card["embedder"]["name"], "seconds": first.card["seconds"],
+                      "load": cold_load if warm == "0" else load()}))
 
 
 def predict_worker(detector: str, results: str, out: str, n_boot: str = "0") -> None:
@@ -132,16 +136,46 @@ def scale_worker(results: str, scheduler: str, batch_size: str) -> None:
                       "terms": len(features.vocabulary), "peak_mib": peak_mib()}))
 
 
-def worker(args: list[str], src: str | None = None) -> dict:
-    """Run this script's worker ``args`` in a fresh process (``src``: that package source first on the path); its
-    JSON line."""
+def start_worker(args: list[str], src: str | None = None) -> subprocess.Popen:
+    """Start this script's worker ``args`` in a fresh process (``src``: that package source first on the path)."""
     env = dict(os.environ)
     if src:
         env["PYTHONPATH"] = os.pathsep.join([str(Path(src).resolve()), *filter(None, [env.get("PYTHONPATH")])])
-    done = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, env=env)
-    if done.returncode:
-        sys.exit(f"the worker {' '.join(args)} failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return subprocess.Popen([sys.executable, __file__, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+
+
+def finish_worker(process: subprocess.Popen) -> dict:
+    """The JSON line of a worker :func:`start_worker` started."""
+    out, err = process.communicate()
+    if process.returncode:
+        sys.exit(f"the worker {' '.join(process.args[2:])} failed:\n{err[-3000:]}")
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def worker(args: list[str], src: str | None = None) -> dict:
+    """Run this script's worker ``args`` in a fresh process (``src``: that package source first on the path); its
+    JSON line."""
+    return finish_worker(start_worker(args, src))
+
+
+def train_line(t: dict, label: str) -> str:
+    warm = "" if t["warm"] is None else f", warm {t['warm']:.1f} s ({t['warm_cpu']:.1f} s CPU)"
+    return (f"  [{label}] {t['n']} trajectories, embedder {t['embedder']}: cold {t['cold']:.1f} s ({t['cold_cpu']:.1f} s "
+            f"CPU; {t['cold'] / TRAIN_TARGET:.2f}× the {TRAIN_TARGET:.0f} s target){warm}; cold parts: "
+            + ", ".join(f"{k} {v:.1f} s" for k, v in t["seconds"].items()) + f"; {t['load']}")
+
+
+def side_by_side(tmp: Path, n_boot: int, before_src: str) -> tuple[dict, dict]:
+    """Part 1 cold, the code at ``before_src`` and this one started at the same time (one load for both)."""
+    for label in ("before", "now"):
+        (tmp / label).mkdir(parents=True, exist_ok=True)
+    running = {label: start_worker(["--train-worker", str(tmp / label / "detector"), str(n_boot), "0"], src)
+               for label, src in (("before", before_src), ("now", None))}
+    done = {label: finish_worker(process) for label, process in running.items()}
+    for label, t in done.items():
+        print(train_line(t, label), flush=True)
+    return done["before"], done["now"]
 
 
 def shared(tmp: Path, n_boot: int, predict_n_boot: int, src: str | None, label: str) -> tuple[dict, dict]:
@@ -149,10 +183,7 @@ def shared(tmp: Path, n_boot: int, predict_n_boot: int, src: str | None, label: 
     out = tmp / label
     out.mkdir(parents=True, exist_ok=True)
     t = worker(["--train-worker", str(out / "detector"), str(n_boot)], src)
-    print(f"  [{label}] {t['n']} trajectories, embedder {t['embedder']}: cold {t['cold']:.1f} s ({t['cold_cpu']:.1f} s "
-          f"CPU; {t['cold'] / TRAIN_TARGET:.2f}× the {TRAIN_TARGET:.0f} s target), warm {t['warm']:.1f} s "
-          f"({t['warm_cpu']:.1f} s CPU); cold parts: "
-          + ", ".join(f"{k} {v:.1f} s" for k, v in t["seconds"].items()) + f"; {t['load']}", flush=True)
+    print(train_line(t, label), flush=True)
     results = airline_file(tmp / "airline_200.json")
     p = worker(["--worker", str(out / "detector" / "cold"), str(results), str(out / "predict"), str(predict_n_boot)],
                src)
@@ -192,12 +223,19 @@ def main() -> None:
     parser.add_argument("--predict-n-boot", type=int, default=1000, help="predict's resamples (its default: 1000)")
     parser.add_argument("--keep", help="a folder to write the detectors and predictions to and keep (default: a "
                         "temporary one)")
+    parser.add_argument("--before-src", help="also run parts 1 and 2 with the package at this src/ folder first (the "
+                        "code before a change, e.g. a `git archive` of main), back to back with this one")
+    parser.add_argument("--side-by-side", action="store_true", help="with --before-src: only the cold training, the "
+                        "two codes started at the same time (one load for both: on a busy shared machine back-to-back "
+                        "runs meet different loads)")
     parser.add_argument("--skip-shared", action="store_true")
     parser.add_argument("--skip-scale", action="store_true")
     parser.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
-    parser.add_argument("--train-worker", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--train-worker", nargs="+", help=argparse.SUPPRESS)
     parser.add_argument("--scale-worker", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.side_by_side and not args.before_src:
+        parser.error("--side-by-side compares with --before-src DIR")
     if args.worker:
         predict_worker(*args.worker)
         return
@@ -215,11 +253,21 @@ def main() -> None:
             if len(SHARED_FILES) < 10:
                 sys.exit(f"the ten shared runs are not in {SHARED}")
             print("1. train-detector on the ten shared runs (defaults: every feature group, the static MiniLM table), "
-                  f"in a fresh process; 2. predict on a {PREDICTED_N}-trajectory airline file with that detector, in a "
-                  "fresh process", flush=True)
-            t, _ = shared(tmp, args.n_boot, args.predict_n_boot, None, "now")
+                  + ("cold, in fresh processes: the code before and this one at the same time" if args.side_by_side else
+                     f"in a fresh process; 2. predict on a {PREDICTED_N}-trajectory airline file with that detector, in "
+                     "a fresh process"), flush=True)
+            if args.before_src and args.side_by_side:
+                b, t = side_by_side(tmp, args.n_boot, args.before_src)
+            elif args.before_src:
+                b, _ = shared(tmp, args.n_boot, args.predict_n_boot, args.before_src, "before")
+            if not args.side_by_side:
+                t, _ = shared(tmp, args.n_boot, args.predict_n_boot, None, "now")
             print(f"  train-detector cold CPU: {BEFORE['train_cold_cpu']:.1f} s before (commit 6819602), "
                   f"{t['cold_cpu']:.1f} s now: {BEFORE['train_cold_cpu'] / t['cold_cpu']:.2f}× less", flush=True)
+            if args.before_src:
+                print(f"  {'side by side' if args.side_by_side else 'back to back'}, cold: {b['cold']:.1f} s wall / {b['cold_cpu']:.1f} s CPU with {args.before_src}, "
+                      f"{t['cold']:.1f} s / {t['cold_cpu']:.1f} s CPU now: {b['cold'] / t['cold']:.2f}× the wall, "
+                      f"{b['cold_cpu'] / t['cold_cpu']:.2f}× the CPU", flush=True)
         if not args.skip_scale:
             print(f"3. feature extraction of {args.n:,} synthetic trajectories (text, structure + TRACER with hash "
                   "embeddings, length), streamed in batches of 2,000", flush=True)

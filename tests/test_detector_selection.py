@@ -420,3 +420,37 @@ def test_the_card_says_plainly_where_the_detector_is_below_its_best_baseline():
     text = card_markdown(card)
     assert "leave_one_run_out: detector 0.714 against the task prior 0.744 — **below its best baseline** by 0.030" in text
     assert "leave_run_and_task_out: detector 0.690 against the length baseline num_messages 0.698 — at least" in text
+
+
+def test_the_regularization_path_starts_with_the_very_fit_of_its_first_c(features):
+    """The model selection's inner fits of the full model (one design, warm-started from the weakest C up) begin with
+    the fit :func:`fit_detector` makes at that C: the same vocabulary, standardization and coefficients, bitwise."""
+    from agentuq_nb.evaluation.detector_model import fit_logistic_path
+
+    y, tasks, settings = labels(features), row_task_keys(features), DetectorSettings()
+    path = fit_logistic_path(features, y, tasks, settings, (1.0, 0.01, 0.1))
+    alone = fit_detector(features, y, tasks, settings, fixed={"C": 0.01})
+    assert [m.C for m in path] == [0.01, 0.1, 1.0]
+    assert path[0].terms == alone.terms and path[0].dense_names == alone.dense_names
+    for name in ("idf", "median", "mean", "scale", "coef"):
+        assert np.array_equal(getattr(path[0], name), getattr(alone, name)), name
+    assert path[0].intercept == alone.intercept
+    assert np.array_equal(path[0].log_odds(features), alone.log_odds(features))
+    assert all(np.array_equal(m.scale, alone.scale) for m in path)  # one standardization for the whole path
+    assert not np.array_equal(path[1].coef, path[0].coef)
+
+
+def test_the_detector_is_the_same_fitted_in_worker_processes_or_in_this_one(trained, tmp_path):
+    """``threads`` (the model selections fitted at once, in worker processes) changes no number: the fixture's
+    detector (two workers, the default) and one trained in this process alone write the same tables and arrays."""
+    from agentuq_nb.steps.train_detector import train_detector
+
+    result, _ = trained
+    alone = train_detector(RUNS, tmp_path / "det", n_boot=50, n_splits=3, threads=1)
+    for name in ("protocols.csv", "oof_predictions.csv", "top_features.csv", "label_shift.csv"):
+        assert (result.path / name).read_bytes() == (alone.path / name).read_bytes(), name
+    with np.load(result.path / "arrays.npz") as a, np.load(alone.path / "arrays.npz") as b:
+        assert sorted(a.files) == sorted(b.files)
+        for key in a.files:
+            assert np.array_equal(a[key], b[key]), key
+    assert json.loads((result.path / "model.json").read_text()) == json.loads((alone.path / "model.json").read_text())

@@ -560,6 +560,24 @@ def column_medians(values: np.ndarray) -> np.ndarray:
     return out
 
 
+def unfitted_detector(features: TrajectoryFeatures, y: np.ndarray, g: np.ndarray,
+                      settings: DetectorSettings) -> FittedDetector:
+    """What :func:`fit_detector` sets before it fits: the vocabulary and IDF, the dense columns and their medians -
+    or, where the rows hold one class, the constant log-odds."""
+    out = FittedDetector(settings, n_train=len(y), n_failures=int(y.sum()))
+    if "text" in settings.groups:
+        out.terms, out.idf = fit_text(features.counts, features.vocabulary, settings, g)
+    names, values = features.dense_of([grp for grp in settings.groups if grp != "text"])
+    observed = np.isfinite(values).any(axis=0) if len(values) else np.zeros(len(names), bool)
+    out.dense_names = [name for name, seen in zip(names, observed) if seen]  # a column never observed: left out
+    values = values[:, observed]
+    out.median = column_medians(values) if len(values) else np.zeros(len(out.dense_names))
+    if len(y) == 0 or y.all() or not y.any():
+        rate = float(y.mean()) if len(y) else 0.5
+        out.constant = float(np.log(np.clip(rate, 1e-6, 1 - 1e-6) / np.clip(1 - rate, 1e-6, 1)))
+    return out
+
+
 def fit_detector(features: TrajectoryFeatures, failure: np.ndarray, groups: np.ndarray,
                  settings: DetectorSettings = DetectorSettings(),
                  on_fit: Callable[[np.ndarray], None] | None = None,
@@ -573,7 +591,6 @@ def fit_detector(features: TrajectoryFeatures, failure: np.ndarray, groups: np.n
     from sklearn.ensemble import HistGradientBoostingClassifier
     from sklearn.linear_model import LogisticRegression, LogisticRegressionCV
     from sklearn.model_selection import GridSearchCV
-    from sklearn.preprocessing import StandardScaler
 
     y = np.asarray(failure, dtype=bool)
     g = np.asarray(groups)
@@ -581,30 +598,12 @@ def fit_detector(features: TrajectoryFeatures, failure: np.ndarray, groups: np.n
         raise ValueError(f"features, failure and groups must have one length: {len(features)}, {len(y)}, {len(g)}")
     if on_fit is not None:
         on_fit(features.index)
-    out = FittedDetector(settings, n_train=len(y), n_failures=int(y.sum()))
-    if "text" in settings.groups:
-        out.terms, out.idf = fit_text(features.counts, features.vocabulary, settings, g)
-    names, values = features.dense_of([grp for grp in settings.groups if grp != "text"])
-    observed = np.isfinite(values).any(axis=0) if len(values) else np.zeros(len(names), bool)
-    out.dense_names = [name for name, seen in zip(names, observed) if seen]  # a column never observed: left out
-    values = values[:, observed]
-    out.median = column_medians(values) if len(values) else np.zeros(len(out.dense_names))
-    if len(y) == 0 or y.all() or not y.any():
-        rate = float(y.mean()) if len(y) else 0.5
-        out.constant = float(np.log(np.clip(rate, 1e-6, 1 - 1e-6) / np.clip(1 - rate, 1e-6, 1)))
+    out = unfitted_detector(features, y, g, settings)
+    if out.constant is not None:
         return out
     with one_thread():
         if settings.model == "logistic":
-            text = out.text_tfidf(features)
-            dense = out.dense_values(features, impute=True)
-            text_scale = StandardScaler(with_mean=False).fit(text).scale_ if text.shape[1] else np.zeros(0)
-            dense_scaler = StandardScaler().fit(dense) if dense.shape[1] else None
-            out.mean = np.concatenate([np.zeros(text.shape[1]), dense_scaler.mean_ if dense_scaler else np.zeros(0)])
-            scale = np.concatenate([text_scale, dense_scaler.scale_ if dense_scaler else np.zeros(0)])
-            out.scale = np.where(scale > MIN_SCALE, scale, 1.0)
-            Z = out.design(features)
-            runs = features.index["run"].to_numpy(dtype=object) if "run" in features.index else np.zeros(len(y))
-            Zfit = with_runs(Z, run_indicators(runs) if settings.within_runs else None)
+            Z, Zfit, runs = standardized_design(out, features)
             splits = None if fixed else inner_folds(y, g, settings.inner_splits, settings.seed)
             if splits is None:
                 out.C = float((fixed or {}).get("C") or 1.0)
@@ -637,25 +636,45 @@ def fit_detector(features: TrajectoryFeatures, failure: np.ndarray, groups: np.n
     return out
 
 
+def standardized_design(out: FittedDetector, features: TrajectoryFeatures) -> tuple[Any, Any, np.ndarray]:
+    """Set the logistic detector ``out``'s standardization (its terms, IDF and medians set) from ``features`` (its
+    training rows) and return ``(Z, Zfit, runs)``: the design, the design the model is fitted on (with the run
+    indicators when fitted within runs) and each row's run."""
+    from sklearn.preprocessing import StandardScaler
+
+    text = out.text_tfidf(features)
+    dense = out.dense_values(features, impute=True)
+    text_scale = StandardScaler(with_mean=False).fit(text).scale_ if text.shape[1] else np.zeros(0)
+    dense_scaler = StandardScaler().fit(dense) if dense.shape[1] else None
+    out.mean = np.concatenate([np.zeros(text.shape[1]), dense_scaler.mean_ if dense_scaler else np.zeros(0)])
+    scale = np.concatenate([text_scale, dense_scaler.scale_ if dense_scaler else np.zeros(0)])
+    out.scale = np.where(scale > MIN_SCALE, scale, 1.0)
+    Z = out.design(features)
+    runs = features.index["run"].to_numpy(dtype=object) if "run" in features.index else np.zeros(len(features))
+    Zfit = with_runs(Z, run_indicators(runs) if out.settings.within_runs else None)
+    return Z, Zfit, runs
+
+
 def fit_logistic_path(features: TrajectoryFeatures, failure: np.ndarray, groups: np.ndarray,
                       settings: DetectorSettings, Cs: Sequence[float]) -> list[FittedDetector]:
     """The logistic detector fitted at each regularization of ``Cs`` (ascending: each fit starts from the previous
     one's coefficients) on the same vocabulary, medians and standardization - what the model selection's inner folds
-    choose ``C`` among (:mod:`.detector_selection`)."""
+    choose ``C`` among (:mod:`.detector_selection`). The first fit starts from zero, as :func:`fit_detector`'s own
+    (the very floats it gives at that ``C``); the design is built once for the whole path."""
     from sklearn.linear_model import LogisticRegression
 
     Cs = sorted(float(c) for c in Cs)
-    first = fit_detector(features, failure, groups, settings, fixed={"C": Cs[0]})
-    if first.constant is not None or len(Cs) == 1:
-        return [first] * len(Cs)
+    if settings.model != "logistic" or len(Cs) == 1:
+        return [fit_detector(features, failure, groups, settings, fixed={"C": c}) for c in Cs]
     y = np.asarray(failure, dtype=bool)
-    Z = first.design(features)
-    runs = features.index["run"].to_numpy(dtype=object) if "run" in features.index else np.zeros(len(y))
-    Zfit = with_runs(Z, run_indicators(runs) if settings.within_runs else None)
+    first = unfitted_detector(features, y, np.asarray(groups), settings)
+    if first.constant is not None:
+        return [first] * len(Cs)
     model = LogisticRegression(C=Cs[0], max_iter=2000, warm_start=True)
     out = []
     with one_thread():
-        for C in Cs:  # the first C again, on the same design: the warm start then carries the run offsets too
+        Z, Zfit, runs = standardized_design(first, features)
+        for C in Cs:  # the first from zero (no coefficients yet), each next from the previous, run offsets too
             model.set_params(C=C).fit(Zfit, y)
             coef, intercept = fold_run_intercepts(model.coef_, float(model.intercept_[0]), Z.shape[1], runs)
             out.append(replace(first, coef=coef, intercept=intercept, C=C))

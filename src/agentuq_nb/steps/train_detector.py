@@ -15,7 +15,9 @@ judged by every protocol against length and the task prior, saved as a detector 
    models' intercepts too, which pulls the pooled AUROC down (Airola et al. 2011); the ``same_model_*`` columns repeat
    the comparison on pairs scored by one model only (strata = run × fold). Each protocol's held-out scores are turned
    into probabilities calibrated on the *other* runs (Platt), with ECE, Brier and reliability bins. ``on_fit(protocol, fold, rows)``
-   is told the rows each fold's model was actually fitted on (the leakage test's hook).
+   is told the rows each fold's model was actually fitted on (the leakage test's hook). Every model selection - each
+   protocol's folds and the final model's - is started at once on ``threads`` worker processes
+   (:class:`SelectionJobs`; the same numbers for any count).
 3. **The detector**: a model of all labelled rows (the final model, chosen as the folds' are by inner folds of
    whole runs: a new run's tasks may or may not be the training runs'), and one per left-out run (the
    leave-one-run-out models). Its probabilities are calibrated on runs other than the one predicted: the final
@@ -33,12 +35,14 @@ at 3·10⁴, so about 12 GB at 10⁵ (:data:`MEMORY_NOTE`, in the command's help
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import os
 import platform
 import time
 import warnings
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -48,7 +52,6 @@ import numpy as np
 import pandas as pd
 from pydantic import Field, field_validator
 
-from agentuq_nb.distributed import JobRunner
 from agentuq_nb.evaluation.defaults import DETECTOR_MAX_TERMS, DETECTOR_MIN_DF, DETECTOR_MIN_TASKS
 from agentuq_nb.evaluation.defaults import DETECTOR_PROTOCOLS as PROTOCOLS
 from agentuq_nb.io.atomic import json_ready
@@ -143,8 +146,9 @@ class TrainDetectorConfig(StepConfig):
     early_protocol: str = Field(EARLY_PROTOCOL, description="the protocol whose fold models read the prefixes")
     scheduler: Optional[str] = Field(None, description="feature extraction on Dask: a scheduler address or local:N")
     batch_size: int = Field(BATCH_SIZE, ge=1, le=100_000, description="simulations per feature-extraction job")
-    threads: int = Field(2, ge=1, le=32, description="folds fitted at once (threads of the job executor; each fit "
-                         "on one BLAS thread)")
+    threads: int = Field(2, ge=1, le=32, description="model selections (the protocols' folds, the final model) fitted "
+                         "at once, in worker processes (1: one after the other in this process; each on one BLAS "
+                         "thread; the same numbers for any count)")
     progress: bool = Field(False, description="show progress bars")
     force: bool = Field(False, description="replace a detector folder's files that another writer made (a card.json "
                         "that is not a detector's)")
@@ -247,35 +251,139 @@ def selection_summary(models: list[SelectedDetector]) -> dict[str, Any]:
     return out
 
 
+#: what a selection worker process holds (:func:`share_rows`, once per process): the labelled rows, their failure
+#: labels and the settings - inherited from the parent (fork) rather than sent with every job
+WORKER_ROWS: dict[str, Any] = {}
+
+
+def share_rows(labelled: TrajectoryFeatures, failure: np.ndarray, settings: DetectorSettings) -> None:
+    """A selection worker's initializer (:class:`SelectionJobs`)."""
+    WORKER_ROWS.update(labelled=labelled, failure=failure, settings=settings)
+
+
+def select_on_rows(labelled: TrajectoryFeatures, failure: np.ndarray, settings: DetectorSettings, kind: str,
+                   rows: np.ndarray | None, one_blas: bool, record: bool) -> tuple[SelectedDetector, list[pd.DataFrame]]:
+    """The model chosen by inner folds of ``kind`` on ``labelled``'s ``rows`` (None: all of them;
+    :func:`~agentuq_nb.evaluation.detector_selection.select_detector`), on one BLAS thread when ``one_blas``, and
+    (``record``) the row indexes its fits read."""
+    from agentuq_nb.evaluation.calibration import one_thread
+    from agentuq_nb.evaluation.detector_selection import select_detector
+
+    seen: list[pd.DataFrame] = []
+    part, y = (labelled, failure) if rows is None else (labelled.take(rows), failure[rows])
+    with one_thread() if one_blas else contextlib.nullcontext():
+        model = select_detector(part, y, settings, kind, on_fit=seen.append if record else None)
+    return model, seen
+
+
+def select_in_worker(kind: str, rows: np.ndarray | None, one_blas: bool, record: bool
+                     ) -> tuple[SelectedDetector, list[pd.DataFrame]]:
+    """:func:`select_on_rows` on the rows the worker process holds (:data:`WORKER_ROWS`)."""
+    return select_on_rows(WORKER_ROWS["labelled"], WORKER_ROWS["failure"], WORKER_ROWS["settings"], kind, rows,
+                          one_blas, record)
+
+
+class SelectionJobs:
+    """The model selections of one training - every protocol's fold models and the final model - on ``workers``
+    processes at once (1: one after the other, in this process). The fits are pure Python and numpy on a few hundred
+    rows: threads only wait on each other's GIL, processes run them side by side. Each selection reads only its own
+    rows and runs on one BLAS thread wherever it runs, so its floats are the same for any number of workers. The
+    workers are forked where the platform can (the rows are inherited, not copied: memory stays shared) and are
+    handed the rows once otherwise; a job sends back its model (arrays and lists, a few hundred kB).
+    ``on_fit`` (a test's hook) is told, in this process, the rows each fold's fits read."""
+
+    def __init__(self, labelled: TrajectoryFeatures, failure: np.ndarray, settings: DetectorSettings, workers: int,
+                 on_fit: Callable[[str, Fold, pd.DataFrame], None] | None = None) -> None:
+        self.labelled, self.failure, self.settings, self.on_fit = labelled, failure, settings, on_fit
+        self.pool = None
+        self.futures: dict[tuple[str, int], tuple[np.ndarray | None, Future]] = {}
+        workers = min(workers, os.cpu_count() or 1)  # more workers than cores would only take turns
+        if workers > 1:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+            self.pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method),
+                                            initializer=share_rows, initargs=(labelled, failure, settings))
+
+    def submit(self, key: tuple[str, int], kind: str, rows: np.ndarray | None, one_blas: bool = True) -> None:
+        """Start the selection ``key`` (a protocol and its fold, or the final model) of kind ``kind`` on ``rows``."""
+        if key in self.futures:
+            return
+        record = self.on_fit is not None
+        if self.pool is not None:
+            future = self.pool.submit(select_in_worker, kind, rows, one_blas, record)
+        else:
+            future = Future()
+            future.set_result(select_on_rows(self.labelled, self.failure, self.settings, kind, rows, one_blas, record))
+        self.futures[key] = (rows, future)
+
+    def submit_folds(self, protocol: str, folds: list[Fold]) -> None:
+        for k, fold in enumerate(folds):
+            self.submit((protocol, k), protocol, fold.train)
+
+    def result(self, key: tuple[str, int]) -> SelectedDetector:
+        return self.futures[key][1].result()[0]
+
+    def fold_models(self, protocol: str, folds: list[Fold]) -> list[SelectedDetector]:
+        """Every fold's selected model (started now where not yet), in fold order."""
+        self.submit_folds(protocol, folds)
+        out = []
+        for k, fold in enumerate(folds):
+            rows, future = self.futures[protocol, k]
+            if not np.array_equal(rows, fold.train):
+                raise RuntimeError(f"fold {k} of {protocol} was started on other rows than it holds")
+            model, seen = future.result()
+            for read in seen:
+                self.on_fit(protocol, fold, read)
+            out.append(model)
+        return out
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            self.pool = None
+
+    def __enter__(self) -> "SelectionJobs":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def folds_of(protocol: str, labelled: TrajectoryFeatures, failure: np.ndarray, n_splits: int, seed: int) -> list[Fold]:
+    """The folds of ``protocol`` over the labelled rows (:func:`~agentuq_nb.evaluation.detector_protocols.
+    protocol_folds`)."""
+    from agentuq_nb.evaluation.detector_protocols import protocol_folds
+
+    index = labelled.index
+    runs, domains, task_ids = (index[c].to_numpy(dtype=object) for c in ("run", "domain", TASK_KEY))
+    return protocol_folds(protocol, runs, domains, task_ids, failure, n_splits, seed)
+
+
 def evaluate_protocol(protocol: str, labelled: TrajectoryFeatures, failure: np.ndarray, settings: DetectorSettings,
                       n_splits: int, n_boot: int, seed: int,
-                      on_fit: Callable[[str, Fold, pd.DataFrame], None] | None = None, threads: int = 1) -> ProtocolRun:
-    """Fit every fold of ``protocol`` on its training rows (``threads`` folds at once, on the job executor), score its
-    held-out rows, compare (module docstring)."""
-    from agentuq_nb.evaluation.calibration import one_thread
+                      on_fit: Callable[[str, Fold, pd.DataFrame], None] | None = None,
+                      jobs: SelectionJobs | None = None) -> ProtocolRun:
+    """Fit every fold of ``protocol`` on its training rows (on ``jobs``' workers, where its folds may have been
+    started already; None: one after the other here), score its held-out rows, compare (module docstring)."""
     from agentuq_nb.evaluation.detector_protocols import (
         calibration_summary,
         cross_fit,
         evaluation_frame,
         held_out_probabilities,
         protocol_comparison,
-        protocol_folds,
     )
-    from agentuq_nb.evaluation.detector_selection import select_detector
 
     index = labelled.index
     runs, domains, task_ids = (index[c].to_numpy(dtype=object) for c in ("run", "domain", TASK_KEY))
-    folds = protocol_folds(protocol, runs, domains, task_ids, failure, n_splits, seed)
-
-    def fit(fold: Fold) -> SelectedDetector:
-        hook = None if on_fit is None else (lambda rows, fold=fold: on_fit(protocol, fold, rows))
-        return select_detector(labelled.take(fold.train), failure[fold.train], settings, protocol, on_fit=hook)
-
-    fitted: dict[int, SelectedDetector] = {}
-    with one_thread():  # set once around the threads: each fit's own limit then finds (and restores) one thread
-        JobRunner(label="detector-folds", threads=threads, progress=False).run(
-            fit, enumerate(folds), lambda k, model: fitted.__setitem__(k, model))
-    by_fold = {id(fold): fitted[k] for k, fold in enumerate(folds)}
+    folds = folds_of(protocol, labelled, failure, n_splits, seed)
+    if jobs is None:
+        with SelectionJobs(labelled, failure, settings, 1, on_fit) as serial:
+            models = serial.fold_models(protocol, folds)
+    else:
+        models = jobs.fold_models(protocol, folds)
+    by_fold = {id(fold): model for fold, model in zip(folds, models)}
     log_odds, which, models = cross_fit(folds, len(index), lambda fold: by_fold[id(fold)],
                                         lambda model, rows: model.log_odds(labelled.take(rows)))
     frame = evaluation_frame(runs, domains, task_ids, failure, index)
@@ -403,7 +511,7 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], confi
     ``config.groups``: a study extracts once and trains each ablation on them); ``write=False``: no folder."""
     from agentuq_nb.evaluation.detector_explain import POINTS
     from agentuq_nb.evaluation.detector_model import CONTRIBUTIONS, platt_map
-    from agentuq_nb.evaluation.detector_selection import FINAL_KIND, row_task_keys, select_detector
+    from agentuq_nb.evaluation.detector_selection import FINAL_KIND, row_task_keys
 
     c = config
     settings = c.settings()
@@ -432,14 +540,21 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], confi
         wanted.append(CALIBRATION_PROTOCOL)
     if (c.early_turns or c.early_fractions) and c.early_protocol not in wanted:
         wanted.append(c.early_protocol)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), SelectionJobs(labelled, failure, settings, c.threads, on_fit) as jobs:
         warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN column of a training fold: imputed as 0
+        # every selection started at once, the largest (the final model's, on every row) first
+        jobs.submit(("final", 0), FINAL_KIND, None, one_blas=False)
+        for p in wanted:
+            jobs.submit_folds(p, folds_of(p, labelled, failure, c.n_splits, c.seed))
+        near_tick = time.perf_counter()  # this process's own work while the workers fit
+        signatures, near_copies = training_near_copies(sources, features, at, index["run"].to_numpy(dtype=object))
+        seconds["near_copies"] = time.perf_counter() - near_tick
         evaluated = {p: evaluate_protocol(p, labelled, failure, settings, c.n_splits, c.n_boot, c.seed, on_fit,
-                                          c.threads) for p in wanted}
-        seconds["protocols"] = time.perf_counter() - tick
+                                          jobs) for p in wanted}
+        seconds["protocols"] = time.perf_counter() - tick - seconds["near_copies"]
         tick = time.perf_counter()
-        final = select_detector(labelled, failure, settings, FINAL_KIND)
-    seconds["final"] = time.perf_counter() - tick
+        final = jobs.result(("final", 0))
+        seconds["final"] = time.perf_counter() - tick
 
     loro = evaluated.get(CALIBRATION_PROTOCOL)
     runs = index["run"].to_numpy(dtype=object)
@@ -463,7 +578,7 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], confi
                          "that never saw it)")
     else:
         within = evaluated.get("within_run") or evaluate_protocol("within_run", labelled, failure, settings,
-                                                                   c.n_splits, c.n_boot, c.seed, on_fit, c.threads)
+                                                                   c.n_splits, c.n_boot, c.seed, on_fit)
         calibration_source = "within_run"
         final_map = (with_source_rate(platt_map(within.log_odds, failure), within.log_odds)
                      if np.isfinite(within.log_odds).any() else None)
@@ -472,10 +587,7 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], confi
                          "for another" if final_map else "nothing: the model's own probability, uncalibrated")
         notes.append("one training run: no protocol across runs; the probabilities are calibrated within it")
 
-    tick = time.perf_counter()
-    signatures, near_copies = training_near_copies(sources, features, at, runs)
     notes.extend(near_copy_notes(near_copies))
-    seconds["near_copies"] = time.perf_counter() - tick
 
     tick = time.perf_counter()
     early = pd.DataFrame()
