@@ -381,9 +381,17 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
     if rate.get("mean_probability") is not None:
         miss = (f"; on held-out training runs the detector's rate missed the true one by {rate['held_out_rate_mae']:.3f} "
                 "on average" if rate.get("held_out_rate_mae") is not None else "")
-        lines.append(f"expected failures by its probabilities: {rate['expected_failures']:.1f} of {report['n']} "
-                     f"(mean {rate['mean_probability']:.3f} "
-                     f"{interval_text(rate.get('mean_probability_lo'), rate.get('mean_probability_hi'))}){miss}{own}")
+        if rate.get("estimated") is not None:  # centred: the probabilities' mean is the estimated rate
+            n = report["n"]
+            bounds = (f"; {rate['lo'] * n:.1f} to {rate['hi'] * n:.1f} by its interval"
+                      if rate.get("lo") is not None and rate.get("hi") is not None else "")
+            lines.append(f"expected failures by its probabilities: {rate['expected_failures']:.1f} of {n} (the "
+                         f"estimated rate times {n}{bounds}){miss}{own}")
+        else:
+            lines.append(f"expected failures by its probabilities: {rate['expected_failures']:.1f} of {report['n']} "
+                         f"(mean {rate['mean_probability']:.3f} "
+                         f"{interval_text(rate.get('mean_probability_lo'), rate.get('mean_probability_hi'))}){miss}"
+                         f"{own}")
     seen = report.get("tasks_seen") or {}
     if seen.get("share_seen") is not None:
         lines.append(f"tasks seen in training: {seen['n_seen']} of {seen['n']} trajectories ({seen['share_seen']:.0%}; "
