@@ -268,3 +268,33 @@ def test_on_the_shared_runs_the_run_rates_interval_and_a_pooled_score_are_judged
     assert len(table) == 10 and table["pooled_mean"].between(0, 1).all()
     truth = {r: y[runs == r].mean() for r in dict.fromkeys(runs)}
     assert np.allclose(table["true_rate"], [truth[r] for r in table["run"]])
+
+
+def test_where_the_scores_carry_no_rate_each_held_out_run_is_centred_on_the_training_rate_with_the_runs_spread():
+    """Scores that rank within each run but whose level is offset at random per run (as a model fitted within runs
+    gives), not adapted (κ = ∞ the only strength offered): each run's probabilities are centred on the training rate
+    (their mean is it, their order kept), which beats leaving them where the offset put them, and the interval is the
+    other runs' spread."""
+    rng = np.random.default_rng(17)
+    rates = (0.05, 0.2, 0.35, 0.5, 0.8)
+    parts = []
+    for i, rate in enumerate(rates):
+        y = rng.random(120) < rate
+        parts.append((f"r{i}", rng.normal(np.where(y, 0.8, -0.8), 1.0) + rng.normal(0, 2.0), y))
+    runs = np.concatenate([[name] * len(s) for name, s, _ in parts])
+    log_odds = np.concatenate([s for _, s, _ in parts])
+    y = np.concatenate([yy for _, _, yy in parts])
+    per_run, rows = leave_one_run_out_adaptation(log_odds, y, runs, n_boot=50, seed=0, strengths=(float("inf"),))
+    t = per_run.set_index("run")
+    assert (t["prior_strength"] == float("inf")).all() and (t["interval"] == "runs").all()
+    means = rows.groupby("run")["adapted"].mean()
+    for name in t.index:
+        assert means[name] == pytest.approx(t.loc[name, "training_rate"], abs=1e-9)
+        assert t.loc[name, "estimated_rate_lo"] < t.loc[name, "estimated_rate"] < t.loc[name, "estimated_rate_hi"]
+        mine = rows[rows["run"] == name]
+        a, c = mine["adapted"].to_numpy(), mine["calibrated"].to_numpy()
+        moved = np.log(a / (1 - a)) - np.log(c / (1 - c))
+        assert np.ptp(moved) < 1e-6  # one log-odds shift: the run's order and spacing kept
+    summary = adaptation_summary(per_run)
+    assert summary["mean_brier_adapted"] < summary["mean_brier_calibrated"]
+    assert summary["mean_brier_true_rate_centred"] < summary["mean_brier_base_rate"]  # the ranking adds to the rate

@@ -62,8 +62,13 @@ MAX_ITER = 2000
 STRENGTHS = (0.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1000.0, float("inf"))
 
 
-def logit(p) -> np.ndarray:
-    p = np.clip(np.asarray(p, dtype=float), EPS, 1 - EPS)
+#: how far from 0 and 1 a probability is kept when it is only moved on the log-odds scale (centring): as close as
+#: float64 tells 1 - p apart, so that a run whose probabilities all sit near 1 keeps its order
+FINE_EPS = 1e-15
+
+
+def logit(p, eps: float = EPS) -> np.ndarray:
+    p = np.clip(np.asarray(p, dtype=float), eps, 1 - eps)
     return np.log(p) - np.log1p(-p)
 
 
@@ -88,7 +93,7 @@ def center_probabilities(prob, rate) -> tuple[np.ndarray, float]:
     ok = np.isfinite(p)
     if not ok.any() or not np.isfinite(rate):
         return p.copy(), 0.0
-    z = logit(p[ok])
+    z = logit(p[ok], FINE_EPS)
     target = float(np.clip(rate, EPS, 1 - EPS))
 
     def gap(d: float) -> float:
@@ -102,7 +107,7 @@ def center_probabilities(prob, rate) -> tuple[np.ndarray, float]:
 def shift_by(prob, shift: float) -> np.ndarray:
     """``prob`` moved by ``shift`` on the log-odds scale (NaN stays NaN)."""
     p = np.asarray(prob, dtype=float)
-    out = 1.0 / (1.0 + np.exp(-(logit(p) + shift)))
+    out = 1.0 / (1.0 + np.exp(-(logit(p, FINE_EPS) + shift)))
     return np.where(np.isfinite(p), out, np.nan)
 
 
@@ -275,7 +280,7 @@ def adapt(prob, source_rate, n_boot: int = DEFAULT_N_BOOT, seed=0, groups=None, 
         if run_rates is not None:
             lo, hi = run_rate_interval(*run_rates, ci=ci)
             resampled = "runs" if np.isfinite(lo) else "none"
-    centred, shift = center_probabilities(p, point.rate)
+    centred, shift = center_probabilities(np.asarray(prob, dtype=float)[ok], point.rate)  # unclipped: order kept
     adapted[ok] = centred
     estimate = RateEstimate(point.rate, lo, hi, point.source_rate, point.n, point.iterations, point.converged,
                             method=method_name(strength), resampled=resampled, shift=shift)
