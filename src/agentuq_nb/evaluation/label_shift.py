@@ -19,8 +19,8 @@ beside it.
 agents and domains it does not, and where a run's probabilities barely spread, a small offset of their mean drives
 the maximum-likelihood rate to 0 or 1. So EM is run as MAP-EM with κ pseudo-trajectories at the training rate (a
 Beta prior; the M-step is ``π = (Σ posteriors + κ·π_s) / (n + κ)``), κ chosen among :data:`STRENGTHS` by the mean
-per-run Brier score of the adapted probabilities on held-out training runs (:func:`choose_strength`; κ = ∞: no
-adaptation, when adapting did not help there). The leave-one-run-out judgement chooses κ for each run on the other
+per-run Brier score of the centred probabilities on held-out training runs (:func:`choose_strength`; κ = ∞: the
+training rate, not estimated from the run, when estimating did not help there). The leave-one-run-out judgement chooses κ for each run on the other
 runs only (nested).
 
 **Centred on the run's rate.** The detector's models are fitted within runs (an intercept per training run, dropped
