@@ -2,11 +2,15 @@
 
 Trains a detector on the ten shared runs (``--embedder``, default the static MiniLM table: cheap) and prints the
 card's label-shift judgement: per held-out run its true failure rate, the rate estimated from its unlabelled
-probabilities (MAP-EM with the prior strength κ chosen on the other runs, with the 95 % interval, tasks resampled;
-plain EM and soft BBSE beside it), and the Brier score of the
-probabilities before and after adaptation against the base rate's ȳ(1 - ȳ) (what a constant equal to the run's true
-rate scores) and against the training rate as a constant; then the summary (runs at or below the base rate's Brier,
-mean absolute error of the rate) and the pooled reliability diagram with bootstrap bands and bin counts (``--figure``).
+probabilities (MAP-EM with the prior strength κ chosen on the other runs; κ = ∞: the training rate, its interval the
+spread of the other runs' rates), and the Brier score of the probabilities *before* (the Platt map's output, as
+``predict`` wrote it until #48: the run's mean log-odds left where the within-run model put it) and *after* (centred
+on the run's estimated rate by one log-odds shift), against the constant training rate's (what knowing nothing of the
+run scores), the base rate's ȳ(1 - ȳ) (an oracle: it knows the run's true rate) and the probabilities centred on the
+true rate (the oracle given the detector's ranking); then the summary and the pooled reliability diagram with
+bootstrap bands and bin counts (``--figure``). Last, whether a score fitted *pooled* across runs (no run intercepts;
+the structure signals and length, whose level differs between runs) tells a held-out run's rate: its mean
+probability, EM and soft BBSE on it, against the training rate.
 
     python benchmarks/bench_label_shift.py [--embedder minilm-static] [--n-boot 1000] [--figure PATH.png]
 """
@@ -46,27 +50,57 @@ def main() -> None:
     print(f"detector of {len(SHARED_FILES)} shared runs ({trained.card['n']} trajectories), embedder {args.embedder}, "
           f"{seconds:.0f} s; each run's probabilities from a model and a Platt map that never saw it")
     shown = table[["run", "n", "true_rate", "estimated_rate", "estimated_rate_lo", "estimated_rate_hi",
-                   "prior_strength", "em_rate", "bbse_rate", "mean_calibrated", "brier_adapted", "brier_calibrated",
-                   "brier_base_rate", "brier_training_rate", "ece_adapted", "ece_calibrated"]]
+                   "prior_strength", "em_rate", "bbse_rate", "mean_calibrated", "brier_calibrated", "brier_adapted",
+                   "brier_training_rate", "brier_base_rate", "brier_true_rate_centred", "ece_calibrated",
+                   "ece_adapted"]].rename(columns={"brier_calibrated": "brier_before", "brier_adapted": "brier_after",
+                                                   "ece_calibrated": "ece_before", "ece_adapted": "ece_after",
+                                                   "brier_true_rate_centred": "brier_oracle_centred"})
     with pd.option_context("display.width", 250, "display.max_columns", 30):
         print(shown.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     s = shift["summary"]
     print(f"prior strength predict uses (chosen on all ten runs): {shift['prior_strength']} pseudo-trajectories "
-          "(None: not adapted)")
-    print(f"adapted Brier <= the base rate's on {s['runs_brier_adapted_le_base_rate']} of {s['n_runs']} runs "
-          f"(unadapted: {s['runs_brier_calibrated_le_base_rate']}); failure-rate MAE: MAP-EM {s['rate_mae']:.3f}, "
-          f"plain EM {s['rate_mae_plain_em']:.3f}, soft BBSE {s['rate_mae_bbse']:.3f}, unadapted mean probability "
-          f"{s['rate_mae_unadapted']:.3f}, "
-          f"training rate {s['rate_mae_training_rate']:.3f}; interval covers the truth on "
-          f"{s['interval_covers_true_rate']} of {s['n_runs']}; mean ECE {s['mean_ece_adapted']:.3f} adapted vs "
-          f"{s['mean_ece_calibrated']:.3f}")
+          "(None: ∞, the training rate)")
+    print(f"Brier <= the base rate's (oracle) on {s['runs_brier_adapted_le_base_rate']} of {s['n_runs']} runs after, "
+          f"{s['runs_brier_calibrated_le_base_rate']} before; <= the constant training rate's on "
+          f"{s['runs_brier_adapted_le_training_rate']} after; mean Brier after {s['mean_brier_adapted']:.3f}, before "
+          f"{s['mean_brier_calibrated']:.3f}, constant training rate {s['mean_brier_training_rate']:.3f}, base rate "
+          f"(oracle) {s['mean_brier_base_rate']:.3f}, centred on the true rate (oracle) "
+          f"{s['mean_brier_true_rate_centred']:.3f}")
+    print(f"failure-rate MAE: estimate {s['rate_mae']:.3f}, plain EM {s['rate_mae_plain_em']:.3f}, soft BBSE "
+          f"{s['rate_mae_bbse']:.3f}, the probabilities' mean before {s['rate_mae_unadapted']:.3f}, training rate "
+          f"{s['rate_mae_training_rate']:.3f}; interval holds the truth on {s['interval_covers_true_rate']} of "
+          f"{s['n_runs']}; mean ECE after {s['mean_ece_adapted']:.3f}, before {s['mean_ece_calibrated']:.3f}")
+    names = {"calibrated": "before (Platt on other runs)", "adapted": "after (centred on each run's estimated rate)"}
+    bins = {names.get(name, name): pd.DataFrame(rows) for name, rows in shift["reliability"].items()}
+    for name, table in bins.items():
+        print(f"\npooled reliability bins, {name}: equal-mass bins, 95 % bootstrap band of each bin's failure rate")
+        print(table[["count", "mean_prob", "failure_rate", "failure_rate_lo", "failure_rate_hi"]].to_string(
+            index=False, float_format=lambda x: f"{x:.3f}"))
     if args.figure is not None:
-        bins = {f"{name} (Platt on other runs{', then EM' if name == 'adapted' else ''})": pd.DataFrame(rows)
-                for name, rows in shift["reliability"].items()}
-        fig = reliability_diagram(bins, title="Detector probabilities on held-out runs (leave-one-run-out)")
+        # counts in the legend (range) and above: written beside ten bins of two series they overlap
+        fig = reliability_diagram(bins, title="Detector probabilities on held-out runs (leave-one-run-out)",
+                                  annotate_counts=False)
         args.figure.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(args.figure, dpi=150)
-        print(f"reliability diagram (bootstrap bands, bin counts below) → {args.figure}")
+        print(f"reliability diagram (bootstrap bands, bin counts in the legend) → {args.figure}")
+    pooled_rates()
+
+
+def pooled_rates() -> None:
+    """A score fitted pooled across the other runs (no run intercepts) on the structure signals and length: does its
+    level tell a held-out run's failure rate better than the training rate?"""
+    from agentuq_nb.evaluation.label_shift import leave_one_run_out_pooled_rates
+    from agentuq_nb.steps.detector_inputs import corpus_features, resolve_sources
+
+    features = corpus_features(resolve_sources(SHARED_FILES), ["blackbox", "length"], "none")
+    y = features.index["reward"].to_numpy(dtype=float) < 1
+    table = leave_one_run_out_pooled_rates(features.dense, y, features.index["run"].to_numpy(dtype=object))
+    print("\na pooled logistic model (structure signals + length, C = 0.1, fitted on the other nine runs) - the rate "
+          "it gives each held-out run:")
+    print(table.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    mae = {name: float((table[name] - table["true_rate"]).abs().mean())
+           for name in ("training_rate", "pooled_mean", "pooled_em", "pooled_bbse")}
+    print("failure-rate MAE: " + ", ".join(f"{k} {v:.3f}" for k, v in mae.items()))
 
 
 if __name__ == "__main__":

@@ -56,18 +56,23 @@ def test_predict_estimates_the_runs_failure_rate_and_shows_its_own_beside_it(pre
     rate = report["failure_rate"]
     truth = 14 / 50
     assert rate["true_rate"] == pytest.approx(truth)
-    if rate["resampled"] == "none":  # the training runs chose not to adapt: the training rate, said so
-        assert rate["estimated"] == pytest.approx(rate["training_rate"]) and rate["lo"] is None
-        assert "failure rate of this run: not adapted" in printed
+    if rate["resampled"] in ("none", "runs"):  # the training runs chose not to adapt: the training rate, said so
+        assert rate["estimated"] == pytest.approx(rate["training_rate"])
+        assert f"estimated failure rate of this run: {rate['estimated']:.3f}" in printed
+        assert "the training runs' rate" in printed
+        if rate["resampled"] == "runs":  # its interval: the spread of the training runs' own rates
+            assert 0 <= rate["lo"] < rate["estimated"] < rate["hi"] <= 1
+            assert f"[{rate['lo']:.3f}, {rate['hi']:.3f}], the interval the training runs' own rates" in printed
     else:
         assert 0 <= rate["lo"] <= rate["estimated"] <= rate["hi"] <= 1 and rate["resampled"] == "trajectories"
         assert f"estimated failure rate of this run: {rate['estimated']:.3f}" in printed
     p = read_predictions(out)
-    # the adapted probabilities are the calibrated ones moved by one log-odds shift, to the estimated rate
+    # the adapted probabilities are the calibrated ones moved by one log-odds shift, so that their mean is the
+    # estimated rate (the run's expected failures: its rate times its size)
     logit = np.log(p["failure_probability"] / (1 - p["failure_probability"]))
     before = np.log(p["failure_probability_training_rate"] / (1 - p["failure_probability_training_rate"]))
-    shift = np.log(rate["estimated"] / (1 - rate["estimated"])) - np.log(p["source_rate"] / (1 - p["source_rate"]))
-    assert np.allclose(logit - before, shift, atol=1e-6)
+    assert np.allclose(logit - before, rate["logit_shift"], atol=1e-6)
+    assert p["failure_probability"].mean() == pytest.approx(rate["estimated"], abs=1e-9)
     assert f"its own (labelled) rate: {truth:.3f}" in printed
     # the expected share of failures: the mean of the probabilities written, with its interval, beside the held-out
     # error of the detector's rate estimate
@@ -158,6 +163,15 @@ def test_the_label_shift_judgement_holds_each_training_runs_true_rate(trained):
     assert bins["count"].sum() == card["n"] and (bins["failure_rate_lo"] <= bins["failure_rate_hi"]).all()
     table = pd.read_csv(trained.path / "label_shift.csv")
     assert len(table) == 3 and np.allclose(table["brier_adapted"], [r["brier_adapted"] for r in shift["runs"]])
+    # each held-out run's probabilities are centred on its estimated rate, and scored against the constant training
+    # rate's Brier beside the base rate's
+    rows = pd.read_csv(trained.path / "label_shift_rows.csv")
+    means = rows.groupby("run")["adapted"].mean()
+    for r in shift["runs"]:
+        assert means[r["run"]] == pytest.approx(r["estimated_rate"], abs=1e-9)
+        y = rows.loc[rows["run"] == r["run"], "failure"].to_numpy(dtype=float)
+        assert r["brier_training_rate"] == pytest.approx(np.mean((r["training_rate"] - y) ** 2))
+        assert r["brier_true_rate_centred"] <= r["brier_base_rate"] + 0.05
 
 
 def test_the_inputs_order_does_not_change_what_is_learned(tmp_path):

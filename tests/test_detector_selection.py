@@ -208,7 +208,7 @@ def test_the_points_sum_to_the_probability_moved_to_the_runs_rate(trained):
     """With the predicted run's failure rate estimated (label shift), the probability written is the adapted one and
     the reasons are taken along the same map: base + points = the adapted probability, not the training-rate one."""
     from agentuq_nb.evaluation.detector_apply import load_detector
-    from agentuq_nb.evaluation.label_shift import shift_probabilities
+    from agentuq_nb.evaluation.label_shift import shift_by
     from agentuq_nb.steps.detector_inputs import corpus_features, resolve_sources
 
     result, _ = trained
@@ -218,10 +218,10 @@ def test_the_points_sum_to_the_probability_moved_to_the_runs_rate(trained):
     at_training = detector.predict(feats, explained=False)
     source = at_training["source_rate"].to_numpy(dtype=float)
     assert np.isfinite(source).all()
-    target = 0.8 if source.mean() < 0.5 else 0.2
-    adapted = detector.predict(feats, top=3, target_rate=target)
+    shift = 1.5 if source.mean() < 0.5 else -1.5  # the run's rate far from the training rate
+    adapted = detector.predict(feats, top=3, logit_shift=shift)
     p = adapted["failure_probability"].to_numpy(dtype=float)
-    expected = shift_probabilities(at_training["failure_probability"].to_numpy(dtype=float), source, target)
+    expected = shift_by(at_training["failure_probability"].to_numpy(dtype=float), shift)
     assert np.allclose(p, expected, atol=1e-9)
     assert np.abs(p - at_training["failure_probability"].to_numpy(dtype=float)).min() > 0.01  # it did move
     sums = adapted["base_probability"] + [sum(i["points"] for i in json.loads(e)) / 100

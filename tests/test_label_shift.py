@@ -14,15 +14,18 @@ from agentuq_nb.evaluation.label_shift import (
     adapt,
     adaptation_summary,
     bbse_failure_rate,
+    center_probabilities,
     em_failure_rate,
     leave_one_run_out_adaptation,
     rate_log_likelihood,
     reliability_bands,
+    run_rate_interval,
+    run_rate_spread,
     shift_probabilities,
 )
 from agentuq_nb.records.task_identity import content_key, id_key, resolve_id_keys
 
-from conftest import require_tau2
+from conftest import TAU2_DIR, require_tau2
 
 
 def scores(rng, n: int, rate: float) -> tuple[np.ndarray, np.ndarray]:
@@ -160,7 +163,13 @@ def test_map_em_keeps_uninformative_scores_at_the_training_rate_and_maximizes_th
     none = em_failure_rate(p, 0.2167, strength=float("inf"))
     assert none.rate == pytest.approx(0.2167)
     estimate, adapted = adapt(p, 0.2167, n_boot=50, strength=float("inf"))
-    assert estimate.resampled == "none" and np.isnan(estimate.lo) and np.allclose(adapted, p)
+    assert estimate.resampled == "none" and np.isnan(estimate.lo)
+    # not adapted: the probabilities are centred on the training rate, their order and log-odds spacing kept
+    assert adapted.mean() == pytest.approx(0.2167, abs=1e-9) and adapted.mean() < p.mean()
+    assert np.allclose(np.diff(np.log(adapted / (1 - adapted))), np.diff(np.log(p / (1 - p))))
+    # with the training runs' counts, the interval is the spread of their rates
+    estimate, _ = adapt(p, 0.2167, n_boot=50, strength=float("inf"), run_rates=([2, 10, 25, 40], [50, 50, 50, 50]))
+    assert estimate.resampled == "runs" and estimate.lo < 0.2167 < estimate.hi
 
 
 def test_the_prior_strength_is_chosen_by_held_out_runs():
@@ -193,3 +202,99 @@ def test_telecom_tasks_that_share_instructions_are_told_apart_by_their_starting_
     instructions = {json.dumps(t["user_scenario"], sort_keys=True) for t in tasks}
     assert len(tasks) == 40 and len(instructions) < 20
     assert len({content_key(t) for t in tasks}) == len(tasks)
+
+
+def test_centring_moves_every_log_odds_by_one_shift_to_the_rate_and_is_bayes_at_the_em_fixed_point(source):
+    calibrator, source_rate = source
+    rng = np.random.default_rng(21)
+    s, _ = scores(rng, 500, 0.6)
+    p = calibrator.predict(s)
+    p[3] = np.nan
+    centred, shift = center_probabilities(p, 0.6)
+    assert np.nanmean(centred) == pytest.approx(0.6, abs=1e-9) and np.isnan(centred[3])
+    ok = np.isfinite(p)
+    z_before, z_after = np.log(p[ok] / (1 - p[ok])), np.log(centred[ok] / (1 - centred[ok]))
+    assert np.allclose(z_after - z_before, shift) and shift > 0  # the run fails more than the source: moved up
+    # at EM's fixed point the centring is Bayes' move from the source rate to EM's rate
+    found = em_failure_rate(p, source_rate)
+    assert np.allclose(center_probabilities(p, found.rate)[0][ok], shift_probabilities(p[ok], source_rate, found.rate),
+                       atol=1e-5)
+    assert center_probabilities(p, float("nan"))[1] == 0.0
+
+
+def test_the_spread_of_run_rates_is_the_beta_binomial_maximum_and_its_interval_covers_new_runs():
+    """Runs whose rates are drawn from Beta(2, 5): the fitted law's mean is near 2/7, its likelihood is at least that
+    of the truth and of nearby laws (scipy's betabinom as the reference), and its 95 % interval holds about 95 % of
+    new runs' rates; runs of one rate (binomial only, no spread) have no law."""
+    from scipy.stats import betabinom
+
+    rng = np.random.default_rng(3)
+    rates = rng.beta(2, 5, 80)
+    n = np.full(80, 60)
+    k = rng.binomial(n, rates)
+    a, b = run_rate_spread(k, n)
+    assert a / (a + b) == pytest.approx(2 / 7, abs=0.04)
+    best = betabinom.logpmf(k, n, a, b).sum()
+    for other in [(2.0, 5.0), (a * 1.2, b), (a, b * 1.2), (a * 0.8, b * 0.8)]:
+        assert best >= betabinom.logpmf(k, n, *other).sum() - 1e-6
+    lo, hi = run_rate_interval(k, n)
+    new = rng.beta(2, 5, 4000)
+    assert 0.92 <= np.mean((lo <= new) & (new <= hi)) <= 0.98
+    same = rng.binomial(np.full(30, 60), 0.3)
+    assert np.isnan(run_rate_interval(same, np.full(30, 60))[0])
+    assert np.isnan(run_rate_spread([3], [10])[0])  # one run: nothing spreads
+
+
+def test_on_the_shared_runs_the_run_rates_interval_and_a_pooled_score_are_judged_by_held_out_runs():
+    """The ten shared runs' failure counts (2 %-82 % of a run fails): left out one at a time, the spread of the other
+    runs' rates holds the held-out run's rate on most of them; and a logistic model fitted pooled across the other
+    runs on length does give a rate per run (its mean probability) - the benchmark judges it against the training rate."""
+    from agentuq_nb.evaluation.label_shift import leave_one_run_out_pooled_rates, run_failure_counts
+    from agentuq_nb.steps.detector_inputs import corpus_features, resolve_sources
+
+    require_tau2()
+    shared = TAU2_DIR.parent
+    files = sorted((shared / "tau2").glob("*.json")) + sorted((shared / "real_runs").glob("*.json"))
+    features = corpus_features(resolve_sources(files), ["length"], "none")
+    y = features.index["reward"].to_numpy(dtype=float) < 1
+    runs = features.index["run"].to_numpy(dtype=object)
+    assert len(set(runs)) == 10
+    covered = 0
+    for r in dict.fromkeys(runs):
+        lo, hi = run_rate_interval(*run_failure_counts(y, runs, leave_out=(r,)))
+        covered += lo <= y[runs == r].mean() <= hi
+    assert covered >= 7
+    table = leave_one_run_out_pooled_rates(features.dense, y, runs)
+    assert len(table) == 10 and table["pooled_mean"].between(0, 1).all()
+    truth = {r: y[runs == r].mean() for r in dict.fromkeys(runs)}
+    assert np.allclose(table["true_rate"], [truth[r] for r in table["run"]])
+
+
+def test_where_the_scores_carry_no_rate_each_held_out_run_is_centred_on_the_training_rate_with_the_runs_spread():
+    """Scores that rank within each run but whose level is offset at random per run (as a model fitted within runs
+    gives), not adapted (κ = ∞ the only strength offered): each run's probabilities are centred on the training rate
+    (their mean is it, their order kept), which beats leaving them where the offset put them, and the interval is the
+    other runs' spread."""
+    rng = np.random.default_rng(17)
+    rates = (0.05, 0.2, 0.35, 0.5, 0.8)
+    parts = []
+    for i, rate in enumerate(rates):
+        y = rng.random(120) < rate
+        parts.append((f"r{i}", rng.normal(np.where(y, 0.8, -0.8), 1.0) + rng.normal(0, 2.0), y))
+    runs = np.concatenate([[name] * len(s) for name, s, _ in parts])
+    log_odds = np.concatenate([s for _, s, _ in parts])
+    y = np.concatenate([yy for _, _, yy in parts])
+    per_run, rows = leave_one_run_out_adaptation(log_odds, y, runs, n_boot=50, seed=0, strengths=(float("inf"),))
+    t = per_run.set_index("run")
+    assert (t["prior_strength"] == float("inf")).all() and (t["interval"] == "runs").all()
+    means = rows.groupby("run")["adapted"].mean()
+    for name in t.index:
+        assert means[name] == pytest.approx(t.loc[name, "training_rate"], abs=1e-9)
+        assert t.loc[name, "estimated_rate_lo"] < t.loc[name, "estimated_rate"] < t.loc[name, "estimated_rate_hi"]
+        mine = rows[rows["run"] == name]
+        a, c = mine["adapted"].to_numpy(), mine["calibrated"].to_numpy()
+        moved = np.log(a / (1 - a)) - np.log(c / (1 - c))
+        assert np.ptp(moved) < 1e-6  # one log-odds shift: the run's order and spacing kept
+    summary = adaptation_summary(per_run)
+    assert summary["mean_brier_adapted"] < summary["mean_brier_calibrated"]
+    assert summary["mean_brier_true_rate_centred"] < summary["mean_brier_base_rate"]  # the ranking adds to the rate

@@ -147,7 +147,8 @@ def test_detector_notebook_trains_judges_and_writes_its_findings(tmp_path):
                                       "notebooks": ["14_detector"]}))
     run_dir = run_study(params, root=ROOT, output_root=tmp_path, log=lambda *_: None)
     figures_dir = tmp_path / "figures" / "detector_smoke"
-    for name in ("detector_protocols", "detector_early", "detector_calibration", "detector_top_features"):
+    for name in ("detector_protocols", "detector_early", "detector_calibration", "detector_label_shift",
+                 "detector_top_features"):
         assert (figures_dir / f"{name}.png").stat().st_size > 1000, name
     card = json.loads((run_dir / "detector" / "card.json").read_text())
     assert card["n"] == 40 and set(card["protocols"]) == {"within_run", "leave_one_run_out", "leave_run_and_task_out",
@@ -157,5 +158,8 @@ def test_detector_notebook_trains_judges_and_writes_its_findings(tmp_path):
                    for c in executed.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "skipped absent" in text and "**2 runs, 40 labelled trajectories, 17 failures**" in text
     assert "Task leakage" in text and "A learned failure detector across 2 shared runs" in text
+    # each held-out run's estimated rate beside its true one, its Brier against the training rate's and the base rate's
+    assert "| held-out run | n | true failure rate | estimated rate [95% interval]" in text
+    assert "Brier of the training rate" in text
     findings = json.loads((figures_dir / "findings.json").read_text())
     assert findings["n_trajectories"] == 40 and set(findings["protocols"]) >= {"within_run", "leave_run_and_task_out"}

@@ -14,16 +14,18 @@ the final model, the leave-one-run-out models and their Platt maps. :meth:`Detec
 **The run's own failure rate.** Each map was fitted where the failure rate was its ``source_rate`` (the training
 runs'); the predicted run has its own. :meth:`Detector.adapt_to_run` estimates it from the run's probabilities by
 label-shift EM with a bootstrap interval (:func:`~agentuq_nb.evaluation.label_shift.adapt`; MAP-EM with the prior
-strength the training runs chose, ``prior_strength`` of the map: infinite = not adapted) and moves every probability
-to it (an adjusted intercept). **Seen tasks**: :meth:`Detector.tasks_seen` tells, per trajectory, whether
+strength the training runs chose, ``prior_strength`` of the map: infinite = the training rate, with the spread of the
+training runs' own rates as its interval) and moves every probability by one log-odds shift so that their mean is
+that rate (an adjusted intercept, the within-run slope kept: the models are fitted within runs and their run
+intercepts dropped, so a new run's mean log-odds carries no level of its own). **Seen tasks**: :meth:`Detector.tasks_seen` tells, per trajectory, whether
 its task - its domain and the hash of its instructions (:mod:`agentuq_nb.records.task_identity`) - was among the
 training tasks, and that task's failure rate there (the task prior); a final model that chose the task prior scores
 a trajectory of a task it never saw by its fallback (:attr:`~.detector_selection.SelectedDetector.fallback`).
 
 **Reasons.** Each model's own, in percentage points of the *printed* probability that sum with the base probability
 to it (:func:`~agentuq_nb.evaluation.detector_explain.explain`): :meth:`Detector.predict` given the run's estimated
-failure rate (``target_rate``) hands explain the map from log-odds to the adapted probability (the Platt map, then the
-label-shift move of the intercept), so the points sum to the probability ``predict`` writes.
+failure rate's log-odds shift (``logit_shift``) hands explain the map from log-odds to the adapted probability (the
+Platt map, then the label-shift move of the intercept), so the points sum to the probability ``predict`` writes.
 """
 from __future__ import annotations
 
@@ -40,7 +42,7 @@ from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.evaluation.detector_explain import explain
 from agentuq_nb.evaluation.detector_model import FittedDetector, PlattMap, StateError, first_error, platt_probability
 from agentuq_nb.evaluation.detector_selection import SelectedDetector
-from agentuq_nb.evaluation.label_shift import RateEstimate, adapt, shift_probabilities
+from agentuq_nb.evaluation.label_shift import RateEstimate, adapt, shift_by
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.store.detector_dir import ARRAYS, CARD, MODEL, DetectorFolder, read_detector_dir
 from agentuq_nb.records.task_identity import TASK_KEY, resolve_id_keys
@@ -138,7 +140,8 @@ class Detector:
                      ) -> tuple[RateEstimate | None, np.ndarray]:
         """``(the run's estimated failure rate, adapted probabilities)`` of :meth:`predict`'s rows (module docstring);
         ``(None, the probabilities as they are)`` when the maps carry no ``source_rate`` (a folder of an older
-        version) or give a constant."""
+        version) or give a constant. The interval of a rate that is the training rate (κ = ∞) is the spread of the
+        training runs' rates (the card's ``training_runs``; the run predicted left out when it is one of them)."""
         p = scored["failure_probability"].to_numpy(dtype=float)
         source = scored["source_rate"].to_numpy(dtype=float)
         if not (np.isfinite(source) & np.isfinite(p)).any() or np.nanstd(p) == 0:
@@ -148,7 +151,13 @@ class Detector:
         mapping = self.final_map if main == FINAL else self.loro[main[len(LORO_PREFIX):]][1]
         raw = (mapping or {}).get("prior_strength", 0.0)
         strength = float("inf") if raw is None else float(raw)  # JSON has no infinity: null = not adapted
-        return adapt(p, np.where(np.isfinite(source), source, np.nan), n_boot, seed, groups, strength=strength)
+        held_out = None if main == FINAL else main[len(LORO_PREFIX):]
+        counts = [(float(r["n_failures"]), float(r["n_labelled"])) for r in self.card.get("training_runs", [])
+                  if r.get("name") != held_out and isinstance(r.get("n_failures"), (int, float))
+                  and isinstance(r.get("n_labelled"), (int, float)) and r["n_labelled"] > 0]
+        run_rates = (np.array([c[0] for c in counts]), np.array([c[1] for c in counts])) if len(counts) > 1 else None
+        return adapt(p, np.where(np.isfinite(source), source, np.nan), n_boot, seed, groups, strength=strength,
+                     run_rates=run_rates)
 
     def with_training_task_keys(self, features: TrajectoryFeatures) -> TrajectoryFeatures:
         """``features`` with each row's ``task_key`` resolved as :meth:`tasks_seen` resolves it (an ``id:`` key to the
@@ -161,10 +170,11 @@ class Detector:
                                list(index[TASK_KEY]), reference)
         return replace(features, index=index.assign(**{TASK_KEY: list(keys)}))
 
-    def predict(self, features: TrajectoryFeatures, top: int = 5, target_rate: float | None = None,
+    def predict(self, features: TrajectoryFeatures, top: int = 5, logit_shift: float | None = None,
                 explained: bool = True) -> pd.DataFrame:
-        """One row per row of ``features``: ``failure_probability`` (calibrated; with ``target_rate``, the run's
-        estimated failure rate from :meth:`adapt_to_run`, moved to it as :func:`~.label_shift.adapt` moves it),
+        """One row per row of ``features``: ``failure_probability`` (calibrated; with ``logit_shift``, the ``shift`` of
+        the run's estimated failure rate from :meth:`adapt_to_run`, moved by it as :func:`~.label_shift.adapt` moves
+        them: centred on that rate),
         ``base_probability``, ``log_odds``, ``source_rate`` (the failure rate its map was calibrated at), ``model``,
         ``in_training``, the ``top`` reasons as ``reason_k`` (a sentence), ``points_k`` (percentage points of the
         probability) and ``feature_k`` (the feature's name), k = 1 … top, and ``explanation``: the JSON text of the
@@ -189,7 +199,7 @@ class Detector:
             log_odds = model.log_odds(part)
             out.loc[rows, "log_odds"] = log_odds
             source = (mapping or {}).get("source_rate")
-            printed = printed_probability(mapping, source, target_rate)
+            printed = printed_probability(mapping, logit_shift)
             out.loc[rows, "failure_probability"] = printed(log_odds)
             out.loc[rows, "source_rate"] = np.nan if source is None else source
             out.loc[rows, "model"] = name
@@ -201,14 +211,15 @@ class Detector:
         return out
 
 
-def printed_probability(mapping: dict[str, Any] | None, source_rate: float | None, target_rate: float | None):
+def printed_probability(mapping: dict[str, Any] | None, logit_shift: float | None):
     """The function from a model's log-odds to the probability ``predict`` writes: its Platt map, then (with a
-    ``target_rate`` and a map that knows its ``source_rate``) the label-shift move to the run's rate
-    (:func:`~.label_shift.shift_probabilities`, as :func:`~.label_shift.adapt` moves it) - the one function the
-    points of an explanation are taken along, so that they sum to the probability written."""
-    if target_rate is None or source_rate is None or not np.isfinite(target_rate):
+    ``logit_shift``, the run's :attr:`~.label_shift.RateEstimate.shift`) the move of the intercept that centres the
+    run's probabilities on its estimated rate (:func:`~.label_shift.shift_by`, as :func:`~.label_shift.adapt` moves
+    them) - the one function the points of an explanation are taken along, so that they sum to the probability
+    written."""
+    if logit_shift is None or not np.isfinite(logit_shift) or logit_shift == 0:
         return lambda s: platt_probability(mapping, s)
-    return lambda s: shift_probabilities(platt_probability(mapping, s), source_rate, target_rate)
+    return lambda s: shift_by(platt_probability(mapping, s), logit_shift)
 
 
 class EmbedderCard(BaseModel):

@@ -19,15 +19,28 @@ beside it.
 agents and domains it does not, and where a run's probabilities barely spread, a small offset of their mean drives
 the maximum-likelihood rate to 0 or 1. So EM is run as MAP-EM with κ pseudo-trajectories at the training rate (a
 Beta prior; the M-step is ``π = (Σ posteriors + κ·π_s) / (n + κ)``), κ chosen among :data:`STRENGTHS` by the mean
-per-run Brier score of the adapted probabilities on held-out training runs (:func:`choose_strength`; κ = ∞: no
-adaptation, when adapting did not help there). The leave-one-run-out judgement chooses κ for each run on the other
+per-run Brier score of the centred probabilities on held-out training runs (:func:`choose_strength`; κ = ∞: the
+training rate, not estimated from the run, when estimating did not help there). The leave-one-run-out judgement chooses κ for each run on the other
 runs only (nested).
 
-* :func:`adapt` - a run's estimated rate with its bootstrap interval (trajectories, or tasks when given, resampled;
-  every resample's EM run at once, vectorized) and the adapted probabilities;
+**Centred on the run's rate.** The detector's models are fitted within runs (an intercept per training run, dropped
+when predicting), so the level of a new run's log-odds is not calibrated to anything: its mean probability may sit
+far from any rate (0.20 on a run of which 82 % failed, 0.41 on one of 2 %). Every run's probabilities are therefore
+moved by one log-odds shift so that their mean is the run's rate - EM's where adapting helped, else the training rate
+(:func:`center_probabilities`; at EM's fixed point the same move as Bayes' rule above). Where the rate is the training
+rate, its interval is the spread of the training runs' own rates (a beta-binomial fitted to them,
+:func:`run_rate_interval`): the run's scores did not narrow it, and that is what a new run's rate may be.
+
+* :func:`adapt` - a run's estimated rate with its interval (bootstrap: trajectories, or tasks when given, resampled,
+  every resample's EM run at once, vectorized; or the runs' spread) and the centred probabilities;
 * :func:`leave_one_run_out_adaptation` - the judgement on labelled runs: each run's held-out log-odds calibrated on
   the *other* runs (Platt), then adapted to the run's EM rate; per run the Brier score against the base rate's
-  ``ȳ(1 - ȳ)`` (what a constant equal to the run's true rate scores), the estimated against the true rate, ECE.
+  ``ȳ(1 - ȳ)`` (what a constant equal to the run's true rate scores - it knows the rate), against the constant
+  training rate's (what knowing nothing of the run scores), the estimated against the true rate, ECE;
+* :func:`leave_one_run_out_pooled_rates` - the rate of each held-out run from a model fitted *pooled* across the
+  other runs (no run intercepts) on features whose level differs between runs: the mean probability, EM and soft BBSE
+  on it - whether such a score carries a run's rate where the within-run detector's cannot (measured in
+  ``benchmarks/bench_label_shift.py``).
 """
 from __future__ import annotations
 
@@ -49,8 +62,13 @@ MAX_ITER = 2000
 STRENGTHS = (0.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1000.0, float("inf"))
 
 
-def logit(p) -> np.ndarray:
-    p = np.clip(np.asarray(p, dtype=float), EPS, 1 - EPS)
+#: how far from 0 and 1 a probability is kept when it is only moved on the log-odds scale (centring): as close as
+#: float64 tells 1 - p apart, so that a run whose probabilities all sit near 1 keeps its order
+FINE_EPS = 1e-15
+
+
+def logit(p, eps: float = EPS) -> np.ndarray:
+    p = np.clip(np.asarray(p, dtype=float), eps, 1 - eps)
     return np.log(p) - np.log1p(-p)
 
 
@@ -60,6 +78,74 @@ def shift_probabilities(prob, source_rate, target_rate) -> np.ndarray:
     z = logit(prob) + logit(target_rate) - logit(source_rate)
     out = 1.0 / (1.0 + np.exp(-z))
     return np.where(np.isfinite(np.asarray(prob, dtype=float)), out, np.nan)
+
+
+def center_probabilities(prob, rate) -> tuple[np.ndarray, float]:
+    """``(probabilities, shift)``: ``prob`` moved by one ``shift`` on the log-odds scale (an adjusted intercept: the
+    within-run slope kept) so that their mean is ``rate`` - the run's expected number of failures is then its
+    estimated rate times its size. At EM's fixed point this is the Bayes move of :func:`shift_probabilities` (the
+    mean of the adapted probabilities is the rate EM returns); at the training rate (no adaptation) it removes the
+    offset of the run's mean log-odds, which a model fitted within runs does not fix (its run intercepts are dropped).
+    NaN rows stay NaN; a NaN ``rate`` or no finite row: no shift."""
+    from scipy.optimize import brentq
+
+    p = np.asarray(prob, dtype=float)
+    ok = np.isfinite(p)
+    if not ok.any() or not np.isfinite(rate):
+        return p.copy(), 0.0
+    z = logit(p[ok], FINE_EPS)
+    target = float(np.clip(rate, EPS, 1 - EPS))
+
+    def gap(d: float) -> float:
+        return float(np.mean(1.0 / (1.0 + np.exp(-(z + d))))) - target
+
+    reach = 40.0 + float(np.abs(z).max())
+    shift = float(brentq(gap, -reach, reach, xtol=1e-12)) if gap(-reach) < 0 < gap(reach) else 0.0
+    return shift_by(p, shift), shift
+
+
+def shift_by(prob, shift: float) -> np.ndarray:
+    """``prob`` moved by ``shift`` on the log-odds scale (NaN stays NaN)."""
+    p = np.asarray(prob, dtype=float)
+    out = 1.0 / (1.0 + np.exp(-(logit(p, FINE_EPS) + shift)))
+    return np.where(np.isfinite(p), out, np.nan)
+
+
+def run_rate_spread(failures, n) -> tuple[float, float]:
+    """``(α, β)``: the Beta law of a run's failure rate fitted to the training runs' ``failures`` of ``n``
+    (beta-binomial maximum likelihood, scipy's ``betabinom``; the runs weighted as runs, not by their size) - how a
+    new run's rate varies from run to run when its scores do not tell it. Fewer than two runs, or runs that do not
+    vary more than their sampling does: (NaN, NaN). Maximized here with ``scipy.optimize`` (no maintained package
+    fits a beta-binomial by maximum likelihood in two lines; statsmodels' ``BetaBinomial`` is a GLM family)."""
+    from scipy.optimize import minimize
+    from scipy.stats import betabinom
+
+    k = np.asarray(failures, dtype=float)
+    m = np.asarray(n, dtype=float)
+    if len(k) < 2 or (m < 1).any():
+        return float("nan"), float("nan")
+    mean = float(np.clip(np.mean(k / m), 0.01, 0.99))
+
+    def loss(theta: np.ndarray) -> float:
+        a, b = np.exp(theta)
+        return -float(betabinom.logpmf(k, m, a, b).sum())
+
+    start = np.log([mean * 2.0, (1 - mean) * 2.0])
+    fit = minimize(loss, start, method="Nelder-Mead", options={"xatol": 1e-6, "fatol": 1e-9, "maxiter": 4000})
+    a, b = (float(v) for v in np.exp(fit.x))
+    if not fit.success or a + b > 1e4:  # no spread beyond sampling: no law of the runs' rates to draw from
+        return float("nan"), float("nan")
+    return a, b
+
+
+def run_rate_interval(failures, n, ci: float = 0.95) -> tuple[float, float]:
+    """The central ``ci`` interval of a new run's failure rate under :func:`run_rate_spread` (NaN when it has none)."""
+    from scipy.stats import beta
+
+    a, b = run_rate_spread(failures, n)
+    if not np.isfinite(a):
+        return float("nan"), float("nan")
+    return float(beta.ppf((1 - ci) / 2, a, b)), float(beta.ppf((1 + ci) / 2, a, b))
 
 
 def rate_log_likelihood(rate: float, prob, source_rate) -> float:
@@ -94,9 +180,12 @@ def _em(p: np.ndarray, s: np.ndarray, w: np.ndarray, tol: float, max_iter: int, 
 
 @dataclass(frozen=True)
 class RateEstimate:
-    """A run's failure rate estimated from its unlabelled probabilities: ``rate`` with its bootstrap interval
-    (``lo``, ``hi``; NaN without resamples), ``source_rate`` (the mean rate the probabilities were calibrated at),
-    ``n`` rows, ``iterations`` and ``converged`` of EM, ``method``, ``resampled`` (``trajectories`` or ``tasks``)."""
+    """A run's failure rate estimated from its unlabelled probabilities: ``rate`` with its interval (``lo``, ``hi``;
+    NaN without one), ``source_rate`` (the mean rate the probabilities were calibrated at), ``n`` rows,
+    ``iterations`` and ``converged`` of EM, ``method``, ``resampled`` (what the interval resampled: ``trajectories``
+    or ``tasks`` of the run; ``runs``: not estimated from the run, the interval is the spread of the training runs'
+    rates, :func:`run_rate_interval`; ``none``: no interval), ``shift`` (the log-odds move that centres the run's
+    probabilities on ``rate``, :func:`center_probabilities`)."""
 
     rate: float
     lo: float
@@ -107,11 +196,12 @@ class RateEstimate:
     converged: bool
     method: str = "em"
     resampled: str = "trajectories"
+    shift: float = 0.0
 
     def as_dict(self) -> dict:
         return {"rate": self.rate, "lo": self.lo, "hi": self.hi, "source_rate": self.source_rate, "n": self.n,
                 "iterations": self.iterations, "converged": self.converged, "method": self.method,
-                "resampled": self.resampled}
+                "resampled": self.resampled, "shift": self.shift}
 
 
 def _clean(prob, source_rate) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -165,12 +255,14 @@ def resample_weights(n: int, n_boot: int, seed=0, groups=None) -> tuple[np.ndarr
         "trajectories"
 
 
-def adapt(prob, source_rate, n_boot: int = DEFAULT_N_BOOT, seed=0, groups=None, ci: float = 0.95, strength: float = 0.0
-          ) -> tuple[RateEstimate, np.ndarray]:
+def adapt(prob, source_rate, n_boot: int = DEFAULT_N_BOOT, seed=0, groups=None, ci: float = 0.95, strength: float = 0.0,
+          run_rates=None) -> tuple[RateEstimate, np.ndarray]:
     """``(estimate, adapted probabilities)`` of a run: its EM failure rate (``strength``: as for
     :func:`em_failure_rate`) with a percentile bootstrap interval (rows resampled, or ``groups`` - its tasks - when
-    they repeat; none when ``strength`` is infinite: the rate is then the source's, not estimated) and every
-    probability moved to that rate (:func:`shift_probabilities`; NaN stays NaN)."""
+    they repeat) and every probability moved by one log-odds shift so that their mean is that rate
+    (:func:`center_probabilities`; NaN stays NaN). With ``strength`` infinite the rate is the training rate, not
+    estimated from the run: its interval is then the spread of the training runs' own rates, ``run_rates`` =
+    ``(failures, n)`` per training run (:func:`run_rate_interval`; none without them)."""
     point = em_failure_rate(prob, source_rate, strength)
     adapted = np.full(np.shape(prob), np.nan)
     if point.n == 0:
@@ -183,9 +275,15 @@ def adapt(prob, source_rate, n_boot: int = DEFAULT_N_BOOT, seed=0, groups=None, 
         w, resampled = resample_weights(len(p), n_boot, seed, kept)
         rates, _, _ = _em(p, s, w, TOL * 10, MAX_ITER, strength)
         lo, hi = (float(q) for q in np.quantile(rates, [(1 - ci) / 2, (1 + ci) / 2]))
+    elif not np.isfinite(strength):
+        resampled = "none"
+        if run_rates is not None:
+            lo, hi = run_rate_interval(*run_rates, ci=ci)
+            resampled = "runs" if np.isfinite(lo) else "none"
+    centred, shift = center_probabilities(np.asarray(prob, dtype=float)[ok], point.rate)  # unclipped: order kept
+    adapted[ok] = centred
     estimate = RateEstimate(point.rate, lo, hi, point.source_rate, point.n, point.iterations, point.converged,
-                            method=method_name(strength), resampled=resampled if np.isfinite(strength) else "none")
-    adapted[ok] = shift_probabilities(p, s, point.rate)
+                            method=method_name(strength), resampled=resampled, shift=shift)
     return estimate, adapted
 
 
@@ -213,7 +311,8 @@ def reliability_bands(prob, failure, n_bins: int = 10, n_boot: int = DEFAULT_N_B
 def method_name(strength: float) -> str:
     """How a rate was estimated with prior strength ``strength``."""
     if not np.isfinite(strength):
-        return "none (the training rate: adapting did not help on held-out training runs)"
+        return ("the training rate (EM on the run's scores did not estimate held-out training runs' rates better); the "
+                "run's probabilities centred on it")
     return "em" if strength == 0 else f"em, {strength:g} pseudo-trajectories at the training rate"
 
 
@@ -244,7 +343,7 @@ def choose_strength(calibrated: dict, strengths=STRENGTHS) -> tuple[float, pd.Da
     prior (less adaptation), and with fewer than two runs there is nothing to choose on: no adaptation (κ = ∞)."""
     rows = []
     for k in strengths:
-        briers = [float(np.mean((shift_probabilities(p, src, em_failure_rate(p, src, k).rate) - y) ** 2))
+        briers = [float(np.mean((center_probabilities(p, em_failure_rate(p, src, k).rate)[0] - y) ** 2))
                   for p, src, y, _ in calibrated.values()]
         rows.append({"strength": k, "mean_brier": float(np.mean(briers)) if briers else float("nan")})
     table = pd.DataFrame(rows)
@@ -258,16 +357,29 @@ def _run_row(name: str, y: np.ndarray, calibrated: np.ndarray, adapted: np.ndarr
              bbse: float, strength: float) -> dict:
     truth = float(y.mean())
     unadjusted, after = calibration_report(calibrated, y), calibration_report(adapted, y)
+    oracle = center_probabilities(calibrated, truth)[0]  # the run's true rate given: what the ranking adds to it
     return {"run": name, "n": int(len(y)), "n_failures": int(y.sum()), "true_rate": truth,
             "training_rate": estimate.source_rate, "mean_calibrated": float(np.mean(calibrated)),
             "prior_strength": strength, "em_rate": em_failure_rate(calibrated, estimate.source_rate).rate,
             "estimated_rate": estimate.rate, "estimated_rate_lo": estimate.lo, "estimated_rate_hi": estimate.hi,
+            "interval": estimate.resampled,
             "bbse_rate": bbse, "rate_error": abs(estimate.rate - truth),
             "rate_error_unadapted": abs(float(np.mean(calibrated)) - truth),
             "brier_base_rate": truth * (1 - truth), "brier_training_rate": float(np.mean((estimate.source_rate - y) ** 2)),
             "brier_calibrated": unadjusted["brier"], "brier_adapted": after["brier"],
+            "brier_true_rate_centred": float(np.mean((oracle - y) ** 2)),
             "ece_calibrated": unadjusted["ece"], "ece_adapted": after["ece"],
-            "adapted_not_worse_than_base_rate": bool(after["brier"] <= truth * (1 - truth) + 1e-12)}
+            "adapted_not_worse_than_base_rate": bool(after["brier"] <= truth * (1 - truth) + 1e-12),
+            "adapted_not_worse_than_training_rate": bool(after["brier"] <= float(np.mean((estimate.source_rate - y)
+                                                                                         ** 2)) + 1e-12)}
+
+
+def run_failure_counts(failure, runs, leave_out=()) -> tuple[np.ndarray, np.ndarray]:
+    """``(failures, n)`` of each run of ``runs`` except ``leave_out`` (what :func:`run_rate_interval` reads)."""
+    frame = pd.DataFrame({"run": np.asarray(runs, dtype=object), "y": np.asarray(failure, dtype=bool)})
+    frame = frame[~frame["run"].isin(list(leave_out))]
+    counts = frame.groupby("run", sort=False)["y"].agg(["sum", "size"])
+    return counts["sum"].to_numpy(dtype=float), counts["size"].to_numpy(dtype=float)
 
 
 def leave_one_run_out_adaptation(log_odds, failure, runs, n_boot: int = DEFAULT_N_BOOT, seed=0, groups=None,
@@ -275,10 +387,12 @@ def leave_one_run_out_adaptation(log_odds, failure, runs, n_boot: int = DEFAULT_
     """``(per run, rows)``: each run's held-out ``log_odds`` (from a model that never saw it) calibrated by a Platt map
     fitted on the *other* runs' rows, its failure rate estimated by EM with the prior strength chosen on the other
     runs alone (:func:`choose_strength` over them, each calibrated without the held-out run: nested), with a bootstrap
-    interval (``groups``, the tasks, resampled), and by soft BBSE; its probabilities adapted (module docstring).
+    interval (``groups``, the tasks, resampled; κ = ∞: the spread of the other runs' rates), and by soft BBSE; its
+    probabilities centred on that rate (:func:`center_probabilities`).
     ``per run``: the columns of the module docstring (``brier_base_rate`` = ȳ(1 - ȳ), ``rate_error`` = |estimated -
-    true|, ``em_rate`` the plain EM's, ``prior_strength`` the κ chosen, ECE before and after); ``rows``: ``run``,
-    ``failure``, ``calibrated``, ``adapted`` per scored row (for the pooled reliability diagram)."""
+    true|, ``em_rate`` the plain EM's, ``prior_strength`` the κ chosen, ECE before and after,
+    ``brier_true_rate_centred`` the Brier had the run's true rate been known); ``rows``: ``run``, ``failure``,
+    ``calibrated``, ``adapted`` per scored row (for the pooled reliability diagram)."""
     y = np.asarray(failure, dtype=bool)
     g = None if groups is None else np.asarray(list(groups), dtype=object)
     outer = held_out_calibration(log_odds, failure, runs)
@@ -286,7 +400,7 @@ def leave_one_run_out_adaptation(log_odds, failure, runs, n_boot: int = DEFAULT_
     for k, (r, (calibrated, source, yr, mine)) in enumerate(outer.items()):
         strength, _ = choose_strength(held_out_calibration(log_odds, failure, runs, leave_out=(r,)), strengths)
         estimate, adapted = adapt(calibrated, source, n_boot, seed + k, None if g is None else g[mine],
-                                  strength=strength)
+                                  strength=strength, run_rates=run_failure_counts(y, runs, leave_out=(r,)))
         train = ~mine & np.isfinite(np.asarray(log_odds, dtype=float))
         scores = np.asarray(log_odds, dtype=float)
         source_probs = platt_probability(within_run_platt(scores[train], y[train], np.asarray(runs, dtype=object)[
@@ -307,6 +421,9 @@ def adaptation_summary(per_run: pd.DataFrame) -> dict:
     return {"n_runs": int(len(t)),
             "runs_brier_adapted_le_base_rate": int(t["adapted_not_worse_than_base_rate"].sum()),
             "runs_brier_calibrated_le_base_rate": int((t["brier_calibrated"] <= t["brier_base_rate"] + 1e-12).sum()),
+            "runs_brier_adapted_le_training_rate": int(t["adapted_not_worse_than_training_rate"].sum()),
+            "mean_brier_training_rate": float(t["brier_training_rate"].mean()),
+            "mean_brier_true_rate_centred": float(t["brier_true_rate_centred"].mean()),
             "rate_mae": float(t["rate_error"].mean()), "rate_mae_unadapted": float(t["rate_error_unadapted"].mean()),
             "rate_mae_plain_em": float((t["em_rate"] - t["true_rate"]).abs().mean()),
             "rate_mae_bbse": float((t["bbse_rate"] - t["true_rate"]).abs().mean()),
@@ -317,3 +434,34 @@ def adaptation_summary(per_run: pd.DataFrame) -> dict:
             "mean_ece_adapted": float(t["ece_adapted"].mean()), "mean_ece_calibrated": float(t["ece_calibrated"].mean()),
             "interval_covers_true_rate": int(((t["estimated_rate_lo"] <= t["true_rate"])
                                               & (t["true_rate"] <= t["estimated_rate_hi"])).sum())}
+
+
+def leave_one_run_out_pooled_rates(X, failure, runs, C: float = 0.1) -> pd.DataFrame:
+    """Per run: its failure rate estimated from a logistic regression fitted *pooled* on the other runs' rows of
+    ``X`` (median-imputed, standardized, L2 with ``C``; no run intercepts, so a run's level of the features moves its
+    probabilities): ``pooled_mean`` (the mean probability: classify-and-count with probabilities), ``pooled_em``
+    (Saerens' EM on them, from the other runs' mean), ``pooled_bbse`` (soft BBSE), beside ``true_rate`` and
+    ``training_rate`` (the other runs' pooled rate, the constant to beat)."""
+    from sklearn.impute import SimpleImputer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    X = np.asarray(X, dtype=float)
+    y = np.asarray(failure, dtype=bool)
+    runs = np.asarray(runs, dtype=object)
+    usable = np.isfinite(X).any(axis=0)
+    X = X[:, usable]
+    out = []
+    for r in dict.fromkeys(runs):
+        mine, train = runs == r, runs != r
+        if not (y[train].any() and (~y[train]).any()) or not X.shape[1]:
+            continue
+        model = make_pipeline(SimpleImputer(strategy="median"), StandardScaler(),
+                              LogisticRegression(C=C, max_iter=2000)).fit(X[train], y[train])
+        p_train, p_run = model.predict_proba(X[train])[:, 1], model.predict_proba(X[mine])[:, 1]
+        out.append({"run": str(r), "n": int(mine.sum()), "true_rate": float(y[mine].mean()),
+                    "training_rate": float(y[train].mean()), "pooled_mean": float(p_run.mean()),
+                    "pooled_em": em_failure_rate(p_run, float(p_train.mean())).rate,
+                    "pooled_bbse": bbse_failure_rate(p_run, p_train, y[train])})
+    return pd.DataFrame(out)

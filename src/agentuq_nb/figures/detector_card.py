@@ -95,21 +95,26 @@ def label_shift_lines(card: dict[str, Any]) -> list[str]:
     if not shift or not shift.get("runs"):
         return ["No label-shift judgement: it needs two or more training runs."]
     lines = ["| held-out run | n | true failure rate | estimated rate [95% interval] | κ | plain EM's rate | "
-             "Brier (adapted) | Brier of the base rate ȳ(1−ȳ) | Brier (unadapted) | ECE (adapted) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "Brier (adapted) | Brier of the training rate | Brier of the true base rate ȳ(1−ȳ) | Brier, true rate "
+             "known | ECE (adapted) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in shift["runs"]:
         lines.append(f"| {r['run']} | {r['n']} | {num(r['true_rate'])} | {num(r['estimated_rate'])}"
                      f"{span(r.get('estimated_rate_lo'), r.get('estimated_rate_hi'))} | {strength(r.get('prior_strength'))} "
-                     f"| {num(r.get('em_rate'))} | {num(r['brier_adapted'])} | "
-                     f"{num(r['brier_base_rate'])} | {num(r['brier_calibrated'])} | {num(r['ece_adapted'])} |")
+                     f"| {num(r.get('em_rate'))} | {num(r['brier_adapted'])} | {num(r.get('brier_training_rate'))} | "
+                     f"{num(r['brier_base_rate'])} | {num(r.get('brier_true_rate_centred'))} | {num(r['ece_adapted'])} |")
     s = shift["summary"]
-    lines += ["", f"Adapted Brier ≤ the base rate's on {s['runs_brier_adapted_le_base_rate']} of {s['n_runs']} runs "
-                  f"(unadapted: {s['runs_brier_calibrated_le_base_rate']}); failure-rate MAE {num(s['rate_mae'])} "
-                  f"(the unadapted mean probability's: {num(s['rate_mae_unadapted'])}; soft BBSE's: "
-                  f"{num(s['rate_mae_bbse'])}); the interval holds the true rate on {s['interval_covers_true_rate']} "
-                  f"of {s['n_runs']} runs. Method: {shift.get('method', 'EM')}. κ: pseudo-trajectories at the "
-                  f"training rate (∞: not adapted); `predict` uses κ = {strength(shift.get('prior_strength'))}, chosen "
-                  "on all training runs."]
+    lines += ["", f"Adapted Brier ≤ the true base rate's on {s['runs_brier_adapted_le_base_rate']} of {s['n_runs']} runs "
+                  f"(unadapted: {s['runs_brier_calibrated_le_base_rate']}; ≤ the constant training rate's on "
+                  f"{s.get('runs_brier_adapted_le_training_rate', '—')}); mean Brier {num(s['mean_brier_adapted'])} "
+                  f"against the training rate's {num(s.get('mean_brier_training_rate'))} and the true base rate's "
+                  f"{num(s['mean_brier_base_rate'])} (which knows each run's rate; centred on that true rate the "
+                  f"detector's probabilities would score {num(s.get('mean_brier_true_rate_centred'))}); failure-rate "
+                  f"MAE {num(s['rate_mae'])} (the unadapted mean probability's: {num(s['rate_mae_unadapted'])}; soft "
+                  f"BBSE's: {num(s['rate_mae_bbse'])}); the interval holds the true rate on "
+                  f"{s['interval_covers_true_rate']} of {s['n_runs']} runs. Method: {shift.get('method', 'EM')}. κ: "
+                  f"pseudo-trajectories at the training rate (∞: the training rate, not estimated from the run); "
+                  f"`predict` uses κ = {strength(shift.get('prior_strength'))}, chosen on all training runs."]
     return lines
 
 
@@ -162,10 +167,11 @@ def _probability_sentence(card: dict[str, Any]) -> str:
               "read them as a ranking and the run's estimated failure rate, not as exact probabilities" if 2 * k >= n
               else "read them as a ranking only, and the run's failure rate with its interval")
     if strength(shift.get("prior_strength")) == "∞":
-        return (f"Its scores do not tell a run's own failure rate (on held-out training runs, moving the probabilities "
-                f"to an estimated rate did not beat keeping the training rate, so predict keeps it); they were at "
-                f"least as good as the run's true base rate (Brier) on {k} of {n} held-out runs and the training rate "
-                f"missed the runs' rates by {num(s['rate_mae'])} on average: {advice}.")
+        return (f"Its scores do not tell a run's own failure rate (on held-out training runs, an estimated rate did not "
+                f"beat the training rate, so predict centres each run's probabilities on it, with the spread of the "
+                f"training runs' rates as the interval); they were at least as good as the run's true base rate "
+                f"(Brier) on {k} of {n} held-out runs and the training rate missed the runs' rates by "
+                f"{num(s['rate_mae'])} on average: {advice}.")
     return (f"Its probabilities, moved to each held-out run's estimated failure rate, were at least as good as the "
             f"run's true base rate (Brier) on {k} of {n} runs, and the run's failure rate was estimated with a mean "
             f"absolute error of {num(s['rate_mae'])}: {advice}.")

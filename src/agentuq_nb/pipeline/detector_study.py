@@ -338,9 +338,14 @@ def findings_record(study: DetectorStudy) -> dict:
             "runs_brier_le_base_rate": f"{s['runs_brier_adapted_le_base_rate']} of {s['n_runs']}",
             "rate_mae": _three(s["rate_mae"]), "mean_brier": _three(s["mean_brier_adapted"]),
             "mean_brier_base_rate": _three(s["mean_brier_base_rate"]), "mean_ece": _three(s["mean_ece_adapted"]),
+            "mean_brier_training_rate": _three(s.get("mean_brier_training_rate")),
+            "mean_brier_true_rate_centred": _three(s.get("mean_brier_true_rate_centred")),
+            "interval_covers_true_rate": f"{s['interval_covers_true_rate']} of {s['n_runs']}",
             "prior_strength": shift.get("prior_strength"),
             "runs": [{"run": r["run"], "true_rate": _three(r["true_rate"]), "estimated_rate": _three(r["estimated_rate"]),
+                      "estimated_rate_interval": [_three(r.get("estimated_rate_lo")), _three(r.get("estimated_rate_hi"))],
                       "brier": _three(r["brier_adapted"]), "brier_base_rate": _three(r["brier_base_rate"]),
+                      "brier_training_rate": _three(r.get("brier_training_rate")),
                       "ece": _three(r["ece_adapted"])} for r in shift["runs"]]}
     ablation = study.ablation[study.ablation["auroc"].notna()] if "auroc" in study.ablation else study.ablation
     record["ablation"] = {f"{r.feature_set} | {r.protocol}": _three(r.auroc) for r in ablation.itertuples()}

@@ -8,9 +8,10 @@ log, AgentUQ's results with their sidecars), extracted into ``--out`` first as `
 features it was trained with, and one commit publishes:
 
 * ``predictions.csv`` - one row per trajectory: the keys, ``simulation_id``, ``failure_probability`` (calibrated on runs
-  other than this one, then moved to this run's estimated failure rate: label-shift EM,
-  :mod:`agentuq_nb.evaluation.label_shift`), ``failure_probability_training_rate`` (before that move: at the training
-  runs' rate), ``base_probability``, ``log_odds``, ``source_rate`` (that training rate), ``model`` (``final``, or
+  other than this one, then moved by one log-odds shift so that their mean is this run's estimated failure rate:
+  label-shift EM, or the training runs' rate where EM did not estimate held-out runs' rates better,
+  :mod:`agentuq_nb.evaluation.label_shift`), ``failure_probability_training_rate`` (before that move: the Platt map's
+  output), ``base_probability``, ``log_odds``, ``source_rate`` (that training rate), ``model`` (``final``, or
   ``leave-one-run-out:<run>`` for a trajectory the detector was trained on), ``in_training``, ``task_key`` (the task's
   identity: ``content:<hash of its instructions>``, or ``id:<task id>`` where the results hold no task content),
   ``task_seen`` (its task was among the training tasks), ``task_prior`` (that task's failure rate in training), the
@@ -21,8 +22,9 @@ features it was trained with, and one commit publishes:
 * ``detector_scores.parquet`` - the probability as the ``detector`` estimator family reads it, so that
   ``compare-estimators`` and ``compare-runs`` rank it beside the other families;
 * ``detector.json`` - which detector (its folder, card hash, training runs, protocols), how the probabilities were
-  calibrated and the contributions made, ``failure_rate`` (the run's estimated rate with its bootstrap interval, tasks
-  resampled; on a labelled run its ``true_rate`` beside it), ``tasks_seen`` (the share of trajectories whose task was
+  calibrated and the contributions made, ``failure_rate`` (the run's estimated rate with its interval: bootstrap, tasks
+  resampled, or - for the training rate - the spread of the training runs' rates; on a labelled run its
+  ``true_rate`` beside it), ``tasks_seen`` (the share of trajectories whose task was
   in training), and, on a labelled run, the detector's row of the estimator table, the calibration of its
   probabilities on this run (adapted and at the training rate, with the base rate's Brier ȳ(1 - ȳ)), and
   ``against_task_history``: the detector's AUROC beside length's and the task prior's, with the paired difference.
@@ -145,7 +147,7 @@ def run(run_dir: str | os.PathLike | RunDir, config: PredictConfig) -> Predictio
         estimate, _ = detector.adapt_to_run(at_training_rate, tasks, config.n_boot, config.seed)
         # scored at the run's estimated rate, the reasons taken along that map: their points sum to the adapted
         # probability written (a folder without training rates, or not adapted: the calibrated one)
-        scored = detector.predict(features, config.top, None if estimate is None else estimate.rate)
+        scored = detector.predict(features, config.top, None if estimate is None else estimate.shift)
         calibrated = at_training_rate["failure_probability"].to_numpy(dtype=float)
         scored.insert(1, "failure_probability_training_rate", calibrated)
         at = scored.columns.get_loc("in_training") + 1
@@ -265,9 +267,14 @@ def rate_report(estimate, scored: pd.DataFrame, tasks=None, n_boot: int = 0, see
     if estimate is None:
         return {**base, "estimated": None, "note": "not adapted: the detector's maps carry no training rate, or its "
                                                    "probabilities are constant"}
+    estimated_from_run = estimate.resampled in ("trajectories", "tasks")
+    interval = {"trajectories": "bootstrap, trajectories resampled", "tasks": "bootstrap, tasks resampled",
+                "runs": "the spread of the training runs' own failure rates (beta-binomial): the run's scores did "
+                        "not narrow it", "none": "none"}.get(estimate.resampled, estimate.resampled)
     return {**base, "estimated": estimate.rate, "lo": estimate.lo, "hi": estimate.hi,
-            "method": f"label-shift {estimate.method} (Saerens et al. 2002)" if estimate.resampled != "none"
-            else estimate.method, "resampled": estimate.resampled, "converged": estimate.converged}
+            "method": f"label-shift {estimate.method} (Saerens et al. 2002)" if estimated_from_run
+            else estimate.method, "interval": interval, "resampled": estimate.resampled,
+            "converged": estimate.converged, "logit_shift": estimate.shift}
 
 
 def task_history_comparison(predictions: pd.DataFrame, index: pd.DataFrame, failure: np.ndarray, n_boot: int,
@@ -360,22 +367,32 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
                      "are not those of an unseen run")
     rate = report.get("failure_rate") or {}
     own = (f"; its own (labelled) rate: {rate['true_rate']:.3f}" if rate.get("true_rate") is not None else "")
-    if rate.get("estimated") is not None and rate.get("resampled") != "none":
+    if rate.get("estimated") is not None and rate.get("resampled") in ("trajectories", "tasks"):
         lines.append(f"estimated failure rate of this run: {rate['estimated']:.3f} "
                      f"{interval_text(rate.get('lo'), rate.get('hi'))} ({rate.get('method')}, {rate.get('resampled')} "
                      f"resampled; the training runs': {num_text(rate.get('training_rate'))}){own}")
     elif rate.get("estimated") is not None:
-        lines.append(f"failure rate of this run: not adapted - on held-out training runs, moving the probabilities to "
-                     f"a rate estimated from a run's scores did not beat keeping the training runs' "
-                     f"{rate['estimated']:.3f}{own}")
+        spread = (f" {interval_text(rate.get('lo'), rate.get('hi'))}, the interval the training runs' own rates "
+                  "spread over" if rate.get("resampled") == "runs" else "")
+        lines.append(f"estimated failure rate of this run: {rate['estimated']:.3f}{spread} - the training runs' rate: "
+                     f"on held-out training runs, a rate estimated from a run's scores did not beat it, so the "
+                     f"probabilities are centred on it{own}")
     else:
         lines.append(f"failure rate of this run: not estimated ({rate.get('note', '')}){own}")
     if rate.get("mean_probability") is not None:
         miss = (f"; on held-out training runs the detector's rate missed the true one by {rate['held_out_rate_mae']:.3f} "
                 "on average" if rate.get("held_out_rate_mae") is not None else "")
-        lines.append(f"expected failures by its probabilities: {rate['expected_failures']:.1f} of {report['n']} "
-                     f"(mean {rate['mean_probability']:.3f} "
-                     f"{interval_text(rate.get('mean_probability_lo'), rate.get('mean_probability_hi'))}){miss}{own}")
+        if rate.get("estimated") is not None:  # centred: the probabilities' mean is the estimated rate
+            n = report["n"]
+            bounds = (f"; {rate['lo'] * n:.1f} to {rate['hi'] * n:.1f} by its interval"
+                      if rate.get("lo") is not None and rate.get("hi") is not None else "")
+            lines.append(f"expected failures by its probabilities: {rate['expected_failures']:.1f} of {n} (the "
+                         f"estimated rate times {n}{bounds}){miss}{own}")
+        else:
+            lines.append(f"expected failures by its probabilities: {rate['expected_failures']:.1f} of {report['n']} "
+                         f"(mean {rate['mean_probability']:.3f} "
+                         f"{interval_text(rate.get('mean_probability_lo'), rate.get('mean_probability_hi'))}){miss}"
+                         f"{own}")
     seen = report.get("tasks_seen") or {}
     if seen.get("share_seen") is not None:
         lines.append(f"tasks seen in training: {seen['n_seen']} of {seen['n']} trajectories ({seen['share_seen']:.0%}; "

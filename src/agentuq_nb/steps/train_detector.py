@@ -738,8 +738,10 @@ def judge_label_shift(log_odds: np.ndarray, failure: np.ndarray, runs: np.ndarra
     bins = {name: reliability_bands(rows[name], rows["failure"], n_boot=n_boot, seed=seed).to_dict("records")
             for name in ("calibrated", "adapted")} if len(rows) else {}
     return ({"method": "MAP-EM (Saerens et al. 2002, with a prior of κ pseudo-trajectories at the training rate, κ "
-                       "chosen on held-out training runs, nested) on Platt-calibrated leave-one-run-out log-odds; the "
-                       "run's rate resampled by task for its interval",
+                       "chosen on held-out training runs, nested) on Platt-calibrated leave-one-run-out log-odds, the "
+                       "run's probabilities then centred on its rate by one log-odds shift; the interval: tasks "
+                       "resampled, or for κ = ∞ (the training rate) the spread of the other runs' rates "
+                       "(beta-binomial)",
              "prior_strength": strength, "prior_strength_choice": choice.to_dict("records"),
              "summary": adaptation_summary(per_run), "runs": per_run.to_dict("records"), "reliability": bins}, rows)
 
@@ -819,8 +821,11 @@ def show(trained: TrainedDetector, run_dir: None, config: TrainDetectorConfig, s
         kappa = card["calibration"]["label_shift"].get("prior_strength")
         say.say(f"each run held out: Brier ≤ its base rate's on {shift['runs_brier_adapted_le_base_rate']} of "
                 f"{shift['n_runs']} runs, its failure rate estimated with MAE {shift['rate_mae']:.3f} ("
-                + ("not adapted: the scores did not tell a run's rate better than the training rate" if kappa is None
-                   else f"label-shift EM, {kappa:g} pseudo-trajectories at the training rate") + f"); {trained.path / 'card.md'}")
+                + ("the training rate: the scores did not tell a run's rate better; each run's probabilities centred "
+                   "on it" if kappa is None else f"label-shift EM, {kappa:g} pseudo-trajectories at the training rate")
+                + f"; mean Brier {shift['mean_brier_adapted']:.3f} against the constant training rate's "
+                f"{shift.get('mean_brier_training_rate', float('nan')):.3f} and the true base rate's "
+                f"{shift['mean_brier_base_rate']:.3f}); {trained.path / 'card.md'}")
     for note in card.get("notes", []):
         say.say(f"note: {note}", warn=True)
 
