@@ -179,7 +179,7 @@ def test_prefix_cache_gives_the_numbers_of_a_fresh_cache_and_skips_the_shared_pr
 
     def conversation(model):
         out, turns = [], [{"role": "user", "content": "Hi, I want to buy Dune."}]
-        for turn in range(3):
+        for turn in range(2):  # a greedy turn, then a sampled one that reuses the first turn's cached prefix
             agent = chat_completion([agent_system, *turns], GenerationRequest(
                 tools=TOOLS, max_tokens=24, temperature=0.7 if turn % 2 else 0.0, seed=turn), model=model)
             turns.append({"role": "assistant", "content": agent.content or "", "tool_calls": agent.tool_calls})
@@ -283,16 +283,18 @@ def test_tool_call_strings_admit_no_raw_newline_and_close_within_the_bound():
 
 @pytest.mark.slow
 def test_forced_tool_calls_always_parse_across_seeds_and_prompts():
+    # every question under both kinds of forced choice, the two seeds taking turns: each question is drawn with
+    # both seeds and each choice with both seeds (a second seed for every pair drew the same path again, 16 calls)
     forced_choices = ["required", {"type": "function", "function": {"name": "get_order"}}]
-    for question in RETAIL_QUESTIONS:
-        for seed in (0, 1):
-            for choice in forced_choices:
-                turn = llm.generate([{"role": "system", "content": "You are a retail agent."},
-                                     {"role": "user", "content": question}],
-                                    tools=LOOKUP_TOOLS, tool_choice=choice, temperature=1.0, seed=seed, max_tokens=256)
-                calls = turn.message["tool_calls"]
-                assert calls, f"no tool call for {question!r}, seed {seed}, {choice}: {turn.message['content']!r}"
-                assert calls[0]["name"] in {"get_order", "find_user"} and isinstance(calls[0]["arguments"], dict)
+    for q, question in enumerate(RETAIL_QUESTIONS):
+        for c, choice in enumerate(forced_choices):
+            seed = (q + c) % 2
+            turn = llm.generate([{"role": "system", "content": "You are a retail agent."},
+                                 {"role": "user", "content": question}],
+                                tools=LOOKUP_TOOLS, tool_choice=choice, temperature=1.0, seed=seed, max_tokens=256)
+            calls = turn.message["tool_calls"]
+            assert calls, f"no tool call for {question!r}, seed {seed}, {choice}: {turn.message['content']!r}"
+            assert calls[0]["name"] in {"get_order", "find_user"} and isinstance(calls[0]["arguments"], dict)
 
 
 def test_in_json_string_follows_quotes_and_escapes():
