@@ -205,7 +205,8 @@ def test_prefix_cache_gives_the_numbers_of_a_fresh_cache_and_skips_the_shared_pr
 
 
 def test_chat_replay_rows_are_labelled_and_never_mixed():
-    rows = llm.score(QUESTION[1:], {"role": "user", "content": "Thanks."}, backend="chat_replay")
+    # the replayed reply is generated (16 tokens are as labelled as a full reply's)
+    rows = llm.score(QUESTION[1:], {"role": "user", "content": "Thanks."}, backend="chat_replay", max_tokens=16)
     assert rows and {r["source"] for r in rows} == {"chat_replay"}
     assert {r["role"] for r in rows} == {"user"} and {r["message_idx"] for r in rows} == {1}
 
