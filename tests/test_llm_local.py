@@ -147,7 +147,7 @@ def test_score_trajectory_agrees_with_score_message_by_message(tool_turn):
 def test_sliding_window_keeps_the_system_prompt_and_scores_every_token():
     small = LocalModel(n_ctx=256)
     try:
-        story = " ".join(f"Step {i}: the robot mixes paint number {i}." for i in range(40))
+        story = " ".join(f"Step {i}: the robot mixes paint number {i}." for i in range(30))
         conversation = [{"role": "system", "content": "You are a painter."},
                         {"role": "user", "content": "Tell me how you paint."},
                         {"role": "assistant", "content": story},
@@ -155,6 +155,7 @@ def test_sliding_window_keeps_the_system_prompt_and_scores_every_token():
         segments = SMOLLM2_CHAT.render(conversation)
         windowed = score_segments(segments, model=small)
         full = score_segments(segments, model=llm.get_local_model())
+        # 435 tokens (30 steps; 40 made 575 and three cuts): the first window, then two slides of half the rest
         assert windowed.n_tokens > small.n_ctx and windowed.truncations >= 2 and full.truncations == 0
         for idx, body in ((1, conversation[1]["content"]), (2, story), (3, "And then?")):
             assert len(windowed.tokens[idx]) == len(small.tokenize(body))
