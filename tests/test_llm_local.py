@@ -380,9 +380,12 @@ def test_fit_context_through_litellm_is_counted_in_usage():
     from agentuq_nb.llm.local_provider import segment_tokens
 
     model = llm.get_local_model()
-    full = len(segment_tokens(model, SMOLLM2_CHAT.render(LONG_CONVERSATION, tools=TOOLS, next_role="assistant")))
+    # the system prompt, two of the four question-answer pairs (each ~200 tokens: dropping the oldest frees the ~100
+    # tokens asked for), the call and its result, the last turn: the prompt is decoded twice, so the shorter the better
+    conversation = LONG_CONVERSATION[:1] + LONG_CONVERSATION[5:]
+    full = len(segment_tokens(model, SMOLLM2_CHAT.render(conversation, tools=TOOLS, next_role="assistant")))
     max_tokens = model.n_ctx - full + 100  # room for the answer only without ~100 prompt tokens
-    request = dict(model=llm.LOCAL_MODEL, messages=LONG_CONVERSATION, tools=TOOLS, tool_choice="required",
+    request = dict(model=llm.LOCAL_MODEL, messages=conversation, tools=TOOLS, tool_choice="required",
                    max_tokens=max_tokens, temperature=0)  # a forced call: the grammar keeps the answer short
     response = litellm.completion(**request, fit_context=True)
     assert response.usage.context_dropped_messages > 0 and response.usage.context_dropped_tokens >= 100
