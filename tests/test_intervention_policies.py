@@ -42,6 +42,8 @@ from agentuq_nb.steps.aggregate import aggregate
 from agentuq_nb.steps.extract import extract
 from agentuq_nb.uq import turn_summary
 
+from conftest import run_cli
+
 TASKS = ["1", "2"]
 SHOP = load_domain("bookshop")
 WRITE_TOOLS = frozenset(n for n, kind in SHOP.tool_types().items() if kind == "write")
@@ -173,13 +175,11 @@ def test_an_oracle_run_of_other_tasks_is_refused_before_anything_runs(tmp_path):
 
 
 def test_the_policy_options_are_refused_in_one_line_without_policy_or_with_a_nan_threshold(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(Path(estimators.__file__).resolve().parents[2])}
     for extra, said in ((["--policy-threshold", "0.5"], "--policy-threshold is used only with --policy"),
                         (["--policy", "defer", "--policy-threshold", "nan"], "--policy-threshold is NaN"),
                         (["--policy", "defer", "--risk", "2"], "--risk: Input should be less than 1"),
                         (["--policy", "defer"], "--policy 'defer' needs exactly one trigger")):
-        done = subprocess.run([sys.executable, "-m", "agentuq_nb.cli", "simulate", "--domain", "bookshop", "--out",
-                               str(tmp_path / "run"), *extra], capture_output=True, text=True, env=env, timeout=120)
+        done = run_cli("simulate", "--domain", "bookshop", "--out", tmp_path / "run", *extra)
         lines = [line for line in done.stderr.splitlines() if line.strip()]
         assert done.returncode == 2 and lines == [f"error: {lines[0][7:]}"] and said in lines[0], done.stderr
         assert not (tmp_path / "run").exists()  # no checkpoints/ or sidecars/ left behind

@@ -147,7 +147,7 @@ def test_score_trajectory_agrees_with_score_message_by_message(tool_turn):
 def test_sliding_window_keeps_the_system_prompt_and_scores_every_token():
     small = LocalModel(n_ctx=256)
     try:
-        story = " ".join(f"Step {i}: the robot mixes paint number {i}." for i in range(40))
+        story = " ".join(f"Step {i}: the robot mixes paint number {i}." for i in range(30))
         conversation = [{"role": "system", "content": "You are a painter."},
                         {"role": "user", "content": "Tell me how you paint."},
                         {"role": "assistant", "content": story},
@@ -155,6 +155,7 @@ def test_sliding_window_keeps_the_system_prompt_and_scores_every_token():
         segments = SMOLLM2_CHAT.render(conversation)
         windowed = score_segments(segments, model=small)
         full = score_segments(segments, model=llm.get_local_model())
+        # 435 tokens (30 steps; 40 made 575 and three cuts): the first window, then two slides of half the rest
         assert windowed.n_tokens > small.n_ctx and windowed.truncations >= 2 and full.truncations == 0
         for idx, body in ((1, conversation[1]["content"]), (2, story), (3, "And then?")):
             assert len(windowed.tokens[idx]) == len(small.tokenize(body))
@@ -179,7 +180,7 @@ def test_prefix_cache_gives_the_numbers_of_a_fresh_cache_and_skips_the_shared_pr
 
     def conversation(model):
         out, turns = [], [{"role": "user", "content": "Hi, I want to buy Dune."}]
-        for turn in range(3):
+        for turn in range(2):  # a greedy turn, then a sampled one that reuses the first turn's cached prefix
             agent = chat_completion([agent_system, *turns], GenerationRequest(
                 tools=TOOLS, max_tokens=24, temperature=0.7 if turn % 2 else 0.0, seed=turn), model=model)
             turns.append({"role": "assistant", "content": agent.content or "", "tool_calls": agent.tool_calls})
@@ -205,7 +206,8 @@ def test_prefix_cache_gives_the_numbers_of_a_fresh_cache_and_skips_the_shared_pr
 
 
 def test_chat_replay_rows_are_labelled_and_never_mixed():
-    rows = llm.score(QUESTION[1:], {"role": "user", "content": "Thanks."}, backend="chat_replay")
+    # the replayed reply is generated (16 tokens are as labelled as a full reply's)
+    rows = llm.score(QUESTION[1:], {"role": "user", "content": "Thanks."}, backend="chat_replay", max_tokens=16)
     assert rows and {r["source"] for r in rows} == {"chat_replay"}
     assert {r["role"] for r in rows} == {"user"} and {r["message_idx"] for r in rows} == {1}
 
@@ -283,16 +285,18 @@ def test_tool_call_strings_admit_no_raw_newline_and_close_within_the_bound():
 
 @pytest.mark.slow
 def test_forced_tool_calls_always_parse_across_seeds_and_prompts():
+    # every question under both kinds of forced choice, the two seeds taking turns: each question is drawn with
+    # both seeds and each choice with both seeds (a second seed for every pair drew the same path again, 16 calls)
     forced_choices = ["required", {"type": "function", "function": {"name": "get_order"}}]
-    for question in RETAIL_QUESTIONS:
-        for seed in (0, 1):
-            for choice in forced_choices:
-                turn = llm.generate([{"role": "system", "content": "You are a retail agent."},
-                                     {"role": "user", "content": question}],
-                                    tools=LOOKUP_TOOLS, tool_choice=choice, temperature=1.0, seed=seed, max_tokens=256)
-                calls = turn.message["tool_calls"]
-                assert calls, f"no tool call for {question!r}, seed {seed}, {choice}: {turn.message['content']!r}"
-                assert calls[0]["name"] in {"get_order", "find_user"} and isinstance(calls[0]["arguments"], dict)
+    for q, question in enumerate(RETAIL_QUESTIONS):
+        for c, choice in enumerate(forced_choices):
+            seed = (q + c) % 2
+            turn = llm.generate([{"role": "system", "content": "You are a retail agent."},
+                                 {"role": "user", "content": question}],
+                                tools=LOOKUP_TOOLS, tool_choice=choice, temperature=1.0, seed=seed, max_tokens=256)
+            calls = turn.message["tool_calls"]
+            assert calls, f"no tool call for {question!r}, seed {seed}, {choice}: {turn.message['content']!r}"
+            assert calls[0]["name"] in {"get_order", "find_user"} and isinstance(calls[0]["arguments"], dict)
 
 
 def test_in_json_string_follows_quotes_and_escapes():
@@ -376,9 +380,12 @@ def test_fit_context_through_litellm_is_counted_in_usage():
     from agentuq_nb.llm.local_provider import segment_tokens
 
     model = llm.get_local_model()
-    full = len(segment_tokens(model, SMOLLM2_CHAT.render(LONG_CONVERSATION, tools=TOOLS, next_role="assistant")))
+    # the system prompt, two of the four question-answer pairs (each ~200 tokens: dropping the oldest frees the ~100
+    # tokens asked for), the call and its result, the last turn: the prompt is decoded twice, so the shorter the better
+    conversation = LONG_CONVERSATION[:1] + LONG_CONVERSATION[5:]
+    full = len(segment_tokens(model, SMOLLM2_CHAT.render(conversation, tools=TOOLS, next_role="assistant")))
     max_tokens = model.n_ctx - full + 100  # room for the answer only without ~100 prompt tokens
-    request = dict(model=llm.LOCAL_MODEL, messages=LONG_CONVERSATION, tools=TOOLS, tool_choice="required",
+    request = dict(model=llm.LOCAL_MODEL, messages=conversation, tools=TOOLS, tool_choice="required",
                    max_tokens=max_tokens, temperature=0)  # a forced call: the grammar keeps the answer short
     response = litellm.completion(**request, fit_context=True)
     assert response.usage.context_dropped_messages > 0 and response.usage.context_dropped_tokens >= 100
