@@ -420,3 +420,53 @@ def test_the_card_says_plainly_where_the_detector_is_below_its_best_baseline():
     text = card_markdown(card)
     assert "leave_one_run_out: detector 0.714 against the task prior 0.744 — **below its best baseline** by 0.030" in text
     assert "leave_run_and_task_out: detector 0.690 against the length baseline num_messages 0.698 — at least" in text
+
+
+def test_fold_models_of_one_run_are_put_on_one_scale_from_its_unlabelled_rows():
+    """Two fold models of one run that are length under different affine maps (another slope and intercept each):
+    their raw log-odds mix the scales and rank the run worse than length; on one scale they rank it as length does.
+    A run scored by one model keeps its log-odds."""
+    from agentuq_nb.evaluation.detector_protocols import Fold, one_scale_per_run
+
+    rng = np.random.default_rng(3)
+    n = rng.uniform(4, 60, size=60)  # no ties: floating rounding would break them either way
+    y = rng.random(60) < 1 / (1 + np.exp(-(np.log(n) - np.log(20))))
+    runs = np.array(["a"] * 40 + ["b"] * 20, dtype=object)
+    folds = [Fold("p", "a0", np.arange(40, 60), np.arange(0, 20)), Fold("p", "a1", np.arange(40, 60), np.arange(20, 40)),
+             Fold("p", "b", np.arange(0, 40), np.arange(40, 60))]
+    models = [(0.5, -3.0), (2.0, 1.0), (1.0, 0.0)]  # (slope, intercept) of log(n)
+
+    def score(model, rows):
+        return model[1] + model[0] * np.log(n[rows])
+
+    raw = np.concatenate([score(models[k], f.test) for k, f in enumerate(folds)])
+    aligned = one_scale_per_run(folds, models, score, runs, raw)
+    assert within_run_auroc(aligned, y, runs) == pytest.approx(within_run_auroc(n, y, runs))
+    assert within_run_auroc(raw, y, runs) < within_run_auroc(n, y, runs)
+    assert np.array_equal(aligned[40:], raw[40:])
+    for k, fold in enumerate(folds[:2]):  # each fold model's order within its own rows is kept
+        assert (np.argsort(aligned[fold.test], kind="stable") == np.argsort(raw[fold.test], kind="stable")).all()
+
+
+@pytest.mark.parametrize("protocol", ["within_run", "leave_run_and_task_out"])
+def test_no_label_of_a_held_out_fold_reaches_its_ranked_scores(features, protocol):
+    """The protocol's scores of a held-out fold (its model chosen and fitted inside its training rows, then put on
+    the run's scale from the run's unlabelled rows) are the same whatever the labels of that fold's rows: flipping
+    them changes the other folds' models (which train on them, or on the fold's run) but not this fold's scores."""
+    from agentuq_nb.evaluation.detector_protocols import protocol_folds
+    from agentuq_nb.steps.train_detector import evaluate_protocol
+
+    index = features.index
+    y = labels(features)
+    settings = DetectorSettings(groups=("blackbox", "length"))
+    folds = protocol_folds(protocol, index["run"], index["domain"], index["task_key"], y, 3, 0)
+    held = folds[0].test
+    flipped = y.copy()
+    flipped[held] = ~flipped[held]
+    before = evaluate_protocol(protocol, features, y, settings, 3, 20, 0, folds=folds)
+    after = evaluate_protocol(protocol, features, flipped, settings, 3, 20, 0, folds=folds)  # the folds held fixed
+    assert np.array_equal(before.score[held], after.score[held])
+    assert np.array_equal(before.log_odds[held], after.log_odds[held])
+    others = np.setdiff1d(np.arange(len(y)), held)
+    assert not np.allclose(before.log_odds[others], after.log_odds[others])  # the flip did reach the other folds
+    assert not np.array_equal(before.score, before.log_odds)  # the scores were put on one scale per run

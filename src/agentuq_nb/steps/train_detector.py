@@ -11,9 +11,11 @@ judged by every protocol against length and the task prior, saved as a detector 
    pooled within-run
    AUROC of those out-of-fold scores is compared with the best length baseline and with the task prior by the
    paired bootstrap (tasks resampled within runs). Where several fold models score one run (within-run and
-   run-and-task-out), pairs of trajectories scored by *different* models also count: their scores differ by the
-   models' intercepts too, which pulls the pooled AUROC down (Airola et al. 2011); the ``same_model_*`` columns repeat
-   the comparison on pairs scored by one model only (strata = run × fold). Each protocol's held-out scores are turned
+   run-and-task-out), pairs of trajectories scored by *different* models also count: their scores would differ by the
+   models' scales too, which pulls the pooled AUROC down (Airola et al. 2011), so each fold model's scores of the run
+   are first put on one scale from the run's unlabelled rows
+   (:func:`~agentuq_nb.evaluation.detector_protocols.one_scale_per_run`); the ``same_model_*`` columns repeat the
+   comparison on pairs scored by one model only (strata = run × fold). Each protocol's held-out scores are turned
    into probabilities calibrated on the *other* runs (Platt), with ECE, Brier and reliability bins. ``on_fit(protocol, fold, rows)``
    is told the rows each fold's model was actually fitted on (the leakage test's hook).
 3. **The detector**: a model of all labelled rows (the final model, chosen as the folds' are by inner folds of
@@ -199,7 +201,9 @@ class TrainDetectorConfig(StepConfig):
 @dataclass
 class ProtocolRun:
     """One protocol on the labelled rows: its folds, their models, the out-of-fold log-odds and probabilities (those
-    calibrated on other runs) and the comparison row."""
+    calibrated on other runs), the comparison row, and ``score``: what the comparison ranks by (the log-odds, each
+    fold model's standardized over its run where several score one run:
+    :func:`~agentuq_nb.evaluation.detector_protocols.one_scale_per_run`)."""
 
     protocol: str
     folds: list[Fold]
@@ -208,6 +212,7 @@ class ProtocolRun:
     probability: np.ndarray
     row: dict[str, Any]
     reliability: pd.DataFrame
+    score: np.ndarray | None = None
 
 
 @dataclass
@@ -249,15 +254,18 @@ def selection_summary(models: list[SelectedDetector]) -> dict[str, Any]:
 
 def evaluate_protocol(protocol: str, labelled: TrajectoryFeatures, failure: np.ndarray, settings: DetectorSettings,
                       n_splits: int, n_boot: int, seed: int,
-                      on_fit: Callable[[str, Fold, pd.DataFrame], None] | None = None, threads: int = 1) -> ProtocolRun:
+                      on_fit: Callable[[str, Fold, pd.DataFrame], None] | None = None, threads: int = 1,
+                      folds: list[Fold] | None = None) -> ProtocolRun:
     """Fit every fold of ``protocol`` on its training rows (``threads`` folds at once, on the job executor), score its
-    held-out rows, compare (module docstring)."""
+    held-out rows, compare (module docstring). ``folds``: the protocol's folds when given (the folds by task are
+    stratified by the labels; a test holds them fixed while it changes labels)."""
     from agentuq_nb.evaluation.calibration import one_thread
     from agentuq_nb.evaluation.detector_protocols import (
         calibration_summary,
         cross_fit,
         evaluation_frame,
         held_out_probabilities,
+        one_scale_per_run,
         protocol_comparison,
         protocol_folds,
     )
@@ -265,7 +273,8 @@ def evaluate_protocol(protocol: str, labelled: TrajectoryFeatures, failure: np.n
 
     index = labelled.index
     runs, domains, task_ids = (index[c].to_numpy(dtype=object) for c in ("run", "domain", TASK_KEY))
-    folds = protocol_folds(protocol, runs, domains, task_ids, failure, n_splits, seed)
+    if folds is None:
+        folds = protocol_folds(protocol, runs, domains, task_ids, failure, n_splits, seed)
 
     def fit(fold: Fold) -> SelectedDetector:
         hook = None if on_fit is None else (lambda rows, fold=fold: on_fit(protocol, fold, rows))
@@ -276,27 +285,31 @@ def evaluate_protocol(protocol: str, labelled: TrajectoryFeatures, failure: np.n
         JobRunner(label="detector-folds", threads=threads, progress=False).run(
             fit, enumerate(folds), lambda k, model: fitted.__setitem__(k, model))
     by_fold = {id(fold): fitted[k] for k, fold in enumerate(folds)}
-    log_odds, which, models = cross_fit(folds, len(index), lambda fold: by_fold[id(fold)],
-                                        lambda model, rows: model.log_odds(labelled.take(rows)))
+    def score(model: SelectedDetector, rows: np.ndarray) -> np.ndarray:
+        return model.log_odds(labelled.take(rows))
+
+    log_odds, which, models = cross_fit(folds, len(index), lambda fold: by_fold[id(fold)], score)
+    ranked = one_scale_per_run(folds, models, score, runs, log_odds)  # several fold models of a run: one scale
     frame = evaluation_frame(runs, domains, task_ids, failure, index)
-    frame["detector"] = log_odds
+    frame["detector"] = ranked
     row = {"protocol": protocol, "description": PROTOCOLS[protocol], "folds": len(folds),
            **selection_summary(models)}
     if not folds:
         row["note"] = "the runs cannot hold this protocol (one run, or one domain)"
-        return ProtocolRun(protocol, folds, models, log_odds, np.full(len(index), np.nan), row, pd.DataFrame())
+        return ProtocolRun(protocol, folds, models, log_odds, np.full(len(index), np.nan), row, pd.DataFrame(),
+                           ranked)
     row.update(protocol_comparison(frame, "detector", n_boot, seed))
     if len(set(zip(runs, which))) > len(set(runs)):  # several fold models score one run: also pairs of one model
         model_runs = np.array([f"{r} | fold {k}" for r, k in zip(runs, which)], dtype=object)
         same = evaluation_frame(model_runs, domains, task_ids, failure, index).assign(
-            task_prior=frame["task_prior"], detector=log_odds)
+            task_prior=frame["task_prior"], detector=ranked)
         row.update({f"same_model_{k}": v for k, v in protocol_comparison(same, "detector", n_boot, seed).items()
                     if k not in ("n", "n_failures", "prior_n")})
     probability = held_out_probabilities(log_odds, failure, runs)
     report, bins = calibration_summary(probability, failure)
     row.update({f"calibration_{k}": report[k] for k in ("n", "ece", "ece_debiased", "brier", "log_loss",
                                                          "auroc_across_runs")})
-    return ProtocolRun(protocol, folds, models, log_odds, probability, row, bins.assign(protocol=protocol))
+    return ProtocolRun(protocol, folds, models, log_odds, probability, row, bins.assign(protocol=protocol), ranked)
 
 
 # --------------------------------------------------------------------------- early detection
@@ -322,7 +335,7 @@ def prefix_reader(sources: list[Source], config: TrainDetectorConfig) -> PrefixF
 def early_detection(config: TrainDetectorConfig, prefixes: PrefixFeatures, labelled_at: np.ndarray,
                     failure: np.ndarray, full: TrajectoryFeatures, run: ProtocolRun) -> pd.DataFrame:
     """The fold models of ``run`` on prefixes of their held-out trajectories (module docstring), one row per prefix."""
-    from agentuq_nb.evaluation.detector_protocols import evaluation_frame, protocol_comparison
+    from agentuq_nb.evaluation.detector_protocols import evaluation_frame, one_scale_per_run, protocol_comparison
 
     rows = []
     prefixes_wanted = [("turns", k) for k in config.early_turns] + [("fraction", f) for f in config.early_fractions]
@@ -335,6 +348,8 @@ def early_detection(config: TrainDetectorConfig, prefixes: PrefixFeatures, label
         log_odds = np.full(len(index), np.nan)
         for fold, model in zip(run.folds, run.models):
             log_odds[fold.test] = model.log_odds(prefix.take(fold.test))
+        log_odds = one_scale_per_run(run.folds, run.models, lambda model, rows: model.log_odds(prefix.take(rows)),
+                                     runs, log_odds)  # as the protocol's own scores (evaluate_protocol)
         frame = evaluation_frame(runs, domains, task_ids, failure, prefix.index)
         frame["detector"] = log_odds
         row = {"prefix": kind, "value": value, "protocol": run.protocol,
@@ -495,6 +510,8 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], confi
     oof["failure"] = failure
     for r in evaluated.values():
         oof[f"log_odds[{r.protocol}]"] = r.log_odds
+        if r.score is not None and not np.array_equal(r.score, r.log_odds, equal_nan=True):
+            oof[f"ranked_score[{r.protocol}]"] = r.score  # what the protocol's AUROC ranks by (one scale per run)
         oof[f"probability[{r.protocol}]"] = r.probability
     top = final.feature_summary(labelled).head(1000)
     training_tasks = task_table(index, failure)
