@@ -108,7 +108,7 @@ def test_the_winner_is_the_best_inner_score_and_survives_the_arrays(features):
     assert "task_prior" not in scores and "baselines" not in scores  # task-disjoint: the prior has nothing to say
     assert chosen.candidate == choose(scores, chosen.selection.get("one_se"))  # one standard error, simpler first
     assert chosen.candidate in ("length",) or scores[chosen.candidate] > scores["length"] + max(
-        0.02, chosen.selection["one_se"][chosen.candidate])
+        0.02, chosen.selection["one_se"][f"{chosen.candidate} vs length"])
     from agentuq_nb.evaluation.detector_selection import SelectedDetector
 
     meta, arrays = chosen.to_arrays()
@@ -360,6 +360,18 @@ def test_a_complex_candidate_must_beat_the_best_baseline_by_one_standard_error()
     assert choose(scores, {"full": 0.05, "stacked": 0.01}) == "task_prior"  # within one standard error
     assert choose({"length": 0.70, "full": 0.70 + COMPLEX_MARGIN / 2}) == "length"
     assert choose({"length": 0.70, "task_prior": 0.71}) == "task_prior"
+    # where the prior applies it is the reference (the protocol's two baselines at once): length alone and the
+    # baselines' stack must beat it as any other candidate must
+    assert choose({"length": 0.73, "task_prior": 0.72}) == "task_prior"
+    assert choose({"length": 0.75, "task_prior": 0.72}) == "length"
+    assert choose({"length": 0.70, "task_prior": 0.70, "baselines": 0.73}, {"baselines": 0.04}) == "task_prior"
+    assert choose({"length": 0.70, "task_prior": 0.70, "baselines": 0.73}, {"baselines": 0.01}) == "baselines"
+    # a model of many features must then beat what it would replace (the stack, here), not the prior alone
+    tiers = {"task_prior": 0.70, "baselines": 0.73, "stacked": 0.76}
+    assert choose(tiers, {"baselines vs task_prior": 0.01, "stacked vs baselines": 0.04}) == "baselines"
+    assert choose(tiers, {"baselines vs task_prior": 0.01, "stacked vs baselines": 0.01}) == "stacked"
+    assert choose({"task_prior": 0.72, "baselines": 0.73, "stacked": 0.76}, {"stacked vs task_prior": 0.03}) \
+        == "stacked"
 
 
 def test_the_full_model_is_fitted_within_runs(features):
