@@ -75,6 +75,7 @@ def main() -> None:
     parser.add_argument("--n-boot", type=int, default=200)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=None, help="JSON file of the protocols' rows")
+    parser.add_argument("--final", action="store_true", help="also choose the final model (all runs, whole-run folds)")
     args = parser.parse_args()
 
     tick, cpu = time.perf_counter(), cpu_seconds()
@@ -104,6 +105,14 @@ def main() -> None:
               f"{row.get('same_model_length_auroc', float('nan')):.3f}; folds chose {row.get('selected_folds')}; "
               f"{row['seconds']:.0f} s wall, {row['cpu_seconds']:.0f} s CPU, load {os.getloadavg()[0]:.1f}",
               flush=True)
+    if args.final:  # the model predict applies: chosen on all the runs by inner folds of whole runs
+        from agentuq_nb.evaluation.detector_selection import FINAL_KIND, select_detector
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            final = select_detector(labelled, failure, config.settings(), FINAL_KIND)
+        rows["final"] = {"selected": final.candidate, **final.selection}
+        print(f"final model: {final.candidate} ({final.selection.get('why')})", flush=True)
     if args.out is not None:
         args.out.write_text(json.dumps(rows, indent=1, default=str))
 

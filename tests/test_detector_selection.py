@@ -366,12 +366,13 @@ def test_a_complex_candidate_must_beat_the_best_baseline_by_one_standard_error()
     assert choose({"length": 0.75, "task_prior": 0.72}) == "length"
     assert choose({"length": 0.70, "task_prior": 0.70, "baselines": 0.73}, {"baselines": 0.04}) == "task_prior"
     assert choose({"length": 0.70, "task_prior": 0.70, "baselines": 0.73}, {"baselines": 0.01}) == "baselines"
-    # a model of many features must then beat what it would replace (the stack, here), not the prior alone
+    # a model of many features must then beat the best of the simpler candidates (the stack, here), chosen or not
     tiers = {"task_prior": 0.70, "baselines": 0.73, "stacked": 0.76}
     assert choose(tiers, {"baselines vs task_prior": 0.01, "stacked vs baselines": 0.04}) == "baselines"
     assert choose(tiers, {"baselines vs task_prior": 0.01, "stacked vs baselines": 0.01}) == "stacked"
-    assert choose({"task_prior": 0.72, "baselines": 0.73, "stacked": 0.76}, {"stacked vs task_prior": 0.03}) \
-        == "stacked"
+    unchosen = {"task_prior": 0.72, "baselines": 0.73, "stacked": 0.76}  # the stack is not chosen, yet the bar
+    assert choose(unchosen, {"stacked vs task_prior": 0.01, "stacked vs baselines": 0.04}) == "task_prior"
+    assert choose(unchosen, {"stacked vs task_prior": 0.01, "stacked vs baselines": 0.01}) == "stacked"
 
 
 def test_the_full_model_is_fitted_within_runs(features):

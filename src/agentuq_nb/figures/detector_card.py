@@ -202,7 +202,10 @@ def card_markdown(card: dict[str, Any]) -> str:
     lines += ["", "## Every protocol against both baselines", "",
               "Pooled within-run AUROC of held-out scores (failures ranked first; pairs within a run; tasks resampled "
               "within runs for the 95% intervals). Baselines: the best length baseline chosen on these data, and the "
-              "task prior (the task's failure rate in the other runs). 'beats' = the paired interval lies above 0.",
+              "task prior (the task's failure rate in the other runs). 'beats' = the paired interval lies above 0. Where "
+              "several fold models score one run (within-run, run- and task-out), each model's scores are first "
+              "standardized over that run's rows (its features only, no label), so that pairs scored by two fold "
+              "models compare ranks within the run, not the models' scales.",
               "", *protocol_lines(card), ""]
     for name in card.get("protocols", {}):
         lines.append(f"- **{name}**: {DETECTOR_PROTOCOLS.get(name, '')}")

@@ -418,7 +418,7 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], confi
     ``config.groups``: a study extracts once and trains each ablation on them); ``write=False``: no folder."""
     from agentuq_nb.evaluation.detector_explain import POINTS
     from agentuq_nb.evaluation.detector_model import CONTRIBUTIONS, platt_map
-    from agentuq_nb.evaluation.detector_selection import FINAL_KIND, row_task_keys, select_detector
+    from agentuq_nb.evaluation.detector_selection import COMPLEX_MARGIN, FINAL_KIND, row_task_keys, select_detector
 
     c = config
     settings = c.settings()
@@ -538,9 +538,11 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], confi
                                     "the training rows, where tasks recur), the two stacked (baselines), the full "
                                     "model (fitted within runs), and the full model stacked on them",
                       "how": "chosen inside each fold's training rows by inner folds of the protocol's own kind of "
-                             "split, by the pooled within-run AUROC; a model of many features must beat the best "
-                             "simple candidate by one standard error of the paired difference "
-                             "(evaluation/detector_selection.py)",
+                             "split, by the pooled within-run AUROC; where tasks recur the task prior (with length "
+                             "for tasks it never saw: the protocol's two baselines at once) is the reference, which "
+                             "length alone or the baselines' stack must beat, elsewhere length is; a model of many "
+                             "features must beat the best of the simpler ones; each by one standard error of the paired "
+                             f"difference and at least {COMPLEX_MARGIN} (evaluation/detector_selection.py)",
                       "final": final.selection | {"selected": final.candidate},
                       "protocols": {r.protocol: {k: v for k, v in r.row.items()
                                                  if k == "selected" or k == "selected_folds" or k.startswith("inner_")}
