@@ -93,6 +93,16 @@ def test_when_length_alone_is_best_on_the_inner_folds_the_selection_picks_it(fea
     assert set(scores) == set(CANDIDATES)
     assert scores["length"] == pytest.approx(1.0) and scores["length"] >= max(scores.values())
     assert scores["full"] < scores["length"]
+    # where tasks recur, the task prior (with length for the tasks it never saw) is the reference: length replaces
+    # it only by one standard error and the margin - here the prior is within the margin (half the rows are scored
+    # by its fallback, length itself)
+    from agentuq_nb.evaluation.detector_selection import COMPLEX_MARGIN
+
+    assert chosen.candidate == ("length" if scores["length"] > scores["task_prior"] + max(
+        COMPLEX_MARGIN, chosen.selection["one_se"]["length vs task_prior"]) else "task_prior")
+    chosen = select_detector(features, y, DetectorSettings(groups=("text",)), "leave_run_and_task_out")
+    inner = {k: v for k, v in chosen.selection["scores"].items() if v is not None}
+    assert inner["length"] > 0.99 and inner["length"] == max(inner.values())
     assert chosen.candidate == "length" and chosen.full is None
     a, b = chosen.recalibration["a"], chosen.recalibration["b"]  # the inner folds' Platt map: order kept
     assert a > 0 and np.allclose(chosen.log_odds(features), a * chosen.length.log_odds(features) + b)
