@@ -93,6 +93,16 @@ def test_when_length_alone_is_best_on_the_inner_folds_the_selection_picks_it(fea
     assert set(scores) == set(CANDIDATES)
     assert scores["length"] == pytest.approx(1.0) and scores["length"] >= max(scores.values())
     assert scores["full"] < scores["length"]
+    # where tasks recur, the task prior (with length for the tasks it never saw) is the reference: length replaces
+    # it only by one standard error and the margin - here the prior is within the margin (half the rows are scored
+    # by its fallback, length itself)
+    from agentuq_nb.evaluation.detector_selection import COMPLEX_MARGIN
+
+    assert chosen.candidate == ("length" if scores["length"] > scores["task_prior"] + max(
+        COMPLEX_MARGIN, chosen.selection["one_se"]["length vs task_prior"]) else "task_prior")
+    chosen = select_detector(features, y, DetectorSettings(groups=("text",)), "leave_run_and_task_out")
+    inner = {k: v for k, v in chosen.selection["scores"].items() if v is not None}
+    assert inner["length"] > 0.99 and inner["length"] == max(inner.values())
     assert chosen.candidate == "length" and chosen.full is None
     a, b = chosen.recalibration["a"], chosen.recalibration["b"]  # the inner folds' Platt map: order kept
     assert a > 0 and np.allclose(chosen.log_odds(features), a * chosen.length.log_odds(features) + b)
@@ -108,7 +118,7 @@ def test_the_winner_is_the_best_inner_score_and_survives_the_arrays(features):
     assert "task_prior" not in scores and "baselines" not in scores  # task-disjoint: the prior has nothing to say
     assert chosen.candidate == choose(scores, chosen.selection.get("one_se"))  # one standard error, simpler first
     assert chosen.candidate in ("length",) or scores[chosen.candidate] > scores["length"] + max(
-        0.02, chosen.selection["one_se"][chosen.candidate])
+        0.02, chosen.selection["one_se"][f"{chosen.candidate} vs length"])
     from agentuq_nb.evaluation.detector_selection import SelectedDetector
 
     meta, arrays = chosen.to_arrays()
@@ -360,6 +370,19 @@ def test_a_complex_candidate_must_beat_the_best_baseline_by_one_standard_error()
     assert choose(scores, {"full": 0.05, "stacked": 0.01}) == "task_prior"  # within one standard error
     assert choose({"length": 0.70, "full": 0.70 + COMPLEX_MARGIN / 2}) == "length"
     assert choose({"length": 0.70, "task_prior": 0.71}) == "task_prior"
+    # where the prior applies it is the reference (the protocol's two baselines at once): length alone and the
+    # baselines' stack must beat it as any other candidate must
+    assert choose({"length": 0.73, "task_prior": 0.72}) == "task_prior"
+    assert choose({"length": 0.75, "task_prior": 0.72}) == "length"
+    assert choose({"length": 0.70, "task_prior": 0.70, "baselines": 0.73}, {"baselines": 0.04}) == "task_prior"
+    assert choose({"length": 0.70, "task_prior": 0.70, "baselines": 0.73}, {"baselines": 0.01}) == "baselines"
+    # a model of many features must then beat the best of the simpler candidates (the stack, here), chosen or not
+    tiers = {"task_prior": 0.70, "baselines": 0.73, "stacked": 0.76}
+    assert choose(tiers, {"baselines vs task_prior": 0.01, "stacked vs baselines": 0.04}) == "baselines"
+    assert choose(tiers, {"baselines vs task_prior": 0.01, "stacked vs baselines": 0.01}) == "stacked"
+    unchosen = {"task_prior": 0.72, "baselines": 0.73, "stacked": 0.76}  # the stack is not chosen, yet the bar
+    assert choose(unchosen, {"stacked vs task_prior": 0.01, "stacked vs baselines": 0.04}) == "task_prior"
+    assert choose(unchosen, {"stacked vs task_prior": 0.01, "stacked vs baselines": 0.01}) == "stacked"
 
 
 def test_the_full_model_is_fitted_within_runs(features):
@@ -454,3 +477,52 @@ def test_the_detector_is_the_same_fitted_in_worker_processes_or_in_this_one(trai
         for key in a.files:
             assert np.array_equal(a[key], b[key]), key
     assert json.loads((result.path / "model.json").read_text()) == json.loads((alone.path / "model.json").read_text())
+
+def test_fold_models_of_one_run_are_put_on_one_scale_from_its_unlabelled_rows():
+    """Two fold models of one run that are length under different affine maps (another slope and intercept each):
+    their raw log-odds mix the scales and rank the run worse than length; on one scale they rank it as length does.
+    A run scored by one model keeps its log-odds."""
+    from agentuq_nb.evaluation.detector_protocols import Fold, one_scale_per_run
+
+    rng = np.random.default_rng(3)
+    n = rng.uniform(4, 60, size=60)  # no ties: floating rounding would break them either way
+    y = rng.random(60) < 1 / (1 + np.exp(-(np.log(n) - np.log(20))))
+    runs = np.array(["a"] * 40 + ["b"] * 20, dtype=object)
+    folds = [Fold("p", "a0", np.arange(40, 60), np.arange(0, 20)), Fold("p", "a1", np.arange(40, 60), np.arange(20, 40)),
+             Fold("p", "b", np.arange(0, 40), np.arange(40, 60))]
+    models = [(0.5, -3.0), (2.0, 1.0), (1.0, 0.0)]  # (slope, intercept) of log(n)
+
+    def score(model, rows):
+        return model[1] + model[0] * np.log(n[rows])
+
+    raw = np.concatenate([score(models[k], f.test) for k, f in enumerate(folds)])
+    aligned = one_scale_per_run(folds, models, score, runs, raw)
+    assert within_run_auroc(aligned, y, runs) == pytest.approx(within_run_auroc(n, y, runs))
+    assert within_run_auroc(raw, y, runs) < within_run_auroc(n, y, runs)
+    assert np.array_equal(aligned[40:], raw[40:])
+    for k, fold in enumerate(folds[:2]):  # each fold model's order within its own rows is kept
+        assert (np.argsort(aligned[fold.test], kind="stable") == np.argsort(raw[fold.test], kind="stable")).all()
+
+
+@pytest.mark.parametrize("protocol", ["within_run", "leave_run_and_task_out"])
+def test_no_label_of_a_held_out_fold_reaches_its_ranked_scores(features, protocol):
+    """The protocol's scores of a held-out fold (its model chosen and fitted inside its training rows, then put on
+    the run's scale from the run's unlabelled rows) are the same whatever the labels of that fold's rows: flipping
+    them changes the other folds' models (which train on them, or on the fold's run) but not this fold's scores."""
+    from agentuq_nb.evaluation.detector_protocols import protocol_folds
+    from agentuq_nb.steps.train_detector import evaluate_protocol
+
+    index = features.index
+    y = labels(features)
+    settings = DetectorSettings(groups=("blackbox", "length"))
+    folds = protocol_folds(protocol, index["run"], index["domain"], index["task_key"], y, 3, 0)
+    held = folds[0].test
+    flipped = y.copy()
+    flipped[held] = ~flipped[held]
+    before = evaluate_protocol(protocol, features, y, settings, 3, 20, 0, folds=folds)
+    after = evaluate_protocol(protocol, features, flipped, settings, 3, 20, 0, folds=folds)  # the folds held fixed
+    assert np.array_equal(before.score[held], after.score[held])
+    assert np.array_equal(before.log_odds[held], after.log_odds[held])
+    others = np.setdiff1d(np.arange(len(y)), held)
+    assert not np.allclose(before.log_odds[others], after.log_odds[others])  # the flip did reach the other folds
+    assert not np.array_equal(before.score, before.log_odds)  # the scores were put on one scale per run

@@ -24,6 +24,17 @@ task no other run holds; such rows drop out of that comparison only). "The same 
 within it as the caller gives it - the steps give the hash of its instructions
 (:mod:`agentuq_nb.records.task_identity`), since benchmarks reuse ids for different tasks.
 
+**One scale per run** (:func:`one_scale_per_run`): where several fold models score one run (within-run and
+run-and-task-out: one per task fold), pairs of that run scored by *different* models also count in the pooled
+within-run AUROC, and their scores differ by the models' scales too (one fold's model may be length alone, the next
+the full model: their log-odds spread differently) - on the shared runs the run- and task-disjoint protocol fell from
+0.684 on pairs of one model to 0.651 on all pairs. So the protocol ranks by each fold model's scores of a run
+standardized by the mean and deviation of its own scores over every row of that run - the run's unlabelled
+features, which ``predict`` has too (a transductive use of the run, never of a label; nor of another fold's model,
+which may have been fitted on this fold's rows). A monotone map per fold model: the pairs of one model keep their
+order; a fold model that is a function of length alone ranks the run exactly as length does. The log-odds themselves
+(what the probabilities are calibrated from) are left as the models gave them.
+
 **The comparison** (:func:`protocol_comparison`) is :mod:`.pooled_auroc`'s: AUROC pooled over runs with pairs within a
 run only, tasks resampled within runs for the intervals, and the *paired* bootstrap of the difference between the
 detector and a baseline on the trajectories both score. A detector **beats** a baseline only when that difference's
@@ -147,6 +158,32 @@ def cross_fit(folds: Sequence[Fold], n: int, fit: Callable[[Fold], Any],
         which[fold.test] = k
         models.append(model)
     return out, which, models
+
+
+def one_scale_per_run(folds: Sequence[Fold], models: Sequence[Any], score: Callable[[Any, np.ndarray], np.ndarray],
+                      runs, raw: np.ndarray) -> np.ndarray:
+    """The scores the protocol ranks by: ``raw`` out-of-fold log-odds (:func:`cross_fit`'s) where one model scores a
+    run; where several fold models score a run, each model's scores of its held-out rows of that run standardized by
+    the mean and standard deviation of *its own* scores over every row of the run (``score(model, rows)``: features
+    only, no label; module docstring, *One scale per run*). A fold's scores read nothing but its own model and the
+    run's features: no label of its held-out rows, nor of another fold's model."""
+    runs = np.asarray(runs, dtype=object)
+    out = np.array(raw, dtype=float, copy=True)
+    scoring: dict[Any, list[tuple[int, np.ndarray]]] = {}
+    for k, fold in enumerate(folds):
+        for r in pd.unique(runs[fold.test]):
+            scoring.setdefault(r, []).append((k, fold.test[runs[fold.test] == r]))
+    for r, parts in scoring.items():
+        if len(parts) < 2:
+            continue
+        whole = np.flatnonzero(runs == r)
+        for k, test in parts:
+            reference = np.asarray(score(models[k], whole), dtype=float)
+            reference = reference[np.isfinite(reference)]
+            mean = float(reference.mean()) if len(reference) else 0.0
+            sd = float(reference.std()) if len(reference) > 1 else 0.0
+            out[test] = (np.asarray(raw, dtype=float)[test] - mean) / (sd if sd > 1e-12 else 1.0)
+    return out
 
 
 def task_prior(runs, domains, task_ids, failure) -> np.ndarray:

@@ -30,11 +30,11 @@ def span(lo: Any, hi: Any, signed: bool = False) -> str:
 def protocol_lines(card: dict[str, Any]) -> list[str]:
     """The protocols' table (Markdown)."""
     lines = ["| protocol | n (failures) | detector AUROC | length baseline | detector − length | task prior AUROC "
-             "(rows with a prior) | detector − task prior | ECE | Brier |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "(rows with a prior) | detector − task prior | ECE | Brier | its folds chose |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for name, row in card.get("protocols", {}).items():
         if "auroc" not in row:
-            lines.append(f"| {name} | — | {row.get('note', '—')} | | | | | | |")
+            lines.append(f"| {name} | — | {row.get('note', '—')} | | | | | | | |")
             continue
         held = card.get("calibration", {}).get("held_out", {}).get(name, {})
         length = (f"{num(row.get('length_auroc'))} ({row.get('length_baseline')})" if "length_auroc" in row else "—")
@@ -49,7 +49,7 @@ def protocol_lines(card: dict[str, Any]) -> list[str]:
         lines.append(f"| {name} | {row.get('n')} ({row.get('n_failures')}) | {num(row['auroc'])}"
                      f"{span(row.get('auroc_lo'), row.get('auroc_hi'))} | {length} | {vs_length} | {prior} | "
                      f"{vs_prior} | {num(held.get('ece', row.get('calibration_ece')))} | "
-                     f"{num(held.get('brier', row.get('calibration_brier')))} |")
+                     f"{num(held.get('brier', row.get('calibration_brier')))} | {row.get('selected_folds', '—')} |")
     return lines
 
 
@@ -186,6 +186,8 @@ def trust_sentences(card: dict[str, Any]) -> list[str]:
 
 def card_markdown(card: dict[str, Any]) -> str:
     """``card.md`` of a detector card (module docstring)."""
+    from agentuq_nb.evaluation.detector_selection import COMPLEX_MARGIN
+
     runs = card.get("training_runs", [])
     tasks = card.get("tasks") or {}
     lines = ["# Failure detector — model card", "",
@@ -208,7 +210,15 @@ def card_markdown(card: dict[str, Any]) -> str:
     lines += ["", "## Every protocol against both baselines", "",
               "Pooled within-run AUROC of held-out scores (failures ranked first; pairs within a run; tasks resampled "
               "within runs for the 95% intervals). Baselines: the best length baseline chosen on these data, and the "
-              "task prior (the task's failure rate in the other runs). 'beats' = the paired interval lies above 0.",
+              "task prior (the task's failure rate in the other runs). 'beats' = the paired interval lies above 0. Where "
+              "several fold models score one run (within-run, run- and task-out), each model's scores are first "
+              "standardized over that run's rows (its features only, no label), so that pairs scored by two fold "
+              "models compare ranks within the run, not the models' scales. 'its folds chose': how many fold models "
+              "were each candidate, chosen inside their training rows by inner folds of the protocol's own kind of "
+              "split - length, the task prior (where tasks recur; there it is the reference: with length for tasks it "
+              "never saw it is both baselines at once), their stack (baselines), the full model, or the full model "
+              "stacked on them; any other candidate must beat the simpler ones by one standard error of the paired "
+              f"difference and at least {COMPLEX_MARGIN}.",
               "", *protocol_lines(card), ""]
     for name in card.get("protocols", {}):
         lines.append(f"- **{name}**: {DETECTOR_PROTOCOLS.get(name, '')}")

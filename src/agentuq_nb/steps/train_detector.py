@@ -11,9 +11,11 @@ judged by every protocol against length and the task prior, saved as a detector 
    pooled within-run
    AUROC of those out-of-fold scores is compared with the best length baseline and with the task prior by the
    paired bootstrap (tasks resampled within runs). Where several fold models score one run (within-run and
-   run-and-task-out), pairs of trajectories scored by *different* models also count: their scores differ by the
-   models' intercepts too, which pulls the pooled AUROC down (Airola et al. 2011); the ``same_model_*`` columns repeat
-   the comparison on pairs scored by one model only (strata = run × fold). Each protocol's held-out scores are turned
+   run-and-task-out), pairs of trajectories scored by *different* models also count: their scores would differ by the
+   models' scales too, which pulls the pooled AUROC down (Airola et al. 2011), so each fold model's scores of the run
+   are first put on one scale from the run's unlabelled rows
+   (:func:`~agentuq_nb.evaluation.detector_protocols.one_scale_per_run`); the ``same_model_*`` columns repeat the
+   comparison on pairs scored by one model only (strata = run × fold). Each protocol's held-out scores are turned
    into probabilities calibrated on the *other* runs (Platt), with ECE, Brier and reliability bins. ``on_fit(protocol, fold, rows)``
    is told the rows each fold's model was actually fitted on (the leakage test's hook). Every model selection - each
    protocol's folds and the final model's - is started at once on ``threads`` worker processes
@@ -203,7 +205,9 @@ class TrainDetectorConfig(StepConfig):
 @dataclass
 class ProtocolRun:
     """One protocol on the labelled rows: its folds, their models, the out-of-fold log-odds and probabilities (those
-    calibrated on other runs) and the comparison row."""
+    calibrated on other runs), the comparison row, and ``score``: what the comparison ranks by (the log-odds, each
+    fold model's standardized over its run where several score one run:
+    :func:`~agentuq_nb.evaluation.detector_protocols.one_scale_per_run`)."""
 
     protocol: str
     folds: list[Fold]
@@ -212,6 +216,7 @@ class ProtocolRun:
     probability: np.ndarray
     row: dict[str, Any]
     reliability: pd.DataFrame
+    score: np.ndarray | None = None
 
 
 @dataclass
@@ -364,47 +369,56 @@ def folds_of(protocol: str, labelled: TrajectoryFeatures, failure: np.ndarray, n
 def evaluate_protocol(protocol: str, labelled: TrajectoryFeatures, failure: np.ndarray, settings: DetectorSettings,
                       n_splits: int, n_boot: int, seed: int,
                       on_fit: Callable[[str, Fold, pd.DataFrame], None] | None = None,
-                      jobs: SelectionJobs | None = None) -> ProtocolRun:
+                      jobs: SelectionJobs | None = None, folds: list[Fold] | None = None) -> ProtocolRun:
     """Fit every fold of ``protocol`` on its training rows (on ``jobs``' workers, where its folds may have been
-    started already; None: one after the other here), score its held-out rows, compare (module docstring)."""
+    started already; None: one after the other here), score its held-out rows, compare (module docstring).
+    ``folds``: the protocol's folds when given (the folds by task are stratified by the labels; a test holds them
+    fixed while it changes labels)."""
     from agentuq_nb.evaluation.detector_protocols import (
         calibration_summary,
         cross_fit,
         evaluation_frame,
         held_out_probabilities,
+        one_scale_per_run,
         protocol_comparison,
     )
 
     index = labelled.index
     runs, domains, task_ids = (index[c].to_numpy(dtype=object) for c in ("run", "domain", TASK_KEY))
-    folds = folds_of(protocol, labelled, failure, n_splits, seed)
+    if folds is None:
+        folds = folds_of(protocol, labelled, failure, n_splits, seed)
     if jobs is None:
         with SelectionJobs(labelled, failure, settings, 1, on_fit) as serial:
             models = serial.fold_models(protocol, folds)
     else:
         models = jobs.fold_models(protocol, folds)
     by_fold = {id(fold): model for fold, model in zip(folds, models)}
-    log_odds, which, models = cross_fit(folds, len(index), lambda fold: by_fold[id(fold)],
-                                        lambda model, rows: model.log_odds(labelled.take(rows)))
+
+    def score(model: SelectedDetector, rows: np.ndarray) -> np.ndarray:
+        return model.log_odds(labelled.take(rows))
+
+    log_odds, which, models = cross_fit(folds, len(index), lambda fold: by_fold[id(fold)], score)
+    ranked = one_scale_per_run(folds, models, score, runs, log_odds)  # several fold models of a run: one scale
     frame = evaluation_frame(runs, domains, task_ids, failure, index)
-    frame["detector"] = log_odds
+    frame["detector"] = ranked
     row = {"protocol": protocol, "description": PROTOCOLS[protocol], "folds": len(folds),
            **selection_summary(models)}
     if not folds:
         row["note"] = "the runs cannot hold this protocol (one run, or one domain)"
-        return ProtocolRun(protocol, folds, models, log_odds, np.full(len(index), np.nan), row, pd.DataFrame())
+        return ProtocolRun(protocol, folds, models, log_odds, np.full(len(index), np.nan), row, pd.DataFrame(),
+                           ranked)
     row.update(protocol_comparison(frame, "detector", n_boot, seed))
     if len(set(zip(runs, which))) > len(set(runs)):  # several fold models score one run: also pairs of one model
         model_runs = np.array([f"{r} | fold {k}" for r, k in zip(runs, which)], dtype=object)
         same = evaluation_frame(model_runs, domains, task_ids, failure, index).assign(
-            task_prior=frame["task_prior"], detector=log_odds)
+            task_prior=frame["task_prior"], detector=ranked)
         row.update({f"same_model_{k}": v for k, v in protocol_comparison(same, "detector", n_boot, seed).items()
                     if k not in ("n", "n_failures", "prior_n")})
     probability = held_out_probabilities(log_odds, failure, runs)
     report, bins = calibration_summary(probability, failure)
     row.update({f"calibration_{k}": report[k] for k in ("n", "ece", "ece_debiased", "brier", "log_loss",
                                                          "auroc_across_runs")})
-    return ProtocolRun(protocol, folds, models, log_odds, probability, row, bins.assign(protocol=protocol))
+    return ProtocolRun(protocol, folds, models, log_odds, probability, row, bins.assign(protocol=protocol), ranked)
 
 
 # --------------------------------------------------------------------------- early detection
@@ -430,7 +444,7 @@ def prefix_reader(sources: list[Source], config: TrainDetectorConfig) -> PrefixF
 def early_detection(config: TrainDetectorConfig, prefixes: PrefixFeatures, labelled_at: np.ndarray,
                     failure: np.ndarray, full: TrajectoryFeatures, run: ProtocolRun) -> pd.DataFrame:
     """The fold models of ``run`` on prefixes of their held-out trajectories (module docstring), one row per prefix."""
-    from agentuq_nb.evaluation.detector_protocols import evaluation_frame, protocol_comparison
+    from agentuq_nb.evaluation.detector_protocols import evaluation_frame, one_scale_per_run, protocol_comparison
 
     rows = []
     prefixes_wanted = [("turns", k) for k in config.early_turns] + [("fraction", f) for f in config.early_fractions]
@@ -443,6 +457,8 @@ def early_detection(config: TrainDetectorConfig, prefixes: PrefixFeatures, label
         log_odds = np.full(len(index), np.nan)
         for fold, model in zip(run.folds, run.models):
             log_odds[fold.test] = model.log_odds(prefix.take(fold.test))
+        log_odds = one_scale_per_run(run.folds, run.models, lambda model, rows: model.log_odds(prefix.take(rows)),
+                                     runs, log_odds)  # as the protocol's own scores (evaluate_protocol)
         frame = evaluation_frame(runs, domains, task_ids, failure, prefix.index)
         frame["detector"] = log_odds
         row = {"prefix": kind, "value": value, "protocol": run.protocol,
@@ -511,7 +527,7 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], confi
     ``config.groups``: a study extracts once and trains each ablation on them); ``write=False``: no folder."""
     from agentuq_nb.evaluation.detector_explain import POINTS
     from agentuq_nb.evaluation.detector_model import CONTRIBUTIONS, platt_map
-    from agentuq_nb.evaluation.detector_selection import FINAL_KIND, row_task_keys
+    from agentuq_nb.evaluation.detector_selection import COMPLEX_MARGIN, FINAL_KIND, row_task_keys
 
     c = config
     settings = c.settings()
@@ -607,6 +623,8 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], confi
     oof["failure"] = failure
     for r in evaluated.values():
         oof[f"log_odds[{r.protocol}]"] = r.log_odds
+        if r.score is not None and not np.array_equal(r.score, r.log_odds, equal_nan=True):
+            oof[f"ranked_score[{r.protocol}]"] = r.score  # what the protocol's AUROC ranks by (one scale per run)
         oof[f"probability[{r.protocol}]"] = r.probability
     top = final.feature_summary(labelled).head(1000)
     training_tasks = task_table(index, failure)
@@ -633,9 +651,11 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], confi
                                     "the training rows, where tasks recur), the two stacked (baselines), the full "
                                     "model (fitted within runs), and the full model stacked on them",
                       "how": "chosen inside each fold's training rows by inner folds of the protocol's own kind of "
-                             "split, by the pooled within-run AUROC; a model of many features must beat the best "
-                             "simple candidate by one standard error of the paired difference "
-                             "(evaluation/detector_selection.py)",
+                             "split, by the pooled within-run AUROC; where tasks recur the task prior (with length "
+                             "for tasks it never saw: the protocol's two baselines at once) is the reference, which "
+                             "length alone or the baselines' stack must beat, elsewhere length is; a model of many "
+                             "features must beat the best of the simpler ones; each by one standard error of the paired "
+                             f"difference and at least {COMPLEX_MARGIN} (evaluation/detector_selection.py)",
                       "final": final.selection | {"selected": final.candidate},
                       "protocols": {r.protocol: {k: v for k, v in r.row.items()
                                                  if k == "selected" or k == "selected_folds" or k.startswith("inner_")}
