@@ -414,7 +414,9 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], confi
     if len(at) == 0 or failure.all() or not failure.any():
         raise ValueError(f"the inputs hold {len(at)} labelled trajectories, {int(failure.sum())} of them failures "
                          f"(failure = reward < {c.failure_threshold:g}): a detector needs both outcomes")
-    labelled = features.take(at)
+    every = (features.index.index.equals(pd.RangeIndex(len(at))) and  # what take(at) would give, without its copy
+             (features.messages is None or features.messages["row"].is_monotonic_increasing))
+    labelled = features if every else features.take(at)
     index = labelled.index
     repeated = index.duplicated(["run", *TRAJECTORY_KEYS], keep=False).to_numpy()
     if repeated.any():  # a trajectory's rows are found by its keys: a repeat would be mixed with its twin
