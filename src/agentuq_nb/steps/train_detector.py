@@ -39,7 +39,7 @@ import platform
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Optional
@@ -247,6 +247,12 @@ def selection_summary(models: list[SelectedDetector]) -> dict[str, Any]:
     return out
 
 
+def for_fitting(features: TrajectoryFeatures) -> TrajectoryFeatures:
+    """``features`` without the embedded messages (their texts and vectors: what an explanation reads, no fit), so
+    that the folds' and inner folds' copies of their rows leave them out (3 KB a trajectory of four messages)."""
+    return replace(features, messages=None, message_vectors=None)
+
+
 def evaluate_protocol(protocol: str, labelled: TrajectoryFeatures, failure: np.ndarray, settings: DetectorSettings,
                       n_splits: int, n_boot: int, seed: int,
                       on_fit: Callable[[str, Fold, pd.DataFrame], None] | None = None, threads: int = 1) -> ProtocolRun:
@@ -263,6 +269,7 @@ def evaluate_protocol(protocol: str, labelled: TrajectoryFeatures, failure: np.n
     )
     from agentuq_nb.evaluation.detector_selection import select_detector
 
+    labelled = for_fitting(labelled)
     index = labelled.index
     runs, domains, task_ids = (index[c].to_numpy(dtype=object) for c in ("run", "domain", TASK_KEY))
     folds = protocol_folds(protocol, runs, domains, task_ids, failure, n_splits, seed)
@@ -440,7 +447,7 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], confi
                                           c.threads) for p in wanted}
         seconds["protocols"] = time.perf_counter() - tick
         tick = time.perf_counter()
-        final = select_detector(labelled, failure, settings, FINAL_KIND)
+        final = select_detector(for_fitting(labelled), failure, settings, FINAL_KIND)
     seconds["final"] = time.perf_counter() - tick
 
     loro = evaluated.get(CALIBRATION_PROTOCOL)
