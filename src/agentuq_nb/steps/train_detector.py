@@ -28,8 +28,8 @@ judged by every protocol against length and the task prior, saved as a detector 
 5. **The folder** (:mod:`agentuq_nb.io.store.detector_dir`): the card, the models as JSON and arrays, the tables.
 
 Memory grows linearly with the labelled trajectories (the feature table and the fits, two folds at once; extraction
-holds one batch): about 0.057 MB per trajectory above a 0.5 GB base with the default groups - 1.06 GB at 10⁴ tiny
-trajectories, 2.19 GB at 3·10⁴, about 6.2 GB at 10⁵ by extrapolation (:data:`MEMORY_NOTE`, in the command's help; benchmarks/bench_train_memory.py,
+holds one batch): under 0.5 GB + 0.065 MB per trajectory with the default groups - measured 1.06 GB at 10⁴ tiny
+trajectories, 2.19 GB at 3·10⁴, 6.53 GB at 10⁵ (:data:`MEMORY_NOTE`, in the command's help; benchmarks/bench_train_memory.py,
 benchmarks/RESULTS.md).
 """
 from __future__ import annotations
@@ -724,8 +724,8 @@ def show(trained: TrainedDetector, run_dir: None, config: TrainDetectorConfig, s
 
 
 #: the memory bound the command's help states (measured: benchmarks/RESULTS.md, issue 51 point 6)
-MEMORY_NOTE = ("memory: about 0.5 GB + 0.057 MB per labelled trajectory with the default groups (1.06 GB at 10^4, "
-               "2.19 GB at 3x10^4, about 6.2 GB at 10^5 by extrapolation); fewer groups take less")
+MEMORY_NOTE = ("memory: under 0.5 GB + 0.065 MB per labelled trajectory with the default groups (measured: 1.06 GB "
+               "at 10^4, 2.19 GB at 3x10^4, 6.53 GB at 10^5); fewer groups take less")
 
 COMMAND = Command(summary="A failure detector learned from labelled runs, judged by every protocol against length and "
                           "the task prior → DETECTOR_DIR (card.json, model.json, arrays.npz, protocols.csv …; never "
