@@ -135,6 +135,47 @@ def term_matrix(features: TrajectoryFeatures, terms: list[str]) -> sp.csr_matrix
     return (features.counts.astype(float) @ select).tocsr()
 
 
+#: rows of a dense block turned into CSR at once by :func:`csr_beside` (bounds its temporaries to a few MB)
+CSR_CHUNK_ROWS = 2048
+
+
+def csr_beside(text: sp.csr_matrix, block: Callable[[int, int], np.ndarray], k: int) -> sp.csr_matrix:
+    """``sp.hstack([text, sp.csr_matrix(dense)], format="csr")`` for the dense block ``dense`` of ``k`` columns whose
+    rows ``a:b`` are ``block(a, b)`` - the same data, indices and order within each row (the text's entries as stored,
+    then the dense block's nonzeros by column), so a fit on it gives the same floats - built straight into its arrays
+    from :data:`CSR_CHUNK_ROWS` rows of the dense block at a time (each made twice: once counted, once copied), never
+    the whole block: scipy's way holds it dense, then as COO (24 bytes an entry), then as two CSR copies (12 bytes
+    each), which made most of train-detector's memory (issue 51)."""
+    text = text.tocsr()
+    n, n_text = text.shape
+    chunks = [(a, min(a + CSR_CHUNK_ROWS, n)) for a in range(0, n, CSR_CHUNK_ROWS)]
+    text_counts = np.diff(text.indptr).astype(np.int64)
+    counts = text_counts.copy()
+    for a, b in chunks:
+        counts[a:b] += np.count_nonzero(block(a, b), axis=1)
+    nnz = int(counts.sum())
+    index_dtype = np.int32 if max(nnz, n_text + k) < np.iinfo(np.int32).max else np.int64
+    indptr = np.zeros(n + 1, dtype=index_dtype)
+    np.cumsum(counts, out=indptr[1:])
+    data = np.empty(nnz, dtype=np.float64)
+    indices = np.empty(nnz, dtype=index_dtype)
+    for a, b in chunks:
+        lo, hi = int(indptr[a]), int(indptr[b])
+        rows = np.repeat(np.arange(a, b), text_counts[a:b])
+        t_lo, t_hi = int(text.indptr[a]), int(text.indptr[b])
+        at = indptr[rows].astype(np.int64) - lo + (np.arange(t_lo, t_hi) - text.indptr[rows])  # each text entry's slot
+        is_dense = np.ones(hi - lo, dtype=bool)
+        is_dense[at] = False
+        part_data, part_indices = data[lo:hi], indices[lo:hi]  # views: written through
+        part_data[at] = text.data[t_lo:t_hi]
+        part_indices[at] = text.indices[t_lo:t_hi]
+        values = block(a, b)
+        nonzero = values != 0
+        part_data[is_dense] = values[nonzero]
+        part_indices[is_dense] = np.nonzero(nonzero)[1] + n_text
+    return sp.csr_matrix((data, indices, indptr), shape=(n, n_text + k))
+
+
 @dataclass
 class FittedDetector:
     """A fitted detector (see the module docstring): the fitted state, and what it computes from features."""
@@ -166,16 +207,19 @@ class FittedDetector:
         transformer.idf_ = self.idf
         return transformer.transform(counts).tocsr()
 
-    def dense_values(self, features: TrajectoryFeatures, impute: bool) -> np.ndarray:
+    def dense_values(self, features: TrajectoryFeatures, impute: bool, rows: slice = slice(None)) -> np.ndarray:
+        """The detector's dense columns of ``features``' ``rows`` (a copy), missing values imputed by the training
+        medians (``impute``) or NaN."""
         if not self.dense_names:
-            return np.zeros((len(features), 0))
+            return np.zeros((len(range(len(features))[rows]), 0))
         have = {name: i for i, name in enumerate(features.dense_names)}
         missing = [n for n in self.dense_names if n not in have]
         if missing:
             raise ValueError(f"the features lack the detector's column(s) {missing[:3]}: extract the groups it was "
                              "trained on")
-        X = features.dense[:, [have[n] for n in self.dense_names]].astype(float)
-        return np.where(np.isfinite(X), X, self.median[None, :]) if impute else np.where(np.isfinite(X), X, np.nan)
+        X = features.dense[rows][:, [have[n] for n in self.dense_names]].astype(float, copy=False)  # a copy
+        np.copyto(X, self.median[None, :] if impute else np.nan, where=~np.isfinite(X))  # in place: one copy in all
+        return X
 
     def design(self, features: TrajectoryFeatures) -> sp.csr_matrix | np.ndarray:
         """The matrix the model reads: standardized text | dense (logistic), text components | raw dense (gbm)."""
@@ -183,9 +227,14 @@ class FittedDetector:
             n_text = len(self.terms)
             text = (self.text_tfidf(features) @ sp.diags(1.0 / self.scale[:n_text])).tocsr()
             np.minimum(text.data, MAX_Z, out=text.data)
-            dense = np.clip((self.dense_values(features, impute=True) - self.mean[n_text:]) / self.scale[n_text:],
-                            -MAX_Z, MAX_Z)
-            return sp.hstack([text, sp.csr_matrix(dense)], format="csr")
+
+            def standardized(a: int, b: int) -> np.ndarray:  # rows a:b, in place: the floats of (x - mean) / scale
+                dense = self.dense_values(features, impute=True, rows=slice(a, b))
+                dense -= self.mean[n_text:]
+                dense /= self.scale[n_text:]
+                return np.clip(dense, -MAX_Z, MAX_Z, out=dense)
+
+            return csr_beside(text, standardized, len(self.dense_names))
         parts = []
         if self.svd is not None:
             parts.append(np.asarray(self.text_tfidf(features) @ self.svd.T))
@@ -543,14 +592,17 @@ def fit_text(counts: sp.csr_matrix, vocabulary: list[str], settings: DetectorSet
     return terms, idf
 
 
-def column_medians(values: np.ndarray) -> np.ndarray:
+def column_medians(values: np.ndarray, overwrite: bool = False) -> np.ndarray:
     """The median of each column's finite values (each column holds one at least), all columns at once: the very
-    floats ``np.median`` gives column by column (a fit has ~1,200 dense columns and the model selection ~400 fits)."""
+    floats ``np.median`` gives column by column (a fit has ~1,200 dense columns and the model selection ~400 fits).
+    ``overwrite``: ``values`` may be reordered in place (no copy of it is made where every value is finite)."""
     finite = np.isfinite(values)
     out = np.empty(values.shape[1])
     whole = finite.all(axis=0)
-    if whole.any():
-        out[whole] = np.median(values[:, whole], axis=0)
+    if whole.all():
+        out[:] = np.median(values, axis=0, overwrite_input=overwrite)
+    elif whole.any():
+        out[whole] = np.median(values[:, whole], axis=0, overwrite_input=True)  # values[:, whole] is a copy
     if not whole.all():
         part = np.sort(np.where(finite[:, ~whole], values[:, ~whole], np.nan), axis=0)  # NaN sorted last
         k = finite[:, ~whole].sum(axis=0)
@@ -570,8 +622,11 @@ def unfitted_detector(features: TrajectoryFeatures, y: np.ndarray, g: np.ndarray
     names, values = features.dense_of([grp for grp in settings.groups if grp != "text"])
     observed = np.isfinite(values).any(axis=0) if len(values) else np.zeros(len(names), bool)
     out.dense_names = [name for name, seen in zip(names, observed) if seen]  # a column never observed: left out
-    values = values[:, observed]
-    out.median = column_medians(values) if len(values) else np.zeros(len(out.dense_names))
+    if not observed.all():
+        values = values[:, observed]
+    # ``values`` is this fit's own copy (dense_of's): its medians may reorder it in place, and it is dropped after
+    out.median = column_medians(values, overwrite=True) if len(values) else np.zeros(len(out.dense_names))
+    del values
     if len(y) == 0 or y.all() or not y.any():
         rate = float(y.mean()) if len(y) else 0.5
         out.constant = float(np.log(np.clip(rate, 1e-6, 1 - 1e-6) / np.clip(1 - rate, 1e-6, 1)))
@@ -603,7 +658,7 @@ def fit_detector(features: TrajectoryFeatures, failure: np.ndarray, groups: np.n
         return out
     with one_thread():
         if settings.model == "logistic":
-            Z, Zfit, runs = standardized_design(out, features)
+            n_columns, Zfit, runs = standardized_design(out, features)
             splits = None if fixed else inner_folds(y, g, settings.inner_splits, settings.seed)
             if splits is None:
                 out.C = float((fixed or {}).get("C") or 1.0)
@@ -612,7 +667,7 @@ def fit_detector(features: TrajectoryFeatures, failure: np.ndarray, groups: np.n
                 model = LogisticRegressionCV(Cs=list(C_GRID), cv=splits, scoring=INNER_SCORING, max_iter=2000,
                                              **NEW_CV_ARGS).fit(Zfit, y)
                 out.C = float(np.ravel(model.C_)[0])
-            out.coef, out.intercept = fold_run_intercepts(model.coef_, float(model.intercept_[0]), Z.shape[1], runs)
+            out.coef, out.intercept = fold_run_intercepts(model.coef_, float(model.intercept_[0]), n_columns, runs)
         else:
             if out.terms:
                 tfidf = out.text_tfidf(features)
@@ -636,10 +691,10 @@ def fit_detector(features: TrajectoryFeatures, failure: np.ndarray, groups: np.n
     return out
 
 
-def standardized_design(out: FittedDetector, features: TrajectoryFeatures) -> tuple[Any, Any, np.ndarray]:
+def standardized_design(out: FittedDetector, features: TrajectoryFeatures) -> tuple[int, Any, np.ndarray]:
     """Set the logistic detector ``out``'s standardization (its terms, IDF and medians set) from ``features`` (its
-    training rows) and return ``(Z, Zfit, runs)``: the design, the design the model is fitted on (with the run
-    indicators when fitted within runs) and each row's run."""
+    training rows) and return ``(n_columns, Zfit, runs)``: the design's column count, the design the model is fitted
+    on (with the run indicators when fitted within runs) and each row's run."""
     from sklearn.preprocessing import StandardScaler
 
     text = out.text_tfidf(features)
@@ -649,10 +704,11 @@ def standardized_design(out: FittedDetector, features: TrajectoryFeatures) -> tu
     out.mean = np.concatenate([np.zeros(text.shape[1]), dense_scaler.mean_ if dense_scaler else np.zeros(0)])
     scale = np.concatenate([text_scale, dense_scaler.scale_ if dense_scaler else np.zeros(0)])
     out.scale = np.where(scale > MIN_SCALE, scale, 1.0)
+    del text, dense  # the design below makes its own (held while the model fits)
     Z = out.design(features)
     runs = features.index["run"].to_numpy(dtype=object) if "run" in features.index else np.zeros(len(features))
     Zfit = with_runs(Z, run_indicators(runs) if out.settings.within_runs else None)
-    return Z, Zfit, runs
+    return Z.shape[1], Zfit, runs  # not Z: with run indicators Zfit is a copy, and Z is dropped before the fit
 
 
 def fit_logistic_path(features: TrajectoryFeatures, failure: np.ndarray, groups: np.ndarray,
@@ -673,10 +729,10 @@ def fit_logistic_path(features: TrajectoryFeatures, failure: np.ndarray, groups:
     model = LogisticRegression(C=Cs[0], max_iter=2000, warm_start=True)
     out = []
     with one_thread():
-        Z, Zfit, runs = standardized_design(first, features)
+        n_columns, Zfit, runs = standardized_design(first, features)
         for C in Cs:  # the first from zero (no coefficients yet), each next from the previous, run offsets too
             model.set_params(C=C).fit(Zfit, y)
-            coef, intercept = fold_run_intercepts(model.coef_, float(model.intercept_[0]), Z.shape[1], runs)
+            coef, intercept = fold_run_intercepts(model.coef_, float(model.intercept_[0]), n_columns, runs)
             out.append(replace(first, coef=coef, intercept=intercept, C=C))
     return out
 

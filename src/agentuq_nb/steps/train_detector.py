@@ -31,9 +31,10 @@ judged by every protocol against length and the task prior, saved as a detector 
    agent turns (and on fractions) of their held-out trajectories, beside the length so far.
 5. **The folder** (:mod:`agentuq_nb.io.store.detector_dir`): the card, the models as JSON and arrays, the tables.
 
-Memory grows linearly with the labelled trajectories (the feature table and the fits; extraction holds one batch):
-about 0.11 MB per trajectory above a 0.4 GB base with the default groups - 1.5 GB at 10⁴ tiny trajectories, 3.8 GB
-at 3·10⁴, so about 12 GB at 10⁵ (:data:`MEMORY_NOTE`, in the command's help; benchmarks/RESULTS.md).
+Memory grows linearly with the labelled trajectories (the feature table and the fits, two folds at once; extraction
+holds one batch): under 0.5 GB + 0.065 MB per trajectory with the default groups - measured 1.06 GB at 10⁴ tiny
+trajectories, 2.19 GB at 3·10⁴, 6.53 GB at 10⁵ (:data:`MEMORY_NOTE`, in the command's help; benchmarks/bench_train_memory.py,
+benchmarks/RESULTS.md).
 """
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ import time
 import warnings
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Optional
@@ -365,6 +366,11 @@ def folds_of(protocol: str, labelled: TrajectoryFeatures, failure: np.ndarray, n
     runs, domains, task_ids = (index[c].to_numpy(dtype=object) for c in ("run", "domain", TASK_KEY))
     return protocol_folds(protocol, runs, domains, task_ids, failure, n_splits, seed)
 
+def for_fitting(features: TrajectoryFeatures) -> TrajectoryFeatures:
+    """``features`` without the embedded messages (their texts and vectors: what an explanation reads, no fit), so
+    that the folds' and inner folds' copies of their rows leave them out (3 KB a trajectory of four messages)."""
+    return replace(features, messages=None, message_vectors=None)
+
 
 def evaluate_protocol(protocol: str, labelled: TrajectoryFeatures, failure: np.ndarray, settings: DetectorSettings,
                       n_splits: int, n_boot: int, seed: int,
@@ -383,6 +389,7 @@ def evaluate_protocol(protocol: str, labelled: TrajectoryFeatures, failure: np.n
         protocol_comparison,
     )
 
+    labelled = for_fitting(labelled)
     index = labelled.index
     runs, domains, task_ids = (index[c].to_numpy(dtype=object) for c in ("run", "domain", TASK_KEY))
     if folds is None:
@@ -538,7 +545,9 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], confi
     if len(at) == 0 or failure.all() or not failure.any():
         raise ValueError(f"the inputs hold {len(at)} labelled trajectories, {int(failure.sum())} of them failures "
                          f"(failure = reward < {c.failure_threshold:g}): a detector needs both outcomes")
-    labelled = features.take(at)
+    every = (features.index.index.equals(pd.RangeIndex(len(at))) and  # what take(at) would give, without its copy
+             (features.messages is None or features.messages["row"].is_monotonic_increasing))
+    labelled = features if every else features.take(at)
     index = labelled.index
     repeated = index.duplicated(["run", *TRAJECTORY_KEYS], keep=False).to_numpy()
     if repeated.any():  # a trajectory's rows are found by its keys: a repeat would be mixed with its twin
@@ -556,7 +565,7 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], confi
         wanted.append(CALIBRATION_PROTOCOL)
     if (c.early_turns or c.early_fractions) and c.early_protocol not in wanted:
         wanted.append(c.early_protocol)
-    with warnings.catch_warnings(), SelectionJobs(labelled, failure, settings, c.threads, on_fit) as jobs:
+    with warnings.catch_warnings(), SelectionJobs(for_fitting(labelled), failure, settings, c.threads, on_fit) as jobs:
         warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN column of a training fold: imputed as 0
         # every selection started at once, the largest (the final model's, on every row) first
         jobs.submit(("final", 0), FINAL_KIND, None, one_blas=False)
@@ -851,8 +860,8 @@ def show(trained: TrainedDetector, run_dir: None, config: TrainDetectorConfig, s
 
 
 #: the memory bound the command's help states (measured: benchmarks/RESULTS.md, issue 51 point 6)
-MEMORY_NOTE = ("memory: about 0.4 GB + 0.11 MB per labelled trajectory with the default groups (1.5 GB at 10^4, "
-               "3.8 GB at 3x10^4, about 12 GB at 10^5); fewer groups take less")
+MEMORY_NOTE = ("memory: under 0.5 GB + 0.065 MB per labelled trajectory with the default groups (measured: 1.06 GB "
+               "at 10^4, 2.19 GB at 3x10^4, 6.53 GB at 10^5); fewer groups take less")
 
 COMMAND = Command(summary="A failure detector learned from labelled runs, judged by every protocol against length and "
                           "the task prior → DETECTOR_DIR (card.json, model.json, arrays.npz, protocols.csv …; never "
