@@ -14,15 +14,18 @@ from agentuq_nb.estimators.base import Estimator, get
 from agentuq_nb.estimators.base import estimators as run_estimators
 from agentuq_nb.estimators.baselines import BASELINES
 from agentuq_nb.io.store.rundir import RunDir
+from agentuq_nb.records.outcomes import Outcomes
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 
 
-def score_table(run_dir: str | os.PathLike | RunDir, names: list[str] | None = None) -> tuple[pd.DataFrame, list[Estimator]]:
+def score_table(run_dir: str | os.PathLike | RunDir, names: list[str] | None = None, outcomes: Outcomes | None = None
+                ) -> tuple[pd.DataFrame, list[Estimator]]:
     """One row per trajectory (keys + ``reward``) and one column per estimator (all the run holds, or
-    ``names``); and the estimators, in table order."""
+    ``names``); and the estimators, in table order. ``outcomes``: the run's, labelled once by the caller
+    (:meth:`RunDir.outcomes`): the rows are theirs and carry their ``failed`` labels beside ``reward``."""
     run = RunDir.of(run_dir)
     chosen = run_estimators(run) if names is None else [get(name) for name in names]
-    table = run.rewards().reset_index(drop=True)
+    table = (run.rewards() if outcomes is None else outcomes.frame()).reset_index(drop=True)
     for estimator in chosen:
         scores = estimator.scores(run).rename(estimator.name).reset_index()
         table = table.merge(scores.drop_duplicates(TRAJECTORY_KEYS), on=TRAJECTORY_KEYS, how="left")

@@ -33,7 +33,7 @@ from agentuq_nb.estimators import Estimator, TokenEstimator, get
 from agentuq_nb.estimators.token import RawColumn, resolve_estimator
 from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.io.store.rundir import RunDir
-from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, check_failure_threshold
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, Outcomes, check_failure_threshold
 from agentuq_nb.records.token_statistics import STATISTICS_BY_NAME
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.steps.base import Command, FailureThresholdField, NBootField, Reporter, SeedField, Step, StepConfig
@@ -77,9 +77,11 @@ def _role_rows_on_cluster(run: RunDir, role: str, scheduler: Any) -> pd.DataFram
 
 
 def estimator_rows(run_dir: str | os.PathLike | RunDir, estimator: Estimator | str,
-                   summary: pd.DataFrame | None = None) -> pd.DataFrame:
+                   summary: pd.DataFrame | None = None, outcomes: Outcomes | None = None) -> pd.DataFrame:
     """The trajectories ``estimator`` scores, in its order: keys, ``uncertainty`` (as the estimator
-    gives it, not oriented) and ``reward``. ``summary``: trajectory-summary rows to read it from."""
+    gives it, not oriented) and ``reward``. ``summary``: trajectory-summary rows to read it from;
+    ``outcomes``: the run's, labelled once by the caller (:meth:`RunDir.outcomes`), whose ``failed`` the rows
+    then carry."""
     run = RunDir.of(run_dir)
     estimator = get(estimator) if isinstance(estimator, str) else estimator
     if summary is not None and hasattr(estimator, "scores_from_summary"):
@@ -93,7 +95,7 @@ def estimator_rows(run_dir: str | os.PathLike | RunDir, estimator: Estimator | s
         raise ValueError(f"{run.path}: estimator '{estimator.name}' gives {int(repeated.sum())} scores to trajectories "
                          f"that repeat a (domain, task_id, trial, seed), e.g. {key}: its table holds a trajectory "
                          "twice; make it again from results without repeats")
-    rewards = run.rewards()  # refuses repeated keys too
+    rewards = run.rewards() if outcomes is None else outcomes.frame()  # refuses repeated keys too
     return rows.merge(rewards, on=TRAJECTORY_KEYS, how="inner")
 
 
@@ -108,6 +110,7 @@ def run(run_dir: str | os.PathLike | RunDir, config: EvaluateConfig = EvaluateCo
     folder = RunDir.of(run_dir)  # the failure threshold: checked by the config
     folder.require_folder(STEP.name)
     with folder.lock(STEP.name):  # from the first read to the commit: based_on is what was read
+        labelled = folder.outcomes(config.failure_threshold)  # every trajectory's reward read and labelled once
         if config.scheduler is not None and config.estimator is None:
             summary = _role_rows_on_cluster(folder, _summary_role(config.uncertainty, config.role), config.scheduler)
         else:
@@ -115,23 +118,24 @@ def run(run_dir: str | os.PathLike | RunDir, config: EvaluateConfig = EvaluateCo
         chosen = (get(config.estimator) if config.estimator is not None
                   else resolve_estimator(config.uncertainty, config.role, config.scorer, config.invert, summary))
         from_summary = summary if isinstance(chosen, (TokenEstimator, RawColumn)) else None
-        rows = estimator_rows(folder, chosen, from_summary)
+        rows = estimator_rows(folder, chosen, from_summary, labelled)
         if rows.empty:
             raise ValueError(f"{folder.path}: estimator '{chosen.name}' scores no trajectory with a reward")
-        u, r = rows["uncertainty"].to_numpy(dtype=float), rows["reward"].to_numpy(dtype=float)
+        u = rows["uncertainty"].to_numpy(dtype=float)
+        scored = Outcomes(rows["reward"].to_numpy(dtype=float), rows["failed"].to_numpy(dtype=bool), labelled.threshold)
         repeated = tasks_repeat(rows)
-        result = failure_metrics(u, r, failure_threshold=config.failure_threshold, invert=chosen.invert, n_boot=config.n_boot,
+        result = failure_metrics(u, scored, invert=chosen.invert, n_boot=config.n_boot,
                                  seed=config.seed, groups=task_labels(rows) if repeated else None)
         result.update(role=chosen.role, scorer=chosen.scorer, uncertainty=chosen.statistic or chosen.name,
                       invert=chosen.invert, failure_threshold=config.failure_threshold, n_boot=config.n_boot, seed=config.seed)
         if repeated:
             result["bootstrap"]["clusters"] = "tasks (domain, task_id): trajectories of one task are resampled together"
-        if tasks_repeat(all_rewards := folder.rewards()):  # task rates over every trial, scored or not
-            scored = all_rewards.merge(rows[TRAJECTORY_KEYS + ["uncertainty"]], on=TRAJECTORY_KEYS, how="left")
-            result["multi_trial"] = multi_trial_report(scored, failure_threshold=config.failure_threshold,
+        if tasks_repeat(every := labelled.frame()):  # task rates over every trial, scored or not
+            every = every.merge(rows[TRAJECTORY_KEYS + ["uncertainty"]], on=TRAJECTORY_KEYS, how="left")
+            result["multi_trial"] = multi_trial_report(every, failure_threshold=config.failure_threshold,
                                                        uncertainty="uncertainty", invert=chosen.invert,
                                                        n_boot=config.n_boot, seed=config.seed)[0]
-        curves = failure_curves(u, r, failure_threshold=config.failure_threshold, invert=chosen.invert)
+        curves = failure_curves(u, scored, invert=chosen.invert)
         inputs = [name for name in ("trajectory_summary", "trajectories", *chosen.requires) if folder.has(name)]
         with folder.commit(STEP.name) as commit:
             based_on = folder.based_on(*inputs)
