@@ -110,7 +110,6 @@ def run(run_dir: str | os.PathLike | RunDir, config: EvaluateConfig = EvaluateCo
     folder = RunDir.of(run_dir)  # the failure threshold: checked by the config
     folder.require_folder(STEP.name)
     with folder.lock(STEP.name):  # from the first read to the commit: based_on is what was read
-        labelled = folder.outcomes(config.failure_threshold)  # every trajectory's reward read and labelled once
         if config.scheduler is not None and config.estimator is None:
             summary = _role_rows_on_cluster(folder, _summary_role(config.uncertainty, config.role), config.scheduler)
         else:
@@ -118,6 +117,7 @@ def run(run_dir: str | os.PathLike | RunDir, config: EvaluateConfig = EvaluateCo
         chosen = (get(config.estimator) if config.estimator is not None
                   else resolve_estimator(config.uncertainty, config.role, config.scorer, config.invert, summary))
         from_summary = summary if isinstance(chosen, (TokenEstimator, RawColumn)) else None
+        labelled = folder.outcomes(config.failure_threshold)  # every trajectory's reward read and labelled once
         rows = estimator_rows(folder, chosen, from_summary, labelled)
         if rows.empty:
             raise ValueError(f"{folder.path}: estimator '{chosen.name}' scores no trajectory with a reward")

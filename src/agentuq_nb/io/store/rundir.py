@@ -64,7 +64,7 @@ from agentuq_nb.io.errors import (
 from agentuq_nb.io.files import check_regular, kind_of, read_limited_json, regular_stat
 from agentuq_nb.io.store.run_lock import RunBusyError, holder, is_locked, run_lock
 from agentuq_nb.records.keys import key_dtypes
-from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, Outcomes
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, Outcomes, check_failure_threshold
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 
 #: footer key of a Parquet file's commit id
@@ -853,7 +853,10 @@ class RunDir:
     def rewards(self) -> pd.DataFrame:
         """One row per trajectory: the keys and ``reward`` (from ``trajectories.parquet``, else the summary)."""
         name = "trajectories" if self.has("trajectories") else "trajectory_summary"
-        src = self.read_frame(name)[TRAJECTORY_KEYS + ["reward"]]
+        return self._rewards_of(name, self.read_frame(name))
+
+    def _rewards_of(self, name: str, table: pd.DataFrame) -> pd.DataFrame:
+        src = table[TRAJECTORY_KEYS + ["reward"]]
         if name == "trajectory_summary":  # one row per role: the same reward repeated
             src = src.drop_duplicates()
         repeated = src.duplicated(TRAJECTORY_KEYS, keep=False)
@@ -867,6 +870,15 @@ class RunDir:
 
     def outcomes(self, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD) -> Outcomes:
         """The run's trajectories labelled once (:meth:`rewards` with ``failed = reward < failure_threshold``): what a
-        command hands to every part of it that tells failures apart, instead of each labelling the rewards again."""
-        rewards = self.rewards()
-        return Outcomes.of(rewards["reward"].to_numpy(dtype=float), failure_threshold, rewards[TRAJECTORY_KEYS])
+        command hands to every part of it that tells failures apart, instead of each labelling the rewards again. Kept
+        with the run folder while its table is unchanged: the steps of one command that share this ``RunDir`` (those of
+        ``analyze``) share these outcomes too. Shared: do not change their arrays in place."""
+        check_failure_threshold(failure_threshold)
+        name = "trajectories" if self.has("trajectories") else "trajectory_summary"
+        table = self.read_frame(name)  # the cached table while the file is unchanged: so are its outcomes
+        made = self._cache.get(key := ("outcomes", name, float(failure_threshold)))
+        if made is None or made[0] is not table:
+            rewards = self._rewards_of(name, table)
+            made = self._cache[key] = (table, Outcomes.of(rewards["reward"].to_numpy(dtype=float), failure_threshold,
+                                                          rewards[TRAJECTORY_KEYS]))
+        return made[1]
