@@ -77,12 +77,17 @@ def _role_rows_on_cluster(run: RunDir, role: str, scheduler: Any) -> pd.DataFram
 
 
 def estimator_rows(run_dir: str | os.PathLike | RunDir, estimator: Estimator | str,
-                   summary: pd.DataFrame | None = None, outcomes: Outcomes | None = None) -> pd.DataFrame:
+                   summary: pd.DataFrame | None = None) -> pd.DataFrame:
     """The trajectories ``estimator`` scores, in its order: keys, ``uncertainty`` (as the estimator
-    gives it, not oriented) and ``reward``. ``summary``: trajectory-summary rows to read it from;
-    ``outcomes``: the run's, labelled once by the caller (:meth:`RunDir.outcomes`), whose ``failed`` the rows
-    then carry."""
+    gives it, not oriented) and ``reward``. ``summary``: trajectory-summary rows to read it from."""
     run = RunDir.of(run_dir)
+    rewards = run.rewards()  # refuses repeated keys too
+    return estimator_scores(run, estimator, summary).merge(rewards, on=TRAJECTORY_KEYS, how="inner")
+
+
+def estimator_scores(run: RunDir, estimator: Estimator | str, summary: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The keys and ``uncertainty`` of the trajectories ``estimator`` scores, in its order (a key given two scores
+    refused); :func:`estimator_rows` without the rewards, for a caller that holds them (labelled) already."""
     estimator = get(estimator) if isinstance(estimator, str) else estimator
     if summary is not None and hasattr(estimator, "scores_from_summary"):
         scores = estimator.scores_from_summary(summary)
@@ -95,8 +100,7 @@ def estimator_rows(run_dir: str | os.PathLike | RunDir, estimator: Estimator | s
         raise ValueError(f"{run.path}: estimator '{estimator.name}' gives {int(repeated.sum())} scores to trajectories "
                          f"that repeat a (domain, task_id, trial, seed), e.g. {key}: its table holds a trajectory "
                          "twice; make it again from results without repeats")
-    rewards = run.rewards() if outcomes is None else outcomes.frame()  # refuses repeated keys too
-    return rows.merge(rewards, on=TRAJECTORY_KEYS, how="inner")
+    return rows
 
 
 def run(run_dir: str | os.PathLike | RunDir, config: EvaluateConfig = EvaluateConfig()) -> dict:
@@ -118,7 +122,8 @@ def run(run_dir: str | os.PathLike | RunDir, config: EvaluateConfig = EvaluateCo
                   else resolve_estimator(config.uncertainty, config.role, config.scorer, config.invert, summary))
         from_summary = summary if isinstance(chosen, (TokenEstimator, RawColumn)) else None
         labelled = folder.outcomes(config.failure_threshold)  # every trajectory's reward read and labelled once
-        rows = estimator_rows(folder, chosen, from_summary, labelled)
+        every = labelled.frame()  # their keys, reward and failed
+        rows = estimator_scores(folder, chosen, from_summary).merge(every, on=TRAJECTORY_KEYS, how="inner")
         if rows.empty:
             raise ValueError(f"{folder.path}: estimator '{chosen.name}' scores no trajectory with a reward")
         u = rows["uncertainty"].to_numpy(dtype=float)
@@ -130,7 +135,7 @@ def run(run_dir: str | os.PathLike | RunDir, config: EvaluateConfig = EvaluateCo
                       invert=chosen.invert, failure_threshold=config.failure_threshold, n_boot=config.n_boot, seed=config.seed)
         if repeated:
             result["bootstrap"]["clusters"] = "tasks (domain, task_id): trajectories of one task are resampled together"
-        if tasks_repeat(every := labelled.frame()):  # task rates over every trial, scored or not
+        if tasks_repeat(every):  # task rates over every trial, scored or not
             every = every.merge(rows[TRAJECTORY_KEYS + ["uncertainty"]], on=TRAJECTORY_KEYS, how="left")
             result["multi_trial"] = multi_trial_report(every, failure_threshold=config.failure_threshold,
                                                        uncertainty="uncertainty", invert=chosen.invert,
