@@ -64,7 +64,7 @@ from agentuq_nb.io.errors import (
 from agentuq_nb.io.files import check_regular, kind_of, read_limited_json, regular_stat
 from agentuq_nb.io.store.run_lock import RunBusyError, holder, is_locked, run_lock
 from agentuq_nb.records.keys import key_dtypes
-from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, Outcomes, check_failure_threshold
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, Outcomes
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 
 #: footer key of a Parquet file's commit id
@@ -873,10 +873,9 @@ class RunDir:
         command hands to every part of it that tells failures apart, instead of each labelling the rewards again. Kept
         with the run folder while its table is unchanged: the steps of one command that share this ``RunDir`` (those of
         ``analyze``) share these outcomes too. Shared: do not change their arrays in place."""
-        check_failure_threshold(failure_threshold)
         name = "trajectories" if self.has("trajectories") else "trajectory_summary"
         table = self.read_frame(name)  # the cached table while the file is unchanged: so are its outcomes
-        made = self._cache.get(key := ("outcomes", name, float(failure_threshold)))
+        made = self._cache.get(key := ("outcomes", name, repr(failure_threshold)))  # (Outcomes.of checks it)
         if made is None or made[0] is not table:
             rewards = self._rewards_of(name, table)
             made = self._cache[key] = (table, Outcomes.of(rewards["reward"].to_numpy(dtype=float), failure_threshold,
