@@ -69,7 +69,7 @@ def row_failures(rows: pd.DataFrame, failure_threshold: float = DEFAULT_FAILURE_
     carry (:meth:`Outcomes.frame`, merged with a table: the labels made once, handed down with the rows; a row that
     found no outcome is no failure), else ``reward < failure_threshold`` (rows made without them, e.g. by hand)."""
     if "failed" in rows.columns:
-        return rows["failed"].eq(True).to_numpy()
+        return rows["failed"].eq(True).fillna(False).to_numpy(dtype=bool)  # NaN or NA: no outcome, no failure
     return failure_labels(rows["reward"], failure_threshold)
 
 
