@@ -4,13 +4,16 @@ the rewards again; ``RunDir.outcomes`` labels a run's trajectories."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 from sklearn.metrics import roc_auc_score
 
+from agentuq_nb.estimators.scores import score_table
 from agentuq_nb.evaluation.bootstrap import bootstrap_samples
-from agentuq_nb.evaluation.metrics import point_metrics
+from agentuq_nb.evaluation.failure_report import failure_metrics
+from agentuq_nb.evaluation.metrics import failure_curves, point_metrics
 from agentuq_nb.io.store.rundir import RunDir
-from agentuq_nb.records.outcomes import Outcomes, failure_labels
+from agentuq_nb.records.outcomes import Outcomes, failure_labels, row_failures
 from agentuq_nb.steps.extract import extract
 from agentuq_nb.testing.synthetic import write_synthetic_results
 
@@ -56,3 +59,26 @@ def test_a_run_folder_labels_its_trajectories(tmp_path):
     assert list(frame.columns[:4]) == ["domain", "task_id", "trial", "seed"]
     assert frame["failed"].tolist() == (rewards["reward"] < 0.5).tolist()
     assert folder.outcomes().threshold == 1.0
+    assert folder.outcomes(0.5) is outcomes  # kept with the folder: the steps sharing it share one labelling
+    folder.forget_cache()
+    assert folder.outcomes(0.5) is not outcomes and folder.outcomes(0.5).failed.tolist() == outcomes.failed.tolist()
+    with pytest.raises(ValueError, match="not a finite number"):
+        folder.outcomes(float("nan"))
+    table, _ = score_table(folder, [], folder.outcomes(0.5))  # the score table carries the labels made once
+    assert table["failed"].tolist() == frame["failed"].tolist()
+    assert "failed" not in score_table(folder, [])[0].columns
+
+
+def test_rows_carry_their_labels_or_are_labelled_at_the_threshold():
+    """``row_failures`` reads the labels rows carry (a row that found no outcome is no failure) and labels rows made
+    without them; the metrics take a run's outcomes in place of its rewards and give what the rewards give."""
+    carried = pd.DataFrame({"reward": [0.0, 1.0, 0.2], "failed": pd.array([True, None, False], dtype="boolean")})
+    assert row_failures(carried, 0.5).tolist() == [True, False, False]  # the carried labels, not the threshold's
+    assert row_failures(carried.drop(columns="failed"), 0.5).tolist() == [True, False, True]
+    rng = np.random.default_rng(4)
+    reward = np.r_[rng.uniform(size=40), np.nan]
+    u = np.r_[rng.normal(size=40) - reward[:40], 0.3]
+    given = failure_metrics(u, Outcomes.of(reward, 0.6), n_boot=30, seed=2)
+    assert given == failure_metrics(u, reward, failure_threshold=0.6, n_boot=30, seed=2)
+    assert given["n_dropped"] == 1 and given["failure_threshold"] == 0.6
+    assert failure_curves(u, Outcomes.of(reward, 0.6)).equals(failure_curves(u, reward, 0.6))

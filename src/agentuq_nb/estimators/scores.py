@@ -16,15 +16,18 @@ from agentuq_nb.estimators.base import Estimator, get
 from agentuq_nb.estimators.base import estimators as run_estimators
 from agentuq_nb.estimators.baselines import BASELINES
 from agentuq_nb.io.store.rundir import RunDir
+from agentuq_nb.records.outcomes import Outcomes
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 
 
-def score_table(run_dir: str | os.PathLike | RunDir, names: list[str] | None = None) -> tuple[pd.DataFrame, list[Estimator]]:
+def score_table(run_dir: str | os.PathLike | RunDir, names: list[str] | None = None, outcomes: Outcomes | None = None
+                ) -> tuple[pd.DataFrame, list[Estimator]]:
     """One row per trajectory (keys + ``reward``) and one column per estimator (all the run holds, or
-    ``names``); and the estimators, in table order."""
+    ``names``); and the estimators, in table order. ``outcomes``: the run's, labelled once by the caller
+    (:meth:`RunDir.outcomes`): the rows are theirs and carry their ``failed`` labels beside ``reward``."""
     run = RunDir.of(run_dir)
     chosen = run_estimators(run) if names is None else [get(name) for name in names]
-    table = run.rewards().reset_index(drop=True)
+    table = (run.rewards() if outcomes is None else outcomes.frame()).reset_index(drop=True)
     for estimator in chosen:
         scores = estimator.scores(run).rename(estimator.name).reset_index()
         table = table.merge(scores.drop_duplicates(TRAJECTORY_KEYS), on=TRAJECTORY_KEYS, how="left")
@@ -53,6 +56,13 @@ def estimator_rows(run_dir: str | os.PathLike | RunDir, estimator: Estimator | s
     """The trajectories ``estimator`` scores, in its order: keys, ``uncertainty`` (as the estimator
     gives it, not oriented) and ``reward``. ``summary``: trajectory-summary rows to read it from."""
     run = RunDir.of(run_dir)
+    rewards = run.rewards()  # refuses repeated keys too
+    return estimator_scores(run, estimator, summary).merge(rewards, on=TRAJECTORY_KEYS, how="inner")
+
+
+def estimator_scores(run: RunDir, estimator: Estimator | str, summary: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The keys and ``uncertainty`` of the trajectories ``estimator`` scores, in its order (a key given two scores
+    refused); :func:`estimator_rows` without the rewards, for a caller that holds them (labelled) already."""
     estimator = get(estimator) if isinstance(estimator, str) else estimator
     if summary is not None and hasattr(estimator, "scores_from_summary"):
         scores = estimator.scores_from_summary(summary)
@@ -65,5 +75,4 @@ def estimator_rows(run_dir: str | os.PathLike | RunDir, estimator: Estimator | s
         raise ValueError(f"{run.path}: estimator '{estimator.name}' gives {int(repeated.sum())} scores to trajectories "
                          f"that repeat a (domain, task_id, trial, seed), e.g. {key}: its table holds a trajectory "
                          "twice; make it again from results without repeats")
-    rewards = run.rewards()  # refuses repeated keys too
-    return rows.merge(rewards, on=TRAJECTORY_KEYS, how="inner")
+    return rows

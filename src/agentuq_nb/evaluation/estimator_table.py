@@ -62,10 +62,10 @@ from agentuq_nb.evaluation.combined_predictor import cross_fitted_combination
 from agentuq_nb.evaluation.defaults import DEFAULT_FDR_Q, DEFAULT_N_BOOT
 from agentuq_nb.evaluation.failure_report import failure_metrics
 from agentuq_nb.evaluation.length_control import beats_length_baseline, length_controlled
-from agentuq_nb.evaluation.metrics import auroc, failure_labels
+from agentuq_nb.evaluation.metrics import auroc
 from agentuq_nb.evaluation.multi_trial import task_labels, tasks_repeat
 from agentuq_nb.io.store.rundir import RunDir
-from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, check_failure_threshold
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, check_failure_threshold, row_failures
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 
 REPORTED_METRICS = ("auroc", "auarc", "auarc_tie_mean", "aurc", "prr", "spearman")
@@ -174,7 +174,8 @@ def evaluate_estimators(table: pd.DataFrame, estimators: list[Estimator], failur
     inputs (:func:`combined_inputs`); ``progress``: a bar on stderr counting the rows (each its bootstraps and
     cross-fitted calibration). Estimators that read the combinations' probabilities back (family
     ``combined``) are outputs of this table, not rows of it; :func:`evaluate_estimators_and_combinations`
-    returns those probabilities too."""
+    returns those probabilities too. A score table made with the run's outcomes (``score_table(run, names,
+    run.outcomes(failure_threshold))``) carries their labels (``failed``), which are read, not made again."""
     return evaluate_estimators_and_combinations(table, estimators, failure_threshold, n_boot, seed, reference,
                                                 n_bins, combine, combined_input_names, progress)[0]
 
@@ -191,7 +192,7 @@ def evaluate_estimators_and_combinations(table: pd.DataFrame, estimators: list[E
     estimators = [e for e in estimators if e.family not in combination_families()]
     table = table[np.isfinite(table["reward"].to_numpy(dtype=float))].reset_index(drop=True)
     reward = table["reward"].to_numpy(dtype=float)
-    failure = failure_labels(reward, failure_threshold)
+    failure = row_failures(table, failure_threshold)  # the labels a table made with the run's outcomes carries
     groups = task_labels(table)  # the task: what cross-fitting holds out and the bootstrap resamples
     length = table[LENGTH_COLUMN].to_numpy(dtype=float) if LENGTH_COLUMN in table.columns else None
     ref = _reference(estimators, reference)

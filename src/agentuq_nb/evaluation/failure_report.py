@@ -8,7 +8,7 @@ import numpy as np
 
 from agentuq_nb.evaluation.bootstrap import bootstrap_samples, cluster_codes, percentile_ci
 from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
-from agentuq_nb.evaluation.metrics import METRICS, clean_inputs, point_metrics
+from agentuq_nb.evaluation.metrics import METRICS, clean_outcomes, point_metrics
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, Outcomes
 
 
@@ -18,7 +18,8 @@ def failure_metrics(uncertainty, reward, failure_threshold: float = DEFAULT_FAIL
 
     Contract: **higher uncertainty = more likely failure**; pass ``invert=True`` for scores where
     higher means more confident (the score is negated).  Failure is ``reward <
-    failure_threshold`` (default 1.0) and is the positive class.  Metric definitions are in
+    failure_threshold`` (default 1.0) and is the positive class; ``reward`` may be the rewards' :class:`Outcomes`
+    instead (labelled once by the caller: their labels are read, and their threshold is the one reported).  Metric definitions are in
     :mod:`agentuq_nb.evaluation.metrics` (AUROC with ties 1/2, AgentUQ's AUARC and its tie-invariant
     mean over orders of ties, AURC, PRR,
     Pearson/Spearman/Kendall tau-b of uncertainty vs -reward).
@@ -44,12 +45,14 @@ def failure_metrics(uncertainty, reward, failure_threshold: float = DEFAULT_FAIL
          "undefined": {name: reason}, "n_dropped": int, "failure_threshold": float,
          "invert": bool, "bootstrap": {"n_boot", "ci", "seed", "method", "n_skipped"}}
     """
-    u, r, n_dropped = clean_inputs(uncertainty, reward, invert)
+    u, outcomes, n_dropped = clean_outcomes(uncertainty, reward, failure_threshold, invert)  # labelled once (or
+    # carried): the point estimates, resamples and count read them
+    failure_threshold = outcomes.threshold
     codes = None
     if groups is not None:
-        kept = np.isfinite(np.asarray(uncertainty, dtype=float).ravel()) & np.isfinite(np.asarray(reward, dtype=float).ravel())
+        rewards = reward.reward if isinstance(reward, Outcomes) else np.asarray(reward, dtype=float).ravel()
+        kept = np.isfinite(np.asarray(uncertainty, dtype=float).ravel()) & np.isfinite(rewards)
         codes = cluster_codes(groups, kept.size, kept)
-    outcomes = Outcomes.of(r, failure_threshold)  # labelled once: the point estimates, resamples and count read them
     values, undefined = point_metrics(u, outcomes, METRICS)
     samples = bootstrap_samples(u, outcomes, METRICS, n_boot, seed, groups=codes)
     cis, skipped = {}, {}

@@ -48,7 +48,7 @@ from sklearn.metrics import roc_curve
 from agentuq_nb.records.outcomes import (
     DEFAULT_FAILURE_THRESHOLD,
     Outcomes,
-    failure_labels,  # the failure definition lives with the data contracts
+    failure_labels,  # noqa: F401 (agentuq_nb.evaluation.failure_labels: the definition lives with the data contracts)
 )
 
 METRICS: tuple[str, ...] = ("auroc", "auarc", "auarc_tie_mean", "aurc", "prr", "pearson", "spearman", "kendall")
@@ -77,6 +77,20 @@ def clean_inputs(uncertainty, reward, invert: bool = False):
     if invert:
         u = -u
     return u, r, int((~keep).sum())
+
+
+def clean_outcomes(uncertainty, reward, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD, invert: bool = False
+                   ) -> tuple[np.ndarray, Outcomes, int]:
+    """:func:`clean_inputs` with the labels: ``(u, outcomes, n_dropped)``, the outcomes of the rows kept. ``reward``: the
+    rewards (labelled here at ``failure_threshold``), or their :class:`Outcomes` (the labels made once by the caller,
+    carried)."""
+    given = reward if isinstance(reward, Outcomes) else Outcomes.of(np.asarray(reward, dtype=float).ravel(),
+                                                                     failure_threshold)
+    u = np.asarray(uncertainty, dtype=float).ravel()
+    if u.shape != given.reward.shape:
+        raise ValueError(f"uncertainty has {u.size} values but reward has {given.reward.size}")
+    keep = np.isfinite(u) & np.isfinite(given.reward)
+    return (-u[keep] if invert else u[keep]), given.take(keep), int((~keep).sum())
 
 
 def undefined_reason(name: str, u: np.ndarray, outcomes: Outcomes) -> str | None:
@@ -528,7 +542,8 @@ def failure_curves(uncertainty, reward, failure_threshold: float = DEFAULT_FAILU
     """Long-format curves for plots and ``eval_curves.csv``: columns ``curve, x, y``.
 
     Higher uncertainty = more likely failure (``invert=True`` negates a confidence score).
-    Non-finite rows are dropped.
+    Non-finite rows are dropped. ``reward``: the rewards, or their :class:`Outcomes` (labelled once by the caller;
+    ``failure_threshold`` is then theirs).
 
     * ``roc``: x = false-positive rate, y = true-positive rate (sklearn ``roc_curve``, all
       thresholds kept); only when both classes are present.
@@ -537,8 +552,8 @@ def failure_curves(uncertainty, reward, failure_threshold: float = DEFAULT_FAILU
     * ``risk_coverage``: x = coverage k/n (k = 1..n, least uncertain retained first), y = failure
       rate among the retained (tie-averaged, as in AURC).
     """
-    u, r, _ = clean_inputs(uncertainty, reward, invert)
-    f = failure_labels(r, failure_threshold)
+    u, outcomes, _ = clean_outcomes(uncertainty, reward, failure_threshold, invert)
+    f = outcomes.failed
     n = len(u)
     frames = []
     if n and 0 < f.sum() < n:

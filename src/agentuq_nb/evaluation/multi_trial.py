@@ -36,7 +36,7 @@ from scipy.special import comb
 from agentuq_nb.evaluation.bootstrap import cluster_count_chunks, mean_ci, percentile_ci
 from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.io.store.rundir import RunDir
-from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, check_failure_threshold, failure_labels
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, check_failure_threshold, row_failures
 
 TASK_KEYS = ["domain", "task_id"]
 CLUSTER_METHOD = "percentile, resampling tasks (clusters)"
@@ -62,11 +62,12 @@ def tasks_repeat(rows: pd.DataFrame) -> bool:
 
 def task_outcomes(rows: pd.DataFrame, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD) -> pd.DataFrame:
     """Per task: ``n_trials``, ``n_successes``, ``n_failures``, ``success_rate``, ``failure_rate``
-    (rows with a non-finite reward are left out)."""
+    (rows with a non-finite reward are left out; the ``failed`` labels the rows carry, else ``reward <
+    failure_threshold``)."""
     check_failure_threshold(failure_threshold)
     rows = rows[np.isfinite(rows["reward"].to_numpy(dtype=float))]
     keys = [k for k in TASK_KEYS if k in rows.columns]
-    fail = pd.Series(failure_labels(rows["reward"].to_numpy(dtype=float), failure_threshold), index=rows.index)
+    fail = pd.Series(row_failures(rows, failure_threshold), index=rows.index)  # carried labels, where the rows have them
     g = fail.groupby([rows[k] for k in keys], sort=True)
     out = pd.DataFrame({"n_trials": g.size(), "n_failures": g.sum().astype(int)})
     out.insert(1, "n_successes", out["n_trials"] - out["n_failures"])

@@ -31,7 +31,7 @@ import pandas as pd
 from agentuq_nb.evaluation.calibration import group_folds
 from agentuq_nb.evaluation.metrics import auroc_batch
 from agentuq_nb.records.keys import key_dtypes
-from agentuq_nb.records.outcomes import failure_labels
+from agentuq_nb.records.outcomes import row_failures
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.uq.tracer import GRID, Grid, StepArrays, TracerParams, grid_score_chunks, grid_scores
 
@@ -147,7 +147,8 @@ def setting_scores(steps: StepArrays, index: int, grid: Grid = GRID) -> np.ndarr
 def tuning_tables(turns: pd.DataFrame, rewards: pd.DataFrame, failure_threshold: float, seed: int = 0,
                   n_splits: int = 5) -> tuple[pd.DataFrame, dict]:
     """(``tracer_tuned`` rows, ``tracer_tuning.json``) from the per-message table (``blackbox_turns``) and the
-    rewards: the optimistic readout, and the nested one where two classes and two tasks are scored - the same
+    rewards (keys and ``reward``, with the ``failed`` labels of a run's :meth:`~agentuq_nb.records.outcomes.Outcomes.frame`
+    where they are carried, else labelled at ``failure_threshold``): the optimistic readout, and the nested one where two classes and two tasks are scored - the same
     choices as :func:`optimistic_scores` and :func:`nested_scores` on the whole grid's scores, with the grid searched
     in bounded chunks (:func:`grid_aurocs`) and only the chosen settings' scores computed whole."""
     from agentuq_nb.evaluation.multi_trial import task_labels
@@ -155,7 +156,7 @@ def tuning_tables(turns: pd.DataFrame, rewards: pd.DataFrame, failure_threshold:
     rewards = key_dtypes(rewards)
     reward = rewards["reward"].to_numpy(dtype=float)
     labelled = np.isfinite(reward)
-    failure = failure_labels(reward, failure_threshold)
+    failure = row_failures(rewards, failure_threshold)  # the labels the rewards carry (a run's Outcomes.frame())
     steps = StepArrays.of(turns, rewards)
     scored = labelled & (steps.n_steps > 0)  # no outcome: neither tuned on nor scored; no step: no score
     out = rewards[TRAJECTORY_KEYS].copy()

@@ -77,7 +77,7 @@ from agentuq_nb.io.store.rundir import MANIFEST, RunDir
 from agentuq_nb.io.store.token_table import read_token_table
 from agentuq_nb.records import Results, Simulation
 from agentuq_nb.records.keys import key_dtypes
-from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, failure_labels
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD
 from agentuq_nb.records.reward_checks import (
     TaskIntegrity,
     expected_beside_made,
@@ -418,7 +418,7 @@ def _one_run(run: RunDir, index: int, estimators: Sequence[str] | None, scorer: 
         names = [n for n in estimators if get_estimator(n).is_available(run)]
     else:
         names = [*[f for f in FEATURED if f in held], *[h for h in held if h not in FEATURED]]
-    scores, chosen = score_table(run, names)
+    scores, chosen = score_table(run, names, run.outcomes(failure_threshold))  # the run's labels, made once
     scores = key_dtypes(scores)
     scores["key"] = _keyed(scores, index)
     meta = key_dtypes(run.read_frame("trajectories")) if run.has("trajectories") else scores[TRAJECTORY_KEYS]
@@ -429,7 +429,7 @@ def _one_run(run: RunDir, index: int, estimators: Sequence[str] | None, scorer: 
 
     reward = scores["reward"].to_numpy(dtype=float)
     labelled = np.isfinite(reward)
-    failed = failure_labels(reward, failure_threshold)
+    failed = scores["failed"].to_numpy(dtype=bool)
     quality = {e.name: _auroc(scores[e.name].to_numpy(dtype=float), failed, labelled, e.higher_is_uncertain)
                for e in chosen}
 

@@ -57,19 +57,26 @@ def open_regular(path: str | os.PathLike, what: str = "input") -> BinaryIO:
         raise
 
 
-def check_regular(path: str | os.PathLike, what: str = "input") -> Path:
-    """``path`` when it is a regular file (a symlink to one counts), else :class:`InputError`; for readers
-    that open the path themselves."""
+def regular_stat(path: str | os.PathLike, what: str = "input") -> os.stat_result:
+    """The ``os.stat`` of ``path`` when it is a regular file (a symlink to one counts), else :class:`InputError`: the
+    check and the stat in one call, for a reader that keys what it read by the file's size and time."""
     path = Path(path)
     try:
-        mode = os.stat(path).st_mode
+        st = os.stat(path)
     except FileNotFoundError:
         raise InputError(path, f"does not exist ({what})") from None
     except OSError as err:
         raise InputError(path, f"cannot be read ({what}): {err.strerror or err}") from None
-    if not stat.S_ISREG(mode):
-        raise _not_regular(path, mode, what)
-    return path
+    if not stat.S_ISREG(st.st_mode):
+        raise _not_regular(path, st.st_mode, what)
+    return st
+
+
+def check_regular(path: str | os.PathLike, what: str = "input") -> Path:
+    """``path`` when it is a regular file (a symlink to one counts), else :class:`InputError`; for readers
+    that open the path themselves."""
+    regular_stat(path, what)
+    return Path(path)
 
 
 def read_limited(path: str | os.PathLike, limit: int, what: str = "input") -> bytes:

@@ -45,7 +45,7 @@ from agentuq_nb.io.ingest.token_sources import SidecarResolver, uq_logprobs_ref
 from agentuq_nb.io.store.artifacts import read_turn_summary
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records import Results
-from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, failure_labels
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD
 from agentuq_nb.steps.aggregate import aggregate
 from agentuq_nb.steps.compare_estimators import compare_estimators
 from agentuq_nb.steps.extract import extract
@@ -275,10 +275,11 @@ def inventory(runs: dict[ResultSet, Path], failure_threshold: float = DEFAULT_FA
     source of its uncertainty (``token sidecars`` or ``recorded uq_summary``)."""
     rows = []
     for s, run in runs.items():
-        rewards = RunDir(run).rewards()["reward"]
-        manifest = RunDir(run).require_manifest()
+        folder = RunDir(run)  # opened once: its outcomes (labelled once) and its manifest
+        outcomes = folder.outcomes(failure_threshold)
+        manifest = folder.require_manifest()
         rows.append({"model": s.model, "user_model": s.user_model, "domain": s.domain,
-                     "trajectories": len(rewards), "failures": int(failure_labels(rewards, failure_threshold).sum()),
+                     "trajectories": len(outcomes), "failures": int(outcomes.failed.sum()),
                      "token_rows": manifest.num_tokens,
                      "source": "token sidecars" if has_token_rows(run) else "recorded uq_summary",
                      "results": str(s.results), "run": str(run)})

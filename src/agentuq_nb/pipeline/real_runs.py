@@ -29,7 +29,7 @@ from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.io.store.artifacts import read_json_artifact
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.keys import key_dtypes
-from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, failure_labels
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.steps.blackbox import BlackBoxConfig
 from agentuq_nb.steps.compare_estimators import compare_estimators
@@ -96,9 +96,9 @@ def pooled_predictions(runs: dict[str, Path], estimator: str, failure_threshold:
         if not est.is_available(run):
             continue
         scores = est.scores(run).rename("score").reset_index()
-        rewards = key_dtypes(run.rewards())
-        frame = rewards.merge(key_dtypes(scores), on=TRAJECTORY_KEYS, how="left")
-        frames.append(frame.assign(run=name, failed=failure_labels(frame["reward"], failure_threshold)))
+        labelled = key_dtypes(run.outcomes(failure_threshold).frame())  # keys, reward, failed: labelled once
+        frame = labelled.merge(key_dtypes(scores), on=TRAJECTORY_KEYS, how="left")
+        frames.append(frame.assign(run=name, failed=frame.pop("failed")))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
@@ -114,8 +114,8 @@ def example_trajectory(run: str | os.PathLike, rank: int = 0, failure_threshold:
     score among failures with at least one agent and one user message."""
     r = RunDir(run)
     scores = key_dtypes(r.read_frame("blackbox_scores"))[TRAJECTORY_KEYS + ["tracer_default"]]
-    frame = key_dtypes(r.rewards()).merge(scores, on=TRAJECTORY_KEYS)
-    frame = frame[failure_labels(frame["reward"], failure_threshold)].sort_values("tracer_default", ascending=False)
+    frame = key_dtypes(r.outcomes(failure_threshold).frame()).merge(scores, on=TRAJECTORY_KEYS)
+    frame = frame[frame["failed"]].drop(columns="failed").sort_values("tracer_default", ascending=False)
     if frame.empty:
         raise ValueError(f"{run}: no failed trajectory to show")
     return tuple(frame.iloc[min(rank, len(frame) - 1)][TRAJECTORY_KEYS])

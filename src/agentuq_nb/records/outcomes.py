@@ -44,6 +44,11 @@ class Outcomes:
         keys = None if keys is None else keys.reset_index(drop=True)
         return cls(reward, failure_labels(reward, failure_threshold), float(failure_threshold), keys)
 
+    def labelled(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(rows with a finite reward, their failure labels)``: what a model is fitted and scored on."""
+        rows = np.flatnonzero(np.isfinite(self.reward))
+        return rows, self.failed[rows]
+
     def take(self, rows) -> Outcomes:
         """The outcomes of ``rows`` (an index array or a mask), labels carried, not made again."""
         keys = None if self.keys is None else self.keys.iloc[rows].reset_index(drop=True)
@@ -57,6 +62,15 @@ class Outcomes:
 
     def __len__(self) -> int:
         return len(self.reward)
+
+
+def row_failures(rows: pd.DataFrame, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD) -> np.ndarray:
+    """The failure labels of a table's rows: the ``failed`` column that rows made from a run's :class:`Outcomes`
+    carry (:meth:`Outcomes.frame`, merged with a table: the labels made once, handed down with the rows; a row that
+    found no outcome is no failure), else ``reward < failure_threshold`` (rows made without them, e.g. by hand)."""
+    if "failed" in rows.columns:
+        return rows["failed"].eq(True).fillna(False).to_numpy(dtype=bool)  # NaN or NA: no outcome, no failure
+    return failure_labels(rows["reward"], failure_threshold)
 
 
 def finite_failure_threshold(value: object) -> float:

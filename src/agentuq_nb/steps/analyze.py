@@ -141,16 +141,15 @@ def run(run_dir: str | os.PathLike | RunDir, config: AnalyzeConfig) -> AnalyzeRe
         show_table(report.estimator_table, out, None, config.reporter)
     from agentuq_nb.evaluation.multi_trial import tasks_repeat  # scipy: not resident during extract's peak
 
-    rows = folder.rewards()
-    if tasks_repeat(rows):
+    # the run's trajectories labelled once, handed to the multi-trial readout, the figures and the report
+    outcomes = folder.outcomes(config.failure_threshold)
+    if tasks_repeat(rows := outcomes.frame()):
         from agentuq_nb.evaluation.multi_trial import multi_trial_report
 
         report.trials = multi_trial_report(rows, failure_threshold=config.failure_threshold, n_boot=config.n_boot,
                                            seed=config.seed)[0]
         for line in trials_lines(report.trials, out):
             config.reporter.say(line)
-    # the run's trajectories labelled once, handed to the figures and the report
-    outcomes = Outcomes.of(rows["reward"], config.failure_threshold, rows[TRAJECTORY_KEYS])
     if config.figures:
         with config.reporter.stage("figures", out):
             report.figures = analysis_figures(folder, outcomes, config.seed)

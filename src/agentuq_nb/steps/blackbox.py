@@ -240,7 +240,8 @@ def compute_tuning(run_dir: str | os.PathLike | RunDir, config: BlackBoxConfig =
     run = RunDir.of(run_dir)
     with run.lock("blackbox"):
         turns = key_dtypes(run.read_frame("blackbox_turns"))
-        tuned, record = tuning_tables(turns, run.rewards(), config.failure_threshold, config.seed, config.n_splits)
+        tuned, record = tuning_tables(turns, run.outcomes(config.failure_threshold).frame(), config.failure_threshold,
+                                      config.seed, config.n_splits)
         based_on = run.based_on("blackbox_turns", "trajectories")
         with run.commit("blackbox-tuning") as commit:
             commit.write_parquet("tracer_tuned", tuned, based_on)

@@ -31,6 +31,7 @@ from agentuq_nb.io.atomic import json_ready
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.config import NBins
+from agentuq_nb.records.outcomes import Outcomes
 from agentuq_nb.steps.base import Command, FailureThresholdField, Reporter, SeedField, Step, StepConfig, num_text
 
 STEP = Step("calibrate", "agentuq-nb calibrate RUN_DIR", ("calibration", "calibration_bins"))
@@ -67,17 +68,16 @@ BIN_COLUMNS = ["setting", "estimator", "method", "bin", "lo", "hi", "mean_prob",
                "sq_error"]
 
 
-def labelled_scores(run: RunDir, names: list[str] | None, failure_threshold: float
+def labelled_scores(run: RunDir, names: list[str] | None, outcomes: Outcomes
                     ) -> tuple[pd.DataFrame, list[Estimator], np.ndarray]:
-    """The run's score table (finite rewards only, length columns added), its estimators and failure labels; the
-    combined predictors read back from ``compare-estimators`` are left out (calibrate fits them itself)."""
-    from agentuq_nb.evaluation.metrics import failure_labels
-
-    table, estimators = score_table(run, names)
+    """The run's score table (finite rewards only, length columns added), its estimators and the failure labels of
+    its rows (``outcomes``: the run's, labelled once by the caller); the combined predictors read back from
+    ``compare-estimators`` are left out (calibrate fits them itself)."""
+    table, estimators = score_table(run, names, outcomes)
     estimators = [e for e in estimators if e.family not in combination_families()]
     table = with_length_columns(run, table)
     table = table[np.isfinite(table["reward"].to_numpy(dtype=float))].reset_index(drop=True)
-    return table, estimators, failure_labels(table["reward"].to_numpy(dtype=float), failure_threshold)
+    return table, estimators, table["failed"].to_numpy(dtype=bool)
 
 
 def _bins(prob, failure, n_bins, **labels) -> pd.DataFrame:
@@ -133,8 +133,8 @@ def _transfer(table, estimators, failure, other: RunDir, methods, n_bins, failur
 
     available = [e for e in estimators if e.is_available(other)]
     sections, bins = {}, []
-    table2, _, failure2 = (labelled_scores(other, [e.name for e in available], failure_threshold) if available
-                           else (None, None, None))
+    table2, _, failure2 = (labelled_scores(other, [e.name for e in available], other.outcomes(failure_threshold))
+                           if available else (None, None, None))
     for est in estimators:
         entry = {"family": est.family, "protocol": est.protocol, "invert": bool(est.invert), "methods": {}}
         u = table[est.name].to_numpy(dtype=float)
@@ -167,7 +167,7 @@ def run(run_dir: str | os.PathLike | RunDir, config: CalibrateConfig = Calibrate
                                          "trajectory_summary.parquet): the maps are evaluated on another run's "
                                          "trajectories (a run folder 'agentuq-nb analyze RESULTS --out RUN_DIR' made)")
     with folder.lock(STEP.name):  # from the first read to the commit: based_on is what was read
-        table, estimators, failure = labelled_scores(folder, config.names, config.failure_threshold)
+        table, estimators, failure = labelled_scores(folder, config.names, folder.outcomes(config.failure_threshold))
         report = {"run": str(folder.path), "failure_threshold": float(config.failure_threshold), "n_bins": int(config.n_bins),
                   "bins": "quantile (equal mass)", "methods": list(config.methods), "n_splits": int(config.n_splits),
                   "seed": config.seed, "cross_fitting": cross_fitting_text(config.n_splits),

@@ -71,7 +71,7 @@ def publish_table(run_dir: str | os.PathLike | RunDir, config: CompareEstimators
     folder = RunDir.of(run_dir)
     folder.require_folder(STEP.name)
     with folder.lock(STEP.name):  # from the first read to the commit: based_on is what was read
-        table, estimators = score_table(folder, config.names)
+        table, estimators = score_table(folder, config.names, folder.outcomes(config.failure_threshold))
         out, combined_scores = evaluate_estimators_and_combinations(
             with_length_columns(folder, table), estimators, config.failure_threshold, config.n_boot, config.seed,
             n_bins=config.n_bins, combine=config.combine, combined_input_names=config.combined_input_names, progress=config.progress)

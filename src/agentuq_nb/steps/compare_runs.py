@@ -207,12 +207,11 @@ def read_run(run: RunDir, name: str, estimators: Sequence[Estimator],
     from agentuq_nb.evaluation.calibration import oriented
     from agentuq_nb.evaluation.estimator_table import LENGTH_COLUMN
     from agentuq_nb.evaluation.length_control import DEFAULT_STRATA, length_strata
-    from agentuq_nb.evaluation.metrics import failure_labels
     from agentuq_nb.evaluation.multi_trial import task_labels
 
     tables = _inputs_read(run, estimators)
     before = run.based_on(*tables)
-    table, _ = score_table(run, [e.name for e in estimators])
+    table, _ = score_table(run, [e.name for e in estimators], run.outcomes(failure_threshold))  # labelled once
     table = with_length_columns(run, table)
     table = table[np.isfinite(table["reward"].to_numpy(dtype=float))].reset_index(drop=True)
     run.forget_cache()
@@ -221,7 +220,7 @@ def read_run(run: RunDir, name: str, estimators: Sequence[Estimator],
     if table.empty:
         raise InputError(run.path, "holds no trajectory with a finite reward")
     frame = pd.DataFrame({"run": name, "task": task_labels(table),
-                          "failure": failure_labels(table["reward"].to_numpy(dtype=float), failure_threshold),
+                          "failure": table["failed"].to_numpy(dtype=bool),
                           "length_stratum": (length_strata(table[LENGTH_COLUMN], DEFAULT_STRATA)
                                              if LENGTH_COLUMN in table.columns else -1)})
     for e in estimators:

@@ -30,7 +30,7 @@ from agentuq_nb.estimators.monitor import monitor_families
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.files import content_digest
 from agentuq_nb.io.ingest import judge_summary
-from agentuq_nb.io.ingest.results import detect_layout, iter_simulations, read_header
+from agentuq_nb.io.ingest.results import iter_simulations, layout_and_header
 from agentuq_nb.io.store.artifacts import read_monitor_rows
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records import Results
@@ -97,16 +97,16 @@ def resolve_source(path: str | os.PathLike, name: str) -> Source:
             raise InputError(path, f"names the results {results}, which are not there any more: give the results "
                                    "file instead")
         domain, models = manifest.domain or "unknown", dict(manifest.models)
-        header = read_header(results)  # (an Inspect log's rewards: the run folder's, whatever score it chose)
+        layout, header = layout_and_header(results)  # (an Inspect log's rewards: the run folder's, whatever score it chose)
     else:
         results = path
-        header = read_header(results)
+        layout, header = layout_and_header(results)  # what the file is, told once, and its header, read once
         domain, models = Results.domain_of(header.get("info")), {}
         info = header.get("info") or {}
         for role, key in (("assistant", "agent_info"), ("user", "user_info")):
             if (info.get(key) or {}).get("llm"):
                 models[role] = str(info[key]["llm"])
-    return Source(name, path, results, run, domain, detect_layout(results), content_sha256(results),
+    return Source(name, path, results, run, domain, layout, content_sha256(results),
                   tool_types(header), models, header_task_contents(header))
 
 

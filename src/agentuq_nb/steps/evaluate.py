@@ -29,10 +29,11 @@ import pandas as pd
 from pydantic import Field
 
 from agentuq_nb.estimators import TokenEstimator, get
-from agentuq_nb.estimators.scores import estimator_rows
+from agentuq_nb.estimators.scores import estimator_scores
 from agentuq_nb.estimators.token import RawColumn, resolve_estimator
 from agentuq_nb.io.store.artifacts import read_trajectory_summary
 from agentuq_nb.io.store.rundir import RunDir
+from agentuq_nb.records.outcomes import Outcomes
 from agentuq_nb.records.token_statistics import STATISTICS_BY_NAME
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.steps.base import Command, FailureThresholdField, NBootField, Reporter, SeedField, Step, StepConfig
@@ -92,23 +93,26 @@ def run(run_dir: str | os.PathLike | RunDir, config: EvaluateConfig = EvaluateCo
         chosen = (get(config.estimator) if config.estimator is not None
                   else resolve_estimator(config.uncertainty, config.role, config.scorer, config.invert, summary))
         from_summary = summary if isinstance(chosen, (TokenEstimator, RawColumn)) else None
-        rows = estimator_rows(folder, chosen, from_summary)
+        labelled = folder.outcomes(config.failure_threshold)  # every trajectory's reward read and labelled once
+        every = labelled.frame()  # their keys, reward and failed
+        rows = estimator_scores(folder, chosen, from_summary).merge(every, on=TRAJECTORY_KEYS, how="inner")
         if rows.empty:
             raise ValueError(f"{folder.path}: estimator '{chosen.name}' scores no trajectory with a reward")
-        u, r = rows["uncertainty"].to_numpy(dtype=float), rows["reward"].to_numpy(dtype=float)
+        u = rows["uncertainty"].to_numpy(dtype=float)
+        scored = Outcomes(rows["reward"].to_numpy(dtype=float), rows["failed"].to_numpy(dtype=bool), labelled.threshold)
         repeated = tasks_repeat(rows)
-        result = failure_metrics(u, r, failure_threshold=config.failure_threshold, invert=chosen.invert, n_boot=config.n_boot,
+        result = failure_metrics(u, scored, invert=chosen.invert, n_boot=config.n_boot,
                                  seed=config.seed, groups=task_labels(rows) if repeated else None)
         result.update(role=chosen.role, scorer=chosen.scorer, uncertainty=chosen.statistic or chosen.name,
                       invert=chosen.invert, failure_threshold=config.failure_threshold, n_boot=config.n_boot, seed=config.seed)
         if repeated:
             result["bootstrap"]["clusters"] = "tasks (domain, task_id): trajectories of one task are resampled together"
-        if tasks_repeat(all_rewards := folder.rewards()):  # task rates over every trial, scored or not
-            scored = all_rewards.merge(rows[TRAJECTORY_KEYS + ["uncertainty"]], on=TRAJECTORY_KEYS, how="left")
-            result["multi_trial"] = multi_trial_report(scored, failure_threshold=config.failure_threshold,
+        if tasks_repeat(every):  # task rates over every trial, scored or not
+            every = every.merge(rows[TRAJECTORY_KEYS + ["uncertainty"]], on=TRAJECTORY_KEYS, how="left")
+            result["multi_trial"] = multi_trial_report(every, failure_threshold=config.failure_threshold,
                                                        uncertainty="uncertainty", invert=chosen.invert,
                                                        n_boot=config.n_boot, seed=config.seed)[0]
-        curves = failure_curves(u, r, failure_threshold=config.failure_threshold, invert=chosen.invert)
+        curves = failure_curves(u, scored, invert=chosen.invert)
         inputs = [name for name in ("trajectory_summary", "trajectories", *chosen.requires) if folder.has(name)]
         with folder.commit(STEP.name) as commit:
             based_on = folder.based_on(*inputs)

@@ -47,7 +47,7 @@ from agentuq_nb.io.atomic import json_ready
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.keys import key_dtypes
-from agentuq_nb.records.outcomes import failure_labels
+from agentuq_nb.records.outcomes import Outcomes
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.steps.base import (
     RESULTS_HELP,
@@ -159,8 +159,9 @@ def run(run_dir: str | os.PathLike | RunDir, config: PredictConfig) -> Predictio
         copies = detector.near_copies(signatures if signatures is not None else np.zeros((0, 0), np.uint32))
         if len(copies) == len(predictions):
             predictions = pd.concat([predictions, copies], axis=1)
-        labelled = np.isfinite(reward)
-        y = failure_labels(reward[labelled], config.failure_threshold)  # labelled once: the column and the report
+        outcomes = Outcomes.of(reward, config.failure_threshold)  # labelled once: the column and the report
+        labelled = np.isfinite(outcomes.reward)
+        y = outcomes.failed[labelled]
         failed = pd.Series(pd.NA, index=predictions.index, dtype="boolean")
         failed[labelled] = y
         predictions.insert(predictions.columns.get_loc("reward") + 1, "failed", failed)

@@ -60,7 +60,7 @@ from agentuq_nb.evaluation.defaults import DETECTOR_PROTOCOLS as PROTOCOLS
 from agentuq_nb.io.atomic import json_ready
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.store.detector_dir import CARD_TEXT, check_destination, write_detector_dir
-from agentuq_nb.records.outcomes import failure_labels
+from agentuq_nb.records.outcomes import Outcomes
 from agentuq_nb.records.task_identity import TASK_KEY
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.steps.base import (
@@ -236,11 +236,14 @@ class TrainedDetector:
 
 
 # --------------------------------------------------------------------------- protocols
+def corpus_outcomes(features: TrajectoryFeatures, failure_threshold: float) -> Outcomes:
+    """The outcomes of every row of ``features`` (their rewards, labelled once for the command)."""
+    return Outcomes.of(features.index["reward"].to_numpy(dtype=float), failure_threshold)
+
+
 def labelled_rows(features: TrajectoryFeatures, failure_threshold: float) -> tuple[np.ndarray, np.ndarray]:
     """``(rows with a finite reward, their failure labels)``."""
-    reward = features.index["reward"].to_numpy(dtype=float)
-    rows = np.flatnonzero(np.isfinite(reward))
-    return rows, failure_labels(reward[rows], failure_threshold)
+    return corpus_outcomes(features, failure_threshold).labelled()
 
 
 def selection_summary(models: list[SelectedDetector]) -> dict[str, Any]:
@@ -489,13 +492,15 @@ def library_versions() -> dict[str, str | None]:
     return out
 
 
-def source_rows(sources: list[Source], features: TrajectoryFeatures, failure_threshold: float) -> list[dict]:
+def source_rows(sources: list[Source], features: TrajectoryFeatures, outcomes: Outcomes) -> list[dict]:
+    """Per source: its description, its trajectories, those labelled and their failures (``outcomes``: of the rows of
+    ``features``, labelled once)."""
     out = []
     for s in sources:
-        reward = features.index.loc[features.index["run"] == s.name, "reward"].to_numpy(dtype=float)
-        labelled = np.isfinite(reward)
-        out.append({**s.describe(), "n": int(len(reward)), "n_labelled": int(labelled.sum()),
-                    "n_failures": int(failure_labels(reward[labelled], failure_threshold).sum())})
+        mine = outcomes.take((features.index["run"] == s.name).to_numpy())
+        labelled = np.isfinite(mine.reward)
+        out.append({**s.describe(), "n": int(len(mine)), "n_labelled": int(labelled.sum()),
+                    "n_failures": int(mine.failed[labelled].sum())})
     return out
 
 
@@ -541,7 +546,8 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], confi
     seconds = dict(seconds or {})
     start = time.perf_counter() - sum(seconds.values())
     embedder = c.embedder if needs_embeddings(c.groups) else "none"
-    at, failure = labelled_rows(features, c.failure_threshold)
+    outcomes = corpus_outcomes(features, c.failure_threshold)  # labelled once: the fits, the protocols, the card
+    at, failure = outcomes.labelled()
     if len(at) == 0 or failure.all() or not failure.any():
         raise ValueError(f"the inputs hold {len(at)} labelled trajectories, {int(failure.sum())} of them failures "
                          f"(failure = reward < {c.failure_threshold:g}): a detector needs both outcomes")
@@ -644,7 +650,7 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], confi
         "embedder": {"name": embedder, "max_tokens": c.embed_max_tokens,
                      "model": embedding_model(embedder)},
         "failure_threshold": float(c.failure_threshold), "seed": c.seed, "n_boot": c.n_boot, "n_splits": c.n_splits,
-        "training_runs": source_rows(sources, features, c.failure_threshold),
+        "training_runs": source_rows(sources, features, outcomes),
         "n": int(len(at)), "n_failures": int(failure.sum()), "n_runs": len(runs_present),
         "domains": sorted(set(index["domain"].astype(str))),
         "protocols": {r.protocol: compact(r.row) for r in reported},

@@ -24,7 +24,7 @@ import pandas as pd
 from agentuq_nb.io.store.artifacts import read_turn_summary
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.keys import key_dtypes
-from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, failure_labels
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, row_failures
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 
 FRACTIONS = (0.25, 0.5, 0.75, 1.0)
@@ -47,9 +47,11 @@ def agent_turns(turns: pd.DataFrame, rewards: pd.DataFrame | None = None, role: 
                  position=np.where(size > 1, rank / (size - 1).clip(lower=1), 0.0), value=t[value].astype(float))
     cols = TRAJECTORY_KEYS + ["turn_idx", "message_idx", "turn_rank", "num_agent_turns", "position", "value"]
     t = t[cols].reset_index(drop=True)
-    if rewards is not None:
-        t = t.merge(key_dtypes(rewards)[TRAJECTORY_KEYS + ["reward"]], on=TRAJECTORY_KEYS, how="left")
-        t["failed"] = failure_labels(t["reward"], failure_threshold)
+    if rewards is not None:  # the labels the rewards carry (a run's Outcomes.frame()), else made at the threshold
+        labelled = key_dtypes(rewards)
+        t = t.merge(labelled[TRAJECTORY_KEYS + [c for c in ("reward", "failed") if c in labelled.columns]],
+                    on=TRAJECTORY_KEYS, how="left")
+        t["failed"] = row_failures(t, failure_threshold)
     return t
 
 
@@ -60,7 +62,7 @@ def read_agent_turns(run_dir: str | Path | RunDir, role: str = "assistant", scor
     ``scorer="blackbox"``) a per-message black-box signal such as ``tracer_step_risk`` or ``hedging``."""
     run = RunDir.of(run_dir)
     turns = read_turn_summary(run) if table == "turn_summary" else run.read_frame(table)
-    return agent_turns(turns, run.rewards(), role, scorer, value, failure_threshold)
+    return agent_turns(turns, run.outcomes(failure_threshold).frame(), role, scorer, value, failure_threshold)
 
 
 def early_warning_scores(turns: pd.DataFrame, fractions=FRACTIONS) -> pd.DataFrame:

@@ -45,7 +45,7 @@ from agentuq_nb.io.ingest.results import iter_simulations
 from agentuq_nb.io.store.artifacts import read_turn_summary
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.keys import key_dtypes
-from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, failure_labels
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, row_failures
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.uq.embeddings import cosine_distance, get_embedder, unit_rows
 
@@ -244,10 +244,13 @@ def saup_from_steps(steps: pd.DataFrame, rewards: pd.DataFrame | None = None, fa
                 agent_u.append(u)
         rows.append(row)
     out = key_dtypes(pd.DataFrame(rows))
-    if rewards is not None:
-        out = out.merge(key_dtypes(rewards)[TRAJECTORY_KEYS + ["reward"]], on=TRAJECTORY_KEYS, how="left")
+    if rewards is not None:  # the labels the rewards carry (a run's Outcomes.frame()), else made at the threshold
+        labelled = key_dtypes(rewards)
+        labelled = labelled.assign(failed=row_failures(labelled, failure_threshold))
+        out = out.merge(labelled[TRAJECTORY_KEYS + ["reward", "failed"]], on=TRAJECTORY_KEYS, how="left")
+        failed = row_failures(out)
+        out = out.drop(columns="failed")
     if hmm and rewards is not None and len(out) >= 2:
-        failed = failure_labels(out["reward"], failure_threshold)
         scores, folds, _ = saup_hmm_scores(agent_seq, agent_u, failed, k_folds, seed, stratify)
         out["saup_hmm"], out["saup_hmm_fold"] = scores, folds
     return out
@@ -258,7 +261,7 @@ def saup(run_dir: str | Path | RunDir, embedder=None, failure_threshold: float =
     """(per-trajectory scores, step table) of a run (the ``saup`` step publishes the scores)."""
     run = RunDir.of(run_dir)
     steps = saup_steps(run, embedder)
-    return saup_from_steps(steps, run.rewards(), failure_threshold, k_folds, seed, hmm=hmm), steps
+    return saup_from_steps(steps, run.outcomes(failure_threshold).frame(), failure_threshold, k_folds, seed, hmm=hmm), steps
 
 
 def actor_breakdown(scores: pd.DataFrame) -> pd.DataFrame:

@@ -59,32 +59,54 @@ def detect_layout(path: str | Path) -> str:
 def layout_before_simulations(path: str | Path) -> str | None:
     """The layout when the file says it without its simulations (None: ``v0`` or ``v1`` by the first
     simulation, :func:`simulation_layout` - so that a reader streaming them parses the first one once)."""
+    return _top(Path(path), None, with_header=False)[0]
+
+
+def layout_and_header(path: str | Path, score: str | None = None) -> tuple[str, dict[str, Any]]:
+    """:func:`detect_layout` and :func:`read_header` of one results path in one pass: what it is is told once and
+    its header read once (a reader that needs both: the detector's inputs)."""
     path = Path(path)
+    layout, header = _top(path, score, with_header=True)
+    if layout is None:
+        layout = simulation_layout(next(_iter_file_simulations(path), None))
+    return layout, header or {}
+
+
+def _top(path: Path, score: str | None, with_header: bool) -> tuple[str | None, dict[str, Any] | None]:
+    """``(layout, header)`` of results, each branch telling the layout once (None: ``v0`` or ``v1`` by the first
+    simulation); the header only ``with_header``, except a single JSON file's, which tells ``v1`` apart."""
     if not os.path.lexists(path):
         raise InputError(path, "results path does not exist")
     if inspect_logs.is_inspect_log(path):
-        return inspect_logs.LAYOUT
+        return inspect_logs.LAYOUT, inspect_logs.results_header(path, score) if with_header else None
+    _score_only_for_inspect(path, score)
     if path.is_dir():
         if not (path / "results.json").is_file() and not (path / "simulations").is_dir():
             raise InputError(path, "directory has neither results.json nor simulations/ (not a τ²-bench results directory)")
-        return "dir"
+        inline = path / "results.json"
+        return "dir", _object_header(inline) if with_header and inline.exists() else {}
     if _first_byte(path) == b"[":
-        return _list_layout(path)
+        return _list_top(path, with_header)
     if judge_summary.is_judge_summary(path):
-        return judge_summary.LAYOUT
-    header = read_header(path)
-    # τ²-bench ≥ 1.0 adds a simulation_index (null in single-file results) and a per-simulation
-    # ``mode``; some writers name the format
-    v1_keys = ("simulation_index", "format_version", "schema_version", "version")
-    if any(k in header for k in v1_keys):
-        return "v1"
-    # the header read stops at the simulations; keys written after them sit in the file's tail
+        return judge_summary.LAYOUT, judge_summary.results_header(path) if with_header else None
+    header = _object_header(path)
+    return ("v1" if _says_v1(path, header) else None), header
+
+
+#: τ²-bench ≥ 1.0 adds a simulation_index (null in single-file results) and a per-simulation ``mode``; some writers
+#: name the format
+V1_KEYS = ("simulation_index", "format_version", "schema_version", "version")
+
+
+def _says_v1(path: Path, header: dict[str, Any]) -> bool:
+    """A single results file written by τ²-bench ≥ 1.0: by its header, else by the keys in its tail (the header read
+    stops at the simulations; keys written after them sit there)."""
+    if any(k in header for k in V1_KEYS):
+        return True
     with open_regular(path, "results") as fh:
         fh.seek(max(0, os.fstat(fh.fileno()).st_size - 65536))
         tail = fh.read()
-    if any(f'"{k}"'.encode() in tail for k in v1_keys[:2]):
-        return "v1"
-    return None
+    return any(f'"{k}"'.encode() in tail for k in V1_KEYS[:2])
 
 
 def simulation_layout(first: Simulation | None) -> str:
@@ -115,15 +137,15 @@ def _list_items(path: Path) -> Generator[Any, None, None]:
     return stream_items(path, "item")
 
 
-def _list_layout(path: Path) -> str:
+def _list_top(path: Path, with_header: bool = True) -> tuple[str, dict[str, Any] | None]:
     """A top-level JSON list: ``simulation_list`` when its first item is a τ²-bench simulation, else ``tau_bench``
-    (its entries checked: a list of anything else is refused, saying what τ-bench expects)."""
+    (its entries checked: a list of anything else is refused, saying what τ-bench expects); with its header
+    (``with_header``; a τ-bench list's is made in any case, by the check)."""
     with closing(_list_items(path)) as items:
         first = next(items, None)
     if simulation_list.is_simulation(first):
-        return simulation_list.LAYOUT
-    _tau_bench_header(path)
-    return tau_bench.LAYOUT
+        return simulation_list.LAYOUT, _simulation_list_header(path) if with_header else None
+    return tau_bench.LAYOUT, _tau_bench_header(path)
 
 
 def _simulation_list_header(path: Path) -> dict[str, Any]:
@@ -167,9 +189,14 @@ def read_header(path: str | Path, score: str | None = None) -> dict[str, Any]:
         if not path.exists():
             return {}
     elif path.is_file() and _first_byte(path) == b"[":
-        return _simulation_list_header(path) if _list_layout(path) == simulation_list.LAYOUT else _tau_bench_header(path)
+        return _list_top(path)[1]
     elif path.is_file() and judge_summary.is_judge_summary(path):
         return judge_summary.results_header(path)
+    return _object_header(path)
+
+
+def _object_header(path: Path) -> dict[str, Any]:
+    """:func:`read_header` of a results JSON object (a single file, or a directory's ``results.json``)."""
     try:
         header, saw_simulations = _streamed_header(path)
     except (ijson.JSONError, LongToken):  # NaN/Infinity, or a long string: the scanner reads it (linear, bounded)

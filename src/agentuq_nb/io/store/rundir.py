@@ -61,7 +61,7 @@ from agentuq_nb.io.errors import (
     load_command_layer,
     remedy,
 )
-from agentuq_nb.io.files import check_regular, kind_of, read_limited_json
+from agentuq_nb.io.files import check_regular, kind_of, read_limited_json, regular_stat
 from agentuq_nb.io.store.run_lock import RunBusyError, holder, is_locked, run_lock
 from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, Outcomes
@@ -282,6 +282,11 @@ def parquet_error(path: Path, err: Exception) -> InputError:
 def read_parquet_file(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
     """A Parquet file as a DataFrame; a file that is not one is an :class:`InputError` naming it."""
     check_regular(path, "a Parquet table")
+    return _parquet_frame(path, columns)
+
+
+def _parquet_frame(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
+    """:func:`read_parquet_file` of a path already found to be a regular file."""
     try:
         return pd.read_parquet(path, columns=columns)
     except (pa.ArrowException, OSError) as err:
@@ -518,12 +523,18 @@ class RunDir:
     def require(self, name: str) -> Path:
         """The path of artefact ``name``; a clear :class:`~agentuq_nb.io.errors.MissingArtifactError` (a
         FileNotFoundError) naming it and how to make it (:meth:`fix`)."""
-        path = self.file(name)
-        if not os.path.lexists(path):
-            raise MissingArtifactError(self.path, name, path.name, self.fix(name))
+        path = self._present(name)
         if name in FOLDER_ARTIFACTS:
             return self.folder(name)
         return check_regular(path, f"the run's {path.name}")
+
+    def _present(self, name: str) -> Path:
+        """The path of artefact ``name`` when there is something there (not yet checked), else :meth:`require`'s
+        error."""
+        path = self.file(name)
+        if not os.path.lexists(path):
+            raise MissingArtifactError(self.path, name, path.name, self.fix(name))
+        return path
 
     @property
     def results_json(self) -> Path:
@@ -665,8 +676,7 @@ class RunDir:
         if not os.path.lexists(path):
             self._manifest_key = None
             return Manifest()
-        check_regular(path, "manifest")
-        key = self._manifest_key = ("manifest", *self._stat(path))
+        key = self._manifest_key = ("manifest", *self._stat(path, "manifest"))
         if key not in self._cache:
             hint = ("move it away to take the folder's files as they are (unchecked), or write to a new run "
                     "folder")
@@ -724,7 +734,8 @@ class RunDir:
             if record is None:
                 continue
             path = self.path / rel
-            checked = ("verified", rel, fresh, manifest_key, *(self._stat(path) if path.exists() else ()))
+            checked = ("verified", rel, fresh, manifest_key,
+                       *(self._stat(path, f"the run's {rel}") if path.exists() else ()))
             if checked in self._cache:
                 continue
             self._check_belongs(rel, record)
@@ -771,7 +782,7 @@ class RunDir:
         path = self.path / rel
         if not path.exists():
             return "missing"
-        check_regular(path, f"the run's {rel}")
+        size = self._stat(path, f"the run's {rel}")[0]
         if rel.endswith(".parquet"):
             found = parquet_commit(path)
             if found == record.commit:
@@ -779,7 +790,6 @@ class RunDir:
             if found is None:
                 return f"it carries no commit stamp, the manifest records {record.commit[:12]} by '{record.step}'"
             return f"it carries commit {found[:12]}, the manifest records {record.commit[:12]}"
-        size = path.stat().st_size
         return None if size == record.size else f"it has {size} bytes, the manifest records {record.size}"
 
     def forget(self, name: str) -> None:
@@ -810,21 +820,23 @@ class RunDir:
 
     # ---------------------------------------------------------------- reading
     @staticmethod
-    def _stat(path: Path) -> tuple[int, int]:
-        st = path.stat()
+    def _stat(path: Path, what: str) -> tuple[int, int]:
+        """The size and time of a regular file (what a read is keyed by); anything else refused, naming ``what``."""
+        st = regular_stat(path, what)
         return st.st_size, st.st_mtime_ns
 
     def read_frame(self, name: str, columns: list[str] | None = None, fresh: bool = True) -> pd.DataFrame:
         """A Parquet artefact as a DataFrame, checked (:meth:`verify`) and cached while unchanged.
 
         The cached frame is shared: copy it before changing it in place."""
-        path = self.require(name)
+        path = self._present(name)
+        what = f"the run's {path.name}"
         for _ in range(3):  # a publication between the check and the read: check again
             self.verify(name, fresh=fresh)
-            key = ("frame", path.name, tuple(columns or ()), *self._stat(path))
+            key = ("frame", path.name, tuple(columns or ()), *self._stat(path, what))
             if key not in self._cache:
-                self._cache[key] = read_parquet_file(path, columns=columns)
-            if key == ("frame", path.name, tuple(columns or ()), *self._stat(path)):
+                self._cache[key] = _parquet_frame(path, columns)
+            if key == ("frame", path.name, tuple(columns or ()), *self._stat(path, what)):
                 return self._cache[key]
             self.forget_cache()
         raise RunBusyError(f"{path} keeps being replaced while it is read; read it again when the writer is done")
@@ -841,7 +853,10 @@ class RunDir:
     def rewards(self) -> pd.DataFrame:
         """One row per trajectory: the keys and ``reward`` (from ``trajectories.parquet``, else the summary)."""
         name = "trajectories" if self.has("trajectories") else "trajectory_summary"
-        src = self.read_frame(name)[TRAJECTORY_KEYS + ["reward"]]
+        return self._rewards_of(name, self.read_frame(name))
+
+    def _rewards_of(self, name: str, table: pd.DataFrame) -> pd.DataFrame:
+        src = table[TRAJECTORY_KEYS + ["reward"]]
         if name == "trajectory_summary":  # one row per role: the same reward repeated
             src = src.drop_duplicates()
         repeated = src.duplicated(TRAJECTORY_KEYS, keep=False)
@@ -855,6 +870,14 @@ class RunDir:
 
     def outcomes(self, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD) -> Outcomes:
         """The run's trajectories labelled once (:meth:`rewards` with ``failed = reward < failure_threshold``): what a
-        command hands to every part of it that tells failures apart, instead of each labelling the rewards again."""
-        rewards = self.rewards()
-        return Outcomes.of(rewards["reward"].to_numpy(dtype=float), failure_threshold, rewards[TRAJECTORY_KEYS])
+        command hands to every part of it that tells failures apart, instead of each labelling the rewards again. Kept
+        with the run folder while its table is unchanged: the steps of one command that share this ``RunDir`` (those of
+        ``analyze``) share these outcomes too. Shared: do not change their arrays in place."""
+        name = "trajectories" if self.has("trajectories") else "trajectory_summary"
+        table = self.read_frame(name)  # the cached table while the file is unchanged: so are its outcomes
+        made = self._cache.get(key := ("outcomes", name, repr(failure_threshold)))  # (Outcomes.of checks it)
+        if made is None or made[0] is not table:
+            rewards = self._rewards_of(name, table)
+            made = self._cache[key] = (table, Outcomes.of(rewards["reward"].to_numpy(dtype=float), failure_threshold,
+                                                          rewards[TRAJECTORY_KEYS]))
+        return made[1]
