@@ -378,8 +378,10 @@ def headline(record: dict, protocol: str = "leave_run_and_task_out") -> str:
     text += "."
     loro = protocols.get("leave_one_run_out", {})
     if loro.get("auroc"):
+        bought = ("the gap is what having seen the tasks buys" if loro["auroc"] > row["auroc"] else
+                  "having seen the tasks buys it nothing here")
         text += (f" With other agents' trajectories of the same tasks in training it reaches {ci(loro)} "
-                 f"({loro['vs_length']} length): the gap is what having seen the tasks buys.")
+                 f"({loro['vs_length']} length): {bought}.")
     seen = record.get("seen_tasks", {})
     if seen.get("seen", {}).get("prior_auroc"):
         s = seen["seen"]
