@@ -32,9 +32,9 @@ judged by every protocol against length and the task prior, saved as a detector 
 5. **The folder** (:mod:`agentuq_nb.io.store.detector_dir`): the card, the models as JSON and arrays, the tables.
 
 Memory grows linearly with the labelled trajectories (the feature table and the fits, two folds at once; extraction
-holds one batch): under 0.5 GB + 0.065 MB per trajectory with the default groups - measured 1.06 GB at 10⁴ tiny
-trajectories, 2.19 GB at 3·10⁴, 6.53 GB at 10⁵ (:data:`MEMORY_NOTE`, in the command's help; benchmarks/bench_train_memory.py,
-benchmarks/RESULTS.md).
+holds one batch): under 0.5 GB + 0.065 MB per trajectory with the default groups - measured with the selection
+workers (the process tree's summed PSS) 1.07 GB at 10⁴ tiny trajectories and 6.83 GB at 10⁵ (:data:`MEMORY_NOTE`, in
+the command's help; benchmarks/bench_train_memory.py, benchmarks/RESULTS.md).
 """
 from __future__ import annotations
 
@@ -866,8 +866,8 @@ def show(trained: TrainedDetector, run_dir: None, config: TrainDetectorConfig, s
 
 
 #: the memory bound the command's help states (measured: benchmarks/RESULTS.md, issue 51 point 6)
-MEMORY_NOTE = ("memory: under 0.5 GB + 0.065 MB per labelled trajectory with the default groups (measured: 1.06 GB "
-               "at 10^4, 2.19 GB at 3x10^4, 6.53 GB at 10^5); fewer groups take less")
+MEMORY_NOTE = ("memory: under 0.5 GB + 0.065 MB per labelled trajectory with the default groups (measured with its "
+               "selection workers, summed PSS: 1.07 GB at 10^4, 6.83 GB at 10^5); fewer groups take less")
 
 COMMAND = Command(summary="A failure detector learned from labelled runs, judged by every protocol against length and "
                           "the task prior → DETECTOR_DIR (card.json, model.json, arrays.npz, protocols.csv …; never "
