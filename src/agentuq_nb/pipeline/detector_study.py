@@ -137,8 +137,14 @@ def _ci(row, key: str) -> str:
     return f"{row[key]:.3f} [{row[f'{key}_lo']:.3f}, {row[f'{key}_hi']:.3f}]"
 
 
+def _plus_minus(x: float) -> str:
+    """A signed difference to three decimals; one that rounds to zero is written 0.000, not -0.000."""
+    text = f"{float(x):+.3f}"
+    return "0.000" if text in ("+0.000", "-0.000") else text
+
+
 def _diff(row, key: str) -> str:
-    return f"{row[key]:+.3f} [{row[f'{key}_lo']:+.3f}, {row[f'{key}_hi']:+.3f}]"
+    return f"{_plus_minus(row[key])} [{_plus_minus(row[f'{key}_lo'])}, {_plus_minus(row[f'{key}_hi'])}]"
 
 
 PROTOCOL_WORDS = {"within_run": "within each run (cross-fitted by task)",
@@ -185,14 +191,14 @@ def findings(study: DetectorStudy) -> str:
         gap = protocols.loc["leave_one_run_out", "auroc"] - protocols.loc["leave_run_and_task_out", "auroc"]
         traps.append(f"**Task leakage**: leaving a run out but keeping its tasks (other agents' trajectories of them) "
                      f"in training gives {protocols.loc['leave_one_run_out', 'auroc']:.3f}; holding the tasks out too "
-                     f"gives {protocols.loc['leave_run_and_task_out', 'auroc']:.3f} ({gap:+.3f}): "
+                     f"gives {protocols.loc['leave_run_and_task_out', 'auroc']:.3f} ({_plus_minus(gap)}): "
                      + ("part of what the detector learns across runs is which tasks are hard." if gap > 0.02 else
                         "the detector does not lean on having seen the tasks."))
     if {"leave_run_and_task_out", "leave_one_domain_out"} <= set(protocols.index) and \
             pd.notna(protocols.loc["leave_one_domain_out"].get("auroc")):
         shift = protocols.loc["leave_one_domain_out", "auroc"] - protocols.loc["leave_run_and_task_out", "auroc"]
         traps.append(f"**Domain shift**: trained on the other domains only, {protocols.loc['leave_one_domain_out', 'auroc']:.3f}"
-                     f" ({shift:+.3f} against the same-domain, task-disjoint protocol).")
+                     f" ({_plus_minus(shift)} against the same-domain, task-disjoint protocol).")
     lines += traps
     if len(study.seen_tasks):
         lines.append(seen_tasks_sentence(study.seen_tasks))
@@ -257,7 +263,7 @@ def policy_sentence(ablation: pd.DataFrame) -> str | None:
         alone = t.get(("policy events", protocol))
         if with_ is None or without is None or pd.isna(with_) or pd.isna(without):
             continue
-        parts.append(f"{protocol.replace('_', ' ')} {without:.3f} → {with_:.3f} ({with_ - without:+.3f}"
+        parts.append(f"{protocol.replace('_', ' ')} {without:.3f} → {with_:.3f} ({_plus_minus(with_ - without)}"
                      + (f"; alone {alone:.3f}" if alone is not None and pd.notna(alone) else "") + ")")
     if not parts:
         return None
@@ -275,7 +281,7 @@ def _three(x) -> str | None:
 
 
 def _signed(x) -> str | None:
-    return None if x is None or pd.isna(x) else f"{float(x):+.3f}"
+    return None if x is None or pd.isna(x) else _plus_minus(x)
 
 
 def findings_record(study: DetectorStudy) -> dict:
