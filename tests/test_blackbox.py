@@ -286,6 +286,26 @@ def test_the_step_publishes_signals_and_tuned_readouts(real_run):
     assert ensure_blackbox(real_run, config.model_copy(update={"failure_threshold": 0.5})).computed == ["tuning"]
 
 
+def test_the_step_refuses_a_run_that_cannot_have_the_families_or_says_why_when_not_required(real_run, tmp_path):
+    """One call for the command and for compare-estimators: the step's run raises where the run cannot have the
+    families (no trajectories table); with ``required`` off it returns the status that says why, and brings an able
+    run up to date as the command does."""
+    import shutil
+
+    from agentuq_nb.steps.blackbox import run as blackbox
+
+    config = BlackBoxConfig(embedder="hash", seed=3)
+    done = blackbox(real_run, config.model_copy(update={"required": False}))
+    assert done.skipped is None and done.report["trajectories"] == 20 and done.tuning["seed"] == 3
+    older = tmp_path / "older"
+    shutil.copytree(real_run, older)
+    (older / "trajectories.parquet").unlink()  # as an older version extracted it
+    with pytest.raises(FileNotFoundError, match="no trajectories.parquet"):
+        blackbox(older, config)
+    status = blackbox(older, config.model_copy(update={"required": False}))
+    assert "no trajectories.parquet" in status.skipped and status.computed == [] and status.report == {}
+
+
 def test_the_streamed_grid_search_chooses_and_scores_as_the_whole_grid_does(real_run, monkeypatch):
     """tuning_tables searches the grid in bounded chunks (issue 51 point 6: the whole grid's scores took ~1.7 MB per
     trajectory); its readouts are those of optimistic_scores and nested_scores on the whole grid's scores."""

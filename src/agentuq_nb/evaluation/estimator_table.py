@@ -36,7 +36,7 @@ trials), the bootstrap resamples tasks with all their trials (``groups``, :mod:`
 
 Rows are ordered by ``auroc_stratified``, the length-controlled AUROC (descending, undefined last: :data:`SORT_COLUMN`).
 Written to ``RUN_DIR/estimator_table.csv`` by the compare-estimators step (:mod:`agentuq_nb.steps.compare_estimators`),
-which first brings the black-box families up to date (:func:`~agentuq_nb.steps.blackbox.ensure_blackbox`).
+which first brings the black-box families up to date (:func:`~agentuq_nb.steps.blackbox.run`).
 
 Every trajectory of the run is a row (its reward from ``trajectories.parquet``); an estimator without
 a score for a trajectory leaves it out of its own metrics (counted in ``n``).

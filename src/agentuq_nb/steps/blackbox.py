@@ -22,9 +22,10 @@ depend on the failure labels: ``tracer_tuned.parquet`` (``tracer_nested``, cross
 ``tracer_optimistic``, tuned on the run itself as TRACER's code does) and ``tracer_tuning.json`` (the
 threshold, seed and folds, and the setting each fold chose).
 
-:func:`ensure_blackbox` recomputes what is missing, stale (its inputs were replaced) or made with another
-configuration; ``analyze`` and ``compare-estimators`` call it, so a run without log-probs gets these
-families without a command of its own. Embeddings are all-MiniLM-L6-v2 distilled into a static table
+:func:`run` recomputes what is missing, stale (its inputs were replaced) or made with another
+configuration (:func:`ensure_blackbox`); ``compare-estimators`` (and so ``analyze``) calls it with ``required`` off -
+a run that cannot have the families is then told in the status it returns, not refused -, so a run without log-probs
+gets these families without a command of its own. Embeddings are all-MiniLM-L6-v2 distilled into a static table
 (``embedder="minilm-static"``, :mod:`agentuq_nb.uq.static_embedding`: ~1,700 texts in 0.25 s, the table made once per
 machine), or the transformer itself (``"minilm"``: ~60 s for a 50-trajectory run's first read, cached by text in the
 process and in the persistent embedding cache shared by runs and processes, :mod:`agentuq_nb.io.embedding_cache`;
@@ -95,6 +96,9 @@ class BlackBoxConfig(StepConfig):
     results: Optional[Path] = Field(None, description="the results to read messages from (default: the run's own)")
     progress: bool = Field(False, description="show a progress bar (stderr) while texts are embedded")
     force: bool = Field(False, description="recompute even when the tables are up to date (the command's --force)")
+    required: bool = Field(True, description="refuse (FileNotFoundError) a run that cannot have the families (no "
+                           "trajectories table, its results not at hand); False: the status returned says why "
+                           "(compare-estimators, analyze: the table then names the families missing)")
 
 NO_EMBEDDINGS = ("TRACER and structure.user_repetition need sentence embeddings, which this install lacks: "
                  "pip install 'agentuq_nb[embeddings]' (after torch==2.13.0 on a CPU machine)")
@@ -106,7 +110,8 @@ class BlackBoxStatus:
 
     computed: list[str] = field(default_factory=list)
     skipped: Optional[str] = None
-    report: dict[str, Any] = field(default_factory=dict)
+    report: dict[str, Any] = field(default_factory=dict)  # the signals' (``blackbox.json``)
+    tuning: dict[str, Any] = field(default_factory=dict)  # TRACER's tuned readouts' (``tracer_tuning.json``)
 
 
 # --------------------------------------------------------------------------- inputs
@@ -297,21 +302,26 @@ def ensure_blackbox(run_dir: str | os.PathLike | RunDir, config: BlackBoxConfig 
     return status
 
 
-def run(run_dir: str | os.PathLike | RunDir, config: BlackBoxConfig = BlackBoxConfig()) -> dict[str, Any]:
+def run(run_dir: str | os.PathLike | RunDir, config: BlackBoxConfig = BlackBoxConfig()) -> BlackBoxStatus:
     """The black-box step: the signals and TRACER's tuned readouts brought up to date (recomputed with
-    ``config.force``); returns ``{"signals": report, "tracer_tuning": tuning}``. Where the run cannot have them
-    (no trajectories table, no results at hand) a FileNotFoundError says why."""
+    ``config.force``); returns what was computed and the two reports. Where the run cannot have them (no
+    trajectories table, no results at hand) a FileNotFoundError says why, or (``config.required`` False) the status
+    does (``skipped``)."""
     if config.force:
-        return {"signals": compute_signals(run_dir, config), "tracer_tuning": compute_tuning(run_dir, config)}
+        return BlackBoxStatus(["signals", "tuning"], None, compute_signals(run_dir, config),
+                              compute_tuning(run_dir, config))
     status = ensure_blackbox(run_dir, config)
     if status.skipped:
-        raise FileNotFoundError(status.skipped)
-    return {"signals": status.report, "tracer_tuning": read_json_artifact(RunDir.of(run_dir), "tracer_tuning")}
+        if config.required:
+            raise FileNotFoundError(status.skipped)
+        return status
+    status.tuning = read_json_artifact(RunDir.of(run_dir), "tracer_tuning")
+    return status
 
 
-def show(done: dict[str, Any], run_dir: Path, config: BlackBoxConfig, say: Reporter) -> None:
+def show(done: BlackBoxStatus, run_dir: Path, config: BlackBoxConfig, say: Reporter) -> None:
     """What the command prints: the signals' and the tuning's reports."""
-    say.say(json.dumps(done, indent=2))
+    say.say(json.dumps({"signals": done.report, "tracer_tuning": done.tuning}, indent=2))
 
 
 COMMAND = Command(summary="Uncertainty from the messages alone (no log-probs): structure signals and TRACER → "

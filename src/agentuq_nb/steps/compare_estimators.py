@@ -1,7 +1,8 @@
 """``compare-estimators``: the estimator table of a run (:mod:`agentuq_nb.evaluation.estimator_table`) →
 ``RUN_DIR/estimator_table.csv`` and the combined predictors' out-of-fold probabilities ``combined_scores.parquet``.
 
-The black-box families are brought up to date first (:func:`agentuq_nb.steps.blackbox.ensure_blackbox`).
+The black-box families are brought up to date first (the blackbox step's :func:`~agentuq_nb.steps.blackbox.run`,
+whose status says why where a run cannot have them).
 """
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ from agentuq_nb.steps.base import (
     Step,
     StepConfig,
 )
-from agentuq_nb.steps.blackbox import BlackBoxConfig, ensure_blackbox
+from agentuq_nb.steps.blackbox import BlackBoxConfig
+from agentuq_nb.steps.blackbox import run as blackbox
 
 STEP = Step("compare-estimators", "agentuq-nb compare-estimators RUN_DIR", ("estimator_table", "combined_scores"))
 
@@ -58,7 +60,7 @@ class CompareEstimatorsConfig(StepConfig):
             return None
         signals = self.blackbox if isinstance(self.blackbox, BlackBoxConfig) else BlackBoxConfig(embedder=self.embedder)
         return signals.model_copy(update={"failure_threshold": self.failure_threshold, "seed": self.seed,
-                                          "progress": self.progress or signals.progress})
+                                          "progress": self.progress or signals.progress, "required": False})
 
 
 def publish_table(run_dir: str | os.PathLike | RunDir, config: CompareEstimatorsConfig = CompareEstimatorsConfig()
@@ -121,7 +123,7 @@ def run(run_dir: str | os.PathLike | RunDir, config: CompareEstimatorsConfig = C
     status = None
     with config.reporter.stage(STEP.name, folder.path):
         if config.blackbox_config() is not None:
-            status = ensure_blackbox(folder, config.blackbox_config())
+            status = blackbox(folder, config.blackbox_config())
             if status.report and "signals" in status.computed:
                 r = status.report
                 config.reporter.say(blackbox_timing(r))
