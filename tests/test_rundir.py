@@ -137,6 +137,24 @@ def test_a_summary_of_replaced_tokens_is_stale(run_a, two_results):
     assert evaluate(run_a, n_boot=10)["n"] == 9
 
 
+def test_an_evaluation_is_read_back_checked_and_a_stale_one_is_not_drawn(run_a):
+    """evaluate's two files are read by the store's readers (checked against the manifest); analyze's figures take
+    the run's evaluation from them and draw no ROC of one computed before the run's tables were replaced."""
+    from agentuq_nb.io.store.artifacts import read_eval_curves, read_json_artifact
+    from agentuq_nb.steps.analyze import evaluation_curves
+    from agentuq_nb.steps.evaluate import evaluate
+
+    result = evaluate(run_a, n_boot=10)
+    metrics, curves = evaluation_curves(RunDir(run_a))
+    assert metrics == read_json_artifact(run_a, "eval_metrics") and metrics["n"] == result["n"]
+    pd.testing.assert_frame_equal(curves, pd.read_csv(run_a / "eval_curves.csv"))
+    assert set(read_eval_curves(run_a)["curve"]) >= {"roc"}
+    aggregate(run_a)  # a new trajectory summary: the evaluation was made from the one before
+    with pytest.raises(StaleArtifactError, match="eval_curves.csv was computed from an earlier trajectory_summary"):
+        read_eval_curves(run_a)
+    assert evaluation_curves(RunDir(run_a)) is None
+
+
 def test_a_token_table_added_after_aggregate_makes_the_summary_stale(run_a):
     rd = RunDir(run_a)
     with rd.commit("test") as commit:

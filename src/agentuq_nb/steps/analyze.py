@@ -9,7 +9,6 @@ through as any other: the AUROC is undefined (said once), the forest and the rel
 the page lists each trajectory's scores."""
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import Any, Optional
 
 from pydantic import Field
 
-from agentuq_nb.io.errors import StaleArtifactError
+from agentuq_nb.io.errors import MixedRunError, StaleArtifactError
 from agentuq_nb.io.outputs import check_run_destination
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.outcomes import Outcomes
@@ -227,7 +226,6 @@ def analysis_figures(run_dir: str | os.PathLike | RunDir, outcomes: Outcomes | N
     and, where the run has token log-probs and an evaluation, the ROC and accuracy-rejection curves of the evaluated
     estimator. Figures that need an AUROC are left out of a run where it is undefined. Returns the PNG paths."""
     import matplotlib.pyplot as plt
-    import pandas as pd
 
     from agentuq_nb.figures.calibration import reliability_diagram
     from agentuq_nb.figures.estimators import estimator_forest_figure, has_forest
@@ -255,14 +253,28 @@ def analysis_figures(run_dir: str | os.PathLike | RunDir, outcomes: Outcomes | N
             n = int(next(iter(bins.values()))["count"].sum())
             keep(reliability_diagram(bins, title=f"Out-of-fold failure probabilities, {title} (n = {n})"),
                  "reliability")
-    if run.has("eval_metrics") and run.file("eval_curves").exists():
-        metrics = json.loads(run.file("eval_metrics").read_text())
-        curves = pd.read_csv(run.file("eval_curves"))
+    evaluated = evaluation_curves(run)
+    if evaluated is not None:
+        metrics, curves = evaluated
         label = metrics.get("uncertainty") or metrics.get("estimator") or "uncertainty"
         if (curves["curve"] == "roc").any():
             keep(roc_figure(curves, metrics, str(label)), "roc")
         keep(accuracy_rejection_figure(curves, metrics, str(label)), "accuracy_rejection")
     return drawn
+
+
+def evaluation_curves(run: RunDir):
+    """``(eval_metrics, eval_curves)`` of the run's evaluation (the evaluate step's), or None where it has none or
+    they are not the current run's (computed before its tables were replaced, or another run's files): no figure
+    is drawn of them then."""
+    if not (run.has("eval_metrics") and run.has("eval_curves")):
+        return None
+    from agentuq_nb.io.store.artifacts import read_eval_curves, read_json_artifact
+
+    try:
+        return read_json_artifact(run, "eval_metrics"), read_eval_curves(run)
+    except (StaleArtifactError, MixedRunError):
+        return None
 
 
 def reliability_bins(run: RunDir, table, outcomes: Outcomes, seed: int = 0) -> dict:
@@ -434,9 +446,11 @@ def detector_rate_text(run: RunDir) -> str:
     """`` X [lo, hi]`` of the run's estimated failure rate from ``detector.json``, where predict wrote one."""
     if not run.has("detector_report"):
         return ""
+    from agentuq_nb.io.store.artifacts import read_json_artifact
+
     try:
-        rate = json.loads(run.file("detector_report").read_text()).get("failure_rate") or {}
-    except (OSError, ValueError):
+        rate = read_json_artifact(run, "detector_report").get("failure_rate") or {}
+    except (OSError, ValueError, StaleArtifactError, MixedRunError):  # unreadable or not the run's: no rate said
         return ""
     if rate.get("estimated") is None:
         return ""

@@ -101,8 +101,19 @@ def read_blackbox_turns(run_dir: str | os.PathLike | RunDir) -> pd.DataFrame:
     return key_dtypes(RunDir.of(run_dir).read_frame("blackbox_turns"))
 
 
+def read_eval_curves(run_dir: str | os.PathLike | RunDir) -> pd.DataFrame:
+    """``eval_curves.csv`` (checked): the evaluated estimator's curves in long format, ``curve, x, y``
+    (:func:`~agentuq_nb.evaluation.metrics.failure_curves`); its metrics are the JSON record ``eval_metrics``
+    (:func:`read_json_artifact`)."""
+    run = RunDir.of(run_dir)
+    path = run.require("eval_curves")
+    run.verify("eval_curves")
+    return pd.read_csv(path)
+
+
 def read_json_artifact(run_dir: str | os.PathLike | RunDir, name: str) -> dict:
-    """A step's JSON record ``name`` (``blackbox_report``, ``tracer_tuning``, ``calibration`` …), checked."""
+    """A step's JSON record ``name`` (``blackbox_report``, ``tracer_tuning``, ``calibration``, ``eval_metrics``,
+    ``detector_report`` …), checked."""
     run = RunDir.of(run_dir)
     run.verify(name)
     return json.loads(run.file(name).read_text())
