@@ -126,6 +126,7 @@ def test_analyze_into_a_folder_holding_another_run_is_refused_before_anything_ch
     before = _files(folder)
     line = refused("analyze", other, "--out", folder, "--n-boot", "0", "--embedder", "hash")
     assert f"{folder}: holds another run (made from " in line and f"the run of {other}" in line and "new folder" in line
+    assert line.endswith("; --out: a new folder; or remove this one")  # the store says out, the command line its flag
     assert _files(folder) == before
     shutil.copytree(results.parent, tmp_path / "copy")  # the same results elsewhere: the same run, analyzed again
     copy = tmp_path / "copy" / results.name

@@ -66,7 +66,7 @@ def test_explore_refuses_a_fifo_a_folder_and_every_file_of_the_run_it_reads(box)
              run / "notebooks" / "04_evaluate.ipynb": "is notebooks/04_evaluate.ipynb of the run folder",
              run / ".lock": "is .lock of the run folder", source: "is an input of 'explore'",
              run: f"is a directory: --out names the HTML page to write (e.g. {run / 'explorer.html'})",
-             source / "x.html": "cannot be made (--out): "}
+             source / "x.html": "--out names a path that cannot be made: "}
     for out, said in cases.items():
         code, stdout, stderr = _explore(box, out)
         assert_ended_cleanly(code, stdout, stderr)

@@ -235,7 +235,10 @@ def test_judge_out_is_never_inside_its_results_nor_another_run(sources, tmp_path
     shutil.copytree(sources["run_a"], other)
     code, stdout, stderr = run_cli("judge", sources["b"], "--out", other, "--model", "local", "--limit", "1")
     assert code == 2 and "holds another run" in stderr, stderr
-    with pytest.raises(InputError, match="holds another run"):
+    with pytest.raises(InputError, match="holds another run") as refused:
         from agentuq_nb.io.outputs import check_run_destination
 
         check_run_destination(other, sources["b"], command="judge")
+    assert "--" not in str(refused.value) and str(refused.value).endswith("; out: a new folder; or remove this one")
+    with pytest.raises(InputError, match="; out: a new folder; force: replace that run whole$"):
+        check_run_destination(other, sources["b"], command="extract", force=False)  # a library user reads the fields

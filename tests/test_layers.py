@@ -193,8 +193,6 @@ NOT_OUR_FLAGS = {
                           "pip's and objdump's arguments",
     "figures/explorer.py": "--aq-height, a CSS custom property of the page",
     "figures/intervention.py": "'--o', a matplotlib line format",
-    "io/outputs.py": "check_output_file/check_output_folder take the option a step names (default --out; --force "
-                     "in a refusal): issue 52 left it, the step should hand its flag in",
 }
 FLAG_WORD = re.compile(r"(?<![\w-])--[a-z]")
 

@@ -232,6 +232,7 @@ def step_command(module) -> Callable:
         parameters.append(made)
         paths[made.name] = path
     said = {path.rsplit(".", 1)[-1]: flag for path, flag in flags.items()} | flags  # its errors are said in flags
+    said |= {"out": "--out"} if spec.out else {}  # the run folder's option (io.outputs names it out)
 
     def command(**values):
         _load_plugins(values.pop("plugin", None))

@@ -14,7 +14,9 @@ is never replaced when it is
 * an input of the command (the results a run was made from, a run folder it reads).
 
 ``--force`` lifts only the first condition (a regular file someone else made). Every refusal is one
-:class:`~agentuq_nb.io.errors.InputError` naming the path, the option and what is wrong, raised before any work.
+:class:`~agentuq_nb.io.errors.InputError` naming the path, the option and what is wrong, raised before any work. The
+option is named as the user set it in the library - its config field (``out``, ``force``) heading a clause -, which
+the command line says as its flag (``--out``, ``--force``: :func:`agentuq_nb.cli.in_flags`); no flag is named here.
 
 Writers call :func:`check_output_file` (or :func:`check_output_folder` for a folder of outputs) once before their
 work, to fail fast, and again right before they publish (the work may take a while; what is at the path may have
@@ -58,9 +60,10 @@ def _lstat(path: Path, option: str) -> os.stat_result | None:
         return None
     except NotADirectoryError:
         blocking = next((p for p in path.parents if p.exists() and not p.is_dir()), path.parent)
-        raise InputError(path, f"cannot be made ({option}): {blocking} is a file, not a folder") from None
+        raise InputError(path, f"{option} names a path that cannot be made: {blocking} is a file, not a folder") from None
     except (OSError, ValueError) as err:  # a name too long, a NUL byte, no permission
-        raise InputError(path, f"cannot be written ({option}): {getattr(err, 'strerror', None) or err}") from None
+        raise InputError(path, f"{option} names a path that cannot be written: {getattr(err, 'strerror', None) or err}"
+                         ) from None
 
 
 def _same(a: Path, b: Path) -> bool:
@@ -80,24 +83,25 @@ def _check_common(path: Path, st: os.stat_result | None, *, command: str, option
     if st is None:
         blocking = next((p for p in path.parents if os.path.lexists(p) and not p.is_dir()), None)
         if blocking is not None:
-            raise InputError(path, f"cannot be made ({option}): {blocking} is a file, not a folder")
+            raise InputError(path, f"{option} names a path that cannot be made: {blocking} is a file, not a folder")
     entry = run_folder_entry(path)
     if entry is not None:
         folder, rel = entry
-        raise InputError(path, f"is {rel} of the run folder {folder}: '{command}' never writes over a run's own files "
-                               f"({option}); name a new {what} (one beside the run's tables is fine)")
+        raise InputError(path, f"is {rel} of the run folder {folder}: {option} names a run's own file, which "
+                               f"'{command}' never writes over; name a new {what} (one beside the run's tables is fine)")
     for given in inputs:
         given = Path(given)
         if st is not None and os.path.lexists(given) and _same(path, given):
             raise InputError(path, f"is an input of '{command}' ({given}): {option} must name another {what}")
 
 
-def check_output_file(path: str | os.PathLike, *, command: str, option: str = "--out", what: str = "file",
+def check_output_file(path: str | os.PathLike, *, command: str, option: str = "out", what: str = "file",
                       made_before: MadeBefore = None, inputs: Iterable[str | os.PathLike] = (),
                       force: bool = False, example: str = "out") -> Path:
     """``path`` when the command may write the file there (see the module docstring), else an :class:`InputError`.
 
-    ``command`` and ``option`` name what the user typed (``"explore"``, ``"--out"``); ``what`` is what the file is
+    ``command`` and ``option`` name what the user set (``"explore"``, ``"out"``: a config field, which the command line
+    says as its flag; a step may hand in its flag); ``what`` is what the file is
     (``"HTML page"``); ``made_before``: the mark (bytes) this command's files carry, or a test of a path, that
     tells a file it made before (None: none is recognised, only ``force`` replaces an existing file); ``inputs``:
     the paths the command reads, never written over; ``force``: replace a regular file someone else made;
@@ -114,11 +118,11 @@ def check_output_file(path: str | os.PathLike, *, command: str, option: str = "-
     made = made_before is not None and (made_before(path) if callable(made_before) else has_mark(path, made_before))
     if not made:
         raise InputError(path, f"exists and was not made by '{command}': {option} does not replace another file; "
-                               "name a new file, or pass --force to replace it")
+                               "name a new file; force: replace it")
     return path
 
 
-def check_output_folder(path: str | os.PathLike, *, command: str, files: Iterable[str], option: str = "--out",
+def check_output_folder(path: str | os.PathLike, *, command: str, files: Iterable[str], option: str = "out",
                         made_before: MadeBefore = None, inputs: Iterable[str | os.PathLike] = (),
                         force: bool = False) -> Path:
     """``path`` when the command may write its ``files`` (plain names) into that folder, else an
@@ -133,7 +137,8 @@ def check_output_folder(path: str | os.PathLike, *, command: str, files: Iterabl
         raise InputError(path, f"is {kind}, not a folder: {option} names the folder '{command}' writes its files to")
     _check_common(path, st, command=command, option=option, what="folder", inputs=inputs)
     if st is not None and is_run_folder(path):
-        raise InputError(path, f"is a run folder: '{command}' writes a folder of its own ({option}); name another")
+        raise InputError(path, f"is a run folder: {option} names the folder '{command}' writes its own files to; name "
+                               "another")
     resolved = Path(os.path.abspath(path)).resolve()
     for given in inputs:
         given = Path(given).resolve()
@@ -146,7 +151,7 @@ def check_output_folder(path: str | os.PathLike, *, command: str, files: Iterabl
 
 
 def check_run_destination(out: str | os.PathLike, results: str | os.PathLike, *, command: str,
-                          option: str = "--out", inputs: Iterable[str | os.PathLike] = (),
+                          option: str = "out", inputs: Iterable[str | os.PathLike] = (),
                           force: bool | None = None) -> Path:
     """``out`` when ``command`` may extract ``results`` into it as a run folder, else an :class:`InputError` before any
     work: it is not inside the results (a results directory: its content, and so every run made from it, would
@@ -183,7 +188,6 @@ def check_run_destination(out: str | os.PathLike, results: str | os.PathLike, *,
     if not same:
         raise InputError(out, f"holds another run (made from {made_from or 'results it does not name'}): '{command}' "
                               f"writes the run of {results} into a folder of its own - its tables would replace that "
-                              f"run's and be mixed with what was made from them; give {option} a new folder, "
-                              + ("or pass --force to replace that run whole" if force is not None else
-                                 "or remove this one"))
+                              f"run's and be mixed with what was made from them; {option}: a new folder; "
+                              + ("force: replace that run whole" if force is not None else "or remove this one"))
     return out
