@@ -26,6 +26,15 @@ _UMASK = os.umask(0o022)
 os.umask(_UMASK)
 
 
+def fsync_path(path: str | os.PathLike, directory: bool = False) -> None:
+    """Flush ``path`` (a file, or with ``directory`` a folder: the renames made in it) to disk."""
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success it replaces ``path`` atomically."""

@@ -52,7 +52,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentuq_nb.common.limits import MAX_SMALL_JSON_BYTES
 from agentuq_nb.common.naming import short_model_name
-from agentuq_nb.io.atomic import atomic_write_json
+from agentuq_nb.io.atomic import atomic_write_json, fsync_path
 from agentuq_nb.io.errors import (
     InputError,
     MissingArtifactError,
@@ -380,7 +380,7 @@ class Commit:
         atomic_write_json(self.dir / MANIFEST, Manifest.model_validate(data).model_dump(mode="json", exclude_none=True))
         files = self._order + [MANIFEST]
         for rel in files:  # on disk before the journal makes them the run's (a power cut, not only a kill)
-            _fsync(self.dir / rel)
+            fsync_path(self.dir / rel)
         atomic_write_json(self.dir / JOURNAL, {"commit": self.id, "step": self.step, "files": files,
                                                "pid": os.getpid(), "at": _now()})  # the commit point
         roll_forward(self.run.path, self.dir)
@@ -400,7 +400,7 @@ def roll_forward(folder: Path, staging: Path) -> None:
         source = staging / rel
         if os.path.lexists(source):
             os.replace(source, folder / rel)  # a plain name: the target is in the folder itself
-    _fsync(folder, directory=True)  # the renames themselves
+    fsync_path(folder, directory=True)  # the renames themselves
     shutil.rmtree(staging, ignore_errors=True)
     _remove_if_empty(staging.parent)
 
@@ -444,14 +444,6 @@ def remove_entry(path: Path) -> None:
             os.unlink(path)
     except FileNotFoundError:
         pass
-
-
-def _fsync(path: Path, directory: bool = False) -> None:
-    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _lstat_mode(path: Path) -> int:
