@@ -92,7 +92,9 @@ def run(run_dir: str | os.PathLike | RunDir, config: AnalyzeConfig) -> AnalyzeRe
     out = folder.path
     with config.reporter.stage("check", out):  # names checked before any table is replaced (the threshold: by config)
         check_estimator_name(config.uncertainty, config.role)
-        check_not_another_run(folder, Path(config.results))
+        # a folder holding a run of other results (by content) is refused: analyze would replace its tables and keep
+        # what was made from them beside the new ones; the same results again are fine (every command that extracts)
+        check_run_destination(out, config.results, command=STEP.name)
     with config.reporter.stage("extract", out):
         report = AnalyzeReport(extract(folder, ExtractConfig(results=config.results, sidecar_dir=config.sidecar_dir, score=config.score,
                                                           progress=True)))
@@ -194,14 +196,6 @@ COMMAND = Command(summary="Results → RUN_DIR in one process: extract, aggregat
                   help={"embedder": "sentence embeddings of the black-box signals",
                         "detector": "a detector folder (train-detector) applied to the run; the report ranks by it"},
                   show=show)
-
-
-def check_not_another_run(run: RunDir, results: Path) -> None:
-    """Refuse a folder that holds a run made from other results (by content: :func:`~agentuq_nb.io.files.
-    content_digest`): ``analyze`` would replace its tables and keep what it made from them (action samples, …)
-    beside the new ones; analyzing the same results again is fine. The rule of every command that extracts:
-    :func:`agentuq_nb.io.outputs.check_run_destination`."""
-    check_run_destination(run.path, results, command=STEP.name)
 
 
 def trials_lines(trials: dict, run_dir: str | os.PathLike) -> list[str]:
