@@ -127,7 +127,7 @@ def test_rescore_then_aggregate_and_evaluate(tmp_path, rescored, small_real_resu
 
 def test_observation_notebook_on_a_rescored_real_file(tmp_path, rescored, small_real_results):
     """The notebook's rescore resumes the run rescored above (in this process: a kernel would load the model and
-    decode the long airline prompts once more to score the same messages), then it aggregates, evaluates and draws."""
+    decode the airline prompts once more to score the same messages), then it aggregates, evaluates and draws."""
     from pathlib import Path
 
     import nbformat
