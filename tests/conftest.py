@@ -44,11 +44,26 @@ def seed_static_table(cache_file: str) -> None:
             shutil.copyfile(users, ours)
 
 
-# the persistent embedding cache of every test (and of the commands and kernels they start) is a temporary file, never
-# the user's: set before any embedder is made (the user's static table is copied in, read only)
-EMBED_CACHE = os.path.join(tempfile.mkdtemp(prefix="agentuq-nb-embed-cache-"), "embeddings.sqlite")
-atexit.register(shutil.rmtree, os.path.dirname(EMBED_CACHE), ignore_errors=True)  # the table's copy is 31 MB
-seed_static_table(EMBED_CACHE)
+EMBED_CACHE_PREFIX = "agentuq-nb-embed-cache-"
+
+
+def make_embed_cache() -> str:
+    """The persistent embedding cache of every test (and of the commands and kernels they start): a temporary file,
+    never the user's, set before any embedder is made (the user's static table is copied in, read only). An xdist
+    worker takes the folder of the pytest process that started it (made, seeded and removed at its exit by that
+    process; the cache is safe to share between processes): a worker ends without running its exit handlers, so a
+    folder of its own was left in the temporary directory after every run (31 MB each with the table's copy)."""
+    inherited = Path(os.environ.get(CACHE_ENV) or ".")
+    if os.environ.get("PYTEST_XDIST_WORKER") and inherited.parent.name.startswith(EMBED_CACHE_PREFIX) \
+            and inherited.parent.is_dir():
+        return str(inherited)
+    cache = os.path.join(tempfile.mkdtemp(prefix=EMBED_CACHE_PREFIX), "embeddings.sqlite")
+    atexit.register(shutil.rmtree, os.path.dirname(cache), ignore_errors=True)
+    seed_static_table(cache)
+    return cache
+
+
+EMBED_CACHE = make_embed_cache()
 os.environ[CACHE_ENV] = EMBED_CACHE
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -163,10 +163,15 @@ def test_samples_are_reproducible_per_decision_point(small_run, tmp_path):
 
 @pytest.mark.slow
 def test_observer_on_a_real_tau2_file_counts_the_context_policy(tmp_path, tau2_files):
+    """The real file with its domain policy cut to its first 1,500 characters (1,775 tokens to 362): the agent's
+    system prompt holds it, and the sampler decodes it before the decision point's context."""
     from agentuq_nb.cli import app
 
+    data = json.loads(tau2_files[0].read_text())
+    data["info"]["environment_info"]["policy"] = data["info"]["environment_info"]["policy"][:1500]
+    (tmp_path / "airline.json").write_text(json.dumps(data))
     run = tmp_path / "airline"
-    result = CliRunner().invoke(app, ["sample-actions", str(run), "--results", str(tau2_files[0]), "--k", "2",
+    result = CliRunner().invoke(app, ["sample-actions", str(run), "--results", str(tmp_path / "airline.json"), "--k", "2",
                                       "--model", EMBEDDED_MODEL, "--turns", "first:1", "--limit", "1",
                                       "--max-tokens", "8"])
     assert result.exit_code == 0, result.output

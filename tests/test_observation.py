@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 
 import pytest
@@ -17,11 +18,14 @@ from agentuq_nb.steps.score_observations import score_observations
 from agentuq_nb.uq.observation import agent_system_prompt, conversation
 
 pytestmark = pytest.mark.slow
+POLICY_CHARS = 1500
 
 
 @pytest.fixture(scope="module")
 def small_real_results(tmp_path_factory):
-    """Two real trajectories (one success, one failure), each cut to its first 7 messages."""
+    """Two real trajectories (one success, one failure), each cut to its first 7 messages, and the domain policy in
+    the file's header cut to its first 1,500 characters: every scorer's system prompt holds it, and each scoring
+    pass of this module decoded its 1,775 tokens (now 362) before the ~500 of a trajectory's messages it scores."""
     from conftest import require_tau2
 
     tmp_path = tmp_path_factory.mktemp("observation")
@@ -35,6 +39,9 @@ def small_real_results(tmp_path_factory):
     for sim in sims:
         sim["messages"] = sim["messages"][:7]
     data["simulations"] = sims
+    policy = data["info"]["environment_info"]["policy"]
+    assert len(policy) > POLICY_CHARS
+    data["info"]["environment_info"]["policy"] = policy[:POLICY_CHARS]
     path = tmp_path / "real_small.json"
     path.write_text(json.dumps(data))
     return path
@@ -46,6 +53,15 @@ def agent_scored(small_real_results, tmp_path_factory):
     the tests below read the run, or copy it before they add to it)."""
     run_dir = tmp_path_factory.mktemp("agent_scored") / "run"
     report = score_observations(run_dir, results=small_real_results, scorer_mode="agent_llm", progress=False)
+    return run_dir, report
+
+
+@pytest.fixture(scope="module")
+def rescored(small_real_results, tmp_path_factory):
+    """The two trajectories rescored (every message) by the embedded model, once for the module: the tests below copy
+    the run before they add to it."""
+    run_dir = tmp_path_factory.mktemp("rescored") / "run"
+    report = rescore(small_real_results, run_dir, progress=False)
     return run_dir, report
 
 
@@ -93,9 +109,8 @@ def test_auxiliary_observer_scores_differ_from_the_agents_view(tmp_path, agent_s
     assert not math.isclose(nll["agent_llm"], nll["auxiliary_llm"], rel_tol=1e-6)  # different prompts, different surprise
 
 
-def test_rescore_then_aggregate_and_evaluate(tmp_path, small_real_results):
-    run_dir = tmp_path / "rescored"
-    report = rescore(small_real_results, run_dir, progress=False)
+def test_rescore_then_aggregate_and_evaluate(tmp_path, rescored, small_real_results):
+    run_dir, report = shutil.copytree(rescored[0], tmp_path / "rescored", symlinks=True), rescored[1]
     tokens = read_token_table(run_dir)
     data = json.loads(small_real_results.read_text())
     for sim in data["simulations"]:
@@ -110,16 +125,24 @@ def test_rescore_then_aggregate_and_evaluate(tmp_path, small_real_results):
     assert report.as_dict()["scored"] == 2
 
 
-def test_observation_notebook_on_a_rescored_real_file(tmp_path, small_real_results):
+def test_observation_notebook_on_a_rescored_real_file(tmp_path, rescored, small_real_results):
+    """The notebook's rescore resumes the run rescored above (in this process: a kernel would load the model and
+    decode the airline prompts once more to score the same messages), then it aggregates, evaluates and draws."""
     from pathlib import Path
 
+    import nbformat
     import papermill as pm
 
     root = Path(__file__).resolve().parents[1]
-    run_dir, figures_dir = tmp_path / "run", tmp_path / "figures"
+    run_dir, figures_dir = shutil.copytree(rescored[0], tmp_path / "run", symlinks=True), tmp_path / "figures"
     pm.execute_notebook(str(root / "notebooks" / "05_observation_uq.ipynb"), str(tmp_path / "05.ipynb"),
                         parameters={"run_dir": str(run_dir), "figures_dir": str(figures_dir),
                                     "rescore_results": str(small_real_results), "n_boot": 100},
                         cwd=str(root), progress_bar=False)
     for name in ("observation_user_nll_density", "observation_tool_surprise", "observation_auroc_by_part"):
         assert (figures_dir / f"{name}.png").stat().st_size > 1000, name
+    executed = nbformat.read(tmp_path / "05.ipynb", as_version=4)
+    shown = "".join(str(o.get("data", {}).get("text/plain", "")) for c in executed.cells if c.cell_type == "code"
+                    for o in c.get("outputs", []))
+    # the kernel's rescore resumed both simulations (its report is the cell's value, pretty-printed)
+    assert re.search(r"'scored': 0,\s*'skipped_already_scored': 2,", shown), shown[:500]

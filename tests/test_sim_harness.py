@@ -263,14 +263,25 @@ run_simulations("bookshop", sys.argv[1], task_ids=["2"], max_steps=4, agent_max_
 
 
 def test_two_runs_with_different_seeds_on_one_new_folder_never_both_succeed(tmp_path):
-    """Started together on one new folder, one run finishes and the other is refused with a reason
-    (the folder is busy, or it holds a run with another seed); the winner's results are complete."""
+    """Started together on one new folder, one run in a process of its own and one in this process (its model is
+    loaded already: a second new process would load it and decode the long prompts again), one run finishes and the
+    other is refused with a reason (the folder is busy, or it holds a run with another seed); the winner's results
+    are complete."""
+    from agentuq_nb.io.store.run_lock import RunBusyError
+
     env = dict(os.environ, PYTHONPATH=SRC)
     out = tmp_path / "shared"
-    children = {seed: subprocess.Popen([sys.executable, "-c", _SEEDED_CHILD, str(out), str(seed)], env=env,
-                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                for seed in (300, 301)}
-    finished = {seed: (child.wait(timeout=900), child.stderr.read()) for seed, child in children.items()}
+    child = subprocess.Popen([sys.executable, "-c", _SEEDED_CHILD, str(out), "301"], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    finished = {}
+    try:
+        run_simulations("bookshop", out, task_ids=["2"], max_steps=4, agent_max_tokens=16, user_max_tokens=12,
+                        seed=300, progress=False)
+        finished[300] = (0, "")
+    except (RunBusyError, RunConfigMismatch) as error:
+        finished[300] = (1, f"{type(error).__name__}: {error}")
+    _, err = child.communicate(timeout=900)
+    finished[301] = (child.returncode, err)
     winners = [seed for seed, (code, _) in finished.items() if code == 0]
     assert len(winners) == 1, finished
     (loser_code, loser_err), = [v for seed, v in finished.items() if seed not in winners]
