@@ -157,7 +157,7 @@ def test_features_with_the_real_minilm_are_the_embedders_mean_vectors():
 
 # --------------------------------------------------------------------------- the model
 def corpus(runs, groups=("text", "blackbox", "length")):
-    from agentuq_nb.steps.detector_inputs import corpus_features, resolve_sources
+    from agentuq_nb.evaluation.detector_inputs import corpus_features, resolve_sources
 
     return corpus_features(resolve_sources(runs), groups, "hash")
 
@@ -533,10 +533,10 @@ def test_the_commands_train_predict_and_say_one_line_on_a_tampered_folder(runs, 
 
 
 def test_the_detector_is_an_online_signal_equal_to_predict_on_the_prefix(trained, runs):
+    from agentuq_nb.evaluation.detector_inputs import corpus_features, resolve_sources
     from agentuq_nb.intervention.config import PolicyConfig
     from agentuq_nb.intervention.signals import DetectorSignal, online_signal
     from agentuq_nb.sim.decisions import DecisionPoint
-    from agentuq_nb.steps.detector_inputs import corpus_features, resolve_sources
 
     result, _ = trained
     signal = online_signal(f"detector:{result.path}", PolicyConfig(signal=f"detector:{result.path}"))
@@ -563,7 +563,7 @@ def test_the_detector_is_an_online_signal_equal_to_predict_on_the_prefix(trained
 
 def test_feature_extraction_on_dask_equals_the_serial_one(runs):
     pytest.importorskip("distributed")
-    from agentuq_nb.steps.detector_inputs import corpus_features, resolve_sources
+    from agentuq_nb.evaluation.detector_inputs import corpus_features, resolve_sources
 
     sources = resolve_sources(runs[:2])
     serial = corpus_features(sources, ("text", "blackbox", "length"), "hash", batch_size=5)

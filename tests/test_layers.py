@@ -355,10 +355,6 @@ STEP_INTERNALS_LEFT = {
         "ensure_blackbox: compare-estimators brings the black-box families up to date without failing where a run "
         "cannot have them (the status says why, which the table's missing families repeat) and says how long the "
         "signals took; the blackbox step's run raises there and returns no status. Left: one call for both",
-    ("src/agentuq_nb/pipeline/detector_study.py", "train_detector"):
-        "prefix_reader, train_on_features, labelled_rows: the detector study trains on features it "
-        "made once for every left-out run; the detector's training (issues 48 and 51, in work beside this one) "
-        "is to move below the steps with them",
 }
 
 
