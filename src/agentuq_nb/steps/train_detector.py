@@ -6,7 +6,7 @@ The command reads its configuration once into plain settings (:meth:`TrainDetect
 (:func:`~agentuq_nb.evaluation.detector_inputs.resolve_sources`: its results, layout, domain, tasks and content hash),
 extracts the features of every trajectory once, and hands them down: the training - protocols, the final and
 leave-one-run-out models, calibration, early detection, the card - is the library's
-(:func:`~agentuq_nb.evaluation.detector_training.train_on_features`, whose docstring says each part), and the folder
+(:mod:`agentuq_nb.evaluation.detector_training`, whose docstring says each part), and the folder
 is written beside the card's text (:func:`~agentuq_nb.figures.detector_card.write_detector_folder`,
 :mod:`agentuq_nb.io.store.detector_dir`).
 
