@@ -125,7 +125,7 @@ def predict_worker(detector: str, results: str, out: str, n_boot: str = "0") -> 
 
 def scale_worker(results: str, scheduler: str, batch_size: str) -> None:
     """In a fresh process: extract the features of ``results`` (serially or on ``scheduler``); one JSON line."""
-    from agentuq_nb.steps.detector_inputs import corpus_features, resolve_sources
+    from agentuq_nb.evaluation.detector_inputs import corpus_features, resolve_sources
 
     sources = resolve_sources([results])
     start = time.perf_counter()

@@ -36,7 +36,7 @@ def cpu_seconds() -> float:
 
 
 def features_of(embedder: str, keep: Path | None):
-    from agentuq_nb.steps.detector_inputs import corpus_features, resolve_sources
+    from agentuq_nb.evaluation.detector_inputs import corpus_features, resolve_sources
     from agentuq_nb.uq.detector_features import GROUPS
 
     cache = None if keep is None else keep / f"features-{embedder}.pkl"
@@ -66,7 +66,8 @@ def best_baseline(protocol: str, row: dict) -> tuple[str, float, float, float, f
 
 def main() -> None:
     from agentuq_nb.evaluation.defaults import DETECTOR_PROTOCOLS
-    from agentuq_nb.steps.train_detector import TrainDetectorConfig, evaluate_protocol, labelled_rows
+    from agentuq_nb.evaluation.detector_training import evaluate_protocol, labelled_rows
+    from agentuq_nb.steps.train_detector import TrainDetectorConfig
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--keep", type=Path, default=None, help="folder that keeps the extracted features")
@@ -90,7 +91,7 @@ def main() -> None:
         tick, cpu = time.perf_counter(), cpu_seconds()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            run = evaluate_protocol(protocol, labelled, failure, config.settings(), config.n_splits, config.n_boot,
+            run = evaluate_protocol(protocol, labelled, failure, config.training().detector, config.n_splits, config.n_boot,
                                     config.seed, threads=args.threads)
         row = {k: (v.item() if hasattr(v, "item") else v) for k, v in run.row.items()}
         name, base, diff, lo, hi = best_baseline(protocol, row)
@@ -110,7 +111,7 @@ def main() -> None:
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            final = select_detector(labelled, failure, config.settings(), FINAL_KIND)
+            final = select_detector(labelled, failure, config.training().detector, FINAL_KIND)
         rows["final"] = {"selected": final.candidate, **final.selection}
         print(f"final model: {final.candidate} ({final.selection.get('why')})", flush=True)
     if args.out is not None:

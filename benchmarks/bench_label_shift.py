@@ -89,8 +89,8 @@ def main() -> None:
 def pooled_rates() -> None:
     """A score fitted pooled across the other runs (no run intercepts) on the structure signals and length: does its
     level tell a held-out run's failure rate better than the training rate?"""
+    from agentuq_nb.evaluation.detector_inputs import corpus_features, resolve_sources
     from agentuq_nb.evaluation.label_shift import leave_one_run_out_pooled_rates
-    from agentuq_nb.steps.detector_inputs import corpus_features, resolve_sources
 
     features = corpus_features(resolve_sources(SHARED_FILES), ["blackbox", "length"], "none")
     y = features.index["reward"].to_numpy(dtype=float) < 1

@@ -157,7 +157,7 @@ def test_features_with_the_real_minilm_are_the_embedders_mean_vectors():
 
 # --------------------------------------------------------------------------- the model
 def corpus(runs, groups=("text", "blackbox", "length")):
-    from agentuq_nb.steps.detector_inputs import corpus_features, resolve_sources
+    from agentuq_nb.evaluation.detector_inputs import corpus_features, resolve_sources
 
     return corpus_features(resolve_sources(runs), groups, "hash")
 
@@ -533,10 +533,10 @@ def test_the_commands_train_predict_and_say_one_line_on_a_tampered_folder(runs, 
 
 
 def test_the_detector_is_an_online_signal_equal_to_predict_on_the_prefix(trained, runs):
+    from agentuq_nb.evaluation.detector_inputs import corpus_features, resolve_sources
     from agentuq_nb.intervention.config import PolicyConfig
     from agentuq_nb.intervention.signals import DetectorSignal, online_signal
     from agentuq_nb.sim.decisions import DecisionPoint
-    from agentuq_nb.steps.detector_inputs import corpus_features, resolve_sources
 
     result, _ = trained
     signal = online_signal(f"detector:{result.path}", PolicyConfig(signal=f"detector:{result.path}"))
@@ -563,7 +563,7 @@ def test_the_detector_is_an_online_signal_equal_to_predict_on_the_prefix(trained
 
 def test_feature_extraction_on_dask_equals_the_serial_one(runs):
     pytest.importorskip("distributed")
-    from agentuq_nb.steps.detector_inputs import corpus_features, resolve_sources
+    from agentuq_nb.evaluation.detector_inputs import corpus_features, resolve_sources
 
     sources = resolve_sources(runs[:2])
     serial = corpus_features(sources, ("text", "blackbox", "length"), "hash", batch_size=5)
@@ -647,3 +647,26 @@ def test_a_detector_on_the_static_minilm_table_names_it_and_predicts_what_it_lea
     again = predict(result.path, runs[0], tmp_path / "run", n_boot=0)
     oof = result.oof[result.oof["run"] == result.card["training_runs"][0]["name"]]
     assert np.allclose(np.sort(again.predictions["log_odds"]), np.sort(oof["log_odds[leave_one_run_out]"]))
+
+
+def test_the_config_is_resolved_once_into_the_plain_settings_the_training_takes():
+    """Issue 52 point 1: ``train-detector`` reads its config once (:meth:`TrainDetectorConfig.training`); the training
+    below the steps takes these settings, never the config: the embedder is ``none`` where no group embeds, lists are
+    tuples in order, the detector's own settings are made once."""
+    import dataclasses
+
+    from agentuq_nb.evaluation.detector_training import TrainingSettings
+    from agentuq_nb.steps.train_detector import TrainDetectorConfig
+
+    config = TrainDetectorConfig(inputs=[Path("a.json")], out=Path("d"), groups=["text", "length"], embedder="minilm",
+                                 early_turns=[3, 1, 3], protocols=["within_run"], failure_threshold=0.5, seed=7)
+    settings = config.training()
+    assert isinstance(settings, TrainingSettings) and dataclasses.is_dataclass(settings)
+    assert settings.embedder == "none" and settings.groups == ("text", "length") == settings.detector.groups
+    assert settings.early_turns == (1, 3) and settings.protocols == ("within_run",)
+    assert settings.failure_threshold == 0.5 and settings.seed == settings.detector.seed == 7
+    assert settings.command == "train-detector"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.seed = 8
+    embedded = TrainDetectorConfig(inputs=[Path("a.json")], out=Path("d"), embedder="hash").training()
+    assert embedded.embedder == "hash" and "embeddings" in embedded.groups

@@ -30,7 +30,7 @@ RUNS = [SHARED / "tau2" / "gpt-4.1_airline_1trial.json", SHARED / "tau2" / "ft-g
 @pytest.fixture(scope="module")
 def features():
     """The three runs' features, every group, on the static table."""
-    from agentuq_nb.steps.detector_inputs import corpus_features, resolve_sources
+    from agentuq_nb.evaluation.detector_inputs import corpus_features, resolve_sources
     from agentuq_nb.uq.detector_features import GROUPS
     from agentuq_nb.uq.embeddings import embeddings_available
 
@@ -167,7 +167,7 @@ def test_the_points_sum_with_the_base_probability_to_the_printed_probability(tra
 def test_the_points_of_a_training_trajectory_sum_through_its_own_models_map(trained, tmp_path):
     from agentuq_nb.evaluation.detector_apply import load_detector
     from agentuq_nb.evaluation.detector_explain import explain
-    from agentuq_nb.steps.detector_inputs import corpus_features, resolve_sources
+    from agentuq_nb.evaluation.detector_inputs import corpus_features, resolve_sources
 
     result, _ = trained
     detector = load_detector(result.path)
@@ -218,8 +218,8 @@ def test_the_points_sum_to_the_probability_moved_to_the_runs_rate(trained):
     """With the predicted run's failure rate estimated (label shift), the probability written is the adapted one and
     the reasons are taken along the same map: base + points = the adapted probability, not the training-rate one."""
     from agentuq_nb.evaluation.detector_apply import load_detector
+    from agentuq_nb.evaluation.detector_inputs import corpus_features, resolve_sources
     from agentuq_nb.evaluation.label_shift import shift_by
-    from agentuq_nb.steps.detector_inputs import corpus_features, resolve_sources
 
     result, _ = trained
     detector = load_detector(result.path)
@@ -510,7 +510,7 @@ def test_no_label_of_a_held_out_fold_reaches_its_ranked_scores(features, protoco
     the run's scale from the run's unlabelled rows) are the same whatever the labels of that fold's rows: flipping
     them changes the other folds' models (which train on them, or on the fold's run) but not this fold's scores."""
     from agentuq_nb.evaluation.detector_protocols import protocol_folds
-    from agentuq_nb.steps.train_detector import evaluate_protocol
+    from agentuq_nb.evaluation.detector_training import evaluate_protocol
 
     index = features.index
     y = labels(features)

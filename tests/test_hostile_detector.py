@@ -283,7 +283,7 @@ def test_predict_says_one_line_on_a_hostile_detector_and_extracts_nothing(detect
 
 
 def test_an_untouched_detector_still_loads_and_predicts_finite_probabilities(detectors, runs):
-    from agentuq_nb.steps.detector_inputs import corpus_features, resolve_sources
+    from agentuq_nb.evaluation.detector_inputs import corpus_features, resolve_sources
 
     for folder in detectors.values():
         detector = load_detector(folder)
@@ -321,7 +321,7 @@ FEATURES: dict = {}
 
 def hunting_features(results: Path, groups: tuple[str, ...]):
     """The features of one run for ``groups`` (hash embeddings), extracted once per set of groups."""
-    from agentuq_nb.steps.detector_inputs import corpus_features, resolve_sources
+    from agentuq_nb.evaluation.detector_inputs import corpus_features, resolve_sources
 
     key = (str(results), tuple(groups))
     if key not in FEATURES:
@@ -447,7 +447,7 @@ def test_the_same_results_twice_count_once_whatever_their_name_and_special_files
     /dev/zero symlink in a results directory is refused by the safe reader, never read."""
     import os
 
-    from agentuq_nb.steps.detector_inputs import resolve_sources
+    from agentuq_nb.evaluation.detector_inputs import resolve_sources
 
     copy = tmp_path / "copy_of_agent0.json"
     shutil.copy(runs[0], copy)

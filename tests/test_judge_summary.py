@@ -204,8 +204,8 @@ def test_the_explorer_shows_each_monitors_verdict_and_justification_beside_the_t
 
 
 def test_two_summaries_of_one_run_are_refused_as_two_runs(tmp_path):
+    from agentuq_nb.evaluation.detector_inputs import resolve_sources
     from agentuq_nb.steps.compare_runs import compare_runs
-    from agentuq_nb.steps.detector_inputs import resolve_sources
     from agentuq_nb.steps.extract import extract
 
     outcome = subset(RETAIL, tmp_path / "outcome.json", 6)

@@ -249,8 +249,8 @@ def test_on_the_shared_runs_the_run_rates_interval_and_a_pooled_score_are_judged
     """The ten shared runs' failure counts (2 %-82 % of a run fails): left out one at a time, the spread of the other
     runs' rates holds the held-out run's rate on most of them; and a logistic model fitted pooled across the other
     runs on length does give a rate per run (its mean probability) - the benchmark judges it against the training rate."""
+    from agentuq_nb.evaluation.detector_inputs import corpus_features, resolve_sources
     from agentuq_nb.evaluation.label_shift import leave_one_run_out_pooled_rates, run_failure_counts
-    from agentuq_nb.steps.detector_inputs import corpus_features, resolve_sources
 
     require_tau2()
     shared = TAU2_DIR.parent

@@ -347,13 +347,8 @@ def notebook_code(path: Path) -> str:
 
 
 #: step internals still imported (file, step module) → why: each a piece left to move, said here so that it is not
-#: copied (the scan fails when one is gone: drop it here then)
-STEP_INTERNALS_LEFT = {
-    ("src/agentuq_nb/pipeline/detector_study.py", "train_detector"):
-        "prefix_reader, train_on_features, labelled_rows: the detector study trains on features it "
-        "made once for every left-out run; the detector's training (issues 48 and 51, in work beside this one) "
-        "is to move below the steps with them",
-}
+#: copied (the scan fails when one is gone: drop it here then); none is left
+STEP_INTERNALS_LEFT: dict[tuple[str, str], str] = {}
 
 
 def step_internals_imported(left: dict | None = None) -> list[str]:

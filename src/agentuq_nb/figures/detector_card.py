@@ -5,12 +5,22 @@ pooled within-run AUROC against both baselines (the best length baseline and the
 runs), with the paired differences and their verdicts; the probabilities (calibration on held-out runs, label-shift
 adaptation per run); and **what to trust**: three plain sentences chosen by the numbers (:func:`trust_sentences`).
 Every number is printed with three decimals from the card, so a test can read them back.
+:func:`write_detector_folder` writes a trained detector's folder with this text beside its ``card.json``.
 """
 from __future__ import annotations
 
-from typing import Any
+import os
+from collections.abc import Iterable
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from agentuq_nb.evaluation.defaults import DETECTOR_PROTOCOLS
+from agentuq_nb.io.atomic import json_ready
+from agentuq_nb.io.store.detector_dir import CARD_TEXT, write_detector_dir
+
+if TYPE_CHECKING:
+    from agentuq_nb.evaluation.detector_training import TrainedDetector
 
 #: the protocol that says how the detector does on a new run of tasks it has seen, and on tasks it has not
 SEEN_TASKS_PROTOCOL = "leave_one_run_out"
@@ -243,3 +253,14 @@ def card_markdown(card: dict[str, Any]) -> str:
     for note in card.get("notes", []):
         lines.append(f"Note: {note}")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def write_detector_folder(trained: TrainedDetector, out: str | os.PathLike, inputs: Iterable[str | os.PathLike] = (),
+                          force: bool = False) -> TrainedDetector:
+    """``trained`` written as the detector folder ``out`` (:func:`~agentuq_nb.io.store.detector_dir.write_detector_dir`:
+    ``inputs`` and ``force`` as its checks take them) with its card as text (:func:`card_markdown`); returns it with
+    its ``path`` and the card as written."""
+    card = json_ready(trained.card)
+    card = write_detector_dir(out, card, json_ready(trained.model), trained.arrays, trained.tables,
+                              {CARD_TEXT: card_markdown(card)}, inputs=inputs, force=force)
+    return replace(trained, path=Path(out), card=card)

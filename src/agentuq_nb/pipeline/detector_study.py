@@ -18,10 +18,12 @@ import pandas as pd
 from pydantic import ValidationError
 
 from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
+from agentuq_nb.evaluation.detector_inputs import corpus_features, resolve_sources
+from agentuq_nb.evaluation.detector_training import TrainedDetector, labelled_rows, prefix_reader, train_on_features
+from agentuq_nb.figures.detector_card import write_detector_folder
 from agentuq_nb.records.config import validation_message
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD
-from agentuq_nb.steps.detector_inputs import corpus_features, resolve_sources
-from agentuq_nb.steps.train_detector import TrainDetectorConfig, TrainedDetector, prefix_reader, train_on_features
+from agentuq_nb.steps.train_detector import TrainDetectorConfig
 from agentuq_nb.uq.detector_features import GROUPS, POLICY_GROUP
 
 #: the ablation's feature sets: each group alone, the three content groups together, and all of them with length
@@ -84,9 +86,10 @@ def run_study(results: list[str | os.PathLike], run_dir: str | os.PathLike,
     sources = resolve_sources(present)
     features = corpus_features(sources, extracted, embedder, progress=True)
     seconds["features"] = time.perf_counter() - start
-    prefixes = prefix_reader(sources, full_config)
-    detector = train_on_features(features, sources, full_config, prefixes=prefixes,
+    settings = full_config.training()
+    detector = train_on_features(features, sources, settings, prefixes=prefix_reader(sources, settings),
                                  seconds={"features": seconds["features"]})
+    detector = write_detector_folder(detector, full_config.out, [*present, *(s.results for s in sources)])
     seconds["detector"] = time.perf_counter() - start - seconds["features"]
     rows = [detector.protocols.assign(feature_set=FULL_SET if groups == GROUPS else "all extracted")]
     if ablation:
@@ -96,7 +99,7 @@ def run_study(results: list[str | os.PathLike], run_dir: str | os.PathLike,
             if name == FULL_SET or len(wanted) < len(subset) or (ablation_sets is not None and
                                                                   name not in ablation_sets):
                 continue
-            result = train_on_features(features, sources, study_config(**base, groups=wanted), write=False)
+            result = train_on_features(features, sources, study_config(**base, groups=wanted).training())
             rows.append(result.protocols.assign(feature_set=name))
         seconds["ablation"] = time.perf_counter() - tick
     order = {name: i for i, name in enumerate(ABLATION)}
@@ -115,8 +118,6 @@ def seen_task_split(detector: TrainedDetector, features, failure_threshold: floa
     prior - what having seen the tasks buys, and what the detector adds to the tasks' history."""
     from agentuq_nb.evaluation.detector_protocols import PRIOR, evaluation_frame, protocol_comparison
     from agentuq_nb.records.task_identity import TASK_KEY
-    from agentuq_nb.steps.train_detector import labelled_rows
-
     run = detector.runs.get("leave_one_run_out")
     if run is None or not run.folds:
         return pd.DataFrame()

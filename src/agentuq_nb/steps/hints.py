@@ -48,4 +48,5 @@ def remedies() -> dict[str, str]:
         "detector_folder": f"(made by '{command_name('train-detector')}')",
         "detector_signal_folder": f"a folder made by {command_name('train-detector')}",
         "policy_run": f"a run of '{command_name('simulate')} --policy'",
+        "monitor_scores": f"'{command_of('import-scores')}'",
     }

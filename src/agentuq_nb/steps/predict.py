@@ -43,6 +43,7 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
+from agentuq_nb.evaluation.detector_inputs import BATCH_SIZE, corpus_features, resolve_source, trajectory_signatures
 from agentuq_nb.io.atomic import json_ready
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.store.rundir import RunDir
@@ -63,7 +64,6 @@ from agentuq_nb.steps.base import (
     interval_text,
     num_text,
 )
-from agentuq_nb.steps.detector_inputs import BATCH_SIZE, corpus_features, resolve_source, trajectory_signatures
 
 STEP = Step("predict", "agentuq-nb predict DETECTOR_DIR RUN_DIR",
             ("detector_scores", "predictions", "detector_report"),

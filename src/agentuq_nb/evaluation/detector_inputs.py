@@ -27,7 +27,7 @@ import pandas as pd
 
 from agentuq_nb.distributed import JobRunner
 from agentuq_nb.estimators.monitor import monitor_families
-from agentuq_nb.io.errors import InputError
+from agentuq_nb.io.errors import InputError, remedy
 from agentuq_nb.io.files import content_digest
 from agentuq_nb.io.ingest import judge_summary
 from agentuq_nb.io.ingest.results import iter_simulations, layout_and_header
@@ -212,7 +212,8 @@ def monitor_table_of(source: Source) -> pd.DataFrame:
     :func:`agentuq_nb.io.store.artifacts.read_monitor_rows`); an InputError for an input that is no run folder."""
     if source.run is None:
         raise InputError(source.given, f"the '{MONITOR_GROUP}' feature group reads the monitors imported into a run "
-                                       "folder (import-scores): give the run folder, not its results")
+                                       f"folder ({remedy('monitor_scores', 'a monitor table')}): give the run folder, "
+                                       "not its results")
     parts = []
     for family in monitor_families():
         rows = read_monitor_rows(source.run, family)
@@ -233,7 +234,7 @@ def monitor_columns(sources: Sequence[Source]) -> pd.DataFrame:
     for source, names in zip(sources, held):
         if not names:
             raise InputError(source.given, f"the '{MONITOR_GROUP}' feature group needs monitors in every run: this "
-                                           "one holds none (agentuq-nb import-scores RUN_DIR FILE --name NAME)")
+                                           f"one holds none ({remedy('monitor_scores', 'a monitor table')})")
         if names != held[0]:
             raise InputError(source.given, f"holds the monitors {', '.join(names)} where {sources[0].given} holds "
                                            f"{', '.join(held[0])}: import the same monitors into every run")
