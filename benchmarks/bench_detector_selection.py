@@ -66,14 +66,20 @@ def best_baseline(protocol: str, row: dict) -> tuple[str, float, float, float, f
 
 def main() -> None:
     from agentuq_nb.evaluation.defaults import DETECTOR_PROTOCOLS
-    from agentuq_nb.steps.train_detector import TrainDetectorConfig, evaluate_protocol, labelled_rows
+    from agentuq_nb.steps.train_detector import (
+        SelectionJobs,
+        TrainDetectorConfig,
+        evaluate_protocol,
+        for_fitting,
+        labelled_rows,
+    )
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--keep", type=Path, default=None, help="folder that keeps the extracted features")
     parser.add_argument("--embedder", default="minilm-static")
     parser.add_argument("--protocols", nargs="*", default=list(DETECTOR_PROTOCOLS))
     parser.add_argument("--n-boot", type=int, default=200)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2, help="selection worker processes")
     parser.add_argument("--out", type=Path, default=None, help="JSON file of the protocols' rows")
     parser.add_argument("--final", action="store_true", help="also choose the final model (all runs, whole-run folds)")
     args = parser.parse_args()
@@ -88,10 +94,11 @@ def main() -> None:
     rows = {}
     for protocol in args.protocols:
         tick, cpu = time.perf_counter(), cpu_seconds()
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), SelectionJobs(for_fitting(labelled), failure, config.settings(),
+                                                      args.threads) as jobs:
             warnings.simplefilter("ignore", RuntimeWarning)
             run = evaluate_protocol(protocol, labelled, failure, config.settings(), config.n_splits, config.n_boot,
-                                    config.seed, threads=args.threads)
+                                    config.seed, jobs=jobs)
         row = {k: (v.item() if hasattr(v, "item") else v) for k, v in run.row.items()}
         name, base, diff, lo, hi = best_baseline(protocol, row)
         row.update(best_baseline=name, best_baseline_auroc=base, diff_vs_best=diff, diff_vs_best_lo=lo,
