@@ -259,6 +259,11 @@ class TaskPrior:
         return np.where(found, self.failures[at] if len(self.tasks) else 0.0, 0.0), \
             np.where(found, self.counts[at] if len(self.tasks) else 0.0, 0.0)
 
+    def levels(self) -> np.ndarray:
+        """Every log-odds :meth:`log_odds` can give: each training task's and a task it never held (the base rate)."""
+        rates = np.append(self.failures / np.where(self.counts > 0, self.counts, 1.0), self.rate)
+        return np.unique(logit(np.clip(rates, PRIOR_CLIP, 1 - PRIOR_CLIP)))
+
     def log_odds(self, keys: np.ndarray) -> np.ndarray:
         failures, counts = self.lookup(keys)
         rate = np.where(counts > 0, failures / np.where(counts > 0, counts, 1.0), self.rate)
@@ -598,11 +603,13 @@ def fit_stacker(columns: dict[str, np.ndarray], failure: np.ndarray, runs=None) 
     return out
 
 
-def fit_tie_break(columns: dict[str, np.ndarray], failure=None, runs=None) -> dict[str, float]:
+def fit_tie_break(columns: dict[str, np.ndarray], failure=None, runs=None, levels=None) -> dict[str, float]:
     """The ``baselines`` candidate's stack: the task prior's log-odds (weight 1) with its ties broken by the length
     model's - ``task_prior + ε·(length - mean)``, ``ε`` a :data:`TIE_SHARE` of the smallest gap between two distinct
-    prior values over the length log-odds' spread (``columns``' rows): length orders the trajectories whose tasks'
-    histories are alike (0 failures of 3 is common) and never reorders two different histories. Nothing is fitted
+    prior values (``levels``: every value the prior applied can give, :meth:`TaskPrior.levels`; by default those of
+    ``columns``) over the length log-odds' spread (``columns``' rows): length orders the trajectories whose tasks'
+    histories are alike (0 failures of 3 is common) and never reorders two different histories (within the training
+    rows' range of length: a quarter of the gap each way). Nothing is fitted
     on ``failure`` (the components were, out of fold): a weight learned for the prior on the inner folds undersold it -
     their prior is built from one run fewer than the prior the fold model applies (module docstring), and the learned
     stack weighed it 0.2-0.4 against length's 0.7-0.9, then fell below the prior on the held-out runs; a slope on
@@ -610,7 +617,8 @@ def fit_tie_break(columns: dict[str, np.ndarray], failure=None, runs=None) -> di
     the other way) and lost to the prior inside. In the stack's form (additive, ``task_prior`` 1)."""
     prior = np.asarray(columns["task_prior"], dtype=float)
     length = np.asarray(columns["length"], dtype=float)
-    gaps = np.diff(np.unique(prior[np.isfinite(prior)]))
+    levels = prior if levels is None else np.asarray(levels, dtype=float)
+    gaps = np.diff(np.unique(levels[np.isfinite(levels)]))
     gap = float(gaps.min()) if len(gaps) else 1.0
     spread = float(np.ptp(length)) if len(length) else 0.0
     eps = TIE_SHARE * gap / (spread if spread > 1e-12 else 1.0)
@@ -619,6 +627,12 @@ def fit_tie_break(columns: dict[str, np.ndarray], failure=None, runs=None) -> di
 
 #: how each stacker's weights are fitted on its components' out-of-fold log-odds
 STACK_FITS = {"baselines": fit_tie_break, "stacked": fit_stacker}
+
+
+def levels_of(stacker: str, oof: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The baselines' tie-break on the inner folds reads every value the inner prior gives (each scored row's is
+    its own run's prior, :func:`prior_by_run`); a learned stack reads nothing more."""
+    return {"levels": oof["task_prior"]} if stacker == "baselines" else {}
 
 
 def stacked_log_odds(stack: dict[str, float], columns: dict[str, np.ndarray]) -> np.ndarray:
@@ -702,7 +716,7 @@ def select_detector(features: TrajectoryFeatures, failure: np.ndarray, settings:
             fit_rows, rows = scored & whole & (fold_of != k), whole & (fold_of == k)
             if 0 < y[fit_rows].sum() < fit_rows.sum():
                 w = STACK_FITS[stacker]({n: v[fit_rows] for n, v in components.items()}, y[fit_rows],
-                                        runs[fit_rows])
+                                        runs[fit_rows], **levels_of(stacker, oof))
                 stacked[rows] = stacked_log_odds(w, {n: v[rows] for n, v in components.items()})
         oof[stacker] = stacked
     judged = dict(oof)  # what each candidate is judged by: the task prior as it is used, with its fallback
@@ -778,7 +792,10 @@ def select_detector(features: TrajectoryFeatures, failure: np.ndarray, settings:
         out.length = length
     if winner == "task_prior" or (winner in STACKERS and "task_prior" in oof):
         out.prior = TaskPrior.fit(tasks, y)
-    if winner in STACKERS:
+    if winner == "baselines":  # the ties of the prior it applies, over the spread of the length model it applies
+        out.stack = fit_tie_break({"length": length.log_odds(features), "task_prior": out.prior.log_odds(tasks)},
+                                  levels=out.prior.levels())
+    elif winner in STACKERS:
         rows = scored & np.all([np.isfinite(oof[n]) for n in STACK_COMPONENTS[winner] if n in oof], axis=0)
         components = {n: oof[n][rows] for n in STACK_COMPONENTS[winner] if n in oof}
         out.stack = STACK_FITS[winner](components, y[rows], runs[rows])
