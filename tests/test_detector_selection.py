@@ -433,6 +433,18 @@ def test_where_tasks_recur_the_baselines_are_the_reference_and_the_prior_with_it
         np.testing.assert_allclose(residual, intercept + slope * parts["length"], atol=1e-9)
         gap = np.diff(chosen.prior.levels()).min()  # no two different histories reordered
         assert np.abs(residual).max() <= gap / 4 + 1e-12 and "ties" in chosen.selection["why"]
+    # a task the prior never saw: the length model itself scores it, on its own scale (and survives the arrays)
+    from agentuq_nb.evaluation.detector_selection import SelectedDetector
+
+    airline = (features.index["domain"] == "airline").to_numpy()
+    chosen = select_detector(features.take(airline), y[airline], DetectorSettings(groups=("blackbox", "length")),
+                             "leave_one_run_out", candidates=("length", "task_prior", "baselines"))
+    assert chosen.candidate == "baselines", chosen.selection["why"]
+    back = SelectedDetector.from_arrays(*chosen.to_arrays())
+    new = features.take(~airline)
+    assert not back.seen(new).any() and back.fallback.candidate == "length" and chosen.selection["fallback"] == "length"
+    np.testing.assert_allclose(back.log_odds(new), chosen.length.log_odds(new))
+    assert np.ptp(back.log_odds(new)) > 10 * np.ptp(chosen.stack["length"] * chosen.length.log_odds(new))
 
 
 def test_the_full_model_is_fitted_within_runs(features):

@@ -101,6 +101,8 @@ STACK_COMPONENTS = {"baselines": ("length", "task_prior"), "stacked": ("full", "
 #: a task's failure rate is kept this far from 0 and 1 (its log-odds finite; the order of the rates kept)
 PRIOR_CLIP = 0.02
 PRIOR_BLOCK = "task_prior"
+#: the candidates that fall back on another for a row whose task they never saw (:attr:`SelectedDetector.fallback`)
+PRIOR_READERS = ("task_prior", "baselines")
 #: the candidates a task-prior detector falls back on for a row whose task it never saw (:func:`select_detector`)
 FALLBACK_CANDIDATES = ("length", "full")
 #: the selection kind of the final model (the one predict applies to a new run): whole runs left out, as the
@@ -530,8 +532,9 @@ class SelectedDetector:
         if any(k.startswith("prior.") for k in arrays):
             out.prior = prefixed("prior", lambda: TaskPrior.from_arrays(part("prior")))
         if desc.fallback is not None:
-            if desc.candidate != "task_prior":
-                raise StateError("description", "fallback", f"only a task prior falls back, not {desc.candidate}")
+            if desc.candidate not in PRIOR_READERS:
+                raise StateError("description", "fallback", f"only a task prior falls back "
+                                                            f"({', '.join(PRIOR_READERS)}), not {desc.candidate}")
             out.fallback = prefixed("fallback", lambda: SelectedDetector.from_arrays(desc.fallback,
                                                                                      part("fallback")))
             if out.fallback.candidate not in FALLBACK_CANDIDATES or out.fallback.fallback is not None:
@@ -786,6 +789,14 @@ def select_detector(features: TrajectoryFeatures, failure: np.ndarray, settings:
         selection["why"] += (f"; the prior applies only to a task it saw in training: a trajectory of a task it never "
                              f"saw is scored by {second} (the best candidate that does not read the task's history"
                              + (f", inner score {finite[second]:.3f}" if second in finite else "") + ")")
+    if winner == "baselines" and "task_prior" in oof:
+        # a task the prior never saw gets its base rate: the baselines rank such rows by length already (ε·length),
+        # and the length model itself scores them, on its own scale of log-odds rather than ε of it - the
+        # probabilities and the points of a trajectory of a new task are length's
+        fallback = SelectedDetector("length", length=length,
+                                    selection={"kind": kind, "role": "fallback for tasks the prior never saw"})
+        out.fallback = finish(fallback, features)
+        selection["fallback"] = "length"
     if winner in ("full", "stacked"):
         out.full = full_model()
     if winner in ("length", *STACKERS):
