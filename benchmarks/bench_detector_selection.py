@@ -66,7 +66,7 @@ def best_baseline(protocol: str, row: dict) -> tuple[str, float, float, float, f
 
 def main() -> None:
     from agentuq_nb.evaluation.defaults import DETECTOR_PROTOCOLS
-    from agentuq_nb.evaluation.detector_training import evaluate_protocol, labelled_rows
+    from agentuq_nb.evaluation.detector_training import SelectionJobs, evaluate_protocol, for_fitting, labelled_rows
     from agentuq_nb.steps.train_detector import TrainDetectorConfig
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -74,7 +74,7 @@ def main() -> None:
     parser.add_argument("--embedder", default="minilm-static")
     parser.add_argument("--protocols", nargs="*", default=list(DETECTOR_PROTOCOLS))
     parser.add_argument("--n-boot", type=int, default=200)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2, help="selection worker processes")
     parser.add_argument("--out", type=Path, default=None, help="JSON file of the protocols' rows")
     parser.add_argument("--final", action="store_true", help="also choose the final model (all runs, whole-run folds)")
     args = parser.parse_args()
@@ -86,13 +86,14 @@ def main() -> None:
     config = TrainDetectorConfig(inputs=SHARED_FILES, out=Path("unused"), embedder=args.embedder, n_boot=args.n_boot)
     at, failure = labelled_rows(features, config.failure_threshold)
     labelled = features.take(at)
+    detector = config.training().detector
     rows = {}
     for protocol in args.protocols:
         tick, cpu = time.perf_counter(), cpu_seconds()
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), SelectionJobs(for_fitting(labelled), failure, detector, args.threads) as jobs:
             warnings.simplefilter("ignore", RuntimeWarning)
-            run = evaluate_protocol(protocol, labelled, failure, config.training().detector, config.n_splits, config.n_boot,
-                                    config.seed, threads=args.threads)
+            run = evaluate_protocol(protocol, labelled, failure, detector, config.n_splits, config.n_boot,
+                                    config.seed, jobs=jobs)
         row = {k: (v.item() if hasattr(v, "item") else v) for k, v in run.row.items()}
         name, base, diff, lo, hi = best_baseline(protocol, row)
         row.update(best_baseline=name, best_baseline_auroc=base, diff_vs_best=diff, diff_vs_best_lo=lo,
@@ -111,7 +112,7 @@ def main() -> None:
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            final = select_detector(labelled, failure, config.training().detector, FINAL_KIND)
+            final = select_detector(labelled, failure, detector, FINAL_KIND)
         rows["final"] = {"selected": final.candidate, **final.selection}
         print(f"final model: {final.candidate} ({final.selection.get('why')})", flush=True)
     if args.out is not None:

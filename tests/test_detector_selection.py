@@ -93,13 +93,12 @@ def test_when_length_alone_is_best_on_the_inner_folds_the_selection_picks_it(fea
     assert set(scores) == set(CANDIDATES)
     assert scores["length"] == pytest.approx(1.0) and scores["length"] >= max(scores.values())
     assert scores["full"] < scores["length"]
-    # where tasks recur, the task prior (with length for the tasks it never saw) is the reference: length replaces
-    # it only by one standard error and the margin - here the prior is within the margin (half the rows are scored
-    # by its fallback, length itself)
+    # where tasks recur, the baselines (the task prior, its ties broken by length; length for the tasks it never
+    # saw) are the reference: length replaces them only by one standard error and the margin
     from agentuq_nb.evaluation.detector_selection import COMPLEX_MARGIN
 
-    assert chosen.candidate == ("length" if scores["length"] > scores["task_prior"] + max(
-        COMPLEX_MARGIN, chosen.selection["one_se"]["length vs task_prior"]) else "task_prior")
+    assert chosen.candidate == ("length" if scores["length"] > scores["baselines"] + max(
+        COMPLEX_MARGIN, chosen.selection["one_se"]["length vs baselines"]) else "baselines")
     chosen = select_detector(features, y, DetectorSettings(groups=("text",)), "leave_run_and_task_out")
     inner = {k: v for k, v in chosen.selection["scores"].items() if v is not None}
     assert inner["length"] > 0.99 and inner["length"] == max(inner.values())
@@ -370,19 +369,82 @@ def test_a_complex_candidate_must_beat_the_best_baseline_by_one_standard_error()
     assert choose(scores, {"full": 0.05, "stacked": 0.01}) == "task_prior"  # within one standard error
     assert choose({"length": 0.70, "full": 0.70 + COMPLEX_MARGIN / 2}) == "length"
     assert choose({"length": 0.70, "task_prior": 0.71}) == "task_prior"
-    # where the prior applies it is the reference (the protocol's two baselines at once): length alone and the
-    # baselines' stack must beat it as any other candidate must
+    # without the baselines among the candidates, the task prior (with its fallback) is the reference: length
+    # alone must beat it as any other candidate must
     assert choose({"length": 0.73, "task_prior": 0.72}) == "task_prior"
     assert choose({"length": 0.75, "task_prior": 0.72}) == "length"
-    assert choose({"length": 0.70, "task_prior": 0.70, "baselines": 0.73}, {"baselines": 0.04}) == "task_prior"
-    assert choose({"length": 0.70, "task_prior": 0.70, "baselines": 0.73}, {"baselines": 0.01}) == "baselines"
-    # a model of many features must then beat the best of the simpler candidates (the stack, here), chosen or not
+    # with them, the baselines (the prior, its ties broken by length) are the reference: the prior alone,
+    # scored inside from one run fewer than it has outside, must beat them by the margin and one standard error
+    assert choose({"length": 0.70, "task_prior": 0.74, "baselines": 0.73}) == "baselines"
+    assert choose({"length": 0.70, "task_prior": 0.76, "baselines": 0.73}, {"task_prior vs baselines": 0.04}) == \
+        "baselines"
+    assert choose({"length": 0.70, "task_prior": 0.76, "baselines": 0.73}, {"task_prior vs baselines": 0.01}) == \
+        "task_prior"
+    # a model of many features must then beat the best of the simpler candidates, chosen or not
     tiers = {"task_prior": 0.70, "baselines": 0.73, "stacked": 0.76}
-    assert choose(tiers, {"baselines vs task_prior": 0.01, "stacked vs baselines": 0.04}) == "baselines"
-    assert choose(tiers, {"baselines vs task_prior": 0.01, "stacked vs baselines": 0.01}) == "stacked"
-    unchosen = {"task_prior": 0.72, "baselines": 0.73, "stacked": 0.76}  # the stack is not chosen, yet the bar
-    assert choose(unchosen, {"stacked vs task_prior": 0.01, "stacked vs baselines": 0.04}) == "task_prior"
+    assert choose(tiers, {"stacked vs baselines": 0.04}) == "baselines"
+    assert choose(tiers, {"stacked vs baselines": 0.01}) == "stacked"
+    unchosen = {"task_prior": 0.74, "baselines": 0.72, "stacked": 0.77}  # the prior is not chosen, yet the bar
+    assert choose(unchosen, {"stacked vs task_prior": 0.04, "stacked vs baselines": 0.01}) == "baselines"
     assert choose(unchosen, {"stacked vs task_prior": 0.01, "stacked vs baselines": 0.01}) == "stacked"
+
+
+def test_the_baselines_break_the_task_priors_ties_by_length_and_reorder_nothing_else():
+    """The baselines' stack (:func:`fit_tie_break`): within each task-prior value the rows are ordered by the length
+    log-odds, rows of different prior values keep the prior's order, and nothing is fitted on the labels."""
+    from agentuq_nb.evaluation.detector_selection import fit_tie_break, logit, stacked_log_odds
+
+    rng = np.random.default_rng(7)
+    n = 400
+    prior = logit(np.clip(rng.integers(0, 4, n) / rng.choice([3, 4, 5], n), 0.02, 0.98))
+    length = rng.normal(0.0, 1.5, n)
+    y = rng.random(n) < 0.3
+    stack = fit_tie_break({"length": length, "task_prior": prior}, y)
+    assert stack == fit_tie_break({"length": length, "task_prior": prior}, ~y)  # the labels are not read
+    assert stack["task_prior"] == 1.0 and stack["length"] > 0
+    score = stacked_log_odds(stack, {"length": length, "task_prior": prior})
+    order = np.lexsort((length, prior))  # by the prior, then by length within its ties
+    assert (np.diff(score[order]) > 0).all()
+    assert np.abs(score - prior).max() < np.diff(np.unique(prior)).min() / 2  # within half the smallest gap
+    # the protocol's ranking: the prior's own pairs kept, its tied pairs ranked as length ranks them
+    runs = np.repeat(["a", "b"], n // 2)
+    tied = within_run_auroc(prior, length > 0.5, runs)
+    assert within_run_auroc(score, length > 0.5, runs) > tied
+
+
+def test_where_tasks_recur_the_baselines_are_the_reference_and_the_prior_with_its_ties_broken(features):
+    """Leave-one-run-out, the baselines candidate is the reference and reads the task prior with weight 1: its
+    log-odds minus the prior's are a small multiple of the length model's log-odds, on every row."""
+    y = labels(features)
+    chosen = select_detector(features, y, DetectorSettings(groups=("blackbox", "length")), "leave_one_run_out",
+                             candidates=("length", "task_prior", "baselines"))
+    from agentuq_nb.evaluation.detector_selection import choose
+
+    scores = {k: v for k, v in chosen.selection["scores"].items() if v is not None}
+    assert set(scores) == {"length", "task_prior", "baselines"}
+    assert chosen.candidate == choose(scores, chosen.selection.get("one_se"))
+    assert chosen.candidate == "baselines" or scores[chosen.candidate] > scores["baselines"] + max(
+        0.02, chosen.selection["one_se"][f"{chosen.candidate} vs baselines"])
+    if chosen.candidate == "baselines":
+        assert chosen.stack["task_prior"] == 1.0 and chosen.stack["length"] != 0
+        parts = chosen.components(features)
+        residual = chosen.log_odds(features) - parts["task_prior"]
+        slope, intercept = np.polyfit(parts["length"], residual, 1)
+        np.testing.assert_allclose(residual, intercept + slope * parts["length"], atol=1e-9)
+        gap = np.diff(chosen.prior.levels()).min()  # no two different histories reordered
+        assert np.abs(residual).max() <= gap / 4 + 1e-12 and "ties" in chosen.selection["why"]
+    # a task the prior never saw: the length model itself scores it, on its own scale (and survives the arrays)
+    from agentuq_nb.evaluation.detector_selection import SelectedDetector
+
+    airline = (features.index["domain"] == "airline").to_numpy()
+    chosen = select_detector(features.take(airline), y[airline], DetectorSettings(groups=("blackbox", "length")),
+                             "leave_one_run_out", candidates=("length", "task_prior", "baselines"))
+    assert chosen.candidate == "baselines", chosen.selection["why"]
+    back = SelectedDetector.from_arrays(*chosen.to_arrays())
+    new = features.take(~airline)
+    assert not back.seen(new).any() and back.fallback.candidate == "length" and chosen.selection["fallback"] == "length"
+    np.testing.assert_allclose(back.log_odds(new), chosen.length.log_odds(new))
+    assert np.ptp(back.log_odds(new)) > 10 * np.ptp(chosen.stack["length"] * chosen.length.log_odds(new))
 
 
 def test_the_full_model_is_fitted_within_runs(features):
@@ -504,7 +566,7 @@ def test_fold_models_of_one_run_are_put_on_one_scale_from_its_unlabelled_rows():
         assert (np.argsort(aligned[fold.test], kind="stable") == np.argsort(raw[fold.test], kind="stable")).all()
 
 
-@pytest.mark.parametrize("protocol", ["within_run", "leave_run_and_task_out"])
+@pytest.mark.parametrize("protocol", ["within_run", "leave_one_run_out", "leave_run_and_task_out"])
 def test_no_label_of_a_held_out_fold_reaches_its_ranked_scores(features, protocol):
     """The protocol's scores of a held-out fold (its model chosen and fitted inside its training rows, then put on
     the run's scale from the run's unlabelled rows) are the same whatever the labels of that fold's rows: flipping
@@ -525,4 +587,5 @@ def test_no_label_of_a_held_out_fold_reaches_its_ranked_scores(features, protoco
     assert np.array_equal(before.log_odds[held], after.log_odds[held])
     others = np.setdiff1d(np.arange(len(y)), held)
     assert not np.allclose(before.log_odds[others], after.log_odds[others])  # the flip did reach the other folds
-    assert not np.array_equal(before.score, before.log_odds)  # the scores were put on one scale per run
+    if protocol != "leave_one_run_out":  # one model per run there: nothing to put on one scale
+        assert not np.array_equal(before.score, before.log_odds)  # the scores were put on one scale per run

@@ -15,9 +15,18 @@ training rows only, among :data:`CANDIDATES`:
   baseline, rank for rank (shrinking it towards the base rate broke its ties by how often a task was seen and cost
   it 0.008 of pooled AUROC on the shared runs; its probabilities are recalibrated anyway). Only
   where tasks can recur between training and scored rows (:func:`prior_applies`: not for the task-disjoint kinds);
-* ``baselines`` - logistic regression (within runs) on the out-of-fold log-odds of the length model and the task
-  prior (where it applies): the task's history where it has one, length beside it (and alone on a task never seen;
-  a few parameters, so it counts among the simple candidates, :data:`SIMPLE`);
+* ``baselines`` - the task prior (where it applies), its ties broken by the length model (:func:`fit_tie_break`:
+  ``task_prior + ε·length``, ``ε`` a quarter of the smallest gap between two prior values over the length log-odds'
+  spread): the task's history first, length among trajectories whose tasks' histories are alike (on the shared runs
+  a task's history is 0 to 5 trials, and "0 failures of 3" ties many), and length alone on a task never seen (the
+  prior's base rate: one value). Nothing in it is fitted on labels but its two components (a few parameters, so it
+  counts among the simple candidates, :data:`SIMPLE`). It was a logistic stack of the two, whose weights were learned
+  on the inner folds: there the prior is built from one run fewer than the prior the fold model applies outside
+  (leave-one-run-out on the shared runs: 0.728 on average inside, 0.648-0.789 by fold, against 0.746 outside), so
+  the stack weighed it 0.2-0.4 against length's 0.7-0.9, won 4 of 10 folds by more than a standard error and fell
+  below the prior on the held-out runs (0.718 against 0.746 on its rows). A length slope fitted with the prior as an
+  offset fared no better: fitted on two thirds of the runs it turned negative on runs where length ranks the other
+  way and lost to the prior inside. Kept at full weight with its ties broken, the prior loses nothing it had;
 * ``full`` - the full model of the chosen feature groups (:func:`~.detector_model.fit_detector`), fitted *within
   runs* (an intercept per training run): pooled over runs of different agents it learned which run is long or
   fails often - on the shared runs, "long = success" across runs against "long = failure" within them;
@@ -34,10 +43,11 @@ rows of a task the other runs never held by its fallback (below), each part thro
 without its fallback it tied every such row at the base rate and lost to the stacked model on rows it never scores.
 Each candidate is scored by the **pooled within-run AUROC** (:func:`within_run_auroc`) of its out-of-fold log-odds,
 the protocol's own metric; the stacked candidate's out-of-fold log-odds come from a stacker fitted on the *other*
-inner folds' out-of-fold log-odds of its components. Where the task prior applies it is the reference: with its
-fallback it is the protocol's two baselines at once (the task's history where the training runs hold the task, length
-where not), and every other candidate - length alone and the baselines' stack too - must beat it; elsewhere the best
-baseline (length) is, and only a model of many features (full, stacked) challenges it. A challenger is chosen only
+inner folds' out-of-fold log-odds of its components. Where the task prior applies the ``baselines`` are the
+reference: they are the protocol's two baselines at once (the task's history where the training runs hold the task,
+length where not and among its ties), and every other candidate - the prior alone (with its fallback) and length alone
+too - must beat them (with ``baselines`` left out of ``candidates``, the task prior is the reference); elsewhere the
+best baseline (length) is, and only a model of many features (full, stacked) challenges it. A challenger is chosen only
 when it beats the reference by one standard error of the paired difference (:func:`paired_difference`, DeLong within
 runs; the one-standard-error rule, favouring the simpler) and at least :data:`COMPLEX_MARGIN` (:func:`choose`): the
 detector is judged against its baselines and must not fall below them by noise. Every candidate speaks log-odds of failure already; the winner is
@@ -82,7 +92,7 @@ from agentuq_nb.records.task_identity import TASK_KEY
 from agentuq_nb.uq.detector_features import LENGTH_COLUMNS, TrajectoryFeatures
 
 CANDIDATES = ("length", "task_prior", "baselines", "full", "stacked")
-#: the candidates that are a stacker over component log-odds (``baselines``: of length and the task prior only)
+#: the candidates that are a stack over component log-odds (``baselines``: the task prior, its ties broken by length)
 STACKERS = ("baselines", "stacked")
 #: the candidates of a few parameters (the baselines and their stack), which a model of many features must beat
 SIMPLE = ("length", "task_prior", "baselines")
@@ -91,11 +101,27 @@ STACK_COMPONENTS = {"baselines": ("length", "task_prior"), "stacked": ("full", "
 #: a task's failure rate is kept this far from 0 and 1 (its log-odds finite; the order of the rates kept)
 PRIOR_CLIP = 0.02
 PRIOR_BLOCK = "task_prior"
+#: the candidates that fall back on another for a row whose task they never saw (:attr:`SelectedDetector.fallback`)
+PRIOR_READERS = ("task_prior", "baselines")
 #: the candidates a task-prior detector falls back on for a row whose task it never saw (:func:`select_detector`)
 FALLBACK_CANDIDATES = ("length", "full")
 #: the selection kind of the final model (the one predict applies to a new run): whole runs left out, as the
 #: calibration's protocol - a new run's tasks may or may not be among the training runs'
 FINAL_KIND = "leave_one_run_out"
+#: why the reference candidate (:func:`reference_candidate`) stands unless beaten, as the card says it
+REFERENCE_WHY = {
+    "baselines": (": the baselines - the task prior, its ties broken by length - are the protocol's two baselines "
+                  "at once (the task's history where the training runs hold the task, length where not and among "
+                  "trajectories whose tasks' histories are alike), the prior kept at its full weight (the inner "
+                  "folds' prior, from one run fewer than outside, undersells it); the prior alone or length alone "
+                  "must beat them, and a model of many features the best of them,"),
+    "task_prior": (": the task prior is the protocol's baselines at once (the task's history where the training runs "
+                   "hold the task, length or better where not); length alone must beat it, and a model of many "
+                   "features the best of them,"),
+}
+#: the share of the smallest gap between two task-prior values that length may move a trajectory within
+#: (:func:`fit_tie_break`): ties broken, no two different histories reordered
+TIE_SHARE = 0.25
 #: inner folds of the selection
 INNER_SPLITS = 3
 #: how much higher a model of many features (full, stacked) must score on the inner folds than the best baseline
@@ -234,6 +260,11 @@ class TaskPrior:
         at = np.minimum(pos, max(len(self.tasks) - 1, 0))
         return np.where(found, self.failures[at] if len(self.tasks) else 0.0, 0.0), \
             np.where(found, self.counts[at] if len(self.tasks) else 0.0, 0.0)
+
+    def levels(self) -> np.ndarray:
+        """Every log-odds :meth:`log_odds` can give: each training task's and a task it never held (the base rate)."""
+        rates = np.append(self.failures / np.where(self.counts > 0, self.counts, 1.0), self.rate)
+        return np.unique(logit(np.clip(rates, PRIOR_CLIP, 1 - PRIOR_CLIP)))
 
     def log_odds(self, keys: np.ndarray) -> np.ndarray:
         failures, counts = self.lookup(keys)
@@ -501,8 +532,9 @@ class SelectedDetector:
         if any(k.startswith("prior.") for k in arrays):
             out.prior = prefixed("prior", lambda: TaskPrior.from_arrays(part("prior")))
         if desc.fallback is not None:
-            if desc.candidate != "task_prior":
-                raise StateError("description", "fallback", f"only a task prior falls back, not {desc.candidate}")
+            if desc.candidate not in PRIOR_READERS:
+                raise StateError("description", "fallback", f"only a task prior falls back "
+                                                            f"({', '.join(PRIOR_READERS)}), not {desc.candidate}")
             out.fallback = prefixed("fallback", lambda: SelectedDetector.from_arrays(desc.fallback,
                                                                                      part("fallback")))
             if out.fallback.candidate not in FALLBACK_CANDIDATES or out.fallback.fallback is not None:
@@ -572,6 +604,38 @@ def fit_stacker(columns: dict[str, np.ndarray], failure: np.ndarray, runs=None) 
     out = {n: float(v) for n, v in zip(names, w)}
     out["intercept"] = float(intercept - w @ mean)
     return out
+
+
+def fit_tie_break(columns: dict[str, np.ndarray], failure=None, runs=None, levels=None) -> dict[str, float]:
+    """The ``baselines`` candidate's stack: the task prior's log-odds (weight 1) with its ties broken by the length
+    model's - ``task_prior + ε·(length - mean)``, ``ε`` a :data:`TIE_SHARE` of the smallest gap between two distinct
+    prior values (``levels``: every value the prior applied can give, :meth:`TaskPrior.levels`; by default those of
+    ``columns``) over the length log-odds' spread (``columns``' rows): length orders the trajectories whose tasks'
+    histories are alike (0 failures of 3 is common) and never reorders two different histories (within the training
+    rows' range of length: a quarter of the gap each way). Nothing is fitted
+    on ``failure`` (the components were, out of fold): a weight learned for the prior on the inner folds undersold it -
+    their prior is built from one run fewer than the prior the fold model applies (module docstring), and the learned
+    stack weighed it 0.2-0.4 against length's 0.7-0.9, then fell below the prior on the held-out runs; a slope on
+    length fitted with the prior as an offset turned negative on two of three inner folds (runs where length ranks
+    the other way) and lost to the prior inside. In the stack's form (additive, ``task_prior`` 1)."""
+    prior = np.asarray(columns["task_prior"], dtype=float)
+    length = np.asarray(columns["length"], dtype=float)
+    levels = prior if levels is None else np.asarray(levels, dtype=float)
+    gaps = np.diff(np.unique(levels[np.isfinite(levels)]))
+    gap = float(gaps.min()) if len(gaps) else 1.0
+    spread = float(np.ptp(length)) if len(length) else 0.0
+    eps = TIE_SHARE * gap / (spread if spread > 1e-12 else 1.0)
+    return {"length": eps, "task_prior": 1.0, "intercept": -eps * float(np.mean(length)) if len(length) else 0.0}
+
+
+#: how each stacker's weights are fitted on its components' out-of-fold log-odds
+STACK_FITS = {"baselines": fit_tie_break, "stacked": fit_stacker}
+
+
+def levels_of(stacker: str, oof: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The baselines' tie-break on the inner folds reads every value the inner prior gives (each scored row's is
+    its own run's prior, :func:`prior_by_run`); a learned stack reads nothing more."""
+    return {"levels": oof["task_prior"]} if stacker == "baselines" else {}
 
 
 def stacked_log_odds(stack: dict[str, float], columns: dict[str, np.ndarray]) -> np.ndarray:
@@ -654,7 +718,8 @@ def select_detector(features: TrajectoryFeatures, failure: np.ndarray, settings:
         for k in range(len(folds)):
             fit_rows, rows = scored & whole & (fold_of != k), whole & (fold_of == k)
             if 0 < y[fit_rows].sum() < fit_rows.sum():
-                w = fit_stacker({n: v[fit_rows] for n, v in components.items()}, y[fit_rows], runs[fit_rows])
+                w = STACK_FITS[stacker]({n: v[fit_rows] for n, v in components.items()}, y[fit_rows],
+                                        runs[fit_rows], **levels_of(stacker, oof))
                 stacked[rows] = stacked_log_odds(w, {n: v[rows] for n, v in components.items()})
         oof[stacker] = stacked
     judged = dict(oof)  # what each candidate is judged by: the task prior as it is used, with its fallback
@@ -700,14 +765,12 @@ def select_detector(features: TrajectoryFeatures, failure: np.ndarray, settings:
     best = finite[winner]
     others = {k: v for k, v in finite.items() if k != winner}
     runner_up = max(others, key=others.get) if others else None
-    selection["why"] = (f"{winner} had the " + ("highest " if best == max(finite.values()) else "") +
+    what = {"baselines": " (the task prior, its ties broken by length: the protocol's two baselines at once)"}
+    selection["why"] = (f"{winner}{what.get(winner, '')} had the " + ("highest " if best == max(finite.values()) else "") +
                         f"pooled within-run AUROC {best:.3f} on {len(folds)} inner folds of the {kind} kind"
                         + (f" ({runner_up} {others[runner_up]:.3f})" if runner_up else "")
                         + ("" if best == max(finite.values()) else
-                           (": the task prior is the protocol's baselines at once (the task's history where the "
-                            "training runs hold the task, length or better where not); length alone or the stack of "
-                            "the baselines must beat it, and a model of many features the best of them,"
-                            if simple == "task_prior" else ": a model of many features must beat the best baseline") +
+                           (REFERENCE_WHY.get(simple, ": a model of many features must beat the best baseline")) +
                            f" by one standard error of the paired difference (at least {COMPLEX_MARGIN}) to be "
                            f"chosen"))
     out = SelectedDetector(winner, selection=selection)
@@ -726,16 +789,27 @@ def select_detector(features: TrajectoryFeatures, failure: np.ndarray, settings:
         selection["why"] += (f"; the prior applies only to a task it saw in training: a trajectory of a task it never "
                              f"saw is scored by {second} (the best candidate that does not read the task's history"
                              + (f", inner score {finite[second]:.3f}" if second in finite else "") + ")")
+    if winner == "baselines" and "task_prior" in oof:
+        # a task the prior never saw gets its base rate: the baselines rank such rows by length already (ε·length),
+        # and the length model itself scores them, on its own scale of log-odds rather than ε of it - the
+        # probabilities and the points of a trajectory of a new task are length's
+        fallback = SelectedDetector("length", length=length,
+                                    selection={"kind": kind, "role": "fallback for tasks the prior never saw"})
+        out.fallback = finish(fallback, features)
+        selection["fallback"] = "length"
     if winner in ("full", "stacked"):
         out.full = full_model()
     if winner in ("length", *STACKERS):
         out.length = length
     if winner == "task_prior" or (winner in STACKERS and "task_prior" in oof):
         out.prior = TaskPrior.fit(tasks, y)
-    if winner in STACKERS:
+    if winner == "baselines":  # the ties of the prior it applies, over the spread of the length model it applies
+        out.stack = fit_tie_break({"length": length.log_odds(features), "task_prior": out.prior.log_odds(tasks)},
+                                  levels=out.prior.levels())
+    elif winner in STACKERS:
         rows = scored & np.all([np.isfinite(oof[n]) for n in STACK_COMPONENTS[winner] if n in oof], axis=0)
         components = {n: oof[n][rows] for n in STACK_COMPONENTS[winner] if n in oof}
-        out.stack = fit_stacker(components, y[rows], runs[rows])
+        out.stack = STACK_FITS[winner](components, y[rows], runs[rows])
     out.recalibration = prior_map if winner == "task_prior" else recalibration(oof[winner][scored], y[scored],
                                                                                runs[scored])
     selection["recalibration"] = out.recalibration
@@ -790,22 +864,24 @@ def paired_difference(a, b, failure, runs) -> tuple[float, float]:
 
 
 def reference_candidate(scores: dict[str, float]) -> str | None:
-    """The candidate the others must beat (:func:`choose`): the task prior where it is a candidate (tasks recur) -
-    on rows of a task the training runs hold it *is* the protocol's prior baseline, and on the others its fallback is
-    length or beats it, so it is the protocol's two baselines at once; else the best simple candidate
-    (:data:`SIMPLE`)."""
-    if "task_prior" in scores:
-        return "task_prior"
+    """The candidate the others must beat (:func:`choose`): where tasks recur the baselines (the task prior, its ties
+    broken by length, :func:`fit_tie_break`) - on rows of a task the training runs hold they rank as the protocol's
+    prior baseline does, its ties broken, and on the others as length: the protocol's two baselines at once - or,
+    without them among the candidates, the task prior (its fallback is length or beats it); else the best simple
+    candidate (:data:`SIMPLE`)."""
+    for name in ("baselines", "task_prior"):
+        if name in scores:
+            return name
     present = [c for c in CANDIDATES if c in SIMPLE and c in scores]
     return max(present, key=lambda c: (scores[c], -CANDIDATES.index(c))) if present else None
 
 
 def challenger_tiers(reference: str | None) -> tuple[tuple[str, ...], ...]:
-    """The candidates that challenge the reference, tier by tier (:func:`choose`): against the task prior first the
-    other simple candidates (length alone, the baselines' stack), then the models of many features; against length
-    the models of many features."""
+    """The candidates that challenge the reference, tier by tier (:func:`choose`): against the baselines (or the task
+    prior) first the other simple candidates (the prior alone, length alone), then the models of many features;
+    against length the models of many features."""
     complex_ = ("full", "stacked")
-    if reference == "task_prior":
+    if reference in ("baselines", "task_prior"):
         return tuple(c for c in SIMPLE if c != reference), complex_
     return (complex_,)
 
@@ -826,16 +902,17 @@ def sign_sums(pos: np.ndarray, neg: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 
 def choose(scores: dict[str, float], margins: dict[str, float] | None = None) -> str:
-    """The candidate chosen from the inner scores: the reference (:func:`reference_candidate`: the task prior where it
-    applies, else the best simple candidate, :data:`SIMPLE`), challenged tier by tier (:func:`challenger_tiers`: against
-    the task prior first length alone and the baselines' stack, then the models of many features, full and stacked):
+    """The candidate chosen from the inner scores: the reference (:func:`reference_candidate`: the baselines where the
+    prior applies, else the best simple candidate, :data:`SIMPLE`), challenged tier by tier (:func:`challenger_tiers`:
+    against the baselines first the prior alone and length alone, then the models of many features, full and stacked):
     the best of a tier replaces the current choice only when it beats the best-scoring of the simpler candidates
     (chosen or not) by one standard error of their paired difference (``margins[margin_key(name, simpler)]``, or
     ``margins[name]``) and at least :data:`COMPLEX_MARGIN`. On
     a few dozen inner rows a model of thousands of columns wins by noise as often as by signal, and the baselines are
-    what the detector must not fall below: on the shared runs the stack of length and the prior won the
+    what the detector must not fall below: on the shared runs a learned stack of length and the prior won the
     leave-one-run-out kind's inner folds by 0.01-0.05 in 8 of 10 folds and then fell 0.028 below the prior on the
-    outer rows. Ties go to the earlier in :data:`CANDIDATES`."""
+    outer rows (the reason the ``baselines`` no longer learn the prior's weight, :func:`fit_tie_break`). Ties go to the
+    earlier in :data:`CANDIDATES`."""
     margins = margins or {}
 
     def best(names):

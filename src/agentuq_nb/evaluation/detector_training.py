@@ -563,12 +563,14 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], setti
         "final_model": final_model_card(final),
         "selection": {"candidates": "length alone (logistic regression on num_messages, or another length column "
                                     "that ranks clearly better), the task prior alone (the task's failure rate in "
-                                    "the training rows, where tasks recur), the two stacked (baselines), the full "
-                                    "model (fitted within runs), and the full model stacked on them",
+                                    "the training rows, where tasks recur), the two together (baselines: the "
+                                    "task prior, its ties broken by length), the full model (fitted within runs), "
+                                    "and the full model stacked on length and the prior",
                       "how": "chosen inside each fold's training rows by inner folds of the protocol's own kind of "
-                             "split, by the pooled within-run AUROC; where tasks recur the task prior (with length "
-                             "for tasks it never saw: the protocol's two baselines at once) is the reference, which "
-                             "length alone or the baselines' stack must beat, elsewhere length is; a model of many "
+                             "split, by the pooled within-run AUROC; where tasks recur the baselines (the task prior, "
+                             "its ties broken by length; length for tasks it never saw: the protocol's two baselines "
+                             "at once) are the reference, which the prior alone or length alone must beat, elsewhere "
+                             "length is; a model of many "
                              "features must beat the best of the simpler ones; each by one standard error of the paired "
                              f"difference and at least {COMPLEX_MARGIN} (evaluation/detector_selection.py)",
                       "final": final.selection | {"selected": final.candidate},

@@ -243,7 +243,8 @@ def card_markdown(card: dict[str, Any]) -> str:
                   f"The final model (what `predict` applies to a new run) is **{final['selected']}**, chosen inside "
                   f"the training runs by inner folds of whole runs: {final.get('why', '')}."]
         if final.get("fallback"):
-            lines += ["", f"The task prior knows only the tasks it was trained on: on a task it never saw it would give "
+            lines += ["", f"The task prior (alone, or with its ties broken by length) knows only the tasks it was "
+                          f"trained on: on a task it never saw it would give "
                           f"every trajectory the same probability (the training base rate), so those trajectories are "
                           f"scored by **{final['fallback']}** instead; `predict` says how many it scored so."]
     lines += ["", "## Probabilities on runs it never saw", "",

@@ -218,9 +218,9 @@ def fallback_report(detector, features, scored: pd.DataFrame) -> dict[str, Any] 
     unseen = ~detector.final.seen(detector.with_training_task_keys(features))
     n = int((unseen & (scored["model"].to_numpy(dtype=object) == FINAL)).sum())
     return {"candidate": fallback.candidate, "n": n,
-            "why": "the final model is the task prior, which knows only the training tasks: a trajectory of a task it "
-                   f"never saw is scored by {fallback.candidate}, the best candidate that does not read the task's "
-                   "history"}
+            "why": f"the final model ({detector.final.candidate}) reads the task prior, which knows only the training "
+                   f"tasks: a trajectory of a task it never saw is scored by {fallback.candidate}, a candidate that "
+                   "does not read the task's history"}
 
 
 def near_copy_summary(predictions: pd.DataFrame) -> dict[str, Any] | None:
@@ -357,7 +357,7 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
     lines = []
     fallback = report.get("fallback")
     if fallback:
-        lines.append(f"the final model is the task prior: {fallback['n']} of {report['n']} trajectories, of tasks it "
+        lines.append(f"the final model reads the task prior: {fallback['n']} of {report['n']} trajectories, of tasks it "
                      f"never saw, were scored by {fallback['candidate']} instead (the prior alone would give them all "
                      "one probability)")
     copies = report.get("near_copies")
