@@ -45,11 +45,10 @@ Limits (stated, not hidden):
 from __future__ import annotations
 
 import json
-import sys
-import threading
 from functools import lru_cache
 from typing import Any
 
+from agentuq_nb.common.jsonschema_import import import_jsonschema
 from agentuq_nb.common.limits import (
     MAX_SCHEMA_CHARS,
     MAX_SCHEMA_ENUM,
@@ -190,35 +189,13 @@ def _check_schema_nodes(params: dict, label: str) -> None:
                 stack.append((f"{place}.{key}", value, is_schema))
 
 
-_IMPORT_LOCK = threading.Lock()
-
-
-def schema_validator() -> tuple[type, type]:
-    """jsonschema's Draft 2020-12 validator class and its SchemaError, imported without the IRI grammar.
-
-    ``import jsonschema`` imports ``rfc3987_syntax`` when it is installed (jupyter's ``format-nongpl`` extra brings it),
-    which compiles its lark grammar 38 times at import (1.5 s of CPU of every process that checks a tool schema:
-    serve-local, each simulation's process, kernel and Dask worker) for the ``iri`` and ``iri-reference`` formats only.
-    The Draft 2020-12 meta-schema names neither (its formats are uri, uri-reference and regex, still checked), so the
-    check is the same without them; jsonschema imports the module in a ``suppress(ImportError)`` and leaves those two
-    formats unchecked. A process that imported jsonschema before keeps it as it was imported."""
-    with _IMPORT_LOCK:
-        if "jsonschema" not in sys.modules and "rfc3987_syntax" not in sys.modules:
-            sys.modules["rfc3987_syntax"] = None  # type: ignore[assignment]  # import of it raises ImportError
-            try:
-                import jsonschema  # noqa: F401
-            finally:
-                del sys.modules["rfc3987_syntax"]
-    from jsonschema import Draft202012Validator, SchemaError
-
-    return Draft202012Validator, SchemaError
-
-
 @lru_cache(maxsize=512)
 def schema_problem(params_json: str) -> str | None:
     """What makes a parameters schema (as canonical JSON) no valid JSON schema (Draft 2020-12), or None; cached:
     the same tools are checked at every turn of a run, and the check costs tens of milliseconds."""
-    Draft202012Validator, SchemaError = schema_validator()
+    import_jsonschema()  # without the IRI grammar the meta-schema does not use (1.5 s of CPU a process)
+    from jsonschema import Draft202012Validator, SchemaError
+
     try:
         Draft202012Validator.check_schema(json.loads(params_json))
     except SchemaError as err:
