@@ -604,14 +604,15 @@ def test_simulate_observes_the_detectors_probability_at_every_decision_point(tra
 
     result, _ = trained
     policy = build_policy(PolicyConfig(policy="observe", signal=f"detector:{result.path}"))
-    simulate(SimulationConfig(domain="bookshop", task_ids=["1"]), tmp_path / "sim", ExecutionConfig(progress=False),
-             policy=policy)
+    # a short conversation (4 steps, short messages): every decision point of it is observed all the same
+    simulate(SimulationConfig(domain="bookshop", task_ids=["1"], max_steps=4, agent_max_tokens=32, user_max_tokens=24),
+             tmp_path / "sim", ExecutionConfig(progress=False), policy=policy)
     results = json.loads((tmp_path / "sim" / "results.json").read_text())
     assert results["info"]["intervention_policy"]["signal_details"]["kind"] == "detector"
     sim = results["simulations"][0]
     generated = [i for i, m in enumerate(sim["messages"]) if m["role"] == "assistant" and m["raw_data"]]
     decisions = sim["intervention"]["decisions"]
-    assert [d["message_idx"] for d in decisions] == generated
+    assert generated and [d["message_idx"] for d in decisions] == generated
     assert all(0 < d["signal"] < 1 and d["action"] == "proceed" for d in decisions)
 
 
