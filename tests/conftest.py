@@ -20,6 +20,9 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("AGENTUQ_NB_THREADS", "1")
 
 import agentuq_nb  # noqa: E402,F401  -- sets the offline defaults before any test module imports litellm
+from agentuq_nb.common.jsonschema_import import import_jsonschema  # noqa: E402
+
+import_jsonschema()  # before the test modules import nbformat and papermill: without the IRI grammar (1.5 s a worker)
 from agentuq_nb.io.embedding_cache import CACHE_ENV
 
 

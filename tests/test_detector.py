@@ -403,8 +403,9 @@ def test_an_out_folder_that_holds_something_else_is_refused_and_a_detector_is_re
         train_detector(runs[:2], busy, embedder="hash", groups=["text", "length"], n_boot=0)
     assert (busy / "notes.txt").read_text() == "mine"
     out = tmp_path / "det"
-    first = train_detector(runs[:2], out, embedder="hash", groups=["text", "length"], n_boot=0)
-    second = train_detector(runs[:3], out, embedder="hash", groups=["length"], n_boot=0)
+    one = dict(embedder="hash", n_boot=0, protocols=["leave_one_run_out"])  # the folder is the point, not the protocols
+    first = train_detector(runs[:2], out, groups=["text", "length"], **one)
+    second = train_detector(runs[:3], out, groups=["length"], **one)
     assert second.card["n_runs"] == 3 and first.card["card_sha256"] != second.card["card_sha256"]
     assert sorted(p.name for p in out.iterdir()) == sorted(["card.json", *second.card["files"]])
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging left behind
@@ -604,14 +605,15 @@ def test_simulate_observes_the_detectors_probability_at_every_decision_point(tra
 
     result, _ = trained
     policy = build_policy(PolicyConfig(policy="observe", signal=f"detector:{result.path}"))
-    simulate(SimulationConfig(domain="bookshop", task_ids=["1"]), tmp_path / "sim", ExecutionConfig(progress=False),
-             policy=policy)
+    # a short conversation (4 steps, short messages): every decision point of it is observed all the same
+    simulate(SimulationConfig(domain="bookshop", task_ids=["1"], max_steps=4, agent_max_tokens=32, user_max_tokens=24),
+             tmp_path / "sim", ExecutionConfig(progress=False), policy=policy)
     results = json.loads((tmp_path / "sim" / "results.json").read_text())
     assert results["info"]["intervention_policy"]["signal_details"]["kind"] == "detector"
     sim = results["simulations"][0]
     generated = [i for i, m in enumerate(sim["messages"]) if m["role"] == "assistant" and m["raw_data"]]
     decisions = sim["intervention"]["decisions"]
-    assert [d["message_idx"] for d in decisions] == generated
+    assert generated and [d["message_idx"] for d in decisions] == generated
     assert all(0 < d["signal"] < 1 and d["action"] == "proceed" for d in decisions)
 
 
@@ -641,7 +643,7 @@ def test_a_detector_on_the_static_minilm_table_names_it_and_predicts_what_it_lea
     if not embeddings_available():
         pytest.skip("the [embeddings] extra is not installed")
     result = train_detector(runs[:4], tmp_path / "det", embedder="minilm-static", n_boot=0, n_splits=3,
-                            groups=["blackbox", "embeddings", "length"])
+                            groups=["blackbox", "embeddings", "length"], protocols=["leave_one_run_out"])
     assert result.card["embedder"]["name"] == "minilm-static"
     assert table_identity() in result.card["embedder"]["model"]
     again = predict(result.path, runs[0], tmp_path / "run", n_boot=0)

@@ -63,6 +63,29 @@ def test_hostile_tool_schemas_are_refused_naming_the_place(case):
     assert said in str(refused.value) and "\n" not in str(refused.value), refused.value
 
 
+def test_the_schema_check_in_a_fresh_process_skips_the_iri_grammar_and_still_checks_the_meta_schemas_formats():
+    """A process that checks a tool schema first imports jsonschema without rfc3987_syntax (38 lark grammars, 1.5 s
+    of CPU a process, for iri formats the meta-schema does not use); its uri-reference and regex formats still refuse,
+    and rfc3987_syntax can still be imported by whoever wants it."""
+    import subprocess
+    import sys
+
+    code = """
+import json, sys
+from agentuq_nb.llm.tool_format import schema_problem
+bad_id = schema_problem(json.dumps({"type": "object", "$id": "http://[bad"}))
+bad_pattern = schema_problem(json.dumps({"type": "object", "properties": {"a": {"type": "string", "pattern": "(["}}}))
+print(json.dumps([bad_id, bad_pattern, schema_problem(json.dumps({"type": "object"})), "rfc3987_syntax" in sys.modules]))
+import rfc3987_syntax
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    bad_id, bad_pattern, good, loaded = json.loads(done.stdout)
+    assert "is not a 'uri-reference' at parameters/$id" in bad_id
+    assert "is not a 'regex' at parameters/properties/a/pattern" in bad_pattern
+    assert good is None and loaded is False
+
+
 def test_a_property_named_like_a_keyword_is_a_name_and_counts_within_bounds_pass():
     spec = tool({"type": "object", "properties": {"minItems": {"type": "string"}, "enum": {"type": "integer"},
                                                   "tags": {"type": "array", "items": {"type": "string", "maxLength": 8},

@@ -35,6 +35,26 @@ def agentuq(*args: str, python: str = sys.executable, **kwargs) -> subprocess.Co
                           capture_output=True, text=True, **kwargs)
 
 
+COMMANDS = """
+import json, sys
+from typer.testing import CliRunner
+from agentuq_nb.cli import app
+done = [CliRunner().invoke(app, argv, prog_name="agentuq-nb", catch_exceptions=False) for argv in json.loads(sys.argv[1])]
+print(json.dumps([[d.exit_code, d.stdout, d.stderr] for d in done]))
+"""
+
+
+def agentuq_commands(python: str, *commands: list[str], timeout: float) -> list[subprocess.CompletedProcess]:
+    """Each of ``commands`` as ``agentuq-nb ARGS`` gives it (exit code, stdout, stderr), one after the other in one
+    process of ``python`` (typer's CliRunner, as tests/conftest.py's run_cli): a process of the reader venv imports the
+    package and Inspect once, not once a command."""
+    done = subprocess.run([python, "-c", COMMANDS, json.dumps([list(map(str, c)) for c in commands])],
+                          env=with_src_path(), capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [subprocess.CompletedProcess(["agentuq-nb", *c], code, out, err)
+            for c, (code, out, err) in zip(commands, json.loads(done.stdout.splitlines()[-1]))]
+
+
 # ----------------------------------------------------------------------------- fast: no Inspect needed
 def test_tiktoken_cache_points_at_litellms_bundled_encodings_unless_set(tmp_path):
     """Offline, tiktoken's o200k_base (what Inspect counts tokens with) loads from litellm's copy."""
@@ -151,9 +171,9 @@ print(json.dumps(out))
 READ_OURS = """
 import json, sys
 from agentuq_nb.io.ingest.results import iter_simulations, read_header
-score = sys.argv[2] or None
-print(json.dumps({"header": read_header(sys.argv[1], score),
-                  "sims": [s.model_dump(mode="json") for s in iter_simulations(sys.argv[1], score=score)]}))
+print(json.dumps({score: {"header": read_header(sys.argv[1], score or None),
+                          "sims": [s.model_dump(mode="json") for s in iter_simulations(sys.argv[1], score=score or None)]}
+                  for score in sys.argv[2:]}))  # each score given ("": the log's default), read by one process
 """
 
 
@@ -164,11 +184,18 @@ def run_json(python: str, code: str, *args: str) -> dict | list:
     return json.loads(done.stdout)
 
 
-@pytest.mark.slow
-def test_inspect_agent_log_maps_to_trajectories_with_its_messages_tool_calls_scores_and_logprobs(inspect_run):
+@pytest.fixture(scope="module")
+def truth(inspect_run) -> list[dict]:
+    """The log's samples as Inspect's own API reads them (READ_BACK), once for the tests that compare with it."""
     log, python = inspect_run
-    truth = run_json(python, READ_BACK, str(log))
-    ours = run_json(python, READ_OURS, str(log), "")
+    return run_json(python, READ_BACK, str(log))
+
+
+@pytest.mark.slow
+def test_inspect_agent_log_maps_to_trajectories_with_its_messages_tool_calls_scores_and_logprobs(inspect_run, truth):
+    log, python = inspect_run
+    read = run_json(python, READ_OURS, str(log), "", "tools_used")
+    ours = read[""]
     header, sims = ours["header"], ours["sims"]
     assert len(sims) == len(truth) == 2 * EPOCHS
     info = header["info"]
@@ -194,20 +221,24 @@ def test_inspect_agent_log_maps_to_trajectories_with_its_messages_tool_calls_sco
     # every sample's assistant turns carry log-probs (the server returned them to Inspect)
     assert all(m["logprobs"] for s in truth for m in s["messages"] if m["role"] == "assistant")
 
-    numeric = run_json(python, READ_OURS, str(log), "tools_used")["sims"]
+    numeric = read["tools_used"]["sims"]
     assert [s["reward_info"]["reward"] for s in numeric] == [float(t["scores"]["tools_used"]) for t in truth]
 
 
 @pytest.mark.slow
-def test_analyze_reads_the_inspect_log_to_an_estimator_table(inspect_run, tmp_path):
+def test_analyze_reads_the_inspect_log_to_an_estimator_table(inspect_run, truth, tmp_path):
     """What holds on every machine: the sampled conversations (and so ``includes`` and ``tools_used``) differ
     between llama.cpp builds, so the estimator table is asserted under ``is_add_sample``, whose two outcomes do not
     depend on them, and the model-dependent scorers only for what holds whatever their outcomes."""
     log, python = inspect_run
-    truth = run_json(python, READ_BACK, str(log))
     out = tmp_path / "run"
-    done = agentuq("analyze", str(log), "--out", str(out), "--score", "is_add_sample", "--n-boot", "20",
-                   "--embedder", "hash", python=python, timeout=600)
+    done, tools, default, bad = agentuq_commands(
+        python,
+        ["analyze", log, "--out", out, "--score", "is_add_sample", "--n-boot", "20", "--embedder", "hash"],
+        ["analyze", log, "--out", tmp_path / "tools", "--score", "tools_used", "--failure-threshold", "0.5",
+         "--n-boot", "0", "--embedder", "hash", "--no-figures"],
+        ["analyze", log, "--out", tmp_path / "default", "--n-boot", "0", "--no-blackbox", "--no-figures"],
+        ["extract", log, "--out", tmp_path / "bad", "--score", "nope"], timeout=900)
     assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-3000:])
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["layout"] == "inspect" and manifest["reward_from"]["scorer"] == "is_add_sample"
@@ -221,22 +252,16 @@ def test_analyze_reads_the_inspect_log_to_an_estimator_table(inspect_run, tmp_pa
     assert nll["n_failures"] == EPOCHS and 0.0 <= nll["auroc"] <= 1.0  # both outcomes: the ranking is defined
     assert (out / "figures" / "estimator_forest.png").stat().st_size > 1000
     # a scorer of what the model did (tools_used: 0, 0.5 or 1), whatever its outcomes came out as here
-    done = agentuq("analyze", str(log), "--out", str(tmp_path / "tools"), "--score", "tools_used",
-                   "--failure-threshold", "0.5", "--n-boot", "0", "--embedder", "hash", "--no-figures",
-                   python=python, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert tools.returncode == 0, tools.stderr[-3000:]
     trajectories = pd.read_parquet(tmp_path / "tools" / "trajectories.parquet")
     assert sorted(trajectories["reward"]) == sorted(float(s["scores"]["tools_used"]) for s in truth)
     # the default reward (includes: C/I) also goes through, whatever the classes
-    done = agentuq("analyze", str(log), "--out", str(tmp_path / "default"), "--n-boot", "0", "--no-blackbox",
-                   "--no-figures", python=python, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert default.returncode == 0, default.stderr[-3000:]
     trajectories = pd.read_parquet(tmp_path / "default" / "trajectories.parquet")
     assert sorted(trajectories["reward"]) == sorted({"C": 1.0, "I": 0.0}[s["scores"]["includes"]] for s in truth)
     # a scorer the log does not have: one line naming the ones it has
-    done = agentuq("extract", str(log), "--out", str(tmp_path / "bad"), "--score", "nope", python=python, timeout=300)
-    assert done.returncode == 2 and "includes, tools_used, is_add_sample" in done.stderr
-    assert len(done.stderr.strip().splitlines()) == 1
+    assert bad.returncode == 2 and "includes, tools_used, is_add_sample" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
 
 
 # ----------------------------------------------------------------------------- hostile archives (issue 41)
@@ -246,17 +271,19 @@ from inspect_ai.log import EvalConfig, EvalDataset, EvalLog, EvalResults, EvalSa
 from inspect_ai.model import ChatMessageAssistant, ChatMessageSystem, ChatMessageUser
 from inspect_ai.scorer import Score
 
-path, n, epochs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-ids = list(range(1, n + 1))
-spec = EvalSpec(created="2026-01-01T00:00:00+00:00", task="hostile", task_id="t", run_id="r", eval_id="e",
-                dataset=EvalDataset(name="d", samples=n, sample_ids=ids), model="local/x", config=EvalConfig(epochs=epochs))
-samples = [EvalSample(id=i, epoch=e, input="q", target="a", scores={"includes": Score(value="C" if i % 2 else "I")},
-                      messages=[ChatMessageSystem(content="sys"), ChatMessageUser(content=f"question {i}"),
-                                ChatMessageAssistant(content=f"answer {i}", model="local/x")])
-           for i in ids for e in range(1, epochs + 1)]
-log = EvalLog(version=2, status="success", eval=spec, samples=samples, results=EvalResults(
-    total_samples=n, completed_samples=n, scores=[EvalScore(name="includes", scorer="includes")]))
-write_eval_log(log, path, format="eval" if path.endswith(".eval") else "json")
+for at in range(1, len(sys.argv), 3):  # path n epochs, for each log
+    path, n, epochs = sys.argv[at], int(sys.argv[at + 1]), int(sys.argv[at + 2])
+    ids = list(range(1, n + 1))
+    spec = EvalSpec(created="2026-01-01T00:00:00+00:00", task="hostile", task_id="t", run_id="r", eval_id="e",
+                    dataset=EvalDataset(name="d", samples=n, sample_ids=ids), model="local/x",
+                    config=EvalConfig(epochs=epochs))
+    samples = [EvalSample(id=i, epoch=e, input="q", target="a", scores={"includes": Score(value="C" if i % 2 else "I")},
+                          messages=[ChatMessageSystem(content="sys"), ChatMessageUser(content=f"question {i}"),
+                                    ChatMessageAssistant(content=f"answer {i}", model="local/x")])
+               for i in ids for e in range(1, epochs + 1)]
+    log = EvalLog(version=2, status="success", eval=spec, samples=samples, results=EvalResults(
+        total_samples=n, completed_samples=n, scores=[EvalScore(name="includes", scorer="includes")]))
+    write_eval_log(log, path, format="eval" if path.endswith(".eval") else "json")
 """
 
 HUNT_ARCHIVES = r"""
@@ -402,9 +429,9 @@ def test_hostile_inspect_archives_are_read_in_one_pass_within_bounds_or_refused_
     archives, read in the reader's venv: each read within its bounds or refused with one line naming the file, the
     sample and the field; the archive's directory read once whatever the number of samples."""
     python = str(reader_venv() / "bin" / "python")
-    for name, n, epochs in (("base.eval", 3, 2), ("many.eval", 200, 2), ("base.json", 3, 2)):
-        subprocess.run([python, "-c", MAKE_LOG, str(tmp_path / name), str(n), str(epochs)], check=True,
-                       env=with_src_path(), timeout=300)
+    logs = (("base.eval", 3, 2), ("many.eval", 200, 2), ("base.json", 3, 2))  # written by one process
+    subprocess.run([python, "-c", MAKE_LOG, *(str(a) for name, n, epochs in logs for a in (tmp_path / name, n, epochs))],
+                   check=True, env=with_src_path(), timeout=300)
     done = subprocess.run([python, "-c", HUNT_ARCHIVES, str(tmp_path)], env=with_src_path(), capture_output=True,
                           text=True, timeout=900)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-4000:]
@@ -416,7 +443,7 @@ def test_hostile_inspect_archives_are_read_in_one_pass_within_bounds_or_refused_
 
 
 @pytest.mark.slow
-def test_a_trained_detector_predicts_the_inspect_log(inspect_run, tmp_path):
+def test_a_trained_detector_predicts_the_inspect_log(inspect_run, truth, tmp_path):
     """``predict`` reads an Inspect log as it reads every other layout (a detector trained on τ²-bench-shaped runs)."""
     from tests.test_detector import write_run
 
@@ -424,11 +451,11 @@ def test_a_trained_detector_predicts_the_inspect_log(inspect_run, tmp_path):
 
     log, python = inspect_run
     runs = [write_run(tmp_path / f"agent{i}_airline.json", f"agent{i}", seed=i) for i in range(3)]
-    train_detector(runs, tmp_path / "detector", embedder="hash", groups=["text", "blackbox", "length"], n_boot=0)
+    train_detector(runs, tmp_path / "detector", embedder="hash", groups=["text", "blackbox", "length"], n_boot=0,
+                   protocols=["leave_one_run_out"])  # (predict's reading is the point, not the protocols)
     done = agentuq("predict", str(tmp_path / "detector"), str(log), "--out", str(tmp_path / "run"), "--n-boot", "0",
                    python=python, timeout=600)
     assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-3000:])
     predictions = pd.read_csv(tmp_path / "run" / "predictions.csv")
-    truth = run_json(python, READ_BACK, str(log))
     assert len(predictions) == len(truth) and predictions["failure_probability"].between(0, 1).all()
     assert json.loads((tmp_path / "run" / "manifest.json").read_text())["layout"] == "inspect"

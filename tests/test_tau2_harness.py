@@ -8,6 +8,7 @@ repository) is absent.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -27,6 +28,12 @@ TAU2_SOURCE = next((p for p in (ROOT.parent / "shared" / "tau2-bench",) if (p / 
 TAU2_EXTRA_PACKAGES = ["loguru==0.7.3", "deepdiff==9.1.0", "addict==2.4.0", "docstring-parser==0.18.0", "toml==0.10.2"]
 MODEL = "local/smollm2-135m-instruct"
 
+
+def tau2_env(**extra: str) -> dict[str, str]:
+    """The environment τ²-bench's processes run in: litellm's bundled model cost map, never a fetch (offline, litellm
+    tries three times with pauses, 10-40 s of waiting a process, before it falls back to it)."""
+    return {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", **extra}
+
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(TAU2_SOURCE is None, reason="τ²-bench v0.2.0 source not found at ../shared/tau2-bench "
@@ -39,13 +46,15 @@ def cache_dir() -> Path:
     return base / "agentuq_nb"
 
 
+@functools.cache
 def tau2_venv() -> Path:
-    """A virtualenv with τ²-bench, built on first use (about a minute) and reused while our packages stay put."""
+    """A virtualenv with τ²-bench, built on first use (about a minute) and reused while our packages stay put; checked
+    (``tau2 --help``, which imports its command line) once a test process."""
     purelib = sysconfig.get_paths()["purelib"]
     key = hashlib.sha256(f"{sys.version}|{purelib}|{TAU2_SOURCE}|{TAU2_EXTRA_PACKAGES}".encode()).hexdigest()[:12]
     venv = cache_dir() / f"tau2-venv-{key}"
     tau2 = venv / "bin" / "tau2"
-    if tau2.exists() and subprocess.run([str(tau2), "--help"], capture_output=True).returncode == 0:
+    if tau2.exists() and subprocess.run([str(tau2), "--help"], capture_output=True, env=tau2_env()).returncode == 0:
         return venv
     shutil.rmtree(venv, ignore_errors=True)
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
@@ -83,7 +92,7 @@ def test_tau2_bench_runs_against_serve_local_and_its_results_extract_aggregate_e
         [str(venv / "bin" / "tau2"), "run", "--domain", "mock", "--num-tasks", "1", "--max-steps", "6",
          "--agent-llm", f"openai/{MODEL}", "--agent-llm-args", llm_args,
          "--user-llm", f"openai/{MODEL}", "--user-llm-args", llm_args, "--save-to", "harness", "--log-level", "ERROR"],
-        env={**os.environ, "TAU2_DATA_DIR": str(data), "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+        env=tau2_env(TAU2_DATA_DIR=str(data)),
         capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     results = data / "simulations" / "harness.json"
@@ -117,6 +126,6 @@ def test_tau2_bench_loads_an_intervention_run_with_its_own_models(tmp_path):
     code = ("import sys; from tau2.data_model.simulation import Results; r = Results.load(sys.argv[1]); "
             "s = r.simulations[0]; print(s.termination_reason.value, s.reward_info.reward, len(s.messages))")
     done = subprocess.run([str(tau2_venv() / "bin" / "python"), "-c", code, str(results)], capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=300, env=tau2_env())
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["agent_stop", "0.0", str(len(sim["messages"]))]

@@ -310,6 +310,9 @@ def run_study(
     ``root`` holds ``notebooks/`` (default: found above the params file); ``output_root`` gets
     ``runs/`` and ``figures/`` (default: ``root``).
     """
+    from agentuq_nb.common.jsonschema_import import import_jsonschema
+
+    import_jsonschema()  # papermill imports it through nbformat: without the IRI grammar (1.5 s of CPU a process)
     import papermill as pm
 
     study = params_path if isinstance(params_path, Study) else load_study(params_path)
