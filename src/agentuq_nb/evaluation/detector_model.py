@@ -786,6 +786,8 @@ def logistic_path(X, y: np.ndarray, Cs: Sequence[float], max_iter: int = 100, to
     from scipy.optimize import minimize
     from sklearn._loss.loss import HalfBinomialLoss
 
+    if len(np.unique(np.asarray(y, dtype=bool))) < 2:
+        raise ValueError("logistic regression needs both classes among the rows")
     X = X.tocsr() if sp.issparse(X) else np.ascontiguousarray(X, dtype=np.float64)
     XT = X.T  # a view (CSC of the same arrays for a CSR X): what ``X.T @ g`` makes anew at each evaluation
     n = X.shape[0]
@@ -841,7 +843,6 @@ def within_run_platt(log_odds, failure, runs) -> dict[str, Any]:
     log-odds says about a trajectory *of its run*; the run's own level is the label-shift adaptation's
     (:mod:`.label_shift`). A slope that is not positive gives the constant training rate."""
     from scipy.optimize import brentq
-    from sklearn.linear_model import LogisticRegression
 
     from agentuq_nb.evaluation.calibration import PLATT_C
 
@@ -853,8 +854,8 @@ def within_run_platt(log_odds, failure, runs) -> dict[str, Any]:
         return {"constant": rate, "n": int(len(y))}
     mean, sd = float(s.mean()), float(s.std())
     z = ((s - mean) / sd)[:, None]
-    model = LogisticRegression(C=PLATT_C, max_iter=1000).fit(with_runs(z, run_indicators(runs)), y)
-    a = float(model.coef_[0, 0]) / sd
+    coef, _ = next(logistic_path(with_runs(z, run_indicators(runs)), y, [PLATT_C], max_iter=1000))  # its fit
+    a = float(coef[0, 0]) / sd
     if a <= 0:
         return {"constant": rate, "n": int(len(y))}
     b = brentq(lambda b: float(np.mean(1.0 / (1.0 + np.exp(-(a * s + b))))) - rate, -50 - a * np.abs(s).max(),
