@@ -24,6 +24,9 @@ and a few lines of numpy do here.
 """
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -48,8 +51,26 @@ def one_thread():
     """Fits of a few hundred rows run on one BLAS and one OpenMP thread: threads only wait on each other there
     (the combined predictor of a 24-trajectory run took 8.8 s with two OpenBLAS threads on a loaded 2-core
     machine, 0.3 s with one; a 100-tree ``HistGradientBoostingClassifier`` on 40 rows 0.45 s with two OpenMP
-    threads, 0.07 s with one)."""
-    return threadpool_limits(limits=1)
+    threads, 0.07 s with one). Reentrant: inside another ``one_thread`` of the same thread the limit already holds,
+    and it is not set again - threadpoolctl finds the loaded libraries anew each time (their paths resolved one by
+    one), which cost train-detector's model selections ~3 % of their time at a few dozen fits each (issue 48)."""
+    if getattr(_ONE_THREAD, "held", False):
+        return contextlib.nullcontext()
+    return _held_one_thread()
+
+
+#: per thread: whether a :func:`one_thread` limit is held (the nested ones then set nothing)
+_ONE_THREAD = threading.local()
+
+
+@contextlib.contextmanager
+def _held_one_thread() -> Iterator[None]:
+    with threadpool_limits(limits=1):
+        _ONE_THREAD.held = True
+        try:
+            yield
+        finally:
+            _ONE_THREAD.held = False
 
 
 def _check_method(method: str) -> None:

@@ -123,6 +123,24 @@ def term_columns(vocabulary: list[str], terms: list[str]) -> np.ndarray:
     return np.array([lookup.get(t, -1) for t in terms], dtype=np.int64)
 
 
+#: the last vocabulary seen by :func:`term_order`, its length and each term's place in the sorted terms
+_last_order: tuple[list[str], int, np.ndarray] | None = None
+
+
+def term_order(vocabulary: list[str]) -> np.ndarray:
+    """Each term's place when ``vocabulary`` is sorted (ties by position): what :func:`fit_text` breaks ties of
+    frequency by, as integers - sorting the strings themselves for each of the model selection's ~600 vocabularies
+    took a fifth of its time. Kept for the last vocabulary, as :func:`term_columns`' lookup."""
+    global _last_order
+    last = _last_order
+    if last is not None and last[0] is vocabulary and last[1] == len(vocabulary):
+        return last[2]
+    order = np.empty(len(vocabulary), dtype=np.int64)
+    order[np.argsort(np.array(vocabulary, dtype=object), kind="stable")] = np.arange(len(vocabulary))
+    _last_order = (vocabulary, len(vocabulary), order)
+    return order
+
+
 def term_matrix(features: TrajectoryFeatures, terms: list[str]) -> sp.csr_matrix:
     """The counts of ``terms`` (columns, in that order) in ``features`` (a term it lacks counts 0)."""
     n = len(features)
@@ -221,11 +239,14 @@ class FittedDetector:
         np.copyto(X, self.median[None, :] if impute else np.nan, where=~np.isfinite(X))  # in place: one copy in all
         return X
 
-    def design(self, features: TrajectoryFeatures) -> sp.csr_matrix | np.ndarray:
-        """The matrix the model reads: standardized text | dense (logistic), text components | raw dense (gbm)."""
+    def design(self, features: TrajectoryFeatures, tfidf: sp.csr_matrix | None = None) -> sp.csr_matrix | np.ndarray:
+        """The matrix the model reads: standardized text | dense (logistic), text components | raw dense (gbm);
+        ``tfidf``: :meth:`text_tfidf` of ``features`` when the caller has it already (logistic)."""
         if self.settings.model == "logistic":
             n_text = len(self.terms)
-            text = (self.text_tfidf(features) @ sp.diags(1.0 / self.scale[:n_text])).tocsr()
+            text = ((self.text_tfidf(features) if tfidf is None else tfidf) @ sp.diags(1.0 / self.scale[:n_text])
+                    ).tocsr()
+            del tfidf
             np.minimum(text.data, MAX_Z, out=text.data)
 
             def standardized(a: int, b: int) -> np.ndarray:  # rows a:b, in place: the floats of (x - mean) / scale
@@ -574,16 +595,29 @@ def fit_text(counts: sp.csr_matrix, vocabulary: list[str], settings: DetectorSet
     frequent, ties by term) and their IDF."""
     if counts is None or counts.shape[1] == 0:
         return [], np.zeros(0)
-    present = (counts > 0).astype(np.int32)
-    df = np.asarray(present.sum(axis=0)).ravel()
-    total = np.asarray(counts.sum(axis=0)).ravel()
+    counts = counts.tocsr()
+    if not counts.has_canonical_format:  # a repeated entry: summed first (what the sparse operations below assume)
+        counts = counts.copy()
+        counts.sum_duplicates()
+    # the rows' stored entries counted per column with bincount rather than scipy's sparse comparison, sums and
+    # products (the same integers, a third of the time: the model selection fits a vocabulary ~600 times)
+    n_terms = counts.shape[1]
+    rows = np.repeat(np.arange(counts.shape[0]), np.diff(counts.indptr))
+    held = counts.data > 0
+    columns = counts.indices[held].astype(np.int64)
+    df = np.bincount(columns, minlength=n_terms)
+    total = np.bincount(counts.indices, weights=counts.data, minlength=n_terms)  # integers: exact in float64
     wanted = df >= settings.min_df
     if tasks is not None and settings.min_tasks > 1:
         codes, _ = pd.factorize(np.asarray(tasks, dtype=object))
-        by_task = sp.csr_matrix((np.ones(len(codes)), (codes, np.arange(len(codes)))), shape=(codes.max() + 1, len(codes)))
-        wanted &= np.asarray(((by_task @ present) > 0).sum(axis=0)).ravel() >= settings.min_tasks
+        # (task, term) of each entry, each pair once: np.unique took 10x the time of a stable sort of these keys,
+        # nearly in order already (rows by task, then columns)
+        pairs = np.sort(codes[rows[held]].astype(np.int64) * n_terms + columns, kind="stable")
+        first = np.ones(len(pairs), dtype=bool)
+        first[1:] = pairs[1:] != pairs[:-1]
+        wanted &= np.bincount(pairs[first] % n_terms, minlength=n_terms) >= settings.min_tasks
     keep = np.flatnonzero(wanted)
-    order = np.lexsort((np.array(vocabulary, dtype=object)[keep], -total[keep]))
+    order = np.lexsort((term_order(vocabulary)[keep], -total[keep]))  # the most frequent first, ties by term
     chosen = np.sort(keep[order[:settings.max_terms]])
     terms = [vocabulary[i] for i in chosen]
     if not terms:
@@ -704,8 +738,9 @@ def standardized_design(out: FittedDetector, features: TrajectoryFeatures) -> tu
     out.mean = np.concatenate([np.zeros(text.shape[1]), dense_scaler.mean_ if dense_scaler else np.zeros(0)])
     scale = np.concatenate([text_scale, dense_scaler.scale_ if dense_scaler else np.zeros(0)])
     out.scale = np.where(scale > MIN_SCALE, scale, 1.0)
-    del text, dense  # the design below makes its own (held while the model fits)
-    Z = out.design(features)
+    del dense  # the design below makes its own (held while the model fits); the TF-IDF it reuses
+    Z = out.design(features, tfidf=text)
+    del text
     runs = features.index["run"].to_numpy(dtype=object) if "run" in features.index else np.zeros(len(features))
     Zfit = with_runs(Z, run_indicators(runs) if out.settings.within_runs else None)
     return Z.shape[1], Zfit, runs  # not Z: with run indicators Zfit is a copy, and Z is dropped before the fit
@@ -716,9 +751,8 @@ def fit_logistic_path(features: TrajectoryFeatures, failure: np.ndarray, groups:
     """The logistic detector fitted at each regularization of ``Cs`` (ascending: each fit starts from the previous
     one's coefficients) on the same vocabulary, medians and standardization - what the model selection's inner folds
     choose ``C`` among (:mod:`.detector_selection`). The first fit starts from zero, as :func:`fit_detector`'s own
-    (the very floats it gives at that ``C``); the design is built once for the whole path."""
-    from sklearn.linear_model import LogisticRegression
-
+    (the very floats it gives at that ``C``); the design is built once for the whole path, the fits are
+    :func:`logistic_path`'s."""
     Cs = sorted(float(c) for c in Cs)
     if settings.model != "logistic" or len(Cs) == 1:
         return [fit_detector(features, failure, groups, settings, fixed={"C": c}) for c in Cs]
@@ -726,15 +760,58 @@ def fit_logistic_path(features: TrajectoryFeatures, failure: np.ndarray, groups:
     first = unfitted_detector(features, y, np.asarray(groups), settings)
     if first.constant is not None:
         return [first] * len(Cs)
-    model = LogisticRegression(C=Cs[0], max_iter=2000, warm_start=True)
     out = []
     with one_thread():
         n_columns, Zfit, runs = standardized_design(first, features)
-        for C in Cs:  # the first from zero (no coefficients yet), each next from the previous, run offsets too
-            model.set_params(C=C).fit(Zfit, y)
-            coef, intercept = fold_run_intercepts(model.coef_, float(model.intercept_[0]), n_columns, runs)
+        # the first from zero (no coefficients yet), each next from the previous, run offsets too
+        for C, (coef_, intercept_) in zip(Cs, logistic_path(Zfit, y, Cs, max_iter=PATH_MAX_ITER)):
+            coef, intercept = fold_run_intercepts(coef_, float(intercept_[0]), n_columns, runs)
             out.append(replace(first, coef=coef, intercept=intercept, C=C))
     return out
+
+
+#: the iterations each fit of :func:`fit_logistic_path` may take (as ``LogisticRegression(max_iter=...)`` in
+#: :func:`fit_detector`)
+PATH_MAX_ITER = 2000
+
+
+def logistic_path(X, y: np.ndarray, Cs: Sequence[float], max_iter: int = 100, tol: float = 1e-4):
+    """``(coef_, intercept_)`` of scikit-learn's ``LogisticRegression(C=C, max_iter=max_iter, tol=tol,
+    warm_start=True)`` fitted on ``X`` (CSR or dense), ``y`` (two classes, True the positive) at each ``C`` of ``Cs`` in
+    turn, each from the previous one's coefficients - the very floats (tests/test_detector_speed.py compares them bit
+    for bit): its loss and gradient (scikit-learn's ``HalfBinomialLoss`` kernels, the penalty and the sums as it writes
+    them) and its call of scipy's L-BFGS-B with its options. Written out because the model selection fits ~2,000 of
+    these, each of ~40 evaluations on a few hundred rows, where scikit-learn's per-fit input checks and per-evaluation
+    array-API dispatch (and a new transposed matrix each time) were 15 % of the fits' time."""
+    from scipy.optimize import minimize
+    from sklearn._loss.loss import HalfBinomialLoss
+
+    if len(np.unique(np.asarray(y, dtype=bool))) < 2:
+        raise ValueError("logistic regression needs both classes among the rows")
+    X = X.tocsr() if sp.issparse(X) else np.ascontiguousarray(X, dtype=np.float64)
+    XT = X.T  # a view (CSC of the same arrays for a CSR X): what ``X.T @ g`` makes anew at each evaluation
+    n = X.shape[0]
+    target = np.asarray(y, dtype=bool).astype(np.float64)
+    loss = HalfBinomialLoss()
+    w = np.zeros(X.shape[1] + 1)
+    options = {"maxiter": max_iter, "maxls": 50, "gtol": tol, "ftol": 64 * np.finfo(float).eps}
+    for C in Cs:
+        l2 = 1.0 / (C * n)
+
+        def value_and_gradient(coef: np.ndarray) -> tuple[float, np.ndarray]:  # LinearModelLoss.loss_gradient's
+            weights, intercept = coef[:-1], coef[-1]
+            pointwise, gradient = loss.loss_gradient(y_true=target, raw_prediction=X @ weights + intercept,
+                                                     sample_weight=None, n_threads=1)
+            value = float(np.sum(pointwise) / n)
+            value += float(0.5 * l2 * (weights @ weights))
+            gradient /= n
+            grad = np.empty_like(coef)
+            grad[:-1] = XT @ gradient + l2 * weights
+            grad[-1] = np.sum(gradient)
+            return value, grad
+
+        w = minimize(value_and_gradient, w, method="L-BFGS-B", jac=True, options=options).x
+        yield w[:-1][None, :], w[-1:]
 
 
 # --------------------------------------------------------------------------- calibration as two numbers
@@ -766,7 +843,6 @@ def within_run_platt(log_odds, failure, runs) -> dict[str, Any]:
     log-odds says about a trajectory *of its run*; the run's own level is the label-shift adaptation's
     (:mod:`.label_shift`). A slope that is not positive gives the constant training rate."""
     from scipy.optimize import brentq
-    from sklearn.linear_model import LogisticRegression
 
     from agentuq_nb.evaluation.calibration import PLATT_C
 
@@ -778,8 +854,8 @@ def within_run_platt(log_odds, failure, runs) -> dict[str, Any]:
         return {"constant": rate, "n": int(len(y))}
     mean, sd = float(s.mean()), float(s.std())
     z = ((s - mean) / sd)[:, None]
-    model = LogisticRegression(C=PLATT_C, max_iter=1000).fit(with_runs(z, run_indicators(runs)), y)
-    a = float(model.coef_[0, 0]) / sd
+    coef, _ = next(logistic_path(with_runs(z, run_indicators(runs)), y, [PLATT_C], max_iter=1000))  # its fit
+    a = float(coef[0, 0]) / sd
     if a <= 0:
         return {"constant": rate, "n": int(len(y))}
     b = brentq(lambda b: float(np.mean(1.0 / (1.0 + np.exp(-(a * s + b))))) - rate, -50 - a * np.abs(s).max(),

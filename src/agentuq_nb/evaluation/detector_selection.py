@@ -83,6 +83,7 @@ from agentuq_nb.evaluation.detector_model import (
     fit_detector,
     fit_logistic_path,
     fold_run_intercepts,
+    logistic_path,
     run_indicators,
     state_array,
     with_runs,
@@ -589,17 +590,16 @@ def prefixed(prefix: str, build: Callable[[], Any]) -> Any:
 def fit_stacker(columns: dict[str, np.ndarray], failure: np.ndarray, runs=None) -> dict[str, float]:
     """Logistic regression (L2, C = 1) on the standardized component log-odds, within ``runs`` (an intercept per run,
     :func:`~.detector_model.run_indicators`, as the full model), folded back to a weight per raw component log-odds
-    and an intercept (so the stacked log-odds stays additive over the components' features)."""
-    from sklearn.linear_model import LogisticRegression
-
+    and an intercept (so the stacked log-odds stays additive over the components' features). Fitted by
+    :func:`~.detector_model.logistic_path` (scikit-learn's ``LogisticRegression(max_iter=1000)``, the same floats)."""
     names = list(columns)
     X = np.column_stack([columns[n] for n in names])
     mean, scale = X.mean(axis=0), X.std(axis=0)
     scale = np.where(scale > 1e-9, scale, 1.0)
     Z = (X - mean) / scale
     indicators = None if runs is None else run_indicators(runs)
-    model = LogisticRegression(max_iter=1000).fit(with_runs(Z, indicators), failure)
-    coef, intercept = fold_run_intercepts(model.coef_, float(model.intercept_[0]), Z.shape[1], runs)
+    coef_, intercept_ = next(logistic_path(with_runs(Z, indicators), failure, [1.0], max_iter=1000))  # C = 1
+    coef, intercept = fold_run_intercepts(coef_, float(intercept_[0]), Z.shape[1], runs)
     w = coef / scale
     out = {n: float(v) for n, v in zip(names, w)}
     out["intercept"] = float(intercept - w @ mean)
