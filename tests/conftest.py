@@ -171,11 +171,11 @@ def serving_in_thread():
 # with the fewest tests last, and a file of one 2-minute test at the end leaves the other worker idle), so the
 # longest go first and the many short files fill in at the end. A file missing here only runs later.
 SLOWEST_FILES = {
-    "test_observation.py": 4.4, "test_distributed.py": 4.4, "test_intervention_policies.py": 3.4,
-    "test_detector.py": 3.1, "test_inspect_logs.py": 2.6, "test_llm_local.py": 2.4, "test_action_sampling.py": 2.3,
-    "test_figure_layout.py": 2.1, "test_end_to_end.py": 1.8, "test_tau2_harness.py": 1.6,
-    "test_sim_harness.py": 1.6, "test_intervention_study.py": 1.5, "test_pipeline_notebooks.py": 1.5,
-    "test_paper.py": 0.9,
+    "test_distributed.py": 2.4, "test_end_to_end.py": 1.8, "test_intervention_policies.py": 1.7,
+    "test_inspect_logs.py": 1.6, "test_pipeline_notebooks.py": 1.5, "test_tau2_harness.py": 1.4,
+    "test_intervention_study.py": 1.4, "test_figure_layout.py": 1.4, "test_observation.py": 1.3,
+    "test_llm_local.py": 1.3, "test_action_sampling.py": 1.2, "test_sim_harness.py": 1.0,
+    "test_shared_prefix.py": 1.0, "test_detector.py": 0.9,
 }
 
 

@@ -215,7 +215,7 @@ def step_command(module) -> Callable:
     from agentuq_nb.steps.base import Command, step_config
 
     step, spec, config_type = module.STEP, getattr(module, "COMMAND", Command()), step_config(module)
-    parameters, paths, flags = [], {}, {}
+    parameters, paths, flags = [], {}, {"out": "--out"} if spec.out else {}  # io.outputs names the run folder out
     own = {"run_dir": typer.Argument(..., help=spec.help.get("run_dir", "run directory")),
            "out": typer.Option(..., "--out", help=spec.out_help), "plugin": typer.Option(None, "--plugin", help=(
                "a module or .py file whose estimators register themselves (repeat the option)"))}
@@ -232,7 +232,6 @@ def step_command(module) -> Callable:
         parameters.append(made)
         paths[made.name] = path
     said = {path.rsplit(".", 1)[-1]: flag for path, flag in flags.items()} | flags  # its errors are said in flags
-    said |= {"out": "--out"} if spec.out else {}  # the run folder's option (io.outputs names it out)
 
     def command(**values):
         _load_plugins(values.pop("plugin", None))
