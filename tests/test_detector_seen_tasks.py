@@ -142,6 +142,10 @@ def test_card_md_states_card_json_numbers_and_three_trust_sentences(trained):
     assert len(sentences) == 3
     loro = card["protocols"]["leave_one_run_out"]
     assert f"AUROC {loro['auroc']:.3f}" in sentences[0]
+    if "diff_vs_prior" in loro:  # the difference it states is between the two numbers it puts side by side
+        assert f"the {loro['prior_n']} trajectories whose task another run holds it reaches " \
+               f"{loro['auroc_on_prior_rows']:.3f}" in sentences[0]
+        assert loro["diff_vs_prior"] == pytest.approx(loro["auroc_on_prior_rows"] - loro["prior_auroc"])
     shift = card["calibration"]["label_shift"]
     assert f"on {shift['summary']['runs_brier_adapted_le_base_rate']} of 3 " in sentences[2]
     assert f"{shift['summary']['rate_mae']:.3f}" in sentences[2]

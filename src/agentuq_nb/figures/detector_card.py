@@ -137,6 +137,8 @@ def _ranking_sentence(row: dict[str, Any] | None) -> str:
     if not row or "auroc" not in row:
         return ("Whether it ranks a new run of the same tasks better than their history is untested (one training "
                 "run, or no recurring task).")
+    on_rows = (f"on the {row['prior_n']} trajectories whose task another run holds it reaches "
+               f"{num(row['auroc_on_prior_rows'])} and " if "auroc_on_prior_rows" in row and "prior_n" in row else "")
     prior = {"beats": f"beats the task's own failure history (AUROC {num(row.get('prior_auroc'))}) by "
                       f"{num(row.get('diff_vs_prior'), signed=True)}, so its ranking adds to what the tasks' past runs say",
              "not distinguishable from": f"is not distinguishable from the task's own failure history (AUROC "
@@ -147,7 +149,7 @@ def _ranking_sentence(row: dict[str, Any] | None) -> str:
                       "it has seen, their past failure rate ranks better than the detector"}.get(
         row.get("vs_prior"), "has no task history to be compared with")
     return (f"On a new run of tasks it was trained on, it ranks failures at AUROC {num(row['auroc'])} "
-            f"(length alone: {num(row.get('length_auroc'))}) and {prior}.")
+            f"(length alone: {num(row.get('length_auroc'))}); {on_rows}{prior}.")
 
 
 def _new_tasks_sentence(card: dict[str, Any]) -> str:
