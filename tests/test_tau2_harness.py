@@ -9,16 +9,15 @@ repository) is absent.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
+from tests.overlay_venv import overlay_venv
 
 from conftest import free_port, run_cli, wait_until_serving
 
@@ -41,30 +40,17 @@ pytestmark = [
 ]
 
 
-def cache_dir() -> Path:
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "agentuq_nb"
-
-
 @functools.cache
 def tau2_venv() -> Path:
-    """A virtualenv with τ²-bench, built on first use (about a minute) and reused while our packages stay put; checked
-    (``tau2 --help``, which imports its command line) once a test process."""
-    purelib = sysconfig.get_paths()["purelib"]
-    key = hashlib.sha256(f"{sys.version}|{purelib}|{TAU2_SOURCE}|{TAU2_EXTRA_PACKAGES}".encode()).hexdigest()[:12]
-    venv = cache_dir() / f"tau2-venv-{key}"
-    tau2 = venv / "bin" / "tau2"
-    if tau2.exists() and subprocess.run([str(tau2), "--help"], capture_output=True, env=tau2_env()).returncode == 0:
-        return venv
-    shutil.rmtree(venv, ignore_errors=True)
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    site = Path(subprocess.check_output([str(venv / "bin" / "python"), "-c",
-                                         "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True).strip())
-    (site / "agentuq_nb_env.pth").write_text(purelib + "\n")  # our packages, read-only, after the venv's own
-    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    subprocess.run([*pip, "--no-deps", str(TAU2_SOURCE)], check=True)
-    subprocess.run([*pip, *TAU2_EXTRA_PACKAGES], check=True)
-    return venv
+    """A virtualenv with τ²-bench (``tests/overlay_venv.py``: built on first use, about a minute, and reused while our
+    packages stay the same); checked (``tau2 --help``, which imports its command line) once a test process, and
+    built again if that fails."""
+    for attempt in range(2):
+        venv = overlay_venv("tau2-venv", ["--no-deps", str(TAU2_SOURCE)], then=[TAU2_EXTRA_PACKAGES])
+        if subprocess.run([str(venv / "bin" / "tau2"), "--help"], capture_output=True, env=tau2_env()).returncode == 0:
+            return venv
+        shutil.rmtree(venv, ignore_errors=True)
+    raise RuntimeError(f"τ²-bench's command line does not start in {venv}")
 
 
 @pytest.fixture(scope="module")
