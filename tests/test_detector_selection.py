@@ -443,6 +443,7 @@ def test_where_tasks_recur_the_baselines_are_the_reference_and_the_prior_with_it
     back = SelectedDetector.from_arrays(*chosen.to_arrays())
     new = features.take(~airline)
     assert not back.seen(new).any() and back.fallback.candidate == "length" and chosen.selection["fallback"] == "length"
+    assert "never saw is scored by the length model" in chosen.selection["why"]  # the card says so
     np.testing.assert_allclose(back.log_odds(new), chosen.length.log_odds(new))
     assert np.ptp(back.log_odds(new)) > 10 * np.ptp(chosen.stack["length"] * chosen.length.log_odds(new))
 

@@ -797,6 +797,8 @@ def select_detector(features: TrajectoryFeatures, failure: np.ndarray, settings:
                                     selection={"kind": kind, "role": "fallback for tasks the prior never saw"})
         out.fallback = finish(fallback, features)
         selection["fallback"] = "length"
+        selection["why"] += ("; a trajectory of a task the prior never saw is scored by the length model (the prior "
+                             "gives every such task its base rate)")
     if winner in ("full", "stacked"):
         out.full = full_model()
     if winner in ("length", *STACKERS):

@@ -16,7 +16,11 @@ PROTOCOL_LABELS = {"within_run": "within run,\nby task", "leave_one_run_out": "l
 SERIES = (("detector", "auroc", "the detector", PALETTE["failure"], "o"),
           ("same model", "same_model_auroc", "the detector, pairs scored by one fold model", PALETTE["highlight"], "o"),
           ("length", "length_auroc", "best length baseline", PALETTE["neutral"], "s"),
-          ("prior", "prior_auroc", "task prior (other runs)", PALETTE["success"], "D"))
+          ("on prior rows", "auroc_on_prior_rows", "the detector on the trajectories the task prior scores",
+           PALETTE["failure"], "D"),
+          ("prior", "prior_auroc", "task prior (the task's failures in the other runs)", PALETTE["success"], "D"))
+#: the series drawn hollow
+HOLLOW = ("same_model_auroc", "auroc_on_prior_rows")
 MARKS = {"beats": "▲", "below": "▼", "not distinguishable from": "≈"}
 
 
@@ -28,19 +32,29 @@ def protocols_figure(protocols: pd.DataFrame, title: str = "The detector under e
     """Per protocol (rows of ``protocols.csv``): the detector's pooled within-run AUROC with its 95% interval (and, where
     several fold models score a run, on the pairs one model scored) beside the best length baseline's and the task
     prior's (on the trajectories whose task recurs in another run); the marks say whether the paired interval of the
-    detector's difference lies above (▲), below (▼) or across (≈) zero."""
+    detector's difference lies above (▲), below (▼) or across (≈) zero.
+
+    The task prior is drawn only where tasks recur between a fold's training and scored rows (not the task-disjoint
+    protocols, where no model can read a task's history), beside the detector on the same trajectories (those whose
+    task another run holds): the comparison the card's baseline check makes."""
+    from agentuq_nb.evaluation.detector_protocols import TASK_DISJOINT
+
     use_style()
     rows = protocols[protocols["auroc"].notna()].reset_index(drop=True) if "auroc" in protocols else protocols.iloc[:0]
     fig, ax = plt.subplots(figsize=(6.4, 1.0 + 0.85 * max(len(rows), 1)), layout="constrained")
-    offsets = (-0.27, -0.09, 0.09, 0.27)
+    offsets = (-0.3, -0.15, 0.0, 0.15, 0.3)
     for i, row in rows.iterrows():
+        prior_applies = row["protocol"] not in TASK_DISJOINT and np.isfinite(float(row.get("prior_auroc", np.nan)))
         for (_, key, label, color, marker), dy in zip(SERIES, offsets):
             value, lo, hi = _interval(row, key)
+            if key in ("prior_auroc", "auroc_on_prior_rows") and not prior_applies:
+                continue
             if np.isfinite(value):
                 ax.errorbar(value, i + dy, xerr=[[value - lo], [hi - value]] if np.isfinite(lo) else None, fmt=marker,
-                            color=color, ms=5, capsize=2, label=label,
-                            mfc="white" if key == "same_model_auroc" else color)
-        marks = [f"{MARKS.get(row.get('vs_length'), '?')} length", f"{MARKS.get(row.get('vs_prior'), '–')} prior"]
+                            color=color, ms=5, capsize=2, label=label, mfc="white" if key in HOLLOW else color)
+        prior = (f"{MARKS.get(row.get('vs_prior'), '–')} prior (n={int(row['prior_n'])})" if prior_applies
+                 else "prior: tasks held out")
+        marks = [f"{MARKS.get(row.get('vs_length'), '?')} length", prior]
         ax.annotate(f"n={int(row['n'])}, {int(row['n_failures'])} failed\n" + ", ".join(marks), (1.0, i),
                     xycoords=("axes fraction", "data"), xytext=(6, 0), textcoords="offset points", va="center",
                     fontsize=7)
@@ -55,7 +69,10 @@ def protocols_figure(protocols: pd.DataFrame, title: str = "The detector under e
 def ablation_figure(ablation: pd.DataFrame, title: str = "Which features carry the signal"):
     """One panel per protocol: each feature set's pooled within-run AUROC with its interval (rows of the study's
     ablation table: ``feature_set``, ``protocol`` and a protocol row's columns), the best length baseline as a line
-    with its interval shaded, the task prior dashed."""
+    with its interval shaded, the task prior dashed where tasks recur between training and scored rows (not on the
+    task-disjoint protocols, where no model can read a task's history)."""
+    from agentuq_nb.evaluation.detector_protocols import TASK_DISJOINT
+
     use_style()
     protocols = list(dict.fromkeys(ablation["protocol"]))
     sets = list(dict.fromkeys(ablation["feature_set"]))
@@ -74,7 +91,7 @@ def ablation_figure(ablation: pd.DataFrame, title: str = "Which features carry t
             ax.axvline(value, color=PALETTE["neutral"], lw=1)
             if np.isfinite(lo):
                 ax.axvspan(lo, hi, color=PALETTE["neutral"], alpha=0.12, lw=0)
-        if first is not None and np.isfinite(first.get("prior_auroc", np.nan)):
+        if first is not None and protocol not in TASK_DISJOINT and np.isfinite(first.get("prior_auroc", np.nan)):
             ax.axvline(first["prior_auroc"], color=PALETTE["success"], lw=1, ls="--")
         ax.axvline(0.5, color=PALETTE["neutral"], lw=0.6, ls=":")
         n = int(part["n"].max()) if len(part) and "n" in part else 0
@@ -85,7 +102,7 @@ def ablation_figure(ablation: pd.DataFrame, title: str = "Which features carry t
     fig.suptitle(title, fontsize=10)
     handles = [Line2D([], [], marker="o", ls="", color=PALETTE["failure"], label="detector on the feature set (95% CI)"),
                Line2D([], [], color=PALETTE["neutral"], label="best length baseline (shaded: 95% CI)"),
-               Line2D([], [], color=PALETTE["success"], ls="--", label="task prior (trajectories whose task recurs)")]
+               Line2D([], [], color=PALETTE["success"], ls="--", label="task prior (trajectories whose task another run holds)")]
     legend_below(fig, handles=handles, ncol=3)
     return fig
 
