@@ -57,12 +57,14 @@ def test_predict_estimates_the_runs_failure_rate_and_shows_its_own_beside_it(pre
     truth = 14 / 50
     assert rate["true_rate"] == pytest.approx(truth)
     if rate["resampled"] in ("none", "runs"):  # the training runs chose not to adapt: the training rate, said so
+        # (no training run is claude-sonnet's: nothing moves it)
+        assert rate["agent"] == "claude-sonnet-4-5" and rate["agent_training_runs"] == 0
         assert rate["estimated"] == pytest.approx(rate["training_rate"])
         assert f"estimated failure rate of this run: {rate['estimated']:.3f}" in printed
-        assert "the training runs' rate" in printed
-        if rate["resampled"] == "runs":  # its interval: the spread of the training runs' own rates
+        assert "the training runs' rate (no training run of its agent claude-sonnet-4-5)" in printed
+        if rate["resampled"] == "runs":  # its interval: the share of its 50 trajectories failing, runs' spread
             assert 0 <= rate["lo"] < rate["estimated"] < rate["hi"] <= 1
-            assert f"[{rate['lo']:.3f}, {rate['hi']:.3f}], the interval the training runs' own rates" in printed
+            assert f"{rate['estimated']:.3f} [{rate['lo']:.3f}, {rate['hi']:.3f}] - the training runs' rate" in printed
     else:
         assert 0 <= rate["lo"] <= rate["estimated"] <= rate["hi"] <= 1 and rate["resampled"] == "trajectories"
         assert f"estimated failure rate of this run: {rate['estimated']:.3f}" in printed
