@@ -298,3 +298,40 @@ def test_where_the_scores_carry_no_rate_each_held_out_run_is_centred_on_the_trai
     summary = adaptation_summary(per_run)
     assert summary["mean_brier_adapted"] < summary["mean_brier_calibrated"]
     assert summary["mean_brier_true_rate_centred"] < summary["mean_brier_base_rate"]  # the ranking adds to the rate
+
+
+def test_with_the_runs_agents_a_held_out_runs_rate_is_moved_by_its_agents_other_runs():
+    """Runs of two agents (three runs each, failing at about 0.15 and 0.6) whose scores are offset at random per run
+    (they carry no run's rate; κ = ∞ the only strength offered): with each run's agent, a held-out run's rate is the
+    training rate moved towards its agent's other runs, which misses the true rates by less and lowers the mean Brier
+    against centring on the training rate alone; a run of an agent no other run had keeps the training rate."""
+    rng = np.random.default_rng(23)
+    rates = {"r0": 0.15, "r1": 0.12, "r2": 0.18, "r3": 0.6, "r4": 0.55, "r5": 0.65, "r6": 0.35}
+    agents = {"r0": "a", "r1": "a", "r2": "a", "r3": "b", "r4": "b", "r5": "b", "r6": None}
+    parts = []
+    for name, rate in rates.items():
+        y = rng.random(150) < rate
+        parts.append((name, rng.normal(np.where(y, 0.8, -0.8), 1.0) + rng.normal(0, 2.0), y))
+    runs = np.concatenate([[name] * len(s) for name, s, _ in parts])
+    log_odds = np.concatenate([s for _, s, _ in parts])
+    y = np.concatenate([yy for _, _, yy in parts])
+    plain, _ = leave_one_run_out_adaptation(log_odds, y, runs, n_boot=50, seed=0, strengths=(float("inf"),))
+    moved, rows = leave_one_run_out_adaptation(log_odds, y, runs, n_boot=50, seed=0, strengths=(float("inf"),),
+                                               agents=agents)
+    t = moved.set_index("run")
+    assert (t.loc[["r0", "r1", "r2"], "estimated_rate"] < t.loc[["r0", "r1", "r2"], "training_rate"]).all()
+    assert (t.loc[["r3", "r4", "r5"], "estimated_rate"] > t.loc[["r3", "r4", "r5"], "training_rate"]).all()
+    assert t.loc["r6", "agent_runs"] == 0 and t.loc["r6", "estimated_rate"] == pytest.approx(t.loc["r6", "training_rate"])
+    assert (t.loc[["r0", "r3"], "agent_runs"] == 2).all()
+    assert moved["rate_error"].mean() < plain["rate_error"].mean() - 0.1
+    means = rows.groupby("run")["adapted"].mean()
+    for name in t.index:  # centred on the moved rate; its Brier beside the one centred on the training rate alone
+        assert means[name] == pytest.approx(t.loc[name, "estimated_rate"], abs=1e-9)
+        assert t.loc[name, "brier_training_rate_centred"] == pytest.approx(
+            plain.set_index("run").loc[name, "brier_adapted"])
+        assert t.loc[name, "brier_change"] == pytest.approx(t.loc[name, "brier_adapted"] - t.loc[name,
+                                                            "brier_training_rate_centred"])
+        assert t.loc[name, "brier_change_lo"] <= t.loc[name, "brier_change"] <= t.loc[name, "brier_change_hi"]
+    summary = adaptation_summary(moved)
+    assert summary["mean_brier_adapted"] < summary["mean_brier_training_rate_centred"]
+    assert summary["runs_agent_informed"] == 6 and summary["runs_brier_better_beyond_noise"] >= 1

@@ -24,7 +24,7 @@ def test_the_variances_are_the_likelihoods_maximum_and_recover_the_simulated_one
     from scipy.stats import multivariate_normal
 
     rng = np.random.default_rng(4)
-    k, n, agents = simulated_runs(rng, 40, 3, 200, tau_agent=1.0, tau_run=0.3)
+    k, n, agents = simulated_runs(rng, 30, 3, 200, tau_agent=1.0, tau_run=0.3)
     mu = float(np.log(k.sum() / (n.sum() - k.sum())))
     tau_a, tau_r = fit_variances(k, n, agents, mu)
     assert np.sqrt(tau_a) == pytest.approx(1.0, abs=0.3) and np.sqrt(tau_r) == pytest.approx(0.3, abs=0.15)
