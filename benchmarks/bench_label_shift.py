@@ -54,7 +54,7 @@ def main() -> None:
     agents = {r["name"]: (r.get("models") or {}).get("assistant") for r in card["training_runs"]}
     tasks = (oof["domain"].astype(str) + "\x1f" + oof["task_id"].astype(str)).to_numpy(dtype=object)
     start = time.perf_counter()
-    shift, _ = judge_label_shift(oof["log_odds[leave_one_run_out]"].to_numpy(dtype=float),
+    shift, rows = judge_label_shift(oof["log_odds[leave_one_run_out]"].to_numpy(dtype=float),
                                  oof["failure"].to_numpy(dtype=bool), oof["run"].to_numpy(dtype=object), tasks,
                                  args.n_boot, card["seed"], agents)
     judged = time.perf_counter() - start
@@ -102,8 +102,29 @@ def main() -> None:
         args.figure.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(args.figure, dpi=150)
         print(f"reliability diagram (bootstrap bands, bin counts in the legend) → {args.figure}")
+    oracle_windows(rows, pd.DataFrame(shift["runs"]))
     known_rates(card, oof)
     pooled_rates()
+
+
+def oracle_windows(rows: pd.DataFrame, table: pd.DataFrame) -> None:
+    """Per run: the rates on which centring its held-out probabilities scores a Brier at most the base rate's
+    ȳ(1 - ȳ) (a grid of 0.005-0.995 by 0.001) - how close to the truth a rate estimated without labels must come."""
+    import numpy as np
+
+    from agentuq_nb.evaluation.label_shift import center_probabilities
+
+    grid = np.linspace(0.005, 0.995, 991)
+    out = []
+    for run, part in rows.groupby("run", sort=False):
+        p, y = part["calibrated"].to_numpy(dtype=float), part["failure"].to_numpy(dtype=float)
+        reach = [c for c in grid if np.mean((center_probabilities(p, c)[0] - y) ** 2) <= y.mean() * (1 - y.mean())]
+        row = table.set_index("run").loc[run]
+        out.append({"run": run, "true_rate": y.mean(), "lowest": min(reach) if reach else np.nan,
+                    "highest": max(reach) if reach else np.nan, "estimated_rate": row["estimated_rate"],
+                    "training_rate": row["training_rate"]})
+    print("\nthe rates whose centring reaches the base rate's Brier (oracle), per run (NaN: none does):")
+    print(pd.DataFrame(out).to_string(index=False, float_format=lambda x: f"{x:.3f}"))
 
 
 def trained_detector(args) -> tuple[dict, pd.DataFrame, float]:
