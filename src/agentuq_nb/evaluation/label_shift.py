@@ -26,10 +26,12 @@ runs only (nested).
 **Centred on the run's rate.** The detector's models are fitted within runs (an intercept per training run, dropped
 when predicting), so the level of a new run's log-odds is not calibrated to anything: its mean probability may sit
 far from any rate (0.20 on a run of which 82 % failed, 0.41 on one of 2 %). Every run's probabilities are therefore
-moved by one log-odds shift so that their mean is the run's rate - EM's where adapting helped, else the training rate
-(:func:`center_probabilities`; at EM's fixed point the same move as Bayes' rule above). Where the rate is the training
-rate, its interval is the spread of the training runs' own rates (a beta-binomial fitted to them,
-:func:`run_rate_interval`): the run's scores did not narrow it, and that is what a new run's rate may be.
+moved by one log-odds shift so that their mean is the run's rate - EM's where adapting helped, else the rate not
+estimated from the run's scores (:func:`center_probabilities`; at EM's fixed point the same move as Bayes' rule
+above). That rate is the training rate moved by what the training runs of the run's agent model failed, partially
+pooled (:func:`~.run_rate.agent_rate`; the training rate itself for an agent no training run had), its interval that
+of the share of the run's trajectories that fail under the spread of the runs' rates: the run's scores did not narrow
+it.
 
 * :func:`adapt` - a run's estimated rate with its interval (bootstrap: trajectories, or tasks when given, resampled,
   every resample's EM run at once, vectorized; or the runs' spread) and the centred probabilities;
@@ -113,43 +115,6 @@ def shift_by(prob, shift: float) -> np.ndarray:
     return np.where(np.isfinite(p), out, np.nan)
 
 
-def run_rate_spread(failures, n) -> tuple[float, float]:
-    """``(α, β)``: the Beta law of a run's failure rate fitted to the training runs' ``failures`` of ``n``
-    (beta-binomial maximum likelihood, scipy's ``betabinom``; the runs weighted as runs, not by their size) - how a
-    new run's rate varies from run to run when its scores do not tell it. Fewer than two runs, or runs that do not
-    vary more than their sampling does: (NaN, NaN). Maximized here with ``scipy.optimize`` (no maintained package
-    fits a beta-binomial by maximum likelihood in two lines; statsmodels' ``BetaBinomial`` is a GLM family)."""
-    from scipy.optimize import minimize
-    from scipy.stats import betabinom
-
-    k = np.asarray(failures, dtype=float)
-    m = np.asarray(n, dtype=float)
-    if len(k) < 2 or (m < 1).any():
-        return float("nan"), float("nan")
-    mean = float(np.clip(np.mean(k / m), 0.01, 0.99))
-
-    def loss(theta: np.ndarray) -> float:
-        a, b = np.exp(theta)
-        return -float(betabinom.logpmf(k, m, a, b).sum())
-
-    start = np.log([mean * 2.0, (1 - mean) * 2.0])
-    fit = minimize(loss, start, method="Nelder-Mead", options={"xatol": 1e-6, "fatol": 1e-9, "maxiter": 4000})
-    a, b = (float(v) for v in np.exp(fit.x))
-    if not fit.success or a + b > 1e4:  # no spread beyond sampling: no law of the runs' rates to draw from
-        return float("nan"), float("nan")
-    return a, b
-
-
-def run_rate_interval(failures, n, ci: float = 0.95) -> tuple[float, float]:
-    """The central ``ci`` interval of a new run's failure rate under :func:`run_rate_spread` (NaN when it has none)."""
-    from scipy.stats import beta
-
-    a, b = run_rate_spread(failures, n)
-    if not np.isfinite(a):
-        return float("nan"), float("nan")
-    return float(beta.ppf((1 - ci) / 2, a, b)), float(beta.ppf((1 + ci) / 2, a, b))
-
-
 def rate_log_likelihood(rate: float, prob, source_rate) -> float:
     """The log-likelihood (up to a constant) of a run's calibrated probabilities when its failure rate is ``rate``:
     Σ log(rate·p/π_s + (1 - rate)(1 - p)/(1 - π_s)) - what EM maximizes."""
@@ -185,11 +150,11 @@ class RateEstimate:
     """A run's failure rate estimated from its unlabelled probabilities: ``rate`` with its interval (``lo``, ``hi``;
     NaN without one), ``source_rate`` (the mean rate the probabilities were calibrated at), ``n`` rows,
     ``iterations`` and ``converged`` of EM, ``method``, ``resampled`` (what the interval resampled: ``trajectories``
-    or ``tasks`` of the run; ``runs``: not estimated from the run, the interval is the spread of the training runs'
-    rates, :func:`run_rate_interval`; ``none``: no interval), ``shift`` (the log-odds move that centres the run's
-    probabilities on ``rate``, :func:`center_probabilities`), ``agent`` (the run's agent model, where known) and
-    ``agent_runs`` (training runs of that agent that moved a rate not estimated from the run's scores,
-    :func:`~.run_rate.agent_rate`)."""
+    or ``tasks`` of the run; ``runs``: not estimated from the run's scores, the interval is the run's share of
+    failures under the spread of the training runs' rates, :func:`~.run_rate.agent_rate`; ``none``: no interval),
+    ``shift`` (the log-odds move that centres the run's probabilities on ``rate``, :func:`center_probabilities`),
+    ``agent`` (the run's agent model, where known) and ``agent_runs`` (training runs of that agent that moved a rate
+    not estimated from the run's scores, :func:`~.run_rate.agent_rate`)."""
 
     rate: float
     lo: float
@@ -399,7 +364,7 @@ def _run_row(name: str, y: np.ndarray, calibrated: np.ndarray, adapted: np.ndarr
 
 
 def run_failure_counts(failure, runs, leave_out=()) -> tuple[np.ndarray, np.ndarray]:
-    """``(failures, n)`` of each run of ``runs`` except ``leave_out`` (what :func:`run_rate_interval` reads)."""
+    """``(failures, n)`` of each run of ``runs`` except ``leave_out`` (what :func:`~.run_rate.agent_rate` reads)."""
     counts = run_count_table(failure, runs, leave_out)
     return counts["sum"].to_numpy(dtype=float), counts["size"].to_numpy(dtype=float)
 
@@ -430,7 +395,7 @@ def leave_one_run_out_adaptation(log_odds, failure, runs, n_boot: int = DEFAULT_
     """``(per run, rows)``: each run's held-out ``log_odds`` (from a model that never saw it) calibrated by a Platt map
     fitted on the *other* runs' rows, its failure rate estimated by EM with the prior strength chosen on the other
     runs alone (:func:`choose_strength` over them, each calibrated without the held-out run: nested), with a bootstrap
-    interval (``groups``, the tasks, resampled; κ = ∞: the spread of the other runs' rates), and by soft BBSE; its
+    interval (``groups``, the tasks, resampled; κ = ∞: the run's share of failures under the other runs'), and by soft BBSE; its
     probabilities centred on that rate (:func:`center_probabilities`). With ``agents`` (run -> agent model, None
     where its results name none), the rate κ = ∞ gives is the training rate moved by the agent's effect in the other
     runs (:func:`~.run_rate.agent_rate`), in the nested choice too (:func:`held_out_prior_rates`).
