@@ -93,8 +93,6 @@ def agent_rate(failures, n, agents, agent: Optional[str], training_rate: Optiona
     training rate is ``training_rate`` when given (the rate the run's probabilities were calibrated at), else the
     pooled ``sum(failures) / sum(n)``. ``n_new``: the run's trajectories, for the interval of the share of them that
     failed (``draws`` draws; no interval without it or with fewer than two training runs)."""
-    from scipy.stats import binom
-
     k, m = np.asarray(failures, dtype=float), np.asarray(n, dtype=float)
     pooled = float(k.sum() / m.sum()) if len(m) and m.sum() > 0 else float("nan")
     base = pooled if training_rate is None else float(training_rate)
@@ -118,7 +116,7 @@ def agent_rate(failures, n, agents, agent: Optional[str], training_rate: Optiona
     if n_new:
         rng = np.random.default_rng(seed)
         p = 1.0 / (1.0 + np.exp(-rng.normal(centre, np.sqrt(var), draws)))
-        share = binom.rvs(int(n_new), p, random_state=rng) / int(n_new)
+        share = rng.binomial(int(n_new), p) / int(n_new)
         lo, hi = (float(q) for q in np.quantile(share, [(1 - ci) / 2, (1 + ci) / 2]))
     return RunRatePrior(rate, lo, hi, base, agent, int(mine.sum()), shift, float(np.sqrt(tau_a)),
                         float(np.sqrt(tau_r)))
