@@ -57,12 +57,14 @@ def test_predict_estimates_the_runs_failure_rate_and_shows_its_own_beside_it(pre
     truth = 14 / 50
     assert rate["true_rate"] == pytest.approx(truth)
     if rate["resampled"] in ("none", "runs"):  # the training runs chose not to adapt: the training rate, said so
+        # (no training run is claude-sonnet's: nothing moves it)
+        assert rate["agent"] == "claude-sonnet-4-5" and rate["agent_training_runs"] == 0
         assert rate["estimated"] == pytest.approx(rate["training_rate"])
         assert f"estimated failure rate of this run: {rate['estimated']:.3f}" in printed
-        assert "the training runs' rate" in printed
-        if rate["resampled"] == "runs":  # its interval: the spread of the training runs' own rates
+        assert "the training runs' rate (no training run of its agent claude-sonnet-4-5)" in printed
+        if rate["resampled"] == "runs":  # its interval: the share of its 50 trajectories failing, runs' spread
             assert 0 <= rate["lo"] < rate["estimated"] < rate["hi"] <= 1
-            assert f"[{rate['lo']:.3f}, {rate['hi']:.3f}], the interval the training runs' own rates" in printed
+            assert f"{rate['estimated']:.3f} [{rate['lo']:.3f}, {rate['hi']:.3f}] - the training runs' rate" in printed
     else:
         assert 0 <= rate["lo"] <= rate["estimated"] <= rate["hi"] <= 1 and rate["resampled"] == "trajectories"
         assert f"estimated failure rate of this run: {rate['estimated']:.3f}" in printed
@@ -81,6 +83,45 @@ def test_predict_estimates_the_runs_failure_rate_and_shows_its_own_beside_it(pre
     assert f"expected failures by its probabilities: {p['failure_probability'].sum():.1f} of 50" in printed
     assert rate["held_out_rate_mae"] is not None and "missed the true one by" in printed
     assert report["brier_base_rate"] == pytest.approx(truth * (1 - truth))
+
+
+def test_a_run_of_an_agent_the_training_runs_had_gets_the_rate_they_tell(trained):
+    """The fine-tuned gpt-4.1's telecom run (10 of 40 failed): two of the three training runs are that agent's (0.35
+    and 0.15 failed), so where the training runs chose not to estimate a run's rate from its scores (κ = ∞; these
+    three chose κ = 1000, so the map is set to ∞ here) its rate is the training rate moved by them - the model of
+    evaluation/run_rate.py on the card's training runs' counts and agent models - and predict's line says so."""
+    from agentuq_nb.evaluation.detector_apply import load_detector
+    from agentuq_nb.evaluation.detector_inputs import corpus_features, resolve_source
+    from agentuq_nb.evaluation.run_rate import agent_rate
+    from agentuq_nb.steps.predict import rate_report, summary_lines
+
+    run = REAL / "ft-gpt-4.1_telecom_1trial.json"
+    if not run.exists():
+        pytest.skip(f"{run} not found")
+    detector = load_detector(trained.path)
+    detector.final_map["prior_strength"] = None  # JSON's ∞
+    source = resolve_source(run, "ft-telecom")
+    features = corpus_features([source], detector.groups, detector.embedder, detector.embed_max_tokens)
+    scored = detector.predict(features, explained=False)
+    agent = source.models["assistant"]
+    estimate, adapted = detector.adapt_to_run(scored, n_boot=50, seed=0, agent=agent)
+    rows = trained.card["training_runs"]
+    training_rate = float(scored["source_rate"].mean())
+    expected = agent_rate([r["n_failures"] for r in rows], [r["n_labelled"] for r in rows],
+                          [r["models"]["assistant"] for r in rows], agent, training_rate=training_rate, n_new=40,
+                          seed=0)
+    assert agent.startswith("ft:gpt-4.1") and estimate.agent_runs == 2 and estimate.resampled == "runs"
+    assert estimate.rate == pytest.approx(expected.rate) and estimate.rate < training_rate
+    assert (estimate.lo, estimate.hi) == pytest.approx((expected.lo, expected.hi))
+    assert np.mean(adapted) == pytest.approx(estimate.rate, abs=1e-9)
+    unknown, _ = detector.adapt_to_run(scored, n_boot=50, seed=0, agent=None)  # its results naming no agent
+    assert unknown.agent_runs == 0 and unknown.rate == pytest.approx(training_rate)
+    report = rate_report(estimate, scored.assign(failure_probability_training_rate=scored["failure_probability"],
+                                                 failure_probability=adapted))
+    line = summary_lines({"failure_rate": report, "n": 40})[0]
+    assert line.startswith(f"estimated failure rate of this run: {estimate.rate:.3f} [{estimate.lo:.3f}, "
+                           f"{estimate.hi:.3f}] - the training runs' rate ({training_rate:.3f}) moved by what the 2 "
+                           f"training runs of its agent {agent} failed"), line
 
 
 def test_predict_tells_the_tasks_it_saw_by_content_and_what_the_detector_adds_over_them(trained, predicted):

@@ -19,8 +19,6 @@ from agentuq_nb.evaluation.label_shift import (
     leave_one_run_out_adaptation,
     rate_log_likelihood,
     reliability_bands,
-    run_rate_interval,
-    run_rate_spread,
     shift_probabilities,
 )
 from agentuq_nb.records.task_identity import content_key, id_key, resolve_id_keys
@@ -167,7 +165,7 @@ def test_map_em_keeps_uninformative_scores_at_the_training_rate_and_maximizes_th
     # not adapted: the probabilities are centred on the training rate, their order and log-odds spacing kept
     assert adapted.mean() == pytest.approx(0.2167, abs=1e-9) and adapted.mean() < p.mean()
     assert np.allclose(np.diff(np.log(adapted / (1 - adapted))), np.diff(np.log(p / (1 - p))))
-    # with the training runs' counts, the interval is the spread of their rates
+    # with the training runs' counts, the interval is the run's share of failures under the spread of their rates
     estimate, _ = adapt(p, 0.2167, n_boot=50, strength=float("inf"), run_rates=([2, 10, 25, 40], [50, 50, 50, 50]))
     assert estimate.resampled == "runs" and estimate.lo < 0.2167 < estimate.hi
 
@@ -222,35 +220,13 @@ def test_centring_moves_every_log_odds_by_one_shift_to_the_rate_and_is_bayes_at_
     assert center_probabilities(p, float("nan"))[1] == 0.0
 
 
-def test_the_spread_of_run_rates_is_the_beta_binomial_maximum_and_its_interval_covers_new_runs():
-    """Runs whose rates are drawn from Beta(2, 5): the fitted law's mean is near 2/7, its likelihood is at least that
-    of the truth and of nearby laws (scipy's betabinom as the reference), and its 95 % interval holds about 95 % of
-    new runs' rates; runs of one rate (binomial only, no spread) have no law."""
-    from scipy.stats import betabinom
-
-    rng = np.random.default_rng(3)
-    rates = rng.beta(2, 5, 80)
-    n = np.full(80, 60)
-    k = rng.binomial(n, rates)
-    a, b = run_rate_spread(k, n)
-    assert a / (a + b) == pytest.approx(2 / 7, abs=0.04)
-    best = betabinom.logpmf(k, n, a, b).sum()
-    for other in [(2.0, 5.0), (a * 1.2, b), (a, b * 1.2), (a * 0.8, b * 0.8)]:
-        assert best >= betabinom.logpmf(k, n, *other).sum() - 1e-6
-    lo, hi = run_rate_interval(k, n)
-    new = rng.beta(2, 5, 4000)
-    assert 0.92 <= np.mean((lo <= new) & (new <= hi)) <= 0.98
-    same = rng.binomial(np.full(30, 60), 0.3)
-    assert np.isnan(run_rate_interval(same, np.full(30, 60))[0])
-    assert np.isnan(run_rate_spread([3], [10])[0])  # one run: nothing spreads
-
-
 def test_on_the_shared_runs_the_run_rates_interval_and_a_pooled_score_are_judged_by_held_out_runs():
-    """The ten shared runs' failure counts (2 %-82 % of a run fails): left out one at a time, the spread of the other
-    runs' rates holds the held-out run's rate on most of them; and a logistic model fitted pooled across the other
+    """The ten shared runs' failure counts (2 %-82 % of a run fails): left out one at a time, the interval of the
+    run's share of failures under the spread of the other runs' rates (no agent told) holds it on most of them; and a logistic model fitted pooled across the other
     runs on length does give a rate per run (its mean probability) - the benchmark judges it against the training rate."""
     from agentuq_nb.evaluation.detector_inputs import corpus_features, resolve_sources
     from agentuq_nb.evaluation.label_shift import leave_one_run_out_pooled_rates, run_failure_counts
+    from agentuq_nb.evaluation.run_rate import agent_rate
 
     require_tau2()
     shared = TAU2_DIR.parent
@@ -261,7 +237,9 @@ def test_on_the_shared_runs_the_run_rates_interval_and_a_pooled_score_are_judged
     assert len(set(runs)) == 10
     covered = 0
     for r in dict.fromkeys(runs):
-        lo, hi = run_rate_interval(*run_failure_counts(y, runs, leave_out=(r,)))
+        k, n = run_failure_counts(y, runs, leave_out=(r,))
+        est = agent_rate(k, n, [None] * len(n), None, n_new=int((runs == r).sum()))
+        lo, hi = est.lo, est.hi
         covered += lo <= y[runs == r].mean() <= hi
     assert covered >= 7
     table = leave_one_run_out_pooled_rates(features.dense, y, runs)
@@ -298,3 +276,40 @@ def test_where_the_scores_carry_no_rate_each_held_out_run_is_centred_on_the_trai
     summary = adaptation_summary(per_run)
     assert summary["mean_brier_adapted"] < summary["mean_brier_calibrated"]
     assert summary["mean_brier_true_rate_centred"] < summary["mean_brier_base_rate"]  # the ranking adds to the rate
+
+
+def test_with_the_runs_agents_a_held_out_runs_rate_is_moved_by_its_agents_other_runs():
+    """Runs of two agents (three runs each, failing at about 0.15 and 0.6) whose scores are offset at random per run
+    (they carry no run's rate; κ = ∞ the only strength offered): with each run's agent, a held-out run's rate is the
+    training rate moved towards its agent's other runs, which misses the true rates by less and lowers the mean Brier
+    against centring on the training rate alone; a run of an agent no other run had keeps the training rate."""
+    rng = np.random.default_rng(23)
+    rates = {"r0": 0.15, "r1": 0.12, "r2": 0.18, "r3": 0.6, "r4": 0.55, "r5": 0.65, "r6": 0.35}
+    agents = {"r0": "a", "r1": "a", "r2": "a", "r3": "b", "r4": "b", "r5": "b", "r6": None}
+    parts = []
+    for name, rate in rates.items():
+        y = rng.random(150) < rate
+        parts.append((name, rng.normal(np.where(y, 0.8, -0.8), 1.0) + rng.normal(0, 2.0), y))
+    runs = np.concatenate([[name] * len(s) for name, s, _ in parts])
+    log_odds = np.concatenate([s for _, s, _ in parts])
+    y = np.concatenate([yy for _, _, yy in parts])
+    plain, _ = leave_one_run_out_adaptation(log_odds, y, runs, n_boot=50, seed=0, strengths=(float("inf"),))
+    moved, rows = leave_one_run_out_adaptation(log_odds, y, runs, n_boot=50, seed=0, strengths=(float("inf"),),
+                                               agents=agents)
+    t = moved.set_index("run")
+    assert (t.loc[["r0", "r1", "r2"], "estimated_rate"] < t.loc[["r0", "r1", "r2"], "training_rate"]).all()
+    assert (t.loc[["r3", "r4", "r5"], "estimated_rate"] > t.loc[["r3", "r4", "r5"], "training_rate"]).all()
+    assert t.loc["r6", "agent_runs"] == 0 and t.loc["r6", "estimated_rate"] == pytest.approx(t.loc["r6", "training_rate"])
+    assert (t.loc[["r0", "r3"], "agent_runs"] == 2).all()
+    assert moved["rate_error"].mean() < plain["rate_error"].mean() - 0.1
+    means = rows.groupby("run")["adapted"].mean()
+    for name in t.index:  # centred on the moved rate; its Brier beside the one centred on the training rate alone
+        assert means[name] == pytest.approx(t.loc[name, "estimated_rate"], abs=1e-9)
+        assert t.loc[name, "brier_training_rate_centred"] == pytest.approx(
+            plain.set_index("run").loc[name, "brier_adapted"])
+        assert t.loc[name, "brier_change"] == pytest.approx(t.loc[name, "brier_adapted"] - t.loc[name,
+                                                            "brier_training_rate_centred"])
+        assert t.loc[name, "brier_change_lo"] <= t.loc[name, "brier_change"] <= t.loc[name, "brier_change_hi"]
+    summary = adaptation_summary(moved)
+    assert summary["mean_brier_adapted"] < summary["mean_brier_training_rate_centred"]
+    assert summary["runs_agent_informed"] == 6 and summary["runs_brier_better_beyond_noise"] >= 1

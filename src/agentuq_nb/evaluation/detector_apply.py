@@ -136,12 +136,15 @@ class Detector:
         return pd.DataFrame({"task_key": keys, "task_seen": pd.array(seen, dtype="boolean"),
                              "task_prior": [rate.get((d, k), np.nan) for d, k in zip(domains, keys)]})
 
-    def adapt_to_run(self, scored: pd.DataFrame, groups=None, n_boot: int = DEFAULT_N_BOOT, seed=0
-                     ) -> tuple[RateEstimate | None, np.ndarray]:
+    def adapt_to_run(self, scored: pd.DataFrame, groups=None, n_boot: int = DEFAULT_N_BOOT, seed=0,
+                     agent: str | None = None) -> tuple[RateEstimate | None, np.ndarray]:
         """``(the run's estimated failure rate, adapted probabilities)`` of :meth:`predict`'s rows (module docstring);
         ``(None, the probabilities as they are)`` when the maps carry no ``source_rate`` (a folder of an older
-        version) or give a constant. The interval of a rate that is the training rate (κ = ∞) is the spread of the
-        training runs' rates (the card's ``training_runs``; the run predicted left out when it is one of them)."""
+        version) or give a constant. A rate not estimated from the run's scores (κ = ∞) is the training rate moved
+        by the effect of the run's ``agent`` model (what its results name; None: unknown) in the training runs of
+        the same agent, with the interval of the share of its trajectories that fail
+        (:func:`~agentuq_nb.evaluation.run_rate.agent_rate`; the card's ``training_runs``, the run predicted left out
+        when it is one of them)."""
         p = scored["failure_probability"].to_numpy(dtype=float)
         source = scored["source_rate"].to_numpy(dtype=float)
         if not (np.isfinite(source) & np.isfinite(p)).any() or np.nanstd(p) == 0:
@@ -152,12 +155,13 @@ class Detector:
         raw = (mapping or {}).get("prior_strength", 0.0)
         strength = float("inf") if raw is None else float(raw)  # JSON has no infinity: null = not adapted
         held_out = None if main == FINAL else main[len(LORO_PREFIX):]
-        counts = [(float(r["n_failures"]), float(r["n_labelled"])) for r in self.card.get("training_runs", [])
+        counts = [(float(r["n_failures"]), float(r["n_labelled"]), training_agent(r))
+                  for r in self.card.get("training_runs", [])
                   if r.get("name") != held_out and isinstance(r.get("n_failures"), (int, float))
                   and isinstance(r.get("n_labelled"), (int, float)) and r["n_labelled"] > 0]
         run_rates = (np.array([c[0] for c in counts]), np.array([c[1] for c in counts])) if len(counts) > 1 else None
         return adapt(p, np.where(np.isfinite(source), source, np.nan), n_boot, seed, groups, strength=strength,
-                     run_rates=run_rates)
+                     run_rates=run_rates, agents=[c[2] for c in counts], agent=agent or None)
 
     def with_training_task_keys(self, features: TrajectoryFeatures) -> TrajectoryFeatures:
         """``features`` with each row's ``task_key`` resolved as :meth:`tasks_seen` resolves it (an ``id:`` key to the
@@ -209,6 +213,13 @@ class Detector:
             for column in reasons.columns:
                 out.loc[rows, column] = reasons[column].to_numpy()
         return out
+
+
+def training_agent(row: dict[str, Any]) -> str | None:
+    """The agent model a training run's row of the card names (``models.assistant``), None where it names none."""
+    models = row.get("models")
+    agent = models.get("assistant") if isinstance(models, dict) else None
+    return str(agent) if isinstance(agent, str) and agent else None
 
 
 def printed_probability(mapping: dict[str, Any] | None, logit_shift: float | None):

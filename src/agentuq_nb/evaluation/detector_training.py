@@ -500,7 +500,9 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], setti
                                                                   runs[runs != fold.held_out]),
                                                         loro.log_odds[runs != fold.held_out])}
                        for fold, model in zip(loro.folds, loro.models)]
-        label_shift, label_shift_rows = judge_label_shift(loro.log_odds, failure, runs, tasks, settings.n_boot, settings.seed)
+        agents = {src.name: src.models.get("assistant") for src in sources}  # what each results file names
+        label_shift, label_shift_rows = judge_label_shift(loro.log_odds, failure, runs, tasks, settings.n_boot, settings.seed,
+                                                          agents)
         final_map["prior_strength"] = label_shift["prior_strength"]
         chosen = {r["run"]: r["prior_strength"] for r in label_shift["runs"]}
         for entry in loro_models:
@@ -652,27 +654,33 @@ def with_source_rate(mapping: dict[str, Any], log_odds: np.ndarray) -> dict[str,
 
 
 def judge_label_shift(log_odds: np.ndarray, failure: np.ndarray, runs: np.ndarray, tasks: np.ndarray, n_boot: int,
-                      seed: int) -> tuple[dict[str, Any], pd.DataFrame]:
+                      seed: int, agents: dict[str, str | None] | None = None) -> tuple[dict[str, Any], pd.DataFrame]:
     """Label-shift adaptation judged by leave-one-run-out (:func:`~agentuq_nb.evaluation.label_shift.
-    leave_one_run_out_adaptation`): the card's summary and per-run rows, the rows' probabilities, and the pooled
-    reliability bins (with bootstrap bands) before and after adaptation."""
+    leave_one_run_out_adaptation`; ``agents``: each run's agent model, None where its results name none): the card's
+    summary and per-run rows, the rows' probabilities, and the pooled reliability bins (with bootstrap bands) before
+    and after adaptation."""
     from agentuq_nb.evaluation.label_shift import (
         adaptation_summary,
         choose_strength,
         held_out_calibration,
+        held_out_prior_rates,
         leave_one_run_out_adaptation,
         reliability_bands,
     )
 
-    per_run, rows = leave_one_run_out_adaptation(log_odds, failure, runs, n_boot, seed, tasks)
-    strength, choice = choose_strength(held_out_calibration(log_odds, failure, runs))
+    per_run, rows = leave_one_run_out_adaptation(log_odds, failure, runs, n_boot, seed, tasks, agents=agents)
+    calibrated = held_out_calibration(log_odds, failure, runs)
+    strength, choice = choose_strength(calibrated, prior_rates=held_out_prior_rates(calibrated, failure, runs, agents))
     bins = {name: reliability_bands(rows[name], rows["failure"], n_boot=n_boot, seed=seed).to_dict("records")
             for name in ("calibrated", "adapted")} if len(rows) else {}
     return ({"method": "MAP-EM (Saerens et al. 2002, with a prior of κ pseudo-trajectories at the training rate, κ "
                        "chosen on held-out training runs, nested) on Platt-calibrated leave-one-run-out log-odds, the "
                        "run's probabilities then centred on its rate by one log-odds shift; the interval: tasks "
-                       "resampled, or for κ = ∞ (the training rate) the spread of the other runs' rates "
-                       "(beta-binomial)",
+                       "resampled. For κ = ∞ (not estimated from the run's scores) the rate is the training rate "
+                       "moved by the agent model's effect in the training runs of the same agent (a two-level model "
+                       "of the runs' log-odds rates, agents and runs as random effects, partially pooled; an agent no "
+                       "training run had: the training rate), its interval that of the share of the run's "
+                       "trajectories that fail under that model (evaluation/run_rate.py)",
              "prior_strength": strength, "prior_strength_choice": choice.to_dict("records"),
              "summary": adaptation_summary(per_run), "runs": per_run.to_dict("records"), "reliability": bins}, rows)
 

@@ -26,10 +26,12 @@ runs only (nested).
 **Centred on the run's rate.** The detector's models are fitted within runs (an intercept per training run, dropped
 when predicting), so the level of a new run's log-odds is not calibrated to anything: its mean probability may sit
 far from any rate (0.20 on a run of which 82 % failed, 0.41 on one of 2 %). Every run's probabilities are therefore
-moved by one log-odds shift so that their mean is the run's rate - EM's where adapting helped, else the training rate
-(:func:`center_probabilities`; at EM's fixed point the same move as Bayes' rule above). Where the rate is the training
-rate, its interval is the spread of the training runs' own rates (a beta-binomial fitted to them,
-:func:`run_rate_interval`): the run's scores did not narrow it, and that is what a new run's rate may be.
+moved by one log-odds shift so that their mean is the run's rate - EM's where adapting helped, else the rate not
+estimated from the run's scores (:func:`center_probabilities`; at EM's fixed point the same move as Bayes' rule
+above). That rate is the training rate moved by what the training runs of the run's agent model failed, partially
+pooled (:func:`~.run_rate.agent_rate`; the training rate itself for an agent no training run had), its interval that
+of the share of the run's trajectories that fail under the spread of the runs' rates: the run's scores did not narrow
+it.
 
 * :func:`adapt` - a run's estimated rate with its interval (bootstrap: trajectories, or tasks when given, resampled,
   every resample's EM run at once, vectorized; or the runs' spread) and the centred probabilities;
@@ -45,6 +47,7 @@ rate, its interval is the spread of the training runs' own rates (a beta-binomia
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 import pandas as pd
@@ -52,6 +55,7 @@ import pandas as pd
 from agentuq_nb.evaluation.calibration import calibration_report, reliability_table
 from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.evaluation.detector_model import platt_probability, within_run_platt
+from agentuq_nb.evaluation.run_rate import agent_rate
 
 #: probabilities are kept this far from 0 and 1 (a probability of exactly 0 or 1 cannot move on the log-odds scale)
 EPS = 1e-6
@@ -111,43 +115,6 @@ def shift_by(prob, shift: float) -> np.ndarray:
     return np.where(np.isfinite(p), out, np.nan)
 
 
-def run_rate_spread(failures, n) -> tuple[float, float]:
-    """``(α, β)``: the Beta law of a run's failure rate fitted to the training runs' ``failures`` of ``n``
-    (beta-binomial maximum likelihood, scipy's ``betabinom``; the runs weighted as runs, not by their size) - how a
-    new run's rate varies from run to run when its scores do not tell it. Fewer than two runs, or runs that do not
-    vary more than their sampling does: (NaN, NaN). Maximized here with ``scipy.optimize`` (no maintained package
-    fits a beta-binomial by maximum likelihood in two lines; statsmodels' ``BetaBinomial`` is a GLM family)."""
-    from scipy.optimize import minimize
-    from scipy.stats import betabinom
-
-    k = np.asarray(failures, dtype=float)
-    m = np.asarray(n, dtype=float)
-    if len(k) < 2 or (m < 1).any():
-        return float("nan"), float("nan")
-    mean = float(np.clip(np.mean(k / m), 0.01, 0.99))
-
-    def loss(theta: np.ndarray) -> float:
-        a, b = np.exp(theta)
-        return -float(betabinom.logpmf(k, m, a, b).sum())
-
-    start = np.log([mean * 2.0, (1 - mean) * 2.0])
-    fit = minimize(loss, start, method="Nelder-Mead", options={"xatol": 1e-6, "fatol": 1e-9, "maxiter": 4000})
-    a, b = (float(v) for v in np.exp(fit.x))
-    if not fit.success or a + b > 1e4:  # no spread beyond sampling: no law of the runs' rates to draw from
-        return float("nan"), float("nan")
-    return a, b
-
-
-def run_rate_interval(failures, n, ci: float = 0.95) -> tuple[float, float]:
-    """The central ``ci`` interval of a new run's failure rate under :func:`run_rate_spread` (NaN when it has none)."""
-    from scipy.stats import beta
-
-    a, b = run_rate_spread(failures, n)
-    if not np.isfinite(a):
-        return float("nan"), float("nan")
-    return float(beta.ppf((1 - ci) / 2, a, b)), float(beta.ppf((1 + ci) / 2, a, b))
-
-
 def rate_log_likelihood(rate: float, prob, source_rate) -> float:
     """The log-likelihood (up to a constant) of a run's calibrated probabilities when its failure rate is ``rate``:
     Σ log(rate·p/π_s + (1 - rate)(1 - p)/(1 - π_s)) - what EM maximizes."""
@@ -183,9 +150,11 @@ class RateEstimate:
     """A run's failure rate estimated from its unlabelled probabilities: ``rate`` with its interval (``lo``, ``hi``;
     NaN without one), ``source_rate`` (the mean rate the probabilities were calibrated at), ``n`` rows,
     ``iterations`` and ``converged`` of EM, ``method``, ``resampled`` (what the interval resampled: ``trajectories``
-    or ``tasks`` of the run; ``runs``: not estimated from the run, the interval is the spread of the training runs'
-    rates, :func:`run_rate_interval`; ``none``: no interval), ``shift`` (the log-odds move that centres the run's
-    probabilities on ``rate``, :func:`center_probabilities`)."""
+    or ``tasks`` of the run; ``runs``: not estimated from the run's scores, the interval is the run's share of
+    failures under the spread of the training runs' rates, :func:`~.run_rate.agent_rate`; ``none``: no interval),
+    ``shift`` (the log-odds move that centres the run's probabilities on ``rate``, :func:`center_probabilities`),
+    ``agent`` (the run's agent model, where known) and ``agent_runs`` (training runs of that agent that moved a rate
+    not estimated from the run's scores, :func:`~.run_rate.agent_rate`)."""
 
     rate: float
     lo: float
@@ -197,11 +166,13 @@ class RateEstimate:
     method: str = "em"
     resampled: str = "trajectories"
     shift: float = 0.0
+    agent: Optional[str] = None
+    agent_runs: int = 0
 
     def as_dict(self) -> dict:
         return {"rate": self.rate, "lo": self.lo, "hi": self.hi, "source_rate": self.source_rate, "n": self.n,
                 "iterations": self.iterations, "converged": self.converged, "method": self.method,
-                "resampled": self.resampled, "shift": self.shift}
+                "resampled": self.resampled, "shift": self.shift, "agent": self.agent, "agent_runs": self.agent_runs}
 
 
 def _clean(prob, source_rate) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -256,13 +227,16 @@ def resample_weights(n: int, n_boot: int, seed=0, groups=None) -> tuple[np.ndarr
 
 
 def adapt(prob, source_rate, n_boot: int = DEFAULT_N_BOOT, seed=0, groups=None, ci: float = 0.95, strength: float = 0.0,
-          run_rates=None) -> tuple[RateEstimate, np.ndarray]:
+          run_rates=None, agents=None, agent: Optional[str] = None) -> tuple[RateEstimate, np.ndarray]:
     """``(estimate, adapted probabilities)`` of a run: its EM failure rate (``strength``: as for
     :func:`em_failure_rate`) with a percentile bootstrap interval (rows resampled, or ``groups`` - its tasks - when
     they repeat) and every probability moved by one log-odds shift so that their mean is that rate
     (:func:`center_probabilities`; NaN stays NaN). With ``strength`` infinite the rate is the training rate, not
-    estimated from the run: its interval is then the spread of the training runs' own rates, ``run_rates`` =
-    ``(failures, n)`` per training run (:func:`run_rate_interval`; none without them)."""
+    estimated from the run's scores: with the training runs' counts ``run_rates`` = ``(failures, n)`` per training run
+    and their ``agents`` (agent model per training run, None where unknown), it is the training rate moved by the
+    effect of the run's ``agent`` estimated from the training runs of the same agent, partially pooled, with the
+    interval of the share of the run's trajectories that fail (:func:`~.run_rate.agent_rate`; an agent no training
+    run had: the training rate, with the spread of the runs' rates); without them, the training rate, no interval."""
     point = em_failure_rate(prob, source_rate, strength)
     adapted = np.full(np.shape(prob), np.nan)
     if point.n == 0:
@@ -275,15 +249,20 @@ def adapt(prob, source_rate, n_boot: int = DEFAULT_N_BOOT, seed=0, groups=None, 
         w, resampled = resample_weights(len(p), n_boot, seed, kept)
         rates, _, _ = _em(p, s, w, TOL * 10, MAX_ITER, strength)
         lo, hi = (float(q) for q in np.quantile(rates, [(1 - ci) / 2, (1 + ci) / 2]))
-    elif not np.isfinite(strength):
+    rate, agent_runs, method = point.rate, 0, method_name(strength)
+    if not np.isfinite(strength):
         resampled = "none"
         if run_rates is not None:
-            lo, hi = run_rate_interval(*run_rates, ci=ci)
+            failures, n = run_rates
+            prior = agent_rate(failures, n, [None] * len(n) if agents is None else agents, agent,
+                               training_rate=point.rate, n_new=point.n, ci=ci, seed=seed)
+            rate, lo, hi, agent_runs = prior.rate, prior.lo, prior.hi, prior.agent_runs
             resampled = "runs" if np.isfinite(lo) else "none"
-    centred, shift = center_probabilities(np.asarray(prob, dtype=float)[ok], point.rate)  # unclipped: order kept
+            method = method_name(strength, agent, agent_runs)
+    centred, shift = center_probabilities(np.asarray(prob, dtype=float)[ok], rate)  # unclipped: order kept
     adapted[ok] = centred
-    estimate = RateEstimate(point.rate, lo, hi, point.source_rate, point.n, point.iterations, point.converged,
-                            method=method_name(strength), resampled=resampled, shift=shift)
+    estimate = RateEstimate(rate, lo, hi, point.source_rate, point.n, point.iterations, point.converged,
+                            method=method, resampled=resampled, shift=shift, agent=agent, agent_runs=agent_runs)
     return estimate, adapted
 
 
@@ -308,11 +287,17 @@ def reliability_bands(prob, failure, n_bins: int = 10, n_boot: int = DEFAULT_N_B
     return table
 
 
-def method_name(strength: float) -> str:
-    """How a rate was estimated with prior strength ``strength``."""
+def method_name(strength: float, agent: Optional[str] = None, agent_runs: int = 0) -> str:
+    """How a rate was estimated with prior strength ``strength`` (infinite: not from the run's scores; then
+    ``agent_runs`` training runs of the run's ``agent`` moved the training rate, :func:`~.run_rate.agent_rate`)."""
+    if not np.isfinite(strength) and agent_runs:
+        return (f"the training rate moved by agent {agent}'s effect, estimated from the {agent_runs} training run"
+                f"{'s' if agent_runs > 1 else ''} of that agent and partially pooled with the other runs (EM on the "
+                "run's scores did not estimate held-out training runs' rates better); the run's probabilities "
+                "centred on it")
     if not np.isfinite(strength):
-        return ("the training rate (EM on the run's scores did not estimate held-out training runs' rates better); the "
-                "run's probabilities centred on it")
+        return ("the training rate (EM on the run's scores did not estimate held-out training runs' rates better; no "
+                "training run of the run's agent model moved it); the run's probabilities centred on it")
     return "em" if strength == 0 else f"em, {strength:g} pseudo-trajectories at the training rate"
 
 
@@ -337,14 +322,18 @@ def held_out_calibration(log_odds, failure, runs, leave_out=()) -> dict:
     return out
 
 
-def choose_strength(calibrated: dict, strengths=STRENGTHS) -> tuple[float, pd.DataFrame]:
+def choose_strength(calibrated: dict, strengths=STRENGTHS, prior_rates: Optional[dict] = None
+                    ) -> tuple[float, pd.DataFrame]:
     """``(κ, table)``: the prior strength among ``strengths`` whose adapted probabilities have the lowest mean per-run
     Brier score over the held-out runs of ``calibrated`` (:func:`held_out_calibration`); ties go to the stronger
-    prior (less adaptation), and with fewer than two runs there is nothing to choose on: no adaptation (κ = ∞)."""
+    prior (less adaptation), and with fewer than two runs there is nothing to choose on: no adaptation (κ = ∞).
+    ``prior_rates``: per run, the rate κ = ∞ centres it on (:func:`held_out_prior_rates`; else its training rate)."""
     rows = []
+    prior_rates = prior_rates or {}
     for k in strengths:
-        briers = [float(np.mean((center_probabilities(p, em_failure_rate(p, src, k).rate)[0] - y) ** 2))
-                  for p, src, y, _ in calibrated.values()]
+        briers = [float(np.mean((center_probabilities(p, prior_rates.get(r, src) if not np.isfinite(k) else
+                                                      em_failure_rate(p, src, k).rate)[0] - y) ** 2))
+                  for r, (p, src, y, _) in calibrated.items()]
         rows.append({"strength": k, "mean_brier": float(np.mean(briers)) if briers else float("nan")})
     table = pd.DataFrame(rows)
     if len(calibrated) < 2:
@@ -375,38 +364,75 @@ def _run_row(name: str, y: np.ndarray, calibrated: np.ndarray, adapted: np.ndarr
 
 
 def run_failure_counts(failure, runs, leave_out=()) -> tuple[np.ndarray, np.ndarray]:
-    """``(failures, n)`` of each run of ``runs`` except ``leave_out`` (what :func:`run_rate_interval` reads)."""
-    frame = pd.DataFrame({"run": np.asarray(runs, dtype=object), "y": np.asarray(failure, dtype=bool)})
-    frame = frame[~frame["run"].isin(list(leave_out))]
-    counts = frame.groupby("run", sort=False)["y"].agg(["sum", "size"])
+    """``(failures, n)`` of each run of ``runs`` except ``leave_out`` (what :func:`~.run_rate.agent_rate` reads)."""
+    counts = run_count_table(failure, runs, leave_out)
     return counts["sum"].to_numpy(dtype=float), counts["size"].to_numpy(dtype=float)
 
 
+def run_count_table(failure, runs, leave_out=()) -> pd.DataFrame:
+    """Per run of ``runs`` except ``leave_out`` (the index, in order of appearance): ``sum`` failures of ``size``."""
+    frame = pd.DataFrame({"run": np.asarray(runs, dtype=object), "y": np.asarray(failure, dtype=bool)})
+    frame = frame[~frame["run"].isin(list(leave_out))]
+    return frame.groupby("run", sort=False)["y"].agg(["sum", "size"])
+
+
+def held_out_prior_rates(calibrated: dict, failure, runs, agents: Optional[dict], leave_out=()) -> dict:
+    """Per run of ``calibrated`` (:func:`held_out_calibration`): the rate not estimated from its scores that κ = ∞
+    centres it on - its training rate moved by its agent's effect in the *other* runs except ``leave_out``
+    (:func:`~.run_rate.agent_rate`); empty without ``agents`` (run -> agent model, None where unknown)."""
+    if agents is None:
+        return {}
+    out = {}
+    for r, (_, source, _, _) in calibrated.items():
+        counts = run_count_table(failure, runs, (*leave_out, r))
+        out[r] = agent_rate(counts["sum"].to_numpy(dtype=float), counts["size"].to_numpy(dtype=float),
+                            [agents.get(q) for q in counts.index], agents.get(r), training_rate=source).rate
+    return out
+
+
 def leave_one_run_out_adaptation(log_odds, failure, runs, n_boot: int = DEFAULT_N_BOOT, seed=0, groups=None,
-                                 strengths=STRENGTHS) -> tuple[pd.DataFrame, pd.DataFrame]:
+                                 strengths=STRENGTHS, agents: Optional[dict] = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(per run, rows)``: each run's held-out ``log_odds`` (from a model that never saw it) calibrated by a Platt map
     fitted on the *other* runs' rows, its failure rate estimated by EM with the prior strength chosen on the other
     runs alone (:func:`choose_strength` over them, each calibrated without the held-out run: nested), with a bootstrap
-    interval (``groups``, the tasks, resampled; κ = ∞: the spread of the other runs' rates), and by soft BBSE; its
-    probabilities centred on that rate (:func:`center_probabilities`).
+    interval (``groups``, the tasks, resampled; κ = ∞: the run's share of failures under the other runs'), and by soft BBSE; its
+    probabilities centred on that rate (:func:`center_probabilities`). With ``agents`` (run -> agent model, None
+    where its results name none), the rate κ = ∞ gives is the training rate moved by the agent's effect in the other
+    runs (:func:`~.run_rate.agent_rate`), in the nested choice too (:func:`held_out_prior_rates`).
     ``per run``: the columns of the module docstring (``brier_base_rate`` = ȳ(1 - ȳ), ``rate_error`` = |estimated -
     true|, ``em_rate`` the plain EM's, ``prior_strength`` the κ chosen, ECE before and after,
-    ``brier_true_rate_centred`` the Brier had the run's true rate been known); ``rows``: ``run``, ``failure``,
+    ``brier_true_rate_centred`` the Brier had the run's true rate been known; ``brier_training_rate_centred`` centred
+    on the training rate alone, ``brier_change`` the adapted Brier minus it with its 95 % bootstrap interval,
+    ``brier_change_lo`` / ``_hi``, the run's trajectories resampled: whether a run's change is beyond its noise;
+    ``agent``, ``agent_runs``); ``rows``: ``run``, ``failure``,
     ``calibrated``, ``adapted`` per scored row (for the pooled reliability diagram)."""
     y = np.asarray(failure, dtype=bool)
     g = None if groups is None else np.asarray(list(groups), dtype=object)
     outer = held_out_calibration(log_odds, failure, runs)
     out, rows = [], []
     for k, (r, (calibrated, source, yr, mine)) in enumerate(outer.items()):
-        strength, _ = choose_strength(held_out_calibration(log_odds, failure, runs, leave_out=(r,)), strengths)
+        inner = held_out_calibration(log_odds, failure, runs, leave_out=(r,))
+        strength, _ = choose_strength(inner, strengths, held_out_prior_rates(inner, y, runs, agents, leave_out=(r,))
+                                      if not np.isfinite(max(strengths)) else None)
+        counts = run_count_table(y, runs, leave_out=(r,))
         estimate, adapted = adapt(calibrated, source, n_boot, seed + k, None if g is None else g[mine],
-                                  strength=strength, run_rates=run_failure_counts(y, runs, leave_out=(r,)))
+                                  strength=strength, run_rates=(counts["sum"].to_numpy(dtype=float),
+                                                                counts["size"].to_numpy(dtype=float)),
+                                  agents=None if agents is None else [agents.get(q) for q in counts.index],
+                                  agent=None if agents is None else agents.get(r))
         train = ~mine & np.isfinite(np.asarray(log_odds, dtype=float))
         scores = np.asarray(log_odds, dtype=float)
         source_probs = platt_probability(within_run_platt(scores[train], y[train], np.asarray(runs, dtype=object)[
             train]), scores[train])
-        out.append(_run_row(str(r), yr, calibrated, adapted, estimate, bbse_failure_rate(calibrated, source_probs,
-                                                                                         y[train]), strength))
+        row = _run_row(str(r), yr, calibrated, adapted, estimate, bbse_failure_rate(calibrated, source_probs,
+                                                                                    y[train]), strength)
+        at_source = center_probabilities(calibrated, source)[0]  # centred on the training rate alone: the agent's gain
+        change = (adapted - yr) ** 2 - (at_source - yr) ** 2  # per trajectory; its mean is the change of the Brier
+        w, _ = resample_weights(len(yr), n_boot, seed + k) if n_boot else (np.zeros((0, len(yr))), "")
+        lo, hi = (np.quantile((w @ change) / len(yr), [0.025, 0.975]) if len(w) else (np.nan, np.nan))
+        out.append({**row, "agent": estimate.agent, "agent_runs": estimate.agent_runs,
+                    "brier_training_rate_centred": float(np.mean((at_source - yr) ** 2)),
+                    "brier_change": float(change.mean()), "brier_change_lo": float(lo), "brier_change_hi": float(hi)})
         rows.append(pd.DataFrame({"run": str(r), "failure": yr, "calibrated": calibrated, "adapted": adapted}))
     return pd.DataFrame(out), (pd.concat(rows, ignore_index=True) if rows else
                                pd.DataFrame(columns=["run", "failure", "calibrated", "adapted"]))
@@ -429,6 +455,10 @@ def adaptation_summary(per_run: pd.DataFrame) -> dict:
             "rate_mae_bbse": float((t["bbse_rate"] - t["true_rate"]).abs().mean()),
             "rate_mae_training_rate": float((t["training_rate"] - t["true_rate"]).abs().mean()),
             "mean_brier_adapted": float(t["brier_adapted"].mean()),
+            **({"mean_brier_training_rate_centred": float(t["brier_training_rate_centred"].mean()),
+                "runs_agent_informed": int((t["agent_runs"] > 0).sum()),
+                "runs_brier_worse_beyond_noise": int((t["brier_change_lo"] > 0).sum()),
+                "runs_brier_better_beyond_noise": int((t["brier_change_hi"] < 0).sum())} if "agent_runs" in t else {}),
             "mean_brier_calibrated": float(t["brier_calibrated"].mean()),
             "mean_brier_base_rate": float(t["brier_base_rate"].mean()),
             "mean_ece_adapted": float(t["ece_adapted"].mean()), "mean_ece_calibrated": float(t["ece_calibrated"].mean()),

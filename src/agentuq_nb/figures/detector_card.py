@@ -104,14 +104,15 @@ def label_shift_lines(card: dict[str, Any]) -> list[str]:
     shift = (card.get("calibration") or {}).get("label_shift")
     if not shift or not shift.get("runs"):
         return ["No label-shift judgement: it needs two or more training runs."]
-    lines = ["| held-out run | n | true failure rate | estimated rate [95% interval] | κ | plain EM's rate | "
-             "Brier (adapted) | Brier of the training rate | Brier of the true base rate ȳ(1−ȳ) | Brier, true rate "
-             "known | ECE (adapted) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| held-out run | n | true failure rate | estimated rate [95% interval] | κ | training runs of its agent | "
+             "plain EM's rate | Brier (adapted) | Brier, centred on the training rate | Brier of the training rate | "
+             "Brier of the true base rate ȳ(1−ȳ) | Brier, true rate known | ECE (adapted) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in shift["runs"]:
         lines.append(f"| {r['run']} | {r['n']} | {num(r['true_rate'])} | {num(r['estimated_rate'])}"
                      f"{span(r.get('estimated_rate_lo'), r.get('estimated_rate_hi'))} | {strength(r.get('prior_strength'))} "
-                     f"| {num(r.get('em_rate'))} | {num(r['brier_adapted'])} | {num(r.get('brier_training_rate'))} | "
+                     f"| {r.get('agent_runs', '—')} | {num(r.get('em_rate'))} | {num(r['brier_adapted'])} | "
+                     f"{num(r.get('brier_training_rate_centred'))} | {num(r.get('brier_training_rate'))} | "
                      f"{num(r['brier_base_rate'])} | {num(r.get('brier_true_rate_centred'))} | {num(r['ece_adapted'])} |")
     s = shift["summary"]
     lines += ["", f"Adapted Brier ≤ the true base rate's on {s['runs_brier_adapted_le_base_rate']} of {s['n_runs']} runs "
@@ -122,7 +123,14 @@ def label_shift_lines(card: dict[str, Any]) -> list[str]:
                   f"detector's probabilities would score {num(s.get('mean_brier_true_rate_centred'))}); failure-rate "
                   f"MAE {num(s['rate_mae'])} (the unadapted mean probability's: {num(s['rate_mae_unadapted'])}; soft "
                   f"BBSE's: {num(s['rate_mae_bbse'])}); the interval holds the true rate on "
-                  f"{s['interval_covers_true_rate']} of {s['n_runs']} runs. Method: {shift.get('method', 'EM')}. κ: "
+                  f"{s['interval_covers_true_rate']} of {s['n_runs']} runs. "
+                  + (f"The rate of {s['runs_agent_informed']} of {s['n_runs']} runs was moved by training runs of their "
+                     f"agent model: mean Brier {num(s['mean_brier_adapted'])} against "
+                     f"{num(s.get('mean_brier_training_rate_centred'))} centred on the training rate alone, worse "
+                     f"beyond a run's own noise (bootstrap, 95 %) on {s.get('runs_brier_worse_beyond_noise', '—')}, "
+                     f"better on {s.get('runs_brier_better_beyond_noise', '—')}. " if "runs_agent_informed" in s
+                     else "")
+                  + f"Method: {shift.get('method', 'EM')}. κ: "
                   f"pseudo-trajectories at the training rate (∞: the training rate, not estimated from the run); "
                   f"`predict` uses κ = {strength(shift.get('prior_strength'))}, chosen on all training runs."]
     return lines
@@ -180,10 +188,12 @@ def _probability_sentence(card: dict[str, Any]) -> str:
               else "read them as a ranking only, and the run's failure rate with its interval")
     if strength(shift.get("prior_strength")) == "∞":
         return (f"Its scores do not tell a run's own failure rate (on held-out training runs, an estimated rate did not "
-                f"beat the training rate, so predict centres each run's probabilities on it, with the spread of the "
-                f"training runs' rates as the interval); they were at least as good as the run's true base rate "
-                f"(Brier) on {k} of {n} held-out runs and the training rate missed the runs' rates by "
-                f"{num(s['rate_mae'])} on average: {advice}.")
+                f"beat the training rate, so predict centres each run's probabilities on the training rate, moved by "
+                f"what the training runs of the run's agent model failed where there are any, with the interval of "
+                f"the run's share of failures under the spread of the runs' rates); they were at least as good as the "
+                f"run's true base rate (Brier) on {k} of {n} held-out runs and that rate missed the runs' rates by "
+                f"{num(s['rate_mae'])} on average (the training rate alone: {num(s.get('rate_mae_training_rate'))}): "
+                f"{advice}.")
     return (f"Its probabilities, moved to each held-out run's estimated failure rate, were at least as good as the "
             f"run's true base rate (Brier) on {k} of {n} runs, and the run's failure rate was estimated with a mean "
             f"absolute error of {num(s['rate_mae'])}: {advice}.")

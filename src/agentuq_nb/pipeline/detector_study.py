@@ -347,12 +347,17 @@ def findings_record(study: DetectorStudy) -> dict:
             "mean_brier_base_rate": _three(s["mean_brier_base_rate"]), "mean_ece": _three(s["mean_ece_adapted"]),
             "mean_brier_training_rate": _three(s.get("mean_brier_training_rate")),
             "mean_brier_true_rate_centred": _three(s.get("mean_brier_true_rate_centred")),
+            "mean_brier_training_rate_centred": _three(s.get("mean_brier_training_rate_centred")),
+            "rate_mae_training_rate": _three(s.get("rate_mae_training_rate")),
+            "runs_rate_moved_by_agent": s.get("runs_agent_informed"),
             "interval_covers_true_rate": f"{s['interval_covers_true_rate']} of {s['n_runs']}",
             "prior_strength": shift.get("prior_strength"),
             "runs": [{"run": r["run"], "true_rate": _three(r["true_rate"]), "estimated_rate": _three(r["estimated_rate"]),
                       "estimated_rate_interval": [_three(r.get("estimated_rate_lo")), _three(r.get("estimated_rate_hi"))],
                       "brier": _three(r["brier_adapted"]), "brier_base_rate": _three(r["brier_base_rate"]),
                       "brier_training_rate": _three(r.get("brier_training_rate")),
+                      "agent_runs": r.get("agent_runs"),
+                      "brier_training_rate_centred": _three(r.get("brier_training_rate_centred")),
                       "ece": _three(r["ece_adapted"])} for r in shift["runs"]]}
     ablation = study.ablation[study.ablation["auroc"].notna()] if "auroc" in study.ablation else study.ablation
     record["ablation"] = {f"{r.feature_set} | {r.protocol}": _three(r.auroc) for r in ablation.itertuples()}

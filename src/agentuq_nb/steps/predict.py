@@ -9,8 +9,9 @@ features it was trained with, and one commit publishes:
 
 * ``predictions.csv`` - one row per trajectory: the keys, ``simulation_id``, ``failure_probability`` (calibrated on runs
   other than this one, then moved by one log-odds shift so that their mean is this run's estimated failure rate:
-  label-shift EM, or the training runs' rate where EM did not estimate held-out runs' rates better,
-  :mod:`agentuq_nb.evaluation.label_shift`), ``failure_probability_training_rate`` (before that move: the Platt map's
+  label-shift EM, or where EM did not estimate held-out runs' rates better the training runs' rate moved by what the
+  training runs of the run's agent model failed, :mod:`agentuq_nb.evaluation.label_shift`,
+  :mod:`agentuq_nb.evaluation.run_rate`), ``failure_probability_training_rate`` (before that move: the Platt map's
   output), ``base_probability``, ``log_odds``, ``source_rate`` (that training rate), ``model`` (``final``, or
   ``leave-one-run-out:<run>`` for a trajectory the detector was trained on), ``in_training``, ``task_key`` (the task's
   identity: ``content:<hash of its instructions>``, or ``id:<task id>`` where the results hold no task content),
@@ -23,8 +24,9 @@ features it was trained with, and one commit publishes:
   ``compare-estimators`` and ``compare-runs`` rank it beside the other families;
 * ``detector.json`` - which detector (its folder, card hash, training runs, protocols), how the probabilities were
   calibrated and the contributions made, ``failure_rate`` (the run's estimated rate with its interval: bootstrap, tasks
-  resampled, or - for the training rate - the spread of the training runs' rates; on a labelled run its
-  ``true_rate`` beside it), ``tasks_seen`` (the share of trajectories whose task was
+  resampled, or - where not estimated from the run's scores - the share of its trajectories that fail under a model
+  of the training runs' rates by agent model; ``agent``, ``agent_training_runs``: its agent model and how many
+  training runs of it moved the rate; on a labelled run its ``true_rate`` beside it), ``tasks_seen`` (the share of trajectories whose task was
   in training), and, on a labelled run, the detector's row of the estimator table, the calibration of its
   probabilities on this run (adapted and at the training rate, with the base rate's Brier ȳ(1 - ȳ)), and
   ``against_task_history``: the detector's AUROC beside length's and the task prior's, with the paired difference.
@@ -144,7 +146,8 @@ def run(run_dir: str | os.PathLike | RunDir, config: PredictConfig) -> Predictio
         seen = detector.tasks_seen(index["domain"], index["task_id"], index["task_key"])
         tasks = (index["domain"].astype(str) + "\x1f" + seen["task_key"].astype(str)).to_numpy(dtype=object)
         at_training_rate = detector.predict(features, explained=False)
-        estimate, _ = detector.adapt_to_run(at_training_rate, tasks, config.n_boot, config.seed)
+        estimate, _ = detector.adapt_to_run(at_training_rate, tasks, config.n_boot, config.seed,
+                                            agent=source.models.get("assistant"))
         # scored at the run's estimated rate, the reasons taken along that map: their points sum to the adapted
         # probability written (a folder without training rates, or not adapted: the calibrated one)
         scored = detector.predict(features, config.top, None if estimate is None else estimate.shift)
@@ -270,12 +273,14 @@ def rate_report(estimate, scored: pd.DataFrame, tasks=None, n_boot: int = 0, see
                                                    "probabilities are constant"}
     estimated_from_run = estimate.resampled in ("trajectories", "tasks")
     interval = {"trajectories": "bootstrap, trajectories resampled", "tasks": "bootstrap, tasks resampled",
-                "runs": "the spread of the training runs' own failure rates (beta-binomial): the run's scores did "
-                        "not narrow it", "none": "none"}.get(estimate.resampled, estimate.resampled)
+                "runs": "the share of the run's trajectories that fail under a model of the training runs' rates "
+                        "(agent model and run as random effects): the run's scores did not narrow it",
+                "none": "none"}.get(estimate.resampled, estimate.resampled)
     return {**base, "estimated": estimate.rate, "lo": estimate.lo, "hi": estimate.hi,
             "method": f"label-shift {estimate.method} (Saerens et al. 2002)" if estimated_from_run
             else estimate.method, "interval": interval, "resampled": estimate.resampled,
-            "converged": estimate.converged, "logit_shift": estimate.shift}
+            "converged": estimate.converged, "logit_shift": estimate.shift, "agent": estimate.agent,
+            "agent_training_runs": estimate.agent_runs}
 
 
 def task_history_comparison(predictions: pd.DataFrame, index: pd.DataFrame, failure: np.ndarray, n_boot: int,
@@ -373,11 +378,16 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
                      f"{interval_text(rate.get('lo'), rate.get('hi'))} ({rate.get('method')}, {rate.get('resampled')} "
                      f"resampled; the training runs': {num_text(rate.get('training_rate'))}){own}")
     elif rate.get("estimated") is not None:
-        spread = (f" {interval_text(rate.get('lo'), rate.get('hi'))}, the interval the training runs' own rates "
-                  "spread over" if rate.get("resampled") == "runs" else "")
-        lines.append(f"estimated failure rate of this run: {rate['estimated']:.3f}{spread} - the training runs' rate: "
-                     f"on held-out training runs, a rate estimated from a run's scores did not beat it, so the "
-                     f"probabilities are centred on it{own}")
+        spread = (f" {interval_text(rate.get('lo'), rate.get('hi'))}" if rate.get("resampled") == "runs" else "")
+        k = rate.get("agent_training_runs") or 0
+        source = (f"the training runs' rate ({num_text(rate.get('training_rate'))}) moved by what the {k} training "
+                  f"run{'s' if k > 1 else ''} of its agent {rate.get('agent')} failed, partially pooled with the "
+                  "others" if k else "the training runs' rate" + (
+                      f" (no training run of its agent {rate.get('agent')})" if rate.get("agent") else
+                      " (its results name no agent model)"))
+        lines.append(f"estimated failure rate of this run: {rate['estimated']:.3f}{spread} - {source}: on held-out "
+                     f"training runs, a rate estimated from a run's scores did not beat it, so the probabilities are "
+                     f"centred on it{own}")
     else:
         lines.append(f"failure rate of this run: not estimated ({rate.get('note', '')}){own}")
     if rate.get("mean_probability") is not None:

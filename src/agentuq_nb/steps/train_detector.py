@@ -201,8 +201,11 @@ def show(trained: TrainedDetector, run_dir: None, config: TrainDetectorConfig, s
         kappa = card["calibration"]["label_shift"].get("prior_strength")
         say.say(f"each run held out: Brier ≤ its base rate's on {shift['runs_brier_adapted_le_base_rate']} of "
                 f"{shift['n_runs']} runs, its failure rate estimated with MAE {shift['rate_mae']:.3f} ("
-                + ("the training rate: the scores did not tell a run's rate better; each run's probabilities centred "
-                   "on it" if kappa is None else f"label-shift EM, {kappa:g} pseudo-trajectories at the training rate")
+                + ("the training rate, moved by the training runs of the run's agent model where there are any"
+                   f" ({shift.get('runs_agent_informed', 0)} of {shift['n_runs']} runs; alone: MAE "
+                   f"{shift.get('rate_mae_training_rate', float('nan')):.3f}): the scores did not tell a run's rate "
+                   "better; each run's probabilities centred on it" if kappa is None
+                   else f"label-shift EM, {kappa:g} pseudo-trajectories at the training rate")
                 + f"; mean Brier {shift['mean_brier_adapted']:.3f} against the constant training rate's "
                 f"{shift.get('mean_brier_training_rate', float('nan')):.3f} and the true base rate's "
                 f"{shift['mean_brier_base_rate']:.3f}); {trained.path / 'card.md'}")
