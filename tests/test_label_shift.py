@@ -313,3 +313,19 @@ def test_with_the_runs_agents_a_held_out_runs_rate_is_moved_by_its_agents_other_
     summary = adaptation_summary(moved)
     assert summary["mean_brier_adapted"] < summary["mean_brier_training_rate_centred"]
     assert summary["runs_agent_informed"] == 6 and summary["runs_brier_better_beyond_noise"] >= 1
+
+
+def test_a_strong_prior_strength_does_not_shrink_the_interval_below_the_runs_spread():
+    """MAP-EM with κ = 1000 pseudo-trajectories sits at the training rate, and a bootstrap over the run's own rows alone
+    gives it an interval of nearly nothing (on the shared runs: [0.241, 0.244] around qwen's true 0.82). With the
+    training runs' counts the interval also spans how far a run's rate sits from theirs."""
+    rng = np.random.default_rng(5)
+    p = 0.22 + 0.004 * rng.random(50)
+    alone, _ = adapt(p, 0.2167, n_boot=100, strength=1000)
+    assert alone.resampled == "trajectories" and alone.hi - alone.lo < 0.01
+    runs = ([1, 10, 25, 41], [50, 50, 50, 50])  # rates 0.02-0.82, as the shared runs'
+    widened, _ = adapt(p, 0.2167, n_boot=100, strength=1000, run_rates=runs)
+    assert widened.rate == alone.rate and widened.resampled == "trajectories and runs"
+    assert widened.lo <= alone.lo and widened.hi >= alone.hi and widened.hi - widened.lo > 0.3
+    plain, _ = adapt(p, 0.2167, n_boot=100, strength=0.0, run_rates=runs)  # plain EM has no prior to widen
+    assert plain.resampled == "trajectories"

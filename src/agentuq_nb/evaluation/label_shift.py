@@ -151,7 +151,8 @@ class RateEstimate:
     NaN without one), ``source_rate`` (the mean rate the probabilities were calibrated at), ``n`` rows,
     ``iterations`` and ``converged`` of EM, ``method``, ``resampled`` (what the interval resampled: ``trajectories``
     or ``tasks`` of the run; ``runs``: not estimated from the run's scores, the interval is the run's share of
-    failures under the spread of the training runs' rates, :func:`~.run_rate.agent_rate`; ``none``: no interval),
+    failures under the spread of the training runs' rates, :func:`~.run_rate.agent_rate`; ``trajectories and runs``
+    or ``tasks and runs``: MAP-EM's bootstrap interval widened to that spread; ``none``: no interval),
     ``shift`` (the log-odds move that centres the run's probabilities on ``rate``, :func:`center_probabilities`),
     ``agent`` (the run's agent model, where known) and ``agent_runs`` (training runs of that agent that moved a rate
     not estimated from the run's scores, :func:`~.run_rate.agent_rate`)."""
@@ -249,6 +250,16 @@ def adapt(prob, source_rate, n_boot: int = DEFAULT_N_BOOT, seed=0, groups=None, 
         w, resampled = resample_weights(len(p), n_boot, seed, kept)
         rates, _, _ = _em(p, s, w, TOL * 10, MAX_ITER, strength)
         lo, hi = (float(q) for q in np.quantile(rates, [(1 - ci) / 2, (1 + ci) / 2]))
+        if run_rates is not None and strength > 0:
+            # MAP-EM leans on κ pseudo-trajectories at the training rate, which the bootstrap over this run's rows
+            # takes as known: with κ large its interval shrinks to a point at that rate (on the shared runs, qwen's
+            # fold: [0.241, 0.244] around a true 0.82). How far a run's rate may sit from the training runs' is
+            # their spread (:func:`~.run_rate.agent_rate`), so the interval spans both
+            failures, n = run_rates
+            spread = agent_rate(failures, n, [None] * len(n) if agents is None else agents, agent,
+                                training_rate=point.source_rate, n_new=point.n, ci=ci, seed=seed)
+            if np.isfinite(spread.lo):
+                lo, hi, resampled = min(lo, spread.lo), max(hi, spread.hi), f"{resampled} and runs"
     rate, agent_runs, method = point.rate, 0, method_name(strength)
     if not np.isfinite(strength):
         resampled = "none"
