@@ -201,11 +201,17 @@ def multi_trial_report(source, k_values=None, failure_threshold: float = DEFAULT
         notes.append(f"pass^k for k > {min_trials} left out: a task has only {min_trials} trial(s) "
                      "(τ²-bench caps k at the fewest trials of a task)")
         ks = [k for k in ks if k <= min_trials]
+    # the point estimates first (pass^k per task, the label noise, the soft labels with their intervals), then the
+    # pass^k intervals (tasks resampled: one generator over the ks, in order)
+    pass_values = {k: pass_hat_k(tasks["n_trials"].to_numpy(), tasks["n_successes"].to_numpy(), k) for k in ks}
+    for k, values in pass_values.items():
+        tasks[f"pass^{k}"] = values
+    noise = label_noise(tasks)
+    soft = (soft_label_metrics(rows, tasks, uncertainty, invert, probability, n_boot, ci, seed)
+            if uncertainty is not None or probability is not None else None)
     rng = np.random.default_rng(seed)
     pass_k = {}
-    for k in ks:
-        values = pass_hat_k(tasks["n_trials"].to_numpy(), tasks["n_successes"].to_numpy(), k)
-        tasks[f"pass^{k}"] = values
+    for k, values in pass_values.items():
         lo, hi = mean_ci(values, n_boot, ci, rng) if n_boot > 0 else (np.nan, np.nan)
         pass_k[str(k)] = {"value": float(values.mean()),
                           "ci": None if not np.isfinite(lo) else [float(lo), float(hi)]}
@@ -216,10 +222,10 @@ def multi_trial_report(source, k_values=None, failure_threshold: float = DEFAULT
         "failure_threshold": float(failure_threshold),
         "mean_task_success_rate": float(tasks["success_rate"].mean()),
         "pass_hat_k": pass_k,
-        "label_noise": label_noise(tasks),
+        "label_noise": noise,
     }
-    if uncertainty is not None or probability is not None:
-        report["soft_labels"] = soft_label_metrics(rows, tasks, uncertainty, invert, probability, n_boot, ci, seed)
+    if soft is not None:
+        report["soft_labels"] = soft
     report["bootstrap"] = {"n_boot": int(n_boot), "ci": float(ci), "method": CLUSTER_METHOD,
                            "n_clusters": int(len(tasks)),
                            "seed": int(seed) if isinstance(seed, (int, np.integer)) else None}
