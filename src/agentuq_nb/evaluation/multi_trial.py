@@ -36,7 +36,7 @@ from scipy.special import comb
 from agentuq_nb.evaluation.bootstrap import cluster_count_chunks, mean_ci, percentile_ci
 from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.io.store.rundir import RunDir
-from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, check_failure_threshold, row_failures
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, Outcomes, check_failure_threshold, row_failures
 
 TASK_KEYS = ["domain", "task_id"]
 CLUSTER_METHOD = "percentile, resampling tasks (clusters)"
@@ -66,8 +66,14 @@ def task_outcomes(rows: pd.DataFrame, failure_threshold: float = DEFAULT_FAILURE
     failure_threshold``)."""
     check_failure_threshold(failure_threshold)
     rows = rows[np.isfinite(rows["reward"].to_numpy(dtype=float))]
+    return task_counts(rows, row_failures(rows, failure_threshold))  # carried labels, where the rows have them
+
+
+def task_counts(rows: pd.DataFrame, failed: np.ndarray) -> pd.DataFrame:
+    """:func:`task_outcomes` of rows (their ``domain``, ``task_id``) whose failure labels ``failed`` are given (made
+    once by the caller, e.g. a run's :class:`~agentuq_nb.records.outcomes.Outcomes`)."""
     keys = [k for k in TASK_KEYS if k in rows.columns]
-    fail = pd.Series(row_failures(rows, failure_threshold), index=rows.index)  # carried labels, where the rows have them
+    fail = pd.Series(failed, index=rows.index)
     g = fail.groupby([rows[k] for k in keys], sort=True)
     out = pd.DataFrame({"n_trials": g.size(), "n_failures": g.sum().astype(int)})
     out.insert(1, "n_successes", out["n_trials"] - out["n_failures"])
@@ -168,30 +174,52 @@ def read_rows(source) -> pd.DataFrame:
 def multi_trial_report(source, k_values=None, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD, uncertainty: str | None = None,
                        invert: bool = False, probability: str | None = None, n_boot: int = DEFAULT_N_BOOT, ci: float = 0.95,
                        seed=0) -> tuple[dict, pd.DataFrame]:
-    """Multi-trial readout of a run folder, or of rows with ``task_id``, ``reward`` (and ``domain``).
+    """Multi-trial readout of a run folder, or of rows with ``task_id``, ``reward`` (and ``domain``; a ``failed``
+    column, as rows made from a run's outcomes carry, is read as their labels):
+    :func:`multi_trial_readout` of their outcomes.
 
-    ``k_values``: the k of pass^k (default 1 .. fewest trials of a task).  ``uncertainty`` /
-    ``probability``: names of columns of the rows holding an uncertainty (``invert`` for a
-    confidence) and a failure probability; they add the soft-label AUROC and Brier score.  Rows with
-    a non-finite reward are left out (``n_dropped``); a row whose uncertainty or probability is not
-    finite (e.g. a trajectory the estimator does not score) still counts in its task's rates but is
-    not scored (``soft_labels.n``).
+    ``uncertainty`` / ``probability``: names of columns of the rows holding an uncertainty (``invert`` for a
+    confidence) and a failure probability; they add the soft-label AUROC and Brier score.
+    """
+    check_failure_threshold(failure_threshold)
+    rows = read_rows(source)
+    for c in (uncertainty, probability):
+        if c is not None and c not in rows.columns:
+            raise ValueError(f"rows have no column '{c}'; columns: {list(rows.columns)}")
+    outcomes = Outcomes(rows["reward"].to_numpy(dtype=float), row_failures(rows, failure_threshold),
+                        float(failure_threshold), rows[[k for k in TASK_KEYS if k in rows.columns]])
+    return multi_trial_readout(outcomes, k_values, None if uncertainty is None else rows[uncertainty].to_numpy(dtype=float),
+                               invert, None if probability is None else rows[probability].to_numpy(dtype=float),
+                               n_boot, ci, seed)
+
+
+def multi_trial_readout(outcomes: Outcomes, k_values=None, uncertainty=None, invert: bool = False, probability=None,
+                        n_boot: int = DEFAULT_N_BOOT, ci: float = 0.95, seed=0) -> tuple[dict, pd.DataFrame]:
+    """Multi-trial readout of a run's trajectories labelled once (:class:`~agentuq_nb.records.outcomes.Outcomes` with
+    their keys, ``RunDir.outcomes``: their labels are read, not made again; their threshold is the one reported).
+
+    ``k_values``: the k of pass^k (default 1 .. fewest trials of a task).  ``uncertainty`` / ``probability``: one
+    value per trajectory of ``outcomes`` (an uncertainty, ``invert`` for a confidence; a failure probability); they
+    add the soft-label AUROC and Brier score.  Rows with a non-finite reward are left out (``n_dropped``); a row
+    whose uncertainty or probability is not finite (e.g. a trajectory the estimator does not score) still counts in
+    its task's rates but is not scored (``soft_labels.n``).
 
     Returns ``(report, tasks)``: a JSON-ready dict and the per-task table (:func:`task_outcomes`
     plus a ``pass^k`` column per k).
     """
-    check_failure_threshold(failure_threshold)
-    rows = read_rows(source)
-    columns = ["reward"] + [c for c in (uncertainty, probability) if c is not None]
-    for c in columns[1:]:
-        if c not in rows.columns:
-            raise ValueError(f"rows have no column '{c}'; columns: {list(rows.columns)}")
-    finite = np.isfinite(rows["reward"].to_numpy(dtype=float))
+    if outcomes.keys is None or "task_id" not in outcomes.keys.columns:
+        raise ValueError("the multi-trial readout needs the trajectories' keys (their task_id): outcomes of a run")
+    finite = np.isfinite(outcomes.reward)
     n_dropped = int((~finite).sum())
-    rows = rows[finite].reset_index(drop=True)
+    rows = outcomes.keys[finite].reset_index(drop=True)
     if rows.empty:
         raise ValueError("no trajectory with a finite reward to report on")
-    tasks = task_outcomes(rows, failure_threshold)
+    scores = {"uncertainty": uncertainty, "probability": probability}
+    for name, values in scores.items():
+        if values is not None:
+            rows[name] = np.asarray(values, dtype=float)[finite]
+    failure_threshold = outcomes.threshold
+    tasks = task_counts(rows, outcomes.failed[finite])
     min_trials = int(tasks["n_trials"].min())
     ks = list(range(1, min_trials + 1)) if k_values is None else sorted({int(k) for k in k_values})
     notes = []
@@ -207,7 +235,8 @@ def multi_trial_report(source, k_values=None, failure_threshold: float = DEFAULT
     for k, values in pass_values.items():
         tasks[f"pass^{k}"] = values
     noise = label_noise(tasks)
-    soft = (soft_label_metrics(rows, tasks, uncertainty, invert, probability, n_boot, ci, seed)
+    named = {name: None if values is None else name for name, values in scores.items()}  # the columns given
+    soft = (soft_label_metrics(rows, tasks, named["uncertainty"], invert, named["probability"], n_boot, ci, seed)
             if uncertainty is not None or probability is not None else None)
     rng = np.random.default_rng(seed)
     pass_k = {}

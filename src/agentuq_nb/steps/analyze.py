@@ -144,11 +144,10 @@ def run(run_dir: str | os.PathLike | RunDir, config: AnalyzeConfig) -> AnalyzeRe
 
     # the run's trajectories labelled once, handed to the multi-trial readout, the figures and the report
     outcomes = folder.outcomes(config.failure_threshold)
-    if tasks_repeat(rows := outcomes.frame()):
-        from agentuq_nb.evaluation.multi_trial import multi_trial_report
+    if tasks_repeat(outcomes.keys):
+        from agentuq_nb.evaluation.multi_trial import multi_trial_readout
 
-        report.trials = multi_trial_report(rows, failure_threshold=config.failure_threshold, n_boot=config.n_boot,
-                                           seed=config.seed)[0]
+        report.trials = multi_trial_readout(outcomes, n_boot=config.n_boot, seed=config.seed)[0]
         for line in trials_lines(report.trials, out):
             config.reporter.say(line)
     if config.figures:

@@ -81,7 +81,7 @@ def run(run_dir: str | os.PathLike | RunDir, config: EvaluateConfig = EvaluateCo
     (see :func:`resolve_estimator`) choose it."""
     from agentuq_nb.evaluation.failure_report import failure_metrics
     from agentuq_nb.evaluation.metrics import failure_curves
-    from agentuq_nb.evaluation.multi_trial import multi_trial_report, task_labels, tasks_repeat
+    from agentuq_nb.evaluation.multi_trial import multi_trial_readout, task_labels, tasks_repeat
 
     folder = RunDir.of(run_dir)  # the failure threshold: checked by the config
     folder.require_folder(STEP.name)
@@ -100,19 +100,18 @@ def run(run_dir: str | os.PathLike | RunDir, config: EvaluateConfig = EvaluateCo
             raise ValueError(f"{folder.path}: estimator '{chosen.name}' scores no trajectory with a reward")
         u = rows["uncertainty"].to_numpy(dtype=float)
         scored = Outcomes(rows["reward"].to_numpy(dtype=float), rows["failed"].to_numpy(dtype=bool), labelled.threshold)
-        repeated = tasks_repeat(rows)
+        repeated = tasks_repeat(rows)  # the task of each scored trajectory: what the intervals resample
         result = failure_metrics(u, scored, invert=chosen.invert, n_boot=config.n_boot,
                                  seed=config.seed, groups=task_labels(rows) if repeated else None)
+        curves = failure_curves(u, scored, invert=chosen.invert)
         result.update(role=chosen.role, scorer=chosen.scorer, uncertainty=chosen.statistic or chosen.name,
                       invert=chosen.invert, failure_threshold=config.failure_threshold, n_boot=config.n_boot, seed=config.seed)
         if repeated:
             result["bootstrap"]["clusters"] = "tasks (domain, task_id): trajectories of one task are resampled together"
-        if tasks_repeat(every):  # task rates over every trial, scored or not
-            every = every.merge(rows[TRAJECTORY_KEYS + ["uncertainty"]], on=TRAJECTORY_KEYS, how="left")
-            result["multi_trial"] = multi_trial_report(every, failure_threshold=config.failure_threshold,
-                                                       uncertainty="uncertainty", invert=chosen.invert,
-                                                       n_boot=config.n_boot, seed=config.seed)[0]
-        curves = failure_curves(u, scored, invert=chosen.invert)
+        if tasks_repeat(labelled.keys):  # task rates over every trial, scored or not: the outcomes made once, handed on
+            scores = every[TRAJECTORY_KEYS].merge(rows[TRAJECTORY_KEYS + ["uncertainty"]], on=TRAJECTORY_KEYS, how="left")
+            result["multi_trial"] = multi_trial_readout(labelled, uncertainty=scores["uncertainty"].to_numpy(dtype=float),
+                                                        invert=chosen.invert, n_boot=config.n_boot, seed=config.seed)[0]
         inputs = [name for name in ("trajectory_summary", "trajectories", *chosen.requires) if folder.has(name)]
         with folder.commit(STEP.name) as commit:
             based_on = folder.based_on(*inputs)

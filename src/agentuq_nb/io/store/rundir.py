@@ -524,7 +524,8 @@ class RunDir:
         path = self._present(name)
         if name in FOLDER_ARTIFACTS:
             return self.folder(name)
-        return check_regular(path, f"the run's {path.name}")
+        self._stat(path, f"the run's {path.name}")  # a regular file (the one check every read of the folder makes)
+        return path
 
     def _present(self, name: str) -> Path:
         """The path of artefact ``name`` when there is something there (not yet checked), else :meth:`require`'s
