@@ -36,30 +36,13 @@ from scipy.special import comb
 from agentuq_nb.evaluation.bootstrap import cluster_count_chunks, mean_ci, percentile_ci
 from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.io.store.rundir import RunDir
+from agentuq_nb.records.keys import TASK_KEYS, task_labels, tasks_repeat  # noqa: F401 (tasks_repeat: named here too)
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, Outcomes, check_failure_threshold, row_failures
 
-TASK_KEYS = ["domain", "task_id"]
 CLUSTER_METHOD = "percentile, resampling tasks (clusters)"
 
 
 # --------------------------------------------------------------------------- tasks
-def task_labels(rows: pd.DataFrame) -> np.ndarray:
-    """One integer label per row naming its task ``(domain, task_id)`` (``task_id`` alone when the
-    frame has no ``domain``): the ``groups`` of the task-clustered bootstrap and of cross-fitting.
-    Labels 0..G-1 follow the sorted tasks, not the rows' order, so that the same trajectories in
-    another order get the same labels (hence the same folds and the same resampled tasks)."""
-    keys = [k for k in TASK_KEYS if k in rows.columns]
-    if "task_id" not in keys:
-        raise ValueError(f"rows need a 'task_id' column to name their task; columns: {list(rows.columns)}")
-    return rows.groupby(keys, sort=True, dropna=False).ngroup().to_numpy()
-
-
-def tasks_repeat(rows: pd.DataFrame) -> bool:
-    """True when some task has more than one trajectory among ``rows``."""
-    labels = task_labels(rows)
-    return bool(labels.size and np.unique(labels).size < labels.size)
-
-
 def task_outcomes(rows: pd.DataFrame, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD) -> pd.DataFrame:
     """Per task: ``n_trials``, ``n_successes``, ``n_failures``, ``success_rate``, ``failure_rate``
     (rows with a non-finite reward are left out; the ``failed`` labels the rows carry, else ``reward <

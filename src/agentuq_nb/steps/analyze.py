@@ -105,12 +105,19 @@ def run(run_dir: str | os.PathLike | RunDir, config: AnalyzeConfig) -> AnalyzeRe
             del turns, trajs  # the summaries are on disk: not resident while evaluate runs
         # imported only now: scipy and sklearn (~80 MiB) are then not resident during extract's peak
         from agentuq_nb.steps.evaluate import run as evaluate
+        from agentuq_nb.steps.evaluate import show as show_evaluation
 
         with config.reporter.stage("evaluate", out):
             report.evaluation = evaluate(folder, EvaluateConfig(role=config.role, uncertainty=config.uncertainty, scorer=config.scorer,
                                                              failure_threshold=config.failure_threshold, n_boot=config.n_boot,
                                                              seed=config.seed))
-    say_evaluation(report, config.reporter)
+    extracted = report.extracted
+    if report.evaluation is not None:
+        config.reporter.say(f"{extracted.num_simulations} simulations, {extracted.num_tokens} token rows; "
+                            f"{report.summary_counts} → {extracted.run_dir}")
+        show_evaluation(report.evaluation, out, None, config.reporter)
+    else:
+        config.reporter.say(f"{extracted.num_simulations} simulations, no token log-probs → {extracted.run_dir}")
     from agentuq_nb.io.ingest import judge_summary
 
     if folder.manifest().layout == judge_summary.LAYOUT:  # the file's own verdicts beside every family
@@ -140,12 +147,11 @@ def run(run_dir: str | os.PathLike | RunDir, config: AnalyzeConfig) -> AnalyzeRe
             failure_threshold=config.failure_threshold, n_boot=config.n_boot, seed=config.seed, blackbox=blackbox,
             progress=True, reporter=config.reporter))
         show_table(report.estimator_table, out, None, config.reporter)
-    from agentuq_nb.evaluation.multi_trial import tasks_repeat  # scipy: not resident during extract's peak
-
-    # the run's trajectories labelled once, handed to the multi-trial readout, the figures and the report
+    # the run's trajectories labelled once (and their tasks numbered), handed to the multi-trial readout, the figures
+    # and the report
     outcomes = folder.outcomes(config.failure_threshold)
-    if tasks_repeat(outcomes.keys):
-        from agentuq_nb.evaluation.multi_trial import multi_trial_readout
+    if outcomes.tasks_repeat:
+        from agentuq_nb.evaluation.multi_trial import multi_trial_readout  # scipy: not resident during extract's peak
 
         report.trials = multi_trial_readout(outcomes, n_boot=config.n_boot, seed=config.seed)[0]
         for line in trials_lines(report.trials, out):
@@ -280,7 +286,6 @@ def reliability_bins(run: RunDir, table, outcomes: Outcomes, seed: int = 0) -> d
 
     from agentuq_nb.estimators.base import combination_families
     from agentuq_nb.evaluation.calibration import cross_fitted_probabilities, reliability_table
-    from agentuq_nb.evaluation.multi_trial import task_labels
     from agentuq_nb.records.keys import key_dtypes
 
     combined = table[table["family"].isin(combination_families()) & table["brier"].notna()].sort_values(
@@ -289,9 +294,11 @@ def reliability_bins(run: RunDir, table, outcomes: Outcomes, seed: int = 0) -> d
         return {}
     best = str(combined["estimator"].iloc[0])
     scores = key_dtypes(run.read_frame("combined_scores"))
-    rows = outcomes.frame().merge(scores, on=TRAJECTORY_KEYS, how="inner")
+    # the run's trajectories with their labels and tasks as the outcomes carry them (made once, not again here)
+    rows = outcomes.frame().assign(task=outcomes.tasks).merge(scores, on=TRAJECTORY_KEYS, how="inner")
     rows = rows[np.isfinite(rows["reward"].to_numpy(dtype=float))].reset_index(drop=True)
     failed = rows.pop("failed").to_numpy(dtype=bool)
+    tasks = rows.pop("task").to_numpy()
     n_bins = 10 if len(rows) >= 100 else 5
     out = {}
     prob = rows[best].to_numpy(dtype=float)
@@ -304,7 +311,7 @@ def reliability_bins(run: RunDir, table, outcomes: Outcomes, seed: int = 0) -> d
         name = str(base.iloc[0])
         length = key_dtypes(get(name).scores(run).rename(name).reset_index())
         u = rows[TRAJECTORY_KEYS].merge(length, on=TRAJECTORY_KEYS, how="left")[name].to_numpy(dtype=float)
-        platt = cross_fitted_probabilities(u, failed, task_labels(rows), "platt", seed=seed).prob
+        platt = cross_fitted_probabilities(u, failed, tasks, "platt", seed=seed).prob
         ok = np.isfinite(platt)
         out[f"{name} (Platt, cross-fitted by task)"] = reliability_table(platt[ok], failed[ok], n_bins)
     return out
