@@ -111,13 +111,13 @@ def run(run_dir: str | os.PathLike | RunDir, config: AnalyzeConfig) -> AnalyzeRe
             report.evaluation = evaluate(folder, EvaluateConfig(role=config.role, uncertainty=config.uncertainty, scorer=config.scorer,
                                                              failure_threshold=config.failure_threshold, n_boot=config.n_boot,
                                                              seed=config.seed))
-    extracted = report.extracted
-    if report.evaluation is not None:
-        config.reporter.say(f"{extracted.num_simulations} simulations, {extracted.num_tokens} token rows; "
-                            f"{report.summary_counts} → {extracted.run_dir}")
+        # what was extracted and aggregated, then the evaluation as evaluate shows it
+        config.reporter.say(f"{report.extracted.num_simulations} simulations, {report.extracted.num_tokens} token "
+                            f"rows; {report.summary_counts} → {report.extracted.run_dir}")
         show_evaluation(report.evaluation, out, None, config.reporter)
     else:
-        config.reporter.say(f"{extracted.num_simulations} simulations, no token log-probs → {extracted.run_dir}")
+        config.reporter.say(f"{report.extracted.num_simulations} simulations, no token log-probs → "
+                            f"{report.extracted.run_dir}")
     from agentuq_nb.io.ingest import judge_summary
 
     if folder.manifest().layout == judge_summary.LAYOUT:  # the file's own verdicts beside every family
@@ -166,19 +166,6 @@ def run(run_dir: str | os.PathLike | RunDir, config: AnalyzeConfig) -> AnalyzeRe
                                                   "scorer"})
             report.page = write_report(folder, outcomes, report.trials, report.figures, gaps, settings)
     return report
-
-
-def say_evaluation(report: AnalyzeReport, say: Reporter) -> None:
-    """What analyze says after its evaluation: what was extracted and aggregated, the evaluation's metrics."""
-    from agentuq_nb.steps.evaluate import show
-
-    extracted = report.extracted
-    if report.evaluation is not None:
-        say.say(f"{extracted.num_simulations} simulations, {extracted.num_tokens} token rows; "
-                f"{report.summary_counts} → {extracted.run_dir}")
-        show(report.evaluation, say=say)
-    else:
-        say.say(f"{extracted.num_simulations} simulations, no token log-probs → {extracted.run_dir}")
 
 
 def show(done: AnalyzeReport, run_dir: Path, config: AnalyzeConfig, say: Reporter) -> None:
