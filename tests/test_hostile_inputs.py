@@ -287,13 +287,13 @@ if where == "while_writing":
         real_add(self, tokens)
     base_tables.BaseTables.add_tokens = add_tokens
 else:  # after the commit point: the journal is written, the files are not all in place
-    real_roll, done = rundir.roll_forward, []
-    def roll_forward(folder, staging):
+    real_move, done = rundir.move_staged, []
+    def move_staged(folder, staging, files):
         if not done:
             done.append(1)
             os.kill(os.getpid(), signal.SIGINT)
-        real_roll(folder, staging)
-    rundir.roll_forward = roll_forward
+        real_move(folder, staging, files)
+    rundir.move_staged = move_staged
 from agentuq_nb.cli import app
 app(args)
 """

@@ -278,3 +278,41 @@ def test_evaluate_and_the_estimator_table_give_one_estimator_one_interval(tmp_pa
         row = table.loc[name]
         assert row["auroc"] == pytest.approx(result["metrics"]["auroc"], rel=1e-12)
         np.testing.assert_allclose([row["auroc_lo"], row["auroc_hi"]], result["ci"]["auroc"], rtol=1e-12)
+
+
+def test_the_readout_of_a_runs_outcomes_reads_their_labels_and_equals_the_rows_report():
+    """multi_trial_readout takes a run's Outcomes (labels made once, tasks numbered once): the same report as the rows'
+    multi_trial_report, and the labels it reads are the outcomes' own, not the rewards labelled again."""
+    from agentuq_nb.evaluation.multi_trial import multi_trial_readout
+    from agentuq_nb.records.outcomes import Outcomes
+
+    rows = trial_rows(n_tasks=12, trials=3, seed=4, domains=("airline", "retail"))
+    rows.loc[5, "reward"] = np.nan  # a trajectory without a reward: dropped, counted
+    u = np.random.default_rng(1).normal(size=len(rows))
+    u[7] = np.nan  # one the estimator does not score: in its task's rate, not scored
+    keys = rows[["domain", "task_id", "trial", "seed"]]
+    outcomes = Outcomes.of(rows["reward"].to_numpy(), 1.0, keys)
+    assert outcomes.tasks_repeat and outcomes.tasks.max() + 1 == 12
+    np.testing.assert_array_equal(outcomes.tasks, task_labels(keys))
+    report, tasks = multi_trial_readout(outcomes, uncertainty=u, n_boot=50, seed=3)
+    expected, expected_tasks = multi_trial_report(rows.assign(u=u), uncertainty="u", n_boot=50, seed=3)
+    assert json.dumps(report, sort_keys=True) == json.dumps(expected, sort_keys=True)
+    pd.testing.assert_frame_equal(tasks, expected_tasks)
+    assert report["n_dropped"] == 1 and report["soft_labels"]["n"] == len(rows) - 2
+
+    flipped = Outcomes(outcomes.reward, ~outcomes.failed, outcomes.threshold, outcomes.keys, outcomes.tasks)
+    flipped_report, _ = multi_trial_readout(flipped, n_boot=0)  # the labels carried are read as they are
+    finite = np.isfinite(outcomes.reward)
+    assert flipped_report["mean_task_success_rate"] == pytest.approx(
+        pd.Series(outcomes.failed[finite]).groupby(outcomes.tasks[finite]).mean().mean(), rel=1e-12)
+
+
+def test_outcomes_carry_their_tasks_to_a_resample():
+    from agentuq_nb.records.outcomes import Outcomes
+
+    rows = trial_rows(n_tasks=5, trials=2, seed=2)
+    outcomes = Outcomes.of(rows["reward"].to_numpy(), 1.0, rows[["domain", "task_id", "trial", "seed"]])
+    taken = outcomes.take(np.array([9, 0, 1]))
+    np.testing.assert_array_equal(taken.tasks, outcomes.tasks[[9, 0, 1]])
+    assert taken.tasks_repeat and not outcomes.take(np.array([0, 2, 4])).tasks_repeat
+    assert Outcomes.of(rows["reward"].to_numpy(), 1.0).tasks is None  # no keys: no tasks, none repeat

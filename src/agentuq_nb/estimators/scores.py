@@ -57,13 +57,14 @@ def estimator_rows(run_dir: str | os.PathLike | RunDir, estimator: Estimator | s
     gives it, not oriented) and ``reward``. ``summary``: trajectory-summary rows to read it from."""
     run = RunDir.of(run_dir)
     rewards = run.rewards()  # refuses repeated keys too
-    return estimator_scores(run, estimator, summary).merge(rewards, on=TRAJECTORY_KEYS, how="inner")
+    chosen = get(estimator) if isinstance(estimator, str) else estimator
+    return estimator_scores(run, chosen, summary).merge(rewards, on=TRAJECTORY_KEYS, how="inner")
 
 
-def estimator_scores(run: RunDir, estimator: Estimator | str, summary: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The keys and ``uncertainty`` of the trajectories ``estimator`` scores, in its order (a key given two scores
-    refused); :func:`estimator_rows` without the rewards, for a caller that holds them (labelled) already."""
-    estimator = get(estimator) if isinstance(estimator, str) else estimator
+def estimator_scores(run: RunDir, estimator: Estimator, summary: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The keys and ``uncertainty`` of the trajectories ``estimator`` (resolved once by the caller) scores, in its
+    order (a key given two scores refused); :func:`estimator_rows` without the rewards, for a caller that holds them
+    (labelled) already."""
     if summary is not None and hasattr(estimator, "scores_from_summary"):
         scores = estimator.scores_from_summary(summary)
     else:

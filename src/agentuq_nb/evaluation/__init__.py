@@ -35,8 +35,8 @@ from agentuq_nb.common.lazy import lazy_exports
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "agent_comparison": ["Leaderboard", "abstention_report", "aci_stream", "leaderboard", "success_rate_intervals"],
     "bootstrap": ["paired_bootstrap_pvalue", "percentile_ci", "mean_ci"],
-    "multi_trial": ["label_noise", "multi_trial_report", "pass_hat_k", "soft_auroc", "soft_brier", "task_labels",
-                    "task_outcomes", "tasks_repeat"],
+    "multi_trial": ["label_noise", "multi_trial_readout", "multi_trial_report", "pass_hat_k", "soft_auroc", "soft_brier",
+                    "task_labels", "task_outcomes", "tasks_repeat"],
     "conformal": ["aci", "bh", "bh_adjusted", "conformal_quantile", "coverage_report", "pipeline_bounds",
                   "risk_control_threshold", "split_interval"],
     "failure_report": ["failure_metrics"],

@@ -36,38 +36,27 @@ from scipy.special import comb
 from agentuq_nb.evaluation.bootstrap import cluster_count_chunks, mean_ci, percentile_ci
 from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.io.store.rundir import RunDir
-from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, check_failure_threshold, row_failures
+from agentuq_nb.records.keys import TASK_KEYS, task_labels, tasks_repeat  # noqa: F401 (tasks_repeat: named here too)
+from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, Outcomes, check_failure_threshold, row_failures
 
-TASK_KEYS = ["domain", "task_id"]
 CLUSTER_METHOD = "percentile, resampling tasks (clusters)"
 
 
 # --------------------------------------------------------------------------- tasks
-def task_labels(rows: pd.DataFrame) -> np.ndarray:
-    """One integer label per row naming its task ``(domain, task_id)`` (``task_id`` alone when the
-    frame has no ``domain``): the ``groups`` of the task-clustered bootstrap and of cross-fitting.
-    Labels 0..G-1 follow the sorted tasks, not the rows' order, so that the same trajectories in
-    another order get the same labels (hence the same folds and the same resampled tasks)."""
-    keys = [k for k in TASK_KEYS if k in rows.columns]
-    if "task_id" not in keys:
-        raise ValueError(f"rows need a 'task_id' column to name their task; columns: {list(rows.columns)}")
-    return rows.groupby(keys, sort=True, dropna=False).ngroup().to_numpy()
-
-
-def tasks_repeat(rows: pd.DataFrame) -> bool:
-    """True when some task has more than one trajectory among ``rows``."""
-    labels = task_labels(rows)
-    return bool(labels.size and np.unique(labels).size < labels.size)
-
-
 def task_outcomes(rows: pd.DataFrame, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD) -> pd.DataFrame:
     """Per task: ``n_trials``, ``n_successes``, ``n_failures``, ``success_rate``, ``failure_rate``
     (rows with a non-finite reward are left out; the ``failed`` labels the rows carry, else ``reward <
     failure_threshold``)."""
     check_failure_threshold(failure_threshold)
     rows = rows[np.isfinite(rows["reward"].to_numpy(dtype=float))]
+    return task_counts(rows, row_failures(rows, failure_threshold))  # carried labels, where the rows have them
+
+
+def task_counts(rows: pd.DataFrame, failed: np.ndarray) -> pd.DataFrame:
+    """:func:`task_outcomes` of rows (their ``domain``, ``task_id``) whose failure labels ``failed`` are given (made
+    once by the caller, e.g. a run's :class:`~agentuq_nb.records.outcomes.Outcomes`)."""
     keys = [k for k in TASK_KEYS if k in rows.columns]
-    fail = pd.Series(row_failures(rows, failure_threshold), index=rows.index)  # carried labels, where the rows have them
+    fail = pd.Series(failed, index=rows.index)
     g = fail.groupby([rows[k] for k in keys], sort=True)
     out = pd.DataFrame({"n_trials": g.size(), "n_failures": g.sum().astype(int)})
     out.insert(1, "n_successes", out["n_trials"] - out["n_failures"])
@@ -168,30 +157,52 @@ def read_rows(source) -> pd.DataFrame:
 def multi_trial_report(source, k_values=None, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD, uncertainty: str | None = None,
                        invert: bool = False, probability: str | None = None, n_boot: int = DEFAULT_N_BOOT, ci: float = 0.95,
                        seed=0) -> tuple[dict, pd.DataFrame]:
-    """Multi-trial readout of a run folder, or of rows with ``task_id``, ``reward`` (and ``domain``).
+    """Multi-trial readout of a run folder, or of rows with ``task_id``, ``reward`` (and ``domain``; a ``failed``
+    column, as rows made from a run's outcomes carry, is read as their labels):
+    :func:`multi_trial_readout` of their outcomes.
 
-    ``k_values``: the k of pass^k (default 1 .. fewest trials of a task).  ``uncertainty`` /
-    ``probability``: names of columns of the rows holding an uncertainty (``invert`` for a
-    confidence) and a failure probability; they add the soft-label AUROC and Brier score.  Rows with
-    a non-finite reward are left out (``n_dropped``); a row whose uncertainty or probability is not
-    finite (e.g. a trajectory the estimator does not score) still counts in its task's rates but is
-    not scored (``soft_labels.n``).
+    ``uncertainty`` / ``probability``: names of columns of the rows holding an uncertainty (``invert`` for a
+    confidence) and a failure probability; they add the soft-label AUROC and Brier score.
+    """
+    check_failure_threshold(failure_threshold)
+    rows = read_rows(source)
+    for c in (uncertainty, probability):
+        if c is not None and c not in rows.columns:
+            raise ValueError(f"rows have no column '{c}'; columns: {list(rows.columns)}")
+    outcomes = Outcomes(rows["reward"].to_numpy(dtype=float), row_failures(rows, failure_threshold),
+                        float(failure_threshold), rows[[k for k in TASK_KEYS if k in rows.columns]])
+    return multi_trial_readout(outcomes, k_values, None if uncertainty is None else rows[uncertainty].to_numpy(dtype=float),
+                               invert, None if probability is None else rows[probability].to_numpy(dtype=float),
+                               n_boot, ci, seed)
+
+
+def multi_trial_readout(outcomes: Outcomes, k_values=None, uncertainty=None, invert: bool = False, probability=None,
+                        n_boot: int = DEFAULT_N_BOOT, ci: float = 0.95, seed=0) -> tuple[dict, pd.DataFrame]:
+    """Multi-trial readout of a run's trajectories labelled once (:class:`~agentuq_nb.records.outcomes.Outcomes` with
+    their keys, ``RunDir.outcomes``: their labels are read, not made again; their threshold is the one reported).
+
+    ``k_values``: the k of pass^k (default 1 .. fewest trials of a task).  ``uncertainty`` / ``probability``: one
+    value per trajectory of ``outcomes`` (an uncertainty, ``invert`` for a confidence; a failure probability); they
+    add the soft-label AUROC and Brier score.  Rows with a non-finite reward are left out (``n_dropped``); a row
+    whose uncertainty or probability is not finite (e.g. a trajectory the estimator does not score) still counts in
+    its task's rates but is not scored (``soft_labels.n``).
 
     Returns ``(report, tasks)``: a JSON-ready dict and the per-task table (:func:`task_outcomes`
     plus a ``pass^k`` column per k).
     """
-    check_failure_threshold(failure_threshold)
-    rows = read_rows(source)
-    columns = ["reward"] + [c for c in (uncertainty, probability) if c is not None]
-    for c in columns[1:]:
-        if c not in rows.columns:
-            raise ValueError(f"rows have no column '{c}'; columns: {list(rows.columns)}")
-    finite = np.isfinite(rows["reward"].to_numpy(dtype=float))
+    if outcomes.keys is None or "task_id" not in outcomes.keys.columns:
+        raise ValueError("the multi-trial readout needs the trajectories' keys (their task_id): outcomes of a run")
+    finite = np.isfinite(outcomes.reward)
     n_dropped = int((~finite).sum())
-    rows = rows[finite].reset_index(drop=True)
+    rows = outcomes.keys[finite].reset_index(drop=True)
     if rows.empty:
         raise ValueError("no trajectory with a finite reward to report on")
-    tasks = task_outcomes(rows, failure_threshold)
+    scores = {"uncertainty": uncertainty, "probability": probability}
+    for name, values in scores.items():
+        if values is not None:
+            rows[name] = np.asarray(values, dtype=float)[finite]
+    failure_threshold = outcomes.threshold
+    tasks = task_counts(rows, outcomes.failed[finite])
     min_trials = int(tasks["n_trials"].min())
     ks = list(range(1, min_trials + 1)) if k_values is None else sorted({int(k) for k in k_values})
     notes = []
@@ -201,11 +212,18 @@ def multi_trial_report(source, k_values=None, failure_threshold: float = DEFAULT
         notes.append(f"pass^k for k > {min_trials} left out: a task has only {min_trials} trial(s) "
                      "(τ²-bench caps k at the fewest trials of a task)")
         ks = [k for k in ks if k <= min_trials]
+    # the point estimates first (pass^k per task, the label noise, the soft labels with their intervals), then the
+    # pass^k intervals (tasks resampled: one generator over the ks, in order)
+    pass_values = {k: pass_hat_k(tasks["n_trials"].to_numpy(), tasks["n_successes"].to_numpy(), k) for k in ks}
+    for k, values in pass_values.items():
+        tasks[f"pass^{k}"] = values
+    noise = label_noise(tasks)
+    named = {name: None if values is None else name for name, values in scores.items()}  # the columns given
+    soft = (soft_label_metrics(rows, tasks, named["uncertainty"], invert, named["probability"], n_boot, ci, seed)
+            if uncertainty is not None or probability is not None else None)
     rng = np.random.default_rng(seed)
     pass_k = {}
-    for k in ks:
-        values = pass_hat_k(tasks["n_trials"].to_numpy(), tasks["n_successes"].to_numpy(), k)
-        tasks[f"pass^{k}"] = values
+    for k, values in pass_values.items():
         lo, hi = mean_ci(values, n_boot, ci, rng) if n_boot > 0 else (np.nan, np.nan)
         pass_k[str(k)] = {"value": float(values.mean()),
                           "ci": None if not np.isfinite(lo) else [float(lo), float(hi)]}
@@ -216,10 +234,10 @@ def multi_trial_report(source, k_values=None, failure_threshold: float = DEFAULT
         "failure_threshold": float(failure_threshold),
         "mean_task_success_rate": float(tasks["success_rate"].mean()),
         "pass_hat_k": pass_k,
-        "label_noise": label_noise(tasks),
+        "label_noise": noise,
     }
-    if uncertainty is not None or probability is not None:
-        report["soft_labels"] = soft_label_metrics(rows, tasks, uncertainty, invert, probability, n_boot, ci, seed)
+    if soft is not None:
+        report["soft_labels"] = soft
     report["bootstrap"] = {"n_boot": int(n_boot), "ci": float(ci), "method": CLUSTER_METHOD,
                            "n_clusters": int(len(tasks)),
                            "seed": int(seed) if isinstance(seed, (int, np.integer)) else None}

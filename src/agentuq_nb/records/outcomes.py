@@ -13,6 +13,8 @@ import numpy as np
 import pandas as pd
 from pydantic import BeforeValidator
 
+from agentuq_nb.records.keys import task_labels
+
 DEFAULT_FAILURE_THRESHOLD = 1.0
 
 
@@ -34,15 +36,26 @@ class Outcomes:
     threshold: float
     #: the trajectory keys of the rows, where they are a run's trajectories (``RunDir.outcomes``), else None
     keys: pd.DataFrame | None = None
+    #: the task of each row (:func:`~agentuq_nb.records.keys.task_labels` of the keys: one integer per ``(domain,
+    #: task_id)``, in their sorted order), made with the labels where the keys name the tasks, else None: what
+    #: cross-fitting holds out and the task-clustered bootstrap resamples
+    tasks: np.ndarray | None = None
 
     @classmethod
     def of(cls, reward, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD, keys: pd.DataFrame | None = None
            ) -> Outcomes:
         """The outcomes of ``reward`` (an array of floats; NaN is no failure) at ``failure_threshold`` (``keys``:
-        the trajectory keys of its rows, in order)."""
+        the trajectory keys of its rows, in order; their tasks are numbered once here)."""
         reward = np.asarray(reward, dtype=float)
         keys = None if keys is None else keys.reset_index(drop=True)
-        return cls(reward, failure_labels(reward, failure_threshold), float(failure_threshold), keys)
+        tasks = task_labels(keys) if keys is not None and "task_id" in keys.columns else None
+        return cls(reward, failure_labels(reward, failure_threshold), float(failure_threshold), keys, tasks)
+
+    @property
+    def tasks_repeat(self) -> bool:
+        """Whether some task has several trajectories among these outcomes (several trials: the multi-trial readout
+        applies, intervals resample tasks); False where the tasks are not known."""
+        return self.tasks is not None and np.unique(self.tasks).size < self.tasks.size
 
     def labelled(self) -> tuple[np.ndarray, np.ndarray]:
         """``(rows with a finite reward, their failure labels)``: what a model is fitted and scored on."""
@@ -52,7 +65,8 @@ class Outcomes:
     def take(self, rows) -> Outcomes:
         """The outcomes of ``rows`` (an index array or a mask), labels carried, not made again."""
         keys = None if self.keys is None else self.keys.iloc[rows].reset_index(drop=True)
-        return Outcomes(self.reward[rows], self.failed[rows], self.threshold, keys)
+        return Outcomes(self.reward[rows], self.failed[rows], self.threshold, keys,
+                        None if self.tasks is None else self.tasks[rows])
 
     def frame(self) -> pd.DataFrame:
         """One row per trajectory: the keys, ``reward`` and ``failed`` (to merge with a table by its keys)."""

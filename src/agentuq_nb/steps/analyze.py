@@ -105,12 +105,19 @@ def run(run_dir: str | os.PathLike | RunDir, config: AnalyzeConfig) -> AnalyzeRe
             del turns, trajs  # the summaries are on disk: not resident while evaluate runs
         # imported only now: scipy and sklearn (~80 MiB) are then not resident during extract's peak
         from agentuq_nb.steps.evaluate import run as evaluate
+        from agentuq_nb.steps.evaluate import show as show_evaluation
 
         with config.reporter.stage("evaluate", out):
             report.evaluation = evaluate(folder, EvaluateConfig(role=config.role, uncertainty=config.uncertainty, scorer=config.scorer,
                                                              failure_threshold=config.failure_threshold, n_boot=config.n_boot,
                                                              seed=config.seed))
-    say_evaluation(report, config.reporter)
+        # what was extracted and aggregated, then the evaluation as evaluate shows it
+        config.reporter.say(f"{report.extracted.num_simulations} simulations, {report.extracted.num_tokens} token "
+                            f"rows; {report.summary_counts} → {report.extracted.run_dir}")
+        show_evaluation(report.evaluation, out, None, config.reporter)
+    else:
+        config.reporter.say(f"{report.extracted.num_simulations} simulations, no token log-probs → "
+                            f"{report.extracted.run_dir}")
     from agentuq_nb.io.ingest import judge_summary
 
     if folder.manifest().layout == judge_summary.LAYOUT:  # the file's own verdicts beside every family
@@ -140,15 +147,13 @@ def run(run_dir: str | os.PathLike | RunDir, config: AnalyzeConfig) -> AnalyzeRe
             failure_threshold=config.failure_threshold, n_boot=config.n_boot, seed=config.seed, blackbox=blackbox,
             progress=True, reporter=config.reporter))
         show_table(report.estimator_table, out, None, config.reporter)
-    from agentuq_nb.evaluation.multi_trial import tasks_repeat  # scipy: not resident during extract's peak
-
-    # the run's trajectories labelled once, handed to the multi-trial readout, the figures and the report
+    # the run's trajectories labelled once (and their tasks numbered), handed to the multi-trial readout, the figures
+    # and the report
     outcomes = folder.outcomes(config.failure_threshold)
-    if tasks_repeat(rows := outcomes.frame()):
-        from agentuq_nb.evaluation.multi_trial import multi_trial_report
+    if outcomes.tasks_repeat:
+        from agentuq_nb.evaluation.multi_trial import multi_trial_readout  # scipy: not resident during extract's peak
 
-        report.trials = multi_trial_report(rows, failure_threshold=config.failure_threshold, n_boot=config.n_boot,
-                                           seed=config.seed)[0]
+        report.trials = multi_trial_readout(outcomes, n_boot=config.n_boot, seed=config.seed)[0]
         for line in trials_lines(report.trials, out):
             config.reporter.say(line)
     if config.figures:
@@ -161,19 +166,6 @@ def run(run_dir: str | os.PathLike | RunDir, config: AnalyzeConfig) -> AnalyzeRe
                                                   "scorer"})
             report.page = write_report(folder, outcomes, report.trials, report.figures, gaps, settings)
     return report
-
-
-def say_evaluation(report: AnalyzeReport, say: Reporter) -> None:
-    """What analyze says after its evaluation: what was extracted and aggregated, the evaluation's metrics."""
-    from agentuq_nb.steps.evaluate import show
-
-    extracted = report.extracted
-    if report.evaluation is not None:
-        say.say(f"{extracted.num_simulations} simulations, {extracted.num_tokens} token rows; "
-                f"{report.summary_counts} → {extracted.run_dir}")
-        show(report.evaluation, say=say)
-    else:
-        say.say(f"{extracted.num_simulations} simulations, no token log-probs → {extracted.run_dir}")
 
 
 def show(done: AnalyzeReport, run_dir: Path, config: AnalyzeConfig, say: Reporter) -> None:
@@ -281,7 +273,6 @@ def reliability_bins(run: RunDir, table, outcomes: Outcomes, seed: int = 0) -> d
 
     from agentuq_nb.estimators.base import combination_families
     from agentuq_nb.evaluation.calibration import cross_fitted_probabilities, reliability_table
-    from agentuq_nb.evaluation.multi_trial import task_labels
     from agentuq_nb.records.keys import key_dtypes
 
     combined = table[table["family"].isin(combination_families()) & table["brier"].notna()].sort_values(
@@ -290,9 +281,11 @@ def reliability_bins(run: RunDir, table, outcomes: Outcomes, seed: int = 0) -> d
         return {}
     best = str(combined["estimator"].iloc[0])
     scores = key_dtypes(run.read_frame("combined_scores"))
-    rows = outcomes.frame().merge(scores, on=TRAJECTORY_KEYS, how="inner")
+    # the run's trajectories with their labels and tasks as the outcomes carry them (made once, not again here)
+    rows = outcomes.frame().assign(task=outcomes.tasks).merge(scores, on=TRAJECTORY_KEYS, how="inner")
     rows = rows[np.isfinite(rows["reward"].to_numpy(dtype=float))].reset_index(drop=True)
     failed = rows.pop("failed").to_numpy(dtype=bool)
+    tasks = rows.pop("task").to_numpy()
     n_bins = 10 if len(rows) >= 100 else 5
     out = {}
     prob = rows[best].to_numpy(dtype=float)
@@ -305,7 +298,7 @@ def reliability_bins(run: RunDir, table, outcomes: Outcomes, seed: int = 0) -> d
         name = str(base.iloc[0])
         length = key_dtypes(get(name).scores(run).rename(name).reset_index())
         u = rows[TRAJECTORY_KEYS].merge(length, on=TRAJECTORY_KEYS, how="left")[name].to_numpy(dtype=float)
-        platt = cross_fitted_probabilities(u, failed, task_labels(rows), "platt", seed=seed).prob
+        platt = cross_fitted_probabilities(u, failed, tasks, "platt", seed=seed).prob
         ok = np.isfinite(platt)
         out[f"{name} (Platt, cross-fitted by task)"] = reliability_table(platt[ok], failed[ok], n_bins)
     return out

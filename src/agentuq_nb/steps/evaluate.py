@@ -81,7 +81,7 @@ def run(run_dir: str | os.PathLike | RunDir, config: EvaluateConfig = EvaluateCo
     (see :func:`resolve_estimator`) choose it."""
     from agentuq_nb.evaluation.failure_report import failure_metrics
     from agentuq_nb.evaluation.metrics import failure_curves
-    from agentuq_nb.evaluation.multi_trial import multi_trial_report, task_labels, tasks_repeat
+    from agentuq_nb.evaluation.multi_trial import multi_trial_readout, task_labels, tasks_repeat
 
     folder = RunDir.of(run_dir)  # the failure threshold: checked by the config
     folder.require_folder(STEP.name)
@@ -93,6 +93,8 @@ def run(run_dir: str | os.PathLike | RunDir, config: EvaluateConfig = EvaluateCo
         chosen = (get(config.estimator) if config.estimator is not None
                   else resolve_estimator(config.uncertainty, config.role, config.scorer, config.invert, summary))
         from_summary = summary if isinstance(chosen, (TokenEstimator, RawColumn)) else None
+        # what the evaluation reads, known once the estimator is chosen: the based_on of what it writes
+        inputs = [name for name in ("trajectory_summary", "trajectories", *chosen.requires) if folder.has(name)]
         labelled = folder.outcomes(config.failure_threshold)  # every trajectory's reward read and labelled once
         every = labelled.frame()  # their keys, reward and failed
         rows = estimator_scores(folder, chosen, from_summary).merge(every, on=TRAJECTORY_KEYS, how="inner")
@@ -100,20 +102,21 @@ def run(run_dir: str | os.PathLike | RunDir, config: EvaluateConfig = EvaluateCo
             raise ValueError(f"{folder.path}: estimator '{chosen.name}' scores no trajectory with a reward")
         u = rows["uncertainty"].to_numpy(dtype=float)
         scored = Outcomes(rows["reward"].to_numpy(dtype=float), rows["failed"].to_numpy(dtype=bool), labelled.threshold)
-        repeated = tasks_repeat(rows)
-        result = failure_metrics(u, scored, invert=chosen.invert, n_boot=config.n_boot,
-                                 seed=config.seed, groups=task_labels(rows) if repeated else None)
+        repeated = tasks_repeat(rows)  # tasks repeat among the scored trajectories: the intervals resample tasks
+        groups = task_labels(rows) if repeated else None
+        trials = None
+        if labelled.tasks_repeat:  # task rates over every trial, scored or not: the outcomes made once, handed on
+            scores = every[TRAJECTORY_KEYS].merge(rows[TRAJECTORY_KEYS + ["uncertainty"]], on=TRAJECTORY_KEYS, how="left")
+            trials = multi_trial_readout(labelled, uncertainty=scores["uncertainty"].to_numpy(dtype=float),
+                                         invert=chosen.invert, n_boot=config.n_boot, seed=config.seed)[0]
+        result = failure_metrics(u, scored, invert=chosen.invert, n_boot=config.n_boot, seed=config.seed, groups=groups)
+        curves = failure_curves(u, scored, invert=chosen.invert)
         result.update(role=chosen.role, scorer=chosen.scorer, uncertainty=chosen.statistic or chosen.name,
                       invert=chosen.invert, failure_threshold=config.failure_threshold, n_boot=config.n_boot, seed=config.seed)
         if repeated:
             result["bootstrap"]["clusters"] = "tasks (domain, task_id): trajectories of one task are resampled together"
-        if tasks_repeat(every):  # task rates over every trial, scored or not
-            every = every.merge(rows[TRAJECTORY_KEYS + ["uncertainty"]], on=TRAJECTORY_KEYS, how="left")
-            result["multi_trial"] = multi_trial_report(every, failure_threshold=config.failure_threshold,
-                                                       uncertainty="uncertainty", invert=chosen.invert,
-                                                       n_boot=config.n_boot, seed=config.seed)[0]
-        curves = failure_curves(u, scored, invert=chosen.invert)
-        inputs = [name for name in ("trajectory_summary", "trajectories", *chosen.requires) if folder.has(name)]
+        if trials is not None:
+            result["multi_trial"] = trials
         with folder.commit(STEP.name) as commit:
             based_on = folder.based_on(*inputs)
             commit.write_json("eval_metrics", result, based_on)

@@ -383,7 +383,7 @@ class Commit:
             fsync_path(self.dir / rel)
         atomic_write_json(self.dir / JOURNAL, {"commit": self.id, "step": self.step, "files": files,
                                                "pid": os.getpid(), "at": _now()})  # the commit point
-        roll_forward(self.run.path, self.dir)
+        move_staged(self.run.path, self.dir, files)
         self.run.forget_cache()
 
     def discard(self) -> None:
@@ -392,10 +392,16 @@ class Commit:
 
 
 def roll_forward(folder: Path, staging: Path) -> None:
-    """Finish publishing a journaled commit: rename what is still staged into place, then drop the staging.
+    """Finish publishing a journaled commit that its writer left half-published (recovery, by the next process): the
+    files its journal names, read back and checked first (:func:`journaled_files`: a planted or damaged journal moves
+    nothing), moved into place (:func:`move_staged`)."""
+    move_staged(folder, staging, journaled_files(staging))
 
-    The journal is checked first (:func:`journaled_files`): a planted or damaged one moves nothing."""
-    files = journaled_files(staging)
+
+def move_staged(folder: Path, staging: Path, files: list[str]) -> None:
+    """Rename what is still staged of ``files`` into place, flush the renames, then drop the staging: the end of a
+    commit, done by its writer with the files it staged and journaled (it does not read its own journal back), or by
+    :func:`roll_forward` with those a journal left behind names."""
     for rel in files:
         source = staging / rel
         if os.path.lexists(source):
@@ -518,7 +524,8 @@ class RunDir:
         path = self._present(name)
         if name in FOLDER_ARTIFACTS:
             return self.folder(name)
-        return check_regular(path, f"the run's {path.name}")
+        self._stat(path, f"the run's {path.name}")  # a regular file (the one check every read of the folder makes)
+        return path
 
     def _present(self, name: str) -> Path:
         """The path of artefact ``name`` when there is something there (not yet checked), else :meth:`require`'s
