@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 from collections.abc import Generator, Iterator
 from contextlib import closing
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,30 +47,82 @@ NOT_RESULTS = ("top level is neither a JSON object (τ²-bench results) nor a JS
                "results)")
 
 
+@dataclass(frozen=True)
+class ResultsFile:
+    """One results input (a file or a τ²-bench results directory, in any layout of the module docstring) opened
+    once: :meth:`open` tells its ``layout`` by one sniff and reads its ``header`` (the τ²-shaped header a τ-bench
+    list, a simulation list, a judge summary or an Inspect log is given); :meth:`simulations` streams its
+    simulations by the layout it was told, never sniffing the file again. What reads a results file more than
+    once (its header, then its simulations, twice) holds this object, not the path."""
+
+    path: Path
+    layout: str
+    header: dict[str, Any]
+    #: Inspect logs only: the scorer whose value is the reward (see :func:`iter_simulations`)
+    score: str | None = None
+
+    @classmethod
+    def open(cls, path: str | Path, score: str | None = None) -> ResultsFile:
+        """Tell what ``path`` is and read its header, in one pass; an InputError when it is no results (see
+        :func:`detect_layout`)."""
+        path = Path(path)
+        layout, header = _top(path, score, with_header=True)
+        if layout is None:  # a single results object that does not say its version: its first simulation does
+            layout = simulation_layout(next(_iter_file_simulations(path), None))
+        return cls(path, layout, header or {}, score)
+
+    @property
+    def domain(self) -> str:
+        return Results.domain_of(self.header.get("info"))
+
+    @property
+    def models(self) -> dict[str, str]:
+        """The generating model of each role (:func:`models_by_role`)."""
+        return models_by_role(self.header)
+
+    def simulations(self, warnings: InputWarnings | None = None) -> Iterator[Simulation]:
+        """Stream the simulations in file order (``warnings``: as for :func:`iter_simulations`)."""
+        if warnings is None or self.layout == inspect_logs.LAYOUT:  # an Inspect log has no task list to check
+            yield from self._stream(warnings)
+            return
+        integrity = TaskIntegrity(tasks_by_id(self.header))
+        for sim in self._stream(warnings):
+            integrity.add(sim.id, sim.task_id, sim.model_extra,
+                          None if sim.reward_info is None else sim.reward_info.model_dump())
+            yield sim
+        warnings.add("tasks_not_the_simulated", f"{self.path} {integrity.example}", integrity.mismatched,
+                     of=integrity.checked)
+
+    def _stream(self, warnings: InputWarnings | None) -> Iterator[Simulation]:
+        path, layout = self.path, self.layout
+        if layout == inspect_logs.LAYOUT:
+            yield from inspect_logs.iter_simulations(path, warnings, self.score)
+        elif layout == tau_bench.LAYOUT:
+            prompt = ((self.header.get("info") or {}).get("agent_info") or {}).get("system_prompt")
+            for index, entry in enumerate(_list_items(path)):
+                yield tau_bench.simulation(entry, path, index, warnings, prompt)
+        elif layout == judge_summary.LAYOUT:
+            yield from judge_summary.iter_simulations(path, warnings)
+        elif layout == simulation_list.LAYOUT:
+            for i, raw in enumerate(_list_items(path)):
+                yield _validate_simulation(raw, path, f"item {i}")
+        elif layout == "dir":
+            yield from _iter_directory(path, self.header)
+        else:  # v0, v1
+            yield from _iter_file_simulations(path)
+
+
 def detect_layout(path: str | Path) -> str:
     """Return ``"dir"``, ``"v1"``, ``"v0"``, ``"tau_bench"``, ``"simulation_list"``, ``"judge_summary"`` or
     ``"inspect"``; raise InputError if ``path`` is neither τ²-bench's results (a file, a directory or a bare list of
     simulations), nor its judge summary, nor the original τ-bench's, nor an Inspect AI log."""
-    layout = layout_before_simulations(path)
-    if layout is not None:
-        return layout
-    return simulation_layout(next(_iter_file_simulations(Path(path)), None))
+    return ResultsFile.open(path).layout
 
 
 def layout_before_simulations(path: str | Path) -> str | None:
     """The layout when the file says it without its simulations (None: ``v0`` or ``v1`` by the first
     simulation, :func:`simulation_layout` - so that a reader streaming them parses the first one once)."""
     return _top(Path(path), None, with_header=False)[0]
-
-
-def layout_and_header(path: str | Path, score: str | None = None) -> tuple[str, dict[str, Any]]:
-    """:func:`detect_layout` and :func:`read_header` of one results path in one pass: what it is is told once and
-    its header read once (a reader that needs both: the detector's inputs)."""
-    path = Path(path)
-    layout, header = _top(path, score, with_header=True)
-    if layout is None:
-        layout = simulation_layout(next(_iter_file_simulations(path), None))
-    return layout, header or {}
 
 
 def _top(path: Path, score: str | None, with_header: bool) -> tuple[str | None, dict[str, Any] | None]:
@@ -180,19 +233,7 @@ def read_header(path: str | Path, score: str | None = None) -> dict[str, Any]:
     """Top-level keys of a results file except ``simulations`` (streamed, cheap on big files); of a τ-bench
     file, the header :func:`tau_bench.results_header` makes for it; of an Inspect log, the one
     :func:`inspect_logs.results_header` makes (``score``: as for :func:`iter_simulations`)."""
-    path = Path(path)
-    if inspect_logs.is_inspect_log(path):
-        return inspect_logs.results_header(path, score)
-    _score_only_for_inspect(path, score)
-    if path.is_dir():
-        path = path / "results.json"
-        if not path.exists():
-            return {}
-    elif path.is_file() and _first_byte(path) == b"[":
-        return _list_top(path)[1]
-    elif path.is_file() and judge_summary.is_judge_summary(path):
-        return judge_summary.results_header(path)
-    return _object_header(path)
+    return _top(Path(path), score, with_header=True)[1] or {}
 
 
 def _object_header(path: Path) -> dict[str, Any]:
@@ -307,11 +348,11 @@ def _iter_file_simulations(path: Path) -> Iterator[Simulation]:
         yield _validate_simulation(raw, path, f"simulations[{i}]")
 
 
-def _simulation_files(directory: Path) -> list[Path]:
-    """Simulation files in the order of results.json's ``simulation_index`` (else by name)."""
+def _simulation_files(directory: Path, header: dict[str, Any]) -> list[Path]:
+    """Simulation files in the order of results.json's ``simulation_index`` (its ``header``; else by name)."""
     sim_dir = directory / "simulations"
     files = sorted(sim_dir.glob("*.json")) if sim_dir.is_dir() else []
-    index = read_header(directory).get("simulation_index") if (directory / "results.json").exists() else None
+    index = header.get("simulation_index")
     if not index:
         return files
     by_stem = {f.stem: f for f in files}
@@ -332,60 +373,9 @@ def _has_inline_simulations(results_json: Path) -> bool:
         return False
 
 
-def _iter_tau_bench(path: Path, warnings: InputWarnings | None) -> Iterator[Simulation]:
-    header_prompt = (_tau_bench_header(path)["info"].get("agent_info") or {}).get("system_prompt")
-    for index, entry in enumerate(_list_items(path)):
-        yield tau_bench.simulation(entry, path, index, warnings, header_prompt)
-
-
-def _score_only_for_inspect(path: Path, score: str | None) -> None:
-    if score is not None:
-        raise InputError(path, f"score '{score}' chooses among the scores of an Inspect AI log; these results "
-                               "carry one reward per simulation")
-
-
-def iter_simulations(path: str | Path, warnings: InputWarnings | None = None,
-                     score: str | None = None) -> Iterator[Simulation]:
-    """Stream the simulations of a results file or directory, in file order.
-
-    ``warnings`` counts input kept but not as it should be (τ-bench files: malformed tool-call arguments,
-    runs that raised; any file: simulations whose task - the header's ``tasks``, a results directory's
-    ``results.json``, τ-bench's ``info.task`` - is not the one the harness checked,
-    :class:`~agentuq_nb.records.reward_checks.TaskIntegrity`, counted once the last simulation is read); without
-    it they are not counted (what they concern is still in the simulations). ``score`` (Inspect logs only): the
-    scorer whose value is the reward, ``NAME`` or ``NAME:KEY`` (default: the eval's first scorer)."""
-    path = Path(path)
-    if warnings is None or inspect_logs.is_inspect_log(path):  # an Inspect log has no task list to check
-        yield from _iter_simulations(path, warnings, score)
-        return
-    integrity = TaskIntegrity(tasks_by_id(read_header(path, score)))
-    for sim in _iter_simulations(path, warnings, score):
-        integrity.add(sim.id, sim.task_id, sim.model_extra,
-                      None if sim.reward_info is None else sim.reward_info.model_dump())
-        yield sim
-    warnings.add("tasks_not_the_simulated", f"{path} {integrity.example}", integrity.mismatched, of=integrity.checked)
-
-
-def _iter_simulations(path: Path, warnings: InputWarnings | None, score: str | None) -> Iterator[Simulation]:
-    layout = layout_before_simulations(path)  # v0 or v1 needs no telling apart here: read alike
-    if layout == inspect_logs.LAYOUT:
-        yield from inspect_logs.iter_simulations(path, warnings, score)
-        return
-    _score_only_for_inspect(path, score)
-    if layout == tau_bench.LAYOUT:
-        yield from _iter_tau_bench(path, warnings)
-        return
-    if layout == judge_summary.LAYOUT:
-        yield from judge_summary.iter_simulations(path, warnings)
-        return
-    if layout == simulation_list.LAYOUT:
-        for i, raw in enumerate(_list_items(path)):
-            yield _validate_simulation(raw, path, f"item {i}")
-        return
-    if layout != "dir":
-        yield from _iter_file_simulations(path)
-        return
-    files = _simulation_files(path)
+def _iter_directory(path: Path, header: dict[str, Any]) -> Iterator[Simulation]:
+    """The simulations of a τ²-bench ≥ 1.0.1 results directory (``header``: its ``results.json``'s)."""
+    files = _simulation_files(path, header)
     if not files:  # a results.json that still carries its simulations inline
         yield from _iter_file_simulations(path / "results.json")
         return
@@ -397,6 +387,26 @@ def _iter_simulations(path: Path, warnings: InputWarnings | None, score: str | N
         if isinstance(raw, dict) and "simulation" in raw and "messages" not in raw:
             raw = raw["simulation"]
         yield _validate_simulation(raw, file, "simulation")
+
+
+def _score_only_for_inspect(path: Path, score: str | None) -> None:
+    if score is not None:
+        raise InputError(path, f"score '{score}' chooses among the scores of an Inspect AI log; these results "
+                               "carry one reward per simulation")
+
+
+def iter_simulations(path: str | Path, warnings: InputWarnings | None = None,
+                     score: str | None = None) -> Iterator[Simulation]:
+    """Stream the simulations of a results file or directory, in file order (:meth:`ResultsFile.simulations` of
+    the file opened here: a reader that also needs the header or the layout opens the :class:`ResultsFile` itself).
+
+    ``warnings`` counts input kept but not as it should be (τ-bench files: malformed tool-call arguments,
+    runs that raised; any file: simulations whose task - the header's ``tasks``, a results directory's
+    ``results.json``, τ-bench's ``info.task`` - is not the one the harness checked,
+    :class:`~agentuq_nb.records.reward_checks.TaskIntegrity`, counted once the last simulation is read); without
+    it they are not counted (what they concern is still in the simulations). ``score`` (Inspect logs only): the
+    scorer whose value is the reward, ``NAME`` or ``NAME:KEY`` (default: the eval's first scorer)."""
+    yield from ResultsFile.open(path, score).simulations(warnings)
 
 
 def has_recorded_summary(results_path: str | Path, sample: int = 5) -> bool:
