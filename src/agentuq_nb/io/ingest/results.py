@@ -141,15 +141,16 @@ def _top(path: Path, score: str | None, tell_version: bool = False) -> tuple[str
     if inspect_logs.is_inspect_log(path):
         return inspect_logs.LAYOUT, inspect_logs.results_header(path, score)
     _score_only_for_inspect(path, score)
+    read = path  # the one file sniffed: a single file, or a results directory's results.json
     if path.is_dir():
         if not (path / "results.json").is_file() and not (path / "simulations").is_dir():
             raise InputError(path, "directory has neither results.json nor simulations/ (not a τ²-bench results directory)")
-        inline = path / "results.json"
-        if not inline.exists():
+        read = path / "results.json"
+        if not read.exists():
             return "dir", {}
-        with open_regular(inline, "results") as fh:
-            return "dir", _object_header(fh, inline)
-    with open_regular(path, "results") as fh:
+    with open_regular(read, "results") as fh:
+        if read != path:
+            return "dir", _object_header(fh, read)
         if _first_byte(fh) == b"[":
             return _list_top(fh, path)
         if judge_summary.is_judge_summary_file(fh):
@@ -212,7 +213,7 @@ def _list_top(fh: BinaryIO, path: Path) -> tuple[str, dict[str, Any]]:
     with closing(items_of(fh, path, "item")) as items:
         for index, item in enumerate(items):
             if index == 0 and not simulation_list.is_simulation(item):
-                return _tau_bench_header(item, items, path)
+                return tau_bench.LAYOUT, tau_bench.list_header(chain([item], items), path)
             if not isinstance(item, dict):
                 raise InputError(path, f"a list of τ²-bench simulations, but item {index} is "
                                        f"{tau_bench.json_kind(item)}")
@@ -220,26 +221,8 @@ def _list_top(fh: BinaryIO, path: Path) -> tuple[str, dict[str, Any]]:
             if len(first) >= simulation_list.HEADER_SCAN_ITEMS:
                 break
     if not first:
-        return _tau_bench_header(None, iter(()), path)  # an empty list: τ-bench's message says what was expected
+        return tau_bench.LAYOUT, tau_bench.list_header(iter(()), path)  # empty: τ-bench's message says what was expected
     return simulation_list.LAYOUT, simulation_list.results_header(first, path)
-
-
-def _tau_bench_header(first: Any, rest: Iterator[Any], path: Path) -> tuple[str, dict[str, Any]]:
-    """The τ²-shaped header of a τ-bench list (:func:`tau_bench.results_header`) whose entries are ``first`` and
-    ``rest``, from the first entry whose trajectory opens with the agent's system prompt (entries of runs that
-    raised have none)."""
-    prompt, seen = None, 0
-    entries = rest if first is None else chain([first], rest)
-    for index, entry in enumerate(entries):
-        tau_bench.check_entry(entry, path, index)
-        seen += 1
-        prompt = tau_bench.system_prompt_of(entry)
-        if prompt is not None or seen >= tau_bench.HEADER_SCAN_ITEMS:
-            break
-    if not seen:
-        raise InputError(path, f"an empty JSON list: no results to read ({tau_bench.EXPECTED}, or τ²-bench's results "
-                               "object)")
-    return tau_bench.LAYOUT, tau_bench.results_header(prompt, path)
 
 
 def read_header(path: str | Path, score: str | None = None) -> dict[str, Any]:
