@@ -409,6 +409,10 @@ def iter_simulations(path: str | Path, warnings: InputWarnings | None = None,
     :class:`~agentuq_nb.records.reward_checks.TaskIntegrity`, counted once the last simulation is read); without
     it they are not counted (what they concern is still in the simulations). ``score`` (Inspect logs only): the
     scorer whose value is the reward, ``NAME`` or ``NAME:KEY`` (default: the eval's first scorer)."""
+    path = Path(path)
+    if inspect_logs.is_inspect_log(path):  # its samples need no header made (the archive's directory read once)
+        yield from inspect_logs.iter_simulations(path, warnings, score)
+        return
     yield from ResultsFile.open(path, score).simulations(warnings)
 
 
