@@ -6,7 +6,7 @@ import json
 import pytest
 
 from agentuq_nb.io.errors import InputError
-from agentuq_nb.io.ingest.results import detect_layout, iter_simulations, load_results
+from agentuq_nb.io.ingest.results import ResultsFile, detect_layout, iter_simulations, load_results, read_header
 
 
 def test_real_tau2_files_load_with_all_messages_and_rewards(tau2_files):
@@ -52,6 +52,39 @@ def test_v1_single_file_and_directory_layouts(tmp_path, synthetic_results):
         list(iter_simulations(directory))
     (directory / "results.json").write_text(json.dumps({**raw, "simulations": []}))  # an empty list is no source
     assert len(list(iter_simulations(directory))) == len(raw["simulations"]) - 1
+
+
+def test_a_results_file_opened_once_tells_its_layout_reads_its_header_and_streams_its_simulations(
+        tmp_path, synthetic_results):
+    raw = json.loads(synthetic_results.read_text())
+    ids = [sim["id"] for sim in raw["simulations"]]
+    header = {k: v for k, v in raw.items() if k != "simulations"}
+    v1 = tmp_path / "v1.json"
+    v1.write_text(json.dumps({**raw, "format_version": "1.0"}))
+    listed = tmp_path / "listed.json"
+    listed.write_text(json.dumps(raw["simulations"]))
+    directory = tmp_path / "directory"
+    (directory / "simulations").mkdir(parents=True)
+    (directory / "results.json").write_text(json.dumps(header))
+    for sim in raw["simulations"]:
+        (directory / "simulations" / f"{sim['id']}.json").write_text(json.dumps(sim))
+    prompt = "# Airline Agent Policy\nBe kind."
+    tau = tmp_path / "tau.json"
+    tau.write_text(json.dumps([{"task_id": t, "reward": 1.0, "trial": 0, "info": {},
+                                "traj": [{"role": "system", "content": prompt}, {"role": "user", "content": "hi"}]}
+                               for t in range(3)]))
+    for path, layout, expected in ((synthetic_results, "v0", ids), (v1, "v1", ids), (listed, "simulation_list", ids),
+                                   (directory, "dir", sorted(ids)), (tau, "tau_bench", ["0-0", "1-0", "2-0"])):
+        file = ResultsFile.open(path)
+        assert (file.layout, file.path) == (layout, path)
+        assert file.layout == detect_layout(path) and file.header == read_header(path)
+        # streamed as often as asked, never sniffed again: the same simulations as the path's reader streams
+        assert [s.id for s in file.simulations()] == [s.id for s in file.simulations()] == expected
+        assert [s.id for s in iter_simulations(path)] == expected
+    assert ResultsFile.open(synthetic_results).header == header
+    assert ResultsFile.open(tau).header["info"]["agent_info"] == {"system_prompt": prompt}
+    assert ResultsFile.open(tau).domain == "airline"
+    assert ResultsFile.open(synthetic_results).domain == "synthetic"
 
 
 @pytest.mark.parametrize(

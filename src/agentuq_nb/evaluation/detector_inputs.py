@@ -30,10 +30,9 @@ from agentuq_nb.estimators.monitor import monitor_families
 from agentuq_nb.io.errors import InputError, remedy
 from agentuq_nb.io.files import content_digest
 from agentuq_nb.io.ingest import judge_summary
-from agentuq_nb.io.ingest.results import iter_simulations, layout_and_header
+from agentuq_nb.io.ingest.results import ResultsFile
 from agentuq_nb.io.store.artifacts import read_monitor_rows
 from agentuq_nb.io.store.rundir import RunDir
-from agentuq_nb.records import Results
 from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.task_identity import content_key, resolve_id_keys
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
@@ -52,19 +51,28 @@ BATCH_SIZE = 200
 
 @dataclass
 class Source:
-    """One input: its short ``name``, the path given, the ``results`` read, the run folder (if one was given)."""
+    """One input: its short ``name``, the path given, its results ``file`` (opened once: its layout and header),
+    the run folder (if one was given)."""
 
     name: str
     given: Path
-    results: Path
+    file: ResultsFile
     run: RunDir | None
     domain: str
-    layout: str
     sha256: str
     tool_kinds: dict[str, str] = field(default_factory=dict)
     models: dict[str, str] = field(default_factory=dict)
     #: task id -> content key of the results header's tasks (:mod:`agentuq_nb.records.task_identity`)
     task_contents: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def results(self) -> Path:
+        """The results read (a run folder's names them)."""
+        return self.file.path
+
+    @property
+    def layout(self) -> str:
+        return self.file.layout
 
     def describe(self) -> dict:
         return {"name": self.name, "given": str(self.given), "results": str(self.results), "layout": self.layout,
@@ -96,18 +104,13 @@ def resolve_source(path: str | os.PathLike, name: str) -> Source:
         if not results.exists():
             raise InputError(path, f"names the results {results}, which are not there any more: give the results "
                                    "file instead")
+        file = ResultsFile.open(results)  # (an Inspect log's rewards: the run folder's, whatever score it chose)
         domain, models = manifest.domain or "unknown", dict(manifest.models)
-        layout, header = layout_and_header(results)  # (an Inspect log's rewards: the run folder's, whatever score it chose)
     else:
-        results = path
-        layout, header = layout_and_header(results)  # what the file is, told once, and its header, read once
-        domain, models = Results.domain_of(header.get("info")), {}
-        info = header.get("info") or {}
-        for role, key in (("assistant", "agent_info"), ("user", "user_info")):
-            if (info.get(key) or {}).get("llm"):
-                models[role] = str(info[key]["llm"])
-    return Source(name, path, results, run, domain, layout, content_sha256(results),
-                  tool_types(header), models, header_task_contents(header))
+        file = ResultsFile.open(path)  # what the file is, told once, and its header, read once
+        domain, models = file.domain, file.models
+    return Source(name, path, file, run, domain, content_sha256(file.path), tool_types(file.header), models,
+                  header_task_contents(file.header))
 
 
 def header_task_contents(header: dict) -> dict[str, str]:
@@ -163,7 +166,7 @@ def corpus_features(sources: Sequence[Source], groups: Sequence[str], embedder: 
 
     def jobs():
         for i, source in enumerate(sources):
-            for k, sims in enumerate(batches(iter_simulations(source.results), batch_size)):
+            for k, sims in enumerate(batches(source.file.simulations(), batch_size)):
                 yield (i, k), FeatureJob(sims, source.domain, groups, embedder, embed_max_tokens, source.tool_kinds,
                                          turns, fraction, source.task_contents)
 
@@ -197,7 +200,7 @@ def trajectory_signatures(sources: Sequence[Source], features: TrajectoryFeature
     ids: list[str] = []
 
     def messages(source: Source):
-        for sim in iter_simulations(source.results):
+        for sim in source.file.simulations():
             ids.append(str(sim.id))
             yield sim.messages
 

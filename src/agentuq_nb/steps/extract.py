@@ -26,13 +26,7 @@ from pydantic import Field
 from agentuq_nb.common.collector import fewer_collections
 from agentuq_nb.io.errors import InputError, InputWarnings
 from agentuq_nb.io.files import content_digest
-from agentuq_nb.io.ingest.results import (
-    iter_simulations,
-    layout_before_simulations,
-    models_by_role,
-    read_header,
-    simulation_layout,
-)
+from agentuq_nb.io.ingest.results import ResultsFile
 from agentuq_nb.io.ingest.sidecars import release_scanner_memory
 from agentuq_nb.io.ingest.token_sources import SidecarResolver, batch_raw_tokens
 from agentuq_nb.io.input_warnings import emit_input_warnings
@@ -40,7 +34,7 @@ from agentuq_nb.io.outputs import check_run_destination
 from agentuq_nb.io.store.artifacts import results_input
 from agentuq_nb.io.store.detector_dir import own_card
 from agentuq_nb.io.store.rundir import RunDir
-from agentuq_nb.records import Results, Simulation
+from agentuq_nb.records import Simulation
 from agentuq_nb.records.run_tables import MessageColumns
 from agentuq_nb.steps.base import RESULTS_HELP, Command, Reporter, Step, StepConfig
 from agentuq_nb.uq.base_tables import BaseTables
@@ -75,13 +69,6 @@ class ExtractReport:
     num_simulations: int = 0
     num_tokens: int = 0
     warnings: InputWarnings = field(default_factory=InputWarnings)
-
-
-def _remember_first(sims: Iterable[Simulation], first: list[Simulation]) -> Iterator[Simulation]:
-    for sim in sims:
-        if not first:
-            first.append(sim)
-        yield sim
 
 
 def _batches(sims: Iterable[Simulation], resolver: SidecarResolver, batch_bytes: int) -> Iterator[tuple[list[Simulation], Future]]:
@@ -145,11 +132,9 @@ def run(run_dir: str | Path | RunDir, config: ExtractConfig) -> ExtractReport:
                                       "would be mixed with the detector's files; name another folder")
     if config.sidecar_dir is not None and not Path(config.sidecar_dir).is_dir():
         raise InputError(config.sidecar_dir, "sidecar_dir " + ("is not a directory" if Path(config.sidecar_dir).exists() else "does not exist"))
-    layout = layout_before_simulations(config.results)  # v0 or v1: told by the first simulation, as it streams
-    header = read_header(config.results, config.score)
-    domain = Results.domain_of(header.get("info"))
-    models = models_by_role(header)
-    reward_from = (header.get("info") or {}).get("reward_from")
+    file = ResultsFile.open(config.results, config.score)  # what the results are, told once; their header read once
+    domain, models = file.domain, file.models
+    reward_from = (file.header.get("info") or {}).get("reward_from")
     resolver = SidecarResolver(config.results if config.results.is_file() else config.results / "results.json",
                                Path(config.sidecar_dir) if config.sidecar_dir else None)
     digest = content_digest(config.results)  # what the run's artefacts are made from (their stamp)
@@ -162,8 +147,7 @@ def run(run_dir: str | Path | RunDir, config: ExtractConfig) -> ExtractReport:
     try:
         with fewer_collections(), folder.commit(STEP.name) as commit, closing(resolver), \
                 BaseTables(commit, results_input(folder, config.results, digest)) as tables:
-            first: list[Simulation] = []
-            sims = _remember_first(iter_simulations(config.results, report.warnings, config.score), first)
+            sims = file.simulations(report.warnings)
             for batch, parsed in _batches(sims, resolver, config.batch_bytes):
                 messages = MessageColumns.of(batch)  # one pass over the messages, for the tokens and the message table
                 raw, sim_pos = batch_raw_tokens(batch, domain, resolver, report.warnings, models, parsed.result(), messages)
@@ -182,7 +166,7 @@ def run(run_dir: str | Path | RunDir, config: ExtractConfig) -> ExtractReport:
             report.num_tokens = tables.num_tokens
             commit.update_manifest(
                 step=STEP.name, results=str(config.results.resolve()), results_sha256=digest,
-                layout=layout or simulation_layout(first[0] if first else None),
+                layout=file.layout,
                 sidecar_dir=str(Path(config.sidecar_dir).resolve()) if config.sidecar_dir else None, domain=domain, models=models,
                 num_simulations=report.num_simulations, num_tokens=report.num_tokens,
                 warnings=report.warnings.as_dict(), scoring=None,

@@ -31,11 +31,10 @@ from pydantic import Field
 
 from agentuq_nb.io.atomic import csv_writer
 from agentuq_nb.io.errors import InputError, InputWarnings
-from agentuq_nb.io.ingest.results import iter_simulations, models_by_role, read_header
+from agentuq_nb.io.ingest.results import ResultsFile
 from agentuq_nb.io.input_warnings import emit_input_warnings
 from agentuq_nb.io.store.artifacts import results_input
 from agentuq_nb.io.store.rundir import RESULTS_CONTENT, RunDir
-from agentuq_nb.records import Results
 from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.run_tables import TRAJECTORY_META, trajectory_record, trajectory_table
 from agentuq_nb.records.summary import AGENTUQ_SUMMARY
@@ -112,14 +111,14 @@ def summarize_recorded(results_path: str | Path, run_dir: str | Path | RunDir) -
     ``warnings``).
     """
     results_path, run = Path(results_path), RunDir.of(run_dir)
-    header = read_header(results_path)
-    domain = Results.domain_of(header.get("info"))
+    file = ResultsFile.open(results_path)  # told once what the results are; their header read once
+    domain = file.domain
     rows: list[dict] = []
     trajectories: list[dict] = []
     missing: list[str] = []
     warnings = InputWarnings()
     first_of_key: dict[tuple, str] = {}
-    for sim in iter_simulations(results_path):
+    for sim in file.simulations():
         key = (str(sim.task_id), sim.trial, sim.seed)
         first = first_of_key.setdefault(key, str(sim.id))
         if first != str(sim.id):
@@ -158,7 +157,7 @@ def summarize_recorded(results_path: str | Path, run_dir: str | Path | RunDir) -
             commit.write_parquet("trajectory_summary", summary, based_on=made_from)
             commit.update_manifest(step=STEP.name, results=str(results_path.resolve()),
                                    results_sha256=based_on[RESULTS_CONTENT], layout=None, sidecar_dir=None,
-                                   domain=domain, models=models_by_role(header), num_simulations=len(trajectories),
+                                   domain=domain, models=file.models, num_simulations=len(trajectories),
                                    num_tokens=0, warnings=warnings.as_dict(), scoring=None,
                                    summary_source="uq_summary")
     emit_input_warnings(warnings)

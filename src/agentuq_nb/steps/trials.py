@@ -49,14 +49,13 @@ def is_run_folder(path: str | Path | RunDir) -> bool:
 def results_rewards(results: str | Path, score: str | None = None) -> pd.DataFrame:
     """One row per simulation of a results file: the trajectory keys and ``reward``, streamed from the file (the
     trajectory table ``extract`` would make, without a run folder)."""
-    from agentuq_nb.io.ingest.results import iter_simulations, read_header
-    from agentuq_nb.records import Results
+    from agentuq_nb.io.ingest.results import ResultsFile
     from agentuq_nb.records.keys import key_dtypes
     from agentuq_nb.records.run_tables import trajectory_record, trajectory_table
     from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 
-    domain = Results.domain_of(read_header(results, score).get("info"))
-    records = [trajectory_record(sim, domain) for sim in iter_simulations(results, score=score)]
+    file = ResultsFile.open(results, score)  # told once what the results are; their header read once
+    records = [trajectory_record(sim, file.domain) for sim in file.simulations()]
     return key_dtypes(trajectory_table(records).to_pandas()[[*TRAJECTORY_KEYS, "reward"]])
 
 

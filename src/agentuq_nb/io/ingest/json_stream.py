@@ -193,46 +193,55 @@ class JsonScanner:
             self.value()
 
 
-def scanned_items(path: Path, prefix: str, skip: int = 0) -> Iterator[Any]:
+def scanned_items(fh: BinaryIO, path: Path, prefix: str, skip: int = 0) -> Iterator[Any]:
     """The items at ``prefix`` (``"item"``: of a top-level array; ``"simulations.item"``: of the top-level
-    object's ``simulations`` array) read by the scanner, the first ``skip`` of them left out."""
-    with open_regular(path, "JSON") as fh:
-        scanner = JsonScanner(fh, path)
-        if prefix == "item":
-            if scanner.peek() != "[":
-                return
-            items = scanner.array_items()
-        else:
-            key = prefix.removesuffix(".item")
-            if scanner.peek() != "{":
-                return
-            items = None
-            for name in scanner.object_keys():
-                if name == key and scanner.peek() == "[":
-                    items = scanner.array_items()
-                    break
-                scanner.skip_value()
-            if items is None:
-                return
-        for i, item in enumerate(items):
-            if i >= skip:
-                yield item
+    object's ``simulations`` array) of the open file ``fh`` (read from its start) read by the scanner, the first
+    ``skip`` of them left out."""
+    fh.seek(0)
+    scanner = JsonScanner(fh, path)
+    if prefix == "item":
+        if scanner.peek() != "[":
+            return
+        items = scanner.array_items()
+    else:
+        key = prefix.removesuffix(".item")
+        if scanner.peek() != "{":
+            return
+        items = None
+        for name in scanner.object_keys():
+            if name == key and scanner.peek() == "[":
+                items = scanner.array_items()
+                break
+            scanner.skip_value()
+        if items is None:
+            return
+    for i, item in enumerate(items):
+        if i >= skip:
+            yield item
 
 
-def stream_items(path: str | Path, prefix: str) -> Iterator[Any]:
-    """The items at ``prefix`` (see :func:`scanned_items`), streamed: ijson, or the scanner from where ijson
-    stopped (NaN/Infinity, a long string). An error that both readers meet is said by the scanner."""
-    path = Path(path)
+def items_of(fh: BinaryIO, path: Path, prefix: str) -> Iterator[Any]:
+    """The items at ``prefix`` (see :func:`scanned_items`) of the open file ``fh`` (``path``: its name, for the
+    messages), streamed from its start: ijson, or the scanner from where ijson stopped (NaN/Infinity, a long
+    string). An error that both readers meet is said by the scanner. A reader that sniffs a file reads it through
+    one handle (seeking back to its start), never opening it again."""
     done = 0
+    fh.seek(0)
     try:
-        with open_regular(path, "JSON") as fh:
-            for item in ijson.items(GuardedReader(fh), prefix, use_float=True):
-                yield item
-                done += 1
+        for item in ijson.items(GuardedReader(fh), prefix, use_float=True):
+            yield item
+            done += 1
         return
     except (ijson.JSONError, LongToken):
         pass
-    yield from scanned_items(path, prefix, skip=done)
+    yield from scanned_items(fh, path, prefix, skip=done)
+
+
+def stream_items(path: str | Path, prefix: str) -> Iterator[Any]:
+    """The items at ``prefix`` of the file at ``path`` (:func:`items_of`; a special file refused)."""
+    path = Path(path)
+    with open_regular(path, "JSON") as fh:
+        yield from items_of(fh, path, prefix)
 
 
 def read_json_document(path: str | Path) -> Any:

@@ -56,7 +56,7 @@ import re
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import ijson
 from pydantic import ValidationError
@@ -64,7 +64,7 @@ from pydantic import ValidationError
 from agentuq_nb.io.errors import InputError, InputWarnings, validation_problem
 from agentuq_nb.io.files import open_regular
 from agentuq_nb.io.ingest import tau_bench
-from agentuq_nb.io.ingest.json_stream import GuardedReader, LongToken, stream_items
+from agentuq_nb.io.ingest.json_stream import GuardedReader, LongToken, items_of, stream_items
 from agentuq_nb.records import Simulation
 from agentuq_nb.records.actions import MALFORMED
 
@@ -89,20 +89,29 @@ RESULTS_KEYS = ("timestamp", "info", "tasks", "simulations")
 
 
 def is_judge_summary(path: str | Path) -> bool:
-    """Whether ``path`` is a judge summary: a top-level object whose ``entries`` list's first item has a
-    ``judge_prompt`` (read as far as that item, or as far as a τ²-bench results key, no further)."""
+    """Whether ``path`` is a judge summary (:func:`is_judge_summary_file`); False for what cannot be opened."""
     try:
         with open_regular(Path(path), "results") as fh:
-            for prefix, event, value in ijson.parse(GuardedReader(fh), use_float=True):
-                if prefix == "" and event == "map_key":
-                    if value in RESULTS_KEYS:
-                        return False
-                elif prefix == "entries.item" and event == "map_key" and value == "judge_prompt":
-                    return True
-                elif prefix == "entries.item" and event == "end_map":
-                    return False  # the first entry has no judge_prompt
-                elif prefix == "" and event in ("end_map", "start_array", "string", "number", "boolean", "null"):
+            return is_judge_summary_file(fh)
+    except (OSError, InputError):
+        return False
+
+
+def is_judge_summary_file(fh: BinaryIO) -> bool:
+    """Whether the open file ``fh`` is a judge summary: a top-level object whose ``entries`` list's first item has a
+    ``judge_prompt`` (read from its start as far as that item, or as far as a τ²-bench results key, no further)."""
+    fh.seek(0)
+    try:
+        for prefix, event, value in ijson.parse(GuardedReader(fh), use_float=True):
+            if prefix == "" and event == "map_key":
+                if value in RESULTS_KEYS:
                     return False
+            elif prefix == "entries.item" and event == "map_key" and value == "judge_prompt":
+                return True
+            elif prefix == "entries.item" and event == "end_map":
+                return False  # the first entry has no judge_prompt
+            elif prefix == "" and event in ("end_map", "start_array", "string", "number", "boolean", "null"):
+                return False
     except (ijson.JSONError, LongToken, OSError, InputError, UnicodeDecodeError):
         return False
     return False
@@ -259,18 +268,21 @@ def simulation(entry: Any, path: Path, index: int, trial: int = 0,
         raise InputError(path, f"entry does not convert to a trajectory: {validation_problem(err)}", where) from err
 
 
-def results_header(path: str | Path) -> dict[str, Any]:
+def results_header(path: str | Path, fh: BinaryIO | None = None) -> dict[str, Any]:
     """The τ²-shaped header of a judge summary (see the module docstring), from its top-level numbers and first
-    entry."""
+    entry; read through ``fh`` when the file is open (from its start), else opened here."""
     path = Path(path)
+    if fh is None:
+        with open_regular(path, "results") as opened:
+            return results_header(path, opened)
     totals: dict[str, Any] = {}
-    with open_regular(path, "results") as fh:
-        for prefix, event, value in ijson.parse(GuardedReader(fh), use_float=True):
-            if prefix in ("total_judged", "agree_count", "disagree_count", "total_cost_usd") and event == "number":
-                totals[prefix] = value
-            if prefix == "entries" and event == "start_array":
-                break
-    first = next(iter(stream_items(path, "entries.item")), None)
+    fh.seek(0)
+    for prefix, event, value in ijson.parse(GuardedReader(fh), use_float=True):
+        if prefix in ("total_judged", "agree_count", "disagree_count", "total_cost_usd") and event == "number":
+            totals[prefix] = value
+        if prefix == "entries" and event == "start_array":
+            break
+    first = next(iter(items_of(fh, path, "entries.item")), None)
     if first is None:
         raise InputError(path, f"a judge summary with no entries: no trajectories to read ({RESULTS_FORMAT})")
     check_entry(first, path, 0)

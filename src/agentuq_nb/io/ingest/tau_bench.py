@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +145,22 @@ def results_header(system_prompt: str | None, path: str | Path) -> dict[str, Any
     if system_prompt is not None:
         info["agent_info"] = {"system_prompt": system_prompt}
     return {"info": info}
+
+
+def list_header(entries: Iterator[Any], path: Path) -> dict[str, Any]:
+    """The header (:func:`results_header`) of a τ-bench list whose ``entries`` are streamed (each checked,
+    :func:`check_entry`), from the first whose trajectory opens with the agent's system prompt (entries of runs that
+    raised have none; at most :data:`HEADER_SCAN_ITEMS` read); an empty list is refused."""
+    prompt, seen = None, 0
+    for index, entry in enumerate(entries):
+        check_entry(entry, path, index)
+        seen += 1
+        prompt = system_prompt_of(entry)
+        if prompt is not None or seen >= HEADER_SCAN_ITEMS:
+            break
+    if not seen:
+        raise InputError(path, f"an empty JSON list: no results to read ({EXPECTED}, or τ²-bench's results object)")
+    return results_header(prompt, path)
 
 
 # --------------------------------------------------------------------------- one entry → one simulation
