@@ -268,9 +268,21 @@ def test_forty_concurrent_clients_are_all_answered(base_url):
 
 
 def test_max_tokens_is_capped_and_fit_context_reports_what_it_dropped(base_url):
-    status, payload, headers = post(base_url, "/chat/completions",
-                                    chat_body(max_tokens=100_000, temperature=1.0, seed=3, fit_context=True))
-    assert status == 200 and payload["usage"]["completion_tokens"] <= server.DEFAULT_MAX_TOKENS_CAP
+    """A request's max_tokens above the cap decodes exactly the cap (an app capped at 12 tokens: the default 1,024
+    decoded to its end cost 25 s of the suite, and a reply that stopped early passed the old check anyway)."""
+    import inspect
+
+    from starlette.testclient import TestClient
+
+    for make in (server.serve_local, server.make_app):
+        assert inspect.signature(make).parameters["max_tokens_cap"].default == server.DEFAULT_MAX_TOKENS_CAP
+    with TestClient(server.make_app(max_tokens_cap=12)) as app:
+        response = app.post("/v1/chat/completions",
+                            json=chat_body(max_tokens=100_000, temperature=1.0, seed=3, fit_context=True,
+                                           messages=[{"role": "user", "content": "Write a very long story about a dragon."}]))
+    payload, headers = response.json(), response.headers
+    assert response.status_code == 200 and payload["usage"]["completion_tokens"] == 12
+    assert payload["choices"][0]["finish_reason"] == "length"
     assert payload["usage"]["context_dropped_messages"] == 0 and headers[server.DROPPED_HEADER] == "0"
     _, plain, plain_headers = post(base_url, "/chat/completions", chat_body())
     assert "context_dropped_messages" not in plain["usage"] and server.DROPPED_HEADER not in plain_headers
