@@ -72,12 +72,14 @@ def test_tau2_bench_runs_against_serve_local_and_its_results_extract_aggregate_e
     data = tmp_path / "data"
     for part in ("tau2/domains/mock", "tau2/user_simulator"):  # shared/ is read-only: τ²-bench writes beside it
         shutil.copytree(TAU2_SOURCE / "data" / part, data / part)
-    llm_args = json.dumps({"api_base": served, "api_key": "none", "logprobs": True, "top_logprobs": 5,
-                           "temperature": 0.0, "seed": 0})
+    # max_tokens as our own simulations bound the embedded model's turns (64 agent, 32 user): without it every turn
+    # decoded up to serve-local's cap of 1,024 tokens, most of the file's time
+    llm_args = {"api_base": served, "api_key": "none", "logprobs": True, "top_logprobs": 5, "temperature": 0.0, "seed": 0}
+    agent_args, user_args = json.dumps({**llm_args, "max_tokens": 64}), json.dumps({**llm_args, "max_tokens": 32})
     run = subprocess.run(
         [str(venv / "bin" / "tau2"), "run", "--domain", "mock", "--num-tasks", "1", "--max-steps", "6",
-         "--agent-llm", f"openai/{MODEL}", "--agent-llm-args", llm_args,
-         "--user-llm", f"openai/{MODEL}", "--user-llm-args", llm_args, "--save-to", "harness", "--log-level", "ERROR"],
+         "--agent-llm", f"openai/{MODEL}", "--agent-llm-args", agent_args,
+         "--user-llm", f"openai/{MODEL}", "--user-llm-args", user_args, "--save-to", "harness", "--log-level", "ERROR"],
         env=tau2_env(TAU2_DATA_DIR=str(data)),
         capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
