@@ -672,3 +672,21 @@ def test_the_config_is_resolved_once_into_the_plain_settings_the_training_takes(
         settings.seed = 8
     embedded = TrainDetectorConfig(inputs=[Path("a.json")], out=Path("d"), embedder="hash").training()
     assert embedded.embedder == "hash" and "embeddings" in embedded.groups
+
+
+def test_the_protocols_alone_equal_a_whole_trainings_table(runs):
+    """The study's ablation judges each feature set by the protocols alone (:func:`protocol_table`: no final model,
+    label-shift judgement, early detection or card): its table equals the one a whole training writes."""
+    from agentuq_nb.evaluation.detector_inputs import corpus_features, resolve_sources
+    from agentuq_nb.evaluation.detector_training import protocol_table, train_on_features
+    from agentuq_nb.steps.train_detector import TrainDetectorConfig
+
+    settings = TrainDetectorConfig(inputs=runs, out=Path("unused"), embedder="hash", n_boot=50, n_splits=3,
+                                   groups=["blackbox", "length"], early_turns=[1],
+                                   protocols=["within_run", "leave_one_run_out", "leave_run_and_task_out"]).training()
+    sources = resolve_sources(runs)
+    features = corpus_features(sources, settings.groups, "hash")
+    whole = train_on_features(features, sources, settings)
+    alone = protocol_table(features, sources, settings)
+    assert list(alone["protocol"]) == list(settings.protocols)
+    pd.testing.assert_frame_equal(alone, whole.protocols)

@@ -433,6 +433,45 @@ def compact(row: dict[str, Any]) -> dict[str, Any]:
 
 
 
+def labelled_corpus(features: TrajectoryFeatures, sources: list[Source], settings: TrainingSettings):
+    """``(outcomes, at, failure, labelled)``: the corpus labelled once (the fits, the protocols, the card read these
+    labels), ``at`` the rows with a label, ``failure`` theirs and ``labelled`` their features; refused where one outcome
+    is missing or a trajectory's keys repeat (a trajectory's rows are found by its keys)."""
+    outcomes = corpus_outcomes(features, settings.failure_threshold)
+    at, failure = outcomes.labelled()
+    if len(at) == 0 or failure.all() or not failure.any():
+        raise ValueError(f"the inputs hold {len(at)} labelled trajectories, {int(failure.sum())} of them failures "
+                         f"(failure = reward < {settings.failure_threshold:g}): a detector needs both outcomes")
+    every = (features.index.index.equals(pd.RangeIndex(len(at))) and  # what take(at) would give, without its copy
+             (features.messages is None or features.messages["row"].is_monotonic_increasing))
+    labelled = features if every else features.take(at)
+    index = labelled.index
+    repeated = index.duplicated(["run", *TRAJECTORY_KEYS], keep=False).to_numpy()
+    if repeated.any():
+        first = index[repeated].iloc[0]
+        where = next((s.results for s in sources if s.name == first["run"]), first["run"])
+        raise InputError(where, f"holds {int(repeated.sum())} labelled trajectories whose (task, trial, seed) another "
+                                f"one has too (first: task {first['task_id']!r}, trial {first['trial']}, seed "
+                                f"{first['seed']}): a detector learns from distinct trajectories; drop the repeats")
+    return outcomes, at, failure, labelled
+
+
+def protocol_table(features: TrajectoryFeatures, sources: list[Source], settings: TrainingSettings) -> pd.DataFrame:
+    """The protocols' table alone (``protocols.csv``'s rows, :attr:`TrainedDetector.protocols`), each protocol of
+    ``settings`` fitted and judged as :func:`train_on_features` does, without what a study's ablation does not read:
+    the final model, the label-shift judgement, early detection, near-copies and the card (on the shared runs about
+    half of a training)."""
+    _, _, failure, labelled = labelled_corpus(features, sources, settings)
+    detector = settings.detector
+    with warnings.catch_warnings(), SelectionJobs(for_fitting(labelled), failure, detector, settings.threads) as jobs:
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN column of a training fold: imputed as 0
+        for p in settings.protocols:
+            jobs.submit_folds(p, folds_of(p, labelled, failure, settings.n_splits, settings.seed))
+        rows = [evaluate_protocol(p, labelled, failure, detector, settings.n_splits, settings.n_boot, settings.seed,
+                                  None, jobs).row for p in settings.protocols]
+    return pd.DataFrame(rows)
+
+
 def train_on_features(features: TrajectoryFeatures, sources: list[Source], settings: TrainingSettings,
                       on_fit: Callable[[str, Fold, pd.DataFrame], None] | None = None,
                       prefixes: PrefixFeatures | None = None, seconds: dict[str, float] | None = None
@@ -446,22 +485,8 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], setti
     detector = settings.detector
     seconds = dict(seconds or {})
     start = time.perf_counter() - sum(seconds.values())
-    outcomes = corpus_outcomes(features, settings.failure_threshold)  # labelled once: the fits, the protocols, the card
-    at, failure = outcomes.labelled()
-    if len(at) == 0 or failure.all() or not failure.any():
-        raise ValueError(f"the inputs hold {len(at)} labelled trajectories, {int(failure.sum())} of them failures "
-                         f"(failure = reward < {settings.failure_threshold:g}): a detector needs both outcomes")
-    every = (features.index.index.equals(pd.RangeIndex(len(at))) and  # what take(at) would give, without its copy
-             (features.messages is None or features.messages["row"].is_monotonic_increasing))
-    labelled = features if every else features.take(at)
+    outcomes, at, failure, labelled = labelled_corpus(features, sources, settings)
     index = labelled.index
-    repeated = index.duplicated(["run", *TRAJECTORY_KEYS], keep=False).to_numpy()
-    if repeated.any():  # a trajectory's rows are found by its keys: a repeat would be mixed with its twin
-        first = index[repeated].iloc[0]
-        where = next((s.results for s in sources if s.name == first["run"]), first["run"])
-        raise InputError(where, f"holds {int(repeated.sum())} labelled trajectories whose (task, trial, seed) another "
-                                f"one has too (first: task {first['task_id']!r}, trial {first['trial']}, seed "
-                                f"{first['seed']}): a detector learns from distinct trajectories; drop the repeats")
     tasks = row_task_keys(labelled)  # domain + content key (TASK_KEY), as the selection's task prior keys them
     runs_present = list(dict.fromkeys(index["run"]))
 

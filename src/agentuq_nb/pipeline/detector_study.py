@@ -3,7 +3,8 @@ labelled runs, judged by every protocol against length and the task prior, its f
 detection and calibration, and the sentences that say what it found (:func:`findings`), made from the numbers.
 
 The features of every trajectory are extracted once (all groups; the prefixes once per prefix); each ablation row is a
-detector of a subset of the groups trained and judged on them (no folder written); the full detector (every group) is
+detector of a subset of the groups judged by the protocols alone (:func:`~agentuq_nb.evaluation.detector_training.
+protocol_table`: no final model, label-shift judgement, early detection or folder, which the table does not read); the full detector (every group) is
 written as a detector folder to ``<run_dir>/detector``. Files that are absent are skipped with a message.
 """
 from __future__ import annotations
@@ -19,7 +20,13 @@ from pydantic import ValidationError
 
 from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.evaluation.detector_inputs import corpus_features, resolve_sources
-from agentuq_nb.evaluation.detector_training import TrainedDetector, labelled_rows, prefix_reader, train_on_features
+from agentuq_nb.evaluation.detector_training import (
+    TrainedDetector,
+    labelled_rows,
+    prefix_reader,
+    protocol_table,
+    train_on_features,
+)
 from agentuq_nb.figures.detector_card import write_detector_folder
 from agentuq_nb.records.config import validation_message
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD
@@ -99,8 +106,8 @@ def run_study(results: list[str | os.PathLike], run_dir: str | os.PathLike,
             if name == FULL_SET or len(wanted) < len(subset) or (ablation_sets is not None and
                                                                   name not in ablation_sets):
                 continue
-            result = train_on_features(features, sources, study_config(**base, groups=wanted).training())
-            rows.append(result.protocols.assign(feature_set=name))
+            table = protocol_table(features, sources, study_config(**base, groups=wanted).training())
+            rows.append(table.assign(feature_set=name))
         seconds["ablation"] = time.perf_counter() - tick
     order = {name: i for i, name in enumerate(ABLATION)}
     table = pd.concat(rows, ignore_index=True)
