@@ -66,8 +66,14 @@ def test_predict_estimates_the_runs_failure_rate_and_shows_its_own_beside_it(pre
             assert 0 <= rate["lo"] < rate["estimated"] < rate["hi"] <= 1
             assert f"{rate['estimated']:.3f} [{rate['lo']:.3f}, {rate['hi']:.3f}] - the training runs' rate" in printed
     else:
-        assert 0 <= rate["lo"] <= rate["estimated"] <= rate["hi"] <= 1 and rate["resampled"] == "trajectories"
+        # estimated from the run's scores (MAP-EM): a bootstrap over its trajectories, widened to the training runs'
+        # spread where the prior strength is finite (the pseudo-trajectories' rate is not known)
+        assert 0 <= rate["lo"] <= rate["estimated"] <= rate["hi"] <= 1
+        assert rate["resampled"] in ("trajectories", "trajectories and runs")
+        assert rate["method"].startswith("label-shift em")
+        assert (rate["resampled"] == "trajectories and runs") == ("widened" in rate["interval"])
         assert f"estimated failure rate of this run: {rate['estimated']:.3f}" in printed
+        assert f"{rate['resampled']} resampled" in printed
     p = read_predictions(out)
     # the adapted probabilities are the calibrated ones moved by one log-odds shift, so that their mean is the
     # estimated rate (the run's expected failures: its rate times its size)

@@ -145,6 +145,10 @@ def _em(p: np.ndarray, s: np.ndarray, w: np.ndarray, tol: float, max_iter: int, 
     return rate, max_iter, False
 
 
+#: appended to what an interval resampled where it was widened to the training runs' spread (:func:`adapt`)
+WIDENED = " and runs"
+
+
 @dataclass(frozen=True)
 class RateEstimate:
     """A run's failure rate estimated from its unlabelled probabilities: ``rate`` with its interval (``lo``, ``hi``;
@@ -259,7 +263,7 @@ def adapt(prob, source_rate, n_boot: int = DEFAULT_N_BOOT, seed=0, groups=None, 
             spread = agent_rate(failures, n, [None] * len(n) if agents is None else agents, agent,
                                 training_rate=point.source_rate, n_new=point.n, ci=ci, seed=seed)
             if np.isfinite(spread.lo):
-                lo, hi, resampled = min(lo, spread.lo), max(hi, spread.hi), f"{resampled} and runs"
+                lo, hi, resampled = min(lo, spread.lo), max(hi, spread.hi), resampled + WIDENED
     rate, agent_runs, method = point.rate, 0, method_name(strength)
     if not np.isfinite(strength):
         resampled = "none"

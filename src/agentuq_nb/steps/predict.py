@@ -46,6 +46,7 @@ import pandas as pd
 from pydantic import Field
 
 from agentuq_nb.evaluation.detector_inputs import BATCH_SIZE, corpus_features, resolve_source, trajectory_signatures
+from agentuq_nb.evaluation.label_shift import WIDENED
 from agentuq_nb.io.atomic import json_ready
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.store.rundir import RunDir
@@ -271,11 +272,15 @@ def rate_report(estimate, scored: pd.DataFrame, tasks=None, n_boot: int = 0, see
     if estimate is None:
         return {**base, "estimated": None, "note": "not adapted: the detector's maps carry no training rate, or its "
                                                    "probabilities are constant"}
-    estimated_from_run = estimate.resampled in ("trajectories", "tasks")
+    drawn = estimate.resampled.removesuffix(WIDENED)  # what the bootstrap drew, where the run's scores estimated it
+    estimated_from_run = drawn in ("trajectories", "tasks")
     interval = {"trajectories": "bootstrap, trajectories resampled", "tasks": "bootstrap, tasks resampled",
                 "runs": "the share of the run's trajectories that fail under a model of the training runs' rates "
                         "(agent model and run as random effects): the run's scores did not narrow it",
-                "none": "none"}.get(estimate.resampled, estimate.resampled)
+                "none": "none"}.get(drawn, drawn)
+    if drawn != estimate.resampled:
+        interval += ("; widened to the spread of the training runs' rates (MAP-EM leans on pseudo-trajectories at "
+                     "the training rate, which the bootstrap takes as known)")
     return {**base, "estimated": estimate.rate, "lo": estimate.lo, "hi": estimate.hi,
             "method": f"label-shift {estimate.method} (Saerens et al. 2002)" if estimated_from_run
             else estimate.method, "interval": interval, "resampled": estimate.resampled,
@@ -373,7 +378,7 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
                      "are not those of an unseen run")
     rate = report.get("failure_rate") or {}
     own = (f"; its own (labelled) rate: {rate['true_rate']:.3f}" if rate.get("true_rate") is not None else "")
-    if rate.get("estimated") is not None and rate.get("resampled") in ("trajectories", "tasks"):
+    if rate.get("estimated") is not None and str(rate.get("resampled")).removesuffix(WIDENED) in ("trajectories", "tasks"):
         lines.append(f"estimated failure rate of this run: {rate['estimated']:.3f} "
                      f"{interval_text(rate.get('lo'), rate.get('hi'))} ({rate.get('method')}, {rate.get('resampled')} "
                      f"resampled; the training runs': {num_text(rate.get('training_rate'))}){own}")
