@@ -57,7 +57,11 @@ $(STAMP): pyproject.toml requirements.lock setup.py src/agentuq_nb/io/ingest/sid
 # one line says why and which command rebuilds llama.cpp (agentuq-nb doctor says more)
 # then the static MiniLM table the black-box signals embed with is distilled (~20 s, once per machine; kept beside
 # the embedding cache in the user's cache folder)
+# the package's own modules compiled to bytecode (a few seconds; only what changed): Python reads bytecode even where
+# it writes none (PYTHONDONTWRITEBYTECODE), and each of the many processes the tests and studies start then skips
+# compiling the package (about 0.5 s a process that imports the command line and the detector)
 setup: llama $(STAMP) browser
+	$(BIN)/python -m compileall -q src
 	$(BIN)/python -m agentuq_nb.llm.model_check
 	$(BIN)/python -m agentuq_nb.uq.static_embedding
 
