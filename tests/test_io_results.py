@@ -6,7 +6,14 @@ import json
 import pytest
 
 from agentuq_nb.io.errors import InputError
-from agentuq_nb.io.ingest.results import ResultsFile, detect_layout, iter_simulations, load_results, read_header
+from agentuq_nb.io.ingest.results import (
+    V0_OR_V1,
+    ResultsFile,
+    detect_layout,
+    iter_simulations,
+    load_results,
+    read_header,
+)
 
 
 def test_real_tau2_files_load_with_all_messages_and_rewards(tau2_files):
@@ -82,6 +89,12 @@ def test_a_results_file_opened_once_tells_its_layout_reads_its_header_and_stream
         assert [s.id for s in file.simulations()] == [s.id for s in file.simulations()] == expected
         assert [s.id for s in iter_simulations(path)] == expected
     assert ResultsFile.open(synthetic_results).header == header
+    # a reader that only streams skips parsing the first simulation to tell v0 from v1 (they stream alike); a file
+    # that says its version, or another layout, is told as before
+    untold = ResultsFile.open(synthetic_results, tell_version=False)
+    assert untold.layout == V0_OR_V1 and [s.id for s in untold.simulations()] == ids
+    assert ResultsFile.open(v1, tell_version=False).layout == "v1"
+    assert ResultsFile.open(listed, tell_version=False).layout == "simulation_list"
     assert ResultsFile.open(tau).header["info"]["agent_info"] == {"system_prompt": prompt}
     assert ResultsFile.open(tau).domain == "airline"
     assert ResultsFile.open(synthetic_results).domain == "synthetic"

@@ -111,7 +111,7 @@ def summarize_recorded(results_path: str | Path, run_dir: str | Path | RunDir) -
     ``warnings``).
     """
     results_path, run = Path(results_path), RunDir.of(run_dir)
-    file = ResultsFile.open(results_path)  # told once what the results are; their header read once
+    file = ResultsFile.open(results_path, tell_version=False)  # told once what the results are; their header read once
     domain = file.domain
     rows: list[dict] = []
     trajectories: list[dict] = []

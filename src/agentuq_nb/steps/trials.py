@@ -54,7 +54,7 @@ def results_rewards(results: str | Path, score: str | None = None) -> pd.DataFra
     from agentuq_nb.records.run_tables import trajectory_record, trajectory_table
     from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 
-    file = ResultsFile.open(results, score)  # told once what the results are; their header read once
+    file = ResultsFile.open(results, score, tell_version=False)  # told once what the results are; their header read once
     records = [trajectory_record(sim, file.domain) for sim in file.simulations()]
     return key_dtypes(trajectory_table(records).to_pandas()[[*TRAJECTORY_KEYS, "reward"]])
 

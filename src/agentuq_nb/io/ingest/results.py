@@ -58,6 +58,10 @@ NOT_RESULTS = ("top level is neither a JSON object (τ²-bench results) nor a JS
                "results)")
 
 
+#: the layout of a single results object whose version was not told (:meth:`ResultsFile.open`): v0 and v1 stream alike
+V0_OR_V1 = "v0 or v1"
+
+
 @dataclass(frozen=True)
 class ResultsFile:
     """One results input (a file or a τ²-bench results directory, in any layout of the module docstring) opened
@@ -73,12 +77,14 @@ class ResultsFile:
     score: str | None = None
 
     @classmethod
-    def open(cls, path: str | Path, score: str | None = None) -> ResultsFile:
+    def open(cls, path: str | Path, score: str | None = None, tell_version: bool = True) -> ResultsFile:
         """Tell what ``path`` is and read its header, in one pass; an InputError when it is no results (see
-        :func:`detect_layout`)."""
+        :func:`detect_layout`). A single results object that does not say its version is ``v0`` or ``v1`` by its
+        first simulation, which is parsed to tell (``tell_version``); a reader that only streams them (they are read
+        alike) skips that parse and gets the layout :data:`V0_OR_V1`."""
         path = Path(path)
-        layout, header = _top(path, score, tell_version=True)
-        return cls(path, layout or "v0", header, score)
+        layout, header = _top(path, score, tell_version=tell_version)
+        return cls(path, layout or (V0_OR_V1 if not tell_version else "v0"), header, score)
 
     @property
     def domain(self) -> str:
@@ -413,7 +419,7 @@ def iter_simulations(path: str | Path, warnings: InputWarnings | None = None,
     if inspect_logs.is_inspect_log(path):  # its samples need no header made (the archive's directory read once)
         yield from inspect_logs.iter_simulations(path, warnings, score)
         return
-    yield from ResultsFile.open(path, score).simulations(warnings)
+    yield from ResultsFile.open(path, score, tell_version=False).simulations(warnings)
 
 
 def has_recorded_summary(results_path: str | Path, sample: int = 5) -> bool:
@@ -430,7 +436,7 @@ def has_recorded_summary(results_path: str | Path, sample: int = 5) -> bool:
 
 def load_results(path: str | Path) -> Results:
     """The whole results (header + simulations) as a ``Results`` model."""
-    file = ResultsFile.open(path)
+    file = ResultsFile.open(path, tell_version=False)
     try:
         results = Results.model_validate({k: v for k, v in file.header.items() if k != "simulations"})
     except ValidationError as err:
