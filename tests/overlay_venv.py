@@ -18,6 +18,8 @@ import sysconfig
 import time
 from pathlib import Path
 
+from filelock import FileLock
+
 ROOT = Path(__file__).resolve().parents[1]
 COMPLETE = "agentuq_nb_complete"  # written last: a venv without it was interrupted while building
 STALE_DAYS = 2  # a venv of a name unused this long is removed when another of that name is built
@@ -59,19 +61,21 @@ def overlay_venv(name: str, requirements: list[str], over: list[str] | None = No
     seen = [installed(path) for path in over]
     key = hashlib.sha256(f"{sys.version}|{seen}|{sorted(requirements)}|{then}".encode()).hexdigest()[:12]
     venv = cache_dir() / f"{name}-{key}"
-    if (venv / COMPLETE).exists():
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    with FileLock(f"{venv}.lock"):  # two processes (xdist workers, two clones) asking at once: one builds, one waits
+        if (venv / COMPLETE).exists():
+            point_at(venv, over)
+            (venv / COMPLETE).touch()
+            return venv
+        remove_stale(name)
+        shutil.rmtree(venv, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         point_at(venv, over)
-        (venv / COMPLETE).touch()
+        pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+        for args in [requirements, *then]:
+            subprocess.run([*pip, *args], check=True)
+        (venv / COMPLETE).write_text("\n".join(requirements) + "\n")
         return venv
-    remove_stale(name)
-    shutil.rmtree(venv, ignore_errors=True)
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    point_at(venv, over)
-    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    for args in [requirements, *then]:
-        subprocess.run([*pip, *args], check=True)
-    (venv / COMPLETE).write_text("\n".join(requirements) + "\n")
-    return venv
 
 
 def point_at(venv: Path, over: list[str]) -> None:
@@ -90,6 +94,8 @@ def remove_stale(name: str) -> None:
     another process is building now is left alone."""
     cutoff = time.time() - STALE_DAYS * 86400
     for old in cache_dir().glob(f"{name}-*"):
+        if not old.is_dir():  # a build's lock file
+            continue
         marker = old / COMPLETE
         if (marker if marker.exists() else old).stat().st_mtime < cutoff:
             shutil.rmtree(old, ignore_errors=True)
