@@ -186,6 +186,27 @@ def test_a_detectors_predictions_are_shown_where_the_run_holds_them(hostile_run)
     assert KEY not in page and "<script>window.hit" not in page
 
 
+def test_predictions_replaced_by_hand_are_left_out_not_a_crash(hostile_run):
+    """A predictions.csv the manifest lists but whose content was replaced (MixedRunError): the report ranks
+    without it, as for one that is stale or unreadable (it raised before)."""
+    from agentuq_nb.io.store.rundir import RunDir
+    from agentuq_nb.steps.analyze import detector_predictions, write_report
+
+    run, _ = hostile_run
+    frame = pd.DataFrame({"domain": ["airline"], "task_id": ["0"], "trial": [0], "seed": [0],
+                          "failure_probability": [0.25]})
+    with RunDir(run).commit("predict") as commit:
+        commit.write_with("predictions", lambda path: frame.to_csv(path, index=False))
+    try:
+        assert detector_predictions(RunDir(run)) is not None
+        frame.assign(failure_probability=0.9).to_csv(run / "predictions.csv", index=False)
+        assert detector_predictions(RunDir(run)) is None
+        assert write_report(run).is_file()  # ranked without the detector (the file is still shown as it is)
+    finally:
+        RunDir(run).forget("predictions")
+        (run / "predictions.csv").unlink()
+
+
 @pytest.mark.parametrize("outcome", ["all succeeded", "no labels"])
 def test_a_run_with_one_outcome_or_no_labels_goes_through_analyze(outcome, tmp_path):
     """A production day where every trajectory succeeded, or a run nobody scored, is normal (issue 41): analyze exits

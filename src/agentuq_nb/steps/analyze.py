@@ -417,15 +417,15 @@ def trajectory_rows(run: RunDir, table, outcomes: Outcomes | None = None):
 
 def detector_predictions(run: RunDir):
     """The run's ``predictions.csv`` (a detector applied by predict), or None when there is none, it is not the current
-    run's (made from other trajectories) or it is not predict's (no keys and ``failure_probability``)."""
+    run's (made from other trajectories, or replaced by hand) or it is not predict's (no keys and ``failure_probability``)."""
     if not run.has("predictions"):
         return None
     from agentuq_nb.io.store.artifacts import read_predictions
 
     try:
         frame = read_predictions(run)
-    except (OSError, ValueError, KeyError, StaleArtifactError):  # stale or unreadable: the report ranks without it
-        return None
+    except (OSError, ValueError, KeyError, StaleArtifactError, MixedRunError):  # stale, replaced or unreadable: the
+        return None  # report ranks without it
     return frame if {*TRAJECTORY_KEYS, "failure_probability"} <= set(frame.columns) else None
 
 
