@@ -41,7 +41,6 @@ import pandas as pd
 
 from agentuq_nb.common.wording import agreeing
 from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
-from agentuq_nb.evaluation.detector_inputs import header_task_contents
 from agentuq_nb.evaluation.detector_protocols import LENGTH_BASELINES, evaluation_frame, protocol_comparison, verdict
 from agentuq_nb.evaluation.pooled_auroc import POOLED, pooled_leaderboard
 from agentuq_nb.io.errors import InputError
@@ -52,7 +51,7 @@ from agentuq_nb.records import Results
 from agentuq_nb.records.config import EMBEDDED_MODEL
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, failure_labels
 from agentuq_nb.records.run_tables import trajectory_record
-from agentuq_nb.records.task_identity import TASK_KEY, resolve_id_keys
+from agentuq_nb.records.task_identity import TASK_KEY, header_task_contents, resolve_id_keys
 from agentuq_nb.uq.detector_features import task_key_of
 
 #: the committed copy of the study's findings (``findings.json`` of ``params/judges.yaml``'s run)

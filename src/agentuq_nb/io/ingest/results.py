@@ -28,6 +28,7 @@ Simulations are streamed with ijson so that a large results file is never held t
 """
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Generator, Iterator
 from contextlib import closing
@@ -40,7 +41,7 @@ import ijson
 from pydantic import ValidationError
 
 from agentuq_nb.io.errors import InputError, InputWarnings, validation_problem
-from agentuq_nb.io.files import open_regular
+from agentuq_nb.io.files import content_digest, open_regular
 from agentuq_nb.io.ingest import inspect_logs, judge_summary, simulation_list, tau_bench
 from agentuq_nb.io.ingest.json_stream import (
     GuardedReader,
@@ -94,6 +95,21 @@ class ResultsFile:
     def models(self) -> dict[str, str]:
         """The generating model of each role (:func:`models_by_role`)."""
         return models_by_role(self.header)
+
+    def content_sha256(self) -> str:
+        """SHA-256 of what the results hold (their bytes, not their name: a copy or a symlink is the same run): a
+        file's bytes, or a results directory's ``results.json`` and ``simulations/*.json`` (their names inside it and
+        their bytes, in name order). Read through the project's safe reader
+        (:func:`~agentuq_nb.io.files.content_digest`): a FIFO, a device or a symlink to one is refused, never read."""
+        path = self.path
+        if not path.is_dir():
+            return content_digest(path)
+        digest = hashlib.sha256()
+        files = [p for p in [path / "results.json"] if p.exists() or p.is_symlink()] + sorted(
+            (path / "simulations").glob("*.json"))
+        for file in files:
+            digest.update(f"{file.relative_to(path)}\0{content_digest(file)}\n".encode())
+        return digest.hexdigest()
 
     def simulations(self, warnings: InputWarnings | None = None) -> Iterator[Simulation]:
         """Stream the simulations in file order (``warnings``: as for :func:`iter_simulations`)."""
