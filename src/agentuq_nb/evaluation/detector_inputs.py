@@ -177,7 +177,8 @@ def corpus_features(sources: Sequence[Source], groups: Sequence[str], embedder: 
     index = features.index
     index["task_key"] = resolve_id_keys(index["domain"].astype(str), index["task_id"].astype(str), index["task_key"])
     if MONITOR_GROUP in groups:
-        features = with_monitor_columns(features, monitor_columns(sources))
+        monitors = monitor_columns(sources)
+        features = with_monitor_columns(features, monitors)
     return features
 
 

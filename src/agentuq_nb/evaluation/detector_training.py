@@ -412,12 +412,13 @@ def library_versions() -> dict[str, str | None]:
 def source_rows(sources: list[Source], features: TrajectoryFeatures, outcomes: Outcomes) -> list[dict]:
     """Per source: its description, its trajectories, those labelled and their failures (``outcomes``: of the rows of
     ``features``, labelled once)."""
+    runs = features.index["run"].to_numpy(dtype=object)
+    labelled = np.isfinite(outcomes.reward)
     out = []
     for s in sources:
-        mine = outcomes.take((features.index["run"] == s.name).to_numpy())
-        labelled = np.isfinite(mine.reward)
-        out.append({**s.describe(), "n": int(len(mine)), "n_labelled": int(labelled.sum()),
-                    "n_failures": int(mine.failed[labelled].sum())})
+        mine = runs == s.name
+        out.append({**s.describe(), "n": int(mine.sum()), "n_labelled": int((mine & labelled).sum()),
+                    "n_failures": int(outcomes.failed[mine & labelled].sum())})
     return out
 
 

@@ -22,7 +22,9 @@
 
 A results input is opened once as a :class:`ResultsFile`: one sniff (a single file read through one handle) tells its
 layout and reads its header; its simulations are then streamed by that layout, as often as asked, never sniffed
-again (:func:`iter_simulations` and :func:`read_header` are that reader for a caller that needs one of the two).
+again (:meth:`ResultsFile.simulations`, as they are; :meth:`ResultsFile.checked_simulations` also counts what is kept
+but not as it should be). :func:`iter_simulations` and :func:`read_header` are that reader for a caller that needs one
+of the two.
 Simulations are streamed with ijson so that a large results file is never held twice
 (as raw JSON and as models) in memory. Unknown keys are kept on every model.
 """
@@ -111,8 +113,14 @@ class ResultsFile:
             digest.update(f"{file.relative_to(path)}\0{content_digest(file)}\n".encode())
         return digest.hexdigest()
 
-    def simulations(self, warnings: InputWarnings | None = None) -> Iterator[Simulation]:
-        """Stream the simulations in file order (``warnings``: as for :func:`iter_simulations`)."""
+    def simulations(self) -> Iterator[Simulation]:
+        """Stream the simulations in file order, as they are (nothing counted: :meth:`checked_simulations` counts)."""
+        return self._stream(None)
+
+    def checked_simulations(self, warnings: InputWarnings | None) -> Iterator[Simulation]:
+        """:meth:`simulations`, counting in ``warnings`` the input kept but not as it should be (as for
+        :func:`iter_simulations`: a τ-bench entry's malformed arguments, simulations whose task is not the one the
+        harness checked)."""
         if warnings is None or self.layout == inspect_logs.LAYOUT:  # an Inspect log has no task list to check
             yield from self._stream(warnings)
             return
@@ -435,7 +443,7 @@ def iter_simulations(path: str | Path, warnings: InputWarnings | None = None,
     if inspect_logs.is_inspect_log(path):  # its samples need no header made (the archive's directory read once)
         yield from inspect_logs.iter_simulations(path, warnings, score)
         return
-    yield from ResultsFile.open(path, score, tell_version=False).simulations(warnings)
+    yield from ResultsFile.open(path, score, tell_version=False).checked_simulations(warnings)
 
 
 def has_recorded_summary(results_path: str | Path, sample: int = 5) -> bool:
