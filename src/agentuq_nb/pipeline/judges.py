@@ -45,7 +45,7 @@ from agentuq_nb.evaluation.detector_protocols import LENGTH_BASELINES, evaluatio
 from agentuq_nb.evaluation.pooled_auroc import POOLED, pooled_leaderboard
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.ingest import judge_summary
-from agentuq_nb.io.ingest.results import iter_simulations, read_header
+from agentuq_nb.io.ingest.results import ResultsFile, read_header
 from agentuq_nb.io.ingest.score_files import read_judge_verdicts
 from agentuq_nb.records import Results
 from agentuq_nb.records.config import EMBEDDED_MODEL
@@ -89,11 +89,12 @@ class JudgeInputs:
 
 
 def _rows(path: Path, run: str, failure_threshold: float) -> pd.DataFrame:
-    header = read_header(path)
+    file = ResultsFile.open(path, tell_version=False)  # its header and its simulations: one sniff
+    header = file.header
     domain = Results.domain_of(header.get("info"))
     contents = header_task_contents(header)
     records = []
-    for sim in iter_simulations(path):
+    for sim in file.simulations():
         records.append({**trajectory_record(sim, domain), TASK_KEY: task_key_of(sim, contents)})
     frame = pd.DataFrame(records)
     frame["failure"] = failure_labels(frame["reward"].to_numpy(dtype=float), failure_threshold)
