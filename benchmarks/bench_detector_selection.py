@@ -66,7 +66,13 @@ def best_baseline(protocol: str, row: dict) -> tuple[str, float, float, float, f
 
 def main() -> None:
     from agentuq_nb.evaluation.defaults import DETECTOR_PROTOCOLS
-    from agentuq_nb.evaluation.detector_training import SelectionJobs, evaluate_protocol, for_fitting, labelled_rows
+    from agentuq_nb.evaluation.detector_training import (
+        SelectionJobs,
+        evaluate_protocol,
+        folds_of,
+        for_fitting,
+        labelled_rows,
+    )
     from agentuq_nb.steps.train_detector import TrainDetectorConfig
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -92,8 +98,8 @@ def main() -> None:
         tick, cpu = time.perf_counter(), cpu_seconds()
         with warnings.catch_warnings(), SelectionJobs(for_fitting(labelled), failure, detector, args.threads) as jobs:
             warnings.simplefilter("ignore", RuntimeWarning)
-            run = evaluate_protocol(protocol, labelled, failure, detector, config.n_splits, config.n_boot,
-                                    config.seed, jobs=jobs)
+            folds = folds_of(protocol, labelled, failure, config.n_splits, config.seed)
+            run = evaluate_protocol(protocol, labelled, failure, folds, detector, config.n_boot, config.seed, jobs=jobs)
         row = {k: (v.item() if hasattr(v, "item") else v) for k, v in run.row.items()}
         name, base, diff, lo, hi = best_baseline(protocol, row)
         row.update(best_baseline=name, best_baseline_auroc=base, diff_vs_best=diff, diff_vs_best_lo=lo,

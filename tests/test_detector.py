@@ -690,3 +690,25 @@ def test_the_protocols_alone_equal_a_whole_trainings_table(runs):
     alone = protocol_table(features, sources, settings)
     assert list(alone["protocol"]) == list(settings.protocols)
     pd.testing.assert_frame_equal(alone, whole.protocols)
+
+
+def test_one_runs_within_run_calibration_is_fitted_whether_or_not_its_protocol_is_reported(runs):
+    """One training run: its within-run cross-fit calibrates the probabilities (fitted with the protocols, on their
+    folds made once); asked for other protocols only, the calibration is the same and within-run is not reported."""
+    from agentuq_nb.evaluation.detector_inputs import corpus_features, resolve_sources
+    from agentuq_nb.evaluation.detector_training import train_on_features
+    from agentuq_nb.steps.train_detector import TrainDetectorConfig
+
+    sources = resolve_sources(runs[:1])
+    trained = {}
+    for protocols in (["within_run", "leave_run_and_task_out"], ["leave_run_and_task_out"]):
+        settings = TrainDetectorConfig(inputs=runs[:1], out=Path("unused"), embedder="hash", n_boot=0, n_splits=3,
+                                       groups=["blackbox", "length"], protocols=protocols).training()
+        features = corpus_features(sources, settings.groups, "hash")
+        trained[len(protocols)] = train_on_features(features, sources, settings)
+    both, other = trained[2], trained[1]
+    assert other.card["calibration"]["protocol"] == both.card["calibration"]["protocol"] == "within_run"
+    assert other.card["calibration"]["probabilities"].startswith("within-run log-odds of the one training run")
+    assert other.model["final_calibration"] == both.model["final_calibration"] is not None
+    assert list(other.protocols["protocol"]) == ["leave_run_and_task_out"] and "within_run" not in other.card["protocols"]
+    assert not any("within_run" in c for c in other.oof.columns) and "log_odds[within_run]" in both.oof.columns

@@ -582,8 +582,8 @@ def test_no_label_of_a_held_out_fold_reaches_its_ranked_scores(features, protoco
     held = folds[0].test
     flipped = y.copy()
     flipped[held] = ~flipped[held]
-    before = evaluate_protocol(protocol, features, y, settings, 3, 20, 0, folds=folds)
-    after = evaluate_protocol(protocol, features, flipped, settings, 3, 20, 0, folds=folds)  # the folds held fixed
+    before = evaluate_protocol(protocol, features, y, folds, settings, 20, 0)
+    after = evaluate_protocol(protocol, features, flipped, folds, settings, 20, 0)  # the folds held fixed
     assert np.array_equal(before.score[held], after.score[held])
     assert np.array_equal(before.log_odds[held], after.log_odds[held])
     others = np.setdiff1d(np.arange(len(y)), held)

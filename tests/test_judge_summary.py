@@ -204,14 +204,16 @@ def test_the_explorer_shows_each_monitors_verdict_and_justification_beside_the_t
 
 
 def test_two_summaries_of_one_run_are_refused_as_two_runs(tmp_path):
-    from agentuq_nb.evaluation.detector_inputs import resolve_sources
+    from agentuq_nb.evaluation.detector_inputs import corpus_features, resolve_sources
     from agentuq_nb.steps.compare_runs import compare_runs
     from agentuq_nb.steps.extract import extract
 
     outcome = subset(RETAIL, tmp_path / "outcome.json", 6)
     triage = subset(RETAIL_TRIAGE, tmp_path / "triage.json", 6)
+    sources = resolve_sources([outcome, triage])  # two contents: told apart by the simulations they share
     with pytest.raises(InputError, match="holds 6 of the same simulations as .*outcome.json"):
-        resolve_sources([outcome, triage])
+        corpus_features(sources, ["length"], "none")
+    assert len(corpus_features(sources[:1], ["length"], "none").index) == 6
     extract(outcome, tmp_path / "a")
     extract(triage, tmp_path / "b")
     with pytest.raises(InputError, match="holds 6 of the same simulations as"):

@@ -1,9 +1,11 @@
 """What the learned detector's commands read: labelled or unlabelled runs given as results (every layout the readers
 take) or as run folders, and their features, extracted batch by batch on the job executor.
 
-* :func:`resolve_sources` - each input once: a run folder's results (its manifest names them) with the rewards its
-  ``trajectories.parquet`` holds (so an Inspect log's ``--score`` choice stands), or a results file or directory as
-  it is; its domain, its tool types, its content hash (SHA-256 of the file, or of a results directory's files).
+* :func:`resolve_sources` - each input once, into a :class:`Source` the layers below take: a run folder opened once
+  (its manifest, the results it names, the rewards its ``trajectories.parquet`` holds - so an Inspect log's
+  ``--score`` choice stands), a results file or directory opened once
+  (:class:`~agentuq_nb.io.ingest.results.ResultsFile`: layout and header); its domain, its tool types, its tasks'
+  content keys, its content hash (:meth:`~agentuq_nb.io.ingest.results.ResultsFile.content_sha256`).
 * :func:`corpus_features` - the features (:mod:`agentuq_nb.uq.detector_features`) of every trajectory of the
   sources, in order, with ``run`` (the source's short name) and ``task_key`` (the task's identity: a hash of its
   instructions, :mod:`agentuq_nb.records.task_identity`; a run without task content is matched to the other
@@ -11,11 +13,11 @@ take) or as run folders, and their features, extracted batch by batch on the job
   ``batch_size``; each batch is one job of the job executor (:class:`~agentuq_nb.distributed.JobRunner`: in this
   process, or on Dask with ``scheduler``, where each worker loads the embedder once), so memory holds one batch of
   simulations and the features, never a whole file of simulations. The ``monitors`` group is read from each run
-  folder's monitor tables (:func:`monitor_table_of`), not from the messages.
+  folder's monitor tables (:func:`monitor_table_of`), not from the messages. Two judge summaries of one run are
+  refused here, by the simulation ids their rows share (:func:`refuse_judged_twice`).
 """
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -28,13 +30,12 @@ import pandas as pd
 from agentuq_nb.distributed import JobRunner
 from agentuq_nb.estimators.monitor import monitor_families
 from agentuq_nb.io.errors import InputError, remedy
-from agentuq_nb.io.files import content_digest
 from agentuq_nb.io.ingest import judge_summary
 from agentuq_nb.io.ingest.results import ResultsFile
 from agentuq_nb.io.store.artifacts import read_monitor_rows
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.keys import key_dtypes
-from agentuq_nb.records.task_identity import content_key, resolve_id_keys
+from agentuq_nb.records.task_identity import header_task_contents, resolve_id_keys
 from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.uq.blackbox_signals import tool_types
 from agentuq_nb.uq.detector_features import (
@@ -64,6 +65,9 @@ class Source:
     models: dict[str, str] = field(default_factory=dict)
     #: task id -> content key of the results header's tasks (:mod:`agentuq_nb.records.task_identity`)
     task_contents: dict[str, str] = field(default_factory=dict)
+    #: a run folder's rewards (its keys and ``reward``, :meth:`~agentuq_nb.io.store.rundir.RunDir.rewards`), read when
+    #: the folder was opened; None for results given as they are
+    rewards: pd.DataFrame | None = None
 
     @property
     def results(self) -> Path:
@@ -79,53 +83,32 @@ class Source:
                 "domain": self.domain, "models": self.models, "sha256": self.sha256}
 
 
-def content_sha256(path: Path) -> str:
-    """SHA-256 of what a results file holds (its bytes, not its name: a copy or a symlink is the same run), or of a
-    results directory's ``results.json`` and ``simulations/*.json`` (their names inside it and their bytes, in name
-    order). Read through the project's safe reader (:func:`~agentuq_nb.io.files.content_digest`): a FIFO, a device
-    or a symlink to one is refused, never read."""
-    if not path.is_dir():
-        return content_digest(path)
-    digest = hashlib.sha256()
-    files = [p for p in [path / "results.json"] if p.exists() or p.is_symlink()] + sorted(
-        (path / "simulations").glob("*.json"))
-    for file in files:
-        digest.update(f"{file.relative_to(path)}\0{content_digest(file)}\n".encode())
-    return digest.hexdigest()
-
-
 def resolve_source(path: str | os.PathLike, name: str) -> Source:
-    """The :class:`Source` of an input path (see the module docstring)."""
+    """The :class:`Source` of an input path (see the module docstring): a run folder is opened once (its manifest,
+    the results it names, its rewards), a results input once (:class:`~agentuq_nb.io.ingest.results.ResultsFile`)."""
     path = Path(path)
-    run = RunDir(path) if path.is_dir() and RunDir(path).has("manifest") else None
-    if run is not None:
+    run = RunDir(path)
+    if path.is_dir() and run.has("manifest"):
         manifest = run.require_manifest()
         results = run.results_path()
         if not results.exists():
             raise InputError(path, f"names the results {results}, which are not there any more: give the results "
                                    "file instead")
-        file = ResultsFile.open(results)  # (an Inspect log's rewards: the run folder's, whatever score it chose)
+        rewards = run.rewards()  # an Inspect log's rewards: the run folder's, whatever score it chose
+        file = ResultsFile.open(results)
         domain, models = manifest.domain or "unknown", dict(manifest.models)
     else:
+        run, rewards = None, None
         file = ResultsFile.open(path)  # what the file is, told once, and its header, read once
         domain, models = file.domain, file.models
-    return Source(name, path, file, run, domain, content_sha256(file.path), tool_types(file.header), models,
-                  header_task_contents(file.header))
-
-
-def header_task_contents(header: dict) -> dict[str, str]:
-    """Task id → content key of each task of a results header that holds its instructions."""
-    out = {}
-    for task in header.get("tasks") or []:
-        key = content_key(task) if isinstance(task, dict) else None
-        if key is not None and task.get("id") is not None:
-            out[str(task["id"])] = key
-    return out
+    return Source(name, path, file, run, domain, file.content_sha256(), tool_types(file.header), models,
+                  header_task_contents(file.header), rewards)
 
 
 def resolve_sources(paths: Sequence[str | os.PathLike]) -> list[Source]:
-    """Every input once (the same results twice, by path or by content, are refused: they would count twice), in the
-    order of their paths (sorted: what is learned and reported does not depend on the order they were given in)."""
+    """Every input once (the same results twice, by path or by content, are refused: they would count twice; two judge
+    summaries of one run are refused by :func:`corpus_features`, which reads their simulation ids), in the order of
+    their paths (sorted: what is learned and reported does not depend on the order they were given in)."""
     # the pooled statistics load scipy and statsmodels: only when run folders are named
     from agentuq_nb.evaluation.pooled_auroc import run_names
 
@@ -139,15 +122,21 @@ def resolve_sources(paths: Sequence[str | os.PathLike]) -> list[Source]:
         if s.sha256 in seen:
             raise InputError(s.given, f"holds the same results as {seen[s.sha256].given}: each run counts once")
         seen[s.sha256] = s
+    return sources
+
+
+def refuse_judged_twice(sources: Sequence[Source], index: pd.DataFrame) -> None:
+    """Refuse two judge summaries of one run (one per prompt: the same trajectories under another content hash), told
+    by the simulation ids their features' rows (``index``) share: the ids read with the simulations, not streamed
+    from the files again."""
     judged: list[tuple[Source, frozenset]] = []
-    for s in sources:  # a judge summary per prompt of one run: the same trajectories under another content hash
+    for s in sources:
         if s.layout == judge_summary.LAYOUT:
-            ids = judge_summary.simulation_ids(s.results)
+            ids = frozenset(index.loc[(index["run"] == s.name).to_numpy(), "simulation_id"].astype(str))
             shared = next(((o, len(ids & o_ids)) for o, o_ids in judged if ids & o_ids), None)
             if shared:
                 raise InputError(s.given, judge_summary.same_run_message(shared[1], str(shared[0].given)))
             judged.append((s, ids))
-    return sources
 
 
 def batches(iterable, size: int) -> Iterator[list]:
@@ -181,13 +170,15 @@ def corpus_features(sources: Sequence[Source], groups: Sequence[str], embedder: 
     if not ordered:
         raise InputError(sources[0].given, "holds no simulation")
     features = TrajectoryFeatures.concat(ordered)
+    refuse_judged_twice(sources, features.index)
     for source in sources:
-        if source.run is not None:
+        if source.rewards is not None:
             features.index = with_run_rewards(features.index, source)
     index = features.index
     index["task_key"] = resolve_id_keys(index["domain"].astype(str), index["task_id"].astype(str), index["task_key"])
     if MONITOR_GROUP in groups:
-        features = with_monitor_columns(features, monitor_columns(sources))
+        monitors = monitor_columns(sources)
+        features = with_monitor_columns(features, monitors)
     return features
 
 
@@ -247,8 +238,7 @@ def monitor_columns(sources: Sequence[Source]) -> pd.DataFrame:
 def with_run_rewards(index, source: Source):
     """``index`` with the rewards of ``source``'s run folder on its rows (the folder's, not the results', rewards)."""
     rows = (index["run"] == source.name).to_numpy()
-    rewards = key_dtypes(source.run.rewards())
-    mine = key_dtypes(index.loc[rows, TRAJECTORY_KEYS]).merge(rewards, on=TRAJECTORY_KEYS, how="left")
+    mine = key_dtypes(index.loc[rows, TRAJECTORY_KEYS]).merge(source.rewards, on=TRAJECTORY_KEYS, how="left")
     index = index.copy()
     index.loc[rows, "reward"] = mine["reward"].to_numpy(dtype=float)
     return index

@@ -295,14 +295,13 @@ def for_fitting(features: TrajectoryFeatures) -> TrajectoryFeatures:
     return replace(features, messages=None, message_vectors=None)
 
 
-def evaluate_protocol(protocol: str, labelled: TrajectoryFeatures, failure: np.ndarray, settings: DetectorSettings,
-                      n_splits: int, n_boot: int, seed: int,
+def evaluate_protocol(protocol: str, labelled: TrajectoryFeatures, failure: np.ndarray, folds: list[Fold],
+                      settings: DetectorSettings, n_boot: int, seed: int,
                       on_fit: Callable[[str, Fold, pd.DataFrame], None] | None = None,
-                      jobs: SelectionJobs | None = None, folds: list[Fold] | None = None) -> ProtocolRun:
-    """Fit every fold of ``protocol`` on its training rows (on ``jobs``' workers, where its folds may have been
-    started already; None: one after the other here), score its held-out rows, compare (module docstring).
-    ``folds``: the protocol's folds when given (the folds by task are stratified by the labels; a test holds them
-    fixed while it changes labels)."""
+                      jobs: SelectionJobs | None = None) -> ProtocolRun:
+    """Fit every fold of ``protocol`` (``folds``: its folds over ``labelled``, :func:`folds_of`, made once by the
+    caller, which may have started them on ``jobs`` already) on its training rows (on ``jobs``' workers; None: one
+    after the other here), score its held-out rows, compare (module docstring)."""
     from agentuq_nb.evaluation.detector_protocols import (
         calibration_summary,
         cross_fit,
@@ -315,8 +314,6 @@ def evaluate_protocol(protocol: str, labelled: TrajectoryFeatures, failure: np.n
     labelled = for_fitting(labelled)
     index = labelled.index
     runs, domains, task_ids = (index[c].to_numpy(dtype=object) for c in ("run", "domain", TASK_KEY))
-    if folds is None:
-        folds = folds_of(protocol, labelled, failure, n_splits, seed)
     if jobs is None:
         with SelectionJobs(labelled, failure, settings, 1, on_fit) as serial:
             models = serial.fold_models(protocol, folds)
@@ -412,12 +409,13 @@ def library_versions() -> dict[str, str | None]:
 def source_rows(sources: list[Source], features: TrajectoryFeatures, outcomes: Outcomes) -> list[dict]:
     """Per source: its description, its trajectories, those labelled and their failures (``outcomes``: of the rows of
     ``features``, labelled once)."""
+    runs = features.index["run"].to_numpy(dtype=object)
+    labelled = np.isfinite(outcomes.reward)
     out = []
     for s in sources:
-        mine = outcomes.take((features.index["run"] == s.name).to_numpy())
-        labelled = np.isfinite(mine.reward)
-        out.append({**s.describe(), "n": int(len(mine)), "n_labelled": int(labelled.sum()),
-                    "n_failures": int(mine.failed[labelled].sum())})
+        mine = runs == s.name
+        out.append({**s.describe(), "n": int(mine.sum()), "n_labelled": int((mine & labelled).sum()),
+                    "n_failures": int(outcomes.failed[mine & labelled].sum())})
     return out
 
 
@@ -465,10 +463,11 @@ def protocol_table(features: TrajectoryFeatures, sources: list[Source], settings
     detector = settings.detector
     with warnings.catch_warnings(), SelectionJobs(for_fitting(labelled), failure, detector, settings.threads) as jobs:
         warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN column of a training fold: imputed as 0
+        folds = {p: folds_of(p, labelled, failure, settings.n_splits, settings.seed) for p in settings.protocols}
         for p in settings.protocols:
-            jobs.submit_folds(p, folds_of(p, labelled, failure, settings.n_splits, settings.seed))
-        rows = [evaluate_protocol(p, labelled, failure, detector, settings.n_splits, settings.n_boot, settings.seed,
-                                  None, jobs).row for p in settings.protocols]
+            jobs.submit_folds(p, folds[p])
+        rows = [evaluate_protocol(p, labelled, failure, folds[p], detector, settings.n_boot, settings.seed, None,
+                                  jobs).row for p in settings.protocols]
     return pd.DataFrame(rows)
 
 
@@ -496,17 +495,22 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], setti
         wanted.append(CALIBRATION_PROTOCOL)
     if (settings.early_turns or settings.early_fractions) and settings.early_protocol not in wanted:
         wanted.append(settings.early_protocol)
+    # what calibrates the probabilities: leave-one-run-out, or one run's within-run cross-fit (fitted with the rest,
+    # reported only where asked)
+    fitted = wanted if len(runs_present) > 1 or "within_run" in wanted else [*wanted, "within_run"]
     with warnings.catch_warnings(), SelectionJobs(for_fitting(labelled), failure, detector, settings.threads, on_fit) as jobs:
         warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN column of a training fold: imputed as 0
         # every selection started at once, the largest (the final model's, on every row) first
         jobs.submit(("final", 0), FINAL_KIND, None, one_blas=False)
-        for p in wanted:
-            jobs.submit_folds(p, folds_of(p, labelled, failure, settings.n_splits, settings.seed))
+        folds = {p: folds_of(p, labelled, failure, settings.n_splits, settings.seed) for p in fitted}  # made once
+        for p in fitted:
+            jobs.submit_folds(p, folds[p])
         near_tick = time.perf_counter()  # this process's own work while the workers fit
         signatures, near_copies = training_near_copies(sources, features, at, index["run"].to_numpy(dtype=object))
         seconds["near_copies"] = time.perf_counter() - near_tick
-        evaluated = {p: evaluate_protocol(p, labelled, failure, detector, settings.n_splits, settings.n_boot, settings.seed, on_fit,
-                                          jobs) for p in wanted}
+        judged = {p: evaluate_protocol(p, labelled, failure, folds[p], detector, settings.n_boot, settings.seed,
+                                       on_fit, jobs) for p in fitted}
+        evaluated = {p: judged[p] for p in wanted}
         seconds["protocols"] = time.perf_counter() - tick - seconds["near_copies"]
         tick = time.perf_counter()
         final = jobs.result(("final", 0))
@@ -535,8 +539,7 @@ def train_on_features(features: TrajectoryFeatures, sources: list[Source], setti
         calibrated_on = (f"leave-one-run-out log-odds of the {len(runs_present)} training runs (each run's from a model "
                          "that never saw it)")
     else:
-        within = evaluated.get("within_run") or evaluate_protocol("within_run", labelled, failure, detector,
-                                                                   settings.n_splits, settings.n_boot, settings.seed, on_fit)
+        within = judged["within_run"]
         calibration_source = "within_run"
         final_map = (with_source_rate(platt_map(within.log_odds, failure), within.log_odds)
                      if np.isfinite(within.log_odds).any() else None)

@@ -70,7 +70,7 @@ from agentuq_nb.evaluation.metrics import UndefinedMetricError, auroc
 from agentuq_nb.figures.blackbox import COMPONENTS, EVENTS
 from agentuq_nb.io.atomic import atomic_write_text
 from agentuq_nb.io.errors import InputError, remedy
-from agentuq_nb.io.ingest.results import iter_simulations, read_header
+from agentuq_nb.io.ingest.results import ResultsFile
 from agentuq_nb.io.outputs import check_output_file
 from agentuq_nb.io.store.artifacts import read_monitor_rows, read_predictions
 from agentuq_nb.io.store.rundir import MANIFEST, RunDir
@@ -440,13 +440,14 @@ def _one_run(run: RunDir, index: int, estimators: Sequence[str] | None, scorer: 
     if not os.path.lexists(results):
         raise InputError(results, f"the results file run folder {run.path} was made from is gone: the explorer reads "
                                   "the messages from it (move it back, or analyze the results again)")
-    header = read_header(results)
+    file = ResultsFile.open(results, tell_version=False)  # its header and its simulations: one sniff
+    header = file.header
     domain = run.manifest().domain or Results.domain_of(header.get("info"))
     integrity = TaskIntegrity(tasks_by_id(header))
     kinds = tool_types(header)  # the results' own read/write tags, else the name rule (is_write_tool)
     is_write = lambda name: is_write_tool(name, kinds)  # noqa: E731
     views, task_briefs, unverified, task_keys = {}, {}, {}, {}
-    for sim in iter_simulations(results):
+    for sim in file.simulations():
         key = trajectory_key(domain, sim.task_id, sim.trial, sim.seed, index)
         if key not in wanted or key in views:
             continue

@@ -18,7 +18,7 @@ from agentuq_nb.evaluation.bootstrap import cluster_codes, percentile_ci, resamp
 from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.evaluation.multi_trial import task_labels
 from agentuq_nb.io.errors import InputError, remedy
-from agentuq_nb.io.ingest.results import iter_simulations, read_header
+from agentuq_nb.io.ingest.results import ResultsFile
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.keys import key_dtypes
 from agentuq_nb.records.tau2 import Results
@@ -88,10 +88,11 @@ def read_intervention_run(run_dir) -> InterventionRun:
     when the run holds no simulation, a simulation has no intervention block, or simulations disagree on
     the policy."""
     path = results_source(run_dir)
-    info = read_header(path).get("info") or {}
+    file = ResultsFile.open(path, tell_version=False)  # its header and its simulations: one sniff
+    info = file.header.get("info") or {}
     domain = Results.domain_of(info)
     rows, decisions, policies = [], [], {}
-    for i, sim in enumerate(iter_simulations(path)):  # one pass over the stream; tables are built after it
+    for i, sim in enumerate(file.simulations()):  # one pass over the stream; tables are built after it
         block = (sim.model_extra or {}).get("intervention")
         if not isinstance(block, dict):
             raise InputError(path, f"simulation {sim.id} (task {sim.task_id}, trial {sim.trial}) has no "

@@ -41,18 +41,17 @@ import pandas as pd
 
 from agentuq_nb.common.wording import agreeing
 from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
-from agentuq_nb.evaluation.detector_inputs import header_task_contents
 from agentuq_nb.evaluation.detector_protocols import LENGTH_BASELINES, evaluation_frame, protocol_comparison, verdict
 from agentuq_nb.evaluation.pooled_auroc import POOLED, pooled_leaderboard
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.ingest import judge_summary
-from agentuq_nb.io.ingest.results import iter_simulations, read_header
+from agentuq_nb.io.ingest.results import ResultsFile, read_header
 from agentuq_nb.io.ingest.score_files import read_judge_verdicts
 from agentuq_nb.records import Results
 from agentuq_nb.records.config import EMBEDDED_MODEL
 from agentuq_nb.records.outcomes import DEFAULT_FAILURE_THRESHOLD, failure_labels
 from agentuq_nb.records.run_tables import trajectory_record
-from agentuq_nb.records.task_identity import TASK_KEY, resolve_id_keys
+from agentuq_nb.records.task_identity import TASK_KEY, header_task_contents, resolve_id_keys
 from agentuq_nb.uq.detector_features import task_key_of
 
 #: the committed copy of the study's findings (``findings.json`` of ``params/judges.yaml``'s run)
@@ -90,11 +89,12 @@ class JudgeInputs:
 
 
 def _rows(path: Path, run: str, failure_threshold: float) -> pd.DataFrame:
-    header = read_header(path)
+    file = ResultsFile.open(path, tell_version=False)  # its header and its simulations: one sniff
+    header = file.header
     domain = Results.domain_of(header.get("info"))
     contents = header_task_contents(header)
     records = []
-    for sim in iter_simulations(path):
+    for sim in file.simulations():
         records.append({**trajectory_record(sim, domain), TASK_KEY: task_key_of(sim, contents)})
     frame = pd.DataFrame(records)
     frame["failure"] = failure_labels(frame["reward"].to_numpy(dtype=float), failure_threshold)

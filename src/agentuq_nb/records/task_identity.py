@@ -15,7 +15,7 @@ expects done**:
 task content (a bare list of simulations), :func:`id_key` gives ``id:<task id>``: the task is then known by its id
 only, and every table that uses the key says so (its value starts with ``id:``) - unless
 :func:`resolve_id_keys` finds the same (domain, id) with exactly one content among the other runs (or a detector's
-training tasks), whose key it then takes. :func:`task_of` finds a simulation's task. The domain is not in the key: the caller pairs the two (a task of one domain never meets one of
+training tasks), whose key it then takes. :func:`task_of` finds a simulation's task, :func:`header_task_contents` the content keys of a results header's tasks. The domain is not in the key: the caller pairs the two (a task of one domain never meets one of
 another).
 """
 from __future__ import annotations
@@ -62,6 +62,16 @@ def content_key(task: Any) -> str | None:
         return None
     text = json.dumps(body, sort_keys=True, ensure_ascii=False, default=str, separators=(",", ":"))
     return CONTENT_PREFIX + hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
+def header_task_contents(header: Mapping[str, Any]) -> dict[str, str]:
+    """Task id → :func:`content_key` of each task of a results header (its ``tasks``) that holds its instructions."""
+    out = {}
+    for task in header.get("tasks") or []:
+        key = content_key(task) if isinstance(task, dict) else None
+        if key is not None and task.get("id") is not None:
+            out[str(task["id"])] = key
+    return out
 
 
 def id_key(task_id: Any) -> str:

@@ -48,7 +48,7 @@ from pydantic import Field
 from agentuq_nb.io.atomic import json_ready
 from agentuq_nb.io.embedding_cache import DEFAULT_MAX_MB
 from agentuq_nb.io.errors import InputError, MixedRunError, StaleArtifactError
-from agentuq_nb.io.ingest.results import iter_simulations, read_header
+from agentuq_nb.io.ingest.results import ResultsFile
 from agentuq_nb.io.store.artifacts import read_json_artifact, run_results
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.keys import key_dtypes
@@ -205,8 +205,9 @@ def compute_signals(run_dir: str | os.PathLike | RunDir, config: BlackBoxConfig 
         results, digest = results_for(run, config)
         manifest = run.require_manifest()
         trajectories = key_dtypes(run.rewards())
-        header = read_header(results)
-        t = transcript(iter_simulations(results), manifest.domain or "unknown")
+        file = ResultsFile.open(results, tell_version=False)  # its header and its simulations: one sniff
+        header = file.header
+        t = transcript(file.simulations(), manifest.domain or "unknown")
         check_same_trajectories(run, t, results)
         kinds = tool_types(header)
         u = message_u(run)

@@ -147,7 +147,7 @@ def run(run_dir: str | Path | RunDir, config: ExtractConfig) -> ExtractReport:
     try:
         with fewer_collections(), folder.commit(STEP.name) as commit, closing(resolver), \
                 BaseTables(commit, results_input(folder, config.results, digest)) as tables:
-            sims = file.simulations(report.warnings)
+            sims = file.checked_simulations(report.warnings)
             for batch, parsed in _batches(sims, resolver, config.batch_bytes):
                 messages = MessageColumns.of(batch)  # one pass over the messages, for the tokens and the message table
                 raw, sim_pos = batch_raw_tokens(batch, domain, resolver, report.warnings, models, parsed.result(), messages)

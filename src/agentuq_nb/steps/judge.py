@@ -27,7 +27,7 @@ from agentuq_nb.distributed import JobRunner
 from agentuq_nb.io.atomic import atomic_write_json
 from agentuq_nb.io.errors import InputError, StaleArtifactError
 from agentuq_nb.io.files import read_limited_json
-from agentuq_nb.io.ingest.results import iter_simulations, read_header
+from agentuq_nb.io.ingest.results import ResultsFile
 from agentuq_nb.io.outputs import check_run_destination
 from agentuq_nb.io.store.artifacts import results_input, run_results
 from agentuq_nb.io.store.rundir import RunDir
@@ -202,14 +202,15 @@ def run(run_dir: str | Path | RunDir, config: JudgeConfig) -> JudgeReport:
         if not folder.has("trajectories"):
             extract_run(folder, ExtractConfig(results=config.results))
         results_path, digest = run_results(folder, config.results)
-        info = read_header(results_path).get("info") or {}
+        file = ResultsFile.open(results_path, tell_version=False)  # its header and its simulations: one sniff
+        info = file.header.get("info") or {}
         domain = Results.domain_of(info)
         policy = str((info.get("environment_info") or {}).get("policy") or "")
         cache = folder.folder(f"{folder.relative('checkpoints')}/judge", make=True)
         wanted: list[tuple[dict, str, str, JudgePrompt, JudgeSettings]] = []
 
         def jobs():
-            for sim in islice(iter_simulations(results_path), config.limit):
+            for sim in islice(file.simulations(), config.limit):
                 keys = {"domain": domain, "task_id": str(sim.task_id), "trial": sim.trial, "seed": sim.seed}
                 report.trajectories += 1
                 sha, entries = content_digest(sim), None

@@ -12,11 +12,10 @@ from typing import Any
 import pyarrow.parquet as pq
 from pydantic import Field
 
-from agentuq_nb.io.ingest.results import iter_simulations, read_header
+from agentuq_nb.io.ingest.results import ResultsFile
 from agentuq_nb.io.ingest.sidecars import trajectory_table_name
 from agentuq_nb.io.store.artifacts import results_input
 from agentuq_nb.io.store.rundir import RESULTS_CONTENT, RunDir
-from agentuq_nb.records import Results
 from agentuq_nb.records.config import EMBEDDED_MODEL, ExecutionConfig, ScoringConfig, configs_from_options
 from agentuq_nb.steps.base import RESULTS_HELP, Command, FamilyHint, Reporter, Step, StepConfig
 from agentuq_nb.steps.scoring_jobs import check_checkpoint_settings, score_results
@@ -72,16 +71,17 @@ def run(run_dir: str | Path | RunDir, config: RescoreConfig) -> ScoringReport:
                                                              "results": str(results_path.resolve())})
         report = ScoringReport(folder.path)
         score_results(results_path, checkpoint_dir, config.scoring, {"assistant", "user", "tool"}, report, config.execution)
-        domain = Results.domain_of(read_header(results_path).get("info"))
+        file = ResultsFile.open(results_path, tell_version=False)  # its header and both streams: one sniff
+        domain = file.domain
         # the checkpoints of the simulations scored now: with --limit, never those an earlier, longer run left
         chosen = {trajectory_table_name(domain, sim.task_id, sim.trial, sim.seed)
-                  for sim in islice(iter_simulations(results_path), config.scoring.limit)}
+                  for sim in islice(file.simulations(), config.scoring.limit)}
         based_on = results_input(folder, results_path)
         with folder.commit(STEP.name) as commit, BaseTables(commit, based_on) as tables:
             for part in sorted(checkpoint_dir.glob("*.parquet")):
                 if part.name in chosen:
                     tables.add_tokens(pq.read_table(part))
-            tables.add_simulations(islice(iter_simulations(results_path, report.warnings), config.scoring.limit), domain,
+            tables.add_simulations(islice(file.checked_simulations(report.warnings), config.scoring.limit), domain,
                                    str(results_path), report.warnings)
             tables.close(str(results_path), report.warnings)
             report.num_tokens = tables.num_tokens

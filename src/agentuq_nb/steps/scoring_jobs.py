@@ -16,7 +16,7 @@ from agentuq_nb.distributed import JobRunner
 from agentuq_nb.io.atomic import atomic_write_json, atomic_write_with
 from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.files import read_limited_json
-from agentuq_nb.io.ingest.results import iter_simulations, read_header
+from agentuq_nb.io.ingest.results import ResultsFile, iter_simulations
 from agentuq_nb.io.ingest.sidecars import trajectory_table_name
 from agentuq_nb.io.store.token_table import TokenTableWriter
 from agentuq_nb.records import Results
@@ -44,10 +44,11 @@ def simulation_count(results_path: str | Path, limit: int | None = None) -> int:
 def scoring_jobs(results_path: Path, checkpoint_dir: Path, config: ScoringConfig, roles: set[str],
                   report: ScoringReport):
     """``(checkpoint path, job)`` for every simulation not scored yet, in file order."""
-    info = read_header(results_path).get("info") or {}
+    file = ResultsFile.open(results_path, tell_version=False)  # its header and its simulations: one sniff
+    info = file.header.get("info") or {}
     domain = Results.domain_of(info)
     system = scorer_system_prompt(config.scorer_mode, info)
-    for sim in islice(iter_simulations(results_path), config.limit):
+    for sim in islice(file.simulations(), config.limit):
         out = checkpoint_dir / trajectory_table_name(domain, sim.task_id, sim.trial, sim.seed)
         if out.exists():
             report.skipped += 1

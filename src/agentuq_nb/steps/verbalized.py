@@ -10,7 +10,7 @@ from typing import Any, Optional
 import pandas as pd
 from pydantic import Field
 
-from agentuq_nb.io.ingest.results import iter_simulations, read_header
+from agentuq_nb.io.ingest.results import ResultsFile
 from agentuq_nb.io.store.artifacts import results_input, run_results
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records import Results
@@ -75,10 +75,11 @@ def run(run_dir: str | Path | RunDir, config: VerbalizedConfig = VerbalizedConfi
 def ask_all(results_path: Path, model: str, mode: str, max_tokens: int, progress: bool,
              limit: int | None) -> pd.DataFrame:
     """One row per question asked: keys, message index, the answer and the confidence parsed from it."""
-    info = read_header(results_path).get("info") or {}
+    file = ResultsFile.open(results_path, tell_version=False)  # its header and its simulations: one sniff
+    info = file.header.get("info") or {}
     domain = Results.domain_of(info)
     system = agent_system_prompt(info)
-    sims = islice(iter_simulations(results_path), limit)
+    sims = islice(file.simulations(), limit)
     if progress:
         from tqdm.auto import tqdm
 

@@ -22,12 +22,15 @@
 
 A results input is opened once as a :class:`ResultsFile`: one sniff (a single file read through one handle) tells its
 layout and reads its header; its simulations are then streamed by that layout, as often as asked, never sniffed
-again (:func:`iter_simulations` and :func:`read_header` are that reader for a caller that needs one of the two).
+again (:meth:`ResultsFile.simulations`, as they are; :meth:`ResultsFile.checked_simulations` also counts what is kept
+but not as it should be). :func:`iter_simulations` and :func:`read_header` are that reader for a caller that needs one
+of the two.
 Simulations are streamed with ijson so that a large results file is never held twice
 (as raw JSON and as models) in memory. Unknown keys are kept on every model.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Generator, Iterator
 from contextlib import closing
@@ -40,7 +43,7 @@ import ijson
 from pydantic import ValidationError
 
 from agentuq_nb.io.errors import InputError, InputWarnings, validation_problem
-from agentuq_nb.io.files import open_regular
+from agentuq_nb.io.files import content_digest, open_regular
 from agentuq_nb.io.ingest import inspect_logs, judge_summary, simulation_list, tau_bench
 from agentuq_nb.io.ingest.json_stream import (
     GuardedReader,
@@ -95,8 +98,29 @@ class ResultsFile:
         """The generating model of each role (:func:`models_by_role`)."""
         return models_by_role(self.header)
 
-    def simulations(self, warnings: InputWarnings | None = None) -> Iterator[Simulation]:
-        """Stream the simulations in file order (``warnings``: as for :func:`iter_simulations`)."""
+    def content_sha256(self) -> str:
+        """SHA-256 of what the results hold (their bytes, not their name: a copy or a symlink is the same run): a
+        file's bytes, or a results directory's ``results.json`` and ``simulations/*.json`` (their names inside it and
+        their bytes, in name order). Read through the project's safe reader
+        (:func:`~agentuq_nb.io.files.content_digest`): a FIFO, a device or a symlink to one is refused, never read."""
+        path = self.path
+        if not path.is_dir():
+            return content_digest(path)
+        digest = hashlib.sha256()
+        files = [p for p in [path / "results.json"] if p.exists() or p.is_symlink()] + sorted(
+            (path / "simulations").glob("*.json"))
+        for file in files:
+            digest.update(f"{file.relative_to(path)}\0{content_digest(file)}\n".encode())
+        return digest.hexdigest()
+
+    def simulations(self) -> Iterator[Simulation]:
+        """Stream the simulations in file order, as they are (nothing counted: :meth:`checked_simulations` counts)."""
+        return self._stream(None)
+
+    def checked_simulations(self, warnings: InputWarnings | None) -> Iterator[Simulation]:
+        """:meth:`simulations`, counting in ``warnings`` the input kept but not as it should be (as for
+        :func:`iter_simulations`: a τ-bench entry's malformed arguments, simulations whose task is not the one the
+        harness checked)."""
         if warnings is None or self.layout == inspect_logs.LAYOUT:  # an Inspect log has no task list to check
             yield from self._stream(warnings)
             return
@@ -419,7 +443,7 @@ def iter_simulations(path: str | Path, warnings: InputWarnings | None = None,
     if inspect_logs.is_inspect_log(path):  # its samples need no header made (the archive's directory read once)
         yield from inspect_logs.iter_simulations(path, warnings, score)
         return
-    yield from ResultsFile.open(path, score, tell_version=False).simulations(warnings)
+    yield from ResultsFile.open(path, score, tell_version=False).checked_simulations(warnings)
 
 
 def has_recorded_summary(results_path: str | Path, sample: int = 5) -> bool:

@@ -670,7 +670,10 @@ class RunDir:
 
     # ---------------------------------------------------------------- manifest and checks
     def manifest(self, check: bool = True) -> Manifest:
-        """``manifest.json`` (an empty one for a folder without it)."""
+        """``manifest.json`` (an empty one for a folder without it); with ``check``, a commit half-published is
+        settled first (:meth:`_settle`): the manifest read is then the one its commit wrote."""
+        if check and self.pending():
+            self._settle()
         path = self.path / MANIFEST
         if not os.path.lexists(path):
             self._manifest_key = None
@@ -686,9 +689,6 @@ class RunDir:
                 raise InputError(path, f"is not a run manifest ({what} at '{where}'); {hint}") from None
             except InputError as err:
                 raise InputError(path, f"{err.what}; {hint}") from None
-        if check and self.pending():
-            self._settle()
-            return self.manifest(check=False)
         return self._cache[key]
 
     def require_manifest(self) -> Manifest:
@@ -806,8 +806,8 @@ class RunDir:
         finish it when its writer is gone; a publication that does not end is reported as busy."""
         deadline = time.monotonic() + wait
         while self.pending():
-            if not is_locked(self.path):
-                with self.lock("recover"):
+            if not is_locked(self.path):  # (a folder with staged commits: no folder check to make first)
+                with run_lock(self.path, "recover", on_acquire=self.recover):
                     pass  # taking the lock rolls journaled commits forward
                 return
             if time.monotonic() >= deadline:
