@@ -67,29 +67,16 @@ def run_results_study(tmp_path, name: str, results, notebooks: list[str], n_boot
     return run_study(params, root=ROOT, output_root=tmp_path, log=lambda *_: None)
 
 
-@pytest.fixture(scope="module")
-def analysis_study(tmp_path_factory):
-    """One study under papermill on a multi-trial synthetic run (10 tasks × 3 trials, the three log-prob forms):
-    02_extract, 03_aggregate, 04_evaluate and 11_calibration, each in its own kernel. The analysis and the
-    calibration tests read it (each was its own study of 02 and 03 before: two kernels and an extraction more)."""
-    from agentuq_nb.testing.synthetic import write_synthetic_results
-
-    tmp_path = tmp_path_factory.mktemp("analysis")
-    results = write_synthetic_results(tmp_path / "src", num_simulations=30, messages_per_simulation=8,
-                                      tokens_per_message=5, trials=3, signal=1.0)
-    run_dir = run_results_study(tmp_path, "synthetic_study", results,
-                                ["02_extract", "03_aggregate", "04_evaluate", "11_calibration"], n_boot=100)
-    return run_dir, tmp_path / "figures" / "synthetic_study"
-
-
-def test_analysis_study_runs_under_papermill(analysis_study):
-    run_dir, figures_dir = analysis_study
+def test_analysis_study_runs_under_papermill(tmp_path, synthetic_results):
+    run_dir = run_results_study(tmp_path, "synthetic_study", synthetic_results,
+                                ["02_extract", "03_aggregate", "04_evaluate"], n_boot=200)
+    figures_dir = tmp_path / "figures" / "synthetic_study"
     for name in ("roc", "accuracy_rejection", "uncertainty_by_outcome", "agent_turn_nll", "token_nll_by_role"):
         assert (figures_dir / f"{name}.png").stat().st_size > 1000
         assert (figures_dir / f"{name}.pdf").exists()
     assert (figures_dir / "token_view.html").stat().st_size > 1000
     metrics = json.loads((run_dir / "eval_metrics.json").read_text())
-    assert metrics["n"] == 30 and 0.0 <= metrics["metrics"]["auroc"] <= 1.0
+    assert metrics["n"] == 12 and 0.0 <= metrics["metrics"]["auroc"] <= 1.0
     executed = nbformat.read(run_dir / "notebooks" / "04_evaluate.ipynb", as_version=4)
     assert any(c.get("outputs") for c in executed.cells if c.cell_type == "code")
 
@@ -103,8 +90,14 @@ def test_a_failing_notebook_is_reported_by_study_notebook_and_cell_error(tmp_pat
     assert str(tmp_path / "runs" / "no_data" / "notebooks" / "02_extract.ipynb") in str(err.value)
 
 
-def test_calibration_notebook_runs_on_a_multi_trial_run(analysis_study):
-    run_dir, figures_dir = analysis_study
+def test_calibration_notebook_runs_on_a_multi_trial_run(tmp_path):
+    from agentuq_nb.testing.synthetic import write_synthetic_results
+
+    results = write_synthetic_results(tmp_path / "src", num_simulations=30, messages_per_simulation=8,
+                                      tokens_per_message=5, trials=3, signal=1.0)
+    run_dir = run_results_study(tmp_path, "calibration_study", results,
+                                ["02_extract", "03_aggregate", "11_calibration"], n_boot=100)
+    figures_dir = tmp_path / "figures" / "calibration_study"
     for name in ("reliability", "estimator_forest"):
         assert (figures_dir / f"{name}.png").stat().st_size > 1000
     report = json.loads((run_dir / "calibration.json").read_text())
