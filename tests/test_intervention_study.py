@@ -21,7 +21,9 @@ from agentuq_nb.pipeline.reproduce import run_study as run_params_study
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ["1", "2"]  # every run simulates them all (was 3 tasks: a third of the file's time for the same checks)
-SMALL = dict(task_ids=TASKS, rates=[0.5], policies=["defer", "confirm"], k=2, n_boot=200, risk=0.9)
+# agent messages of at most 32 tokens (the simulator's default is 64, which the agent's second message reaches): a
+# quarter of the study's CPU time, and the confirm runs then ask for and get a confirmation (8 and 10 messages)
+SMALL = dict(task_ids=TASKS, rates=[0.5], policies=["defer", "confirm"], k=2, n_boot=200, risk=0.9, agent_max_tokens=32)
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +40,7 @@ def test_every_planned_run_is_simulated_and_summarized(study):
     for name in names | {CALIBRATION, BASELINE}:
         results = json.loads((study.folder / name / "results.json").read_text())
         assert len(results["simulations"]) == len(TASKS) and results["info"]["intervention_policy"]["signal"] == "turn_avg_nll"
+        assert json.loads((study.folder / name / "run_config.json").read_text())["simulation"]["agent_max_tokens"] == 32
     assert set(study.outcomes["run"]) == names | {CALIBRATION, BASELINE}
     summary = study.summary.set_index("run")
     for name in names | {CALIBRATION, BASELINE}:

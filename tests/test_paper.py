@@ -4,11 +4,14 @@ The real data (Hugging Face ``changdae/tau2-uq-artifacts``) cannot be downloaded
 has its layout: one τ²-bench results JSON per agent model × domain, named as in the release
 (``gpt41_kimik25_<domain>.json``, ``Kimi-K2.5_<domain>.json``), whose messages record their agentuq
 sidecars as absolute paths on another machine, and the sidecars in one folder per result set with
-agentuq's names - identical names for both models, as in the release. Its trajectories are one
-small simulation of the built-in bookshop domain on the embedded model, relabelled as the four
-model × domain sets; the "Kimi" copies have their log-probs scaled so that reading the wrong
-model's sidecars would show, and rewards are set to one success and one failure per set so that
-the AUROC is defined (the stand-in tests the plumbing, not the model).
+agentuq's names - identical names for both models, as in the release. Its trajectories are two
+synthetic bookshop trajectories whose token rows are agentuq sidecars (every key agentuq writes, in
+its order: ``agentuq_nb.testing.synthetic``), relabelled as the four model × domain sets; the "Kimi"
+copies have their log-probs scaled so that reading the wrong model's sidecars would show, and
+rewards are set to one success and one failure per set so that the AUROC is defined (the stand-in
+tests the plumbing, not the model; the notebook's kernel scores the user messages on the embedded
+model). Sidecars written by the simulator itself are read end to end by the smoke study
+(tests/test_end_to_end.py).
 """
 from __future__ import annotations
 
@@ -91,20 +94,24 @@ def test_published_values_are_found_by_model_name(model, domain, value):
     assert paper.published_auroc(model, domain) == value
 
 
-def test_sidecars_with_the_same_names_are_told_apart_by_model(tmp_path):
+def stand_in_results(folder: Path, **synthetic) -> Path:
+    """Two synthetic bookshop trajectories with agentuq sidecars, their info saying who played agent and user."""
     from agentuq_nb.testing.synthetic import write_synthetic_results
 
-    results = write_synthetic_results(tmp_path / "sim", num_simulations=2, messages_per_simulation=4,
-                                      tokens_per_message=3, forms=("sidecar",), domain="bookshop")
+    results = write_synthetic_results(folder, num_simulations=2, forms=("sidecar",), domain="bookshop", **synthetic)
+    data = json.loads(results.read_text())
+    data["info"].setdefault("agent_info", {})["llm"] = "synthetic"
+    data["info"].setdefault("user_info", {})["llm"] = "synthetic"
+    data["info"].setdefault("environment_info", {})["domain_name"] = "bookshop"
+    results.write_text(json.dumps(data))
+    return results
+
+
+def test_sidecars_with_the_same_names_are_told_apart_by_model(tmp_path):
+    results = stand_in_results(tmp_path / "sim", messages_per_simulation=4, tokens_per_message=3)
     artifacts = tmp_path / "artifacts"
     for prefix in STAND_IN_MODELS:
-        data = json.loads(results.read_text())
-        data["info"].setdefault("agent_info", {})["llm"] = "synthetic"
-        data["info"].setdefault("user_info", {})["llm"] = "synthetic"
-        data["info"].setdefault("environment_info", {})["domain_name"] = "bookshop"
-        patched = tmp_path / "sim" / f"{prefix}.json"
-        patched.write_text(json.dumps(data))
-        relabel(patched, artifacts, prefix, "retail")
+        relabel(results, artifacts, prefix, "retail")
     sets = paper.discover(artifacts)
     assert [(s.model, s.domain) for s in sets] == [("gpt-4.1", "retail"), ("Kimi-K2.5", "retail")]
     index = paper.sidecar_index(artifacts)
@@ -131,10 +138,10 @@ def _independent_agent_nll(sidecar_dir: Path, task_id: str) -> float:
 
 @pytest.mark.slow
 def test_paper_params_on_a_stand_in_with_the_release_layout(tmp_path):
-    from agentuq_nb.sim import run_simulations
-
-    results = run_simulations("bookshop", tmp_path / "sim", task_ids=["1", "2"], max_steps=4,
-                              agent_max_tokens=24, user_max_tokens=16, progress=False)
+    # the trajectories of a small bookshop run (greeting, user, agent, tool, agent, user; a simulation of the embedded
+    # model in the process before: its load and decoding were a third of the test's CPU time)
+    results = stand_in_results(tmp_path / "sim", messages_per_simulation=6, tokens_per_message=12)
+    task_ids = [s["task_id"] for s in json.loads(results.read_text())["simulations"]]
     artifacts = tmp_path / "tau2-uq-artifacts"
     rewards = {"retail": [1.0, 0.0], "telecom": [0.0, 1.0]}
     for prefix in STAND_IN_MODELS:
@@ -159,7 +166,7 @@ def test_paper_params_on_a_stand_in_with_the_release_layout(tmp_path):
         assert row["published_auroc"] == paper.PUBLISHED_AGENT_NLL_AUROC[("GPT-4.1" if model == "gpt-4.1" else model, domain)]
         prefix = "gpt41_kimik25" if model == "gpt-4.1" else "Kimi-K2.5"
         # the set's agent NLL, recomputed from its own sidecar files, gives the same ranking
-        agent_nll = [_independent_agent_nll(artifacts / "uq_logprobs" / f"{prefix}_{domain}", t) for t in ("1", "2")]
+        agent_nll = [_independent_agent_nll(artifacts / "uq_logprobs" / f"{prefix}_{domain}", t) for t in task_ids]
         failed = np.array(rewards[domain]) < 1.0
         expected = 0.5 if agent_nll[0] == agent_nll[1] else float(agent_nll[int(np.argmax(failed))] > agent_nll[int(np.argmin(failed))])
         assert row["auroc"] == pytest.approx(expected)

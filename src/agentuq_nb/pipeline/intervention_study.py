@@ -65,6 +65,8 @@ class InterventionStudyConfig(Config):
     seed: int = Field(300, description="the held-out runs (baseline and every policy)")
     calibration_seed: int = Field(301, description="the calibration run: the same tasks, other trial seeds")
     temperature: float = Field(0.5, ge=0.0)
+    agent_max_tokens: Optional[int] = Field(None, ge=1, description="tokens an agent message may have (None: the "
+                                            "simulator's default)")
     signal: str = "turn_avg_nll"
     policies: list[Literal["defer", "resample_vote", "confirm"]] = Field(
         default_factory=lambda: ["defer", "resample_vote", "confirm"])
@@ -119,8 +121,9 @@ class StudyResult:
 
 
 def _simulation_config(config: InterventionStudyConfig, seed: int) -> SimulationConfig:
+    bound = {} if config.agent_max_tokens is None else {"agent_max_tokens": config.agent_max_tokens}
     return SimulationConfig(domain=config.domain, task_ids=config.task_ids, num_tasks=config.num_tasks,
-                            num_trials=config.num_trials, seed=seed, temperature=config.temperature)
+                            num_trials=config.num_trials, seed=seed, temperature=config.temperature, **bound)
 
 
 def _policy(config: InterventionStudyConfig, **fields: Any) -> PolicyConfig:
