@@ -10,6 +10,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 #: what importing the command line and printing its help must not import (a first-level package name each)
 NOT_AT_IMPORT = ("sklearn", "scipy", "statsmodels", "matplotlib", "litellm", "torch", "sentence_transformers",
                  "llama_cpp", "distributed")
@@ -42,18 +44,38 @@ try:
 except SystemExit as exit:
     assert exit.code == 0, exit.code
 loaded = sorted(top for top in watched if top in sys.modules)
-print(json.dumps({"loaded": loaded, "by": {top: first.get(top, "?") for top in loaded}}))
+# then a fit's thread limit: it holds for the pools sklearn and SciPy load, which are loaded by now (not at import)
+from threadpoolctl import threadpool_info
+from agentuq_nb.evaluation.calibration import one_thread
+
+with one_thread():
+    pools = [[pool["internal_api"], pool["filepath"], pool["num_threads"]] for pool in threadpool_info()]
+print(json.dumps({"loaded": loaded, "by": {top: first.get(top, "?") for top in loaded}, "pools": pools}))
 """
 
 
-def test_importing_the_command_line_imports_no_heavy_package():
+@pytest.fixture(scope="module")
+def probed() -> dict:
+    """What PROBE found, in one fresh process for the tests below."""
     done = subprocess.run([sys.executable, "-c", PROBE, ",".join(NOT_AT_IMPORT)], capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Usage" in done.stdout  # the help was printed: the import was not cut short
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_importing_the_command_line_imports_no_heavy_package(probed):
+    report = probed
     assert not report["loaded"], (
         "importing agentuq_nb.cli (and `agentuq-nb --help`) imported "
         + "; ".join(f"{top} (first from {where})" for top, where in report["by"].items())
         + ": every process the package starts pays for it (about 1 s each). Import it inside the function that "
           "uses it (type hints: `if TYPE_CHECKING:`), as agentuq_nb.evaluation.calibration does with sklearn.")
+
+
+def test_a_fits_one_thread_limit_holds_for_the_pools_imported_after_the_command_line(probed):
+    """threadpoolctl limits the pools loaded when the limit is set; sklearn (its OpenMP runtime) and SciPy (its
+    BLAS) are no longer loaded by the import, so ``one_thread`` loads them first."""
+    pools = probed["pools"]
+    assert {api for api, _, _ in pools} >= {"openmp", "openblas"}, pools
+    assert all(threads == 1 for _, _, threads in pools), f"pools not limited to one thread inside one_thread: {pools}"

@@ -59,6 +59,10 @@ _ONE_THREAD = threading.local()
 
 @contextlib.contextmanager
 def _held_one_thread() -> Iterator[None]:
+    # threadpoolctl limits the native pools loaded when the limit is set: scikit-learn's OpenMP runtime and SciPy's
+    # BLAS load with sklearn, which this module imports where it fits (not at its own import), so it is loaded first
+    import sklearn  # noqa: F401
+
     with threadpool_limits(limits=1):
         _ONE_THREAD.held = True
         try:
