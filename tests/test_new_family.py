@@ -20,9 +20,12 @@ import pandas as pd
 from agentuq_nb.testing.synthetic import write_synthetic_results
 
 ROOT = Path(__file__).resolve().parents[1]
-#: what is not the repository: environments, caches, outputs a study or the site's build leave in the working copy
-NOT_THE_TREE = shutil.ignore_patterns(".git", ".venv", "site", "runs", "__pycache__", ".pytest_cache", ".ruff_cache",
-                                      ".hypothesis", "*.egg-info", ".ipynb_checkpoints")
+#: what is not the repository: environments, caches, outputs a study or the site's build leave in the working copy.
+#: The bytecode (``__pycache__``) is copied: it holds for the copied sources (copytree keeps their times and sizes, what
+#: Python checks), and without it each of the test's processes would compile the package anew (bytecode is not written
+#: here, PYTHONDONTWRITEBYTECODE) - the three new files are compiled, as any changed file would be
+NOT_THE_TREE = shutil.ignore_patterns(".git", ".venv", "site", "runs", ".pytest_cache", ".ruff_cache", ".hypothesis",
+                                      "*.egg-info", ".ipynb_checkpoints")
 #: the repository's checks that a new command or family could break: the commands made from the steps, every
 #: option's default, the command line page and the other documentation, the layers and the step contract
 TREE_CHECKS = ("tests/test_cli_defaults.py", "tests/test_docs.py", "tests/test_layers.py")

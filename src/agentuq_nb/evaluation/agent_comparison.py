@@ -25,9 +25,6 @@ from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
-from scipy import stats
-from sklearn.model_selection import GroupShuffleSplit, ShuffleSplit
-from statsmodels.stats.proportion import proportion_confint
 
 from agentuq_nb.evaluation.bootstrap import mean_ci, mean_difference, mean_difference_ci
 from agentuq_nb.evaluation.conformal import aci, bh, bh_adjusted, risk_control_threshold
@@ -69,6 +66,8 @@ def leaderboard(per_task_rewards: pd.DataFrame, q: float = 0.1, n_boot: int = 20
     at ``q`` over all pairs (statsmodels) decides ``significant``; ``indistinguishable`` is its
     negation.
     """
+    from scipy import stats
+
     _require(per_task_rewards, [agent_col, task_col, reward_col])
     df = per_task_rewards[[agent_col, task_col, reward_col]].dropna()
     n_runs = df.groupby(agent_col, sort=False).size()
@@ -151,6 +150,8 @@ def success_rate_intervals(runs: pd.DataFrame, by="agent", failure_threshold: fl
     g = df.assign(_s=success).groupby(by, sort=False)["_s"]
     out = pd.DataFrame({"n_runs": g.size(), "n_success": g.sum().astype(int)}).reset_index()
     out["success_rate"] = out["n_success"] / out["n_runs"]
+    from statsmodels.stats.proportion import proportion_confint
+
     lo, hi = proportion_confint(out["n_success"].to_numpy(), out["n_runs"].to_numpy(),
                                 alpha=alpha, method=method)
     out["ci_lo"], out["ci_hi"] = np.asarray(lo, dtype=float), np.asarray(hi, dtype=float)
@@ -184,6 +185,9 @@ def abstention_report(runs: pd.DataFrame, alpha: float = 0.1, delta: float = 0.1
     df = df[np.isfinite(df[uncertainty_col].to_numpy(dtype=float))]
     if len(df) < 4:
         raise ValueError(f"abstention_report needs at least 4 runs with uncertainty and reward, got {len(df)}")
+    from sklearn.model_selection import GroupShuffleSplit, ShuffleSplit
+    from statsmodels.stats.proportion import proportion_confint
+
     if group_col is not None and group_col in df.columns:
         splitter = GroupShuffleSplit(n_splits=1, train_size=cal_fraction, random_state=seed)
         cal_pos, test_pos = next(splitter.split(df, groups=df[group_col].astype(str)))

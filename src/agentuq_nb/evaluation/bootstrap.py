@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.evaluation.metrics import (
@@ -174,12 +173,16 @@ def mean_ci(x: np.ndarray, n_boot: int, ci: float, rng) -> tuple[float, float]:
         return np.nan, np.nan
     if np.ptp(x) == 0:
         return float(x[0]), float(x[0])
+    from scipy import stats
+
     res = stats.bootstrap((x,), np.mean, n_resamples=n_boot, confidence_level=ci, method="percentile", rng=rng)
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
 def mean_difference_ci(x: np.ndarray, y: np.ndarray, n_boot: int, ci: float, rng) -> tuple[float, float]:
     """Percentile bootstrap interval of ``mean(x) - mean(y)`` for independent samples (scipy)."""
+    from scipy import stats
+
     res = stats.bootstrap((x, y), mean_difference, n_resamples=n_boot, confidence_level=ci, method="percentile",
                           rng=rng)
     return float(res.confidence_interval.low), float(res.confidence_interval.high)

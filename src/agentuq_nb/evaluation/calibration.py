@@ -32,12 +32,6 @@ from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
-from sklearn.isotonic import IsotonicRegression
-from sklearn.linear_model import LogisticRegression
-from sklearn.metrics import log_loss
-from sklearn.model_selection import GroupKFold, StratifiedGroupKFold
-from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 
 from agentuq_nb.evaluation.defaults import METHODS
@@ -65,6 +59,10 @@ _ONE_THREAD = threading.local()
 
 @contextlib.contextmanager
 def _held_one_thread() -> Iterator[None]:
+    # threadpoolctl limits the native pools loaded when the limit is set: scikit-learn's OpenMP runtime and SciPy's
+    # BLAS load with sklearn, which this module imports where it fits (not at its own import), so it is loaded first
+    import sklearn  # noqa: F401
+
     with threadpool_limits(limits=1):
         _ONE_THREAD.held = True
         try:
@@ -125,6 +123,12 @@ def fit_calibrator(scores, failure, method: str = "platt", invert: bool = False)
         raise ValueError("no finite score to fit a calibrator on")
     if y.all() or not y.any():
         return Calibrator(method, invert, constant=float(y[0]), n_fitted=int(len(y)))
+    # sklearn imported where it fits (about 1 s a process): a command that fits no map does not pay for it
+    from sklearn.isotonic import IsotonicRegression
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
     if method == "platt":
         model = make_pipeline(StandardScaler(), LogisticRegression(C=PLATT_C)).fit(s[:, None], y)
     else:
@@ -148,6 +152,8 @@ def group_folds(groups, n_splits: int = 5, seed=0, rows=None, labels=None) -> np
     failure rate: a map that leans on its training fold's base rate predicts low exactly where the held-out
     fold holds many failures (measured on the 4-trial quickstart: the combined predictor's pooled AUROC was
     0.25 with plain ``GroupKFold``, fold failure rates 0.63-0.96)."""
+    from sklearn.model_selection import GroupKFold, StratifiedGroupKFold
+
     g = np.asarray(groups)
     rows = np.ones(len(g), bool) if rows is None else np.asarray(rows, bool)
     fold = np.full(len(g), -1)
@@ -277,6 +283,8 @@ def calibration_report(prob, failure, n_bins: int = 10, strategy: str = "quantil
     out = {"n": int(len(p)), "n_failures": int(y.sum()), "n_bins": int(n_bins), "bins": strategy}
     out.update(expected_calibration_error(p, y, n_bins, strategy))
     out.update(brier_decomposition(p, y, n_bins, strategy))
+    from sklearn.metrics import log_loss
+
     out["log_loss"] = float(log_loss(y, p, labels=[0, 1])) if len(np.unique(y)) == 2 else None
     return out
 

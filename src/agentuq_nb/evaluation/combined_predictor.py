@@ -26,16 +26,11 @@ usable signal at this size", not an inverted one.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 
 import numpy as np
 import pandas as pd
-from sklearn.ensemble import HistGradientBoostingClassifier
-from sklearn.impute import SimpleImputer
-from sklearn.linear_model import LogisticRegression, LogisticRegressionCV
-from sklearn.model_selection import GridSearchCV, GroupKFold
-from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import StandardScaler
 
 from agentuq_nb.evaluation.calibration import CrossFit, group_folds, one_thread
 
@@ -47,13 +42,23 @@ MODELS = ("logistic", "gbm")
 #: at least 5 trajectories a leaf, L2 1.0 - a small model for tens of trajectories)
 GBM_GRID = {"max_depth": [2, 3], "learning_rate": [0.05, 0.2]}
 GBM_FIXED = {"max_iter": 100, "min_samples_leaf": 5, "l2_regularization": 1.0, "early_stopping": False}
-# scikit-learn 1.8+ asks for these to be explicit (plain L2, the new fitted attributes); older ones lack them
-NEW_CV_ARGS = {k: v for k, v in (("l1_ratios", (0.0,)), ("use_legacy_attributes", False))
-                if k in inspect.signature(LogisticRegressionCV).parameters}
+
+
+@functools.cache
+def new_cv_args() -> dict:
+    """What scikit-learn 1.8+ asks to be explicit for ``LogisticRegressionCV`` (plain L2, the new fitted
+    attributes); older ones lack them. A function, not a constant: sklearn is imported when a model is fitted, not
+    by every process that imports this module (about 1 s each)."""
+    from sklearn.linear_model import LogisticRegressionCV
+
+    return {k: v for k, v in (("l1_ratios", (0.0,)), ("use_legacy_attributes", False))
+            if k in inspect.signature(LogisticRegressionCV).parameters}
 
 
 def inner_splits_by_task(X: np.ndarray, y: np.ndarray, groups: np.ndarray, inner_splits: int = 3, seed=0):
     """The inner ``GroupKFold`` splits by task of a training fold, if every training part holds both classes."""
+    from sklearn.model_selection import GroupKFold
+
     n_groups = len(np.unique(groups))
     if n_groups < 2:
         return None
@@ -69,6 +74,13 @@ def combination_model(X: np.ndarray, y: np.ndarray, groups: np.ndarray, inner_sp
     untuned model (C = 1, the grid's first setting) when no such split exists (too few tasks)."""
     if model not in MODELS:
         raise ValueError(f"unknown combined model {model!r}; one of {', '.join(MODELS)}")
+    from sklearn.ensemble import HistGradientBoostingClassifier
+    from sklearn.impute import SimpleImputer
+    from sklearn.linear_model import LogisticRegression, LogisticRegressionCV
+    from sklearn.model_selection import GridSearchCV
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
     splits = inner_splits_by_task(X, y, groups, inner_splits, seed)
     if model == "gbm":
         gbm = HistGradientBoostingClassifier(random_state=seed, **GBM_FIXED)
@@ -78,7 +90,7 @@ def combination_model(X: np.ndarray, y: np.ndarray, groups: np.ndarray, inner_sp
     head = [SimpleImputer(strategy="median"), StandardScaler()]
     if splits is not None:
         return make_pipeline(*head, LogisticRegressionCV(Cs=list(C_GRID), cv=splits, scoring="neg_brier_score",
-                                                         max_iter=1000, **NEW_CV_ARGS))
+                                                         max_iter=1000, **new_cv_args()))
     return make_pipeline(*head, LogisticRegression(max_iter=1000))
 
 

@@ -34,9 +34,6 @@ import math
 
 import numpy as np
 import pandas as pd
-from scipy import stats
-from statsmodels.stats.multitest import multipletests
-from statsmodels.stats.proportion import proportion_confint
 
 # Relative slack for ceil((1-alpha)(n+1)): (1 - 0.1) * 10 must give 9, not 10 (float rounding).
 _EPS = 1e-9
@@ -162,6 +159,8 @@ def bh(pvalues, q: float = 0.1) -> np.ndarray:
     reject = np.zeros(p.shape, dtype=bool)
     ok = np.isfinite(p)
     if ok.any():
+        from statsmodels.stats.multitest import multipletests
+
         reject[ok] = multipletests(p[ok], alpha=q, method="fdr_bh")[0]
     return reject
 
@@ -172,6 +171,8 @@ def bh_adjusted(pvalues) -> np.ndarray:
     out = np.full(p.shape, np.nan)
     ok = np.isfinite(p)
     if ok.any():
+        from statsmodels.stats.multitest import multipletests
+
         out[ok] = multipletests(p[ok], method="fdr_bh")[1]
     return out
 
@@ -250,6 +251,8 @@ def risk_control_threshold(uncertainty, failure, alpha: float = 0.1, delta: floa
     n_acc = last + 1
     sel = n_acc >= m_min
     lam, n_acc, k = us[last][sel], n_acc[sel], cum_fail[last][sel]
+    from scipy import stats
+
     pvals = stats.binom.cdf(k, n_acc, alpha)
     rejected = fixed_sequence_rejections(pvals, delta)
     out["candidates"] = pd.DataFrame({"threshold": lam, "n_accepted": n_acc, "n_failures": k,
@@ -282,6 +285,8 @@ def coverage_report(lo, hi, true, alpha: float | None = None, groups=None,
     g = np.full(lo.shape, "all", dtype=object) if groups is None else np.asarray(groups, dtype=object).ravel()
     covered = (lo <= true) & (true <= hi)
     width = hi - lo
+    from statsmodels.stats.proportion import proportion_confint
+
     rows = []
     labels = ["all"] + ([] if groups is None else list(pd.unique(g[valid])))
     for label in labels:

@@ -39,18 +39,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import numpy as np
 import pandas as pd
-import scipy.sparse as sp
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from sklearn.feature_extraction.text import TfidfTransformer
 
 from agentuq_nb.evaluation.calibration import one_thread
-from agentuq_nb.evaluation.combined_predictor import C_GRID, GBM_FIXED, GBM_GRID, NEW_CV_ARGS
+from agentuq_nb.evaluation.combined_predictor import C_GRID, GBM_FIXED, GBM_GRID, new_cv_args
 from agentuq_nb.evaluation.defaults import DETECTOR_MAX_TERMS, DETECTOR_MIN_DF, DETECTOR_MIN_TASKS
 from agentuq_nb.uq.detector_features import GROUPS, TrajectoryFeatures, block_of, check_groups
+
+if TYPE_CHECKING:  # scipy and sklearn are imported where a model is fitted or a matrix made (~1 s a process)
+    import scipy.sparse as sp
 
 MODELS = ("logistic", "gbm")
 #: the text's components the GBM sees (TruncatedSVD of the TF-IDF)
@@ -143,6 +144,8 @@ def term_order(vocabulary: list[str]) -> np.ndarray:
 
 def term_matrix(features: TrajectoryFeatures, terms: list[str]) -> sp.csr_matrix:
     """The counts of ``terms`` (columns, in that order) in ``features`` (a term it lacks counts 0)."""
+    import scipy.sparse as sp
+
     n = len(features)
     if features.counts is None or not terms:
         return sp.csr_matrix((n, len(terms)))
@@ -164,6 +167,8 @@ def csr_beside(text: sp.csr_matrix, block: Callable[[int, int], np.ndarray], k: 
     from :data:`CSR_CHUNK_ROWS` rows of the dense block at a time (each made twice: once counted, once copied), never
     the whole block: scipy's way holds it dense, then as COO (24 bytes an entry), then as two CSR copies (12 bytes
     each), which made most of train-detector's memory (issue 51)."""
+    import scipy.sparse as sp
+
     text = text.tocsr()
     n, n_text = text.shape
     chunks = [(a, min(a + CSR_CHUNK_ROWS, n)) for a in range(0, n, CSR_CHUNK_ROWS)]
@@ -218,6 +223,8 @@ class FittedDetector:
 
     # ------------------------------------------------------------------ design matrices
     def text_tfidf(self, features: TrajectoryFeatures) -> sp.csr_matrix:
+        from sklearn.feature_extraction.text import TfidfTransformer
+
         transformer = TfidfTransformer(sublinear_tf=True)
         counts = term_matrix(features, self.terms)
         if not self.terms:
@@ -242,6 +249,8 @@ class FittedDetector:
     def design(self, features: TrajectoryFeatures, tfidf: sp.csr_matrix | None = None) -> sp.csr_matrix | np.ndarray:
         """The matrix the model reads: standardized text | dense (logistic), text components | raw dense (gbm);
         ``tfidf``: :meth:`text_tfidf` of ``features`` when the caller has it already (logistic)."""
+        import scipy.sparse as sp
+
         if self.settings.model == "logistic":
             n_text = len(self.terms)
             text = ((self.text_tfidf(features) if tfidf is None else tfidf) @ sp.diags(1.0 / self.scale[:n_text])
@@ -299,6 +308,8 @@ class FittedDetector:
         """``(names, values)``: every row's contribution of each reported feature (a term, a black-box or length column,
         an embedding block; for the GBM the whole text as one) - (rows, features), see the module docstring. No
         column for a constant detector."""
+        import scipy.sparse as sp
+
         if self.constant is not None or len(features) == 0:
             return [], np.zeros((len(features), 0))
         X = self.design(features)
@@ -547,6 +558,8 @@ def run_indicators(runs) -> sp.csr_matrix | None:
     *within* runs: each run gets its own intercept and the coefficients say which trajectory of a run fails, not which
     run is long or fails often (a confound between runs of different agents; the protocols compare pairs of one run).
     None for fewer than two runs."""
+    import scipy.sparse as sp
+
     codes, names = pd.factorize(np.asarray(runs, dtype=object))
     if len(names) < 2:
         return None
@@ -568,6 +581,8 @@ def fold_run_intercepts(coef: np.ndarray, intercept: float, n_columns: int, runs
 
 def with_runs(Z, indicators: sp.csr_matrix | None):
     """``Z`` with the run indicators appended (sparse), or ``Z`` itself."""
+    import scipy.sparse as sp
+
     return Z if indicators is None else sp.hstack([sp.csr_matrix(Z), indicators], format="csr")
 
 
@@ -622,6 +637,8 @@ def fit_text(counts: sp.csr_matrix, vocabulary: list[str], settings: DetectorSet
     terms = [vocabulary[i] for i in chosen]
     if not terms:
         return [], np.zeros(0)
+    from sklearn.feature_extraction.text import TfidfTransformer
+
     idf = TfidfTransformer(sublinear_tf=True).fit(counts[:, chosen]).idf_
     return terms, idf
 
@@ -699,7 +716,7 @@ def fit_detector(features: TrajectoryFeatures, failure: np.ndarray, groups: np.n
                 model = LogisticRegression(C=out.C, max_iter=2000).fit(Zfit, y)
             else:
                 model = LogisticRegressionCV(Cs=list(C_GRID), cv=splits, scoring=INNER_SCORING, max_iter=2000,
-                                             **NEW_CV_ARGS).fit(Zfit, y)
+                                             **new_cv_args()).fit(Zfit, y)
                 out.C = float(np.ravel(model.C_)[0])
             out.coef, out.intercept = fold_run_intercepts(model.coef_, float(model.intercept_[0]), n_columns, runs)
         else:
@@ -783,6 +800,7 @@ def logistic_path(X, y: np.ndarray, Cs: Sequence[float], max_iter: int = 100, to
     them) and its call of scipy's L-BFGS-B with its options. Written out because the model selection fits ~2,000 of
     these, each of ~40 evaluations on a few hundred rows, where scikit-learn's per-fit input checks and per-evaluation
     array-API dispatch (and a new transposed matrix each time) were 15 % of the fits' time."""
+    import scipy.sparse as sp
     from scipy.optimize import minimize
     from sklearn._loss.loss import HalfBinomialLoss
 

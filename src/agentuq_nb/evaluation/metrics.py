@@ -41,9 +41,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from scipy import stats
-from scipy.integrate import trapezoid
-from sklearn.metrics import roc_curve
 
 from agentuq_nb.records.outcomes import (
     DEFAULT_FAILURE_THRESHOLD,
@@ -180,6 +177,8 @@ class SortedBatch:
             below = np.cumsum(counts, axis=1) - counts
             return (np.take_along_axis(below, L, axis=1)
                     + (np.take_along_axis(counts, L, axis=1) + 1) / 2.0)
+        from scipy import stats
+
         return stats.rankdata(-self.R, axis=1, method="average")
 
     # metrics ------------------------------------------------------------------------------
@@ -300,6 +299,8 @@ def pearson_batch(X: np.ndarray, Y: np.ndarray) -> np.ndarray:
 
 def kendall_batch(X: np.ndarray, Y: np.ndarray) -> np.ndarray:
     """Row-wise Kendall tau-b via scipy.stats.kendalltau (O(n log n) per row, looped)."""
+    from scipy import stats
+
     out = np.full(X.shape[0], np.nan)
     for b in range(X.shape[0]):
         x, y = X[b], Y[b]
@@ -458,6 +459,8 @@ def roc_area(u: np.ndarray, f: np.ndarray) -> float:
         keep = np.flatnonzero(np.concatenate([[True], np.logical_or(np.diff(fps, 2), np.diff(tps, 2)), [True]]))
         fps, tps = fps[keep], tps[keep]
     fps, tps = np.concatenate([[0.0], fps]), np.concatenate([[0.0], tps])
+    from scipy.integrate import trapezoid
+
     return float(trapezoid(tps / tps[-1], fps / fps[-1]))
 
 
@@ -504,6 +507,8 @@ def correlation(uncertainty, reward, kind: str = "spearman") -> float:
         raise UndefinedMetricError("uncertainty is constant, correlation undefined")
     if np.ptp(r) == 0:
         raise UndefinedMetricError("reward is constant, correlation undefined")
+    from scipy import stats
+
     fn = {"pearson": stats.pearsonr, "spearman": stats.spearmanr, "kendall": stats.kendalltau}[kind]
     return float(fn(u, -r).statistic)
 
@@ -557,6 +562,8 @@ def failure_curves(uncertainty, reward, failure_threshold: float = DEFAULT_FAILU
     n = len(u)
     frames = []
     if n and 0 < f.sum() < n:
+        from sklearn.metrics import roc_curve
+
         fpr, tpr, _ = roc_curve(f, u, drop_intermediate=False)
         frames.append(pd.DataFrame({"curve": "roc", "x": fpr, "y": tpr}))
     if n:

@@ -31,7 +31,6 @@ import os
 
 import numpy as np
 import pandas as pd
-from scipy.special import comb
 
 from agentuq_nb.evaluation.bootstrap import cluster_count_chunks, mean_ci, percentile_ci
 from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
@@ -73,6 +72,8 @@ def pass_hat_k(n_trials, n_successes, k: int) -> np.ndarray:
         raise ValueError(f"k must be at least 1, got {k}")
     if np.any(n < k):
         raise ValueError(f"k={k} is more than the {int(np.min(n))} trials of a task")
+    from scipy.special import comb
+
     return comb(c, k) / comb(n, k)
 
 

@@ -1,13 +1,12 @@
-"""Figures: one function per figure, one visual style, ``save`` writes PNG + PDF."""
-from agentuq_nb.figures.failure_prediction import (
-    accuracy_rejection_figure,
-    roc_figure,
-    uncertainty_distribution_figure,
-)
-from agentuq_nb.figures.style import PALETTE, save, use_style
-from agentuq_nb.figures.token_view import TokenView, token_view
+"""Figures: one function per figure, one visual style, ``save`` writes PNG + PDF.
 
-__all__ = [
-    "PALETTE", "TokenView", "accuracy_rejection_figure", "roc_figure", "save",
-    "token_view", "uncertainty_distribution_figure", "use_style",
-]
+The names below are imported when first used (:func:`agentuq_nb.common.lazy.lazy_exports`): importing a figure
+module that draws nothing (such as :mod:`.detector_card` for a command) does not import matplotlib.
+"""
+from agentuq_nb.common.lazy import lazy_exports
+
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "failure_prediction": ["accuracy_rejection_figure", "roc_figure", "uncertainty_distribution_figure"],
+    "style": ["PALETTE", "save", "use_style"],
+    "token_view": ["TokenView", "token_view"],
+})

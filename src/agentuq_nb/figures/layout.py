@@ -95,9 +95,9 @@ def _describe_legend(leg: Legend) -> str:
     return f"legend ({', '.join(_describe(t) for t in leg.get_texts()[:2])}…)"
 
 
-def _boxes(fig) -> list[tuple[str, Path]]:
-    """(description, outline) of every drawn text and legend of ``fig``, a legend as one box."""
-    texts = drawn_texts(fig)
+def _boxes(fig, texts: list[Text]) -> list[tuple[str, Path]]:
+    """(description, outline) of every drawn text (``texts``, :func:`drawn_texts`) and legend of ``fig``, a legend as
+    one box."""
     renderer = fig.canvas.get_renderer()
     legends = _legends(fig)
     in_legend = {id(t) for leg in legends for t in [*leg.get_texts(), leg.get_title()]}
@@ -114,9 +114,10 @@ def _boxes(fig) -> list[tuple[str, Path]]:
     return out
 
 
-def text_overlaps(fig) -> list[str]:
-    """One sentence per pair of drawn texts (or legends) of ``fig`` whose outlines overlap."""
-    boxes = _boxes(fig)
+def text_overlaps(fig, texts: list[Text] | None = None) -> list[str]:
+    """One sentence per pair of drawn texts (or legends) of ``fig`` whose outlines overlap (``texts``: what
+    :func:`drawn_texts` gave for ``fig`` as it is now, else it draws the figure to find them)."""
+    boxes = _boxes(fig, drawn_texts(fig) if texts is None else texts)
     if len(boxes) < 2:
         return []
     ext = np.array([[e.x0, e.y0, e.x1, e.y1] for e in (p.get_extents() for _, p in boxes)])
@@ -178,9 +179,10 @@ def _data_marks(ax) -> list[tuple[str, np.ndarray | Path]]:
     return marks
 
 
-def legend_overlaps(fig) -> list[str]:
-    """One sentence per legend or boxed note of ``fig`` that covers data drawn in its axes."""
-    texts = drawn_texts(fig)
+def legend_overlaps(fig, texts: list[Text] | None = None) -> list[str]:
+    """One sentence per legend or boxed note of ``fig`` that covers data drawn in its axes (``texts`` as for
+    :func:`text_overlaps`)."""
+    texts = drawn_texts(fig) if texts is None else texts
     renderer = fig.canvas.get_renderer()
     covers = [(_describe_legend(leg), leg.get_window_extent(renderer), leg.axes) for leg in _legends(fig)
               if leg.axes is not None]
@@ -203,5 +205,7 @@ def legend_overlaps(fig) -> list[str]:
 
 
 def layout_problems(fig) -> list[str]:
-    """Every overlapping pair of texts and every legend or note over data in ``fig`` (empty: legible)."""
-    return text_overlaps(fig) + legend_overlaps(fig)
+    """Every overlapping pair of texts and every legend or note over data in ``fig`` (empty: legible). The figure is
+    drawn once for both checks (the drawing is most of their time)."""
+    texts = drawn_texts(fig)
+    return text_overlaps(fig, texts) + legend_overlaps(fig, texts)

@@ -12,7 +12,6 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import brentq
 
 from agentuq_nb.evaluation.bootstrap import cluster_codes, percentile_ci, resample_batches
 from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
@@ -350,6 +349,8 @@ def random_rate_for(target_rate: float, decisions_per_trajectory) -> float:
         return 0.0
     if target_rate == reachable:
         return 1.0
+    from scipy.optimize import brentq
+
     return float(brentq(lambda p: np.mean(1.0 - (1.0 - p) ** n) - target_rate, 0.0, 1.0, xtol=1e-12))
 
 

@@ -68,9 +68,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-from scipy.cluster.hierarchy import fcluster, linkage
-from scipy.special import logsumexp
-from scipy.stats import entropy as scipy_entropy
 
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.action_samples import ACTION_TURN_STATISTICS, DECISION_KEYS
@@ -194,6 +191,8 @@ def cluster_texts(embeddings: np.ndarray, threshold: float = TEXT_SIMILARITY_THR
         return np.zeros(n, dtype=int)
     similarity = np.clip(embeddings @ embeddings.T, -1.0, 1.0)
     distance = 1.0 - similarity[np.triu_indices(n, k=1)]  # condensed form, as scipy's pdist gives
+    from scipy.cluster.hierarchy import fcluster, linkage
+
     tree = linkage(np.maximum(distance, 0.0), method=TEXT_LINKAGE)
     return fcluster(tree, t=1.0 - threshold + 1e-9, criterion="distance") - 1
 
@@ -201,6 +200,8 @@ def cluster_texts(embeddings: np.ndarray, threshold: float = TEXT_SIMILARITY_THR
 def entropy_nats(weights: Sequence[float]) -> float:
     """Entropy (nats) of the distribution proportional to ``weights`` (scipy.stats.entropy, kept ≥ 0: one
     cluster gives 0.0, not the -0.0 of a negated zero sum)."""
+    from scipy.stats import entropy as scipy_entropy
+
     p = np.asarray(weights, dtype=float)
     return max(0.0, float(scipy_entropy(p[p > 0])))
 
@@ -322,6 +323,8 @@ def action_turn_table(samples: pd.DataFrame, embedder: Embedder | None = None,
             sums = samples.loc[rows, "sum_logprob"].to_numpy(float)
             counts = samples.loc[rows, "num_tokens"].to_numpy(float)
             if np.isfinite(sums).all() and (counts > 0).all():
+                from scipy.special import logsumexp
+
                 per_sample = sums / counts
                 log_mass = np.array([logsumexp(per_sample[sample_ids == c]) for c in np.unique(sample_ids)])
                 weighted = entropy_nats(np.exp(log_mass - logsumexp(log_mass)))

@@ -44,11 +44,10 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
-import scipy.sparse as sp
 
 from agentuq_nb.records import Simulation
 from agentuq_nb.records.keys import key_dtypes
@@ -58,6 +57,9 @@ from agentuq_nb.records.tokens import TRAJECTORY_KEYS
 from agentuq_nb.uq.blackbox_signals import signal_tables
 from agentuq_nb.uq.structure_signals import TRAJECTORY_SIGNALS
 from agentuq_nb.uq.transcript import transcript
+
+if TYPE_CHECKING:  # scipy.sparse is imported where a matrix is made (~0.2 s a process that makes none)
+    import scipy.sparse as sp
 
 #: the version of this extraction: raised whenever a feature is computed differently (a detector folder records it)
 FEATURE_VERSION = "1"
@@ -257,6 +259,8 @@ class TrajectoryFeatures:
     @classmethod
     def concat(cls, parts: Sequence["TrajectoryFeatures"]) -> "TrajectoryFeatures":
         """The rows of ``parts`` one after the other (their vocabularies merged; the dense columns must agree)."""
+        import scipy.sparse as sp
+
         parts = [p for p in parts if len(p)] or list(parts[:1])
         if not parts:
             raise ValueError("no features to join")
@@ -320,6 +324,7 @@ def needs_embeddings(groups: Iterable[str]) -> bool:
 
 def count_terms(term_lists: list[list[str]]) -> tuple[list[str], sp.csr_matrix]:
     """``(vocabulary, counts)`` of term lists: one CSR row per list (scikit-learn's ``CountVectorizer`` over the lists)."""
+    import scipy.sparse as sp
     from sklearn.feature_extraction.text import CountVectorizer
 
     if not any(term_lists):
