@@ -28,7 +28,9 @@ pytestmark = pytest.mark.slow
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 TASKS = ["2", "10"]  # a refusal and a book lookup: short conversations
-PARAMS = dict(task_ids=TASKS, max_steps=6, max_errors=3, progress=False)
+# four steps (the user's request, the agent's call, the tool's answer, the agent's reply) of short turns: each
+# generated token is ~25 ms of CPU and a simulation's prompts ~1.5k tokens more to decode
+PARAMS = dict(task_ids=TASKS, max_steps=4, max_errors=3, agent_max_tokens=32, user_max_tokens=24, progress=False)
 SEED0 = trial_seeds(300, 1)[0]  # trial 0's seed under the default seed
 def read_rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -54,7 +56,7 @@ def test_results_load_with_tau2_shape(run_dir):
     info = raw["info"]
     assert info["environment_info"]["policy"].startswith("# Pageturn Books policy")
     assert info["agent_info"]["llm"] == info["user_info"]["llm"] == "local/smollm2-135m-instruct"
-    assert info["seed"] == 300 and info["num_trials"] == 1 and info["max_steps"] == 6
+    assert info["seed"] == 300 and info["num_trials"] == 1 and info["max_steps"] == PARAMS["max_steps"]
     assert [t["id"] for t in raw["tasks"]] == TASKS
     assert [s.task_id for s in results.simulations] == TASKS
     for sim in results.simulations:
@@ -189,7 +191,7 @@ def test_keyboard_interrupt_keeps_checkpoints_and_says_how_to_resume(tmp_path, m
 _CHILD = """
 import sys
 from agentuq_nb.sim import run_simulations
-run_simulations("bookshop", sys.argv[1], task_ids={tasks!r}, max_steps=6, max_errors=3, progress=False)
+run_simulations("bookshop", sys.argv[1], **{params!r})
 """
 
 
@@ -198,7 +200,7 @@ def test_killed_run_restarts_and_completes_without_duplicates(tmp_path, run_dir,
     is a process of its own; the restart runs in this one (its model is loaded already), with the same key set."""
     fake_key = "sk-fake-key-must-never-be-written-0123456789"
     env = dict(os.environ, PYTHONPATH=SRC, OPENAI_API_KEY=fake_key)
-    code = _CHILD.format(tasks=TASKS)
+    code = _CHILD.format(params=PARAMS)
     child = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     first = tmp_path / CHECKPOINT_DIR / checkpoint_name("bookshop", "2", 0, SEED0)
