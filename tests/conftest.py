@@ -145,15 +145,17 @@ def wait_until_serving(port: int, proc, timeout: float = 60) -> None:
 
 
 @contextmanager
-def serving_in_thread():
-    """serve-local in a thread of this process on a free port; yields ``(base_url, port, thread)``."""
+def serving_in_thread(**options):
+    """serve-local in a thread of this process on a free port (``options``: more arguments of ``serve_local``, e.g.
+    ``fit_context=True``); yields ``(base_url, port, thread)``."""
     import threading
 
     from agentuq_nb.llm import server
 
     port = free_port()
     ready = threading.Event()
-    thread = threading.Thread(target=server.serve_local, kwargs=dict(port=port, ready_event=ready), daemon=True)
+    thread = threading.Thread(target=server.serve_local, kwargs=dict(port=port, ready_event=ready, **options),
+                              daemon=True)
     thread.start()
     assert ready.wait(120)  # the model is loaded before the server says it is ready
     try:

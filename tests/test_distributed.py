@@ -292,7 +292,7 @@ def test_killed_worker_is_retried_elsewhere_with_nothing_missing_or_duplicated(r
                 break
         time.sleep(0.2)
     assert victim is not None, "no simulation started on the cluster"
-    time.sleep(0.5)  # let it get into the conversation (a simulation takes seconds)
+    # killed at once: the worker (idle, its model loaded) is inside the simulation, which takes seconds of decoding
     # key "simulate-<task>_<trial>-<run>": that simulation is not checkpointed when its worker dies
     task_id, trial = victim_keys[0].split("-")[1].rsplit("_", 1)
     killed_checkpoint = out / CHECKPOINT_DIR / checkpoint_name("bookshop", task_id, int(trial),

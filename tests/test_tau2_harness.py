@@ -13,13 +13,12 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from tests.overlay_venv import overlay_venv
 
-from conftest import free_port, run_cli, wait_until_serving
+from conftest import run_cli, serving_in_thread
 
 ROOT = Path(__file__).resolve().parents[1]
 TAU2_SOURCE = next((p for p in (ROOT.parent / "shared" / "tau2-bench",) if (p / "pyproject.toml").exists()), None)
@@ -68,16 +67,10 @@ def tau2_venv() -> Path:
 
 @pytest.fixture(scope="module")
 def served():
-    """``agentuq-nb serve-local --fit-context`` on a free port: its base URL."""
-    port = free_port()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    proc = subprocess.Popen([sys.executable, "-c", "from agentuq_nb.cli import app; app()", "serve-local",
-                             "--port", str(port), "--fit-context"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    wait_until_serving(port, proc, timeout=120)
-    yield f"http://127.0.0.1:{port}/v1"
-    proc.terminate()
-    proc.wait(60)
+    """serve-local with ``--fit-context`` on a free port, in a thread of this process (the server the command runs,
+    on the tests' own model: no second Python importing the package and loading the model): its base URL."""
+    with serving_in_thread(fit_context=True) as (url, _, _):
+        yield url
 
 
 def test_tau2_bench_runs_against_serve_local_and_its_results_extract_aggregate_evaluate(served, tmp_path):
