@@ -7,8 +7,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -29,8 +27,11 @@ from agentuq_nb.steps.evaluate import evaluate
 from agentuq_nb.steps.rescore import rescore
 from agentuq_nb.steps.score_observations import score_observations
 
-# three short bookshop conversations: enough for both workers to have work, small enough for CI
-SIM_PARAMS = dict(task_ids=["2", "10", "1"], max_steps=4, max_errors=3, agent_max_tokens=32, user_max_tokens=24,
+from conftest import run_cli
+
+# two short bookshop conversations: one for each worker (each simulation is ~8 s of CPU, most of it prompt decoding)
+SIM_TASKS = ["2", "10"]
+SIM_PARAMS = dict(task_ids=SIM_TASKS, max_steps=4, max_errors=3, agent_max_tokens=32, user_max_tokens=24,
                   progress=False)
 
 
@@ -50,18 +51,18 @@ def assert_same_run(a: Path, b: Path) -> None:
     assert list(rows_a) == list(rows_b) and rows_a == rows_b
 
 
-def local_cluster(n_workers: int = 2):
-    from distributed import LocalCluster
-
-    return LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=":0",
-                        host="127.0.0.1")
-
-
 @pytest.fixture(scope="module")
 def client():
-    from distributed import Client
+    """A LocalCluster of 2 worker processes for the file's tests. Without work stealing: the simulation of a killed
+    worker waits for the busy survivor (its model loaded) rather than move to the fresh process that replaces the
+    victim, which would load the model and decode the long prompts again."""
+    import dask
+    from distributed import Client, LocalCluster
 
-    with local_cluster() as cluster, Client(cluster) as c:
+    with dask.config.set({"distributed.scheduler.work-stealing": False}):
+        cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
+                               host="127.0.0.1")
+    with cluster, Client(cluster) as c:
         yield c
 
 
@@ -257,44 +258,6 @@ def test_cluster_simulation_equals_in_process_and_resumes(reference_run, tmp_pat
 
 
 @pytest.mark.slow
-def test_killed_worker_is_retried_elsewhere_with_nothing_missing_or_duplicated(reference_run, tmp_path):
-    from distributed import Client
-
-    out = tmp_path / "killed"
-    with local_cluster() as cluster, Client(cluster) as client:
-        pids = client.run(os.getpid)
-        finished: list = []
-        runner = threading.Thread(target=lambda: finished.append(
-            run_simulations("bookshop", out, scheduler=client, **SIM_PARAMS)))
-        runner.start()
-        victim, victim_keys = None, []
-        deadline = time.monotonic() + 120
-        while victim is None and time.monotonic() < deadline:
-            for address, keys in client.processing().items():
-                keys = [k for k in keys if str(k).startswith("simulate-")]
-                if keys:
-                    victim, victim_keys = address, keys
-                    break
-            time.sleep(0.2)
-        assert victim is not None, "no simulation started on the cluster"
-        time.sleep(3)  # let it get into the conversation
-        # key "simulate-<task>_<trial>-<run>": that simulation is not checkpointed when its worker dies
-        task_id, trial = victim_keys[0].split("-")[1].rsplit("_", 1)
-        killed_checkpoint = out / CHECKPOINT_DIR / checkpoint_name("bookshop", task_id, int(trial),
-                                                                    trial_seeds(300, 1)[int(trial)])
-        assert not killed_checkpoint.exists()
-        os.kill(pids[victim], signal.SIGKILL)
-        runner.join(timeout=600)
-        assert not runner.is_alive() and finished == [out / "results.json"]
-        assert victim not in client.scheduler_info()["workers"]  # the job really ran on another process
-    sims = json.loads((out / "results.json").read_text())["simulations"]
-    assert [(s["task_id"], s["trial"]) for s in sims] == [("2", 0), ("10", 0), ("1", 0)]
-    assert killed_checkpoint.exists() and len(list((out / CHECKPOINT_DIR).glob("*.json"))) == 3
-    assert len(list((out / "sidecars").glob("*.jsonl"))) == 3
-    assert_same_run(reference_run, out)
-
-
-@pytest.mark.slow
 def test_cluster_scoring_equals_in_process(reference_run, tmp_path, client):
     results = reference_run / "results.json"
     a = rescore(results, tmp_path / "rescore_a", progress=False, limit=2)
@@ -303,10 +266,47 @@ def test_cluster_scoring_equals_in_process(reference_run, tmp_path, client):
     pd.testing.assert_frame_equal(read_token_table(tmp_path / "rescore_b"), read_token_table(tmp_path / "rescore_a"))
     a = score_observations(tmp_path / "obs_a", results=results, progress=False)
     b = score_observations(tmp_path / "obs_b", results=results, progress=False, scheduler=client)
-    assert a.as_dict() == b.as_dict() and a.scored == 3
+    assert a.as_dict() == b.as_dict() and a.scored == len(SIM_TASKS)
     pd.testing.assert_frame_equal(read_token_table(tmp_path / "obs_b"), read_token_table(tmp_path / "obs_a"))
     again = score_observations(tmp_path / "obs_b", results=results, progress=False, scheduler=client)
-    assert again.scored == 0 and again.skipped == 3
+    assert again.scored == 0 and again.skipped == len(SIM_TASKS)
+
+
+@pytest.mark.slow
+def test_killed_worker_is_retried_elsewhere_with_nothing_missing_or_duplicated(reference_run, tmp_path, client):
+    """A worker of the module's cluster (its model loaded already) is killed while it simulates; its nanny starts a
+    new process in its place, which no later test here uses (so this test comes after the others on the cluster)."""
+    out = tmp_path / "killed"
+    pids = client.run(os.getpid)
+    finished: list = []
+    runner = threading.Thread(target=lambda: finished.append(
+        run_simulations("bookshop", out, scheduler=client, **SIM_PARAMS)))
+    runner.start()
+    victim, victim_keys = None, []
+    deadline = time.monotonic() + 120
+    while victim is None and time.monotonic() < deadline:
+        for address, keys in client.processing().items():
+            keys = [k for k in keys if str(k).startswith("simulate-")]
+            if keys:
+                victim, victim_keys = address, keys
+                break
+        time.sleep(0.2)
+    assert victim is not None, "no simulation started on the cluster"
+    # killed at once: the worker (idle, its model loaded) is inside the simulation, which takes seconds of decoding
+    # key "simulate-<task>_<trial>-<run>": that simulation is not checkpointed when its worker dies
+    task_id, trial = victim_keys[0].split("-")[1].rsplit("_", 1)
+    killed_checkpoint = out / CHECKPOINT_DIR / checkpoint_name("bookshop", task_id, int(trial),
+                                                                trial_seeds(300, 1)[int(trial)])
+    assert not killed_checkpoint.exists()
+    os.kill(pids[victim], signal.SIGKILL)
+    runner.join(timeout=600)
+    assert not runner.is_alive() and finished == [out / "results.json"]
+    assert pids[victim] not in client.run(os.getpid).values()  # the job really ran on another process
+    sims = json.loads((out / "results.json").read_text())["simulations"]
+    assert [(s["task_id"], s["trial"]) for s in sims] == [(task, 0) for task in SIM_TASKS]
+    assert killed_checkpoint.exists() and len(list((out / CHECKPOINT_DIR).glob("*.json"))) == len(SIM_TASKS)
+    assert len(list((out / "sidecars").glob("*.jsonl"))) == len(SIM_TASKS)
+    assert_same_run(reference_run, out)
 
 
 # ----------------------------------------------------------------------------- reproduce sweeps
@@ -331,17 +331,21 @@ def write_probe_project(root: Path) -> None:
 
 
 @pytest.mark.slow
-def test_reproduce_sweep_runs_parallel_papermill_jobs_from_the_cli(tmp_path):
+def test_reproduce_sweep_runs_parallel_papermill_jobs_from_the_cli(tmp_path, monkeypatch):
+    """The command from the project folder (in this process: the studies run in the kernels of its cluster's
+    workers); a failing study is named, the others still finish."""
     write_probe_project(tmp_path)
     (tmp_path / "params" / "grid.yaml").write_text(yaml.safe_dump(
-        {"name": "g", "parameters": {"label": "x"}, "grid": {"seed": [1, 2, 3]}, "notebooks": ["01_probe"]}))
+        {"name": "g", "parameters": {"label": "x"}, "grid": {"seed": [1, 2]}, "notebooks": ["01_probe"]}))
     (tmp_path / "params" / "single.yaml").write_text(yaml.safe_dump(
         {"parameters": {"label": "y", "seed": 9}, "notebooks": ["01_probe"]}))
-    cli = Path(sys.executable).with_name("agentuq-nb")
-    done = subprocess.run([str(cli), "reproduce", "params/grid.yaml", "params/single.yaml", "--scheduler", "local:2"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout + done.stderr
-    expected = {"g__seed=1": (1, "x"), "g__seed=2": (2, "x"), "g__seed=3": (3, "x"), "single": (9, "y")}
+    (tmp_path / "params" / "bad.yaml").write_text(yaml.safe_dump(
+        {"parameters": {"seed": "not-a-number", "label": 3}, "notebooks": ["01_probe"]}))
+    monkeypatch.chdir(tmp_path)
+    done = run_cli("reproduce", "params/grid.yaml", "params/single.yaml", "params/bad.yaml", "--scheduler", "local:2")
+    assert done.returncode == 2 and "1 of 4 studies failed" in done.stderr and "bad:" in done.stderr, \
+        done.stdout + done.stderr
+    expected = {"g__seed=1": (1, "x"), "g__seed=2": (2, "x"), "single": (9, "y")}
     kernels = set()
     for name, (seed, label) in expected.items():
         out = json.loads((tmp_path / "runs" / name / "out.json").read_text())
@@ -350,10 +354,5 @@ def test_reproduce_sweep_runs_parallel_papermill_jobs_from_the_cli(tmp_path):
         assert (tmp_path / "runs" / name / "notebooks" / "01_probe.ipynb").exists()
         assert f"done: {tmp_path / 'runs' / name}" in done.stdout
         kernels.add(out["pid"])
-    assert len(kernels) == 4  # each study ran in its own kernel
-    # a failing study is named, the others still finish
-    (tmp_path / "params" / "bad.yaml").write_text(yaml.safe_dump(
-        {"parameters": {"seed": "not-a-number", "label": 3}, "notebooks": ["01_probe"]}))
-    failed = subprocess.run([str(cli), "reproduce", "params/bad.yaml", "--scheduler", "local:1"],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    assert failed.returncode == 2 and "1 of 1 studies failed" in failed.stderr and "bad:" in failed.stderr
+    assert len(kernels) == 3  # each study ran in its own kernel
+    assert not (tmp_path / "runs" / "bad" / "out.json").exists()

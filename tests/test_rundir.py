@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -20,24 +22,53 @@ from agentuq_nb.steps.extract import extract
 from agentuq_nb.testing.synthetic import write_synthetic_results
 from agentuq_nb.uq import read_trajectory_summary
 
+from conftest import run_cli
+
 ROOT = Path(__file__).resolve().parents[1]
 BASE_TABLES = ("tokens", "turn_partials", "messages", "trajectories")
 
-# a child that runs extract and SIGKILLs itself at its n-th file rename (os.replace), or counts them (n = -1)
+# a child that imports extract once, then for each line "results<TAB>out<TAB>n" of its input runs extract in a fork of
+# itself that SIGKILLs itself at its n-th file rename (os.replace), or counts them (n = -1), and answers
+# "<exit code> <renames>": each killed extract is a process of its own, without a Python that imports the package anew
+# (~3.5 s of CPU each; the loop kills one at every rename)
 KILL_AT_RENAME = """
-import os, signal, sys
-real_replace, count = os.replace, [0]
-
-def replace(src, dst):
-    if count[0] == int(sys.argv[3]):
-        os.kill(os.getpid(), signal.SIGKILL)
-    count[0] += 1
-    real_replace(src, dst)
-
-os.replace = replace
+import os, signal, sys, traceback
 from agentuq_nb.steps.extract import extract
-extract(sys.argv[1], sys.argv[2], force=True)
-print(count[0])
+
+
+def extract_killed_at(n, results, out):
+    real_replace, count = os.replace, [0]
+
+    def replace(src, dst):
+        if count[0] == n:
+            os.kill(os.getpid(), signal.SIGKILL)
+        count[0] += 1
+        real_replace(src, dst)
+
+    os.replace = replace
+    extract(results, out, force=True)
+    return count[0]
+
+
+for line in sys.stdin:
+    results, out, n = line.rstrip("\\n").split("\\t")
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        os.dup2(2, 1)  # the answers are this process's only output
+        code = 1
+        try:
+            os.write(write, str(extract_killed_at(int(n), results, out)).encode())
+            code = 0
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        renames = pipe.read() or "-"
+    print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), renames, flush=True)
 """
 
 
@@ -75,35 +106,57 @@ def _base_state(run: Path) -> int:
     return n
 
 
-def _child(args, tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    script = tmp_path / "kill_at_rename.py"
+@contextmanager
+def killed_extracts(tmp_path):
+    """``run(results, out, n)`` → ``(exit code, renames)`` of an extract killed at its n-th rename (see
+    ``KILL_AT_RENAME``)."""
+    script, log = tmp_path / "kill_at_rename.py", tmp_path / "kill_at_rename.log"
     script.write_text(KILL_AT_RENAME)
-    return subprocess.run([sys.executable, str(script), *map(str, args)], env=env, capture_output=True, text=True,
-                          timeout=300)
+    with open(log, "w") as err:
+        child = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=err, text=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+
+    def run(results, out, n) -> tuple[int, str]:
+        child.stdin.write(f"{results}\t{out}\t{n}\n")
+        child.stdin.flush()
+        answered = select.select([child.stdout], [], [], 300)[0]
+        answer = child.stdout.readline().split() if answered else []
+        assert len(answer) == 2, (n, log.read_text()[-2000:])
+        return int(answer[0]), answer[1]
+
+    try:
+        yield run
+    finally:
+        child.stdin.close()
+        try:
+            child.wait(60)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
 
 
 def test_extract_killed_at_every_rename_leaves_one_run_never_a_mix(run_a, two_results, tmp_path):
     results_b = two_results[1]
-    counted = _child([results_b, tmp_path / "count_run", -1], tmp_path)
-    assert counted.returncode == 0, counted.stderr
-    renames = int(counted.stdout.strip().splitlines()[-1])
-    assert renames >= 6  # staged tables, journal, the published files
     outcomes = []
-    for n in range(renames):
-        run = tmp_path / f"killed_{n}"
-        shutil.copytree(run_a, run)
-        done = _child([results_b, run, n], tmp_path)
-        assert done.returncode == -9, (n, done.stderr[-2000:])
-        state = _base_state(run)  # the first reader rolls a journaled commit forward
-        assert state in (6, 9), state
-        outcomes.append(state)
-        if state == 6:  # the old run, whole: its summary still belongs to it
-            assert len(read_trajectory_summary(run)) > 0
-        else:  # the new run, whole: the old summary is refused as stale, not mixed in
-            with pytest.raises(StaleArtifactError, match="aggregate"):
-                read_trajectory_summary(run)
-            assert len(aggregate(run)[1]) > 0
+    with killed_extracts(tmp_path) as extract_killed_at:
+        code, counted = extract_killed_at(results_b, tmp_path / "count_run", -1)
+        assert code == 0, counted
+        renames = int(counted)
+        assert renames >= 6  # staged tables, journal, the published files
+        for n in range(renames):
+            run = tmp_path / f"killed_{n}"
+            shutil.copytree(run_a, run)
+            code, _ = extract_killed_at(results_b, run, n)
+            assert code == -9, (n, (tmp_path / "kill_at_rename.log").read_text()[-2000:])
+            state = _base_state(run)  # the first reader rolls a journaled commit forward
+            assert state in (6, 9), state
+            outcomes.append(state)
+            if state == 6:  # the old run, whole: its summary still belongs to it
+                assert len(read_trajectory_summary(run)) > 0
+            else:  # the new run, whole: the old summary is refused as stale, not mixed in
+                with pytest.raises(StaleArtifactError, match="aggregate"):
+                    read_trajectory_summary(run)
+                assert len(aggregate(run)[1]) > 0
     # killed before the journal: the old run; after it: the new one (rolled forward)
     assert outcomes[0] == 6 and outcomes[-1] == 9 and outcomes == sorted(outcomes)
 
@@ -184,8 +237,7 @@ def test_a_second_writer_is_refused_with_the_holder_named(run_a, two_results, tm
         assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(RunBusyError, match=rf"process {holder.pid} \('simulate'"):
             extract(two_results[1], run_a, force=True)
-        cli = Path(sys.executable).with_name("agentuq-nb")
-        refused = subprocess.run([str(cli), "aggregate", str(run_a)], capture_output=True, text=True, timeout=120)
+        refused = run_cli("aggregate", run_a)  # the command's one line, in this process (the holder is another)
         assert refused.returncode == 2 and "is writing this run folder" in refused.stderr
         assert "Traceback" not in refused.stderr
     finally:

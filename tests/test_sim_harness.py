@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,9 @@ pytestmark = pytest.mark.slow
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 TASKS = ["2", "10"]  # a refusal and a book lookup: short conversations
-PARAMS = dict(task_ids=TASKS, max_steps=6, max_errors=3, progress=False)
+# four steps (the user's request, the agent's call, the tool's answer, the agent's reply) of short turns: each
+# generated token is ~25 ms of CPU and a simulation's prompts ~1.5k tokens more to decode
+PARAMS = dict(task_ids=TASKS, max_steps=4, max_errors=3, agent_max_tokens=32, user_max_tokens=24, progress=False)
 SEED0 = trial_seeds(300, 1)[0]  # trial 0's seed under the default seed
 def read_rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -38,12 +41,71 @@ def sidecar_rows(run_dir: Path) -> dict[str, list[dict]]:
     return {p.name: read_rows(p) for p in sorted((run_dir / "sidecars").glob("*.jsonl"))}
 
 
+_CHILD = """
+import sys
+from agentuq_nb.sim import run_simulations
+run_simulations("bookshop", sys.argv[1], **{params!r})
+"""
+FAKE_KEY = "sk-fake-key-must-never-be-written-0123456789"
+
+
+@dataclass
+class KilledRun:
+    """What the killed runner left: its first checkpoint's bytes, whether results.json existed, its output."""
+
+    first_checkpoint: bytes
+    results_before_restart: bool
+    child_output: str
+
+
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory) -> Path:
+def killed_run(tmp_path_factory) -> tuple[Path, KilledRun]:
+    """The module's run, made as a user whose runner is killed makes it: the runner, a process of its own, is
+    SIGKILLed right after its first checkpoint, and the same run is started again in this process (its model loaded
+    once for the file), both with a fake API key set. The tests below read it as any run; test_same_seed_... compares
+    it with an uninterrupted run, so the restart is proven complete and equal, not only well formed."""
     out = tmp_path_factory.mktemp("sim_a")
-    path = run_simulations("bookshop", out, **PARAMS)
-    assert path == out / "results.json"
-    return out
+    env = dict(os.environ, PYTHONPATH=SRC, OPENAI_API_KEY=FAKE_KEY)
+    child = subprocess.Popen([sys.executable, "-c", _CHILD.format(params=PARAMS), str(out)], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    first = out / CHECKPOINT_DIR / checkpoint_name("bookshop", TASKS[0], 0, SEED0)
+    deadline = time.time() + 900
+    while not first.exists() and child.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    output = child.stdout.read().decode()[-2000:]
+    assert first.exists(), output
+    killed = KilledRun(first.read_bytes(), (out / "results.json").exists(), output)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("OPENAI_API_KEY", FAKE_KEY)
+        assert run_simulations("bookshop", out, **PARAMS) == out / "results.json"
+    return out, killed
+
+
+@pytest.fixture(scope="module")
+def run_dir(killed_run) -> Path:
+    return killed_run[0]
+
+
+def test_killed_run_restarts_and_completes_without_duplicates(killed_run):
+    """SIGKILL the runner right after its first checkpoint, start it again: the rest is done once (see killed_run;
+    the first test, so that the run is as the restart left it)."""
+    run_dir, killed = killed_run
+    assert not killed.results_before_restart
+    first = run_dir / CHECKPOINT_DIR / checkpoint_name("bookshop", TASKS[0], 0, SEED0)
+    assert first.read_bytes() == killed.first_checkpoint  # not redone
+    results = json.loads((run_dir / "results.json").read_text())
+    ids = [s["id"] for s in results["simulations"]]
+    assert [s["task_id"] for s in results["simulations"]] == TASKS and len(set(ids)) == len(ids)
+    assert sorted(p.name for p in (run_dir / CHECKPOINT_DIR).iterdir()) == sorted(
+        checkpoint_name("bookshop", task, 0, SEED0) for task in TASKS)
+    assert sorted(sidecar_rows(run_dir)) == sorted(f"logprobs_bookshop_{task}_trial0_seed{SEED0}.jsonl"
+                                                   for task in TASKS)
+    # the fake key in the environment reached no file
+    for path in run_dir.rglob("*"):
+        if path.is_file():
+            assert b"sk-fake-key-must-never-be-written" not in path.read_bytes(), path
 
 
 def test_results_load_with_tau2_shape(run_dir):
@@ -54,7 +116,7 @@ def test_results_load_with_tau2_shape(run_dir):
     info = raw["info"]
     assert info["environment_info"]["policy"].startswith("# Pageturn Books policy")
     assert info["agent_info"]["llm"] == info["user_info"]["llm"] == "local/smollm2-135m-instruct"
-    assert info["seed"] == 300 and info["num_trials"] == 1 and info["max_steps"] == 6
+    assert info["seed"] == 300 and info["num_trials"] == 1 and info["max_steps"] == PARAMS["max_steps"]
     assert [t["id"] for t in raw["tasks"]] == TASKS
     assert [s.task_id for s in results.simulations] == TASKS
     for sim in results.simulations:
@@ -126,7 +188,8 @@ def test_uq_summary_matches_sidecar_rows(run_dir):
 
 
 def test_same_seed_gives_identical_results_and_token_tables(run_dir, tmp_path):
-    # a second run, this time on two worker threads: same content, same order
+    """An uninterrupted run, on two worker threads, equals the module's (killed and restarted) run: same content, same
+    order."""
     run_simulations("bookshop", tmp_path, **PARAMS, max_concurrency=2)
     a = json.loads((run_dir / "results.json").read_text())
     b = json.loads((tmp_path / "results.json").read_text())
@@ -184,46 +247,6 @@ def test_keyboard_interrupt_keeps_checkpoints_and_says_how_to_resume(tmp_path, m
     assert "Interrupted: 1 of 2 simulations are checkpointed" in err and "Run the same command again" in err
     assert [p.name for p in (tmp_path / CHECKPOINT_DIR).iterdir()] == [f"bookshop_2_trial0_seed{SEED0}.json"]
     assert not (tmp_path / "results.json").exists()
-
-
-_CHILD = """
-import sys
-from agentuq_nb.sim import run_simulations
-run_simulations("bookshop", sys.argv[1], task_ids={tasks!r}, max_steps=6, max_errors=3, progress=False)
-"""
-
-
-def test_killed_run_restarts_and_completes_without_duplicates(tmp_path, run_dir, monkeypatch):
-    """SIGKILL the runner right after its first checkpoint, start it again: the rest is done once. The killed run
-    is a process of its own; the restart runs in this one (its model is loaded already), with the same key set."""
-    fake_key = "sk-fake-key-must-never-be-written-0123456789"
-    env = dict(os.environ, PYTHONPATH=SRC, OPENAI_API_KEY=fake_key)
-    code = _CHILD.format(tasks=TASKS)
-    child = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    first = tmp_path / CHECKPOINT_DIR / checkpoint_name("bookshop", "2", 0, SEED0)
-    deadline = time.time() + 900
-    while not first.exists() and child.poll() is None and time.time() < deadline:
-        time.sleep(0.2)
-    child.send_signal(signal.SIGKILL)
-    child.wait()
-    assert first.exists(), child.stdout.read().decode()[-2000:]
-    assert not (tmp_path / "results.json").exists()
-    snapshot = first.read_bytes()
-
-    monkeypatch.setenv("OPENAI_API_KEY", fake_key)
-    run_simulations("bookshop", tmp_path, **PARAMS)
-    assert first.read_bytes() == snapshot  # not redone
-    results = json.loads((tmp_path / "results.json").read_text())
-    ids = [s["id"] for s in results["simulations"]]
-    assert [s["task_id"] for s in results["simulations"]] == TASKS and len(set(ids)) == len(ids)
-    assert sorted(p.name for p in (tmp_path / "sidecars").glob("*.jsonl")) == sorted(sidecar_rows(run_dir))
-    assert without_wall_clock(results["simulations"]) == without_wall_clock(
-        json.loads((run_dir / "results.json").read_text())["simulations"])
-    # the fake key in the environment reached no file
-    for path in tmp_path.rglob("*"):
-        if path.is_file():
-            assert b"sk-fake-key-must-never-be-written" not in path.read_bytes(), path
 
 
 def test_a_checkpoint_of_an_older_version_resumes_without_redoing(tmp_path, run_dir):

@@ -13,13 +13,12 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from tests.overlay_venv import overlay_venv
 
-from conftest import free_port, run_cli, wait_until_serving
+from conftest import run_cli, serving_in_thread
 
 ROOT = Path(__file__).resolve().parents[1]
 TAU2_SOURCE = next((p for p in (ROOT.parent / "shared" / "tau2-bench",) if (p / "pyproject.toml").exists()), None)
@@ -40,31 +39,38 @@ pytestmark = [
 ]
 
 
+# the venv's own packages at their versions and ours found through its .pth, without importing them (importing
+# τ²-bench's command line, as `tau2 --help` does, took ~5.6 s of CPU; the tests run it right after anyway)
+VENV_CHECK = """
+import importlib.metadata, importlib.util, sys
+for pin in sys.argv[1:]:  # name==version, or a name installed at any version
+    name, _, version = pin.partition("==")
+    assert importlib.metadata.version(name) == (version or importlib.metadata.version(name)), pin
+for module in ("tau2.cli", "litellm", "pandas"):
+    assert importlib.util.find_spec(module) is not None, module
+"""
+
+
 @functools.cache
 def tau2_venv() -> Path:
     """A virtualenv with τ²-bench (``tests/overlay_venv.py``: built on first use, about a minute, and reused while our
-    packages stay the same); checked (``tau2 --help``, which imports its command line) once a test process, and
-    built again if that fails."""
+    packages stay the same); checked (its packages installed, ours seen) once a test process, and built again if that
+    fails."""
     for attempt in range(2):
         venv = overlay_venv("tau2-venv", ["--no-deps", str(TAU2_SOURCE)], then=[TAU2_EXTRA_PACKAGES])
-        if subprocess.run([str(venv / "bin" / "tau2"), "--help"], capture_output=True, env=tau2_env()).returncode == 0:
+        check = [str(venv / "bin" / "python"), "-c", VENV_CHECK, "tau2", *TAU2_EXTRA_PACKAGES]
+        if subprocess.run(check, capture_output=True, env=tau2_env()).returncode == 0:
             return venv
         shutil.rmtree(venv, ignore_errors=True)
-    raise RuntimeError(f"τ²-bench's command line does not start in {venv}")
+    raise RuntimeError(f"τ²-bench or the packages it imports are missing in {venv}")
 
 
 @pytest.fixture(scope="module")
 def served():
-    """``agentuq-nb serve-local --fit-context`` on a free port: its base URL."""
-    port = free_port()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    proc = subprocess.Popen([sys.executable, "-c", "from agentuq_nb.cli import app; app()", "serve-local",
-                             "--port", str(port), "--fit-context"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    wait_until_serving(port, proc, timeout=120)
-    yield f"http://127.0.0.1:{port}/v1"
-    proc.terminate()
-    proc.wait(60)
+    """serve-local with ``--fit-context`` on a free port, in a thread of this process (the server the command runs,
+    on the tests' own model: no second Python importing the package and loading the model): its base URL."""
+    with serving_in_thread(fit_context=True) as (url, _, _):
+        yield url
 
 
 def test_tau2_bench_runs_against_serve_local_and_its_results_extract_aggregate_evaluate(served, tmp_path):
@@ -72,10 +78,10 @@ def test_tau2_bench_runs_against_serve_local_and_its_results_extract_aggregate_e
     data = tmp_path / "data"
     for part in ("tau2/domains/mock", "tau2/user_simulator"):  # shared/ is read-only: τ²-bench writes beside it
         shutil.copytree(TAU2_SOURCE / "data" / part, data / part)
-    # max_tokens as our own simulations bound the embedded model's turns (64 agent, 32 user): without it every turn
-    # decoded up to serve-local's cap of 1,024 tokens, most of the file's time
+    # max_tokens bound the embedded model's turns (32 agent, 24 user, as test_distributed's simulations): without it
+    # every turn decoded up to serve-local's cap of 1,024 tokens, most of the file's time (a token is ~25 ms of CPU)
     llm_args = {"api_base": served, "api_key": "none", "logprobs": True, "top_logprobs": 5, "temperature": 0.0, "seed": 0}
-    agent_args, user_args = json.dumps({**llm_args, "max_tokens": 64}), json.dumps({**llm_args, "max_tokens": 32})
+    agent_args, user_args = json.dumps({**llm_args, "max_tokens": 32}), json.dumps({**llm_args, "max_tokens": 24})
     run = subprocess.run(
         [str(venv / "bin" / "tau2"), "run", "--domain", "mock", "--num-tasks", "1", "--max-steps", "6",
          "--agent-llm", f"openai/{MODEL}", "--agent-llm-args", agent_args,
@@ -108,7 +114,9 @@ def test_tau2_bench_loads_an_intervention_run_with_its_own_models(tmp_path):
     from agentuq_nb.sim.decisions import Verdict
 
     policy = ScriptedPolicy(Verdict(signal=0.1), Verdict("defer", 2.0, True))
-    results = run_simulations("bookshop", tmp_path / "run", task_ids=["1"], progress=False, policy=policy)
+    # short turns: the verdicts, not what the model says, make the run escalated
+    results = run_simulations("bookshop", tmp_path / "run", task_ids=["1"], agent_max_tokens=24, user_max_tokens=16,
+                              progress=False, policy=policy)
     sim = json.loads(results.read_text())["simulations"][0]
     assert sim["intervention"]["escalated"] and sim["reward_info"]["reward"] == 0.0
     code = ("import sys; from tau2.data_model.simulation import Results; r = Results.load(sys.argv[1]); "

@@ -14,14 +14,13 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from tests.overlay_venv import ROOT, overlay_venv, read_pins, with_src_path
+from tests.overlay_venv import ROOT, overlay_venv, read_pins
 
-from conftest import free_port, run_cli, wait_until_serving
+from conftest import run_cli, serving_in_thread
 
 TAU2_V1_SOURCE = next((p for p in (ROOT.parent / "shared" / "tau2-bench-1.0.1",) if (p / "pyproject.toml").exists()),
                       None)
@@ -43,15 +42,10 @@ def tau2_v1_venv() -> Path:
 
 @pytest.fixture(scope="module")
 def served():
-    """``agentuq-nb serve-local --fit-context`` on a free port: its base URL."""
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-c", "from agentuq_nb.cli import app; app()", "serve-local",
-                             "--port", str(port), "--fit-context"], env=with_src_path(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    wait_until_serving(port, proc, timeout=120)
-    yield f"http://127.0.0.1:{port}/v1"
-    proc.terminate()
-    proc.wait(60)
+    """serve-local with ``--fit-context`` on a free port, in a thread of this process (the server the command runs,
+    on the tests' own model: no second Python importing the package and loading the model): its base URL."""
+    with serving_in_thread(fit_context=True) as (url, _, _):
+        yield url
 
 
 def tau2(venv: Path, *args: str, data: Path, timeout: float = 900) -> subprocess.CompletedProcess:
@@ -66,11 +60,12 @@ def test_tau2_v1_runs_against_serve_local_and_both_result_layouts_extract_aggreg
     data = tmp_path / "data"
     for part in ("tau2/domains/mock", "tau2/user_simulator"):  # shared/ is read-only: τ²-bench writes beside it
         shutil.copytree(TAU2_V1_SOURCE / "data" / part, data / part)
-    llm_args = json.dumps({"api_base": served, "api_key": "none", "logprobs": True, "top_logprobs": 5,
-                           "temperature": 0.0, "seed": 0, "max_tokens": 48})
+    # turns bounded at 32 (agent) and 24 (user) tokens, as test_distributed's simulations (a token is ~25 ms of CPU)
+    llm_args = {"api_base": served, "api_key": "none", "logprobs": True, "top_logprobs": 5, "temperature": 0.0, "seed": 0}
+    agent_args, user_args = json.dumps({**llm_args, "max_tokens": 32}), json.dumps({**llm_args, "max_tokens": 24})
     run = tau2(venv, "run", "--domain", "mock", "--num-tasks", "1", "--max-steps", "6", "--max-concurrency", "1",
-               "--agent-llm", f"openai/{MODEL}", "--agent-llm-args", llm_args,
-               "--user-llm", f"openai/{MODEL}", "--user-llm-args", llm_args,
+               "--agent-llm", f"openai/{MODEL}", "--agent-llm-args", agent_args,
+               "--user-llm", f"openai/{MODEL}", "--user-llm-args", user_args,
                "--save-to", "harness", "--log-level", "ERROR", data=data)
     assert run.returncode == 0, run.stderr[-3000:]
     single = data / "simulations" / "harness" / "results.json"  # v1.0.1: a folder per run, simulations inline
