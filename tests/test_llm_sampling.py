@@ -102,7 +102,7 @@ def test_a_bad_k_is_a_clear_error(k):
 
 
 def test_a_context_over_the_window_raises_as_generate_does_and_fit_context_drops_turns():
-    small = LocalModel(n_ctx=640)
+    small = LocalModel(n_ctx=512)  # the window test_llm_local overflows with LONG_CONVERSATION (~600 tokens)
     try:
         with pytest.raises(llm.ContextWindowError):
             chat_samples(LONG_CONVERSATION, 3, GenerationRequest(max_tokens=16, seed=0), model=small)
@@ -113,7 +113,7 @@ def test_a_context_over_the_window_raises_as_generate_does_and_fit_context_drops
     finally:
         small.close()
     with pytest.raises(litellm.ContextWindowExceededError):
-        llm.sample(LONG_CONVERSATION * 12, k=2, max_tokens=16)
+        llm.sample(LONG_CONVERSATION * 24, k=2, max_tokens=16)  # ~14k tokens: over the 135M model's 8,192
 
 
 def test_a_remote_text_answer_without_logprobs_is_kept_with_empty_rows(monkeypatch):
