@@ -525,6 +525,7 @@ def test_the_commands_train_predict_and_say_one_line_on_a_tampered_folder(runs, 
                                "--protocol", "within_run", "--protocol", "leave_run_and_task_out"])
     assert trained.exit_code == 0, trained.output
     assert "leave_run_and_task_out" in trained.output and "leave_one_domain_out" not in trained.output
+    assert "leave_one_run_out" not in trained.output  # computed (it calibrates), not asked for: not reported
     assert "vs task prior" in trained.output
     done = cli.invoke(app, ["predict", str(out), str(runs[0]), "--out", str(tmp_path / "run"), "--n-boot", "20"])
     assert done.exit_code == 0, done.output
