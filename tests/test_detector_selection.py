@@ -44,7 +44,8 @@ def features():
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """A detector of the three runs as a user trains it (the default embedder), and its predictions on one of them
-    and on a run it never saw."""
+    and on a run it never saw (two folds by task and 20 resamples: what the tests read of it holds for any number of
+    either)."""
     from agentuq_nb.steps.predict import predict
     from agentuq_nb.steps.train_detector import train_detector
     from agentuq_nb.uq.embeddings import embeddings_available
@@ -54,7 +55,7 @@ def trained(tmp_path_factory):
     if not embeddings_available():
         pytest.skip("the [embeddings] extra is not installed")
     folder = tmp_path_factory.mktemp("selection")
-    result = train_detector(RUNS, folder / "det", n_boot=50, n_splits=3)
+    result = train_detector(RUNS, folder / "det", n_boot=20, n_splits=2)
     unseen = predict(result.path, SHARED / "real_runs" / "claude-sonnet-4.5_airline_1trial.json", folder / "new",
                      n_boot=0, top=4)
     return result, unseen
@@ -532,7 +533,7 @@ def test_the_detector_is_the_same_fitted_in_worker_processes_or_in_this_one(trai
     from agentuq_nb.steps.train_detector import train_detector
 
     result, _ = trained
-    alone = train_detector(RUNS, tmp_path / "det", n_boot=50, n_splits=3, threads=1)
+    alone = train_detector(RUNS, tmp_path / "det", n_boot=20, n_splits=2, threads=1)  # the fixture's settings
     for name in ("protocols.csv", "oof_predictions.csv", "top_features.csv", "label_shift.csv"):
         assert (result.path / name).read_bytes() == (alone.path / name).read_bytes(), name
     with np.load(result.path / "arrays.npz") as a, np.load(alone.path / "arrays.npz") as b:
@@ -578,7 +579,7 @@ def test_no_label_of_a_held_out_fold_reaches_its_ranked_scores(features, protoco
     index = features.index
     y = labels(features)
     settings = DetectorSettings(groups=("blackbox", "length"))
-    folds = protocol_folds(protocol, index["run"], index["domain"], index["task_key"], y, 3, 0)
+    folds = protocol_folds(protocol, index["run"], index["domain"], index["task_key"], y, 2, 0)
     held = folds[0].test
     flipped = y.copy()
     flipped[held] = ~flipped[held]

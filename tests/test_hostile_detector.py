@@ -37,11 +37,12 @@ def runs(tmp_path_factory) -> list[Path]:
 
 @pytest.fixture(scope="module")
 def detectors(runs, tmp_path_factory) -> dict[str, Path]:
-    """A logistic detector on text, hash embeddings and length, and a GBM on text and length."""
+    """A logistic detector on text, hash embeddings and length, and a GBM on text and length (within-run on two folds
+    by task: the folders' contents, not the protocol, are what the tests edit)."""
     from agentuq_nb.steps.train_detector import train_detector
 
     root = tmp_path_factory.mktemp("hostile_detectors")
-    common = dict(embedder="hash", n_boot=0, protocols=["within_run"])
+    common = dict(embedder="hash", n_boot=0, protocols=["within_run"], n_splits=2)
     return {"logistic": train_detector(runs, root / "logistic", groups=["text", "embeddings", "length"],
                                        **common).path,
             "gbm": train_detector(runs, root / "gbm", groups=["text", "length"], model="gbm", **common).path}
@@ -375,7 +376,7 @@ def directory_layout(results: Path, target: Path) -> Path:
     return target
 
 
-FAST = ("--embedder", "hash", "--group", "length", "--n-boot", "0", "--protocol", "within_run")
+FAST = ("--embedder", "hash", "--group", "length", "--n-boot", "0", "--n-splits", "2", "--protocol", "within_run")
 
 
 def test_train_detector_out_refuses_what_is_not_a_detectors_and_replaces_foreign_files_only_with_force(runs, tmp_path):
@@ -482,7 +483,7 @@ def test_train_detector_on_one_run_works_and_repeated_keys_are_named(runs, tmp_p
     """One labelled run is a documented path (calibrated within it; no ECE across runs: said as n/a, no crash); two
     trajectories with one (task, trial, seed) are refused naming the file."""
     code, stdout, stderr = run_cli("train-detector", runs[0], "--out", tmp_path / "one", "--embedder", "hash",
-                                   "--group", "length", "--group", "text", "--n-boot", "0")  # every protocol
+                                   "--group", "length", "--group", "text", "--n-boot", "0", "--n-splits", "2")  # every protocol
     assert code == 0, stderr
     assert load_detector(tmp_path / "one").card["n_runs"] == 1
     raw = json.loads(runs[1].read_text())
@@ -563,7 +564,7 @@ def test_a_key_shaped_tool_name_never_reaches_a_detector_folder_or_predictions(t
         (tmp_path / f"r{i}.json").write_text(json.dumps(raw))
         runs.append(tmp_path / f"r{i}.json")
     trained = train_detector(runs, tmp_path / "det", embedder="hash", groups=["text", "length"], n_boot=0,
-                             protocols=["within_run"], min_tasks=1)
+                             protocols=["within_run"], n_splits=2, min_tasks=1)
     detector = load_detector(trained.path)
     fulls = [m.full for m in (detector.final, *(model for model, _ in detector.loro.values())) if m.full is not None]
     assert fulls and any(t.startswith("call:***") for full in fulls for t in full.terms)

@@ -234,7 +234,7 @@ def test_the_monitors_are_a_feature_group_the_detector_may_use(tmp_path):
         import_scores(tmp_path / name, small, name="published")
         runs.append(tmp_path / name)
     trained = train_detector(runs, tmp_path / "detector", groups=["length", "monitors"], embedder="none",
-                             protocols=["within_run", "leave_one_run_out"], n_boot=0, n_splits=3)
+                             protocols=["within_run", "leave_one_run_out"], n_boot=0, n_splits=2)
     card = json.loads((tmp_path / "detector" / "card.json").read_text())
     assert card["feature_groups"] == ["length", "monitors"]
     assert trained.protocols["protocol"].tolist()[:2] == ["within_run", "leave_one_run_out"]
@@ -268,9 +268,10 @@ def test_import_scores_on_the_command_line_refuses_mismatched_keys_in_one_line(t
 
 def test_the_judges_notebook_sets_each_prompt_against_length_the_prior_and_a_detector(tmp_path):
     """Notebook 15 on the retail summaries of two prompts, three other real runs (the detector's training data and the
-    task prior's history; hash embeddings) and the embedded model judging the first four retail trajectories (a smoke
-    run of params/judges.yaml's study): the table's numbers are sklearn's AUROC of the verdicts and of the detector's
-    predictions on the judged run, the prior is the same task's by content, the figure, findings.json, the sentences."""
+    task prior's history; hash embeddings) and the embedded model judging the first two retail trajectories (a smoke
+    run of params/judges.yaml's study; a verdict took ~3 CPU-s of the embedded model, four were half the test): the
+    table's numbers are sklearn's AUROC of the verdicts and of the detector's predictions on the judged run, the prior
+    is the same task's by content, the figure, findings.json, the sentences."""
     import nbformat
     import yaml
 
@@ -286,7 +287,7 @@ def test_the_judges_notebook_sets_each_prompt_against_length_the_prior_and_a_det
     params = tmp_path / "judges_smoke.yaml"
     params.write_text(yaml.safe_dump({"parameters": {
         "summaries": files, "other_runs": others, "detector_embedder": "hash", "embedded_run": "retail",
-        "embedded_limit": 4, "embedded_context_tokens": 512, "n_boot": 50}, "notebooks": ["15_judges"]}))
+        "embedded_limit": 2, "embedded_context_tokens": 512, "n_boot": 50}, "notebooks": ["15_judges"]}))
     run_dir = run_study(params, root=ROOT, output_root=tmp_path, log=lambda *_: None)
     figures_dir = tmp_path / "figures" / "judges_smoke"
     assert (figures_dir / "judges_auroc.png").stat().st_size > 1000
@@ -319,12 +320,12 @@ def test_the_judges_notebook_sets_each_prompt_against_length_the_prior_and_a_det
     assert detector["auroc"] == pytest.approx(roc_auc_score(failed, [by_id[str(e["simulation_id"])] for e in entries]),
                                               **close)
     assert outcome["detector_auroc"] == pytest.approx(detector["auroc"]) and outcome["vs_detector"]
-    # the embedded model's own verdicts on the first four trajectories, through agentuq-nb judge
+    # the embedded model's own verdicts on the first two trajectories, through agentuq-nb judge
     embedded = next(m for m in monitors.values() if m["kind"] == judges.EMBEDDED)
     verdicts = pd.read_parquet(run_dir / "judged" / "retail" / "judge_scores.parquet")
-    assert set(verdicts["model"]) == {EMBEDDED_MODEL} and len(verdicts) + record["embedded_judge"]["unparsed"] == 4
+    assert set(verdicts["model"]) == {EMBEDDED_MODEL} and len(verdicts) + record["embedded_judge"]["unparsed"] == 2
     assert embedded["n"] == len(verdicts) and embedded["cost_per_trajectory_usd"] == 0
-    assert set(verdicts["simulation_id"].astype(str)) <= {str(e["simulation_id"]) for e in entries[:4]}
+    assert set(verdicts["simulation_id"].astype(str)) <= {str(e["simulation_id"]) for e in entries[:2]}
 
 
 def test_a_jsonl_trust_score_keyed_by_task_is_an_estimator_ranked_negated(tmp_path):
