@@ -169,6 +169,32 @@ def test_combined_predictor_is_cross_fitted_by_task_and_uses_its_inputs():
         np.testing.assert_allclose(cf.prob[test], refit, atol=1e-12)
 
 
+def test_gradient_boosting_searches_its_grid_or_the_lists_given_instead():
+    from sklearn.model_selection import GridSearchCV
+
+    from agentuq_nb.evaluation.combined_predictor import GBM_GRID, gbm_search_grid
+    from agentuq_nb.steps.calibrate import CalibrateConfig
+    from agentuq_nb.steps.compare_estimators import CompareEstimatorsConfig
+
+    score, failure, groups = _tasks(n_tasks=20)
+    X = np.column_stack([score, np.random.default_rng(2).normal(size=len(score))])
+    default = combination_model(X, failure, groups, seed=0, model="gbm")
+    assert isinstance(default, GridSearchCV) and default.param_grid == GBM_GRID
+    smaller = combination_model(X, failure, groups, seed=0, model="gbm", gbm_grid={"max_depth": [3]})
+    assert smaller.param_grid == {"max_depth": [3], "learning_rate": GBM_GRID["learning_rate"]}
+    assert smaller.fit(X, failure).best_params_["max_depth"] == 3
+    assert gbm_search_grid(None) is GBM_GRID and gbm_search_grid(dict(GBM_GRID)) == GBM_GRID
+    features = pd.DataFrame(X, columns=["a", "noise"])
+    for bad, said in (({"max_iter": [10]}, "max_iter is not tuned"), ({"max_depth": []}, "at least one value"),
+                      ({"max_depth": [0]}, "whole numbers from 1"), ({"learning_rate": [0.0]}, "above 0")):
+        with pytest.raises(ValueError, match=said):
+            cross_fitted_combination(features, failure, groups, model="gbm", gbm_grid=bad)
+        for config in (CalibrateConfig, CompareEstimatorsConfig):  # refused where a step is configured
+            with pytest.raises(ValueError, match=said):
+                config(gbm_grid=bad)
+    assert CompareEstimatorsConfig().gbm_grid is None and CalibrateConfig().gbm_grid is None
+
+
 # --------------------------------------------------------------------------- runs: transfer and the command
 @pytest.fixture(scope="module")
 def tau2_runs(tmp_path_factory):

@@ -59,10 +59,16 @@ def test_params_with_a_secret_is_refused(tmp_path, monkeypatch):
         load_study(p)
 
 
-def run_results_study(tmp_path, name: str, results, notebooks: list[str], n_boot: int) -> Path:
-    """A study ``name`` of ``notebooks`` over ``results``, run under papermill into ``tmp_path``."""
+#: the combined predictors' gradient boosting searched over one setting of its grid (the default grid's 4 settings
+#: are 13 fits a fold instead of 4: three quarters of notebook 13's time, a third of notebook 11's); the search
+#: itself, its grid and its choice are tested in tests/test_calibration.py
+SMOKE_GBM_GRID = {"max_depth": [2], "learning_rate": [0.2]}
+
+
+def run_results_study(tmp_path, name: str, results, notebooks: list[str], n_boot: int, **parameters) -> Path:
+    """A study ``name`` of ``notebooks`` over ``results`` (and ``parameters``), run under papermill into ``tmp_path``."""
     params = tmp_path / f"{name}.yaml"
-    params.write_text(yaml.safe_dump({"parameters": {"results": str(results), "n_boot": n_boot},
+    params.write_text(yaml.safe_dump({"parameters": {"results": str(results), "n_boot": n_boot, **parameters},
                                       "notebooks": notebooks}))
     return run_study(params, root=ROOT, output_root=tmp_path, log=lambda *_: None)
 
@@ -96,7 +102,8 @@ def test_calibration_notebook_runs_on_a_multi_trial_run(tmp_path):
     results = write_synthetic_results(tmp_path / "src", num_simulations=30, messages_per_simulation=8,
                                       tokens_per_message=5, trials=3, signal=1.0)
     run_dir = run_results_study(tmp_path, "calibration_study", results,
-                                ["02_extract", "03_aggregate", "11_calibration"], n_boot=100)
+                                ["02_extract", "03_aggregate", "11_calibration"], n_boot=100,
+                                gbm_grid=SMOKE_GBM_GRID)
     figures_dir = tmp_path / "figures" / "calibration_study"
     for name in ("reliability", "estimator_forest"):
         assert (figures_dir / f"{name}.png").stat().st_size > 1000
@@ -119,7 +126,8 @@ def test_real_runs_notebook_ranks_black_box_estimators_across_runs(tmp_path):
     files = [str(p) for p in require_tau2()] + [str(tmp_path / "absent.json")]
     params = tmp_path / "real_runs_smoke.yaml"
     params.write_text(yaml.safe_dump({"parameters": {"results": files, "n_boot": 50, "embedder": "hash",
-                                                     "example_run": "gpt-4.1_airline_1trial"},
+                                                     "example_run": "gpt-4.1_airline_1trial",
+                                                     "gbm_grid": SMOKE_GBM_GRID},
                                       "notebooks": ["13_real_runs"]}))
     run_dir = run_study(params, root=ROOT, output_root=tmp_path, log=lambda *_: None)
     figures_dir = tmp_path / "figures" / "real_runs_smoke"

@@ -167,24 +167,25 @@ def _reference(estimators: list[Estimator], reference: str) -> Estimator | None:
 def evaluate_estimators(table: pd.DataFrame, estimators: list[Estimator], failure_threshold: float = DEFAULT_FAILURE_THRESHOLD,
                         n_boot: int = DEFAULT_N_BOOT, seed=0, reference: str = REFERENCE, n_bins: int = 10,
                         combine: bool = True, combined_input_names: list[str] | None = None,
-                        progress: bool = False) -> pd.DataFrame:
+                        progress: bool = False, gbm_grid: dict[str, list] | None = None) -> pd.DataFrame:
     """The estimator table from a score table (see the module docstring for the columns). The length control
     uses the table's ``num_messages`` column (see :func:`with_length_columns`); without it those columns
     are NaN. ``combine=False`` leaves out the combined predictor's rows; ``combined_input_names`` chooses its
-    inputs (:func:`combined_inputs`); ``progress``: a bar on stderr counting the rows (each its bootstraps and
+    inputs (:func:`combined_inputs`) and ``gbm_grid`` the gradient boosting's tuning grid
+    (:func:`~agentuq_nb.evaluation.combined_predictor.gbm_search_grid`); ``progress``: a bar on stderr counting the rows (each its bootstraps and
     cross-fitted calibration). Estimators that read the combinations' probabilities back (family
     ``combined``) are outputs of this table, not rows of it; :func:`evaluate_estimators_and_combinations`
     returns those probabilities too. A score table made with the run's outcomes (``score_table(run, names,
     run.outcomes(failure_threshold))``) carries their labels (``failed``), which are read, not made again."""
     return evaluate_estimators_and_combinations(table, estimators, failure_threshold, n_boot, seed, reference,
-                                                n_bins, combine, combined_input_names, progress)[0]
+                                                n_bins, combine, combined_input_names, progress, gbm_grid)[0]
 
 
 def evaluate_estimators_and_combinations(table: pd.DataFrame, estimators: list[Estimator],
                                          failure_threshold: float = DEFAULT_FAILURE_THRESHOLD, n_boot: int = DEFAULT_N_BOOT, seed=0,
                                          reference: str = REFERENCE, n_bins: int = 10, combine: bool = True,
-                                         combined_input_names: list[str] | None = None, progress: bool = False
-                                         ) -> tuple[pd.DataFrame, pd.DataFrame]:
+                                         combined_input_names: list[str] | None = None, progress: bool = False,
+                                         gbm_grid: dict[str, list] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """:func:`evaluate_estimators`, and the combinations' out-of-fold probabilities (trajectory keys + one
     column each). Returned apart, not in the table's ``attrs``: pandas compares attrs when it concatenates
     tables, and a frame there makes that comparison raise."""
@@ -204,7 +205,8 @@ def evaluate_estimators_and_combinations(table: pd.DataFrame, estimators: list[E
         for name, spec in COMBINED.items():
             features = combined_inputs(table, estimators, spec.with_length, combined_input_names, spec.inputs)
             if features.shape[1] and 0 < failure.sum() < len(failure) and len(np.unique(groups)) >= 2:
-                prob = cross_fitted_combination(features, failure, groups, seed=seed, model=spec.model).prob
+                prob = cross_fitted_combination(features, failure, groups, seed=seed, model=spec.model,
+                                                gbm_grid=gbm_grid).prob
                 scored.append((name, COMBINED_FAMILY.name, None, prob, False, True))
                 combined_scores[name] = prob
     rows = []

@@ -59,9 +59,11 @@ class AnalysedRuns:
 
 
 def analyse_results(files: list[str | os.PathLike], run_dir: str | os.PathLike, failure_threshold: float = DEFAULT_FAILURE_THRESHOLD,
-                    n_boot: int = DEFAULT_N_BOOT, seed: int = 0, embedder: str = "minilm") -> AnalysedRuns:
-    """Each results file → ``run_dir/runs/<stem>``: extract, black-box families, estimator table. A file that is
-    absent or that this version cannot read (``InputError``: a shape it does not know) is skipped with its reason."""
+                    n_boot: int = DEFAULT_N_BOOT, seed: int = 0, embedder: str = "minilm",
+                    gbm_grid: dict[str, list] | None = None) -> AnalysedRuns:
+    """Each results file → ``run_dir/runs/<stem>``: extract, black-box families, estimator table (``gbm_grid``: the
+    combined predictors' gradient boosting grid, None the default one). A file that is absent or that this version
+    cannot read (``InputError``: a shape it does not know) is skipped with its reason."""
     from agentuq_nb.io.errors import InputError
 
     out = AnalysedRuns()
@@ -79,7 +81,8 @@ def analyse_results(files: list[str | os.PathLike], run_dir: str | os.PathLike, 
             except InputError as err:
                 out.skipped[file.stem] = f"not read by this version: {err}"
                 continue
-        compare_estimators(run, failure_threshold=failure_threshold, n_boot=n_boot, seed=seed, blackbox=config)
+        compare_estimators(run, failure_threshold=failure_threshold, n_boot=n_boot, seed=seed, blackbox=config,
+                           gbm_grid=gbm_grid)
         out.runs[file.stem] = run
         out.seconds[file.stem] = time.perf_counter() - start
     return out

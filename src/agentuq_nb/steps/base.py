@@ -16,9 +16,9 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Optional, Union
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from agentuq_nb.evaluation.defaults import DEFAULT_N_BOOT
 from agentuq_nb.io.errors import InputError
@@ -43,6 +43,24 @@ FailureThresholdField = Annotated[FailureThreshold, Field(DEFAULT_FAILURE_THRESH
                                                           description="failure = reward < threshold")]
 NBootField = Annotated[NBoot, Field(DEFAULT_N_BOOT, description="bootstrap resamples for the 95% CIs (0: none)")]
 SeedField = Annotated[Seed, Field(0, description="seed of the bootstrap")]
+
+
+def gbm_grid_checked(value: dict[str, list] | None) -> dict[str, list] | None:
+    """A ``gbm_grid`` field's value, checked by the combined predictor (imported when one is given: the step modules
+    do not load the evaluation package on import)."""
+    if value is None:
+        return None
+    from agentuq_nb.evaluation.combined_predictor import gbm_search_grid
+
+    gbm_search_grid(value)
+    return value
+
+
+#: the combined predictors' gradient boosting tuning grid: lists replacing some of GBM_GRID's (None: GBM_GRID itself)
+GbmGridField = Annotated[Optional[dict[str, list[Union[int, float]]]], AfterValidator(gbm_grid_checked),
+                         Field(None, description="gradient boosting's tuning grid of the combined predictors: lists "
+                                                 "that replace the default grid's (max_depth, learning_rate); None "
+                                                 "searches the default grid (a smaller grid: a faster smoke run)")]
 #: the embeddings the black-box signals can be computed with (the first is the default): the black-box step's field,
 #: which the commands that bring the black-box families up to date (compare-estimators, analyze) offer too
 BlackBoxEmbedder = Literal["minilm-static", "minilm", "hash", "none"]

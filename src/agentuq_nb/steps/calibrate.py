@@ -32,7 +32,16 @@ from agentuq_nb.io.errors import InputError
 from agentuq_nb.io.store.rundir import RunDir
 from agentuq_nb.records.config import NBins
 from agentuq_nb.records.outcomes import Outcomes
-from agentuq_nb.steps.base import Command, FailureThresholdField, Reporter, SeedField, Step, StepConfig, num_text
+from agentuq_nb.steps.base import (
+    Command,
+    FailureThresholdField,
+    GbmGridField,
+    Reporter,
+    SeedField,
+    Step,
+    StepConfig,
+    num_text,
+)
 
 STEP = Step("calibrate", "agentuq-nb calibrate RUN_DIR", ("calibration", "calibration_bins"))
 
@@ -51,6 +60,7 @@ class CalibrateConfig(StepConfig):
     combine: bool = Field(True, description="report the combined predictor beside the estimators")
     combined_input_names: Optional[list[str]] = Field(None, description="inputs of the combined predictor (default: "
                                                       "one estimator per kind of signal)")
+    gbm_grid: GbmGridField
     progress: bool = Field(False, description="show a progress bar (stderr) counting the estimators calibrated")
 
     @field_validator("methods", mode="before")
@@ -87,7 +97,7 @@ def _bins(prob, failure, n_bins, **labels) -> pd.DataFrame:
 
 
 def _cross_fitted(table, estimators, failure, methods, n_bins, n_splits, seed, combine, combined_input_names,
-                  progress=False):
+                  progress=False, gbm_grid=None):
     from agentuq_nb.common.progress import progress_bar
     from agentuq_nb.evaluation.calibration import calibration_report, cross_fitted_probabilities
     from agentuq_nb.evaluation.combined_predictor import cross_fitted_combination
@@ -103,7 +113,7 @@ def _cross_fitted(table, estimators, failure, methods, n_bins, n_splits, seed, c
             features = combined_inputs(table, estimators, spec.with_length, combined_input_names, spec.inputs)
             if features.shape[1]:
                 prob = cross_fitted_combination(features, failure, groups, n_splits=n_splits, seed=seed,
-                                                model=spec.model).prob
+                                                model=spec.model, gbm_grid=gbm_grid).prob
                 scored.append((name, COMBINED_FAMILY.name, False, prob, prob))
     bar = progress_bar(len(scored), "calibration", "estimator", progress)
     for name, family, invert, u, prob in scored:
@@ -173,7 +183,10 @@ def run(run_dir: str | os.PathLike | RunDir, config: CalibrateConfig = Calibrate
                   "seed": config.seed, "cross_fitting": cross_fitting_text(config.n_splits),
                   "n": int(len(table)), "n_failures": int(failure.sum())}
         report["estimators"], bins = _cross_fitted(table, estimators, failure, config.methods, config.n_bins, config.n_splits, config.seed,
-                                                   config.combine, config.combined_input_names, config.progress)
+                                                   config.combine, config.combined_input_names, config.progress,
+                                                   config.gbm_grid)
+        if config.gbm_grid is not None:  # said only when not the default grid (a default report is as it was)
+            report["gbm_grid"] = config.gbm_grid
         report["transfer"] = None
         if other is not None:
             sections, transfer_bins = _transfer(table, estimators, failure, other, config.methods, config.n_bins, config.failure_threshold)

@@ -22,6 +22,7 @@ from agentuq_nb.steps.base import (
     BlackBoxEmbedder,
     Command,
     FailureThresholdField,
+    GbmGridField,
     NBootField,
     Reporter,
     SeedField,
@@ -45,6 +46,7 @@ class CompareEstimatorsConfig(StepConfig):
     combine: bool = Field(True, description="add the combined predictors' rows")
     combined_input_names: Optional[list[str]] = Field(None, description="inputs of the combined predictor (default: "
                                                       "one estimator per kind of signal)")
+    gbm_grid: GbmGridField
     blackbox: bool | BlackBoxConfig = Field(True, description="bring the black-box families (structure, TRACER) up "
                                          "to date first (a config, or True for the default one)")
     embedder: BlackBoxEmbedder = Field(BlackBoxConfig.model_fields["embedder"].default,
@@ -76,7 +78,8 @@ def publish_table(run_dir: str | os.PathLike | RunDir, config: CompareEstimators
         table, estimators = score_table(folder, config.names, folder.outcomes(config.failure_threshold))
         out, combined_scores = evaluate_estimators_and_combinations(
             with_length_columns(folder, table), estimators, config.failure_threshold, config.n_boot, config.seed,
-            n_bins=config.n_bins, combine=config.combine, combined_input_names=config.combined_input_names, progress=config.progress)
+            n_bins=config.n_bins, combine=config.combine, combined_input_names=config.combined_input_names, progress=config.progress,
+            gbm_grid=config.gbm_grid)
         based_on = folder.based_on(*estimator_inputs(folder, [e for e in estimators if e.family not in combination_families()]))
         with folder.commit(STEP.name) as commit:
             commit.write_with("estimator_table", lambda p: out.to_csv(p, index=False), based_on)
