@@ -30,7 +30,7 @@ def seed_static_table(cache_file: str) -> None:
     """Copy the static MiniLM table ``make setup`` distilled into the user's cache folder beside ``cache_file`` (when
     there is one), so that this process and every command and kernel the tests start read it instead of distilling it
     again (~25 s of both cores a process). The copy is read as any table file is (checked, refused if it is not the
-    table of this model and settings); tests/test_static_embedding.py distills the table for real and compares."""
+    table of this model and settings); tests/test_static_embedding.py checks it against MiniLM run afresh."""
     try:
         from agentuq_nb.io.embedding_cache import cache_path
         from agentuq_nb.io.static_table import KEY_NAME, table_path

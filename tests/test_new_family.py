@@ -97,8 +97,28 @@ def python(tree: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=600, env=env, cwd=tree)
 
 
-def cli(tree: Path, *args: str) -> subprocess.CompletedProcess:
-    return python(tree, "-m", "agentuq_nb.cli", *args)
+#: the commands, one after the other, in one process of the tree (typer's CliRunner over its app, as
+#: tests/conftest.py's run_cli), and then the command line page as the site's build fills it in: the tree's package,
+#: sklearn and the rest are imported once, not once a command (~1.5 CPU-s each, ~4 for compare-estimators)
+COMMANDS = """
+import json, pathlib, sys
+from typer.testing import CliRunner
+from agentuq_nb.cli import app
+import agentuq_nb.cli_synopsis as synopsis
+done = [CliRunner().invoke(app, argv, prog_name="agentuq-nb", catch_exceptions=False) for argv in json.loads(sys.argv[1])]
+page = synopsis.fill_synopsis(pathlib.Path("docs/guide/cli.md").read_text())
+print(json.dumps({"commands": [[d.exit_code, d.stdout, d.stderr] for d in done], "page": page}))
+"""
+
+
+def cli_commands(tree: Path, *commands: list[str]) -> tuple[list[subprocess.CompletedProcess], str]:
+    """Each of ``commands`` as ``agentuq-nb ARGS`` of the tree gives it (exit code, stdout, stderr), and the command
+    line page as the site's build makes it, from one process of the tree's package (:data:`COMMANDS`)."""
+    done = python(tree, "-c", COMMANDS, json.dumps([list(map(str, c)) for c in commands]))
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.splitlines()[-1])
+    return [subprocess.CompletedProcess(["agentuq-nb", *c], code, stdout, stderr)
+            for c, (code, stdout, stderr) in zip(commands, out["commands"])], out["page"]
 
 
 def test_a_new_family_with_its_own_table_is_three_files_and_no_edit(tmp_path):
@@ -111,16 +131,17 @@ def test_a_new_family_with_its_own_table_is_three_files_and_no_edit(tmp_path):
     results = write_synthetic_results(tmp_path / "results", num_simulations=12, seed=3)
     run = tmp_path / "run"
 
-    assert cli(tree, "extract", str(results), "--out", str(run)).returncode == 0
-    helped = cli(tree, "longest-message", "--help")
+    (extracted, helped, before, made, after), page = cli_commands(
+        tree, ["extract", results, "--out", run], ["longest-message", "--help"],
+        ["compare-estimators", run, "--n-boot", "20", "--embedder", "hash"], ["longest-message", run],
+        ["compare-estimators", run, "--n-boot", "20", "--embedder", "hash"])
+    assert extracted.returncode == 0, extracted.stderr[-2000:]
     assert helped.returncode == 0 and "--role" in helped.stdout and "the role whose messages" in helped.stdout
 
-    before = cli(tree, "compare-estimators", str(run), "--n-boot", "20", "--embedder", "hash")
     assert before.returncode == 0, before.stderr[-2000:]
     assert f"longest_message (the longest agent message): agentuq-nb longest-message {run}" in before.stderr
     assert "longest_message.max_chars" not in before.stdout
 
-    made = cli(tree, "longest-message", str(run))
     assert made.returncode == 0, made.stderr[-2000:]
     assert "12 trajectories" in made.stdout
     manifest = json.loads((run / "manifest.json").read_text())
@@ -129,7 +150,6 @@ def test_a_new_family_with_its_own_table_is_three_files_and_no_edit(tmp_path):
     messages = pd.read_parquet(run / "messages.parquet")
     assert scores["max_chars"].max() == messages.loc[messages["role"] == "assistant", "content_chars"].max()
 
-    after = cli(tree, "compare-estimators", str(run), "--n-boot", "20", "--embedder", "hash")
     assert after.returncode == 0, after.stderr[-2000:]
     assert "longest_message.max_chars" in after.stdout
     assert "longest_message (" not in after.stderr
@@ -137,9 +157,7 @@ def test_a_new_family_with_its_own_table_is_three_files_and_no_edit(tmp_path):
     assert table.set_index("estimator").loc["longest_message.max_chars", "family"] == "longest_message"
 
     # documented without an edit: the command line page as the site's build makes it names the command
-    page = python(tree, "-c", "import pathlib, agentuq_nb.cli_synopsis as s; "
-                  "print(s.fill_synopsis(pathlib.Path('docs/guide/cli.md').read_text()))")
-    assert page.returncode == 0 and "agentuq-nb longest-message RUN_DIR [--role assistant]" in page.stdout
+    assert "agentuq-nb longest-message RUN_DIR [--role assistant]" in page
     # and the repository's own checks pass on the tree with the three files: nothing else needed an edit
     checked = python(tree, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *TREE_CHECKS)
     assert checked.returncode == 0, checked.stdout[-3000:]

@@ -18,27 +18,29 @@ from agentuq_nb.steps.score_observations import score_observations
 from agentuq_nb.uq.observation import agent_system_prompt, conversation
 
 pytestmark = pytest.mark.slow
-POLICY_CHARS = 1500
+POLICY_CHARS = 600
+MESSAGES = 6
 
 
 @pytest.fixture(scope="module")
 def small_real_results(tmp_path_factory):
-    """Two real trajectories (one success, one failure), each cut to its first 7 messages, and the domain policy in
-    the file's header cut to its first 1,500 characters: every scorer's system prompt holds it, and each scoring
-    pass of this module decoded its 1,775 tokens (now 362) before the ~500 of a trajectory's messages it scores."""
+    """Two real trajectories (a success and a failure: of each, the shortest whose first 6 messages hold a user message
+    and a tool result), each cut to those 6 messages, and the domain policy in the file's header cut to its first 600
+    characters: every scorer's system prompt holds it, and every scoring pass of this module decodes the prompt once
+    and both trajectories' messages (the agent's pass: 1,333 tokens, where 1,500 characters of policy and the first
+    two such trajectories of 7 messages took 1,870)."""
     from conftest import require_tau2
 
     tmp_path = tmp_path_factory.mktemp("observation")
     data = json.loads(require_tau2()[0].read_text())
     by_reward = {}
     for sim in data["simulations"]:
-        roles = [m["role"] for m in sim["messages"][:7]]
+        sim["messages"] = sim["messages"][:MESSAGES]
+        roles = [m["role"] for m in sim["messages"]]
         if "tool" in roles and "user" in roles:
-            by_reward.setdefault(sim["reward_info"]["reward"], sim)
-    sims = [by_reward[1.0], by_reward[0.0]]
-    for sim in sims:
-        sim["messages"] = sim["messages"][:7]
-    data["simulations"] = sims
+            by_reward.setdefault(sim["reward_info"]["reward"], []).append(sim)
+    shortest = [min(by_reward[reward], key=lambda sim: len(json.dumps(sim["messages"]))) for reward in (1.0, 0.0)]
+    data["simulations"] = shortest
     policy = data["info"]["environment_info"]["policy"]
     assert len(policy) > POLICY_CHARS
     data["info"]["environment_info"]["policy"] = policy[:POLICY_CHARS]

@@ -16,6 +16,7 @@ from agentuq_nb.llm.local_provider import chat_samples
 from agentuq_nb.llm.local_scoring import score_segments
 from agentuq_nb.llm.request import GenerationRequest
 from agentuq_nb.steps.rescore import rescore
+from agentuq_nb.uq.observation import agent_system_prompt
 
 TOL = 1e-4  # measured: 0 (bit for bit) on these inputs and on real trajectories
 POLICY = ("You are a customer service agent for an online bookshop. Follow the policy below exactly. "
@@ -96,7 +97,7 @@ def test_samples_at_a_decision_point_reuse_the_prompt_and_equal_those_of_a_fresh
 def test_rescore_reports_its_cost_and_reuse_and_equals_scoring_from_scratch(tmp_path, tau2_files):
     """rescore of a real file (its policy shortened, its trajectories cut) against the same with the cache off."""
     data = json.loads(tau2_files[0].read_text())
-    data["info"]["environment_info"]["policy"] = data["info"]["environment_info"]["policy"][:1500]
+    data["info"]["environment_info"]["policy"] = data["info"]["environment_info"]["policy"][:600]
     data["simulations"] = data["simulations"][:3]
     for sim in data["simulations"]:
         sim["messages"] = sim["messages"][:5]
@@ -115,8 +116,9 @@ def test_rescore_reports_its_cost_and_reuse_and_equals_scoring_from_scratch(tmp_
     assert np.max(np.abs(a["chosen_logprob"].to_numpy() - b["chosen_logprob"].to_numpy())) <= TOL
     assert cached.as_dict() == scratch.as_dict()  # the report's terms do not depend on the cache
     assert cached.cost.trajectories == 3 and scratch.cost.tokens_reused == 0
-    # the two later trajectories each reused the system prompt (~400 tokens here)
-    assert cached.cost.tokens_reused >= 2 * 300
+    # the two later trajectories each reused the system prompt (~240 tokens here; ~4 characters a token)
+    n_system = len(agent_system_prompt(data["info"])) // 5
+    assert cached.cost.tokens_reused >= 2 * max(n_system, PREFIX_COPY_MIN)
     assert cached.cost.tokens_evaluated + cached.cost.tokens_reused == scratch.cost.tokens_evaluated
     line = cached.cost.line()
     assert "3 trajectories" in line and "s per trajectory" in line and "taken from the cache" in line

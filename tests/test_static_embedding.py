@@ -19,8 +19,10 @@ from agentuq_nb.uq.static_embedding import (
     DISTILLATIONS,
     UNUSED,
     StaticEmbedder,
-    distill_table,
+    distilled_pieces,
     load_table,
+    piece_outputs,
+    sif_weights,
     table_identity,
     vocabulary_size,
 )
@@ -35,22 +37,30 @@ def table() -> np.ndarray:
     return load_table()
 
 
+#: word pieces whose rows are checked against MiniLM's output computed afresh (a seeded sample of the 29,528 pieces
+#: with a row: ~4 CPU-s of MiniLM, where distilling the whole vocabulary again took ~55)
+SAMPLED_PIECES = 2048
+
+
 @pytest.fixture(scope="module")
-def distilled() -> np.ndarray:
-    """The table distilled afresh from the bundled MiniLM in this process (~25 s: once for the module)."""
-    return distill_table()
+def fresh_sample() -> tuple[np.ndarray, np.ndarray]:
+    """A seeded sample of the distilled pieces (their places among :func:`distilled_pieces`) and their outputs of
+    the distillation's forward pass (:func:`piece_outputs`), computed in this process."""
+    ids = distilled_pieces()
+    at = np.sort(np.random.default_rng(0).choice(len(ids), SAMPLED_PIECES, replace=False))
+    return at, piece_outputs(ids[at])
 
 
 @pytest.fixture
-def distillations(monkeypatch, distilled) -> list[int]:
-    """``load_table`` distils through this module's distillation, made once above (the tests that use it are about
-    which file ``load_table`` reads, writes or leaves; ``test_the_kept_table_equals_a_fresh_distillation`` is about the
+def distillations(monkeypatch, table) -> list[int]:
+    """``load_table`` distils through a stand-in that gives the kept table (the tests that use it are about which file
+    ``load_table`` reads, writes or leaves; ``test_the_kept_table_equals_a_fresh_distillation`` is about the
     distillation): each call is counted."""
     calls = []
 
     def distill_again(progress=False):
         calls.append(progress)
-        return distilled.copy()
+        return table.copy()
 
     monkeypatch.setattr(static_embedding, "distill_table", distill_again)
     return calls
@@ -76,18 +86,45 @@ def test_the_table_is_kept_in_the_cache_folder_and_read_back_equal(table):
     assert len(DISTILLATIONS) == kept  # and is no distillation (what compare-estimators says apart, issue 49)
 
 
-def test_the_kept_table_equals_a_fresh_distillation(table, distilled):
-    assert distilled.shape == table.shape and distilled.dtype == np.float32
-    np.testing.assert_allclose(distilled, table, atol=1e-4)  # float rounding of the batches
+def test_the_kept_table_equals_a_fresh_distillation(table, fresh_sample):
+    """The distillation is MiniLM's output for every piece, reduced by PCA over all of them and weighted by SIF. Its
+    forward pass is run afresh on a sample of pieces (the whole vocabulary's is what ``make setup`` pays once), and the
+    kept table is what PCA and the weights make of those outputs: each sampled row is its piece's fresh output, the
+    outputs' mean removed, under one orthonormal projection, times its SIF weight; and over every piece the table's
+    columns are PCA's (centred, uncorrelated, in decreasing variance), spanning the outputs' principal subspace."""
+    ids = distilled_pieces()
+    assert table.shape == (vocabulary_size(), DIMS) and table.dtype == np.float32
+    assert not np.delete(table, ids, axis=0).any()
+    weights = sif_weights(len(ids))
+    reduced = table[ids].astype(np.float64) / weights[:, None]  # PCA's output of each piece, the weighting undone
+    assert np.abs(reduced.mean(axis=0)).max() < 1e-4
+    cov = np.cov(reduced, rowvar=False)
+    variances = np.diag(cov)
+    assert np.abs(cov - np.diag(variances)).max() < 1e-5 and (np.diff(variances) <= 1e-6).all()
+
+    at, outputs = fresh_sample
+    fresh, kept = outputs.astype(np.float64), reduced[at]
+    centred = fresh - fresh.mean(axis=0)
+    # the projection that maps the outputs onto the rows (least squares; the outputs' few directions of no variance,
+    # singular values below 1e-6 of the largest, left out): its columns orthonormal, and it maps them exactly
+    components = np.linalg.lstsq(centred, kept - kept.mean(axis=0), rcond=1e-6)[0]
+    np.testing.assert_allclose(components.T @ components, np.eye(DIMS), atol=1e-4)
+    rows = (centred @ components + kept.mean(axis=0)) * weights[at, None]
+    np.testing.assert_allclose(rows, table[ids[at]], atol=1e-4)  # float rounding of the batches
+    # the projection keeps nearly what the sample's own principal subspace keeps of its variance (a subspace fitted
+    # to these outputs alone keeps a little more; a random one of DIMS dimensions ~70 %)
+    spread = np.cov(centred, rowvar=False)
+    best = np.linalg.eigvalsh(spread)[::-1][:DIMS].sum()
+    assert np.trace(components.T @ spread @ components) > 0.97 * best
 
 
-def test_a_missing_table_is_distilled_once_and_written(tmp_path, distillations, distilled):
+def test_a_missing_table_is_distilled_once_and_written(tmp_path, distillations, table):
     cache = tmp_path / "embeddings.sqlite"
     first = load_table(cache)
-    assert len(distillations) == 1 and np.array_equal(first, distilled)
+    assert len(distillations) == 1 and np.array_equal(first, table)
     path = table_path(cache, table_identity())
-    assert np.array_equal(read_table(path, table_identity(), distilled.shape), distilled)
-    assert np.array_equal(load_table(cache), distilled) and len(distillations) == 1  # read back, not distilled
+    assert np.array_equal(read_table(path, table_identity(), table.shape), table)
+    assert np.array_equal(load_table(cache), table) and len(distillations) == 1  # read back, not distilled
 
 
 def test_placeholders_have_no_row_and_every_other_piece_has_one(table, tokenizer):
@@ -195,31 +232,31 @@ def test_planted_tables_are_refused_with_one_line_naming_the_file(tmp_path, tabl
     assert "bytes" in refused(padded)
 
 
-def test_a_refused_file_is_left_as_it_is_and_the_table_distilled_for_the_process(tmp_path, distillations, distilled):
+def test_a_refused_file_is_left_as_it_is_and_the_table_distilled_for_the_process(tmp_path, distillations, table):
     cache = tmp_path / "embeddings.sqlite"
     path = table_path(cache, table_identity())
     path.write_bytes(b"planted")
     with pytest.warns(StaticTableWarning, match="planted|safetensors"):
         again = load_table(cache)
     assert path.read_bytes() == b"planted"
-    assert len(distillations) == 1 and np.array_equal(again, distilled)
+    assert len(distillations) == 1 and np.array_equal(again, table)
 
 
-def test_with_the_cache_off_nothing_is_written(tmp_path, monkeypatch, distillations, distilled):
+def test_with_the_cache_off_nothing_is_written(tmp_path, monkeypatch, distillations, table):
     monkeypatch.chdir(tmp_path)
     assert table_path(cache_path("off"), table_identity()) is None
     before = distillation_seconds()
-    assert np.array_equal(load_table("off"), distilled) and len(distillations) == 1
+    assert np.array_equal(load_table("off"), table) and len(distillations) == 1
     assert distillation_seconds() - before == pytest.approx(DISTILLATIONS[-1]) and DISTILLATIONS[-1] > 0
     assert not any(tmp_path.iterdir())
 
 
-def test_a_cache_folder_that_cannot_be_made_keeps_the_table_in_memory(tmp_path, distillations, distilled):
+def test_a_cache_folder_that_cannot_be_made_keeps_the_table_in_memory(tmp_path, distillations, table):
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("a file where the cache folder should be")
     with pytest.warns(StaticTableWarning, match="could not be kept"):
         again = load_table(blocker / "embeddings.sqlite")
-    assert len(distillations) == 1 and np.array_equal(again, distilled)
+    assert len(distillations) == 1 and np.array_equal(again, table)
     assert blocker.read_text() == "a file where the cache folder should be"
 
 

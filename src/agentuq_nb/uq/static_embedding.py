@@ -65,32 +65,54 @@ def vocabulary_size() -> int:
         return sum(1 for _ in f)
 
 
-def distill_table(progress: bool = False) -> np.ndarray:
-    """The (vocabulary, :data:`DIMS`) float32 table of the module docstring, computed with the bundled MiniLM."""
+def distilled_pieces() -> np.ndarray:
+    """The ids of the vocabulary's word pieces that get a row (every piece but the :data:`UNUSED` placeholders), in
+    id order: the order of the Zipf ranks of the SIF weighting."""
+    with open(bundled_model_path() / "vocab.txt", encoding="utf-8") as f:
+        return np.array([i for i, line in enumerate(f) if not UNUSED.fullmatch(line.rstrip("\n"))], dtype=np.int64)
+
+
+def piece_outputs(ids: np.ndarray, progress: bool = False) -> np.ndarray:
+    """MiniLM's output for each word piece of ``ids``, as ``[CLS] piece [SEP]`` mean-pooled (the distillation's
+    forward pass, :data:`BATCH` pieces at a time): (len(ids), 384) float32."""
     import torch
-    from sklearn.decomposition import PCA
 
     ensure_offline_env()
     model = sentence_model()
     tokenizer = model.tokenizer
     bert = model[0].auto_model.eval()
-    vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
-    ids = np.array([i for piece, i in vocab if not UNUSED.fullmatch(piece)], dtype=np.int64)
     outputs = np.zeros((len(ids), bert.config.hidden_size), np.float32)
     with torch.inference_mode(), progress_bar(len(ids), "distilling MiniLM (once)", "piece", progress) as bar:
         for start in range(0, len(ids), BATCH):
-            part = torch.from_numpy(ids[start:start + BATCH])
+            part = torch.from_numpy(np.asarray(ids[start:start + BATCH], dtype=np.int64))
             inputs = torch.stack([torch.full_like(part, tokenizer.cls_token_id), part,
                                   torch.full_like(part, tokenizer.sep_token_id)], dim=1)
             hidden = bert(input_ids=inputs, attention_mask=torch.ones_like(inputs),
                           token_type_ids=torch.zeros_like(inputs)).last_hidden_state
             outputs[start:start + len(part)] = hidden.mean(dim=1).float().numpy()
             bar.update(len(part))
-    reduced = PCA(n_components=DIMS, svd_solver="full").fit_transform(np.nan_to_num(outputs))
-    proba = 1.0 / np.arange(2, len(ids) + 2)
+    return outputs
+
+
+def sif_weights(n_pieces: int) -> np.ndarray:
+    """SIF's ``a / (a + p(rank))`` of each of ``n_pieces`` pieces, ``p`` Zipf's law on the rank (the piece's place in
+    :func:`distilled_pieces`)."""
+    proba = 1.0 / np.arange(2, n_pieces + 2)
     proba /= proba.sum()
-    table = np.zeros((len(vocab), DIMS), np.float32)
-    table[ids] = reduced * (SIF_COEFFICIENT / (SIF_COEFFICIENT + proba))[:, None]
+    return SIF_COEFFICIENT / (SIF_COEFFICIENT + proba)
+
+
+def distill_table(progress: bool = False) -> np.ndarray:
+    """The (vocabulary, :data:`DIMS`) float32 table of the module docstring, computed with the bundled MiniLM: the
+    :func:`piece_outputs` of the :func:`distilled_pieces`, reduced by PCA over all of them, weighted by
+    :func:`sif_weights`."""
+    from sklearn.decomposition import PCA
+
+    ids = distilled_pieces()
+    outputs = piece_outputs(ids, progress)
+    reduced = PCA(n_components=DIMS, svd_solver="full").fit_transform(np.nan_to_num(outputs))
+    table = np.zeros((vocabulary_size(), DIMS), np.float32)
+    table[ids] = reduced * sif_weights(len(ids))[:, None]
     return table
 
 
