@@ -166,18 +166,18 @@ def serving_in_thread(**options):
 
 
 # The test files that took longest in the last full run (minutes, from its JUnit report through
-# benchmarks/slowest_tests.py --order: a fresh clone's make test after the branches h52dist, h52study, h52imp and
-# h52walk2), slowest first.
+# benchmarks/slowest_tests.py --order: a fresh clone's make test after the branches s7det, s7emb and s7nb), slowest
+# first.
 # With `make test`'s --dist loadfile each file runs whole on one worker; the files are handed out in collection order
 # (--no-loadscope-reorder: xdist's own order puts the files with the fewest tests last, and a file of one 2-minute
 # test at the end leaves the other worker idle), so the longest go first and the many short files fill in at the end.
 # A file missing here only runs later.
 SLOWEST_FILES = {
-    "test_detector.py": 1.7, "test_pipeline_notebooks.py": 1.6, "test_end_to_end.py": 1.5, "test_llm_local.py": 1.4,
-    "test_action_sampling.py": 1.4, "test_intervention_policies.py": 1.4, "test_distributed.py": 1.4,
-    "test_inspect_logs.py": 1.3, "test_observation.py": 1.3, "test_shared_prefix.py": 1.2,
-    "test_sim_harness.py": 1.1, "test_intervention_study.py": 1.0, "test_figure_layout.py": 1.0, "test_cli.py": 0.8,
-    "test_toolcall_spans.py": 0.8, "test_judge_summary.py": 0.7,
+    "test_end_to_end.py": 1.6, "test_pipeline_notebooks.py": 1.4, "test_detector.py": 1.4,
+    "test_distributed.py": 1.4, "test_intervention_policies.py": 1.2, "test_llm_local.py": 1.0,
+    "test_inspect_logs.py": 1.0, "test_intervention_study.py": 0.9, "test_sim_harness.py": 0.9,
+    "test_explorer.py": 0.9, "test_action_sampling.py": 0.8, "test_shared_prefix.py": 0.7,
+    "test_observation.py": 0.7, "test_llm_sampling.py": 0.7, "test_detector_seen_tasks.py": 0.7, "test_cli.py": 0.7,
 }
 
 
